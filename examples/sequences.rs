@@ -1,0 +1,311 @@
+//! Diversity sequences from a table file, on any Vulkan device.
+//!
+//! ```text
+//! cargo run --release --example sequences -- --table FILE [--dim D] [--center]
+//!     [--precision fp32|fp16] [--mode scan] [--shape untiled|tiled|per-tile] [--tile T]
+//!     [--pipelined] [--starts all|a,b,c] [--steps K] [--chunk C] [--batch B]
+//!     [--workgroup W] [--device NAME] [--validation] [--describe] [--out FILE.json]
+//! ```
+//!
+//! FILE is a raw little-endian float32 `.f32` (needs `--dim`), a `.npy` (float32 or float16) or
+//! an `embeddings.json`. The output JSON is
+//! `{"metadata":{…}, "sequences":{"<start>":[0-based indices…]}}`, written to a temporary file
+//! beside `--out` and renamed at the end; the output location is checked before any GPU work.
+//! One summary line goes to stdout.
+
+use diversity::{
+    files, Context, ContextOptions, DeviceTable, Precision, ScanJob, ScanOptions, Shape,
+};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+struct Args {
+    table: PathBuf,
+    dim: Option<usize>,
+    center: bool,
+    precision: Precision,
+    shape: Shape,
+    tile: u32,
+    pipelined: bool,
+    starts: Option<Vec<u32>>,
+    steps: Option<usize>,
+    chunk: usize,
+    batch: Option<usize>,
+    workgroup: Option<u32>,
+    device: Option<String>,
+    validation: bool,
+    describe: bool,
+    out: PathBuf,
+}
+
+const USAGE: &str = "usage: sequences --table FILE [--dim D] [--center] [--precision fp32|fp16] \
+[--mode scan] [--shape untiled|tiled|per-tile] [--tile T] [--pipelined] [--starts all|a,b,c] \
+[--steps K] [--chunk C] [--batch B] [--workgroup W] [--device NAME] [--validation] [--describe] \
+[--out FILE.json]";
+
+fn parse() -> Result<Args, String> {
+    let mut it = std::env::args().skip(1);
+    let mut a = Args {
+        table: PathBuf::new(),
+        dim: None,
+        center: false,
+        precision: Precision::Fp32,
+        shape: Shape::Untiled,
+        tile: 0,
+        pipelined: false,
+        starts: None,
+        steps: None,
+        chunk: 64,
+        batch: None,
+        workgroup: None,
+        device: None,
+        validation: false,
+        describe: false,
+        out: PathBuf::from("sequences.json"),
+    };
+    fn num<T: std::str::FromStr>(flag: &str, v: Option<String>) -> Result<T, String> {
+        let v = v.ok_or_else(|| format!("{flag} needs a value"))?;
+        v.parse()
+            .map_err(|_| format!("{flag} {v}: not a non-negative integer"))
+    }
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--table" => a.table = it.next().ok_or("--table needs a file")?.into(),
+            "--dim" => a.dim = Some(num("--dim", it.next())?),
+            "--center" => a.center = true,
+            "--precision" => {
+                a.precision = it
+                    .next()
+                    .ok_or("--precision needs fp32 or fp16")?
+                    .parse()
+                    .map_err(|e: diversity::Error| e.to_string())?
+            }
+            "--mode" => {
+                let m = it.next().ok_or("--mode needs a value")?;
+                if m != "scan" {
+                    return Err(format!("--mode {m}: only 'scan' exists so far"));
+                }
+            }
+            "--shape" => {
+                a.shape = it
+                    .next()
+                    .ok_or("--shape needs a value")?
+                    .parse()
+                    .map_err(|e: diversity::Error| e.to_string())?
+            }
+            "--tile" => a.tile = num("--tile", it.next())?,
+            "--pipelined" => a.pipelined = true,
+            "--starts" => {
+                let v = it.next().ok_or("--starts needs all or a,b,c")?;
+                if v != "all" {
+                    a.starts = Some(
+                        v.split(',')
+                            .map(|s| {
+                                s.trim()
+                                    .parse()
+                                    .map_err(|_| format!("--starts: '{s}' is not an index"))
+                            })
+                            .collect::<Result<_, _>>()?,
+                    );
+                }
+            }
+            "--steps" => a.steps = Some(num("--steps", it.next())?),
+            "--chunk" => a.chunk = num("--chunk", it.next())?,
+            "--batch" => a.batch = Some(num("--batch", it.next())?),
+            "--workgroup" => a.workgroup = Some(num("--workgroup", it.next())?),
+            "--device" => a.device = Some(it.next().ok_or("--device needs a name")?),
+            "--validation" => a.validation = true,
+            "--describe" => a.describe = true,
+            "--out" => a.out = it.next().ok_or("--out needs a file")?.into(),
+            "-h" | "--help" => return Err(USAGE.into()),
+            _ => return Err(format!("unknown argument {flag}\n{USAGE}")),
+        }
+    }
+    if a.table.as_os_str().is_empty() && !a.describe {
+        return Err(format!("--table is required\n{USAGE}"));
+    }
+    Ok(a)
+}
+
+/// A temporary file beside `out`, created now so that a bad output location fails before any GPU
+/// work; renamed onto `out` at the end, removed on failure.
+struct PendingFile {
+    tmp: PathBuf,
+    out: PathBuf,
+    done: bool,
+}
+
+impl PendingFile {
+    fn create(out: &Path) -> Result<(PendingFile, std::fs::File), String> {
+        let dir = match out.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        if !dir.is_dir() {
+            return Err(format!(
+                "{}: output directory {} does not exist",
+                out.display(),
+                dir.display()
+            ));
+        }
+        let name = out
+            .file_name()
+            .ok_or_else(|| format!("{}: not a file name", out.display()))?;
+        let tmp = dir.join(format!(
+            ".{}.tmp-{}",
+            name.to_string_lossy(),
+            std::process::id()
+        ));
+        let f = std::fs::File::create(&tmp)
+            .map_err(|e| format!("{}: cannot write here: {e}", out.display()))?;
+        Ok((
+            PendingFile {
+                tmp,
+                out: out.to_path_buf(),
+                done: false,
+            },
+            f,
+        ))
+    }
+    fn commit(mut self) -> Result<(), String> {
+        std::fs::rename(&self.tmp, &self.out)
+            .map_err(|e| format!("{}: {e}", self.out.display()))?;
+        self.done = true;
+        Ok(())
+    }
+}
+
+impl Drop for PendingFile {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+fn run(a: Args) -> Result<(), String> {
+    let ctx = Context::new(&ContextOptions {
+        device: a.device.clone(),
+        validation: a.validation,
+    })
+    .map_err(|e| e.to_string())?;
+    if a.describe {
+        println!("{}", ctx.describe());
+        if a.table.as_os_str().is_empty() {
+            return Ok(());
+        }
+    }
+    let mut table = files::load_table(&a.table, a.dim).map_err(|e| e.to_string())?;
+    if a.center {
+        table = table.centered();
+    }
+    let n = table.n();
+    let starts: Vec<u32> = a.starts.clone().unwrap_or_else(|| (0..n as u32).collect());
+    let (pending, file) = PendingFile::create(&a.out)?;
+    let caps = ctx.caps().clone();
+    let steps = a.steps.unwrap_or(n - 1).min(n - 1);
+    let per_seq = ((steps + 1) * 4).max(2 * table.d() * 4) as u64;
+    let fit = (caps.max_buffer_range / per_seq).max(1) as usize;
+    let batch = a
+        .batch
+        .unwrap_or(usize::MAX)
+        .min(fit)
+        .min(caps.max_workgroup_count as usize)
+        .min(starts.len())
+        .max(1);
+    let opts = ScanOptions {
+        shape: a.shape,
+        tile_size: a.tile,
+        pipelined: a.pipelined,
+        chunk: a.chunk,
+        steps: Some(steps),
+        workgroup_size: a.workgroup,
+    };
+    let t0 = Instant::now();
+    let dt = DeviceTable::upload(&ctx, &table, a.precision).map_err(|e| e.to_string())?;
+    let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
+    let io = |e: std::io::Error| format!("{}: {e}", a.out.display());
+    write!(w, "{{\"sequences\":{{").map_err(io)?;
+    let mut gpu_ns = 0u64;
+    let mut first = true;
+    for chunk in starts.chunks(batch) {
+        let mut job = ScanJob::new(&dt, chunk, &opts).map_err(|e| e.to_string())?;
+        job.run().map_err(|e| e.to_string())?;
+        gpu_ns += job.gpu_ns();
+        let flat = job.sequences_flat().map_err(|e| e.to_string())?;
+        for (row, &s) in flat.chunks_exact(job.sequence_len()).zip(chunk) {
+            if !first {
+                w.write_all(b",").map_err(io)?;
+            }
+            first = false;
+            write!(w, "\"{s}\":[").map_err(io)?;
+            for (i, v) in row.iter().enumerate() {
+                if i > 0 {
+                    w.write_all(b",").map_err(io)?;
+                }
+                write!(w, "{v}").map_err(io)?;
+            }
+            w.write_all(b"]").map_err(io)?;
+        }
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    let meta = serde_json::json!({
+        "table": a.table.display().to_string(),
+        "num_items": n,
+        "dim": table.d(),
+        "center": a.center,
+        "precision": a.precision.name(),
+        "mode": "scan",
+        "shape": a.shape.name(),
+        "tile_size": a.tile,
+        "pipelined": a.pipelined,
+        "steps": steps,
+        "chunk": a.chunk,
+        "batch_size": batch,
+        "num_sequences": starts.len(),
+        "device": caps.name,
+        "driver": caps.driver,
+        "gpu_ns": gpu_ns,
+        "wall_s": wall,
+    });
+    write!(w, "}},\"metadata\":{meta}}}").map_err(io)?;
+    w.flush().map_err(io)?;
+    drop(w);
+    pending.commit()?;
+    let gpu_s = gpu_ns as f64 / 1e9;
+    let batches = starts.len().div_ceil(batch);
+    println!(
+        "{} | scan {} tile {} {}{} | {} × {} | {} sequences × {} steps in {} batch(es) | {:.1} steps/s ({:.0} sequence-steps/s) | GPU {:.3} s, wall {:.3} s | {}",
+        caps.name,
+        a.shape.name(),
+        a.tile,
+        a.precision.name(),
+        if a.pipelined { " pipelined" } else { "" },
+        n,
+        table.d(),
+        starts.len(),
+        steps,
+        batches,
+        (steps * batches) as f64 / gpu_s.max(1e-12),
+        (steps * starts.len()) as f64 / gpu_s.max(1e-12),
+        gpu_s,
+        wall,
+        a.out.display()
+    );
+    if a.validation {
+        let msgs = ctx.validation_messages();
+        if !msgs.is_empty() {
+            return Err(format!("validation layers reported:\n{}", msgs.join("\n")));
+        }
+    }
+    Ok(())
+}
+
+fn main() {
+    let result = parse().and_then(run);
+    if let Err(e) = result {
+        eprintln!("sequences: {e}");
+        std::process::exit(1);
+    }
+}

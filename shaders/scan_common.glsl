@@ -1,0 +1,89 @@
+// Shared by every scan shader: bindings, specialization constants, the candidate key and the
+// (key, index) order. Every shape computes a candidate's key with this one function, so the bits
+// of the result do not depend on tiling, chunking or batching (SPEC §Exactness 1).
+#ifdef FP16
+#extension GL_EXT_shader_16bit_storage : require
+#define STORED float16_t
+#else
+#define STORED float
+#endif
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const uint DIM = 1u;        // D (also in the push block; the host checks they agree)
+layout(constant_id = 2) const uint MASK_WORDS = 1u; // ceil(N / 32)
+layout(constant_id = 3) const uint SEQ_LEN = 1u;    // steps + 1: the row stride of `seqs`
+
+// The table, row-major; read-only everywhere.
+layout(std430, set = 0, binding = 0) readonly buffer Table { STORED table[]; };
+// 1 / |e_x| from float64, 0 for a zero row (so its key is 0, i.e. d = 1).
+layout(std430, set = 0, binding = 1) readonly buffer InvNorm { float inv_norm[]; };
+// The batch's starts, one per workgroup row.
+layout(std430, set = 0, binding = 2) readonly buffer Starts { uint starts[]; };
+// Running sum per sequence as a compensated pair: [s][0..D) = hi, [s][D..2D) = lo.
+layout(std430, set = 0, binding = 3) buffer State { float state[]; };
+// Chosen-item bitmask per sequence, MASK_WORDS words each.
+layout(std430, set = 0, binding = 4) buffer Mask { uint mask_g[]; };
+// Output: SEQ_LEN indices per sequence.
+layout(std430, set = 0, binding = 5) buffer Seqs { uint seqs[]; };
+// Dispatch-per-tile partial winner per sequence: (key bits, index).
+layout(std430, set = 0, binding = 6) buffer Partial { uint partial[]; };
+
+const uint NO_INDEX = 0xffffffffu;
+const float INF = 1.0 / 0.0;
+
+// Workgroup row = sequence slot in the batch.
+uint sequence_slot() { return gl_WorkGroupID.x; }
+
+// The centroid as fp32: one rounding of the compensated pair.
+float centroid_value(uint s, uint d) {
+    precise float v = state[s * 2u * DIM + d] + state[s * 2u * DIM + DIM + d];
+    return v;
+}
+
+// c += e, compensated (Knuth TwoSum): hi + lo carries the exact sum to ~2^-48 relative, so
+// late steps on centered data, where c cancels toward zero, keep their direction.
+float centroid_add(uint s, uint d, float e) {
+    uint h = s * 2u * DIM + d;
+    precise float hi = state[h];
+    precise float sum = hi + e;
+    precise float bp = sum - hi;
+    precise float err = (hi - (sum - bp)) + (e - bp);
+    precise float lo = state[h + DIM] + err;
+    state[h] = sum;
+    state[h + DIM] = lo;
+    precise float v = sum + lo;
+    return v;
+}
+
+// Smaller key wins; equal keys go to the lower index. A total order, so any reduction tree
+// (subgroup size, tile partition, thread stride) picks the same winner.
+bool better(float k, uint i, float bk, uint bi) {
+    return k < bk || (k == bk && i < bi);
+}
+
+// Workgroup-wide argmin of (key, index) by a shared-memory tree (the workgroup size is a power of
+// two); every invocation then reads the winner from `red_pick` / `red_pick_key`. No subgroup
+// operations: Mesa 22.3's lavapipe gave wrong subgroup results inside the multi-step loop.
+shared float red_key[gl_WorkGroupSize.x];
+shared uint red_idx[gl_WorkGroupSize.x];
+shared uint red_pick;
+shared float red_pick_key;
+
+void workgroup_argmin(float key, uint idx) {
+    const uint lid = gl_LocalInvocationID.x;
+    red_key[lid] = key;
+    red_idx[lid] = idx;
+    barrier();
+    for (uint stride = gl_WorkGroupSize.x >> 1u; stride > 0u; stride >>= 1u) {
+        if (lid < stride && better(red_key[lid + stride], red_idx[lid + stride], red_key[lid], red_idx[lid])) {
+            red_key[lid] = red_key[lid + stride];
+            red_idx[lid] = red_idx[lid + stride];
+        }
+        barrier();
+    }
+    if (lid == 0u) {
+        red_pick = red_idx[0];
+        red_pick_key = red_key[0];
+    }
+    barrier();
+}

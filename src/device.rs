@@ -1,0 +1,1036 @@
+//! The Vulkan device layer: instance, device choice, capabilities, memory, command submission and
+//! GPU timing. Rust owns every Vulkan object; [`Context`] is a cheap clone (an `Arc`) and every
+//! buffer or pipeline keeps its context alive, so destruction always runs in the right order:
+//! allocations before the allocator, the allocator before the device, the device before the
+//! instance.
+
+use crate::error::{Error, Result, VkContext};
+use ash::vk;
+use gpu_allocator::vulkan::{
+    Allocation, AllocationCreateDesc, AllocationScheme, Allocator, AllocatorCreateDesc,
+};
+use gpu_allocator::MemoryLocation;
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Environment variable naming the device to use (a substring of its name, or its index in
+/// [`Context::list_devices`]). The [`ContextOptions::device`] option wins over it.
+pub const ENV_DEVICE: &str = "DIVERSITY_DEVICE";
+/// Environment variable overriding the L2 size in bytes (Vulkan cannot query it).
+pub const ENV_L2_BYTES: &str = "DIVERSITY_L2_BYTES";
+/// Environment variable turning optional features off, comma separated: `fp16`, `timestamps`.
+/// Every fallback path can so be tested on any machine.
+pub const ENV_DISABLE: &str = "DIVERSITY_DISABLE";
+/// Environment variable that turns validation layers on (`1`) for every context.
+pub const ENV_VALIDATION: &str = "DIVERSITY_VALIDATION";
+
+/// How to open a device.
+#[derive(Clone, Debug, Default)]
+pub struct ContextOptions {
+    /// A substring of the device name (case-insensitive) or an index into
+    /// [`Context::list_devices`]; `None` takes [`ENV_DEVICE`], else the best device (discrete GPU
+    /// first, then integrated, virtual, CPU).
+    pub device: Option<String>,
+    /// Enable `VK_LAYER_KHRONOS_validation` and collect its messages
+    /// ([`Context::validation_messages`]). Also on when [`ENV_VALIDATION`] is `1`.
+    pub validation: bool,
+}
+
+/// What one device can do, computed once when the context opens.
+#[derive(Clone, Debug)]
+pub struct Capabilities {
+    /// The device's name as the driver reports it.
+    pub name: String,
+    /// Discrete GPU, integrated GPU, CPU, ...
+    pub device_type: String,
+    /// Driver name and version.
+    pub driver: String,
+    /// Vulkan API version, `major.minor.patch`.
+    pub api_version: String,
+    /// `storageBuffer16BitAccess`: fp16 tables can be stored and widened on load.
+    pub fp16_storage: bool,
+    /// Subgroup size (lanes).
+    pub subgroup_size: u32,
+    /// Subgroup arithmetic (min/add) in compute shaders; required by the engines.
+    pub subgroup_arithmetic: bool,
+    /// `maxComputeSharedMemorySize` in bytes.
+    pub shared_memory_bytes: u32,
+    /// `maxStorageBufferRange` in bytes: the largest buffer one binding can see.
+    pub max_buffer_range: u64,
+    /// `maxComputeWorkGroupInvocations`.
+    pub max_workgroup_invocations: u32,
+    /// `maxComputeWorkGroupCount[0]`: the most workgroups (sequences) one dispatch can hold.
+    pub max_workgroup_count: u32,
+    /// Timestamps are available on the compute queue.
+    pub timestamps: bool,
+    /// Nanoseconds per timestamp tick.
+    pub timestamp_period_ns: f64,
+    /// Device-local memory the job may use, bytes (the heap budget when `VK_EXT_memory_budget`
+    /// is there, else the heap size).
+    pub memory_budget_bytes: u64,
+    /// Last-level (L2) cache bytes, from [`ENV_L2_BYTES`], a table of known devices, or the host
+    /// CPU's cache for CPU devices.
+    pub l2_bytes: u64,
+    /// Where `l2_bytes` came from: `env`, `table`, `cpu` or `default`.
+    pub l2_source: &'static str,
+}
+
+/// Known L2 sizes (Vulkan does not report them): name substring → bytes.
+const KNOWN_L2: &[(&str, u64)] = &[
+    ("H200", 60 * 1024 * 1024),
+    ("H100", 50 * 1024 * 1024),
+    ("A100", 40 * 1024 * 1024),
+    ("L40", 96 * 1024 * 1024),
+    ("RTX 4090", 72 * 1024 * 1024),
+    ("RTX 4080", 64 * 1024 * 1024),
+    ("RTX 3090", 6 * 1024 * 1024),
+    ("RTX 3080", 5 * 1024 * 1024),
+    ("RTX 2080 Ti", 5632 * 1024),
+    ("GTX 1080 Ti", 2816 * 1024),
+    ("GTX 1080", 2048 * 1024),
+];
+
+/// The L2 size when nothing better is known.
+const DEFAULT_L2: u64 = 4 * 1024 * 1024;
+
+fn l2_for(name: &str, device_type: vk::PhysicalDeviceType) -> (u64, &'static str) {
+    if let Some(v) = std::env::var(ENV_L2_BYTES)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+    {
+        return (v, "env");
+    }
+    if let Some((_, b)) = KNOWN_L2.iter().find(|(k, _)| name.contains(k)) {
+        return (*b, "table");
+    }
+    if device_type == vk::PhysicalDeviceType::CPU {
+        if let Some(b) = cpu_l2_bytes() {
+            return (b, "cpu");
+        }
+    }
+    (DEFAULT_L2, "default")
+}
+
+/// The host CPU's L2 from sysfs (`index2/size`, e.g. `1024K`).
+fn cpu_l2_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cache/index2/size").ok()?;
+    let s = s.trim();
+    let (num, mul) = match s.as_bytes().last()? {
+        b'K' => (&s[..s.len() - 1], 1024),
+        b'M' => (&s[..s.len() - 1], 1024 * 1024),
+        _ => (s, 1),
+    };
+    num.parse::<u64>().ok().map(|v| v * mul)
+}
+
+fn disabled(feature: &str) -> bool {
+    std::env::var(ENV_DISABLE)
+        .map(|v| v.split(',').any(|f| f.trim().eq_ignore_ascii_case(feature)))
+        .unwrap_or(false)
+}
+
+/// Which compiled shader and specialization: the key of the context's pipeline cache.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct PipelineKey {
+    pub spirv: &'static [u8],
+    pub spec: Vec<u32>,
+    pub push_bytes: u32,
+}
+
+/// A compute pipeline over the context's one descriptor-set layout.
+pub(crate) struct Pipeline {
+    pub pipeline: vk::Pipeline,
+    pub layout: vk::PipelineLayout,
+}
+
+struct Debug {
+    utils: ash::ext::debug_utils::Instance,
+    messenger: vk::DebugUtilsMessengerEXT,
+    messages: *mut Mutex<Vec<String>>,
+}
+
+pub(crate) struct Inner {
+    _entry: ash::Entry,
+    instance: ash::Instance,
+    debug: Option<Debug>,
+    pub(crate) device: ash::Device,
+    pub(crate) queue: Mutex<vk::Queue>,
+    pub(crate) allocator: Mutex<Option<Allocator>>,
+    pub(crate) command_pool: Mutex<vk::CommandPool>,
+    pub(crate) set_layout: vk::DescriptorSetLayout,
+    pipelines: Mutex<HashMap<PipelineKey, Arc<Pipeline>>>,
+    pub(crate) caps: Capabilities,
+    timestamp_mask: u64,
+}
+
+// The raw pointers are only the debug callback's message sink, guarded by its mutex.
+unsafe impl Send for Inner {}
+unsafe impl Sync for Inner {}
+
+/// Number of storage-buffer bindings in the one descriptor-set layout every pipeline uses.
+pub(crate) const BINDINGS: u32 = 7;
+
+/// An open Vulkan device with its queue, allocator and pipelines. Cloning shares it.
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) inner: Arc<Inner>,
+}
+
+unsafe extern "system" fn debug_callback(
+    severity: vk::DebugUtilsMessageSeverityFlagsEXT,
+    _types: vk::DebugUtilsMessageTypeFlagsEXT,
+    data: *const vk::DebugUtilsMessengerCallbackDataEXT<'_>,
+    user: *mut c_void,
+) -> vk::Bool32 {
+    if !data.is_null() && !user.is_null() {
+        let msg = (*data)
+            .message_as_c_str()
+            .map(|m| m.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let sink = &*(user as *const Mutex<Vec<String>>);
+        if let Ok(mut v) = sink.lock() {
+            // Keep the first messages; a broken loop would otherwise grow this without bound.
+            if v.len() < 64 {
+                v.push(format!("{severity:?}: {msg}"));
+            }
+        }
+    }
+    vk::FALSE
+}
+
+/// One line per Vulkan device: `index: name (type)`.
+#[derive(Clone, Debug)]
+pub struct DeviceInfo {
+    /// Position in the enumeration, usable as a selector.
+    pub index: usize,
+    /// Driver-reported name.
+    pub name: String,
+    /// Discrete GPU, integrated GPU, CPU, ...
+    pub device_type: String,
+}
+
+fn type_rank(t: vk::PhysicalDeviceType) -> u32 {
+    match t {
+        vk::PhysicalDeviceType::DISCRETE_GPU => 0,
+        vk::PhysicalDeviceType::INTEGRATED_GPU => 1,
+        vk::PhysicalDeviceType::VIRTUAL_GPU => 2,
+        vk::PhysicalDeviceType::CPU => 3,
+        _ => 4,
+    }
+}
+
+fn type_name(t: vk::PhysicalDeviceType) -> &'static str {
+    match t {
+        vk::PhysicalDeviceType::DISCRETE_GPU => "discrete GPU",
+        vk::PhysicalDeviceType::INTEGRATED_GPU => "integrated GPU",
+        vk::PhysicalDeviceType::VIRTUAL_GPU => "virtual GPU",
+        vk::PhysicalDeviceType::CPU => "CPU",
+        _ => "other",
+    }
+}
+
+fn version_string(v: u32) -> String {
+    format!(
+        "{}.{}.{}",
+        vk::api_version_major(v),
+        vk::api_version_minor(v),
+        vk::api_version_patch(v)
+    )
+}
+
+fn load_entry() -> Result<ash::Entry> {
+    unsafe { ash::Entry::load() }.map_err(|e| {
+        Error::NoDevice(format!(
+            "cannot load the Vulkan loader (libvulkan.so.1): {e}; on Debian: apt-get install libvulkan1 mesa-vulkan-drivers"
+        ))
+    })
+}
+
+fn create_instance(entry: &ash::Entry, validation: bool) -> Result<ash::Instance> {
+    let app = CString::new("diversity").unwrap_or_default();
+    let app_info = vk::ApplicationInfo::default()
+        .application_name(&app)
+        .engine_name(&app)
+        .api_version(vk::API_VERSION_1_2);
+    let layer = c"VK_LAYER_KHRONOS_validation";
+    let mut layers = Vec::new();
+    let mut exts = Vec::new();
+    if validation {
+        let available = unsafe { entry.enumerate_instance_layer_properties() }
+            .vk("vkEnumerateInstanceLayerProperties")?;
+        if !available
+            .iter()
+            .any(|l| l.layer_name_as_c_str().ok() == Some(layer))
+        {
+            return Err(Error::NoDevice(
+                "validation requested but VK_LAYER_KHRONOS_validation is not installed (Debian: apt-get install vulkan-validationlayers)".into(),
+            ));
+        }
+        layers.push(layer.as_ptr());
+        exts.push(ash::ext::debug_utils::NAME.as_ptr());
+    }
+    let info = vk::InstanceCreateInfo::default()
+        .application_info(&app_info)
+        .enabled_layer_names(&layers)
+        .enabled_extension_names(&exts);
+    unsafe { entry.create_instance(&info, None) }.vk("vkCreateInstance")
+}
+
+/// Usable devices (Vulkan ≥ 1.2 with a compute queue), best first.
+fn ranked_devices(instance: &ash::Instance) -> Result<Vec<(vk::PhysicalDevice, String, vk::PhysicalDeviceType)>> {
+    let mut devs = Vec::new();
+    for pd in unsafe { instance.enumerate_physical_devices() }.vk("vkEnumeratePhysicalDevices")? {
+        let p = unsafe { instance.get_physical_device_properties(pd) };
+        let name = p
+            .device_name_as_c_str()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if p.api_version < vk::API_VERSION_1_2 {
+            continue;
+        }
+        let qf = unsafe { instance.get_physical_device_queue_family_properties(pd) };
+        if !qf.iter().any(|q| q.queue_flags.contains(vk::QueueFlags::COMPUTE)) {
+            continue;
+        }
+        devs.push((pd, name, p.device_type));
+    }
+    devs.sort_by_key(|d| type_rank(d.2));
+    Ok(devs)
+}
+
+impl Context {
+    /// Every usable Vulkan device, in the order the default choice ranks them.
+    pub fn list_devices() -> Result<Vec<DeviceInfo>> {
+        let entry = load_entry()?;
+        let instance = create_instance(&entry, false)?;
+        let devs = ranked_devices(&instance);
+        unsafe { instance.destroy_instance(None) };
+        Ok(devs?
+            .into_iter()
+            .enumerate()
+            .map(|(index, (_, name, t))| DeviceInfo {
+                index,
+                name,
+                device_type: type_name(t).into(),
+            })
+            .collect())
+    }
+
+    /// Open a device (see [`ContextOptions`]).
+    pub fn new(opts: &ContextOptions) -> Result<Context> {
+        let validation = opts.validation
+            || std::env::var(ENV_VALIDATION).map(|v| v == "1").unwrap_or(false);
+        let entry = load_entry()?;
+        let instance = create_instance(&entry, validation)?;
+        // From here on, `guard` destroys the instance if anything fails.
+        let mut guard = InstanceGuard {
+            instance: Some(instance),
+        };
+        let instance = guard.instance.as_ref().unwrap_or_else(|| unreachable!());
+        let debug = if validation {
+            let utils = ash::ext::debug_utils::Instance::new(&entry, instance);
+            let sink: *mut Mutex<Vec<String>> = Box::into_raw(Box::new(Mutex::new(Vec::new())));
+            let info = vk::DebugUtilsMessengerCreateInfoEXT::default()
+                .message_severity(
+                    vk::DebugUtilsMessageSeverityFlagsEXT::ERROR
+                        | vk::DebugUtilsMessageSeverityFlagsEXT::WARNING,
+                )
+                .message_type(
+                    vk::DebugUtilsMessageTypeFlagsEXT::VALIDATION
+                        | vk::DebugUtilsMessageTypeFlagsEXT::GENERAL,
+                )
+                .pfn_user_callback(Some(debug_callback))
+                .user_data(sink as *mut c_void);
+            match unsafe { utils.create_debug_utils_messenger(&info, None) } {
+                Ok(messenger) => Some(Debug {
+                    utils,
+                    messenger,
+                    messages: sink,
+                }),
+                Err(e) => {
+                    drop(unsafe { Box::from_raw(sink) });
+                    return Err(Error::Vulkan {
+                        call: "vkCreateDebugUtilsMessengerEXT",
+                        result: e,
+                    });
+                }
+            }
+        } else {
+            None
+        };
+        let result = Self::open_device(&entry, instance, opts);
+        let (physical, device, queue_family, caps, timestamp_mask) = match result {
+            Ok(v) => v,
+            Err(e) => {
+                if let Some(d) = debug {
+                    unsafe {
+                        d.utils.destroy_debug_utils_messenger(d.messenger, None);
+                        drop(Box::from_raw(d.messages));
+                    }
+                }
+                return Err(e);
+            }
+        };
+        let instance = guard.instance.take().unwrap_or_else(|| unreachable!());
+        let queue = unsafe { device.get_device_queue(queue_family, 0) };
+        let allocator = Allocator::new(&AllocatorCreateDesc {
+            instance: instance.clone(),
+            device: device.clone(),
+            physical_device: physical,
+            debug_settings: Default::default(),
+            buffer_device_address: false,
+            allocation_sizes: Default::default(),
+        });
+        // Build the inner object first so that its Drop cleans up whatever follows.
+        let mut inner = Inner {
+            _entry: entry,
+            instance,
+            debug,
+            device,
+            queue: Mutex::new(queue),
+            allocator: Mutex::new(None),
+            command_pool: Mutex::new(vk::CommandPool::null()),
+            set_layout: vk::DescriptorSetLayout::null(),
+            pipelines: Mutex::new(HashMap::new()),
+            caps,
+            timestamp_mask,
+        };
+        inner.allocator = Mutex::new(Some(allocator.map_err(|e| Error::Alloc {
+            what: "allocator",
+            bytes: 0,
+            reason: e.to_string(),
+        })?));
+        let pool_info = vk::CommandPoolCreateInfo::default()
+            .queue_family_index(queue_family)
+            .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
+        inner.command_pool = Mutex::new(
+            unsafe { inner.device.create_command_pool(&pool_info, None) }
+                .vk("vkCreateCommandPool")?,
+        );
+        let bindings: Vec<_> = (0..BINDINGS)
+            .map(|b| {
+                vk::DescriptorSetLayoutBinding::default()
+                    .binding(b)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .descriptor_count(1)
+                    .stage_flags(vk::ShaderStageFlags::COMPUTE)
+            })
+            .collect();
+        inner.set_layout = unsafe {
+            inner.device.create_descriptor_set_layout(
+                &vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings),
+                None,
+            )
+        }
+        .vk("vkCreateDescriptorSetLayout")?;
+        Ok(Context {
+            inner: Arc::new(inner),
+        })
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn open_device(
+        entry: &ash::Entry,
+        instance: &ash::Instance,
+        opts: &ContextOptions,
+    ) -> Result<(vk::PhysicalDevice, ash::Device, u32, Capabilities, u64)> {
+        let _ = entry;
+        let devs = ranked_devices(instance)?;
+        if devs.is_empty() {
+            return Err(Error::NoDevice(
+                "no Vulkan 1.2 device with a compute queue (for a CPU device: apt-get install mesa-vulkan-drivers)".into(),
+            ));
+        }
+        let wanted = opts
+            .device
+            .clone()
+            .or_else(|| std::env::var(ENV_DEVICE).ok().filter(|s| !s.is_empty()));
+        let chosen = match &wanted {
+            None => &devs[0],
+            Some(sel) => {
+                let by_index = sel.parse::<usize>().ok().and_then(|i| devs.get(i));
+                let lower = sel.to_lowercase();
+                by_index
+                    .or_else(|| devs.iter().find(|d| d.1.to_lowercase().contains(&lower)))
+                    .ok_or_else(|| {
+                        let names: Vec<_> = devs
+                            .iter()
+                            .enumerate()
+                            .map(|(i, d)| format!("{i}: {}", d.1))
+                            .collect();
+                        Error::NoDevice(format!(
+                            "no device matches '{sel}'; available: {}",
+                            names.join(", ")
+                        ))
+                    })?
+            }
+        };
+        let pd = chosen.0;
+        let props = unsafe { instance.get_physical_device_properties(pd) };
+        let mut subgroup = vk::PhysicalDeviceSubgroupProperties::default();
+        let mut driver = vk::PhysicalDeviceDriverProperties::default();
+        let mut props2 = vk::PhysicalDeviceProperties2::default()
+            .push_next(&mut subgroup)
+            .push_next(&mut driver);
+        unsafe { instance.get_physical_device_properties2(pd, &mut props2) };
+        let mut f11 = vk::PhysicalDeviceVulkan11Features::default();
+        let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
+        let mut feats2 = vk::PhysicalDeviceFeatures2::default()
+            .push_next(&mut f11)
+            .push_next(&mut f12);
+        unsafe { instance.get_physical_device_features2(pd, &mut feats2) };
+        let qfs = unsafe { instance.get_physical_device_queue_family_properties(pd) };
+        // Prefer a compute-only queue family (async compute on GPUs), else any with compute.
+        let qf = qfs
+            .iter()
+            .position(|q| {
+                q.queue_flags.contains(vk::QueueFlags::COMPUTE)
+                    && !q.queue_flags.contains(vk::QueueFlags::GRAPHICS)
+            })
+            .or_else(|| {
+                qfs.iter()
+                    .position(|q| q.queue_flags.contains(vk::QueueFlags::COMPUTE))
+            })
+            .unwrap_or(0) as u32;
+        let valid_bits = qfs[qf as usize].timestamp_valid_bits;
+        let exts = unsafe { instance.enumerate_device_extension_properties(pd) }
+            .vk("vkEnumerateDeviceExtensionProperties")?;
+        let has_budget = exts
+            .iter()
+            .any(|e| e.extension_name_as_c_str().ok() == Some(ash::ext::memory_budget::NAME));
+        let mem = unsafe { instance.get_physical_device_memory_properties(pd) };
+        let mut budget_props = vk::PhysicalDeviceMemoryBudgetPropertiesEXT::default();
+        let mut mem2 = vk::PhysicalDeviceMemoryProperties2::default();
+        if has_budget {
+            mem2 = mem2.push_next(&mut budget_props);
+        }
+        unsafe { instance.get_physical_device_memory_properties2(pd, &mut mem2) };
+        let heaps = &mem.memory_heaps[..mem.memory_heap_count as usize];
+        let budget = heaps
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL))
+            .map(|(i, h)| {
+                if has_budget && budget_props.heap_budget[i] > 0 {
+                    budget_props.heap_budget[i]
+                } else {
+                    h.size
+                }
+            })
+            .max()
+            .unwrap_or_else(|| heaps.iter().map(|h| h.size).max().unwrap_or(0));
+        let name = chosen.1.clone();
+        let fp16_storage = f11.storage_buffer16_bit_access == vk::TRUE && !disabled("fp16");
+        let timestamps = valid_bits > 0
+            && props.limits.timestamp_compute_and_graphics == vk::TRUE
+            && f12.host_query_reset == vk::TRUE
+            && !disabled("timestamps");
+        let (l2_bytes, l2_source) = l2_for(&name, props.device_type);
+        let driver_name = driver
+            .driver_name_as_c_str()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let driver_info = driver
+            .driver_info_as_c_str()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let caps = Capabilities {
+            name,
+            device_type: type_name(props.device_type).into(),
+            driver: format!("{driver_name} {driver_info}").trim().to_string(),
+            api_version: version_string(props.api_version),
+            fp16_storage,
+            subgroup_size: subgroup.subgroup_size,
+            subgroup_arithmetic: subgroup
+                .supported_operations
+                .contains(vk::SubgroupFeatureFlags::ARITHMETIC)
+                && subgroup
+                    .supported_stages
+                    .contains(vk::ShaderStageFlags::COMPUTE),
+            shared_memory_bytes: props.limits.max_compute_shared_memory_size,
+            max_buffer_range: props.limits.max_storage_buffer_range as u64,
+            max_workgroup_invocations: props.limits.max_compute_work_group_invocations,
+            max_workgroup_count: props.limits.max_compute_work_group_count[0],
+            timestamps,
+            timestamp_period_ns: props.limits.timestamp_period as f64,
+            memory_budget_bytes: budget,
+            l2_bytes,
+            l2_source,
+        };
+        let priorities = [1.0f32];
+        let queue_info = [vk::DeviceQueueCreateInfo::default()
+            .queue_family_index(qf)
+            .queue_priorities(&priorities)];
+        let mut en11 =
+            vk::PhysicalDeviceVulkan11Features::default().storage_buffer16_bit_access(fp16_storage);
+        let mut en12 = vk::PhysicalDeviceVulkan12Features::default().host_query_reset(timestamps);
+        let mut dev_exts = Vec::new();
+        if has_budget {
+            dev_exts.push(ash::ext::memory_budget::NAME.as_ptr());
+        }
+        let info = vk::DeviceCreateInfo::default()
+            .queue_create_infos(&queue_info)
+            .enabled_extension_names(&dev_exts)
+            .push_next(&mut en11)
+            .push_next(&mut en12);
+        let device = unsafe { instance.create_device(pd, &info, None) }.vk("vkCreateDevice")?;
+        let mask = if valid_bits >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << valid_bits) - 1
+        };
+        Ok((pd, device, qf, caps, mask))
+    }
+
+    /// The device's capabilities.
+    pub fn caps(&self) -> &Capabilities {
+        &self.inner.caps
+    }
+
+    /// A multi-line, human-readable account of the device and its capabilities.
+    pub fn describe(&self) -> String {
+        let c = &self.inner.caps;
+        let mut s = String::new();
+        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+        let _ = writeln!(s, "device:          {} ({})", c.name, c.device_type);
+        let _ = writeln!(s, "driver:          {} (Vulkan {})", c.driver, c.api_version);
+        let _ = writeln!(s, "fp16 storage:    {}", c.fp16_storage);
+        let _ = writeln!(
+            s,
+            "subgroup:        {} lanes, arithmetic {}",
+            c.subgroup_size, c.subgroup_arithmetic
+        );
+        let _ = writeln!(s, "shared memory:   {} KiB", c.shared_memory_bytes / 1024);
+        let _ = writeln!(s, "buffer range:    {:.0} MiB", mib(c.max_buffer_range));
+        let _ = writeln!(
+            s,
+            "workgroups:      {} invocations, {} per dispatch",
+            c.max_workgroup_invocations, c.max_workgroup_count
+        );
+        let _ = writeln!(
+            s,
+            "timestamps:      {} ({} ns/tick)",
+            c.timestamps, c.timestamp_period_ns
+        );
+        let _ = writeln!(s, "memory budget:   {:.0} MiB", mib(c.memory_budget_bytes));
+        let _ = write!(s, "L2:              {:.2} MiB ({})", mib(c.l2_bytes), c.l2_source);
+        s
+    }
+
+    /// Messages the validation layers reported so far (empty without validation).
+    pub fn validation_messages(&self) -> Vec<String> {
+        match &self.inner.debug {
+            Some(d) => unsafe { &*d.messages }
+                .lock()
+                .map(|v| v.clone())
+                .unwrap_or_default(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Whether validation layers are on.
+    pub fn validation_enabled(&self) -> bool {
+        self.inner.debug.is_some()
+    }
+
+    pub(crate) fn device(&self) -> &ash::Device {
+        &self.inner.device
+    }
+
+    pub(crate) fn allocator(&self) -> MutexGuard<'_, Option<Allocator>> {
+        self.inner
+            .allocator
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A compute pipeline for `key`, created once per context and cached.
+    pub(crate) fn pipeline(&self, key: PipelineKey) -> Result<Arc<Pipeline>> {
+        let mut cache = self
+            .inner
+            .pipelines
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = cache.get(&key) {
+            return Ok(p.clone());
+        }
+        let dev = self.device();
+        let words: Vec<u32> = key
+            .spirv
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let module = unsafe {
+            dev.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&words), None)
+        }
+        .vk("vkCreateShaderModule")?;
+        let ranges = [vk::PushConstantRange::default()
+            .stage_flags(vk::ShaderStageFlags::COMPUTE)
+            .offset(0)
+            .size(key.push_bytes)];
+        let layouts = [self.inner.set_layout];
+        let layout = match unsafe {
+            dev.create_pipeline_layout(
+                &vk::PipelineLayoutCreateInfo::default()
+                    .set_layouts(&layouts)
+                    .push_constant_ranges(&ranges),
+                None,
+            )
+        } {
+            Ok(l) => l,
+            Err(e) => {
+                unsafe { dev.destroy_shader_module(module, None) };
+                return Err(Error::Vulkan {
+                    call: "vkCreatePipelineLayout",
+                    result: e,
+                });
+            }
+        };
+        let entries: Vec<_> = (0..key.spec.len() as u32)
+            .map(|i| vk::SpecializationMapEntry {
+                constant_id: i,
+                offset: i * 4,
+                size: 4,
+            })
+            .collect();
+        let data: &[u8] = bytemuck::cast_slice(&key.spec);
+        let spec = vk::SpecializationInfo::default()
+            .map_entries(&entries)
+            .data(data);
+        let stage = vk::PipelineShaderStageCreateInfo::default()
+            .stage(vk::ShaderStageFlags::COMPUTE)
+            .module(module)
+            .name(c"main")
+            .specialization_info(&spec);
+        let info = [vk::ComputePipelineCreateInfo::default()
+            .stage(stage)
+            .layout(layout)];
+        let made = unsafe {
+            dev.create_compute_pipelines(vk::PipelineCache::null(), &info, None)
+        };
+        unsafe { dev.destroy_shader_module(module, None) };
+        let pipeline = match made {
+            Ok(p) => p[0],
+            Err((_, e)) => {
+                unsafe { dev.destroy_pipeline_layout(layout, None) };
+                return Err(Error::Vulkan {
+                    call: "vkCreateComputePipelines",
+                    result: e,
+                });
+            }
+        };
+        let p = Arc::new(Pipeline { pipeline, layout });
+        cache.insert(key, p.clone());
+        Ok(p)
+    }
+
+    /// Ticks → nanoseconds for a pair of raw timestamps.
+    pub(crate) fn ticks_to_ns(&self, t0: u64, t1: u64) -> u64 {
+        let d = t1.wrapping_sub(t0) & self.inner.timestamp_mask;
+        (d as f64 * self.inner.caps.timestamp_period_ns) as u64
+    }
+}
+
+struct InstanceGuard {
+    instance: Option<ash::Instance>,
+}
+
+impl Drop for InstanceGuard {
+    fn drop(&mut self) {
+        if let Some(i) = self.instance.take() {
+            unsafe { i.destroy_instance(None) };
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        unsafe {
+            let _ = self.device.device_wait_idle();
+            for (_, p) in self
+                .pipelines
+                .get_mut()
+                .unwrap_or_else(|e| e.into_inner())
+                .drain()
+            {
+                self.device.destroy_pipeline(p.pipeline, None);
+                self.device.destroy_pipeline_layout(p.layout, None);
+            }
+            if self.set_layout != vk::DescriptorSetLayout::null() {
+                self.device
+                    .destroy_descriptor_set_layout(self.set_layout, None);
+            }
+            let pool = *self.command_pool.get_mut().unwrap_or_else(|e| e.into_inner());
+            if pool != vk::CommandPool::null() {
+                self.device.destroy_command_pool(pool, None);
+            }
+            // Allocations are all freed (their owners hold this Arc); the allocator goes before the device.
+            drop(self.allocator.get_mut().unwrap_or_else(|e| e.into_inner()).take());
+            self.device.destroy_device(None);
+            if let Some(d) = self.debug.take() {
+                d.utils.destroy_debug_utils_messenger(d.messenger, None);
+                drop(Box::from_raw(d.messages));
+            }
+            self.instance.destroy_instance(None);
+        }
+    }
+}
+
+/// A device buffer with its memory. Frees both on drop.
+pub struct Buffer {
+    ctx: Context,
+    pub(crate) buffer: vk::Buffer,
+    allocation: Option<Allocation>,
+}
+
+impl Buffer {
+    /// A storage buffer of `size` bytes at `location`; `what` names it in errors.
+    pub(crate) fn new(
+        ctx: &Context,
+        what: &'static str,
+        size: u64,
+        location: MemoryLocation,
+        usage: vk::BufferUsageFlags,
+    ) -> Result<Buffer> {
+        let size = size.max(4);
+        let dev = ctx.device();
+        let buffer = unsafe {
+            dev.create_buffer(
+                &vk::BufferCreateInfo::default()
+                    .size(size)
+                    .usage(usage)
+                    .sharing_mode(vk::SharingMode::EXCLUSIVE),
+                None,
+            )
+        }
+        .vk("vkCreateBuffer")?;
+        let requirements = unsafe { dev.get_buffer_memory_requirements(buffer) };
+        let alloc = ctx.allocator().as_mut().map(|a| {
+            a.allocate(&AllocationCreateDesc {
+                name: what,
+                requirements,
+                location,
+                linear: true,
+                allocation_scheme: AllocationScheme::GpuAllocatorManaged,
+            })
+        });
+        let allocation = match alloc {
+            Some(Ok(a)) => a,
+            Some(Err(e)) => {
+                unsafe { dev.destroy_buffer(buffer, None) };
+                return Err(Error::Alloc {
+                    what,
+                    bytes: size,
+                    reason: e.to_string(),
+                });
+            }
+            None => unreachable!("allocator exists while the context lives"),
+        };
+        if let Err(e) =
+            unsafe { dev.bind_buffer_memory(buffer, allocation.memory(), allocation.offset()) }
+        {
+            unsafe { dev.destroy_buffer(buffer, None) };
+            if let Some(a) = ctx.allocator().as_mut() {
+                let _ = a.free(allocation);
+            }
+            return Err(Error::Vulkan {
+                call: "vkBindBufferMemory",
+                result: e,
+            });
+        }
+        Ok(Buffer {
+            ctx: ctx.clone(),
+            buffer,
+            allocation: Some(allocation),
+        })
+    }
+
+    /// A device-local storage buffer that can be copied to and from.
+    pub(crate) fn storage(ctx: &Context, what: &'static str, size: u64) -> Result<Buffer> {
+        Self::new(
+            ctx,
+            what,
+            size,
+            MemoryLocation::GpuOnly,
+            vk::BufferUsageFlags::STORAGE_BUFFER
+                | vk::BufferUsageFlags::TRANSFER_DST
+                | vk::BufferUsageFlags::TRANSFER_SRC,
+        )
+    }
+
+    /// The mapped bytes of a host-visible buffer.
+    fn mapped(&mut self) -> &mut [u8] {
+        self.allocation
+            .as_mut()
+            .and_then(|a| a.mapped_slice_mut())
+            .unwrap_or(&mut [])
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        unsafe { self.ctx.device().destroy_buffer(self.buffer, None) };
+        if let Some(a) = self.allocation.take() {
+            if let Some(al) = self.ctx.allocator().as_mut() {
+                let _ = al.free(a);
+            }
+        }
+    }
+}
+
+/// A recorded-and-submitted command buffer with its fence: the unit of one-off transfers.
+impl Context {
+    /// Record `f` into a fresh command buffer, submit it and wait for it.
+    pub(crate) fn one_shot(&self, f: impl FnOnce(vk::CommandBuffer)) -> Result<()> {
+        let dev = self.device();
+        let cb = self.alloc_command_buffer()?;
+        let fence = match unsafe { dev.create_fence(&vk::FenceCreateInfo::default(), None) } {
+            Ok(f) => f,
+            Err(e) => {
+                self.free_command_buffer(cb);
+                return Err(Error::Vulkan {
+                    call: "vkCreateFence",
+                    result: e,
+                });
+            }
+        };
+        let run = (|| {
+            unsafe {
+                dev.begin_command_buffer(
+                    cb,
+                    &vk::CommandBufferBeginInfo::default()
+                        .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT),
+                )
+            }
+            .vk("vkBeginCommandBuffer")?;
+            f(cb);
+            unsafe { dev.end_command_buffer(cb) }.vk("vkEndCommandBuffer")?;
+            self.submit(cb, fence)?;
+            self.wait(fence, "a transfer")
+        })();
+        unsafe { dev.destroy_fence(fence, None) };
+        self.free_command_buffer(cb);
+        run
+    }
+
+    pub(crate) fn alloc_command_buffer(&self) -> Result<vk::CommandBuffer> {
+        let pool = self.inner.command_pool.lock().unwrap_or_else(|e| e.into_inner());
+        let v = unsafe {
+            self.device().allocate_command_buffers(
+                &vk::CommandBufferAllocateInfo::default()
+                    .command_pool(*pool)
+                    .level(vk::CommandBufferLevel::PRIMARY)
+                    .command_buffer_count(1),
+            )
+        }
+        .vk("vkAllocateCommandBuffers")?;
+        Ok(v[0])
+    }
+
+    pub(crate) fn free_command_buffer(&self, cb: vk::CommandBuffer) {
+        let pool = self.inner.command_pool.lock().unwrap_or_else(|e| e.into_inner());
+        unsafe { self.device().free_command_buffers(*pool, &[cb]) };
+    }
+
+    pub(crate) fn submit(&self, cb: vk::CommandBuffer, fence: vk::Fence) -> Result<()> {
+        let cbs = [cb];
+        let info = [vk::SubmitInfo::default().command_buffers(&cbs)];
+        let q = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
+        unsafe { self.device().queue_submit(*q, &info, fence) }.vk("vkQueueSubmit")
+    }
+
+    /// Wait for `fence`; `what` names the work in a device-lost error.
+    pub(crate) fn wait(&self, fence: vk::Fence, what: &str) -> Result<()> {
+        unsafe { self.device().wait_for_fences(&[fence], true, u64::MAX) }.map_err(|e| {
+            if e == vk::Result::ERROR_DEVICE_LOST {
+                Error::DeviceLost(what.to_string())
+            } else {
+                Error::Vulkan {
+                    call: "vkWaitForFences",
+                    result: e,
+                }
+            }
+        })
+    }
+
+    /// A device-local storage buffer holding `bytes`, uploaded through a staging buffer.
+    pub(crate) fn upload(&self, what: &'static str, bytes: &[u8]) -> Result<Buffer> {
+        let dst = Buffer::storage(self, what, bytes.len() as u64)?;
+        if bytes.is_empty() {
+            return Ok(dst);
+        }
+        let mut staging = Buffer::new(
+            self,
+            "staging upload",
+            bytes.len() as u64,
+            MemoryLocation::CpuToGpu,
+            vk::BufferUsageFlags::TRANSFER_SRC,
+        )?;
+        staging.mapped()[..bytes.len()].copy_from_slice(bytes);
+        let dev = self.device();
+        self.one_shot(|cb| unsafe {
+            dev.cmd_copy_buffer(
+                cb,
+                staging.buffer,
+                dst.buffer,
+                &[vk::BufferCopy::default().size(bytes.len() as u64)],
+            );
+        })?;
+        Ok(dst)
+    }
+
+    /// Read `len` bytes at `offset` of `src` back to the host.
+    pub(crate) fn download(&self, src: &Buffer, offset: u64, len: u64) -> Result<Vec<u8>> {
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let mut staging = Buffer::new(
+            self,
+            "staging download",
+            len,
+            MemoryLocation::GpuToCpu,
+            vk::BufferUsageFlags::TRANSFER_DST,
+        )?;
+        let dev = self.device();
+        self.one_shot(|cb| unsafe {
+            let barrier = [vk::MemoryBarrier::default()
+                .src_access_mask(vk::AccessFlags::SHADER_WRITE)
+                .dst_access_mask(vk::AccessFlags::TRANSFER_READ)];
+            dev.cmd_pipeline_barrier(
+                cb,
+                vk::PipelineStageFlags::COMPUTE_SHADER,
+                vk::PipelineStageFlags::TRANSFER,
+                vk::DependencyFlags::empty(),
+                &barrier,
+                &[],
+                &[],
+            );
+            dev.cmd_copy_buffer(
+                cb,
+                src.buffer,
+                staging.buffer,
+                &[vk::BufferCopy::default().src_offset(offset).size(len)],
+            );
+            let barrier = [vk::MemoryBarrier::default()
+                .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
+                .dst_access_mask(vk::AccessFlags::HOST_READ)];
+            dev.cmd_pipeline_barrier(
+                cb,
+                vk::PipelineStageFlags::TRANSFER,
+                vk::PipelineStageFlags::HOST,
+                vk::DependencyFlags::empty(),
+                &barrier,
+                &[],
+                &[],
+            );
+        })?;
+        Ok(staging.mapped()[..len as usize].to_vec())
+    }
+}
+
+/// Whether `name` is a CPU implementation such as lavapipe.
+pub fn is_cpu_device(caps: &Capabilities) -> bool {
+    caps.device_type == "CPU"
+}

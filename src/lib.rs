@@ -1,0 +1,22 @@
+//! `diversity`: diversity sequences (and, next, similarity rankings and exact k-NN) computed by
+//! Vulkan compute shaders on any device — a discrete GPU or Mesa's lavapipe on a CPU — for a
+//! LuaJIT pipeline that loads this crate with `require "diversity"`.
+//!
+//! The data path reads top-down: [`device`] (instance, capabilities, memory) → [`table`] (the
+//! host table, centering, fp16 rounding) → [`scan`] (the table on the device and the scan engine
+//! in every shape) → results; [`reference`] is the float64 CPU reference and the exactness
+//! oracle; [`files`] loads tables from disk.
+#![warn(missing_docs)]
+
+pub mod device;
+pub mod error;
+pub mod files;
+pub mod reference;
+pub mod scan;
+mod spirv;
+pub mod table;
+
+pub use device::{Capabilities, Context, ContextOptions};
+pub use error::{Error, Result};
+pub use scan::{DeviceTable, ScanJob, ScanOptions, Shape};
+pub use table::{Precision, Table};

@@ -1,0 +1,172 @@
+//! The float64 CPU reference and the exactness oracle of SPEC §Exactness 2.
+//!
+//! The oracle does not ask for "the same sequence as some other code": it walks the engine's own
+//! sequence and, at every step, recomputes every candidate's distance in float64 from the
+//! engine's prefix. The pick must be within `eps` of the best distance. Rounding-level near-ties
+//! may go either way; nothing else may.
+
+use crate::table::Table;
+
+/// The exact distance of the definition for a centroid `c` with squared norm `cc`, a row with
+/// dot product `dot` and squared norm `ee`: `1 − cos`, or 1 when either norm is zero.
+fn distance(dot: f64, cc: f64, ee: f64) -> f64 {
+    if cc == 0.0 || ee == 0.0 {
+        1.0
+    } else {
+        1.0 - dot / (cc.sqrt() * ee.sqrt())
+    }
+}
+
+fn sq_norms(t: &Table) -> Vec<f64> {
+    (0..t.n())
+        .map(|i| t.row(i).iter().map(|&v| (v as f64) * (v as f64)).sum())
+        .collect()
+}
+
+/// A float64 diversity sequence: `steps` steps after `start` (ties to the lowest index).
+/// Slow and simple, O(steps · N · D); use it on small tables.
+pub fn reference_sequence(table: &Table, start: u32, steps: usize) -> Vec<u32> {
+    let (n, d) = (table.n(), table.d());
+    let ee = sq_norms(table);
+    let mut chosen = vec![false; n];
+    let mut c = vec![0f64; d];
+    let mut seq = vec![start];
+    chosen[start as usize] = true;
+    add_row(&mut c, table.row(start as usize));
+    for _ in 0..steps.min(n - 1) {
+        let cc: f64 = c.iter().map(|v| v * v).sum();
+        let mut best = (f64::NEG_INFINITY, 0usize);
+        for x in 0..n {
+            if chosen[x] {
+                continue;
+            }
+            let dist = distance(dot(&c, table.row(x)), cc, ee[x]);
+            if dist > best.0 {
+                best = (dist, x);
+            }
+        }
+        chosen[best.1] = true;
+        seq.push(best.1 as u32);
+        add_row(&mut c, table.row(best.1));
+    }
+    seq
+}
+
+fn add_row(c: &mut [f64], row: &[f32]) {
+    for (a, &v) in c.iter_mut().zip(row) {
+        *a += v as f64;
+    }
+}
+
+fn dot(c: &[f64], row: &[f32]) -> f64 {
+    c.iter().zip(row).map(|(a, &b)| a * b as f64).sum()
+}
+
+/// What the oracle found wrong with a sequence.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Violation {
+    /// The sequence does not begin with its start.
+    WrongStart {
+        /// Expected start.
+        expected: u32,
+        /// First entry.
+        got: u32,
+    },
+    /// An index ≥ N, or one seen before.
+    NotAPermutation {
+        /// The step.
+        step: usize,
+        /// The bad index.
+        index: u32,
+    },
+    /// The pick is more than `eps` below the best exact distance.
+    NotArgmax {
+        /// The step.
+        step: usize,
+        /// The engine's pick and its exact distance.
+        picked: (u32, f64),
+        /// The best candidate and its exact distance.
+        best: (u32, f64),
+    },
+}
+
+/// The oracle's account of one sequence.
+#[derive(Clone, Debug, Default)]
+pub struct Check {
+    /// Steps checked.
+    pub steps: usize,
+    /// Largest `best − picked` exact distance over all steps (0 when every pick is the best).
+    pub worst_excess: f64,
+    /// The step of that worst excess.
+    pub worst_step: usize,
+    /// Steps where the pick was not the float64 argmax but within `eps` of it.
+    pub near_ties: usize,
+}
+
+/// SPEC §Exactness 2 on one sequence: `seq` must start with `start`, be a prefix of a permutation,
+/// and every pick must be within `eps` of the best float64 distance along `seq`'s own prefix.
+/// `table` must be the table as stored ([`Table::as_stored`]).
+pub fn check_sequence(
+    table: &Table,
+    start: u32,
+    seq: &[u32],
+    eps: f64,
+) -> Result<Check, Violation> {
+    let (n, d) = (table.n(), table.d());
+    if seq.first() != Some(&start) {
+        return Err(Violation::WrongStart {
+            expected: start,
+            got: seq.first().copied().unwrap_or(u32::MAX),
+        });
+    }
+    let ee = sq_norms(table);
+    let mut chosen = vec![false; n];
+    let mut c = vec![0f64; d];
+    chosen[start as usize] = true;
+    add_row(&mut c, table.row(start as usize));
+    let mut check = Check::default();
+    for (step, &p) in seq.iter().enumerate().skip(1) {
+        if p as usize >= n || chosen[p as usize] {
+            return Err(Violation::NotAPermutation { step, index: p });
+        }
+        let cc: f64 = c.iter().map(|v| v * v).sum();
+        let mut best = (f64::NEG_INFINITY, 0usize);
+        let mut picked = f64::NAN;
+        for x in 0..n {
+            if chosen[x] {
+                continue;
+            }
+            let dist = distance(dot(&c, table.row(x)), cc, ee[x]);
+            if dist > best.0 {
+                best = (dist, x);
+            }
+            if x == p as usize {
+                picked = dist;
+            }
+        }
+        let excess = best.0 - picked;
+        if excess > eps {
+            return Err(Violation::NotArgmax {
+                step,
+                picked: (p, picked),
+                best: (best.1 as u32, best.0),
+            });
+        }
+        if best.1 != p as usize {
+            check.near_ties += 1;
+        }
+        if excess > check.worst_excess {
+            check.worst_excess = excess;
+            check.worst_step = step;
+        }
+        check.steps += 1;
+        chosen[p as usize] = true;
+        add_row(&mut c, table.row(p as usize));
+    }
+    Ok(check)
+}
+
+/// Length of the common prefix of two sequences (the agreement measure of SPEC §Exactness 3).
+pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}

@@ -1,0 +1,871 @@
+//! The scan engine (SPEC §Modes, scan): each step, every sequence of a batch scans every unchosen
+//! candidate and takes the one farthest from its running centroid. Three shapes, selectable at
+//! run time, all computing each candidate's key with the same shader code so that results are
+//! bit-identical across shapes, tile sizes, chunking, batching and pipelining (SPEC §Exactness 1):
+//!
+//! * [`Shape::Untiled`] — one strided pass over all candidates per step;
+//! * [`Shape::Tiled`] — the same dispatch walks candidates tile by tile (`tile_size` is the 5th
+//!   push constant) so that concurrent workgroups share L2;
+//! * [`Shape::PerTile`] — one dispatch per (step, tile) with a compute→compute barrier between
+//!   them (a hard grid sync without a host round trip), then a commit dispatch.
+//!
+//! Any shape may keep two command buffers in flight ([`ScanOptions::pipelined`]): the host
+//! records chunk k+1 while the device runs chunk k.
+
+use crate::device::{Buffer, Context, Pipeline, PipelineKey, BINDINGS};
+use crate::error::{Error, Result, VkContext};
+use crate::spirv::{self, Shader};
+use crate::table::{Precision, Table};
+use ash::vk;
+use std::sync::Arc;
+
+/// How a scan step walks the candidates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// One strided pass over all candidates (`tile_size` is ignored, sent as 0).
+    Untiled,
+    /// In-shader tile loop over `tile_size` candidates at a time.
+    Tiled,
+    /// One dispatch per tile, barriers between, then a commit dispatch.
+    PerTile,
+}
+
+impl Shape {
+    /// `untiled`, `tiled` or `per-tile`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Shape::Untiled => "untiled",
+            Shape::Tiled => "tiled",
+            Shape::PerTile => "per-tile",
+        }
+    }
+}
+
+impl std::str::FromStr for Shape {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "untiled" => Ok(Shape::Untiled),
+            "tiled" | "in-shader" => Ok(Shape::Tiled),
+            "per-tile" | "dispatch-per-tile" => Ok(Shape::PerTile),
+            _ => Err(Error::Invalid(format!(
+                "shape '{s}': expected untiled, tiled or per-tile"
+            ))),
+        }
+    }
+}
+
+/// How a [`ScanJob`] runs. The defaults are an untiled scan of every step, 64 steps a submission.
+#[derive(Clone, Debug)]
+pub struct ScanOptions {
+    /// Candidate walk; see [`Shape`].
+    pub shape: Shape,
+    /// Candidates per tile for [`Shape::Tiled`] and [`Shape::PerTile`]; 0 means one tile of N.
+    pub tile_size: u32,
+    /// Keep two command buffers in flight.
+    pub pipelined: bool,
+    /// Steps per submission (the watchdog knob); 0 = everything a `step` call asks for at once.
+    pub chunk: usize,
+    /// Compute only the first K steps of each sequence (top_k); `None` = all N − 1. Values above
+    /// N − 1 are clamped to N − 1.
+    pub steps: Option<usize>,
+    /// Workgroup size (invocations per sequence, a power of two); `None` picks one for the
+    /// device (64 on CPU devices, 256 on GPUs).
+    pub workgroup_size: Option<u32>,
+}
+
+impl Default for ScanOptions {
+    fn default() -> Self {
+        ScanOptions {
+            shape: Shape::Untiled,
+            tile_size: 0,
+            pipelined: false,
+            chunk: 64,
+            steps: None,
+            workgroup_size: None,
+        }
+    }
+}
+
+/// Push constants of `scan.comp` (untiled and in-shader tiles): the user's five fields.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ScanPush {
+    /// N.
+    pub num_items: u32,
+    /// D.
+    pub dim: u32,
+    /// First step of the dispatch (≥ 1; step 0 is the start).
+    pub start_slot: u32,
+    /// Steps in the dispatch.
+    pub slot_count: u32,
+    /// Candidates per tile; 0 = untiled.
+    pub tile_size: u32,
+}
+
+/// Push constants of `scan_tile.comp`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct TilePush {
+    /// N.
+    pub num_items: u32,
+    /// D.
+    pub dim: u32,
+    /// The step being computed.
+    pub slot: u32,
+    /// First candidate of the tile.
+    pub tile_begin: u32,
+    /// One past the last candidate of the tile.
+    pub tile_end: u32,
+}
+
+/// Push constants of `scan_commit.comp`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct CommitPush {
+    /// N.
+    pub num_items: u32,
+    /// D.
+    pub dim: u32,
+    /// The step being committed.
+    pub slot: u32,
+}
+
+/// Push constants of `scan_init.comp`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct InitPush {
+    /// N.
+    pub num_items: u32,
+    /// D.
+    pub dim: u32,
+}
+
+struct TableInner {
+    ctx: Context,
+    data: Buffer,
+    inv_norm: Buffer,
+    n: usize,
+    d: usize,
+    precision: Precision,
+}
+
+/// A table uploaded to a device at a storage precision, with its row norms. Cheap to clone;
+/// jobs keep it alive.
+#[derive(Clone)]
+pub struct DeviceTable {
+    inner: Arc<TableInner>,
+}
+
+/// Largest finite half.
+const F16_MAX: f32 = 65504.0;
+
+impl DeviceTable {
+    /// Upload `table` at `precision`. Norms come from the stored (rounded) values in float64.
+    pub fn upload(ctx: &Context, table: &Table, precision: Precision) -> Result<DeviceTable> {
+        let caps = ctx.caps();
+        if precision == Precision::Fp16 {
+            if !caps.fp16_storage {
+                return Err(Error::Unsupported {
+                    device: caps.name.clone(),
+                    what: "16-bit storage buffers (storageBuffer16BitAccess) for an fp16 table; use fp32".into(),
+                });
+            }
+            if let Some(pos) = table.data().iter().position(|v| v.abs() > F16_MAX) {
+                return Err(Error::Invalid(format!(
+                    "row {} has value {} at column {}, beyond the fp16 range (±65504); use fp32",
+                    pos / table.d(),
+                    table.data()[pos],
+                    pos % table.d()
+                )));
+            }
+        }
+        let (n, d) = (table.n(), table.d());
+        let bytes = (n as u64) * (d as u64) * precision.bytes() as u64;
+        if bytes > caps.max_buffer_range {
+            return Err(Error::Limit(format!(
+                "table of {n} × {d} {} needs a {bytes}-byte buffer; {} allows {} bytes (maxStorageBufferRange)",
+                precision.name(),
+                caps.name,
+                caps.max_buffer_range
+            )));
+        }
+        if n > u32::MAX as usize / 2 || d > u32::MAX as usize / 4 {
+            return Err(Error::Limit(format!(
+                "table of {n} × {d} exceeds 32-bit indexing"
+            )));
+        }
+        let stored = table.as_stored(precision);
+        let data = match precision {
+            Precision::Fp32 => ctx.upload("table", bytemuck::cast_slice(table.data()))?,
+            Precision::Fp16 => ctx.upload("table", bytemuck::cast_slice(&table.to_f16_bits()))?,
+        };
+        let inv_norm = ctx.upload("inverse norms", bytemuck::cast_slice(&stored.inverse_norms()))?;
+        Ok(DeviceTable {
+            inner: Arc::new(TableInner {
+                ctx: ctx.clone(),
+                data,
+                inv_norm,
+                n,
+                d,
+                precision,
+            }),
+        })
+    }
+
+    /// Rows N.
+    pub fn n(&self) -> usize {
+        self.inner.n
+    }
+    /// Dimension D.
+    pub fn d(&self) -> usize {
+        self.inner.d
+    }
+    /// Storage precision.
+    pub fn precision(&self) -> Precision {
+        self.inner.precision
+    }
+    /// The context the table lives on.
+    pub fn context(&self) -> &Context {
+        &self.inner.ctx
+    }
+}
+
+/// What one [`ScanJob::step`] call did.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StepReport {
+    /// Steps advanced (for every sequence of the batch).
+    pub steps: usize,
+    /// Submissions made.
+    pub submissions: usize,
+    /// GPU time of those submissions from timestamp queries, nanoseconds (0 without timestamps).
+    pub gpu_ns: u64,
+}
+
+/// One command buffer with its fence and timestamp pair.
+struct Frame {
+    cb: vk::CommandBuffer,
+    fence: vk::Fence,
+    pending: Option<usize>, // steps it carries, while submitted and not yet waited for
+}
+
+/// A batch of diversity sequences advanced chunk by chunk on the device.
+pub struct ScanJob {
+    table: DeviceTable,
+    opts: ScanOptions,
+    starts: Vec<u32>,
+    seq_len: usize,
+    /// Steps submitted so far (slots 1..=submitted are recorded).
+    submitted: usize,
+    /// Steps known complete.
+    completed: usize,
+    gpu_ns: u64,
+    wg: u32,
+    tiles: Vec<(u32, u32)>,
+    scan: Arc<Pipeline>,
+    tile: Arc<Pipeline>,
+    commit: Arc<Pipeline>,
+    frames: Vec<Frame>,
+    next_frame: usize,
+    query_pool: vk::QueryPool,
+    descriptor_pool: vk::DescriptorPool,
+    set: vk::DescriptorSet,
+    seqs: Buffer,
+    // Kept alive for the descriptor set.
+    _starts: Buffer,
+    _state: Buffer,
+    _mask: Buffer,
+    _partial: Buffer,
+}
+
+fn spirv_for(shader: &Shader, p: Precision) -> &'static [u8] {
+    match p {
+        Precision::Fp32 => shader.fp32,
+        Precision::Fp16 => shader.fp16,
+    }
+}
+
+/// Check a push struct against the shader block it feeds.
+fn checked_push<T>(shader: &Shader) -> Result<u32> {
+    let want = std::mem::size_of::<T>() as u32;
+    for spv in [shader.fp32, shader.fp16] {
+        let got = spirv::push_constant_size(spv);
+        if got != Some(want) {
+            return Err(Error::Invalid(format!(
+                "internal: push-constant block of {} is {got:?} bytes, the Rust struct {want}",
+                shader.name
+            )));
+        }
+    }
+    Ok(want)
+}
+
+impl ScanJob {
+    /// Prepare a batch: one sequence per entry of `starts` (0-based, distinct, < N), initialised
+    /// to step 0 on the device. Nothing is computed until [`ScanJob::step`].
+    pub fn new(table: &DeviceTable, starts: &[u32], opts: &ScanOptions) -> Result<ScanJob> {
+        let ctx = table.context().clone();
+        let caps = ctx.caps().clone();
+        let (n, d) = (table.n(), table.d());
+        if starts.is_empty() {
+            return Err(Error::Invalid("the batch has no starts".into()));
+        }
+        let mut seen = vec![false; n];
+        for (i, &s) in starts.iter().enumerate() {
+            let s = s as usize;
+            if s >= n {
+                return Err(Error::Invalid(format!(
+                    "start {s} (position {i}) is out of range: the table has {n} rows (0-based)"
+                )));
+            }
+            if seen[s] {
+                return Err(Error::Invalid(format!(
+                    "start {s} is repeated (position {i})"
+                )));
+            }
+            seen[s] = true;
+        }
+        let batch = starts.len();
+        if batch > caps.max_workgroup_count as usize {
+            return Err(Error::Limit(format!(
+                "batch of {batch} sequences exceeds maxComputeWorkGroupCount[0] = {} on {}; use smaller batches",
+                caps.max_workgroup_count, caps.name
+            )));
+        }
+        let steps = opts.steps.unwrap_or(n - 1).min(n - 1);
+        let seq_len = steps + 1;
+        let wg = match opts.workgroup_size {
+            Some(w) => w,
+            None if caps.device_type == "CPU" => 64,
+            None => 256,
+        }
+        .min(caps.max_workgroup_invocations);
+        if !wg.is_power_of_two() {
+            return Err(Error::Invalid(format!(
+                "workgroup size {wg} must be a power of two (at most {})",
+                caps.max_workgroup_invocations
+            )));
+        }
+        if opts.shape != Shape::Untiled && opts.tile_size as u64 > u32::MAX as u64 {
+            return Err(Error::Invalid("tile size too large".into()));
+        }
+        let mask_words = n.div_ceil(32);
+        let shared = 4 * (d + mask_words + 2 * wg as usize + 2);
+        if shared > caps.shared_memory_bytes as usize {
+            return Err(Error::Limit(format!(
+                "D = {d} and N = {n} need {shared} bytes of shared memory per workgroup (centroid + chosen mask); {} has {} (maxComputeSharedMemorySize)",
+                caps.name, caps.shared_memory_bytes
+            )));
+        }
+        let sizes = [
+            ("sequence output", (batch * seq_len * 4) as u64),
+            ("running sums", (batch * 2 * d * 4) as u64),
+            ("chosen masks", (batch * mask_words * 4) as u64),
+        ];
+        for (what, bytes) in sizes {
+            if bytes > caps.max_buffer_range {
+                return Err(Error::Limit(format!(
+                    "{what} for a batch of {batch} × {seq_len} steps needs {bytes} bytes; {} allows {} per buffer (maxStorageBufferRange); use a smaller batch or top_k",
+                    caps.name, caps.max_buffer_range
+                )));
+            }
+        }
+        let need: u64 = sizes.iter().map(|s| s.1).sum::<u64>()
+            + (n * d * table.precision().bytes()) as u64;
+        if need > caps.memory_budget_bytes {
+            return Err(Error::Limit(format!(
+                "the job needs {need} bytes of device memory; {} has a budget of {}",
+                caps.name, caps.memory_budget_bytes
+            )));
+        }
+
+        let spec = vec![wg, d as u32, mask_words as u32, seq_len as u32];
+        let p = table.precision();
+        let make = |shader: &Shader, push: u32| {
+            ctx.pipeline(PipelineKey {
+                spirv: spirv_for(shader, p),
+                spec: spec.clone(),
+                push_bytes: push,
+            })
+        };
+        let scan = make(&spirv::SCAN, checked_push::<ScanPush>(&spirv::SCAN)?)?;
+        let tile = make(&spirv::SCAN_TILE, checked_push::<TilePush>(&spirv::SCAN_TILE)?)?;
+        let commit = make(
+            &spirv::SCAN_COMMIT,
+            checked_push::<CommitPush>(&spirv::SCAN_COMMIT)?,
+        )?;
+        let init = make(&spirv::SCAN_INIT, checked_push::<InitPush>(&spirv::SCAN_INIT)?)?;
+
+        let starts_buf = ctx.upload("starts", bytemuck::cast_slice(starts))?;
+        let state = Buffer::storage(&ctx, "running sums", sizes[1].1)?;
+        let mask = Buffer::storage(&ctx, "chosen masks", sizes[2].1)?;
+        let seqs = Buffer::storage(&ctx, "sequence output", sizes[0].1)?;
+        let partial = Buffer::storage(&ctx, "tile partials", (batch * 8) as u64)?;
+
+        let dev = ctx.device().clone();
+        let pool_sizes = [vk::DescriptorPoolSize {
+            ty: vk::DescriptorType::STORAGE_BUFFER,
+            descriptor_count: BINDINGS,
+        }];
+        let descriptor_pool = unsafe {
+            dev.create_descriptor_pool(
+                &vk::DescriptorPoolCreateInfo::default()
+                    .max_sets(1)
+                    .pool_sizes(&pool_sizes),
+                None,
+            )
+        }
+        .vk("vkCreateDescriptorPool")?;
+        // From here on the job owns what it creates: build it, and let Drop clean up on error.
+        let mut job = ScanJob {
+            table: table.clone(),
+            opts: opts.clone(),
+            starts: starts.to_vec(),
+            seq_len,
+            submitted: 0,
+            completed: 0,
+            gpu_ns: 0,
+            wg,
+            tiles: Vec::new(),
+            scan,
+            tile,
+            commit,
+            frames: Vec::new(),
+            next_frame: 0,
+            query_pool: vk::QueryPool::null(),
+            descriptor_pool,
+            set: vk::DescriptorSet::null(),
+            seqs,
+            _starts: starts_buf,
+            _state: state,
+            _mask: mask,
+            _partial: partial,
+        };
+        job.tiles = job.tile_ranges();
+        let layouts = [ctx.inner.set_layout];
+        job.set = unsafe {
+            dev.allocate_descriptor_sets(
+                &vk::DescriptorSetAllocateInfo::default()
+                    .descriptor_pool(descriptor_pool)
+                    .set_layouts(&layouts),
+            )
+        }
+        .vk("vkAllocateDescriptorSets")?[0];
+        let bufs = [
+            &table.inner.data,
+            &table.inner.inv_norm,
+            &job._starts,
+            &job._state,
+            &job._mask,
+            &job.seqs,
+            &job._partial,
+        ];
+        let infos: Vec<[vk::DescriptorBufferInfo; 1]> = bufs
+            .iter()
+            .map(|b| {
+                [vk::DescriptorBufferInfo::default()
+                    .buffer(b.buffer)
+                    .offset(0)
+                    .range(vk::WHOLE_SIZE)]
+            })
+            .collect();
+        let writes: Vec<_> = infos
+            .iter()
+            .enumerate()
+            .map(|(i, info)| {
+                vk::WriteDescriptorSet::default()
+                    .dst_set(job.set)
+                    .dst_binding(i as u32)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .buffer_info(info)
+            })
+            .collect();
+        unsafe { dev.update_descriptor_sets(&writes, &[]) };
+        if caps.timestamps {
+            job.query_pool = unsafe {
+                dev.create_query_pool(
+                    &vk::QueryPoolCreateInfo::default()
+                        .query_type(vk::QueryType::TIMESTAMP)
+                        .query_count(4),
+                    None,
+                )
+            }
+            .vk("vkCreateQueryPool")?;
+        }
+        for _ in 0..2 {
+            let cb = ctx.alloc_command_buffer()?;
+            let fence = match unsafe { dev.create_fence(&vk::FenceCreateInfo::default(), None) } {
+                Ok(f) => f,
+                Err(e) => {
+                    ctx.free_command_buffer(cb);
+                    return Err(Error::Vulkan {
+                        call: "vkCreateFence",
+                        result: e,
+                    });
+                }
+            };
+            job.frames.push(Frame {
+                cb,
+                fence,
+                pending: None,
+            });
+        }
+        // Step 0: starts, running sums, masks.
+        let push = InitPush {
+            num_items: n as u32,
+            dim: d as u32,
+        };
+        let set = job.set;
+        ctx.one_shot(|cb| unsafe {
+            barrier(&dev, cb);
+            dev.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, init.pipeline);
+            dev.cmd_bind_descriptor_sets(
+                cb,
+                vk::PipelineBindPoint::COMPUTE,
+                init.layout,
+                0,
+                &[set],
+                &[],
+            );
+            dev.cmd_push_constants(
+                cb,
+                init.layout,
+                vk::ShaderStageFlags::COMPUTE,
+                0,
+                bytemuck::bytes_of(&push),
+            );
+            dev.cmd_dispatch(cb, batch as u32, 1, 1);
+        })?;
+        Ok(job)
+    }
+
+    /// Candidate ranges of the tiles (one range for untiled or `tile_size` 0).
+    fn tile_ranges(&self) -> Vec<(u32, u32)> {
+        let n = self.table.n() as u64;
+        let t = match self.opts.shape {
+            Shape::Untiled => 0,
+            _ => self.opts.tile_size as u64,
+        };
+        let t = if t == 0 { n } else { t };
+        let mut v = Vec::new();
+        let mut b = 0;
+        while b < n {
+            let e = (b + t).min(n);
+            v.push((b as u32, e as u32));
+            b = e;
+        }
+        v
+    }
+
+    /// Steps each sequence will have when done (top_k, or N − 1).
+    pub fn total_steps(&self) -> usize {
+        self.seq_len - 1
+    }
+    /// Steps completed so far.
+    pub fn steps_done(&self) -> usize {
+        self.completed
+    }
+    /// Whether every step is computed.
+    pub fn done(&self) -> bool {
+        self.completed == self.total_steps()
+    }
+    /// The batch's starts, in order: row i of the results is the sequence of `starts()[i]`.
+    pub fn starts(&self) -> &[u32] {
+        &self.starts
+    }
+    /// Total GPU time so far, nanoseconds.
+    pub fn gpu_ns(&self) -> u64 {
+        self.gpu_ns
+    }
+    /// The workgroup size in use.
+    pub fn workgroup_size(&self) -> u32 {
+        self.wg
+    }
+    /// The options the job runs with.
+    pub fn options(&self) -> &ScanOptions {
+        &self.opts
+    }
+
+    /// Advance every sequence by up to `n` steps (fewer at the end), in submissions of
+    /// [`ScanOptions::chunk`] steps, two in flight when pipelined. Returns when they are done.
+    pub fn step(&mut self, n: usize) -> Result<StepReport> {
+        let n = n.min(self.total_steps() - self.submitted);
+        let chunk = if self.opts.chunk == 0 {
+            n.max(1)
+        } else {
+            self.opts.chunk
+        };
+        let mut report = StepReport::default();
+        let mut left = n;
+        let result = (|| {
+            while left > 0 {
+                let c = chunk.min(left);
+                let f = self.next_frame;
+                if self.frames[f].pending.is_some() {
+                    report.gpu_ns += self.finish(f)?;
+                }
+                self.record_and_submit(f, c)?;
+                report.submissions += 1;
+                left -= c;
+                if self.opts.pipelined {
+                    self.next_frame = 1 - f;
+                } else {
+                    report.gpu_ns += self.finish(f)?;
+                }
+            }
+            Ok(())
+        })();
+        // Drain whatever is still in flight, oldest first, even after an error.
+        let mut drain = Ok(());
+        for k in 0..2 {
+            let f = (self.next_frame + k) % 2;
+            if self.frames[f].pending.is_some() {
+                match self.finish(f) {
+                    Ok(ns) => report.gpu_ns += ns,
+                    Err(e) => drain = drain.and(Err(e)),
+                }
+            }
+        }
+        result?;
+        drain?;
+        report.steps = n;
+        Ok(report)
+    }
+
+    /// Run every remaining step.
+    pub fn run(&mut self) -> Result<StepReport> {
+        self.step(self.total_steps() - self.submitted)
+    }
+
+    fn record_and_submit(&mut self, f: usize, steps: usize) -> Result<()> {
+        let ctx = self.table.context().clone();
+        let dev = ctx.device();
+        let cb = self.frames[f].cb;
+        let first = self.submitted + 1;
+        let (n, d) = (self.table.n() as u32, self.table.d() as u32);
+        let batch = self.starts.len() as u32;
+        unsafe {
+            dev.reset_command_buffer(cb, vk::CommandBufferResetFlags::empty())
+                .vk("vkResetCommandBuffer")?;
+            dev.begin_command_buffer(
+                cb,
+                &vk::CommandBufferBeginInfo::default()
+                    .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT),
+            )
+            .vk("vkBeginCommandBuffer")?;
+            let q = 2 * f as u32;
+            if self.query_pool != vk::QueryPool::null() {
+                dev.cmd_reset_query_pool(cb, self.query_pool, q, 2);
+                dev.cmd_write_timestamp(
+                    cb,
+                    vk::PipelineStageFlags::TOP_OF_PIPE,
+                    self.query_pool,
+                    q,
+                );
+            }
+            // Earlier submissions (init, previous chunks) wrote what this one reads.
+            barrier(dev, cb);
+            let bind = |p: &Pipeline| {
+                dev.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, p.pipeline);
+                dev.cmd_bind_descriptor_sets(
+                    cb,
+                    vk::PipelineBindPoint::COMPUTE,
+                    p.layout,
+                    0,
+                    &[self.set],
+                    &[],
+                );
+            };
+            let push = |p: &Pipeline, bytes: &[u8]| {
+                dev.cmd_push_constants(cb, p.layout, vk::ShaderStageFlags::COMPUTE, 0, bytes);
+            };
+            match self.opts.shape {
+                Shape::Untiled | Shape::Tiled => {
+                    let tile = if self.opts.shape == Shape::Untiled {
+                        0
+                    } else {
+                        self.opts.tile_size
+                    };
+                    bind(&self.scan);
+                    // One step per dispatch, a barrier between: the shader's multi-step loop
+                    // (slot_count > 1) gave wrong picks on Mesa 22.3 lavapipe after a few steps.
+                    for slot in first..first + steps {
+                        push(
+                            &self.scan,
+                            bytemuck::bytes_of(&ScanPush {
+                                num_items: n,
+                                dim: d,
+                                start_slot: slot as u32,
+                                slot_count: 1,
+                                tile_size: tile,
+                            }),
+                        );
+                        dev.cmd_dispatch(cb, batch, 1, 1);
+                        barrier(dev, cb);
+                    }
+                }
+                Shape::PerTile => {
+                    for slot in first..first + steps {
+                        bind(&self.tile);
+                        for &(b, e) in &self.tiles {
+                            push(
+                                &self.tile,
+                                bytemuck::bytes_of(&TilePush {
+                                    num_items: n,
+                                    dim: d,
+                                    slot: slot as u32,
+                                    tile_begin: b,
+                                    tile_end: e,
+                                }),
+                            );
+                            dev.cmd_dispatch(cb, batch, 1, 1);
+                            barrier(dev, cb);
+                        }
+                        bind(&self.commit);
+                        push(
+                            &self.commit,
+                            bytemuck::bytes_of(&CommitPush {
+                                num_items: n,
+                                dim: d,
+                                slot: slot as u32,
+                            }),
+                        );
+                        dev.cmd_dispatch(cb, batch, 1, 1);
+                        barrier(dev, cb);
+                    }
+                }
+            }
+            if self.query_pool != vk::QueryPool::null() {
+                dev.cmd_write_timestamp(
+                    cb,
+                    vk::PipelineStageFlags::BOTTOM_OF_PIPE,
+                    self.query_pool,
+                    q + 1,
+                );
+            }
+            dev.end_command_buffer(cb).vk("vkEndCommandBuffer")?;
+        }
+        ctx.submit(cb, self.frames[f].fence)?;
+        self.frames[f].pending = Some(steps);
+        self.submitted += steps;
+        Ok(())
+    }
+
+    /// Wait for frame `f`, account its steps and GPU time.
+    fn finish(&mut self, f: usize) -> Result<u64> {
+        let Some(steps) = self.frames[f].pending.take() else {
+            return Ok(0);
+        };
+        let ctx = self.table.context().clone();
+        let dev = ctx.device();
+        let what = format!(
+            "scan steps {}..{} of a batch of {}",
+            self.completed + 1,
+            self.completed + steps,
+            self.starts.len()
+        );
+        ctx.wait(self.frames[f].fence, &what)?;
+        unsafe { dev.reset_fences(&[self.frames[f].fence]) }.vk("vkResetFences")?;
+        self.completed += steps;
+        let mut ns = 0;
+        if self.query_pool != vk::QueryPool::null() {
+            let mut t = [0u64; 2];
+            unsafe {
+                dev.get_query_pool_results(
+                    self.query_pool,
+                    2 * f as u32,
+                    &mut t,
+                    vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
+                )
+            }
+            .vk("vkGetQueryPoolResults")?;
+            ns = ctx.ticks_to_ns(t[0], t[1]);
+        }
+        self.gpu_ns += ns;
+        Ok(ns)
+    }
+
+    /// Length of each sequence computed so far (steps done + the start).
+    pub fn sequence_len(&self) -> usize {
+        self.completed + 1
+    }
+
+    /// Every sequence so far, row-major: `starts().len()` rows of [`ScanJob::sequence_len`]
+    /// 0-based item indices; row i is the sequence of `starts()[i]`.
+    pub fn sequences_flat(&self) -> Result<Vec<u32>> {
+        let ctx = self.table.context();
+        let bytes = ctx.download(&self.seqs, 0, (self.starts.len() * self.seq_len * 4) as u64)?;
+        let all: &[u32] = bytemuck::cast_slice(&bytes);
+        let len = self.sequence_len();
+        if len == self.seq_len {
+            return Ok(all.to_vec());
+        }
+        Ok(all
+            .chunks_exact(self.seq_len)
+            .flat_map(|r| r[..len].iter().copied())
+            .collect())
+    }
+
+    /// Every sequence so far, one `Vec` per start.
+    pub fn sequences(&self) -> Result<Vec<Vec<u32>>> {
+        let len = self.sequence_len();
+        Ok(self
+            .sequences_flat()?
+            .chunks_exact(len)
+            .map(|r| r.to_vec())
+            .collect())
+    }
+}
+
+/// A transfer/compute → compute memory barrier: everything written before is visible after.
+unsafe fn barrier(dev: &ash::Device, cb: vk::CommandBuffer) {
+    let src = vk::PipelineStageFlags::TRANSFER | vk::PipelineStageFlags::COMPUTE_SHADER;
+    let mb = [vk::MemoryBarrier::default()
+        .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
+        .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE)];
+    dev.cmd_pipeline_barrier(
+        cb,
+        src,
+        vk::PipelineStageFlags::COMPUTE_SHADER,
+        vk::DependencyFlags::empty(),
+        &mb,
+        &[],
+        &[],
+    );
+}
+
+impl Drop for ScanJob {
+    fn drop(&mut self) {
+        let ctx = self.table.context().clone();
+        let dev = ctx.device();
+        for f in 0..self.frames.len() {
+            if self.frames[f].pending.is_some() {
+                let _ = ctx.wait(self.frames[f].fence, "drop");
+            }
+        }
+        unsafe {
+            for fr in self.frames.drain(..) {
+                dev.destroy_fence(fr.fence, None);
+                ctx.free_command_buffer(fr.cb);
+            }
+            if self.query_pool != vk::QueryPool::null() {
+                dev.destroy_query_pool(self.query_pool, None);
+            }
+            dev.destroy_descriptor_pool(self.descriptor_pool, None);
+        }
+    }
+}
+
+/// Compute the sequences of `starts` in one go: upload, run every step, download.
+pub fn run_scan(
+    ctx: &Context,
+    table: &Table,
+    precision: Precision,
+    starts: &[u32],
+    opts: &ScanOptions,
+) -> Result<(Vec<Vec<u32>>, u64)> {
+    let dt = DeviceTable::upload(ctx, table, precision)?;
+    let mut job = ScanJob::new(&dt, starts, opts)?;
+    job.run()?;
+    Ok((job.sequences()?, job.gpu_ns()))
+}

@@ -1,0 +1,90 @@
+//! The compiled shaders and a minimal SPIR-V reflection: the byte size of a shader's push-constant
+//! block, so every `#[repr(C)]` push struct is checked against the shader that reads it (a block
+//! 4 bytes short once silently lost a field in the user's C wrapper).
+
+/// A shader compiled by `build.rs`, in both storage precisions.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Shader {
+    pub name: &'static str,
+    pub fp32: &'static [u8],
+    pub fp16: &'static [u8],
+}
+
+macro_rules! shader {
+    ($name:literal) => {
+        Shader {
+            name: $name,
+            fp32: include_bytes!(concat!(env!("OUT_DIR"), "/", $name, ".fp32.spv")),
+            fp16: include_bytes!(concat!(env!("OUT_DIR"), "/", $name, ".fp16.spv")),
+        }
+    };
+}
+
+pub(crate) const SCAN: Shader = shader!("scan");
+pub(crate) const SCAN_TILE: Shader = shader!("scan_tile");
+pub(crate) const SCAN_COMMIT: Shader = shader!("scan_commit");
+pub(crate) const SCAN_INIT: Shader = shader!("scan_init");
+
+const OP_TYPE_INT: u32 = 21;
+const OP_TYPE_FLOAT: u32 = 22;
+const OP_TYPE_VECTOR: u32 = 23;
+const OP_TYPE_STRUCT: u32 = 30;
+const OP_TYPE_POINTER: u32 = 32;
+const OP_VARIABLE: u32 = 59;
+const OP_MEMBER_DECORATE: u32 = 72;
+const DECORATION_OFFSET: u32 = 35;
+const STORAGE_PUSH_CONSTANT: u32 = 9;
+
+/// Size in bytes of the push-constant block declared by `spirv` (offset of the last member plus
+/// its size), or `None` when the module declares none. Handles scalar and vector members.
+pub(crate) fn push_constant_size(spirv: &[u8]) -> Option<u32> {
+    let words: Vec<u32> = spirv
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    if words.len() < 5 || words[0] != 0x0723_0203 {
+        return None;
+    }
+    let mut sizes = std::collections::HashMap::new(); // type id -> byte size (scalars/vectors)
+    let mut structs = std::collections::HashMap::new(); // struct id -> member type ids
+    let mut pointers = std::collections::HashMap::new(); // pointer id -> (storage, pointee)
+    let mut offsets = std::collections::HashMap::new(); // (struct, member) -> offset
+    let mut push_ptr = None;
+    let mut i = 5;
+    while i < words.len() {
+        let count = (words[i] >> 16) as usize;
+        let op = words[i] & 0xffff;
+        if count == 0 || i + count > words.len() {
+            return None;
+        }
+        let w = &words[i..i + count];
+        match op {
+            OP_TYPE_INT | OP_TYPE_FLOAT => {
+                sizes.insert(w[1], w[2] / 8);
+            }
+            OP_TYPE_VECTOR => {
+                let s = *sizes.get(&w[2])?;
+                sizes.insert(w[1], s * w[3]);
+            }
+            OP_TYPE_STRUCT => {
+                structs.insert(w[1], w[2..].to_vec());
+            }
+            OP_TYPE_POINTER => {
+                pointers.insert(w[1], (w[2], w[3]));
+            }
+            OP_MEMBER_DECORATE if w[3] == DECORATION_OFFSET => {
+                offsets.insert((w[1], w[2]), w[4]);
+            }
+            OP_VARIABLE if w[3] == STORAGE_PUSH_CONSTANT => {
+                push_ptr = Some(w[1]);
+            }
+            _ => {}
+        }
+        i += count;
+    }
+    let (_, block) = pointers.get(&push_ptr?)?;
+    let members = structs.get(block)?;
+    let last = members.len().checked_sub(1)?;
+    let off = offsets.get(&(*block, last as u32))?;
+    Some(off + sizes.get(&members[last])?)
+}

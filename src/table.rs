@@ -1,0 +1,199 @@
+//! The host-side embedding table: N rows × D dims of float32, validated once, optionally centered,
+//! and rounded to the storage precision before it goes to a device.
+
+use crate::error::{Error, Result};
+use half::f16;
+
+/// How the table is stored on the device. Arithmetic is always fp32 ("load fp16, widen at once").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Precision {
+    /// 4 bytes per value.
+    Fp32,
+    /// IEEE half, round-to-nearest-even; widened to fp32 on every load.
+    Fp16,
+}
+
+impl Precision {
+    /// Bytes per stored value.
+    pub fn bytes(self) -> usize {
+        match self {
+            Precision::Fp32 => 4,
+            Precision::Fp16 => 2,
+        }
+    }
+    /// `"fp32"` or `"fp16"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Fp16 => "fp16",
+        }
+    }
+}
+
+impl std::str::FromStr for Precision {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "fp32" | "f32" => Ok(Precision::Fp32),
+            "fp16" | "f16" => Ok(Precision::Fp16),
+            _ => Err(Error::Invalid(format!(
+                "precision '{s}': expected fp32 or fp16"
+            ))),
+        }
+    }
+}
+
+/// An N × D table of finite float32 values, row-major, with optional row ids (from
+/// `embeddings.json`) so results can be keyed by them.
+#[derive(Clone, Debug)]
+pub struct Table {
+    n: usize,
+    d: usize,
+    data: Vec<f32>,
+    ids: Option<Vec<serde_json::Value>>,
+}
+
+impl Table {
+    /// Build a table from row-major data, checking N ≥ 1, D ≥ 1, the length and that every
+    /// value is finite (the error names the first bad row).
+    pub fn new(data: Vec<f32>, n: usize, d: usize) -> Result<Self> {
+        if d == 0 {
+            return Err(Error::Invalid("table has dimension D = 0".into()));
+        }
+        if n == 0 {
+            return Err(Error::Invalid("table has no rows (N = 0)".into()));
+        }
+        let want = n
+            .checked_mul(d)
+            .ok_or_else(|| Error::Invalid(format!("table of {n} × {d} values overflows usize")))?;
+        if data.len() != want {
+            return Err(Error::Invalid(format!(
+                "table data has {} values, expected N × D = {n} × {d} = {want}",
+                data.len()
+            )));
+        }
+        if let Some(pos) = data.iter().position(|v| !v.is_finite()) {
+            let (row, col) = (pos / d, pos % d);
+            return Err(Error::Invalid(format!(
+                "row {row} has a non-finite value ({}) at column {col}",
+                data[pos]
+            )));
+        }
+        Ok(Table {
+            n,
+            d,
+            data,
+            ids: None,
+        })
+    }
+
+    /// Attach one id per row (kept from `embeddings.json`).
+    pub fn with_ids(mut self, ids: Vec<serde_json::Value>) -> Result<Self> {
+        if ids.len() != self.n {
+            return Err(Error::Invalid(format!(
+                "{} ids for {} rows",
+                ids.len(),
+                self.n
+            )));
+        }
+        self.ids = Some(ids);
+        Ok(self)
+    }
+
+    /// Number of rows N.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+    /// Dimension D.
+    pub fn d(&self) -> usize {
+        self.d
+    }
+    /// Row-major values.
+    pub fn data(&self) -> &[f32] {
+        &self.data
+    }
+    /// Row `i`.
+    pub fn row(&self, i: usize) -> &[f32] {
+        &self.data[i * self.d..(i + 1) * self.d]
+    }
+    /// Row ids, when the input had them.
+    pub fn ids(&self) -> Option<&[serde_json::Value]> {
+        self.ids.as_deref()
+    }
+
+    /// The first `n` rows (and their ids).
+    pub fn head(&self, n: usize) -> Result<Table> {
+        let n = n.min(self.n);
+        let mut t = Table::new(self.data[..n * self.d].to_vec(), n, self.d)?;
+        t.ids = self.ids.as_ref().map(|ids| ids[..n].to_vec());
+        Ok(t)
+    }
+
+    /// Subtract the column mean (computed in float64) from every row; the user's
+    /// `mean-centered-v1` space. Done before any fp16 rounding.
+    pub fn centered(&self) -> Table {
+        let mut mean = vec![0f64; self.d];
+        for row in self.data.chunks_exact(self.d) {
+            for (m, &v) in mean.iter_mut().zip(row) {
+                *m += v as f64;
+            }
+        }
+        for m in &mut mean {
+            *m /= self.n as f64;
+        }
+        let mut data = self.data.clone();
+        for row in data.chunks_exact_mut(self.d) {
+            for (v, m) in row.iter_mut().zip(&mean) {
+                *v = (*v as f64 - m) as f32;
+            }
+        }
+        Table {
+            n: self.n,
+            d: self.d,
+            data,
+            ids: self.ids.clone(),
+        }
+    }
+
+    /// The table exactly as the device sees it at `precision`: for fp16, every value rounded to
+    /// half (nearest-even) and widened back. Oracles check against this.
+    pub fn as_stored(&self, precision: Precision) -> Table {
+        match precision {
+            Precision::Fp32 => self.clone(),
+            Precision::Fp16 => Table {
+                n: self.n,
+                d: self.d,
+                data: self
+                    .data
+                    .iter()
+                    .map(|&v| f16::from_f32(v).to_f32())
+                    .collect(),
+                ids: self.ids.clone(),
+            },
+        }
+    }
+
+    /// The values as IEEE half bits (round-to-nearest-even), for fp16 storage and `.bin` files.
+    pub fn to_f16_bits(&self) -> Vec<u16> {
+        self.data
+            .iter()
+            .map(|&v| f16::from_f32(v).to_bits())
+            .collect()
+    }
+
+    /// Row norms of the stored table, computed in float64 and rounded once to float32; the
+    /// inverse is what shaders use (0 for a zero row, so its score is exactly 0 = "d = 1").
+    pub fn inverse_norms(&self) -> Vec<f32> {
+        self.data
+            .chunks_exact(self.d)
+            .map(|row| {
+                let s: f64 = row.iter().map(|&v| (v as f64) * (v as f64)).sum();
+                if s == 0.0 {
+                    0.0
+                } else {
+                    (1.0 / s.sqrt()) as f32
+                }
+            })
+            .collect()
+    }
+}
