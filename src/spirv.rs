@@ -88,3 +88,26 @@ pub(crate) fn push_constant_size(spirv: &[u8]) -> Option<u32> {
     let off = offsets.get(&(*block, last as u32))?;
     Some(off + sizes.get(&members[last])?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn push_blocks_match_the_rust_structs() {
+        use crate::scan::{CommitPush, InitPush, ScanPush, TilePush};
+        let cases = [
+            (SCAN, std::mem::size_of::<ScanPush>()),
+            (SCAN_TILE, std::mem::size_of::<TilePush>()),
+            (SCAN_COMMIT, std::mem::size_of::<CommitPush>()),
+            (SCAN_INIT, std::mem::size_of::<InitPush>()),
+        ];
+        for (shader, size) in cases {
+            assert_eq!(push_constant_size(shader.fp32), Some(size as u32), "{}", shader.name);
+            assert_eq!(push_constant_size(shader.fp16), Some(size as u32), "{}", shader.name);
+        }
+        // The user's block: five u32 fields, tile_size the fifth.
+        assert_eq!(std::mem::size_of::<ScanPush>(), 20);
+        assert_eq!(push_constant_size(b"not spir-v"), None);
+    }
+}

@@ -1,0 +1,396 @@
+//! The scan engine on a real Vulkan device (lavapipe in CI), validation layers on. Every test
+//! checks real properties: the same bits across shapes (SPEC §Exactness 1), the float64
+//! ε-argmax oracle along the engine's own prefix (SPEC §Exactness 2), edge cases, bad input.
+
+use diversity::reference::{check_sequence, common_prefix, reference_sequence};
+use diversity::scan::{run_scan, StepReport};
+use diversity::{
+    files, Context, ContextOptions, DeviceTable, Error, Precision, ScanJob, ScanOptions, Shape,
+    Table,
+};
+use std::path::Path;
+
+const EPS: f64 = 1e-5;
+
+fn ctx() -> Context {
+    Context::new(&ContextOptions {
+        device: None,
+        validation: true,
+    })
+    .expect("a Vulkan device with validation layers")
+}
+
+/// Fails the test if the validation layers said anything.
+fn assert_clean(ctx: &Context) {
+    assert!(ctx.validation_enabled());
+    let msgs = ctx.validation_messages();
+    assert!(msgs.is_empty(), "validation layers reported: {msgs:#?}");
+}
+
+fn fortunes(n: usize) -> Table {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/fortunes-2k.npy");
+    files::load_npy(&path).expect("bundled data").head(n).unwrap()
+}
+
+/// Deterministic pseudo-random table (xorshift), values in [-1, 1).
+fn random_table(n: usize, d: usize, seed: u64) -> Table {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let data = (0..n * d)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32
+        })
+        .collect();
+    Table::new(data, n, d).unwrap()
+}
+
+fn opts(shape: Shape, tile: u32) -> ScanOptions {
+    ScanOptions {
+        shape,
+        tile_size: tile,
+        ..ScanOptions::default()
+    }
+}
+
+/// Run `starts` in batches of `batch` and return the sequences keyed by start order.
+fn run_batched(
+    dt: &DeviceTable,
+    starts: &[u32],
+    batch: usize,
+    o: &ScanOptions,
+) -> Vec<Vec<u32>> {
+    let mut out = Vec::new();
+    for b in starts.chunks(batch) {
+        let mut job = ScanJob::new(dt, b, o).unwrap();
+        job.run().unwrap();
+        assert!(job.done());
+        out.extend(job.sequences().unwrap());
+    }
+    out
+}
+
+fn check_all(stored: &Table, starts: &[u32], seqs: &[Vec<u32>], full: bool) -> f64 {
+    let mut worst = 0f64;
+    for (s, seq) in starts.iter().zip(seqs) {
+        if full {
+            assert_eq!(seq.len(), stored.n(), "full-length sequence");
+        }
+        let c = check_sequence(stored, *s, seq, EPS)
+            .unwrap_or_else(|v| panic!("start {s}: {v:?}"));
+        worst = worst.max(c.worst_excess);
+    }
+    worst
+}
+
+#[test]
+fn same_bits_across_shapes_tiles_chunks_batches_and_order() {
+    let ctx = ctx();
+    let table = fortunes(203);
+    let n = table.n() as u32;
+    let dt = DeviceTable::upload(&ctx, &table, Precision::Fp32).unwrap();
+    let starts: Vec<u32> = vec![0, 5, 17, 42, 99, 150, 202, 1, 77, 128, 64];
+    let base = run_batched(&dt, &starts, starts.len(), &opts(Shape::Untiled, 0));
+    check_all(&table, &starts, &base, true);
+    let mut configs: Vec<(String, ScanOptions, usize)> = Vec::new();
+    for shape in [Shape::Tiled, Shape::PerTile] {
+        for tile in [0u32, 37, n, n + 1000] {
+            configs.push((format!("{shape:?} tile {tile}"), opts(shape, tile), starts.len()));
+        }
+    }
+    for chunk in [1usize, 7, 0] {
+        for pipelined in [false, true] {
+            let o = ScanOptions {
+                chunk,
+                pipelined,
+                ..opts(Shape::Tiled, 50)
+            };
+            configs.push((format!("chunk {chunk} pipelined {pipelined}"), o, starts.len()));
+        }
+    }
+    for batch in [1usize, 3] {
+        configs.push((format!("batch {batch}"), opts(Shape::PerTile, 64), batch));
+    }
+    configs.push((
+        "workgroup 16".into(),
+        ScanOptions {
+            workgroup_size: Some(16),
+            ..opts(Shape::Untiled, 0)
+        },
+        starts.len(),
+    ));
+    for (name, o, batch) in &configs {
+        let got = run_batched(&dt, &starts, *batch, o);
+        assert_eq!(got, base, "{name}: sequences differ from untiled");
+    }
+    // Shuffled start order: each start's sequence is the same.
+    let mut shuffled = starts.clone();
+    shuffled.reverse();
+    shuffled.swap(0, 4);
+    let got = run_batched(&dt, &shuffled, 4, &opts(Shape::Tiled, 37));
+    for (s, seq) in shuffled.iter().zip(&got) {
+        let i = starts.iter().position(|x| x == s).unwrap();
+        assert_eq!(seq, &base[i], "start {s} after shuffling");
+    }
+    assert_clean(&ctx);
+}
+
+#[test]
+fn tile_size_one_matches_untiled() {
+    // One candidate per tile: N dispatches per step in the per-tile shape.
+    let ctx = ctx();
+    let table = fortunes(64);
+    let dt = DeviceTable::upload(&ctx, &table, Precision::Fp16).unwrap();
+    let starts = [3u32, 0, 63];
+    let base = run_batched(&dt, &starts, 3, &opts(Shape::Untiled, 0));
+    for shape in [Shape::Tiled, Shape::PerTile] {
+        let o = ScanOptions {
+            pipelined: true,
+            chunk: 5,
+            ..opts(shape, 1)
+        };
+        assert_eq!(run_batched(&dt, &starts, 3, &o), base, "{shape:?} tile 1");
+    }
+    assert_clean(&ctx);
+}
+
+#[test]
+fn exactness_oracle_on_real_data_fp32_fp16_centered_and_not() {
+    let ctx = ctx();
+    let raw = fortunes(320);
+    let starts: Vec<u32> = (0..320).step_by(29).collect();
+    let mut report = Vec::new();
+    for center in [false, true] {
+        let table = if center { raw.centered() } else { raw.clone() };
+        for precision in [Precision::Fp32, Precision::Fp16] {
+            let o = ScanOptions {
+                shape: Shape::Tiled,
+                tile_size: 100,
+                ..ScanOptions::default()
+            };
+            let (seqs, _) = run_scan(&ctx, &table, precision, &starts, &o).unwrap();
+            let worst = check_all(&table.as_stored(precision), &starts, &seqs, true);
+            report.push((center, precision, worst));
+        }
+    }
+    eprintln!("worst excess (center, precision, excess): {report:?}");
+    assert_clean(&ctx);
+}
+
+#[test]
+fn exactness_oracle_on_random_data_and_odd_dimension() {
+    let ctx = ctx();
+    for (n, d, seed) in [(150usize, 64usize, 1u64), (97, 7, 2), (40, 1, 3), (33, 383, 4)] {
+        let table = random_table(n, d, seed);
+        let starts: Vec<u32> = (0..n as u32).step_by(9).collect();
+        for precision in [Precision::Fp32, Precision::Fp16] {
+            let (seqs, _) =
+                run_scan(&ctx, &table, precision, &starts, &ScanOptions::default()).unwrap();
+            check_all(&table.as_stored(precision), &starts, &seqs, true);
+        }
+    }
+    assert_clean(&ctx);
+}
+
+#[test]
+fn agreement_between_precisions_is_reported_not_asserted() {
+    let ctx = ctx();
+    let table = fortunes(300);
+    let starts: Vec<u32> = (0..300).step_by(37).collect();
+    let (a, _) = run_scan(&ctx, &table, Precision::Fp32, &starts, &ScanOptions::default()).unwrap();
+    let (b, _) = run_scan(&ctx, &table, Precision::Fp16, &starts, &ScanOptions::default()).unwrap();
+    let prefixes: Vec<usize> = a.iter().zip(&b).map(|(x, y)| common_prefix(x, y)).collect();
+    eprintln!("fp32 vs fp16 common prefixes on fortunes[..300]: {prefixes:?}");
+    // Both start with their start; that much is the definition.
+    assert!(prefixes.iter().all(|&p| p >= 1));
+    assert_clean(&ctx);
+}
+
+#[test]
+fn top_k_and_step_by_step_progress() {
+    let ctx = ctx();
+    let table = fortunes(120);
+    let dt = DeviceTable::upload(&ctx, &table, Precision::Fp32).unwrap();
+    let full = run_batched(&dt, &[7, 8], 2, &ScanOptions::default());
+    let o = ScanOptions {
+        steps: Some(10),
+        chunk: 3,
+        ..ScanOptions::default()
+    };
+    let mut job = ScanJob::new(&dt, &[7, 8], &o).unwrap();
+    assert_eq!(job.total_steps(), 10);
+    let r: StepReport = job.step(4).unwrap();
+    assert_eq!((r.steps, r.submissions), (4, 2));
+    assert_eq!(job.steps_done(), 4);
+    assert!(!job.done());
+    let partial = job.sequences().unwrap();
+    assert_eq!(partial[0], full[0][..5].to_vec());
+    job.step(100).unwrap();
+    assert!(job.done());
+    let seqs = job.sequences().unwrap();
+    assert_eq!(seqs[0], full[0][..11].to_vec());
+    assert_eq!(seqs[1], full[1][..11].to_vec());
+    // top_k beyond N - 1 is clamped.
+    let o = ScanOptions {
+        steps: Some(10_000),
+        ..ScanOptions::default()
+    };
+    let job = ScanJob::new(&dt, &[0], &o).unwrap();
+    assert_eq!(job.total_steps(), 119);
+    assert_clean(&ctx);
+}
+
+#[test]
+fn gpu_time_is_measured_when_timestamps_exist() {
+    let ctx = ctx();
+    let table = fortunes(100);
+    let (_, ns) = run_scan(&ctx, &table, Precision::Fp32, &[0, 1], &ScanOptions::default()).unwrap();
+    if ctx.caps().timestamps {
+        assert!(ns > 0, "timestamps on but no GPU time");
+    }
+    assert_clean(&ctx);
+}
+
+#[test]
+fn edge_cases_n1_n2_zero_rows_duplicates() {
+    let ctx = ctx();
+    // N = 1: the sequence is the start alone.
+    let one = Table::new(vec![0.5, -1.0, 2.0], 1, 3).unwrap();
+    for p in [Precision::Fp32, Precision::Fp16] {
+        let (s, _) = run_scan(&ctx, &one, p, &[0], &ScanOptions::default()).unwrap();
+        assert_eq!(s, vec![vec![0]]);
+    }
+    // N = 2.
+    let two = Table::new(vec![1.0, 0.0, 0.0, 1.0], 2, 2).unwrap();
+    let (s, _) = run_scan(&ctx, &two, Precision::Fp32, &[1, 0], &ScanOptions::default()).unwrap();
+    assert_eq!(s, vec![vec![1, 0], vec![0, 1]]);
+    // Duplicates and |c| = 0, worked by hand from SPEC §Sequence: from 0, c = (1,0):
+    // d(1) = d(2) = 1, d(3) = 2 → 3; then c = (0,0): every d = 1 → lowest index 1; then 2.
+    let dup = Table::new(vec![1.0, 0.0, 0.0, 1.0, 0.0, 1.0, -1.0, 0.0], 4, 2).unwrap();
+    for shape in [Shape::Untiled, Shape::Tiled, Shape::PerTile] {
+        let (s, _) = run_scan(&ctx, &dup, Precision::Fp32, &[0], &opts(shape, 1)).unwrap();
+        assert_eq!(s[0], vec![0, 3, 1, 2], "{shape:?}");
+    }
+    // Zero rows have d = 1: from 0, c = (1,0): d(zero) = 1, d(2) = 1 - cos = 1 → tie, lowest (1);
+    // d(3) = 1 - (-0.6)... worked: rows 0 (1,0), 1 (0,0), 2 (0,1), 3 (-0.8,0.6).
+    let zero = Table::new(vec![1.0, 0.0, 0.0, 0.0, 0.0, 1.0, -0.8, 0.6], 4, 2).unwrap();
+    let (s, _) = run_scan(&ctx, &zero, Precision::Fp32, &[0, 1], &ScanOptions::default()).unwrap();
+    // From 0: d(3) = 1.8 → 3; c = (0.2, 0.6): d(1) = 1, d(2) = 1 - 0.6/0.632 = 0.051 → 1; then 2.
+    assert_eq!(s[0], vec![0, 3, 1, 2]);
+    // From the zero row: c = 0, all d = 1 → 0; then c = (1,0) → 3 (d 1.8); then c = (0.2,0.6):
+    // only 2 left.
+    assert_eq!(s[1], vec![1, 0, 3, 2]);
+    for (st, seq) in [0u32, 1].iter().zip(&s) {
+        assert_eq!(seq, &reference_sequence(&zero, *st, 3));
+    }
+    assert_clean(&ctx);
+}
+
+#[test]
+fn bad_starts_are_refused_with_clear_errors() {
+    let ctx = ctx();
+    let table = fortunes(10);
+    let dt = DeviceTable::upload(&ctx, &table, Precision::Fp32).unwrap();
+    let o = ScanOptions::default();
+    let msg = |r: Result<ScanJob, Error>| match r {
+        Err(e @ Error::Invalid(_)) => e.to_string(),
+        Err(e) => panic!("wrong error kind: {e}"),
+        Ok(_) => panic!("accepted a bad input"),
+    };
+    let m = msg(ScanJob::new(&dt, &[3, 10], &o));
+    assert!(m.contains("start 10") && m.contains("out of range") && m.contains("10 rows"), "{m}");
+    let m = msg(ScanJob::new(&dt, &[4, 2, 4], &o));
+    assert!(m.contains("start 4 is repeated"), "{m}");
+    let m = msg(ScanJob::new(&dt, &[], &o));
+    assert!(m.contains("no starts"), "{m}");
+    let m = msg(ScanJob::new(
+        &dt,
+        &[0],
+        &ScanOptions {
+            workgroup_size: Some(48),
+            ..o.clone()
+        },
+    ));
+    assert!(m.contains("power of two"), "{m}");
+    assert_clean(&ctx);
+}
+
+#[test]
+fn bad_tables_are_refused_with_clear_errors() {
+    let e = Table::new(vec![], 0, 4).unwrap_err();
+    assert!(matches!(e, Error::Invalid(_)) && e.to_string().contains("N = 0"), "{e}");
+    let e = Table::new(vec![], 3, 0).unwrap_err();
+    assert!(e.to_string().contains("D = 0"), "{e}");
+    let e = Table::new(vec![1.0, 2.0, f32::NAN, 4.0], 2, 2).unwrap_err();
+    assert!(e.to_string().contains("row 1"), "{e}");
+    let e = Table::new(vec![1.0, f32::INFINITY], 1, 2).unwrap_err();
+    assert!(e.to_string().contains("row 0") && e.to_string().contains("inf"), "{e}");
+    let e = Table::new(vec![1.0; 5], 2, 3).unwrap_err();
+    assert!(e.to_string().contains("expected N × D"), "{e}");
+    // A value beyond the fp16 range cannot be stored as fp16.
+    let ctx = ctx();
+    let big = Table::new(vec![1.0, 7.0e4, 0.0, 1.0], 2, 2).unwrap();
+    let e = DeviceTable::upload(&ctx, &big, Precision::Fp16).err().unwrap();
+    assert!(e.to_string().contains("row 0") && e.to_string().contains("fp16 range"), "{e}");
+    assert_clean(&ctx);
+}
+
+#[test]
+fn device_limits_are_named_in_errors() {
+    let ctx = ctx();
+    let caps = ctx.caps().clone();
+    // A table larger than one storage buffer may hold.
+    let d = 1024usize;
+    let n = (caps.max_buffer_range as usize / (d * 4)) + 1;
+    if (n * d * 4) < (1usize << 31) {
+        let t = Table::new(vec![0.0; n * d], n, d).unwrap();
+        let e = DeviceTable::upload(&ctx, &t, Precision::Fp32).err().unwrap();
+        assert!(matches!(e, Error::Limit(_)), "{e}");
+        assert!(e.to_string().contains("maxStorageBufferRange"), "{e}");
+    }
+    // A sequence output larger than one storage buffer: name the buffer and the remedy.
+    let n = ((caps.max_buffer_range as f64 / 4.0).sqrt() as usize) + 2;
+    if n * n * 4 < (1usize << 31) {
+        let t = Table::new(vec![1.0; n], n, 1).unwrap();
+        let dt = DeviceTable::upload(&ctx, &t, Precision::Fp32).unwrap();
+        let starts: Vec<u32> = (0..n as u32).collect();
+        let e = ScanJob::new(&dt, &starts, &ScanOptions::default()).err().unwrap();
+        assert!(matches!(e, Error::Limit(_)), "{e}");
+        let m = e.to_string();
+        assert!(m.contains("sequence output") && m.contains("smaller batch"), "{m}");
+    }
+    // Shared memory: the centroid of a very wide table does not fit one workgroup.
+    let d = caps.shared_memory_bytes as usize / 4 + 1;
+    let t = Table::new(vec![0.5; 2 * d], 2, d).unwrap();
+    let dt = DeviceTable::upload(&ctx, &t, Precision::Fp32).unwrap();
+    let e = ScanJob::new(&dt, &[0], &ScanOptions::default()).err().unwrap();
+    assert!(e.to_string().contains("maxComputeSharedMemorySize"), "{e}");
+    assert_clean(&ctx);
+}
+
+#[test]
+fn device_choice_and_describe() {
+    let devices = Context::list_devices().unwrap();
+    assert!(!devices.is_empty());
+    let e = Context::new(&ContextOptions {
+        device: Some("no-such-device-xyz".into()),
+        validation: false,
+    })
+    .err()
+    .unwrap();
+    let m = e.to_string();
+    assert!(m.contains("no-such-device-xyz") && m.contains(&devices[0].name), "{m}");
+    let by_index = Context::new(&ContextOptions {
+        device: Some("0".into()),
+        validation: false,
+    })
+    .unwrap();
+    assert_eq!(by_index.caps().name, devices[0].name);
+    let d = by_index.describe();
+    for word in ["device:", "fp16 storage:", "subgroup:", "shared memory:", "L2:", "timestamps:"] {
+        assert!(d.contains(word), "describe lacks {word}: {d}");
+    }
+    assert!(by_index.caps().l2_bytes > 0);
+    assert!(!by_index.validation_enabled());
+}
