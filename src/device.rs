@@ -279,7 +279,9 @@ fn create_instance(entry: &ash::Entry, validation: bool) -> Result<ash::Instance
 }
 
 /// Usable devices (Vulkan ≥ 1.2 with a compute queue), best first.
-fn ranked_devices(instance: &ash::Instance) -> Result<Vec<(vk::PhysicalDevice, String, vk::PhysicalDeviceType)>> {
+fn ranked_devices(
+    instance: &ash::Instance,
+) -> Result<Vec<(vk::PhysicalDevice, String, vk::PhysicalDeviceType)>> {
     let mut devs = Vec::new();
     for pd in unsafe { instance.enumerate_physical_devices() }.vk("vkEnumeratePhysicalDevices")? {
         let p = unsafe { instance.get_physical_device_properties(pd) };
@@ -291,7 +293,10 @@ fn ranked_devices(instance: &ash::Instance) -> Result<Vec<(vk::PhysicalDevice, S
             continue;
         }
         let qf = unsafe { instance.get_physical_device_queue_family_properties(pd) };
-        if !qf.iter().any(|q| q.queue_flags.contains(vk::QueueFlags::COMPUTE)) {
+        if !qf
+            .iter()
+            .any(|q| q.queue_flags.contains(vk::QueueFlags::COMPUTE))
+        {
             continue;
         }
         devs.push((pd, name, p.device_type));
@@ -321,7 +326,9 @@ impl Context {
     /// Open a device (see [`ContextOptions`]).
     pub fn new(opts: &ContextOptions) -> Result<Context> {
         let validation = opts.validation
-            || std::env::var(ENV_VALIDATION).map(|v| v == "1").unwrap_or(false);
+            || std::env::var(ENV_VALIDATION)
+                .map(|v| v == "1")
+                .unwrap_or(false);
         let entry = load_entry()?;
         let instance = create_instance(&entry, validation)?;
         // From here on, `guard` destroys the instance if anything fails.
@@ -595,7 +602,11 @@ impl Context {
         let mut s = String::new();
         let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
         let _ = writeln!(s, "device:          {} ({})", c.name, c.device_type);
-        let _ = writeln!(s, "driver:          {} (Vulkan {})", c.driver, c.api_version);
+        let _ = writeln!(
+            s,
+            "driver:          {} (Vulkan {})",
+            c.driver, c.api_version
+        );
         let _ = writeln!(s, "fp16 storage:    {}", c.fp16_storage);
         let _ = writeln!(
             s,
@@ -615,7 +626,12 @@ impl Context {
             c.timestamps, c.timestamp_period_ns
         );
         let _ = writeln!(s, "memory budget:   {:.0} MiB", mib(c.memory_budget_bytes));
-        let _ = write!(s, "L2:              {:.2} MiB ({})", mib(c.l2_bytes), c.l2_source);
+        let _ = write!(
+            s,
+            "L2:              {:.2} MiB ({})",
+            mib(c.l2_bytes),
+            c.l2_source
+        );
         s
     }
 
@@ -707,9 +723,7 @@ impl Context {
         let info = [vk::ComputePipelineCreateInfo::default()
             .stage(stage)
             .layout(layout)];
-        let made = unsafe {
-            dev.create_compute_pipelines(vk::PipelineCache::null(), &info, None)
-        };
+        let made = unsafe { dev.create_compute_pipelines(vk::PipelineCache::null(), &info, None) };
         unsafe { dev.destroy_shader_module(module, None) };
         let pipeline = match made {
             Ok(p) => p[0],
@@ -762,12 +776,20 @@ impl Drop for Inner {
                 self.device
                     .destroy_descriptor_set_layout(self.set_layout, None);
             }
-            let pool = *self.command_pool.get_mut().unwrap_or_else(|e| e.into_inner());
+            let pool = *self
+                .command_pool
+                .get_mut()
+                .unwrap_or_else(|e| e.into_inner());
             if pool != vk::CommandPool::null() {
                 self.device.destroy_command_pool(pool, None);
             }
             // Allocations are all freed (their owners hold this Arc); the allocator goes before the device.
-            drop(self.allocator.get_mut().unwrap_or_else(|e| e.into_inner()).take());
+            drop(
+                self.allocator
+                    .get_mut()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take(),
+            );
             self.device.destroy_device(None);
             if let Some(d) = self.debug.take() {
                 d.utils.destroy_debug_utils_messenger(d.messenger, None);
@@ -916,7 +938,11 @@ impl Context {
     }
 
     pub(crate) fn alloc_command_buffer(&self) -> Result<vk::CommandBuffer> {
-        let pool = self.inner.command_pool.lock().unwrap_or_else(|e| e.into_inner());
+        let pool = self
+            .inner
+            .command_pool
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let v = unsafe {
             self.device().allocate_command_buffers(
                 &vk::CommandBufferAllocateInfo::default()
@@ -930,7 +956,11 @@ impl Context {
     }
 
     pub(crate) fn free_command_buffer(&self, cb: vk::CommandBuffer) {
-        let pool = self.inner.command_pool.lock().unwrap_or_else(|e| e.into_inner());
+        let pool = self
+            .inner
+            .command_pool
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         unsafe { self.device().free_command_buffers(*pool, &[cb]) };
     }
 

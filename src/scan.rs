@@ -200,7 +200,10 @@ impl DeviceTable {
             Precision::Fp32 => ctx.upload("table", bytemuck::cast_slice(table.data()))?,
             Precision::Fp16 => ctx.upload("table", bytemuck::cast_slice(&table.to_f16_bits()))?,
         };
-        let inv_norm = ctx.upload("inverse norms", bytemuck::cast_slice(&stored.inverse_norms()))?;
+        let inv_norm = ctx.upload(
+            "inverse norms",
+            bytemuck::cast_slice(&stored.inverse_norms()),
+        )?;
         Ok(DeviceTable {
             inner: Arc::new(TableInner {
                 ctx: ctx.clone(),
@@ -370,8 +373,8 @@ impl ScanJob {
                 )));
             }
         }
-        let need: u64 = sizes.iter().map(|s| s.1).sum::<u64>()
-            + (n * d * table.precision().bytes()) as u64;
+        let need: u64 =
+            sizes.iter().map(|s| s.1).sum::<u64>() + (n * d * table.precision().bytes()) as u64;
         if need > caps.memory_budget_bytes {
             return Err(Error::Limit(format!(
                 "the job needs {need} bytes of device memory; {} has a budget of {}",
@@ -389,12 +392,18 @@ impl ScanJob {
             })
         };
         let scan = make(&spirv::SCAN, checked_push::<ScanPush>(&spirv::SCAN)?)?;
-        let tile = make(&spirv::SCAN_TILE, checked_push::<TilePush>(&spirv::SCAN_TILE)?)?;
+        let tile = make(
+            &spirv::SCAN_TILE,
+            checked_push::<TilePush>(&spirv::SCAN_TILE)?,
+        )?;
         let commit = make(
             &spirv::SCAN_COMMIT,
             checked_push::<CommitPush>(&spirv::SCAN_COMMIT)?,
         )?;
-        let init = make(&spirv::SCAN_INIT, checked_push::<InitPush>(&spirv::SCAN_INIT)?)?;
+        let init = make(
+            &spirv::SCAN_INIT,
+            checked_push::<InitPush>(&spirv::SCAN_INIT)?,
+        )?;
 
         let starts_buf = ctx.upload("starts", bytemuck::cast_slice(starts))?;
         let state = Buffer::storage(&ctx, "running sums", sizes[1].1)?;

@@ -103,8 +103,18 @@ mod tests {
             (SCAN_INIT, std::mem::size_of::<InitPush>()),
         ];
         for (shader, size) in cases {
-            assert_eq!(push_constant_size(shader.fp32), Some(size as u32), "{}", shader.name);
-            assert_eq!(push_constant_size(shader.fp16), Some(size as u32), "{}", shader.name);
+            assert_eq!(
+                push_constant_size(shader.fp32),
+                Some(size as u32),
+                "{}",
+                shader.name
+            );
+            assert_eq!(
+                push_constant_size(shader.fp16),
+                Some(size as u32),
+                "{}",
+                shader.name
+            );
         }
         // The user's block: five u32 fields, tile_size the fifth.
         assert_eq!(std::mem::size_of::<ScanPush>(), 20);

@@ -29,7 +29,10 @@ fn assert_clean(ctx: &Context) {
 
 fn fortunes(n: usize) -> Table {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/fortunes-2k.npy");
-    files::load_npy(&path).expect("bundled data").head(n).unwrap()
+    files::load_npy(&path)
+        .expect("bundled data")
+        .head(n)
+        .unwrap()
 }
 
 /// Deterministic pseudo-random table (xorshift), values in [-1, 1).
@@ -55,12 +58,7 @@ fn opts(shape: Shape, tile: u32) -> ScanOptions {
 }
 
 /// Run `starts` in batches of `batch` and return the sequences keyed by start order.
-fn run_batched(
-    dt: &DeviceTable,
-    starts: &[u32],
-    batch: usize,
-    o: &ScanOptions,
-) -> Vec<Vec<u32>> {
+fn run_batched(dt: &DeviceTable, starts: &[u32], batch: usize, o: &ScanOptions) -> Vec<Vec<u32>> {
     let mut out = Vec::new();
     for b in starts.chunks(batch) {
         let mut job = ScanJob::new(dt, b, o).unwrap();
@@ -77,8 +75,7 @@ fn check_all(stored: &Table, starts: &[u32], seqs: &[Vec<u32>], full: bool) -> f
         if full {
             assert_eq!(seq.len(), stored.n(), "full-length sequence");
         }
-        let c = check_sequence(stored, *s, seq, EPS)
-            .unwrap_or_else(|v| panic!("start {s}: {v:?}"));
+        let c = check_sequence(stored, *s, seq, EPS).unwrap_or_else(|v| panic!("start {s}: {v:?}"));
         worst = worst.max(c.worst_excess);
     }
     worst
@@ -96,7 +93,11 @@ fn same_bits_across_shapes_tiles_chunks_batches_and_order() {
     let mut configs: Vec<(String, ScanOptions, usize)> = Vec::new();
     for shape in [Shape::Tiled, Shape::PerTile] {
         for tile in [0u32, 37, n, n + 1000] {
-            configs.push((format!("{shape:?} tile {tile}"), opts(shape, tile), starts.len()));
+            configs.push((
+                format!("{shape:?} tile {tile}"),
+                opts(shape, tile),
+                starts.len(),
+            ));
         }
     }
     for chunk in [1usize, 7, 0] {
@@ -106,7 +107,11 @@ fn same_bits_across_shapes_tiles_chunks_batches_and_order() {
                 pipelined,
                 ..opts(Shape::Tiled, 50)
             };
-            configs.push((format!("chunk {chunk} pipelined {pipelined}"), o, starts.len()));
+            configs.push((
+                format!("chunk {chunk} pipelined {pipelined}"),
+                o,
+                starts.len(),
+            ));
         }
     }
     for batch in [1usize, 3] {
@@ -181,7 +186,12 @@ fn exactness_oracle_on_real_data_fp32_fp16_centered_and_not() {
 #[test]
 fn exactness_oracle_on_random_data_and_odd_dimension() {
     let ctx = ctx();
-    for (n, d, seed) in [(150usize, 64usize, 1u64), (97, 7, 2), (40, 1, 3), (33, 383, 4)] {
+    for (n, d, seed) in [
+        (150usize, 64usize, 1u64),
+        (97, 7, 2),
+        (40, 1, 3),
+        (33, 383, 4),
+    ] {
         let table = random_table(n, d, seed);
         let starts: Vec<u32> = (0..n as u32).step_by(9).collect();
         for precision in [Precision::Fp32, Precision::Fp16] {
@@ -198,8 +208,22 @@ fn agreement_between_precisions_is_reported_not_asserted() {
     let ctx = ctx();
     let table = fortunes(300);
     let starts: Vec<u32> = (0..300).step_by(37).collect();
-    let (a, _) = run_scan(&ctx, &table, Precision::Fp32, &starts, &ScanOptions::default()).unwrap();
-    let (b, _) = run_scan(&ctx, &table, Precision::Fp16, &starts, &ScanOptions::default()).unwrap();
+    let (a, _) = run_scan(
+        &ctx,
+        &table,
+        Precision::Fp32,
+        &starts,
+        &ScanOptions::default(),
+    )
+    .unwrap();
+    let (b, _) = run_scan(
+        &ctx,
+        &table,
+        Precision::Fp16,
+        &starts,
+        &ScanOptions::default(),
+    )
+    .unwrap();
     let prefixes: Vec<usize> = a.iter().zip(&b).map(|(x, y)| common_prefix(x, y)).collect();
     eprintln!("fp32 vs fp16 common prefixes on fortunes[..300]: {prefixes:?}");
     // Both start with their start; that much is the definition.
@@ -245,7 +269,14 @@ fn top_k_and_step_by_step_progress() {
 fn gpu_time_is_measured_when_timestamps_exist() {
     let ctx = ctx();
     let table = fortunes(100);
-    let (_, ns) = run_scan(&ctx, &table, Precision::Fp32, &[0, 1], &ScanOptions::default()).unwrap();
+    let (_, ns) = run_scan(
+        &ctx,
+        &table,
+        Precision::Fp32,
+        &[0, 1],
+        &ScanOptions::default(),
+    )
+    .unwrap();
     if ctx.caps().timestamps {
         assert!(ns > 0, "timestamps on but no GPU time");
     }
@@ -263,7 +294,14 @@ fn edge_cases_n1_n2_zero_rows_duplicates() {
     }
     // N = 2.
     let two = Table::new(vec![1.0, 0.0, 0.0, 1.0], 2, 2).unwrap();
-    let (s, _) = run_scan(&ctx, &two, Precision::Fp32, &[1, 0], &ScanOptions::default()).unwrap();
+    let (s, _) = run_scan(
+        &ctx,
+        &two,
+        Precision::Fp32,
+        &[1, 0],
+        &ScanOptions::default(),
+    )
+    .unwrap();
     assert_eq!(s, vec![vec![1, 0], vec![0, 1]]);
     // Duplicates and |c| = 0, worked by hand from SPEC §Sequence: from 0, c = (1,0):
     // d(1) = d(2) = 1, d(3) = 2 → 3; then c = (0,0): every d = 1 → lowest index 1; then 2.
@@ -275,7 +313,14 @@ fn edge_cases_n1_n2_zero_rows_duplicates() {
     // Zero rows have d = 1: from 0, c = (1,0): d(zero) = 1, d(2) = 1 - cos = 1 → tie, lowest (1);
     // d(3) = 1 - (-0.6)... worked: rows 0 (1,0), 1 (0,0), 2 (0,1), 3 (-0.8,0.6).
     let zero = Table::new(vec![1.0, 0.0, 0.0, 0.0, 0.0, 1.0, -0.8, 0.6], 4, 2).unwrap();
-    let (s, _) = run_scan(&ctx, &zero, Precision::Fp32, &[0, 1], &ScanOptions::default()).unwrap();
+    let (s, _) = run_scan(
+        &ctx,
+        &zero,
+        Precision::Fp32,
+        &[0, 1],
+        &ScanOptions::default(),
+    )
+    .unwrap();
     // From 0: d(3) = 1.8 → 3; c = (0.2, 0.6): d(1) = 1, d(2) = 1 - 0.6/0.632 = 0.051 → 1; then 2.
     assert_eq!(s[0], vec![0, 3, 1, 2]);
     // From the zero row: c = 0, all d = 1 → 0; then c = (1,0) → 3 (d 1.8); then c = (0.2,0.6):
@@ -299,7 +344,10 @@ fn bad_starts_are_refused_with_clear_errors() {
         Ok(_) => panic!("accepted a bad input"),
     };
     let m = msg(ScanJob::new(&dt, &[3, 10], &o));
-    assert!(m.contains("start 10") && m.contains("out of range") && m.contains("10 rows"), "{m}");
+    assert!(
+        m.contains("start 10") && m.contains("out of range") && m.contains("10 rows"),
+        "{m}"
+    );
     let m = msg(ScanJob::new(&dt, &[4, 2, 4], &o));
     assert!(m.contains("start 4 is repeated"), "{m}");
     let m = msg(ScanJob::new(&dt, &[], &o));
@@ -319,20 +367,31 @@ fn bad_starts_are_refused_with_clear_errors() {
 #[test]
 fn bad_tables_are_refused_with_clear_errors() {
     let e = Table::new(vec![], 0, 4).unwrap_err();
-    assert!(matches!(e, Error::Invalid(_)) && e.to_string().contains("N = 0"), "{e}");
+    assert!(
+        matches!(e, Error::Invalid(_)) && e.to_string().contains("N = 0"),
+        "{e}"
+    );
     let e = Table::new(vec![], 3, 0).unwrap_err();
     assert!(e.to_string().contains("D = 0"), "{e}");
     let e = Table::new(vec![1.0, 2.0, f32::NAN, 4.0], 2, 2).unwrap_err();
     assert!(e.to_string().contains("row 1"), "{e}");
     let e = Table::new(vec![1.0, f32::INFINITY], 1, 2).unwrap_err();
-    assert!(e.to_string().contains("row 0") && e.to_string().contains("inf"), "{e}");
+    assert!(
+        e.to_string().contains("row 0") && e.to_string().contains("inf"),
+        "{e}"
+    );
     let e = Table::new(vec![1.0; 5], 2, 3).unwrap_err();
     assert!(e.to_string().contains("expected N × D"), "{e}");
     // A value beyond the fp16 range cannot be stored as fp16.
     let ctx = ctx();
     let big = Table::new(vec![1.0, 7.0e4, 0.0, 1.0], 2, 2).unwrap();
-    let e = DeviceTable::upload(&ctx, &big, Precision::Fp16).err().unwrap();
-    assert!(e.to_string().contains("row 0") && e.to_string().contains("fp16 range"), "{e}");
+    let e = DeviceTable::upload(&ctx, &big, Precision::Fp16)
+        .err()
+        .unwrap();
+    assert!(
+        e.to_string().contains("row 0") && e.to_string().contains("fp16 range"),
+        "{e}"
+    );
     assert_clean(&ctx);
 }
 
@@ -345,7 +404,9 @@ fn device_limits_are_named_in_errors() {
     let n = (caps.max_buffer_range as usize / (d * 4)) + 1;
     if (n * d * 4) < (1usize << 31) {
         let t = Table::new(vec![0.0; n * d], n, d).unwrap();
-        let e = DeviceTable::upload(&ctx, &t, Precision::Fp32).err().unwrap();
+        let e = DeviceTable::upload(&ctx, &t, Precision::Fp32)
+            .err()
+            .unwrap();
         assert!(matches!(e, Error::Limit(_)), "{e}");
         assert!(e.to_string().contains("maxStorageBufferRange"), "{e}");
     }
@@ -355,16 +416,23 @@ fn device_limits_are_named_in_errors() {
         let t = Table::new(vec![1.0; n], n, 1).unwrap();
         let dt = DeviceTable::upload(&ctx, &t, Precision::Fp32).unwrap();
         let starts: Vec<u32> = (0..n as u32).collect();
-        let e = ScanJob::new(&dt, &starts, &ScanOptions::default()).err().unwrap();
+        let e = ScanJob::new(&dt, &starts, &ScanOptions::default())
+            .err()
+            .unwrap();
         assert!(matches!(e, Error::Limit(_)), "{e}");
         let m = e.to_string();
-        assert!(m.contains("sequence output") && m.contains("smaller batch"), "{m}");
+        assert!(
+            m.contains("sequence output") && m.contains("smaller batch"),
+            "{m}"
+        );
     }
     // Shared memory: the centroid of a very wide table does not fit one workgroup.
     let d = caps.shared_memory_bytes as usize / 4 + 1;
     let t = Table::new(vec![0.5; 2 * d], 2, d).unwrap();
     let dt = DeviceTable::upload(&ctx, &t, Precision::Fp32).unwrap();
-    let e = ScanJob::new(&dt, &[0], &ScanOptions::default()).err().unwrap();
+    let e = ScanJob::new(&dt, &[0], &ScanOptions::default())
+        .err()
+        .unwrap();
     assert!(e.to_string().contains("maxComputeSharedMemorySize"), "{e}");
     assert_clean(&ctx);
 }
@@ -380,7 +448,10 @@ fn device_choice_and_describe() {
     .err()
     .unwrap();
     let m = e.to_string();
-    assert!(m.contains("no-such-device-xyz") && m.contains(&devices[0].name), "{m}");
+    assert!(
+        m.contains("no-such-device-xyz") && m.contains(&devices[0].name),
+        "{m}"
+    );
     let by_index = Context::new(&ContextOptions {
         device: Some("0".into()),
         validation: false,
@@ -388,7 +459,14 @@ fn device_choice_and_describe() {
     .unwrap();
     assert_eq!(by_index.caps().name, devices[0].name);
     let d = by_index.describe();
-    for word in ["device:", "fp16 storage:", "subgroup:", "shared memory:", "L2:", "timestamps:"] {
+    for word in [
+        "device:",
+        "fp16 storage:",
+        "subgroup:",
+        "shared memory:",
+        "L2:",
+        "timestamps:",
+    ] {
         assert!(d.contains(word), "describe lacks {word}: {d}");
     }
     assert!(by_index.caps().l2_bytes > 0);
