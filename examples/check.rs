@@ -18,15 +18,26 @@ fn main() {
 
 fn run() -> Result<(), String> {
     let mut args = std::env::args().skip(1);
-    let (mut table, mut dim, mut center, mut precision, mut seqs, mut eps, mut limit) =
-        (None, None, false, Precision::Fp32, None, 1e-5f64, usize::MAX);
+    let (mut table, mut dim, mut center, mut precision, mut seqs, mut eps, mut limit) = (
+        None,
+        None,
+        false,
+        Precision::Fp32,
+        None,
+        1e-5f64,
+        usize::MAX,
+    );
     while let Some(a) = args.next() {
         let mut val = || args.next().ok_or(format!("{a} needs a value"));
         match a.as_str() {
             "--table" => table = Some(val()?),
             "--dim" => dim = Some(val()?.parse().map_err(|_| "--dim: not a number")?),
             "--center" => center = true,
-            "--precision" => precision = val()?.parse().map_err(|e: diversity::Error| e.to_string())?,
+            "--precision" => {
+                precision = val()?
+                    .parse()
+                    .map_err(|e: diversity::Error| e.to_string())?
+            }
             "--seqs" => seqs = Some(val()?),
             "--eps" => eps = val()?.parse().map_err(|_| "--eps: not a number")?,
             "--limit" => limit = val()?.parse().map_err(|_| "--limit: not a number")?,
@@ -41,7 +52,8 @@ fn run() -> Result<(), String> {
     let stored = t.as_stored(precision);
     let path = seqs.ok_or("--seqs is required")?;
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
-    let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
     let map = json["sequences"].as_object().ok_or("no sequences object")?;
     let items: Vec<(u32, Vec<u32>)> = map
         .iter()
@@ -50,7 +62,11 @@ fn run() -> Result<(), String> {
             let s = k.parse().unwrap_or(u32::MAX);
             let seq = v
                 .as_array()
-                .map(|a| a.iter().map(|x| x.as_u64().unwrap_or(u64::MAX) as u32).collect())
+                .map(|a| {
+                    a.iter()
+                        .map(|x| x.as_u64().unwrap_or(u64::MAX) as u32)
+                        .collect()
+                })
                 .unwrap_or_default();
             (s, seq)
         })
@@ -68,7 +84,10 @@ fn run() -> Result<(), String> {
                 })
             })
             .collect();
-        handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
     });
     let (mut worst, mut ties, mut steps) = (0f64, 0usize, 0usize);
     for (s, r) in &results {

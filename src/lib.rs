@@ -8,9 +8,12 @@
 //! oracle; [`files`] loads tables from disk.
 #![warn(missing_docs)]
 
+pub mod cache;
 pub mod device;
 pub mod error;
 pub mod files;
+#[cfg(feature = "lua")]
+mod lua;
 pub mod reference;
 pub mod scan;
 mod spirv;

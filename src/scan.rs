@@ -17,7 +17,24 @@ use crate::error::{Error, Result, VkContext};
 use crate::spirv::{self, Shader};
 use crate::table::{Precision, Table};
 use ash::vk;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+
+/// Environment variable for fault-injection tests: after this many completed submissions in the
+/// process, the next one reports `VK_ERROR_DEVICE_LOST` (its work is discarded), as a driver reset
+/// would. Lets the checkpoint/resume path be tested on any device.
+pub const ENV_FAIL_AFTER_CHUNKS: &str = "DIVERSITY_FAIL_AFTER_CHUNKS";
+
+static CHUNKS_DONE: AtomicUsize = AtomicUsize::new(0);
+
+fn injected_loss() -> Option<usize> {
+    let n: usize = std::env::var(ENV_FAIL_AFTER_CHUNKS)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    (CHUNKS_DONE.fetch_add(1, Ordering::SeqCst) >= n).then_some(n)
+}
 
 /// How a scan step walks the candidates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -270,6 +287,8 @@ pub struct ScanJob {
     commit: Arc<Pipeline>,
     frames: Vec<Frame>,
     next_frame: usize,
+    /// A submission failed with device loss: nothing more may run.
+    lost: bool,
     query_pool: vk::QueryPool,
     descriptor_pool: vk::DescriptorPool,
     set: vk::DescriptorSet,
@@ -441,6 +460,7 @@ impl ScanJob {
             commit,
             frames: Vec::new(),
             next_frame: 0,
+            lost: false,
             query_pool: vk::QueryPool::null(),
             descriptor_pool,
             set: vk::DescriptorSet::null(),
@@ -566,6 +586,20 @@ impl ScanJob {
         v
     }
 
+    /// Change the candidate walk for the following steps. Results do not depend on it (SPEC
+    /// §Exactness 1); the `vk_compute` shim passes a tile size with every chunk.
+    pub fn set_tiling(&mut self, shape: Shape, tile_size: u32) {
+        self.opts.shape = shape;
+        self.opts.tile_size = tile_size;
+        self.tiles = self.tile_ranges();
+    }
+
+    /// Change the steps per submission for the following `step` calls (0 = all at once); the
+    /// driver re-sizes chunks as steps get cheaper.
+    pub fn set_chunk(&mut self, chunk: usize) {
+        self.opts.chunk = chunk;
+    }
+
     /// Steps each sequence will have when done (top_k, or N − 1).
     pub fn total_steps(&self) -> usize {
         self.seq_len - 1
@@ -647,6 +681,12 @@ impl ScanJob {
     }
 
     fn record_and_submit(&mut self, f: usize, steps: usize) -> Result<()> {
+        if self.lost {
+            return Err(Error::DeviceLost(format!(
+                "an earlier submission of this batch of {}; the batch must be restarted",
+                self.starts.len()
+            )));
+        }
         let ctx = self.table.context().clone();
         let dev = ctx.device();
         let cb = self.frames[f].cb;
@@ -775,6 +815,12 @@ impl ScanJob {
         );
         ctx.wait(self.frames[f].fence, &what)?;
         unsafe { dev.reset_fences(&[self.frames[f].fence]) }.vk("vkResetFences")?;
+        if let Some(n) = injected_loss() {
+            self.lost = true;
+            return Err(Error::DeviceLost(format!(
+                "{what} (injected by {ENV_FAIL_AFTER_CHUNKS}={n})"
+            )));
+        }
         self.completed += steps;
         let mut ns = 0;
         if self.query_pool != vk::QueryPool::null() {

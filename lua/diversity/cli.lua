@@ -1,0 +1,72 @@
+--- Command line for the diversity-cache job (SPEC §Driver):
+--
+--   luajit lua/diversity/cli.lua --embeddings FILE --out diversity_cache.json [--center]
+--       [--precision fp16|fp32] [--top-k K] [--batch B] [--starts all|a,b,c] [--binary FILE.bin]
+--       [--dim D] [--device NAME] [--validation] [--resume] [--target-s S] [--safety F]
+--       [--model NAME] [--quiet]
+--
+-- Run from the repository root with
+--   LUA_CPATH='target/lua/?.so;;' LUA_PATH='lua/?.lua;lua/?/init.lua;;'
+-- (or install the module and the lua/ folder where LuaJIT looks).
+local driver = require "diversity.driver"
+
+local USAGE = [=[usage: cli.lua --embeddings FILE --out diversity_cache.json [--center]
+    [--precision fp16|fp32] [--top-k K] [--batch B] [--starts all|a,b,c] [--binary FILE.bin]
+    [--dim D] [--device NAME] [--validation] [--resume] [--target-s S] [--safety F]
+    [--model NAME] [--quiet]]=]
+
+local function parse(argv)
+  local o, i = {}, 1
+  local function value(flag)
+    i = i + 1
+    local v = argv[i]
+    if v == nil then error("diversity: " .. flag .. " needs a value\n" .. USAGE, 0) end
+    return v
+  end
+  local function number(flag)
+    local v = value(flag)
+    local x = tonumber(v)
+    if not x then error("diversity: " .. flag .. " " .. v .. ": not a number", 0) end
+    return x
+  end
+  while i <= #argv do
+    local a = argv[i]
+    if a == "--embeddings" then o.embeddings = value(a)
+    elseif a == "--out" then o.out = value(a)
+    elseif a == "--binary" then o.binary = value(a)
+    elseif a == "--center" then o.center = true
+    elseif a == "--precision" then
+      o.precision = value(a)
+      if o.precision ~= "fp16" and o.precision ~= "fp32" then
+        error("diversity: --precision " .. o.precision .. ": expected fp16 or fp32", 0)
+      end
+    elseif a == "--top-k" then o.top_k = number(a)
+    elseif a == "--batch" then o.batch = number(a)
+    elseif a == "--starts" then o.starts = value(a)
+    elseif a == "--dim" then o.dim = number(a)
+    elseif a == "--device" then o.device = value(a)
+    elseif a == "--validation" then o.validation = true
+    elseif a == "--resume" then o.resume = true
+    elseif a == "--target-s" then o.target_s = number(a)
+    elseif a == "--safety" then o.safety = number(a)
+    elseif a == "--model" then o.model = value(a)
+    elseif a == "--quiet" then o.quiet = true
+    elseif a == "-h" or a == "--help" then io.stdout:write(USAGE, "\n"); os.exit(0)
+    else error("diversity: unknown argument " .. a .. "\n" .. USAGE, 0) end
+    i = i + 1
+  end
+  return o
+end
+
+local ok, err = pcall(function()
+  local opts = parse(arg)
+  local r = driver.run(opts)
+  io.stdout:write(("%s: %d sequences x %d steps of %d x %d in %d batch(es)%s, GPU %.3f s -> %s\n"):format(
+    r.device, r.sequences, r.steps, r.n, r.dim, r.batches,
+    r.resumed_batches > 0 and (" (" .. r.resumed_batches .. " from the checkpoint)") or "",
+    r.gpu_ns / 1e9, opts.out))
+end)
+if not ok then
+  io.stderr:write(require("diversity").message(err), "\n")
+  os.exit(1)
+end

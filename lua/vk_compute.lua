@@ -1,0 +1,202 @@
+--- vk_compute: the compatibility shim (SPEC §Lua API 2).
+--
+-- The function names, arguments and return shapes of the C wrapper the user's pipeline called
+-- through the FFI (`vk_compute.lua` over `libvkcompute.so`), implemented on `require "diversity"`.
+-- A driver loop written against the old wrapper runs unchanged. Every error is a Lua error naming
+-- the call and the cause. Index conventions are the old ones: item indices are 0-based; Lua arrays
+-- of results are 1-based.
+local ffi = require "ffi"
+local diversity = require "diversity"
+
+local M = {}
+
+local function fail(call, message)
+  error("vk_compute." .. call .. ": " .. tostring(message), 3)
+end
+
+-- Run `f(...)`, re-raising any error with the call's name in front.
+local function guarded(call, f, ...)
+  local ok, a, b, c = pcall(f, ...)
+  if not ok then fail(call, diversity.message(a)) end
+  return a, b, c
+end
+
+local function check_int(call, name, v, min)
+  if type(v) ~= "number" or v ~= math.floor(v) then
+    fail(call, name .. " must be an integer, got " .. tostring(v))
+  end
+  if min and v < min then
+    fail(call, name .. " " .. v .. " is " .. (v < 0 and "negative" or "below " .. min))
+  end
+end
+
+--- Open the device. `enable_validation` turns the Khronos validation layers on.
+function M.init(enable_validation)
+  return guarded("init", diversity.open, { validation = enable_validation and true or false })
+end
+
+--- Close the device (and everything made from it once collected).
+function M.shutdown(ctx)
+  if ctx then ctx:close() end
+end
+
+-- A diversity table from the old inputs: a Lua array or a cdata of N*dim floats, or fp16 bits.
+local function table_of(call, data, N, dim)
+  check_int(call, "N", N, 1)
+  check_int(call, "dim", dim, 1)
+  if type(data) == "table" then
+    if #data ~= N * dim then
+      fail(call, ("embeddings array has %d values, expected N * dim = %d"):format(#data, N * dim))
+    end
+    return guarded(call, diversity.table, data, { dim = dim, n = N })
+  end
+  return guarded(call, diversity.table, data, { n = N, dim = dim })
+end
+
+--- One full diversity sequence from `start` (0-based) over a flat fp32 array of N*dim values.
+-- Returns a 1-based Lua array of 0-based item indices.
+function M.compute_diversity_sequence(ctx, flat, N, dim, start)
+  local call = "compute_diversity_sequence"
+  check_int(call, "start", start, 0)
+  if start >= N then fail(call, ("start %d is out of range: N = %d"):format(start, N)) end
+  local t = table_of(call, flat, N, dim)
+  local dt = guarded(call, ctx.upload, ctx, t, "fp32")
+  local job = guarded(call, dt.job, dt, { start })
+  guarded(call, job.step, job, N)
+  local seq = guarded(call, job.sequences, job)[1]
+  job:close(); dt:close(); t:close()
+  return seq
+end
+
+--- Every sequence of an fp16 table (`emb_fp16` a uint16_t[?] cdata of N*dim halves), in batches
+-- of `batch_size`. Writes `output_file` (uint32 N, then N*N uint32) when given, and returns a
+-- table keyed by 0-based start of 1-based arrays of 0-based indices.
+function M.compute_all_diversity_sequences_batched(ctx, emb_fp16, N, dim, output_file, batch_size)
+  local call = "compute_all_diversity_sequences_batched"
+  batch_size = batch_size or 3584
+  check_int(call, "batch_size", batch_size, 1)
+  local t = table_of(call, emb_fp16, N, dim)
+  local writer = output_file and guarded(call, diversity.binary_cache_writer, output_file, N, N)
+  local dt = guarded(call, ctx.upload, ctx, t, "fp16")
+  local result = {}
+  for first = 0, N - 1, batch_size do
+    local starts = {}
+    for s = first, math.min(first + batch_size, N) - 1 do starts[#starts + 1] = s end
+    local job = guarded(call, dt.job, dt, starts)
+    guarded(call, job.step, job, N)
+    local seqs = guarded(call, job.sequences, job)
+    for i, s in ipairs(starts) do result[s] = seqs[i] end
+    if writer then guarded(call, writer.write_job, writer, job) end
+    job:close()
+  end
+  if writer then guarded(call, writer.finish, writer) end
+  dt:close(); t:close()
+  return result
+end
+
+--- Convert `count` floats at `src` (float cdata) to IEEE halves at `dst` (uint16_t cdata),
+-- round-to-nearest-even.
+function M.fp32_to_fp16(src, dst, count)
+  guarded("fp32_to_fp16", diversity.convert_f32_to_f16, src, dst, count)
+end
+
+--- The float value of half bits `bits`.
+function M.fp16_to_fp32(bits)
+  return guarded("fp16_to_fp32", diversity.f16_to_f32, tonumber(bits))
+end
+
+--- Write sequences (a table keyed by 0-based start, as returned above) as uint32 N, then N rows
+-- of N uint32 (row s = the sequence of start s).
+function M.write_sequences_to_file(path, sequences, N)
+  local call = "write_sequences_to_file"
+  check_int(call, "N", N, 1)
+  local w = guarded(call, diversity.binary_cache_writer, path, N, N)
+  for s = 0, N - 1 do
+    local seq = sequences[s]
+    if not seq then w:close(); fail(call, "no sequence for start " .. s) end
+    guarded(call, w.write, w, s, seq)
+  end
+  guarded(call, w.finish, w)
+end
+
+--- Read a file written by `write_sequences_to_file`: returns the sequences keyed by 0-based start
+-- and N.
+function M.load_sequences_from_file(path)
+  local call = "load_sequences_from_file"
+  local c = guarded(call, diversity.open_binary_cache, path)
+  local N, out = c:n(), {}
+  for s = 0, N - 1 do out[s] = guarded(call, c.sequence, c, s) end
+  c:close()
+  return out, N
+end
+
+--- Start a batch: `emb_fp16` a uint16_t[?] cdata of N*dim halves; `starts` a uint32_t[?] cdata
+-- or a Lua array of 0-based starts, of which the first `batch_size` are used.
+function M.batch_init(ctx, emb_fp16, N, dim, batch_size, starts)
+  local call = "batch_init"
+  check_int(call, "batch_size", batch_size, 1)
+  local list = {}
+  if type(starts) == "table" then
+    if #starts < batch_size then
+      fail(call, ("starts has %d entries, batch_size is %d"):format(#starts, batch_size))
+    end
+    for i = 1, batch_size do list[i] = starts[i] end
+  elseif type(starts) == "cdata" then
+    local ok, size = pcall(ffi.sizeof, starts)
+    if ok and size and size < batch_size * 4 then
+      fail(call, ("starts holds %d uint32 but batch_size is %d"):format(size / 4, batch_size))
+    end
+    for i = 1, batch_size do list[i] = tonumber(starts[i - 1]) end
+  else
+    fail(call, "starts must be a uint32_t[?] cdata or a Lua array, got " .. type(starts))
+  end
+  local t = table_of(call, emb_fp16, N, dim)
+  local dt = guarded(call, ctx.upload, ctx, t, "fp16")
+  t:close()
+  local job = guarded(call, dt.job, dt, list, { chunk = 0 })
+  return { job = job, dtable = dt, N = N, batch_size = batch_size, next_slot = 1 }
+end
+
+--- Advance the batch by steps (slots) start_slot .. start_slot + slot_count - 1; slots are steps
+-- 1..N-1 and come in order; `tile_size` 0 = untiled. Returns the chunk's GPU time in ns.
+function M.batch_compute_chunk(b, start_slot, slot_count, tile_size)
+  local call = "batch_compute_chunk"
+  if type(b) ~= "table" or not b.job then fail(call, "not a batch (or destroyed)") end
+  check_int(call, "start_slot", start_slot, 1)
+  check_int(call, "slot_count", slot_count, 0)
+  check_int(call, "tile_size", tile_size or 0, 0)
+  if start_slot ~= b.next_slot then
+    fail(call, ("chunks come in order: expected start_slot %d, got %d"):format(b.next_slot, start_slot))
+  end
+  if start_slot + slot_count - 1 > b.N - 1 then
+    fail(call, ("slots %d..%d run past N - 1 = %d"):format(start_slot, start_slot + slot_count - 1, b.N - 1))
+  end
+  local _, ns = guarded(call, b.job.step, b.job, slot_count, tile_size or 0)
+  b.next_slot = start_slot + slot_count
+  return ns
+end
+
+--- Fill `out`, a uint32_t[?] of at least batch_size*N, with the batch's sequences: row i is the
+-- sequence of starts[i], 0-based item indices. The batch must have computed every slot.
+function M.batch_download_sequences(b, out)
+  local call = "batch_download_sequences"
+  if type(b) ~= "table" or not b.job then fail(call, "not a batch (or destroyed)") end
+  if not guarded(call, b.job.done, b.job) then
+    local done, total = b.job:progress()
+    fail(call, ("the batch has computed %d of %d slots"):format(done, total))
+  end
+  if type(out) ~= "cdata" then fail(call, "out must be a uint32_t[?] cdata") end
+  local size = ffi.sizeof(out)
+  if not size then fail(call, "out must be an array cdata (its size must be known)") end
+  guarded(call, b.job.download, b.job, tonumber(ffi.cast("uintptr_t", out)), size)
+end
+
+--- Free the batch.
+function M.batch_destroy(b)
+  if type(b) == "table" and b.job then
+    b.job:close(); b.dtable:close()
+    b.job, b.dtable = nil, nil
+  end
+end
+
+return M

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Builds the LuaJIT module and leaves it at target/lua/diversity.so, so that from the repo root
+#   LUA_CPATH='target/lua/?.so;;' LUA_PATH='lua/?.lua;lua/?/init.lua;;' luajit -e 'require "diversity"'
+# works.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release --quiet --features lua --lib
+mkdir -p target/lua
+cp target/release/libdiversity.so target/lua/diversity.so

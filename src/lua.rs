@@ -1,0 +1,973 @@
+//! The LuaJIT module (`require "diversity"`): a thin skin over the Rust API. Every handle is a
+//! userdata with `close()`; use after close is a Lua error; garbage collection in any order frees
+//! everything (each handle keeps what it needs alive through `Arc`s). Errors carry the call's
+//! name and the cause. No logic lives here that the Rust tests cannot reach, except the
+//! conversion of Lua values and FFI cdata.
+
+use crate::cache::{BinaryCache, BinaryCacheWriter, JsonCacheWriter};
+use crate::device::{Context, ContextOptions};
+use crate::error::Error;
+use crate::files;
+use crate::scan::{DeviceTable, ScanJob, ScanOptions, Shape};
+use crate::table::{Precision, Table};
+use half::f16;
+use mlua::prelude::*;
+use mlua::{UserData, UserDataMethods, Value};
+
+/// Wrap a crate error as a Lua runtime error naming the call.
+fn err(call: &str, e: Error) -> LuaError {
+    LuaError::RuntimeError(format!("diversity.{call}: {e}"))
+}
+
+fn msg(call: &str, m: impl std::fmt::Display) -> LuaError {
+    LuaError::RuntimeError(format!("diversity.{call}: {m}"))
+}
+
+/// A handle that `close()` empties; every method goes through [`Handle::get`].
+struct Handle<T> {
+    what: &'static str,
+    inner: Option<T>,
+}
+
+impl<T> Handle<T> {
+    fn new(what: &'static str, v: T) -> Self {
+        Handle {
+            what,
+            inner: Some(v),
+        }
+    }
+    fn get(&self, call: &str) -> LuaResult<&T> {
+        self.inner
+            .as_ref()
+            .ok_or_else(|| msg(call, format!("{} used after close()", self.what)))
+    }
+    fn get_mut(&mut self, call: &str) -> LuaResult<&mut T> {
+        let what = self.what;
+        self.inner
+            .as_mut()
+            .ok_or_else(|| msg(call, format!("{what} used after close()")))
+    }
+}
+
+type LContext = Handle<Context>;
+type LTable = Handle<Table>;
+type LDeviceTable = Handle<DeviceTable>;
+type LJob = Handle<ScanJob>;
+type LJsonWriter = Handle<JsonCacheWriter>;
+type LBinWriter = Handle<BinaryCacheWriter>;
+type LBinCache = Handle<BinaryCache>;
+
+fn opt<T: FromLua>(t: &Option<LuaTable>, key: &str) -> LuaResult<Option<T>> {
+    match t {
+        Some(t) => t.get::<Option<T>>(key),
+        None => Ok(None),
+    }
+}
+
+impl UserData for LContext {
+    fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
+        m.add_method("describe", |_, this, ()| {
+            Ok(this.get("context:describe")?.describe())
+        });
+        m.add_method("name", |_, this, ()| {
+            Ok(this.get("context:name")?.caps().name.clone())
+        });
+        m.add_method("l2_bytes", |_, this, ()| {
+            Ok(this.get("context:l2_bytes")?.caps().l2_bytes)
+        });
+        m.add_method("caps", |lua, this, ()| {
+            let c = this.get("context:caps")?.caps();
+            let t = lua.create_table()?;
+            t.set("name", c.name.clone())?;
+            t.set("device_type", c.device_type.clone())?;
+            t.set("driver", c.driver.clone())?;
+            t.set("api_version", c.api_version.clone())?;
+            t.set("fp16_storage", c.fp16_storage)?;
+            t.set("subgroup_size", c.subgroup_size)?;
+            t.set("shared_memory_bytes", c.shared_memory_bytes)?;
+            t.set("max_buffer_range", c.max_buffer_range)?;
+            t.set("max_workgroup_count", c.max_workgroup_count)?;
+            t.set("timestamps", c.timestamps)?;
+            t.set("memory_budget_bytes", c.memory_budget_bytes)?;
+            t.set("l2_bytes", c.l2_bytes)?;
+            t.set("l2_source", c.l2_source)?;
+            Ok(t)
+        });
+        m.add_method("validation_messages", |lua, this, ()| {
+            lua.create_sequence_from(
+                this.get("context:validation_messages")?
+                    .validation_messages(),
+            )
+        });
+        m.add_method(
+            "upload",
+            |_, this, (table, precision): (LuaAnyUserData, Option<String>)| {
+                let ctx = this.get("context:upload")?;
+                let p = parse_precision("context:upload", precision)?;
+                let t = table.borrow::<LTable>()?;
+                let dt = DeviceTable::upload(ctx, t.get("context:upload")?, p)
+                    .map_err(|e| err("context:upload", e))?;
+                Ok(LDeviceTable::new("device table", dt))
+            },
+        );
+        m.add_method_mut("close", |_, this, ()| {
+            this.inner = None;
+            Ok(())
+        });
+    }
+}
+
+fn parse_precision(call: &str, p: Option<String>) -> LuaResult<Precision> {
+    match p {
+        None => Ok(Precision::Fp32),
+        Some(s) => s.parse().map_err(|e| err(call, e)),
+    }
+}
+
+impl UserData for LTable {
+    fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
+        m.add_method("n", |_, this, ()| Ok(this.get("table:n")?.n()));
+        m.add_method("dim", |_, this, ()| Ok(this.get("table:dim")?.d()));
+        m.add_method("ids", |lua, this, ()| match this.get("table:ids")?.ids() {
+            None => Ok(Value::Nil),
+            Some(ids) => {
+                let t = lua.create_table()?;
+                for (i, id) in ids.iter().enumerate() {
+                    t.raw_set(i + 1, json_to_lua(lua, id)?)?;
+                }
+                Ok(Value::Table(t))
+            }
+        });
+        m.add_method("with_ids", |_, this, ids: LuaTable| {
+            let call = "table:with_ids";
+            let ids: Vec<serde_json::Value> = ids
+                .sequence_values::<Value>()
+                .map(|v| lua_to_json(call, v?))
+                .collect::<LuaResult<_>>()?;
+            let t = this
+                .get(call)?
+                .clone()
+                .with_ids(ids)
+                .map_err(|e| err(call, e))?;
+            Ok(LTable::new("table", t))
+        });
+        // SPEC §Exactness 2 on one sequence (0-based indices), against the table as stored at
+        // `precision`: returns the worst excess, or raises naming the step.
+        m.add_method(
+            "check_sequence",
+            |_, this, (start, seq, eps, precision): (u32, Vec<u32>, Option<f64>, Option<String>)| {
+                let call = "table:check_sequence";
+                let p = parse_precision(call, precision)?;
+                let stored = this.get(call)?.as_stored(p);
+                crate::reference::check_sequence(&stored, start, &seq, eps.unwrap_or(1e-5))
+                    .map(|c| c.worst_excess)
+                    .map_err(|v| msg(call, format!("start {start}: {v:?}")))
+            },
+        );
+        m.add_method("centered", |_, this, ()| {
+            Ok(LTable::new("table", this.get("table:centered")?.centered()))
+        });
+        m.add_method("head", |_, this, n: usize| {
+            let t = this
+                .get("table:head")?
+                .head(n)
+                .map_err(|e| err("table:head", e))?;
+            Ok(LTable::new("table", t))
+        });
+        m.add_method("row", |lua, this, i: usize| {
+            let t = this.get("table:row")?;
+            if i >= t.n() {
+                return Err(msg(
+                    "table:row",
+                    format!("row {i} out of range (N = {})", t.n()),
+                ));
+            }
+            lua.create_sequence_from(t.row(i).iter().copied())
+        });
+        m.add_method(
+            "save_fp16_bin",
+            |_, this, (path, space, checksum): (String, String, String)| {
+                files::save_fp16_bin(
+                    path.as_ref(),
+                    this.get("table:save_fp16_bin")?,
+                    &space,
+                    &checksum,
+                )
+                .map_err(|e| err("table:save_fp16_bin", e))
+            },
+        );
+        m.add_method_mut("close", |_, this, ()| {
+            this.inner = None;
+            Ok(())
+        });
+    }
+}
+
+impl UserData for LDeviceTable {
+    fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
+        m.add_method("n", |_, this, ()| Ok(this.get("device_table:n")?.n()));
+        m.add_method("dim", |_, this, ()| Ok(this.get("device_table:dim")?.d()));
+        m.add_method("precision", |_, this, ()| {
+            Ok(this.get("device_table:precision")?.precision().name())
+        });
+        m.add_method("job", |_, this, (starts, o): (Option<LuaTable>, Option<LuaTable>)| {
+            let call = "device_table:job";
+            let dt = this.get(call)?;
+            let starts: Vec<u32> = match starts {
+                Some(t) => t
+                    .sequence_values::<i64>()
+                    .map(|v| {
+                        let v = v?;
+                        u32::try_from(v).map_err(|_| {
+                            msg(call, format!("start {v} is out of range: the table has {} rows (0-based)", dt.n()))
+                        })
+                    })
+                    .collect::<LuaResult<_>>()?,
+                None => (0..dt.n() as u32).collect(),
+            };
+            let opts = scan_options(call, &o)?;
+            let job = ScanJob::new(dt, &starts, &opts).map_err(|e| err(call, e))?;
+            Ok(LJob::new("job", job))
+        });
+        m.add_method_mut("close", |_, this, ()| {
+            this.inner = None;
+            Ok(())
+        });
+    }
+}
+
+fn nonneg(call: &str, what: &str, v: Option<i64>) -> LuaResult<Option<u64>> {
+    match v {
+        Some(x) if x < 0 => Err(msg(call, format!("{what} {x} is negative"))),
+        Some(x) => Ok(Some(x as u64)),
+        None => Ok(None),
+    }
+}
+
+fn scan_options(call: &str, o: &Option<LuaTable>) -> LuaResult<ScanOptions> {
+    let mut opts = ScanOptions::default();
+    if let Some(s) = opt::<String>(o, "shape")? {
+        opts.shape = s.parse().map_err(|e| err(call, e))?;
+    }
+    if let Some(t) = nonneg(call, "tile", opt(o, "tile")?)? {
+        opts.tile_size = u32::try_from(t).map_err(|_| msg(call, "tile too large"))?;
+        if opt::<String>(o, "shape")?.is_none() && t > 0 {
+            opts.shape = Shape::Tiled;
+        }
+    }
+    if let Some(c) = nonneg(call, "chunk", opt(o, "chunk")?)? {
+        opts.chunk = c as usize;
+    }
+    if let Some(k) = nonneg(call, "steps", opt(o, "steps")?)? {
+        opts.steps = Some(k as usize);
+    }
+    if let Some(w) = nonneg(call, "workgroup", opt(o, "workgroup")?)? {
+        opts.workgroup_size = Some(w as u32);
+    }
+    opts.pipelined = opt(o, "pipelined")?.unwrap_or(false);
+    if let Some(mode) = opt::<String>(o, "mode")? {
+        if mode != "scan" {
+            return Err(msg(
+                call,
+                format!("mode '{mode}': only 'scan' exists so far"),
+            ));
+        }
+    }
+    Ok(opts)
+}
+
+impl UserData for LJob {
+    fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
+        m.add_method_mut("step", |_, this, (n, tile): (i64, Option<i64>)| {
+            let call = "job:step";
+            if n < 0 {
+                return Err(msg(call, format!("step count {n} is negative")));
+            }
+            let job = this.get_mut(call)?;
+            if let Some(t) = nonneg(call, "tile", tile)? {
+                let t = u32::try_from(t).map_err(|_| msg(call, "tile too large"))?;
+                let shape = if t == 0 { Shape::Untiled } else { Shape::Tiled };
+                job.set_tiling(shape, t);
+            }
+            let r = job.step(n as usize).map_err(|e| err(call, e))?;
+            Ok((r.steps, r.gpu_ns))
+        });
+        m.add_method_mut("set_chunk", |_, this, c: i64| {
+            let c = nonneg("job:set_chunk", "chunk", Some(c))?.unwrap_or(0);
+            this.get_mut("job:set_chunk")?.set_chunk(c as usize);
+            Ok(())
+        });
+        m.add_method("done", |_, this, ()| Ok(this.get("job:done")?.done()));
+        m.add_method("progress", |_, this, ()| {
+            let j = this.get("job:progress")?;
+            Ok((j.steps_done(), j.total_steps()))
+        });
+        m.add_method("gpu_ns", |_, this, ()| Ok(this.get("job:gpu_ns")?.gpu_ns()));
+        m.add_method("batch_size", |_, this, ()| {
+            Ok(this.get("job:batch_size")?.starts().len())
+        });
+        m.add_method("sequence_len", |_, this, ()| {
+            Ok(this.get("job:sequence_len")?.sequence_len())
+        });
+        m.add_method("starts", |lua, this, ()| {
+            lua.create_sequence_from(this.get("job:starts")?.starts().iter().copied())
+        });
+        // Lua tables: rows 1..S, each a 1-based array of 0-based indices.
+        m.add_method("sequences", |lua, this, ()| {
+            let j = this.get("job:sequences")?;
+            let flat = j.sequences_flat().map_err(|e| err("job:sequences", e))?;
+            let len = j.sequence_len();
+            let out = lua.create_table_with_capacity(j.starts().len(), 0)?;
+            for (i, row) in flat.chunks_exact(len).enumerate() {
+                out.raw_set(i + 1, lua.create_sequence_from(row.iter().copied())?)?;
+            }
+            Ok(out)
+        });
+        // FFI-friendly: the rows as one binary string of little-endian uint32.
+        m.add_method("sequences_bytes", |lua, this, ()| {
+            let flat = this
+                .get("job:sequences_bytes")?
+                .sequences_flat()
+                .map_err(|e| err("job:sequences_bytes", e))?;
+            lua.create_string(bytemuck::cast_slice::<u32, u8>(&flat))
+        });
+        // FFI-friendly: fill `bytes` bytes at `address` (a uint32_t array) with the rows.
+        m.add_method("download", |_, this, (address, bytes): (f64, f64)| {
+            let call = "job:download";
+            let flat = this.get(call)?.sequences_flat().map_err(|e| err(call, e))?;
+            let need = flat.len() * 4;
+            if bytes < need as f64 {
+                return Err(msg(
+                    call,
+                    format!("output buffer of {bytes} bytes is smaller than the {need} bytes of {} uint32", flat.len()),
+                ));
+            }
+            let ptr = checked_address(call, address)? as *mut u32;
+            // SAFETY: the caller (the Lua wrapper) took address and size from the same cdata.
+            unsafe { std::ptr::copy_nonoverlapping(flat.as_ptr(), ptr, flat.len()) };
+            Ok(flat.len())
+        });
+        m.add_method_mut("close", |_, this, ()| {
+            this.inner = None;
+            Ok(())
+        });
+    }
+}
+
+/// Little-endian uint32 rows from a binary string, checking the size.
+fn u32_rows(call: &str, b: &[u8], rows: usize, len: usize) -> LuaResult<Vec<u32>> {
+    if b.len() != rows * len * 4 {
+        return Err(msg(
+            call,
+            format!("{} bytes for {rows} rows of {len} uint32", b.len()),
+        ));
+    }
+    Ok(b.chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
+}
+
+fn checked_address(call: &str, a: f64) -> LuaResult<usize> {
+    if !(a >= 1.0 && a.fract() == 0.0 && a < 9.007_199_254_740_992e15) {
+        return Err(msg(call, format!("invalid address {a}")));
+    }
+    Ok(a as usize)
+}
+
+fn json_to_lua(lua: &Lua, v: &serde_json::Value) -> LuaResult<Value> {
+    Ok(match v {
+        serde_json::Value::String(s) => Value::String(lua.create_string(s)?),
+        serde_json::Value::Number(n) => match n.as_i64() {
+            Some(i) => Value::Integer(i),
+            None => Value::Number(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        serde_json::Value::Bool(b) => Value::Boolean(*b),
+        _ => Value::Nil,
+    })
+}
+
+fn lua_to_json(call: &str, v: Value) -> LuaResult<serde_json::Value> {
+    Ok(match v {
+        Value::Nil => serde_json::Value::Null,
+        Value::Boolean(b) => serde_json::Value::Bool(b),
+        Value::Integer(i) => serde_json::Value::from(i),
+        Value::Number(n) => {
+            if n.fract() == 0.0 && n.abs() < 9.007_199_254_740_992e15 {
+                serde_json::Value::from(n as i64)
+            } else {
+                serde_json::Number::from_f64(n)
+                    .map(serde_json::Value::Number)
+                    .ok_or_else(|| msg(call, format!("{n} cannot be written as JSON")))?
+            }
+        }
+        Value::String(s) => serde_json::Value::String(s.to_str()?.to_string()),
+        Value::Table(t) => {
+            let len = t.raw_len();
+            if len > 0 {
+                serde_json::Value::Array(
+                    t.sequence_values::<Value>()
+                        .map(|v| lua_to_json(call, v?))
+                        .collect::<LuaResult<_>>()?,
+                )
+            } else {
+                let mut m = serde_json::Map::new();
+                for pair in t.pairs::<String, Value>() {
+                    let (k, v) = pair?;
+                    m.insert(k, lua_to_json(call, v)?);
+                }
+                serde_json::Value::Object(m)
+            }
+        }
+        other => {
+            return Err(msg(
+                call,
+                format!("cannot write a {} as JSON", other.type_name()),
+            ))
+        }
+    })
+}
+
+impl UserData for LJsonWriter {
+    fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
+        m.add_method_mut("write_job", |_, this, job: LuaAnyUserData| {
+            let call = "json_cache:write_job";
+            let job = job.borrow::<LJob>()?;
+            let j = job.get(call)?;
+            let flat = j.sequences_flat().map_err(|e| err(call, e))?;
+            this.get_mut(call)?
+                .write_batch(j.starts(), &flat, j.sequence_len())
+                .map_err(|e| err(call, e))
+        });
+        m.add_method_mut("write", |_, this, (start, seq): (u32, Vec<u32>)| {
+            let call = "json_cache:write";
+            this.get_mut(call)?
+                .write_sequence(start, &seq)
+                .map_err(|e| err(call, e))
+        });
+        m.add_method_mut(
+            "write_bytes",
+            |_, this, (starts, bytes, len): (Vec<u32>, LuaString, usize)| {
+                let call = "json_cache:write_bytes";
+                let b = bytes.as_bytes();
+                if b.len() != starts.len() * len * 4 {
+                    return Err(msg(
+                        call,
+                        format!("{} bytes for {} rows of {len}", b.len(), starts.len()),
+                    ));
+                }
+                let flat: Vec<u32> = b
+                    .chunks_exact(4)
+                    .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect();
+                this.get_mut(call)?
+                    .write_batch(&starts, &flat, len)
+                    .map_err(|e| err(call, e))
+            },
+        );
+        m.add_method_mut("finish", |_, this, ()| {
+            let call = "json_cache:finish";
+            let w = this
+                .inner
+                .take()
+                .ok_or_else(|| msg(call, "json cache writer used after close()"))?;
+            w.finish().map_err(|e| err(call, e))
+        });
+        m.add_method_mut("close", |_, this, ()| {
+            this.inner = None; // an unfinished writer removes its temporary file
+            Ok(())
+        });
+    }
+}
+
+impl UserData for LBinWriter {
+    fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
+        m.add_method_mut("write_job", |_, this, job: LuaAnyUserData| {
+            let call = "binary_cache:write_job";
+            let job = job.borrow::<LJob>()?;
+            let j = job.get(call)?;
+            let flat = j.sequences_flat().map_err(|e| err(call, e))?;
+            let w = this.get_mut(call)?;
+            for (row, &s) in flat.chunks_exact(j.sequence_len()).zip(j.starts()) {
+                w.write_row(s, row).map_err(|e| err(call, e))?;
+            }
+            Ok(())
+        });
+        m.add_method_mut(
+            "write_bytes",
+            |_, this, (starts, bytes, len): (Vec<u32>, LuaString, usize)| {
+                let call = "binary_cache:write_bytes";
+                let flat = u32_rows(call, &bytes.as_bytes(), starts.len(), len)?;
+                let w = this.get_mut(call)?;
+                for (row, &s) in flat.chunks_exact(len.max(1)).zip(&starts) {
+                    w.write_row(s, row).map_err(|e| err(call, e))?;
+                }
+                Ok(())
+            },
+        );
+        m.add_method_mut("write", |_, this, (start, seq): (u32, Vec<u32>)| {
+            let call = "binary_cache:write";
+            this.get_mut(call)?
+                .write_row(start, &seq)
+                .map_err(|e| err(call, e))
+        });
+        m.add_method_mut("finish", |_, this, ()| {
+            let call = "binary_cache:finish";
+            let w = this
+                .inner
+                .take()
+                .ok_or_else(|| msg(call, "binary cache writer used after close()"))?;
+            w.finish().map_err(|e| err(call, e))
+        });
+        m.add_method_mut("close", |_, this, ()| {
+            this.inner = None;
+            Ok(())
+        });
+    }
+}
+
+impl UserData for LBinCache {
+    fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
+        m.add_method("n", |_, this, ()| Ok(this.get("binary_cache:n")?.n()));
+        m.add_method("len", |_, this, ()| Ok(this.get("binary_cache:len")?.len()));
+        m.add_method_mut("sequence", |lua, this, start: i64| {
+            let call = "binary_cache:sequence";
+            let c = this.get_mut(call)?;
+            let s = u32::try_from(start)
+                .map_err(|_| msg(call, format!("start {start} out of range")))?;
+            let seq = c.sequence(s).map_err(|e| err(call, e))?;
+            lua.create_sequence_from(seq)
+        });
+        m.add_method_mut("close", |_, this, ()| {
+            this.inner = None;
+            Ok(())
+        });
+    }
+}
+
+/// What a cdata is, from the FFI helper: its address, its byte size when it is an array, and its
+/// element type as LuaJIT prints it.
+struct CData {
+    address: usize,
+    bytes: Option<usize>,
+    elem: String,
+}
+
+const CDATA_HELPER: &str = r#"
+local ffi = require "ffi"
+return function(x)
+  local t = tostring(ffi.typeof(x))
+  local elem, kind = t:match("^ctype<(.-)%s*([%[%*&].*)>$")
+  if not elem then return nil, nil, t end
+  local addr = tonumber(ffi.cast("uintptr_t", x))
+  local bytes = nil
+  if kind:sub(1, 1) == "[" then bytes = ffi.sizeof(x) end
+  return addr, bytes, elem
+end
+"#;
+
+fn cdata_info(lua: &Lua, call: &str, v: Value) -> LuaResult<CData> {
+    let helper: LuaFunction =
+        match lua.named_registry_value::<Option<LuaFunction>>("diversity.cdata")? {
+            Some(f) => f,
+            None => {
+                let f: LuaFunction = lua
+                    .load(CDATA_HELPER)
+                    .set_name("=diversity.cdata")
+                    .call(())?;
+                lua.set_named_registry_value("diversity.cdata", f.clone())?;
+                f
+            }
+        };
+    let (addr, bytes, elem): (Option<f64>, Option<f64>, String) = helper.call(v)?;
+    let address = match addr {
+        Some(a) => checked_address(call, a)?,
+        None => {
+            return Err(msg(
+                call,
+                format!("unsupported cdata type {elem}: pass an array or a pointer"),
+            ))
+        }
+    };
+    Ok(CData {
+        address,
+        bytes: bytes.map(|b| b as usize),
+        elem: elem.replace("const ", "").trim().to_string(),
+    })
+}
+
+enum Dtype {
+    F32,
+    F16,
+    F64,
+}
+
+fn dtype_of(call: &str, elem: &str) -> LuaResult<Dtype> {
+    match elem {
+        "float" => Ok(Dtype::F32),
+        "double" => Ok(Dtype::F64),
+        "unsigned short" | "uint16_t" | "short" | "int16_t" => Ok(Dtype::F16),
+        _ => Err(msg(
+            call,
+            format!("cdata of {elem}: expected float, double or uint16_t (fp16 bits)"),
+        )),
+    }
+}
+
+/// Values from raw memory: `count` elements of `dtype` at `address` (checked against `bytes`).
+fn values_from_memory(
+    call: &str,
+    address: usize,
+    bytes: usize,
+    dtype: &Dtype,
+    count: usize,
+) -> LuaResult<Vec<f32>> {
+    let size = match dtype {
+        Dtype::F32 => 4,
+        Dtype::F16 => 2,
+        Dtype::F64 => 8,
+    };
+    let need = count
+        .checked_mul(size)
+        .ok_or_else(|| msg(call, "size overflows"))?;
+    if bytes < need {
+        return Err(msg(
+            call,
+            format!("the buffer holds {bytes} bytes but N × D = {count} values need {need}: it is smaller than N × D"),
+        ));
+    }
+    // SAFETY: address and bytes describe one live cdata object (taken from it by the FFI helper or
+    // given by the caller as pointer + length); we read `need` <= `bytes` of it, unaligned.
+    let raw = unsafe { std::slice::from_raw_parts(address as *const u8, need) };
+    Ok(match dtype {
+        Dtype::F32 => raw
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+        Dtype::F64 => raw
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f32)
+            .collect(),
+        Dtype::F16 => raw
+            .chunks_exact(2)
+            .map(|c| f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
+            .collect(),
+    })
+}
+
+/// `diversity.table(src, {n=, dim=, dtype=, count=, ids=})`: a table from a Lua table (flat with
+/// `dim`, or an array of rows), a binary string (`dtype` "f32" or "f16"), or an FFI cdata array
+/// or pointer (pointers need `count` elements).
+fn make_table(lua: &Lua, (src, o): (Value, Option<LuaTable>)) -> LuaResult<LTable> {
+    let call = "table";
+    let dim: Option<usize> = nonneg(call, "dim", opt(&o, "dim")?)?.map(|d| d as usize);
+    let n_opt: Option<usize> = nonneg(call, "n", opt(&o, "n")?)?.map(|d| d as usize);
+    let (data, n, d) = match src {
+        Value::Table(t) => {
+            let first: Value = t.raw_get(1)?;
+            if let Value::Table(_) = first {
+                let mut data = Vec::new();
+                let mut d0 = None;
+                for (i, row) in t.sequence_values::<LuaTable>().enumerate() {
+                    let row = row.map_err(|_| msg(call, format!("row {i} is not a table")))?;
+                    let vals: Vec<f32> = row
+                        .sequence_values::<f64>()
+                        .map(|v| {
+                            v.map(|x| x as f32)
+                                .map_err(|_| msg(call, format!("row {i} has a non-number value")))
+                        })
+                        .collect::<LuaResult<_>>()?;
+                    match d0 {
+                        None => d0 = Some(vals.len()),
+                        Some(d) if d != vals.len() => {
+                            return Err(msg(
+                                call,
+                                format!(
+                                    "ragged rows: row {i} has {} values, row 0 has {d}",
+                                    vals.len()
+                                ),
+                            ))
+                        }
+                        _ => {}
+                    }
+                    data.extend(vals);
+                }
+                let d = d0.unwrap_or(0);
+                let n = data.len().checked_div(d).unwrap_or(0);
+                (data, n, d)
+            } else {
+                let d = dim.ok_or_else(|| msg(call, "a flat Lua table needs {dim = D}"))?;
+                let data: Vec<f32> = t
+                    .sequence_values::<f64>()
+                    .enumerate()
+                    .map(|(i, v)| {
+                        v.map(|x| x as f32)
+                            .map_err(|_| msg(call, format!("value {} is not a number", i + 1)))
+                    })
+                    .collect::<LuaResult<_>>()?;
+                if d == 0 || data.len() % d != 0 {
+                    return Err(msg(
+                        call,
+                        format!("{} values do not make rows of D = {d}", data.len()),
+                    ));
+                }
+                let n = data.len() / d;
+                (data, n, d)
+            }
+        }
+        Value::String(s) => {
+            let d = dim.ok_or_else(|| msg(call, "a binary string needs {dim = D}"))?;
+            let dtype = match opt::<String>(&o, "dtype")?.as_deref() {
+                None | Some("f32") | Some("fp32") => Dtype::F32,
+                Some("f16") | Some("fp16") => Dtype::F16,
+                Some(x) => return Err(msg(call, format!("dtype '{x}': expected f32 or f16"))),
+            };
+            let b = s.as_bytes();
+            let size = if matches!(dtype, Dtype::F16) { 2 } else { 4 };
+            if d == 0 || b.len() % (size * d) != 0 {
+                return Err(msg(
+                    call,
+                    format!(
+                        "a string of {} bytes does not hold rows of {d} values",
+                        b.len()
+                    ),
+                ));
+            }
+            let count = b.len() / size;
+            let data = values_from_memory(call, b.as_ptr() as usize, b.len(), &dtype, count)?;
+            (data, count / d, d)
+        }
+        v @ Value::Other(_) | v @ Value::UserData(_) | v @ Value::LightUserData(_) => {
+            let cd = cdata_info(lua, call, v)?;
+            let dtype = dtype_of(call, &cd.elem)?;
+            let size = match dtype {
+                Dtype::F32 => 4,
+                Dtype::F16 => 2,
+                Dtype::F64 => 8,
+            };
+            let d = dim.ok_or_else(|| msg(call, "a cdata needs {n = N, dim = D}"))?;
+            let n = n_opt.ok_or_else(|| msg(call, "a cdata needs {n = N, dim = D}"))?;
+            let bytes = match (cd.bytes, opt::<i64>(&o, "count")?) {
+                (_, Some(c)) if c < 0 => return Err(msg(call, format!("count {c} is negative"))),
+                (Some(b), Some(c)) => b.min(c as usize * size),
+                (Some(b), None) => b,
+                (None, Some(c)) => c as usize * size,
+                (None, None) => {
+                    return Err(msg(
+                        call,
+                        "a pointer cdata needs {count = elements} (its length)",
+                    ))
+                }
+            };
+            let count = n
+                .checked_mul(d)
+                .ok_or_else(|| msg(call, "N × D overflows"))?;
+            (
+                values_from_memory(call, cd.address, bytes, &dtype, count)?,
+                n,
+                d,
+            )
+        }
+        other => {
+            return Err(msg(
+                call,
+                format!("cannot make a table from a {}", other.type_name()),
+            ))
+        }
+    };
+    if let Some(n_given) = n_opt {
+        if n_given != n {
+            return Err(msg(
+                call,
+                format!("n = {n_given} given but the data holds {n} rows of {d}"),
+            ));
+        }
+    }
+    let mut t = Table::new(data, n, d).map_err(|e| err(call, e))?;
+    if let Some(ids) = opt::<LuaTable>(&o, "ids")? {
+        let ids: Vec<serde_json::Value> = ids
+            .sequence_values::<Value>()
+            .map(|v| lua_to_json(call, v?))
+            .collect::<LuaResult<_>>()?;
+        t = t.with_ids(ids).map_err(|e| err(call, e))?;
+    }
+    Ok(LTable::new("table", t))
+}
+
+/// The module table.
+#[mlua::lua_module]
+fn diversity(lua: &Lua) -> LuaResult<LuaTable> {
+    let m = lua.create_table()?;
+    m.set("version", env!("CARGO_PKG_VERSION"))?;
+    m.set(
+        "open",
+        lua.create_function(|_, o: Option<LuaTable>| {
+            let opts = ContextOptions {
+                device: opt(&o, "device")?,
+                validation: opt(&o, "validation")?.unwrap_or(false),
+            };
+            let ctx = Context::new(&opts).map_err(|e| err("open", e))?;
+            Ok(LContext::new("context", ctx))
+        })?,
+    )?;
+    m.set(
+        "devices",
+        lua.create_function(|lua, ()| {
+            let list = Context::list_devices().map_err(|e| err("devices", e))?;
+            let t = lua.create_table()?;
+            for d in list {
+                let e = lua.create_table()?;
+                e.set("index", d.index)?;
+                e.set("name", d.name)?;
+                e.set("type", d.device_type)?;
+                t.raw_push(e)?;
+            }
+            Ok(t)
+        })?,
+    )?;
+    m.set("table", lua.create_function(make_table)?)?;
+    m.set(
+        "load",
+        lua.create_function(|_, (path, o): (String, Option<LuaTable>)| {
+            let dim = nonneg("load", "dim", opt(&o, "dim")?)?.map(|d| d as usize);
+            let t = files::load_table(path.as_ref(), dim).map_err(|e| err("load", e))?;
+            Ok(LTable::new("table", t))
+        })?,
+    )?;
+    m.set(
+        "load_fp16_bin",
+        lua.create_function(
+            |_, (path, space, checksum): (String, Option<String>, Option<String>)| {
+                let expect = match (&space, &checksum) {
+                    (Some(s), Some(c)) => Some((s.as_str(), c.as_str())),
+                    _ => None,
+                };
+                let t = files::load_fp16_bin(path.as_ref(), expect)
+                    .map_err(|e| err("load_fp16_bin", e))?;
+                Ok(LTable::new("table", t))
+            },
+        )?,
+    )?;
+    m.set(
+        "save_ids",
+        lua.create_function(|_, (path, table): (String, LuaAnyUserData)| {
+            let call = "save_ids";
+            let t = table.borrow::<LTable>()?;
+            let ids = t
+                .get(call)?
+                .ids()
+                .ok_or_else(|| msg(call, "the table has no ids"))?;
+            files::save_ids(path.as_ref(), ids).map_err(|e| err(call, e))
+        })?,
+    )?;
+    m.set(
+        "load_ids",
+        lua.create_function(|lua, path: String| {
+            let ids = files::load_ids(path.as_ref()).map_err(|e| err("load_ids", e))?;
+            let t = lua.create_table_with_capacity(ids.len(), 0)?;
+            for (i, id) in ids.iter().enumerate() {
+                t.raw_set(i + 1, json_to_lua(lua, id)?)?;
+            }
+            Ok(t)
+        })?,
+    )?;
+    m.set(
+        "file_checksum",
+        lua.create_function(|_, path: String| {
+            files::file_checksum(path.as_ref()).map_err(|e| err("file_checksum", e))
+        })?,
+    )?;
+    m.set(
+        "json_cache_writer",
+        lua.create_function(
+            |_, (path, meta, ids): (String, Option<Value>, Option<LuaTable>)| {
+                let call = "json_cache_writer";
+                let meta = match meta {
+                    Some(v) => lua_to_json(call, v)?,
+                    None => serde_json::json!({}),
+                };
+                let ids = match ids {
+                    Some(t) => Some(
+                        t.sequence_values::<Value>()
+                            .map(|v| lua_to_json(call, v?))
+                            .collect::<LuaResult<Vec<_>>>()?,
+                    ),
+                    None => None,
+                };
+                let w =
+                    JsonCacheWriter::create(path.as_ref(), &meta, ids).map_err(|e| err(call, e))?;
+                Ok(LJsonWriter::new("json cache writer", w))
+            },
+        )?,
+    )?;
+    m.set(
+        "binary_cache_writer",
+        lua.create_function(|_, (path, n, len): (String, usize, Option<usize>)| {
+            let w = BinaryCacheWriter::create(path.as_ref(), n, len.unwrap_or(n))
+                .map_err(|e| err("binary_cache_writer", e))?;
+            Ok(LBinWriter::new("binary cache writer", w))
+        })?,
+    )?;
+    m.set(
+        "open_binary_cache",
+        lua.create_function(|_, path: String| {
+            let c = BinaryCache::open(path.as_ref()).map_err(|e| err("open_binary_cache", e))?;
+            Ok(LBinCache::new("binary cache", c))
+        })?,
+    )?;
+    // Scalar and bulk fp16 conversion (round-to-nearest-even), for the compat shim.
+    m.set(
+        "f32_to_f16",
+        lua.create_function(|_, x: f32| Ok(f16::from_f32(x).to_bits()))?,
+    )?;
+    m.set(
+        "f16_to_f32",
+        lua.create_function(|_, b: u16| Ok(f16::from_bits(b).to_f32()))?,
+    )?;
+    m.set(
+        "convert_f32_to_f16",
+        lua.create_function(|lua, (src, dst, count): (Value, Value, i64)| {
+            let call = "convert_f32_to_f16";
+            if count < 0 {
+                return Err(msg(call, format!("count {count} is negative")));
+            }
+            let count = count as usize;
+            let s = cdata_info(lua, call, src)?;
+            let d = cdata_info(lua, call, dst)?;
+            if s.elem != "float" || !matches!(d.elem.as_str(), "unsigned short" | "uint16_t") {
+                return Err(msg(
+                    call,
+                    format!(
+                        "expected float source and uint16_t destination, got {} and {}",
+                        s.elem, d.elem
+                    ),
+                ));
+            }
+            if s.bytes.is_some_and(|b| b < count * 4) || d.bytes.is_some_and(|b| b < count * 2) {
+                return Err(msg(call, format!("{count} values do not fit the buffers")));
+            }
+            let vals = values_from_memory(call, s.address, count * 4, &Dtype::F32, count)?;
+            // SAFETY: the destination cdata holds at least count halves (checked for arrays; a
+            // pointer's length is the caller's promise, as in C).
+            let out = unsafe { std::slice::from_raw_parts_mut(d.address as *mut u16, count) };
+            for (o, v) in out.iter_mut().zip(vals) {
+                *o = f16::from_f32(v).to_bits();
+            }
+            Ok(())
+        })?,
+    )?;
+    m.set("ENV_FAIL_AFTER_CHUNKS", crate::scan::ENV_FAIL_AFTER_CHUNKS)?;
+    // The clean message of an error raised by this module (no "runtime error: " prefix, no
+    // traceback): `diversity.message(err)`.
+    let message: LuaFunction = lua
+        .load(
+            r#"return function(e)
+                 local s = tostring(e)
+                 s = s:gsub("^runtime error: ", ""):gsub("\nstack traceback:.*$", "")
+                 return s
+               end"#,
+        )
+        .set_name("=diversity.message")
+        .call(())?;
+    m.set("message", message)?;
+    Ok(m)
+}

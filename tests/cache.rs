@@ -1,0 +1,984 @@
+//! Cache writers and readers (SPEC §Files) and the fp16 `.bin` table format: round trips, the
+//! streaming JSON writer's parallel formatting, and the §Bad input cases that concern output
+//! files — no partial or stale file is ever left behind. Error tests check the variant and the
+//! words a user needs to see. No Vulkan device is needed.
+
+use diversity::cache::{BinaryCache, BinaryCacheWriter, JsonCacheWriter, PendingFile};
+use diversity::error::Error;
+use diversity::files::{file_checksum, fp16_bin_sidecar, load_fp16_bin, load_table, save_fp16_bin};
+use diversity::table::{Precision, Table};
+use serde_json::{json, Value};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+/// A fresh directory under the system temp dir, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let dir =
+            std::env::temp_dir().join(format!("diversity-cache-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        TempDir(dir)
+    }
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+    /// Names of everything in the directory, sorted (temporary files included: they start with
+    /// a dot).
+    fn entries(&self) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&self.0)
+            .expect("read temp dir")
+            .map(|e| {
+                e.expect("dir entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A deterministic permutation-like row for start `s`: `s` first, then a stride walk.
+fn synthetic_row(s: u32, n: u32, len: usize) -> Vec<u32> {
+    let stride = 7919 % n.max(1); // a prime, coprime with most n
+    (0..len as u64)
+        .map(|k| ((s as u64 + k * stride.max(1) as u64) % n as u64) as u32)
+        .collect()
+}
+
+/// Check an error's variant by `is` and that its message contains every word.
+#[track_caller]
+fn expect_err<T: std::fmt::Debug>(
+    r: diversity::error::Result<T>,
+    is: fn(&Error) -> bool,
+    words: &[&str],
+) -> Error {
+    match r {
+        Err(e) if is(&e) => {
+            let msg = e.to_string();
+            for w in words {
+                assert!(msg.contains(w), "message lacks {w:?}: {msg}");
+            }
+            e
+        }
+        Err(e) => panic!("wrong error variant: {e:?}"),
+        Ok(v) => panic!("expected an error, got {v:?}"),
+    }
+}
+
+fn is_invalid(e: &Error) -> bool {
+    matches!(e, Error::Invalid(_))
+}
+fn is_format(e: &Error) -> bool {
+    matches!(e, Error::Format { .. })
+}
+fn is_io(e: &Error) -> bool {
+    matches!(e, Error::Io { .. })
+}
+
+fn read_json(path: &Path) -> Value {
+    let bytes = std::fs::read(path).expect("read cache");
+    serde_json::from_slice(&bytes).expect("cache is valid JSON")
+}
+
+fn metadata() -> Value {
+    json!({
+        "model": "test-model \"quoted\" ü",
+        "num_poems": 5,
+        "algorithm": "diversity-scan",
+        "generated_at": "2026-01-01T00:00:00Z",
+        "batch_size": 3,
+        "top_k": null,
+        "space": "mean-centered-v1",
+        "precision": "fp16",
+        "mode": "scan",
+        "device": "test",
+        "nested": {"a": [1, 2.5, -3]}
+    })
+}
+
+/// Five full sequences over five rows (row s starts with s).
+fn five() -> Vec<(u32, Vec<u32>)> {
+    vec![
+        (0, vec![0, 3, 1, 4, 2]),
+        (1, vec![1, 0, 2, 4, 3]),
+        (2, vec![2, 4, 0, 1, 3]),
+        (3, vec![3, 1, 2, 0, 4]),
+        (4, vec![4, 2, 3, 0, 1]),
+    ]
+}
+
+#[test]
+fn json_round_trip_string_ids() {
+    let dir = TempDir::new("json-str");
+    let out = dir.path("diversity_cache.json");
+    let ids: Vec<Value> = ["alpha", "b\"e,t:a", "γάμμα", "de\\lta\n", "42"]
+        .iter()
+        .map(|s| json!(s))
+        .collect();
+    let mut w = JsonCacheWriter::create(&out, &metadata(), Some(ids.clone())).unwrap();
+    let rows = five();
+    // One single, then a batch out of order, then another single.
+    w.write_sequence(rows[2].0, &rows[2].1).unwrap();
+    let flat: Vec<u32> = [rows[4].1.as_slice(), &rows[0].1, &rows[1].1].concat();
+    w.write_batch(&[4, 0, 1], &flat, 5).unwrap();
+    w.write_sequence(rows[3].0, &rows[3].1).unwrap();
+    assert_eq!(w.sequences_written(), 5);
+    assert!(!out.exists(), "the cache must not appear before finish");
+    w.finish().unwrap();
+    assert_eq!(dir.entries(), vec!["diversity_cache.json"]);
+
+    let v = read_json(&out);
+    assert_eq!(v["metadata"], metadata());
+    let seqs = v["sequences"].as_object().unwrap();
+    assert_eq!(seqs.len(), 5);
+    for (s, seq) in &rows {
+        let key = ids[*s as usize].as_str().unwrap();
+        let want: Vec<Value> = seq.iter().map(|&i| ids[i as usize].clone()).collect();
+        assert_eq!(seqs[key], Value::Array(want), "sequence of {key:?}");
+    }
+}
+
+#[test]
+fn json_round_trip_numeric_ids() {
+    let dir = TempDir::new("json-num");
+    let out = dir.path("c.json");
+    let ids: Vec<Value> = vec![json!(100), json!(7), json!(0), json!(123456789), json!(-5)];
+    let mut w = JsonCacheWriter::create(&out, &metadata(), Some(ids.clone())).unwrap();
+    let rows = five();
+    let starts: Vec<u32> = rows.iter().map(|r| r.0).collect();
+    let flat: Vec<u32> = rows.iter().flat_map(|r| r.1.clone()).collect();
+    w.write_batch(&starts, &flat, 5).unwrap();
+    w.finish().unwrap();
+    let v = read_json(&out);
+    let seqs = v["sequences"].as_object().unwrap();
+    for (s, seq) in &rows {
+        // Keys are the ids' decimal text; values stay numbers.
+        let key = ids[*s as usize].to_string();
+        let want: Vec<Value> = seq.iter().map(|&i| ids[i as usize].clone()).collect();
+        assert_eq!(seqs[&key], Value::Array(want));
+        assert!(seqs[&key][0].is_number());
+    }
+    assert!(seqs.contains_key("-5") && seqs.contains_key("123456789"));
+}
+
+#[test]
+fn json_round_trip_without_ids() {
+    let dir = TempDir::new("json-plain");
+    let out = dir.path("c.json");
+    let mut w = JsonCacheWriter::create(&out, &json!({}), None).unwrap();
+    // Values exercise every digit count of the formatter.
+    let big = vec![0, 9, 10, 99, 100, 12345, 999_999, 1_000_000, 4_294_967_295];
+    w.write_sequence(4_294_967_295, &big).unwrap();
+    w.write_sequence(0, &[]).unwrap();
+    w.write_sequence(17, &[17, 3]).unwrap();
+    w.finish().unwrap();
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        text.starts_with("{\"metadata\":{},\"sequences\":{\"4294967295\":[0,9,10,99,"),
+        "{text}"
+    );
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["metadata"], json!({}));
+    let seqs = v["sequences"].as_object().unwrap();
+    assert_eq!(seqs.len(), 3);
+    assert_eq!(seqs["4294967295"], json!(big));
+    assert_eq!(seqs["0"], json!([]));
+    assert_eq!(seqs["17"], json!([17, 3]));
+}
+
+#[test]
+fn json_empty_cache_is_valid() {
+    let dir = TempDir::new("json-empty");
+    let out = dir.path("c.json");
+    let w = JsonCacheWriter::create(&out, &metadata(), None).unwrap();
+    assert_eq!(w.sequences_written(), 0);
+    w.finish().unwrap();
+    let v = read_json(&out);
+    assert_eq!(v["sequences"], json!({}));
+}
+
+/// N = 14,943 starts (the size a full test cannot afford as N²), short rows, string ids, written
+/// in batches the size the user's driver uses: every sequence comes back.
+#[test]
+fn json_many_starts_short_rows() {
+    const N: u32 = 14_943;
+    const LEN: usize = 20;
+    let dir = TempDir::new("json-many");
+    let out = dir.path("diversity_cache.json");
+    let ids: Vec<Value> = (0..N).map(|i| json!(format!("poem-{i}"))).collect();
+    let meta = json!({"num_poems": N, "top_k": LEN});
+    let mut w = JsonCacheWriter::create(&out, &meta, Some(ids)).unwrap();
+    let starts: Vec<u32> = (0..N).collect();
+    for batch in starts.chunks(3584) {
+        let flat: Vec<u32> = batch
+            .iter()
+            .flat_map(|&s| synthetic_row(s, N, LEN))
+            .collect();
+        w.write_batch(batch, &flat, LEN).unwrap();
+    }
+    assert_eq!(w.sequences_written(), N as usize);
+    w.finish().unwrap();
+    let v = read_json(&out);
+    assert_eq!(v["metadata"], meta);
+    let seqs = v["sequences"].as_object().unwrap();
+    assert_eq!(seqs.len(), N as usize);
+    for s in (0..N).step_by(97).chain([N - 1]) {
+        let want: Vec<Value> = synthetic_row(s, N, LEN)
+            .iter()
+            .map(|i| json!(format!("poem-{i}")))
+            .collect();
+        assert_eq!(seqs[&format!("poem-{s}")], Value::Array(want));
+    }
+}
+
+/// The parallel formatter (big batches, several rounds of bounded pieces) writes the same bytes
+/// as one row at a time.
+#[test]
+fn json_parallel_formatting_is_byte_identical() {
+    let dir = TempDir::new("json-par");
+    for (with_ids, n, rows, len) in [
+        (false, 5000u32, 2000usize, 5000usize),
+        (true, 3000, 2500, 2000),
+    ] {
+        let ids: Option<Vec<Value>> = with_ids.then(|| {
+            (0..n)
+                .map(|i| {
+                    if i % 3 == 0 {
+                        json!(i * 10)
+                    } else {
+                        json!(format!("id \"{i}\""))
+                    }
+                })
+                .collect()
+        });
+        let starts: Vec<u32> = (0..rows as u32).rev().collect();
+        let flat: Vec<u32> = starts
+            .iter()
+            .flat_map(|&s| synthetic_row(s, n, len))
+            .collect();
+
+        let one = dir.path(&format!("one-{with_ids}.json"));
+        let mut w = JsonCacheWriter::create(&one, &metadata(), ids.clone()).unwrap();
+        for (i, &s) in starts.iter().enumerate() {
+            w.write_batch(&[s], &flat[i * len..(i + 1) * len], len)
+                .unwrap();
+        }
+        w.finish().unwrap();
+
+        let a = std::fs::read(&one).unwrap();
+        // One big batch: on the calling thread, on 2 and 3 threads (several rounds of bounded
+        // pieces at this size) and on every core.
+        for threads in [Some(1), Some(2), Some(3), None] {
+            let big = dir.path(&format!("big-{with_ids}-{threads:?}.json"));
+            let mut w = JsonCacheWriter::create(&big, &metadata(), ids.clone()).unwrap();
+            if let Some(t) = threads {
+                w.set_threads(t);
+            }
+            w.write_batch(&starts, &flat, len).unwrap();
+            w.finish().unwrap();
+            let b = std::fs::read(&big).unwrap();
+            assert_eq!(
+                a.len(),
+                b.len(),
+                "with_ids {with_ids}, {threads:?}: sizes differ"
+            );
+            assert!(a == b, "with_ids {with_ids}, {threads:?}: bytes differ");
+        }
+        let v: Value = serde_json::from_slice(&a).unwrap();
+        assert_eq!(v["sequences"].as_object().unwrap().len(), rows);
+    }
+}
+
+#[test]
+fn json_bad_calls_are_refused_and_the_writer_goes_on() {
+    let dir = TempDir::new("json-bad");
+    let out = dir.path("c.json");
+    let ids: Vec<Value> = (0..4).map(|i| json!(format!("r{i}"))).collect();
+
+    expect_err(
+        JsonCacheWriter::create(&out, &json!([1, 2]), None),
+        is_invalid,
+        &["metadata", "object", "an array"],
+    );
+    expect_err(
+        JsonCacheWriter::create(&out, &json!({}), Some(vec![json!("a"), json!("a")])),
+        is_invalid,
+        &["rows 0 and 1", "same id", "unique"],
+    );
+    expect_err(
+        JsonCacheWriter::create(&out, &json!({}), Some(vec![json!("a"), json!(true)])),
+        is_invalid,
+        &["row 1", "not a string or a number"],
+    );
+    // A string id "7" and a number id 7 would be the same key.
+    expect_err(
+        JsonCacheWriter::create(&out, &json!({}), Some(vec![json!("7"), json!(7)])),
+        is_invalid,
+        &["same id"],
+    );
+    assert!(dir.entries().is_empty(), "{:?}", dir.entries());
+
+    let mut w = JsonCacheWriter::create(&out, &json!({"k": 1}), Some(ids)).unwrap();
+    expect_err(
+        w.write_sequence(1, &[1, 4, 0]),
+        is_invalid,
+        &[
+            out.display().to_string().as_str(),
+            "start 1",
+            "index 4",
+            "position 1",
+            "only 4 ids",
+        ],
+    );
+    expect_err(
+        w.write_sequence(4, &[0]),
+        is_invalid,
+        &["start 4", "out of range", "4 ids"],
+    );
+    expect_err(
+        w.write_batch(&[0, 1], &[0, 1, 2], 2),
+        is_invalid,
+        &["3 values", "2 sequences", "length 2"],
+    );
+    w.write_sequence(1, &[1, 2]).unwrap();
+    expect_err(
+        w.write_sequence(1, &[1, 3]),
+        is_invalid,
+        &["start 1", "repeated"],
+    );
+    expect_err(
+        w.write_batch(&[2, 2], &[2, 0, 2, 1], 2),
+        is_invalid,
+        &["start 2", "repeated"],
+    );
+    // The refused batch did not claim start 2.
+    w.write_sequence(2, &[2, 3]).unwrap();
+    assert_eq!(w.sequences_written(), 2);
+    w.finish().unwrap();
+    let v = read_json(&out);
+    assert_eq!(
+        v["sequences"],
+        json!({"r1": ["r1", "r2"], "r2": ["r2", "r3"]})
+    );
+}
+
+#[test]
+fn unfinished_writers_leave_nothing_behind() {
+    let dir = TempDir::new("unfinished");
+    let json_out = dir.path("c.json");
+    let bin_out = dir.path("c.bin");
+    {
+        let mut w = JsonCacheWriter::create(&json_out, &metadata(), None).unwrap();
+        w.write_sequence(0, &[0, 1, 2]).unwrap();
+        let mut b = BinaryCacheWriter::create(&bin_out, 3, 3).unwrap();
+        b.write_row(0, &[0, 1, 2]).unwrap();
+        assert_eq!(dir.entries().len(), 2, "two temporary files while writing");
+        assert!(dir.entries().iter().all(|e| e.starts_with('.')));
+        // Dropped without finish: an error or a panic in the caller.
+    }
+    assert!(dir.entries().is_empty(), "left: {:?}", dir.entries());
+
+    // An existing cache is not touched by an unfinished rewrite.
+    std::fs::write(&json_out, b"old").unwrap();
+    {
+        let mut w = JsonCacheWriter::create(&json_out, &metadata(), None).unwrap();
+        w.write_sequence(0, &[0]).unwrap();
+    }
+    assert_eq!(std::fs::read(&json_out).unwrap(), b"old");
+    assert_eq!(dir.entries(), vec!["c.json"]);
+    // ... and is replaced whole by a finished one.
+    let w = JsonCacheWriter::create(&json_out, &metadata(), None).unwrap();
+    w.finish().unwrap();
+    assert_eq!(read_json(&json_out)["sequences"], json!({}));
+    assert_eq!(dir.entries(), vec!["c.json"]);
+}
+
+#[test]
+fn pending_file_commits_or_cleans_up() {
+    let dir = TempDir::new("pending");
+    let out = dir.path("out.txt");
+    let (p, mut f) = PendingFile::create(&out).unwrap();
+    assert_eq!(p.path(), out);
+    let tmp = p.temp_path().to_path_buf();
+    let tmp_name = tmp.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        tmp_name.starts_with(&format!(".out.txt.tmp-{}-", std::process::id())),
+        "{tmp_name}"
+    );
+    assert_eq!(tmp.parent(), out.parent());
+    f.write_all(b"hello").unwrap();
+    drop(f);
+    // Two pending files for one destination do not collide.
+    let (p2, _f2) = PendingFile::create(&out).unwrap();
+    assert_ne!(p2.temp_path(), tmp);
+    drop(p2);
+    p.commit().unwrap();
+    assert_eq!(std::fs::read(&out).unwrap(), b"hello");
+    assert_eq!(dir.entries(), vec!["out.txt"]);
+
+    expect_err(PendingFile::create(&dir.0), is_invalid, &["is a directory"]);
+}
+
+#[test]
+fn missing_output_directory_is_refused_before_any_work() {
+    let dir = TempDir::new("nodir");
+    let missing = dir.path("no-such-dir");
+    let out = missing.join("diversity_cache.json");
+    let missing_s = missing.display().to_string();
+    let out_s = out.display().to_string();
+    let words = [
+        out_s.as_str(),
+        "output directory",
+        missing_s.as_str(),
+        "does not exist",
+    ];
+    expect_err(
+        JsonCacheWriter::create(&out, &metadata(), None),
+        is_io,
+        &words,
+    );
+    expect_err(BinaryCacheWriter::create(&out, 3, 3), is_io, &words);
+    expect_err(PendingFile::create(&out), is_io, &words);
+    let t = Table::new(vec![1.0, 2.0], 1, 2).unwrap();
+    expect_err(
+        save_fp16_bin(&missing.join("e.bin"), &t, "raw", "x"),
+        is_io,
+        &["output directory", "does not exist"],
+    );
+    assert!(!missing.exists());
+    assert!(dir.entries().is_empty());
+}
+
+#[cfg(unix)]
+#[test]
+fn read_only_output_directory_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new("readonly");
+    let ro = dir.path("ro");
+    std::fs::create_dir(&ro).unwrap();
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let out = ro.join("diversity_cache.json");
+    let listing = || std::fs::read_dir(&ro).unwrap().count();
+
+    match JsonCacheWriter::create(&out, &metadata(), None) {
+        Err(e) => {
+            assert!(is_io(&e), "{e:?}");
+            let msg = e.to_string();
+            for w in [
+                out.display().to_string().as_str(),
+                "cannot write here",
+                "Permission denied",
+            ] {
+                assert!(msg.contains(w), "message lacks {w:?}: {msg}");
+            }
+        }
+        Ok(mut w) => {
+            // Root ignores permissions: the write works; at least check the cleanup.
+            eprintln!("read-only directory was writable (running as root?): checking cleanup only");
+            w.write_sequence(0, &[0]).unwrap();
+            assert_eq!(listing(), 1, "the temporary file exists while writing");
+            drop(w);
+        }
+    }
+    match BinaryCacheWriter::create(&out, 2, 2) {
+        Err(e) => {
+            assert!(is_io(&e), "{e:?}");
+            assert!(e.to_string().contains("cannot write here"), "{e}");
+        }
+        Ok(w) => drop(w),
+    }
+    assert_eq!(
+        listing(),
+        0,
+        "nothing may be left in the read-only directory"
+    );
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[test]
+fn binary_round_trip_in_any_row_order() {
+    let dir = TempDir::new("bin");
+    for (n, len) in [(7u32, 7usize), (50, 3), (1, 1)] {
+        let out = dir.path(&format!("seq-{n}-{len}.bin"));
+        let mut order: Vec<u32> = (0..n).collect();
+        // A fixed shuffle.
+        for i in (1..order.len()).rev() {
+            let j = (i * 7919 + 13) % (i + 1);
+            order.swap(i, j);
+        }
+        let mut w = BinaryCacheWriter::create(&out, n as usize, len).unwrap();
+        assert_eq!(
+            std::fs::metadata(w_temp(&dir)).unwrap().len(),
+            4 + n as u64 * len as u64 * 4,
+            "pre-sized"
+        );
+        for (k, &s) in order.iter().enumerate() {
+            if k % 2 == 0 {
+                w.write_row(s, &synthetic_row(s, n, len)).unwrap();
+            } else {
+                w.write_batch(&[s], &synthetic_row(s, n, len)).unwrap();
+            }
+        }
+        assert_eq!(w.rows_written(), n as usize);
+        w.finish().unwrap();
+        assert_eq!(
+            std::fs::metadata(&out).unwrap().len(),
+            4 + n as u64 * len as u64 * 4
+        );
+
+        let (rn, flat) = BinaryCache::read_all(&out).unwrap();
+        assert_eq!(rn, n as usize);
+        let want: Vec<u32> = (0..n).flat_map(|s| synthetic_row(s, n, len)).collect();
+        assert_eq!(flat, want);
+
+        let mut c = BinaryCache::open(&out).unwrap();
+        assert_eq!((c.n(), c.len()), (n as usize, len));
+        for &s in order.iter().rev() {
+            assert_eq!(c.sequence(s).unwrap(), synthetic_row(s, n, len));
+        }
+        expect_err(
+            c.sequence(n),
+            is_invalid,
+            &[&format!("start {n}"), "out of range"],
+        );
+    }
+    // The user's own layout: uint32 N, then N × N.
+    let out = dir.path("user.bin");
+    let mut bytes = 3u32.to_le_bytes().to_vec();
+    for v in [0u32, 2, 1, 1, 0, 2, 2, 1, 0] {
+        bytes.extend_from_slice(&v.to_le_bytes());
+    }
+    std::fs::write(&out, &bytes).unwrap();
+    let mut c = BinaryCache::open(&out).unwrap();
+    assert_eq!((c.n(), c.len()), (3, 3));
+    assert_eq!(c.sequence(1).unwrap(), vec![1, 0, 2]);
+}
+
+/// The single temporary file in `dir`.
+fn w_temp(dir: &TempDir) -> PathBuf {
+    let e = dir.entries();
+    let tmp: Vec<&String> = e.iter().filter(|n| n.starts_with('.')).collect();
+    assert_eq!(tmp.len(), 1, "{e:?}");
+    dir.path(tmp[0])
+}
+
+/// `sequence(s)` reads only its own row: garbage in every other row does not disturb it, while
+/// reading the whole file refuses the garbage.
+#[test]
+fn binary_sequence_reads_only_its_row() {
+    let dir = TempDir::new("bin-one");
+    let out = dir.path("c.bin");
+    let (n, len) = (6u32, 4usize);
+    let mut bytes = n.to_le_bytes().to_vec();
+    for s in 0..n {
+        for v in synthetic_row(s, n, len) {
+            let v = if s == 3 { v } else { 0xdead_beef };
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    std::fs::write(&out, &bytes).unwrap();
+    let mut c = BinaryCache::open(&out).unwrap();
+    assert_eq!(c.sequence(3).unwrap(), synthetic_row(3, n, len));
+    let p = out.display().to_string();
+    expect_err(
+        c.sequence(0),
+        is_format,
+        &[&p, "row 0", "3735928559", "corrupt"],
+    );
+    expect_err(
+        BinaryCache::read_all(&out),
+        is_format,
+        &[&p, "row 0", "not an index below N = 6"],
+    );
+}
+
+#[test]
+fn binary_writer_refuses_missing_rows_and_bad_rows() {
+    let dir = TempDir::new("bin-missing");
+    let out = dir.path("c.bin");
+    let mut w = BinaryCacheWriter::create(&out, 5, 2).unwrap();
+    w.write_row(0, &[0, 1]).unwrap();
+    w.write_row(3, &[3, 4]).unwrap();
+    expect_err(
+        w.write_row(5, &[0, 1]),
+        is_invalid,
+        &["start 5", "out of range", "N = 5"],
+    );
+    expect_err(
+        w.write_row(1, &[1, 2, 3]),
+        is_invalid,
+        &["start 1", "3 entries", "rows have 2"],
+    );
+    expect_err(
+        w.write_row(1, &[1, 5]),
+        is_invalid,
+        &["start 1", "index 5", "position 1"],
+    );
+    expect_err(
+        w.write_row(3, &[3, 0]),
+        is_invalid,
+        &["start 3", "repeated"],
+    );
+    expect_err(
+        w.write_batch(&[1, 2], &[1, 0, 2]),
+        is_invalid,
+        &["3 values", "2 sequences"],
+    );
+    expect_err(
+        w.finish(),
+        is_invalid,
+        &["3 of 5 rows are missing", "start 1", "not written"],
+    );
+    assert!(dir.entries().is_empty(), "left: {:?}", dir.entries());
+
+    expect_err(
+        BinaryCacheWriter::create(&out, 0, 3),
+        is_invalid,
+        &["N = 0"],
+    );
+    expect_err(
+        BinaryCacheWriter::create(&out, 3, 0),
+        is_invalid,
+        &["length 0"],
+    );
+    expect_err(
+        BinaryCacheWriter::create(&out, 1 << 33, 1),
+        is_invalid,
+        &["N = 8589934592"],
+    );
+    assert!(dir.entries().is_empty());
+}
+
+#[test]
+fn bad_binary_sizes_are_refused() {
+    let dir = TempDir::new("bin-size");
+    let cases: Vec<(&str, Vec<u8>, Vec<&str>)> = vec![
+        ("tiny.bin", vec![1, 0], vec!["2 bytes", "too small"]),
+        ("zero.bin", 0u32.to_le_bytes().to_vec(), vec!["N = 0"]),
+        (
+            "header-only.bin",
+            3u32.to_le_bytes().to_vec(),
+            vec!["size 4 bytes", "N = 3", "4 + 3 × 3 × 4 = 40", "L ≥ 1"],
+        ),
+        (
+            "ragged.bin",
+            [3u32.to_le_bytes().to_vec(), vec![0u8; 3 * 2 * 4 + 1]].concat(),
+            vec![
+                "size 29 bytes",
+                "N = 3",
+                "25 bytes after the header",
+                "multiple of 12",
+            ],
+        ),
+        (
+            "short.bin",
+            [4u32.to_le_bytes().to_vec(), vec![0u8; 12]].concat(),
+            vec!["size 16 bytes", "N = 4", "multiple of 16"],
+        ),
+    ];
+    for (name, bytes, words) in cases {
+        let p = dir.path(name);
+        std::fs::write(&p, &bytes).unwrap();
+        let ps = p.display().to_string();
+        let mut all = vec![ps.as_str()];
+        all.extend(words.iter().copied());
+        expect_err(BinaryCache::open(&p), is_format, &all);
+        expect_err(BinaryCache::read_all(&p), is_format, &all);
+    }
+    let missing = dir.path("missing.bin");
+    expect_err(
+        BinaryCache::open(&missing),
+        is_io,
+        &[&missing.display().to_string()],
+    );
+}
+
+/// A table with awkward values: signs, tiny values, values rounding at fp16.
+fn sample(n: usize, d: usize) -> Table {
+    let data = (0..n * d)
+        .map(|i| ((i as f32) * 0.37 - 3.1).sin() * 10f32.powi((i % 5) as i32 - 2))
+        .collect();
+    Table::new(data, n, d).unwrap()
+}
+
+#[test]
+fn fp16_bin_round_trip() {
+    let dir = TempDir::new("fp16");
+    let src = dir.path("embeddings.json");
+    std::fs::write(&src, b"{\"pretend\": \"source\"}").unwrap();
+    let sum = file_checksum(&src).unwrap();
+    let t = sample(37, 19);
+    let out = dir.path("embeddings_fp16.bin");
+    save_fp16_bin(&out, &t, "mean-centered-v1", &sum).unwrap();
+    assert_eq!(
+        dir.entries(),
+        vec![
+            "embeddings.json",
+            "embeddings_fp16.bin",
+            "embeddings_fp16.bin.json"
+        ]
+    );
+    assert_eq!(std::fs::metadata(&out).unwrap().len(), 37 * 19 * 2);
+    let side = fp16_bin_sidecar(&out);
+    assert_eq!(side, dir.path("embeddings_fp16.bin.json"));
+    assert_eq!(
+        read_json(&side),
+        json!({"format": "fp16-le-rowmajor", "n": 37, "dim": 19,
+               "space": "mean-centered-v1", "source_checksum": sum})
+    );
+    let want = t.as_stored(Precision::Fp16);
+    for loaded in [
+        load_fp16_bin(&out, Some(("mean-centered-v1", &sum))).unwrap(),
+        load_fp16_bin(&out, None).unwrap(),
+        load_table(&out, None).unwrap(),
+    ] {
+        assert_eq!((loaded.n(), loaded.d()), (37, 19));
+        assert_eq!(loaded.data(), want.data());
+    }
+    // Little-endian halves, row-major.
+    let bytes = std::fs::read(&out).unwrap();
+    let first = half::f16::from_f32(t.data()[0]).to_bits().to_le_bytes();
+    assert_eq!(&bytes[..2], &first);
+
+    // Rewriting replaces both files and leaves nothing else.
+    save_fp16_bin(&out, &sample(2, 3), "raw", "fnv1a64:0").unwrap();
+    assert_eq!(dir.entries().len(), 3);
+    assert_eq!(
+        load_fp16_bin(&out, Some(("raw", "fnv1a64:0"))).unwrap().n(),
+        2
+    );
+}
+
+#[test]
+fn fp16_bin_out_of_range_is_refused() {
+    let dir = TempDir::new("fp16-range");
+    let out = dir.path("e.bin");
+    let t = Table::new(vec![1.0, 2.0, 3.0, 70000.0], 2, 2).unwrap();
+    expect_err(
+        save_fp16_bin(&out, &t, "raw", "x"),
+        is_invalid,
+        &["row 1", "column 1", "70000", "float16 range"],
+    );
+    assert!(dir.entries().is_empty());
+}
+
+#[test]
+fn fp16_bin_stale_or_foreign_is_refused() {
+    let dir = TempDir::new("fp16-stale");
+    let out = dir.path("e.bin");
+    save_fp16_bin(
+        &out,
+        &sample(4, 3),
+        "mean-centered-v1",
+        "fnv1a64:00000000000000aa",
+    )
+    .unwrap();
+    let p = out.display().to_string();
+    expect_err(
+        load_fp16_bin(&out, Some(("mean-centered-v1", "fnv1a64:00000000000000bb"))),
+        is_format,
+        &[
+            &p,
+            "stale or foreign",
+            "expected",
+            "fnv1a64:00000000000000bb",
+            "found",
+            "fnv1a64:00000000000000aa",
+        ],
+    );
+    expect_err(
+        load_fp16_bin(&out, Some(("raw", "fnv1a64:00000000000000aa"))),
+        is_format,
+        &[&p, "stale or foreign", "\"raw\"", "\"mean-centered-v1\""],
+    );
+}
+
+#[test]
+fn fp16_bin_size_mismatch_is_refused() {
+    let dir = TempDir::new("fp16-size");
+    let out = dir.path("e.bin");
+    save_fp16_bin(&out, &sample(4, 3), "raw", "x").unwrap();
+    let bytes = std::fs::read(&out).unwrap();
+    std::fs::write(&out, &bytes[..bytes.len() - 2]).unwrap();
+    let p = out.display().to_string();
+    for r in [load_fp16_bin(&out, None), load_table(&out, None)] {
+        expect_err(
+            r,
+            is_format,
+            &[&p, "size 22 bytes", "sidecar", "4 × 3 × 2 = 24"],
+        );
+    }
+}
+
+#[test]
+fn fp16_bin_missing_or_bad_sidecar_is_refused() {
+    let dir = TempDir::new("fp16-side");
+    let out = dir.path("e.bin");
+    save_fp16_bin(&out, &sample(4, 3), "raw", "x").unwrap();
+    let side = fp16_bin_sidecar(&out);
+    let good = std::fs::read(&side).unwrap();
+    std::fs::remove_file(&side).unwrap();
+    let p = out.display().to_string();
+    let s = side.display().to_string();
+    for r in [load_fp16_bin(&out, None), load_table(&out, None)] {
+        expect_err(r, is_format, &[&p, "missing sidecar", &s]);
+    }
+    std::fs::write(&side, b"{not json").unwrap();
+    expect_err(
+        load_fp16_bin(&out, None),
+        is_format,
+        &[&s, "malformed sidecar JSON"],
+    );
+    std::fs::write(
+        &side,
+        br#"{"format":"fp16-le-rowmajor","n":4,"space":"raw","source_checksum":"x"}"#,
+    )
+    .unwrap();
+    expect_err(load_fp16_bin(&out, None), is_format, &[&s, "no \"dim\""]);
+    std::fs::write(
+        &side,
+        br#"{"format":"fp32","n":4,"dim":3,"space":"raw","source_checksum":"x"}"#,
+    )
+    .unwrap();
+    expect_err(load_fp16_bin(&out, None), is_format, &[&s, "\"fp32\""]);
+    std::fs::write(
+        &side,
+        br#"{"format":"fp16-le-rowmajor","n":0,"dim":3,"space":"raw","source_checksum":"x"}"#,
+    )
+    .unwrap();
+    expect_err(
+        load_fp16_bin(&out, None),
+        is_format,
+        &[&s, "\"n\"", "not a positive integer"],
+    );
+    std::fs::write(&side, &good).unwrap();
+    assert_eq!(load_fp16_bin(&out, None).unwrap().n(), 4);
+    let missing = dir.path("none.bin");
+    expect_err(
+        load_fp16_bin(&missing, None),
+        is_io,
+        &[&missing.display().to_string()],
+    );
+}
+
+#[test]
+fn checksum_is_fnv1a64_streamed() {
+    let dir = TempDir::new("sum");
+    let empty = dir.path("empty");
+    std::fs::write(&empty, b"").unwrap();
+    assert_eq!(file_checksum(&empty).unwrap(), "fnv1a64:cbf29ce484222325");
+    let a = dir.path("a");
+    std::fs::write(&a, b"a").unwrap();
+    assert_eq!(file_checksum(&a).unwrap(), "fnv1a64:af63dc4c8601ec8c");
+    let foobar = dir.path("foobar");
+    std::fs::write(&foobar, b"foobar").unwrap();
+    assert_eq!(file_checksum(&foobar).unwrap(), "fnv1a64:85944171f73967e8");
+    // Across 1 MiB blocks: same as hashing in one go.
+    let big: Vec<u8> = (0..(3 << 20) + 12345)
+        .map(|i| (i * 31 % 251) as u8)
+        .collect();
+    let p = dir.path("big");
+    std::fs::write(&p, &big).unwrap();
+    let mut h: u64 = 0xcbf29ce484222325;
+    for &b in &big {
+        h = (h ^ b as u64).wrapping_mul(0x100000001b3);
+    }
+    assert_eq!(file_checksum(&p).unwrap(), format!("fnv1a64:{h:016x}"));
+    let missing = dir.path("missing");
+    expect_err(
+        file_checksum(&missing),
+        is_io,
+        &[&missing.display().to_string()],
+    );
+}
+
+/// The whole cache at N = 14,943: 14,943 × 14,943 entries (≈ 1.3 GB of JSON), written in
+/// batches of 3,584 like the driver does, timed for BENCHMARKS.md. Ignored by default:
+/// `cargo test --release --test cache -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn bench_full_cache_14943() {
+    const N: u32 = 14_943;
+    const BATCH: usize = 3584;
+    let dir = TempDir::new("bench");
+    let starts: Vec<u32> = (0..N).collect();
+    let mut flat = Vec::with_capacity(BATCH * N as usize);
+    for (label, ids) in [
+        ("no ids", None),
+        (
+            "string ids",
+            Some(
+                (0..N)
+                    .map(|i| json!(format!("poem-{i:05}")))
+                    .collect::<Vec<_>>(),
+            ),
+        ),
+    ] {
+        let json_out = dir.path("diversity_cache.json");
+        let bin_out = dir.path("diversity_cache.bin");
+        let mut w = JsonCacheWriter::create(&json_out, &metadata(), ids).unwrap();
+        let mut b = BinaryCacheWriter::create(&bin_out, N as usize, N as usize).unwrap();
+        let (mut t_json, mut t_bin, mut t_gen) = (0f64, 0f64, 0f64);
+        let t_all = Instant::now();
+        for batch in starts.chunks(BATCH) {
+            let t = Instant::now();
+            flat.clear();
+            for &s in batch {
+                flat.extend(synthetic_row(s, N, N as usize));
+            }
+            t_gen += t.elapsed().as_secs_f64();
+            let t = Instant::now();
+            w.write_batch(batch, &flat, N as usize).unwrap();
+            t_json += t.elapsed().as_secs_f64();
+            let t = Instant::now();
+            b.write_batch(batch, &flat).unwrap();
+            t_bin += t.elapsed().as_secs_f64();
+        }
+        let t = Instant::now();
+        w.finish().unwrap();
+        let t_json_finish = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        b.finish().unwrap();
+        let t_bin_finish = t.elapsed().as_secs_f64();
+        let json_bytes = std::fs::metadata(&json_out).unwrap().len();
+        let bin_bytes = std::fs::metadata(&bin_out).unwrap().len();
+        let mut c = BinaryCache::open(&bin_out).unwrap();
+        let t = Instant::now();
+        let row = c.sequence(N / 2).unwrap();
+        let t_one = t.elapsed().as_secs_f64();
+        assert_eq!(row, synthetic_row(N / 2, N, N as usize));
+        println!(
+            "cache {N} × {N} ({label}), {} threads: JSON {:.1} MB in {:.2} s format+write + {:.2} s \
+             finish ({:.0} MB/s); binary {:.1} MB in {:.2} s + {:.2} s finish; one row read {:.2} \
+             ms; synthetic data {:.2} s; total {:.2} s",
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+            json_bytes as f64 / 1e6,
+            t_json,
+            t_json_finish,
+            json_bytes as f64 / 1e6 / (t_json + t_json_finish),
+            bin_bytes as f64 / 1e6,
+            t_bin,
+            t_bin_finish,
+            t_one * 1e3,
+            t_gen,
+            t_all.elapsed().as_secs_f64()
+        );
+        std::fs::remove_file(&json_out).unwrap();
+        std::fs::remove_file(&bin_out).unwrap();
+    }
+}
