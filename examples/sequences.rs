@@ -13,11 +13,12 @@
 //! beside `--out` and renamed at the end; the output location is checked before any GPU work.
 //! One summary line goes to stdout.
 
+use diversity::cache::PendingFile;
 use diversity::{
     files, Context, ContextOptions, DeviceTable, Precision, ScanJob, ScanOptions, Shape,
 };
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 struct Args {
@@ -128,62 +129,6 @@ fn parse() -> Result<Args, String> {
     Ok(a)
 }
 
-/// A temporary file beside `out`, created now so that a bad output location fails before any GPU
-/// work; renamed onto `out` at the end, removed on failure.
-struct PendingFile {
-    tmp: PathBuf,
-    out: PathBuf,
-    done: bool,
-}
-
-impl PendingFile {
-    fn create(out: &Path) -> Result<(PendingFile, std::fs::File), String> {
-        let dir = match out.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        if !dir.is_dir() {
-            return Err(format!(
-                "{}: output directory {} does not exist",
-                out.display(),
-                dir.display()
-            ));
-        }
-        let name = out
-            .file_name()
-            .ok_or_else(|| format!("{}: not a file name", out.display()))?;
-        let tmp = dir.join(format!(
-            ".{}.tmp-{}",
-            name.to_string_lossy(),
-            std::process::id()
-        ));
-        let f = std::fs::File::create(&tmp)
-            .map_err(|e| format!("{}: cannot write here: {e}", out.display()))?;
-        Ok((
-            PendingFile {
-                tmp,
-                out: out.to_path_buf(),
-                done: false,
-            },
-            f,
-        ))
-    }
-    fn commit(mut self) -> Result<(), String> {
-        std::fs::rename(&self.tmp, &self.out)
-            .map_err(|e| format!("{}: {e}", self.out.display()))?;
-        self.done = true;
-        Ok(())
-    }
-}
-
-impl Drop for PendingFile {
-    fn drop(&mut self) {
-        if !self.done {
-            let _ = std::fs::remove_file(&self.tmp);
-        }
-    }
-}
-
 fn run(a: Args) -> Result<(), String> {
     let ctx = Context::new(&ContextOptions {
         device: a.device.clone(),
@@ -202,7 +147,7 @@ fn run(a: Args) -> Result<(), String> {
     }
     let n = table.n();
     let starts: Vec<u32> = a.starts.clone().unwrap_or_else(|| (0..n as u32).collect());
-    let (pending, file) = PendingFile::create(&a.out)?;
+    let (pending, file) = PendingFile::create(&a.out).map_err(|e| e.to_string())?;
     let caps = ctx.caps().clone();
     let steps = a.steps.unwrap_or(n - 1).min(n - 1);
     let per_seq = ((steps + 1) * 4).max(2 * table.d() * 4) as u64;
@@ -272,7 +217,7 @@ fn run(a: Args) -> Result<(), String> {
     write!(w, "}},\"metadata\":{meta}}}").map_err(io)?;
     w.flush().map_err(io)?;
     drop(w);
-    pending.commit()?;
+    pending.commit().map_err(|e| e.to_string())?;
     let gpu_s = gpu_ns as f64 / 1e9;
     let batches = starts.len().div_ceil(batch);
     println!(

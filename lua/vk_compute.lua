@@ -10,8 +10,18 @@ local diversity = require "diversity"
 
 local M = {}
 
+local THIS = debug.getinfo(1, "S").source
+
+-- Raise "vk_compute.<call>: <message>" pointing at the caller's line: the first stack frame
+-- outside this file.
 local function fail(call, message)
-  error("vk_compute." .. call .. ": " .. tostring(message), 3)
+  local level = 2
+  while true do
+    local info = debug.getinfo(level, "S")
+    if not info or info.source ~= THIS then break end
+    level = level + 1
+  end
+  error("vk_compute." .. call .. ": " .. tostring(message), level)
 end
 
 -- Run `f(...)`, re-raising any error with the call's name in front.

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# The main job on the bundled data: diversity sequences for all 2,048 fortunes (fp16 storage,
-# in-shader tiles), on the best Vulkan device here (lavapipe without a GPU). On lavapipe the
-# scan engine manages a few hundred sequence-steps a second, so the demo computes the first
-# STEPS steps of every sequence (default 8; STEPS=2047 gives full sequences on a GPU).
+# The main job on the bundled data, through the Lua command line the user's pipeline keeps:
+# the diversity cache of the 300 bundled fortunes (data/fortunes-300.embeddings.json, real
+# all-MiniLM-L6-v2 embeddings, ids "fortune-N"), mean-centred, fp16 storage, on the best Vulkan
+# device here (lavapipe without a GPU): every sequence, full length (about 30 s on 2 CPU cores
+# with lavapipe). TOP_K=K computes only the first K steps of each sequence.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup-debian.sh
-STEPS="${STEPS:-8}"
+bash scripts/build-lua.sh
+TOP_K_ARG=()
+[ -n "${TOP_K:-}" ] && TOP_K_ARG=(--top-k "$TOP_K")
 mkdir -p out
-cargo run --release --quiet --example sequences -- \
-  --table data/fortunes-2k.npy --precision fp16 --shape tiled --tile 512 \
-  --starts all --steps "$STEPS" --chunk 4 --pipelined \
-  --out out/fortunes-2k.sequences.json
-echo "result: $(pwd)/out/fortunes-2k.sequences.json (texts: data/fortunes-2k.texts.jsonl, line i = row i)"
+cp data/fortunes-300.embeddings.json out/embeddings.json
+LUA_CPATH='target/lua/?.so;;' LUA_PATH='lua/?.lua;lua/?/init.lua;;' \
+  luajit lua/diversity/cli.lua --embeddings out/embeddings.json --out out/diversity_cache.json \
+  --center --precision fp16 "${TOP_K_ARG[@]}" --batch 300 \
+  --model sentence-transformers/all-MiniLM-L6-v2
+echo "result: $(pwd)/out/diversity_cache.json (texts: data/fortunes-2k.texts.jsonl, \"fortune-N\" is line N)"

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs what building and testing `diversity` needs on Debian 12, quietly and idempotently:
-# Mesa's lavapipe (a Vulkan device on the CPU), the Vulkan loader and validation layers, and
-# shaderc/glslang/SPIRV-Tools to compile the shaders at build time. Needs root for apt-get; does
+# Mesa's lavapipe (a Vulkan device on the CPU), the Vulkan loader and validation layers,
+# shaderc/glslang/SPIRV-Tools to compile the shaders at build time, and LuaJIT with busted for
+# the Lua module and its tests (python3 checks JSON in the Lua specs). Needs root for apt-get; does
 # nothing when everything is already there. Rust itself comes from rustup (see README.md).
 set -euo pipefail
 PACKAGES=(
   mesa-vulkan-drivers libvulkan1 libvulkan-dev vulkan-tools vulkan-validationlayers
   libshaderc-dev glslang-dev spirv-tools g++ pkg-config
+  luajit libluajit-5.1-dev lua-busted python3
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -1,11 +1,20 @@
 #!/usr/bin/env bash
 # The test command (README.md, .ci/run): installs what is missing, checks formatting and lints,
-# then runs every test on the machine's Vulkan device (lavapipe without a GPU) with validation
-# layers on, and the scan tests once more with lavapipe's subgroup size at 4.
+# runs every Rust test on the machine's Vulkan device (lavapipe without a GPU) with validation
+# layers on, the scan tests once more with lavapipe's subgroup size at 4, then builds the LuaJIT
+# module and runs the busted specs under LuaJIT against it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup-debian.sh
 cargo fmt --check
 cargo clippy --release --all-targets --quiet -- -D warnings
+cargo clippy --release --features lua --lib --quiet -- -D warnings
 cargo test --release
 LP_NATIVE_VECTOR_WIDTH=128 cargo test --release --test scan
+bash scripts/build-lua.sh
+log=$(mktemp)
+LUA_CPATH='target/lua/?.so;;' LUA_PATH='lua/?.lua;lua/?/init.lua;tests/lua/?.lua;;' \
+  luajit /usr/bin/busted --output=plainTerminal tests/lua | tee "$log"
+# busted's summary, in the plain form CI reads ("N passed, N failed").
+sed -n 's/^\([0-9]*\) successes* \/ \([0-9]*\) failures* \/ \([0-9]*\) errors*.*/busted: \1 passed, \2 failed/p' "$log"
+rm -f "$log"

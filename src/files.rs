@@ -163,8 +163,16 @@ pub fn load_npy(path: &Path) -> Result<Table> {
 /// Numbers are stored as float32, so a value beyond float32's range is refused, naming its row.
 pub fn load_embeddings_json(path: &Path) -> Result<Table> {
     let bytes = read(path)?;
-    let root: Value = serde_json::from_slice(&bytes)
-        .map_err(|e| format_err(path, format!("malformed JSON: {e}")))?;
+    let root: Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        // Python's json.dump writes NaN / Infinity, which JSON does not allow. Parse again with
+        // those tokens as strings, so the row check below can name the row that holds one.
+        Err(e) => match quote_non_finite(&bytes) {
+            Some(fixed) => serde_json::from_slice(&fixed)
+                .map_err(|_| format_err(path, format!("malformed JSON: {e}")))?,
+            None => return Err(format_err(path, format!("malformed JSON: {e}"))),
+        },
+    };
     drop(bytes);
     let shape_hint =
         "expected {\"metadata\": {…}, \"embeddings\": [{\"poem_index\": …, \"id\": …, \
@@ -269,6 +277,12 @@ pub fn load_embeddings_json(path: &Path) -> Result<Table> {
             ));
         }
         for (j, v) in values.iter().enumerate() {
+            if let Some(tok @ ("NaN" | "Infinity" | "-Infinity")) = v.as_str() {
+                return Err(format_err(
+                    path,
+                    format!("{row_name}.embedding[{j}] is {tok}, not a number: embeddings must be finite"),
+                ));
+            }
             let x = v.as_f64().ok_or_else(|| {
                 format_err(
                     path,
@@ -1084,6 +1098,42 @@ pub fn load_ids(path: &Path) -> Result<Vec<Value>> {
             reason: format!("malformed JSON: {e}"),
         }),
     }
+}
+
+/// The JSON text with bare `NaN`, `Infinity` and `-Infinity` tokens (outside strings) quoted,
+/// or `None` when there are none.
+fn quote_non_finite(bytes: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(bytes.len() + 64);
+    let (mut i, mut in_str, mut changed) = (0, false, false);
+    while i < bytes.len() {
+        let c = bytes[i];
+        if in_str {
+            out.push(c);
+            if c == b'\\' && i + 1 < bytes.len() {
+                out.push(bytes[i + 1]);
+                i += 1;
+            } else if c == b'"' {
+                in_str = false;
+            }
+        } else if c == b'"' {
+            in_str = true;
+            out.push(c);
+        } else if let Some(tok) = [&b"-Infinity"[..], b"Infinity", b"NaN"]
+            .into_iter()
+            .find(|t| bytes[i..].starts_with(t))
+        {
+            out.push(b'"');
+            out.extend_from_slice(tok);
+            out.push(b'"');
+            i += tok.len();
+            changed = true;
+            continue;
+        } else {
+            out.push(c);
+        }
+        i += 1;
+    }
+    changed.then_some(out)
 }
 
 #[cfg(test)]

@@ -155,8 +155,10 @@ impl UserData for LTable {
         // `precision`: returns the worst excess, or raises naming the step.
         m.add_method(
             "check_sequence",
-            |_, this, (start, seq, eps, precision): (u32, Vec<u32>, Option<f64>, Option<String>)| {
+            |_, this, (start, seq, eps, precision): (Value, LuaTable, Option<f64>, Option<String>)| {
                 let call = "table:check_sequence";
+                let start = int_u32(call, "start", &start)?;
+                let seq = int_list(call, "seq", &seq)?;
                 let p = parse_precision(call, precision)?;
                 let stored = this.get(call)?.as_stored(p);
                 crate::reference::check_sequence(&stored, start, &seq, eps.unwrap_or(1e-5))
@@ -167,14 +169,16 @@ impl UserData for LTable {
         m.add_method("centered", |_, this, ()| {
             Ok(LTable::new("table", this.get("table:centered")?.centered()))
         });
-        m.add_method("head", |_, this, n: usize| {
+        m.add_method("head", |_, this, n: Value| {
+            let n = int("table:head", "n", &n)? as usize;
             let t = this
                 .get("table:head")?
                 .head(n)
                 .map_err(|e| err("table:head", e))?;
             Ok(LTable::new("table", t))
         });
-        m.add_method("row", |lua, this, i: usize| {
+        m.add_method("row", |lua, this, i: Value| {
+            let i = int("table:row", "row", &i)? as usize;
             let t = this.get("table:row")?;
             if i >= t.n() {
                 return Err(msg(
@@ -210,25 +214,20 @@ impl UserData for LDeviceTable {
         m.add_method("precision", |_, this, ()| {
             Ok(this.get("device_table:precision")?.precision().name())
         });
-        m.add_method("job", |_, this, (starts, o): (Option<LuaTable>, Option<LuaTable>)| {
-            let call = "device_table:job";
-            let dt = this.get(call)?;
-            let starts: Vec<u32> = match starts {
-                Some(t) => t
-                    .sequence_values::<i64>()
-                    .map(|v| {
-                        let v = v?;
-                        u32::try_from(v).map_err(|_| {
-                            msg(call, format!("start {v} is out of range: the table has {} rows (0-based)", dt.n()))
-                        })
-                    })
-                    .collect::<LuaResult<_>>()?,
-                None => (0..dt.n() as u32).collect(),
-            };
-            let opts = scan_options(call, &o)?;
-            let job = ScanJob::new(dt, &starts, &opts).map_err(|e| err(call, e))?;
-            Ok(LJob::new("job", job))
-        });
+        m.add_method(
+            "job",
+            |_, this, (starts, o): (Option<LuaTable>, Option<LuaTable>)| {
+                let call = "device_table:job";
+                let dt = this.get(call)?;
+                let starts: Vec<u32> = match starts {
+                    Some(t) => int_list(call, "start", &t)?,
+                    None => (0..dt.n() as u32).collect(),
+                };
+                let opts = scan_options(call, &o)?;
+                let job = ScanJob::new(dt, &starts, &opts).map_err(|e| err(call, e))?;
+                Ok(LJob::new("job", job))
+            },
+        );
         m.add_method_mut("close", |_, this, ()| {
             this.inner = None;
             Ok(())
@@ -236,12 +235,69 @@ impl UserData for LDeviceTable {
     }
 }
 
-fn nonneg(call: &str, what: &str, v: Option<i64>) -> LuaResult<Option<u64>> {
-    match v {
-        Some(x) if x < 0 => Err(msg(call, format!("{what} {x} is negative"))),
-        Some(x) => Ok(Some(x as u64)),
-        None => Ok(None),
+/// A non-negative integer argument, refused with a named error when it is negative, fractional
+/// or not a number (mlua would truncate 1.5 to 1, or report a conversion in its own words).
+fn int(call: &str, what: &str, v: &Value) -> LuaResult<u64> {
+    let x = match v {
+        Value::Integer(i) => *i as f64,
+        Value::Number(n) => *n,
+        other => {
+            return Err(msg(
+                call,
+                format!(
+                    "{what} must be a non-negative integer, got a {}",
+                    other.type_name()
+                ),
+            ))
+        }
+    };
+    if x < 0.0 {
+        return Err(msg(call, format!("{what} {x} is negative")));
     }
+    if x.fract() != 0.0 || !x.is_finite() || x > 9.007_199_254_740_992e15 {
+        return Err(msg(call, format!("{what} must be an integer, got {x}")));
+    }
+    Ok(x as u64)
+}
+
+/// An optional integer field of an options table.
+fn opt_int(call: &str, o: &Option<LuaTable>, key: &str) -> LuaResult<Option<u64>> {
+    match opt::<Value>(o, key)? {
+        None | Some(Value::Nil) => Ok(None),
+        Some(v) => int(call, key, &v).map(Some),
+    }
+}
+
+/// A u32 from an integer argument.
+fn int_u32(call: &str, what: &str, v: &Value) -> LuaResult<u32> {
+    let x = int(call, what, v)?;
+    u32::try_from(x).map_err(|_| msg(call, format!("{what} {x} is too large")))
+}
+
+/// A Lua array of integers (0-based indices).
+fn int_list(call: &str, what: &str, t: &LuaTable) -> LuaResult<Vec<u32>> {
+    t.sequence_values::<Value>()
+        .enumerate()
+        .map(|(i, v)| {
+            let v = v?;
+            int_u32(call, what, &v).map_err(|_| {
+                let (shown, why) = match &v {
+                    Value::Integer(x) if *x < 0 => (x.to_string(), "is out of range"),
+                    Value::Number(x) if *x < 0.0 => (x.to_string(), "is out of range"),
+                    Value::Integer(x) => (x.to_string(), "is too large"),
+                    Value::Number(x) => (x.to_string(), "is not an integer"),
+                    other => (format!("a {}", other.type_name()), "is not an integer"),
+                };
+                msg(
+                    call,
+                    format!(
+                        "{what} {shown} (position {}) {why}: indices are integers from 0",
+                        i + 1
+                    ),
+                )
+            })
+        })
+        .collect()
 }
 
 fn scan_options(call: &str, o: &Option<LuaTable>) -> LuaResult<ScanOptions> {
@@ -249,19 +305,19 @@ fn scan_options(call: &str, o: &Option<LuaTable>) -> LuaResult<ScanOptions> {
     if let Some(s) = opt::<String>(o, "shape")? {
         opts.shape = s.parse().map_err(|e| err(call, e))?;
     }
-    if let Some(t) = nonneg(call, "tile", opt(o, "tile")?)? {
+    if let Some(t) = opt_int(call, o, "tile")? {
         opts.tile_size = u32::try_from(t).map_err(|_| msg(call, "tile too large"))?;
         if opt::<String>(o, "shape")?.is_none() && t > 0 {
             opts.shape = Shape::Tiled;
         }
     }
-    if let Some(c) = nonneg(call, "chunk", opt(o, "chunk")?)? {
+    if let Some(c) = opt_int(call, o, "chunk")? {
         opts.chunk = c as usize;
     }
-    if let Some(k) = nonneg(call, "steps", opt(o, "steps")?)? {
+    if let Some(k) = opt_int(call, o, "steps")? {
         opts.steps = Some(k as usize);
     }
-    if let Some(w) = nonneg(call, "workgroup", opt(o, "workgroup")?)? {
+    if let Some(w) = opt_int(call, o, "workgroup")? {
         opts.workgroup_size = Some(w as u32);
     }
     opts.pipelined = opt(o, "pipelined")?.unwrap_or(false);
@@ -278,22 +334,20 @@ fn scan_options(call: &str, o: &Option<LuaTable>) -> LuaResult<ScanOptions> {
 
 impl UserData for LJob {
     fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
-        m.add_method_mut("step", |_, this, (n, tile): (i64, Option<i64>)| {
+        m.add_method_mut("step", |_, this, (n, tile): (Value, Option<Value>)| {
             let call = "job:step";
-            if n < 0 {
-                return Err(msg(call, format!("step count {n} is negative")));
-            }
+            let n = int(call, "step count", &n)?;
             let job = this.get_mut(call)?;
-            if let Some(t) = nonneg(call, "tile", tile)? {
-                let t = u32::try_from(t).map_err(|_| msg(call, "tile too large"))?;
+            if let Some(t) = tile.filter(|t| !t.is_nil()) {
+                let t = int_u32(call, "tile", &t)?;
                 let shape = if t == 0 { Shape::Untiled } else { Shape::Tiled };
                 job.set_tiling(shape, t);
             }
             let r = job.step(n as usize).map_err(|e| err(call, e))?;
             Ok((r.steps, r.gpu_ns))
         });
-        m.add_method_mut("set_chunk", |_, this, c: i64| {
-            let c = nonneg("job:set_chunk", "chunk", Some(c))?.unwrap_or(0);
+        m.add_method_mut("set_chunk", |_, this, c: Value| {
+            let c = int("job:set_chunk", "chunk", &c)?;
             this.get_mut("job:set_chunk")?.set_chunk(c as usize);
             Ok(())
         });
@@ -438,16 +492,24 @@ impl UserData for LJsonWriter {
                 .write_batch(j.starts(), &flat, j.sequence_len())
                 .map_err(|e| err(call, e))
         });
-        m.add_method_mut("write", |_, this, (start, seq): (u32, Vec<u32>)| {
+        m.add_method_mut("write", |_, this, (start, seq): (Value, LuaTable)| {
             let call = "json_cache:write";
+            let (start, seq) = (
+                int_u32(call, "start", &start)?,
+                int_list(call, "seq", &seq)?,
+            );
             this.get_mut(call)?
                 .write_sequence(start, &seq)
                 .map_err(|e| err(call, e))
         });
         m.add_method_mut(
             "write_bytes",
-            |_, this, (starts, bytes, len): (Vec<u32>, LuaString, usize)| {
+            |_, this, (starts, bytes, len): (LuaTable, LuaString, Value)| {
                 let call = "json_cache:write_bytes";
+                let (starts, len) = (
+                    int_list(call, "starts", &starts)?,
+                    int(call, "len", &len)? as usize,
+                );
                 let b = bytes.as_bytes();
                 if b.len() != starts.len() * len * 4 {
                     return Err(msg(
@@ -494,8 +556,12 @@ impl UserData for LBinWriter {
         });
         m.add_method_mut(
             "write_bytes",
-            |_, this, (starts, bytes, len): (Vec<u32>, LuaString, usize)| {
+            |_, this, (starts, bytes, len): (LuaTable, LuaString, Value)| {
                 let call = "binary_cache:write_bytes";
+                let (starts, len) = (
+                    int_list(call, "starts", &starts)?,
+                    int(call, "len", &len)? as usize,
+                );
                 let flat = u32_rows(call, &bytes.as_bytes(), starts.len(), len)?;
                 let w = this.get_mut(call)?;
                 for (row, &s) in flat.chunks_exact(len.max(1)).zip(&starts) {
@@ -504,8 +570,12 @@ impl UserData for LBinWriter {
                 Ok(())
             },
         );
-        m.add_method_mut("write", |_, this, (start, seq): (u32, Vec<u32>)| {
+        m.add_method_mut("write", |_, this, (start, seq): (Value, LuaTable)| {
             let call = "binary_cache:write";
+            let (start, seq) = (
+                int_u32(call, "start", &start)?,
+                int_list(call, "seq", &seq)?,
+            );
             this.get_mut(call)?
                 .write_row(start, &seq)
                 .map_err(|e| err(call, e))
@@ -659,8 +729,8 @@ fn values_from_memory(
 /// or pointer (pointers need `count` elements).
 fn make_table(lua: &Lua, (src, o): (Value, Option<LuaTable>)) -> LuaResult<LTable> {
     let call = "table";
-    let dim: Option<usize> = nonneg(call, "dim", opt(&o, "dim")?)?.map(|d| d as usize);
-    let n_opt: Option<usize> = nonneg(call, "n", opt(&o, "n")?)?.map(|d| d as usize);
+    let dim: Option<usize> = opt_int(call, &o, "dim")?.map(|d| d as usize);
+    let n_opt: Option<usize> = opt_int(call, &o, "n")?.map(|d| d as usize);
     let (data, n, d) = match src {
         Value::Table(t) => {
             let first: Value = t.raw_get(1)?;
@@ -746,8 +816,7 @@ fn make_table(lua: &Lua, (src, o): (Value, Option<LuaTable>)) -> LuaResult<LTabl
             };
             let d = dim.ok_or_else(|| msg(call, "a cdata needs {n = N, dim = D}"))?;
             let n = n_opt.ok_or_else(|| msg(call, "a cdata needs {n = N, dim = D}"))?;
-            let bytes = match (cd.bytes, opt::<i64>(&o, "count")?) {
-                (_, Some(c)) if c < 0 => return Err(msg(call, format!("count {c} is negative"))),
+            let bytes = match (cd.bytes, opt_int(call, &o, "count")?) {
                 (Some(b), Some(c)) => b.min(c as usize * size),
                 (Some(b), None) => b,
                 (None, Some(c)) => c as usize * size,
@@ -828,7 +897,7 @@ fn diversity(lua: &Lua) -> LuaResult<LuaTable> {
     m.set(
         "load",
         lua.create_function(|_, (path, o): (String, Option<LuaTable>)| {
-            let dim = nonneg("load", "dim", opt(&o, "dim")?)?.map(|d| d as usize);
+            let dim = opt_int("load", &o, "dim")?.map(|d| d as usize);
             let t = files::load_table(path.as_ref(), dim).map_err(|e| err("load", e))?;
             Ok(LTable::new("table", t))
         })?,
@@ -901,9 +970,14 @@ fn diversity(lua: &Lua) -> LuaResult<LuaTable> {
     )?;
     m.set(
         "binary_cache_writer",
-        lua.create_function(|_, (path, n, len): (String, usize, Option<usize>)| {
-            let w = BinaryCacheWriter::create(path.as_ref(), n, len.unwrap_or(n))
-                .map_err(|e| err("binary_cache_writer", e))?;
+        lua.create_function(|_, (path, n, len): (String, Value, Option<Value>)| {
+            let call = "binary_cache_writer";
+            let n = int(call, "n", &n)? as usize;
+            let len = match len.filter(|l| !l.is_nil()) {
+                Some(l) => int(call, "len", &l)? as usize,
+                None => n,
+            };
+            let w = BinaryCacheWriter::create(path.as_ref(), n, len).map_err(|e| err(call, e))?;
             Ok(LBinWriter::new("binary cache writer", w))
         })?,
     )?;
@@ -925,12 +999,9 @@ fn diversity(lua: &Lua) -> LuaResult<LuaTable> {
     )?;
     m.set(
         "convert_f32_to_f16",
-        lua.create_function(|lua, (src, dst, count): (Value, Value, i64)| {
+        lua.create_function(|lua, (src, dst, count): (Value, Value, Value)| {
             let call = "convert_f32_to_f16";
-            if count < 0 {
-                return Err(msg(call, format!("count {count} is negative")));
-            }
-            let count = count as usize;
+            let count = int(call, "count", &count)? as usize;
             let s = cdata_info(lua, call, src)?;
             let d = cdata_info(lua, call, dst)?;
             if s.elem != "float" || !matches!(d.elem.as_str(), "unsigned short" | "uint16_t") {

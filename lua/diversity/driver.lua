@@ -49,15 +49,15 @@ local Progress = {}
 Progress.__index = Progress
 
 function M.progress(total_steps, out, quiet)
-  return setmetatable({ total = total_steps, done = 0, t0 = os.clock(), wall0 = os.time(),
-    out = out or io.stderr, tty = isatty(2), last = -1e9, quiet = quiet, gpu_s = 0 }, Progress)
+  return setmetatable({ total = total_steps, done = 0, out = out or io.stderr, tty = isatty(2),
+    last = -1e9, quiet = quiet, gpu_s = 0 }, Progress)
 end
 
 function Progress:update(steps, gpu_s, label)
   self.done = self.done + steps
   self.gpu_s = self.gpu_s + gpu_s
   if self.quiet then return end
-  local now = os.clock()
+  local now = os.time()
   local rate = self.done / math.max(self.gpu_s, 1e-9)
   local eta = (self.total - self.done) / rate
   if self.tty then
@@ -73,6 +73,11 @@ function Progress:update(steps, gpu_s, label)
       self.done, self.total, 100 * self.done / math.max(self.total, 1), label or "", rate, fmt_time(eta)))
     self.out:flush()
   end
+end
+
+--- Count steps taken from a checkpoint: they shorten the job but say nothing about the rate.
+function Progress:skip(steps)
+  self.total = self.total - steps
 end
 
 function Progress:finish()
@@ -100,7 +105,14 @@ function M.load(opts)
   local path = opts.embeddings
   local space = opts.center and "mean-centered-v1" or "raw"
   if path:match("%.bin$") then
-    return diversity.load_fp16_bin(path), space, false
+    local t, stored_space = diversity.load_fp16_bin(path)
+    stored_space = stored_space or "raw"
+    if opts.center and stored_space ~= "mean-centered-v1" then
+      t:close()
+      error(("diversity: %s holds %s rows; centring must come before the fp16 conversion: "
+        .. "pass the JSON or .npy source with --center"):format(path, stored_space), 0)
+    end
+    return t, stored_space, false
   end
   local cache = opts.fp16_cache ~= false and opts.precision == "fp16" and not path:match("%.f32$")
   local cache_path = dirname(path) .. "/" .. basename(path):gsub("%.[^.]*$", "") .. "." .. space .. ".fp16.bin"
@@ -182,6 +194,23 @@ function M.run(opts)
   local t, space, from_cache = M.load(opts)
   local n, dim = t:n(), t:dim()
   local starts = parse_starts(opts.starts, n)
+  local seen = {}
+  for i, s in ipairs(starts) do
+    if s < 0 or s >= n then
+      t:close(); ctx:close()
+      error(("diversity: start %d (position %d) is out of range: the table has %d rows (0-based)")
+        :format(s, i, n), 0)
+    end
+    if seen[s] then
+      t:close(); ctx:close()
+      error(("diversity: start %d is repeated (position %d)"):format(s, i), 0)
+    end
+    seen[s] = true
+  end
+  if opts.binary and #starts ~= n then
+    t:close(); ctx:close()
+    error("diversity: --binary " .. opts.binary .. " holds a row for every item; it needs --starts all", 0)
+  end
   local steps = math.min(opts.top_k or (n - 1), n - 1)
   local tile = M.tile_size(caps.l2_bytes, dim, opts.precision)
   -- generated_at: SOURCE_DATE_EPOCH when set (reproducible output), else now; a resumed run keeps
@@ -196,8 +225,20 @@ function M.run(opts)
     space = space, precision = opts.precision, mode = "scan", device = caps.name,
   }
   -- The output locations are checked (temporary files created) before any GPU work.
-  local writer = diversity.json_cache_writer(opts.out, meta, t:ids())
-  local bin = opts.binary and diversity.binary_cache_writer(opts.binary, n, steps + 1)
+  local ok_w, writer = pcall(diversity.json_cache_writer, opts.out, meta, t:ids())
+  if not ok_w then
+    t:close(); ctx:close()
+    error(diversity.message(writer), 0)
+  end
+  local bin
+  if opts.binary then
+    local ok_b, b = pcall(diversity.binary_cache_writer, opts.binary, n, steps + 1)
+    if not ok_b then
+      writer:close(); t:close(); ctx:close()
+      error(diversity.message(b), 0)
+    end
+    bin = b
+  end
   local ok, result = pcall(M.compute, ctx, t, starts, steps, tile, opts, writer, bin, ckdir, generated_at)
   if not ok then
     writer:close()
@@ -258,11 +299,12 @@ function M.compute(ctx, t, starts, steps, tile, opts, writer, bin, ckdir, genera
       writer:write_bytes(list, saved, steps + 1)
       if bin then bin:write_bytes(list, saved, steps + 1) end
       resumed = resumed + 1
-      progress:update(steps, 0, ("batch %d/%d (checkpoint)"):format(b, nbatches))
+      progress:skip(steps)
     else
-      local job = dt:job(list, { tile = tile, chunk = 0, steps = steps })
+      local job
       local label = ("batch %d/%d"):format(b, nbatches)
       local ok, e = pcall(function()
+        job = dt:job(list, { tile = tile, chunk = 0, steps = steps })
         -- Probe, then chunks sized to the watchdog target, re-estimated as steps get cheaper.
         local probe = math.min(opts.probe_steps, steps)
         local t0 = os.clock()
@@ -281,13 +323,20 @@ function M.compute(ctx, t, starts, steps, tile, opts, writer, bin, ckdir, genera
         end
       end)
       if not ok then
-        local at = job:progress()
-        job:close(); dt:close()
+        local at = job and job:progress() or 0
+        if job then job:close() end
+        dt:close()
         progress:finish()
-        if b == 1 then M.remove_checkpoint(ckdir, nbatches) end
-        error(("diversity: batch %d of %d (starts %d..%d) failed at step %d of %d: %s\n"
-          .. "%d completed batch(es) are checkpointed in %s; run again with --resume to continue")
-          :format(b, nbatches, list[1], list[#list], at + 1, steps, diversity.message(e), b - 1, ckdir), 0)
+        local saved_note
+        if b == 1 then
+          M.remove_checkpoint(ckdir, nbatches)
+          saved_note = "no batch was complete, so nothing is checkpointed"
+        else
+          saved_note = ("%d completed batch(es) are checkpointed in %s; run again with --resume to continue")
+            :format(b - 1, ckdir)
+        end
+        error(("diversity: batch %d of %d (starts %d..%d) failed at step %d of %d: %s\n%s")
+          :format(b, nbatches, list[1], list[#list], at + 1, steps, diversity.message(e), saved_note), 0)
       end
       local bytes = job:sequences_bytes()
       write_file(ckfile, bytes)

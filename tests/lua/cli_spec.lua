@@ -1,0 +1,604 @@
+-- The command line (SPEC §Driver and command line, §Files, §Bad input and faults): runs
+-- `luajit lua/diversity/cli.lua` as a user would, on copies of the bundled data in temporary
+-- directories; checks the output JSON, the fp16 cache beside the input, every bad input reachable
+-- from the command line (message words, exit status, nothing left behind), and device loss +
+-- --resume.
+local diversity = require "diversity"
+local H = require "helpers"
+
+local EPOCH = "SOURCE_DATE_EPOCH=1700000000"
+
+-- Starts 0..n-1 as a --starts list.
+local function start_list(n)
+  local s = {}
+  for i = 0, n - 1 do s[#s + 1] = tostring(i) end
+  return table.concat(s, ",")
+end
+
+-- Check a failed run: non-zero exit, a clean message with every word of `words` on stderr (no
+-- traceback), and neither the output nor its temporary file nor a checkpoint left in `dir`.
+local function assert_failed_cleanly(rc, out, err, words, dir, name)
+  name = name or "out.json"
+  assert.are_not.equal(0, rc, "the run succeeded: " .. out .. err)
+  assert.are.equal(1, rc, "exit status " .. tostring(rc) .. " (a crash?): " .. err)
+  for _, w in ipairs(words) do
+    assert.truthy(err:find(w, 1, true), ("stderr %q does not contain %q"):format(err, w))
+  end
+  assert.falsy(err:find("stack traceback", 1, true), err)
+  assert.falsy(err:find("runtime error", 1, true), err)
+  assert.is_false(H.exists(dir .. "/" .. name), "the output file was left behind")
+  assert.are.same({}, H.temp_files(dir, name), "a temporary output file was left behind")
+  assert.is_false(H.exists(dir .. "/" .. name .. ".partial"), "a checkpoint was left behind")
+end
+
+describe("command line", function()
+  local ctx
+
+  setup(function()
+    ctx = diversity.open { validation = true }
+  end)
+
+  teardown(function()
+    if ctx then ctx:close() end
+    H.cleanup()
+  end)
+
+  -- A temp dir with a copy of the 300 fortunes as e.json.
+  local function fortunes_dir()
+    local dir = H.tmpdir()
+    H.write(dir .. "/e.json", H.read(H.DATA_JSON))
+    return dir
+  end
+
+  -- The idiomatic API's sequences for `starts` (0-based) with `steps` steps, mapped through ids.
+  local function expected(path, starts, steps, o)
+    o = o or {}
+    local t = diversity.load(path)
+    if o.center then t = t:centered() end
+    local ids = t:ids()
+    local dt = ctx:upload(t, o.precision or "fp16")
+    local job = dt:job(starts, { steps = steps })
+    job:step(steps)
+    local out = {}
+    for i, row in ipairs(job:sequences()) do
+      local mapped = {}
+      for k, v in ipairs(row) do mapped[k] = ids[v + 1] end
+      out[ids[starts[i] + 1]] = mapped
+    end
+    job:close(); dt:close()
+    return out
+  end
+
+  local function check_sequences(j, want)
+    for key, seq in pairs(want) do
+      local got = j.sequences[key]
+      assert.is_table(got, "no sequence for " .. key)
+      assert.are.equal(#seq, got.n)
+      for k = 1, #seq do assert.are.equal(seq[k], got[k], key .. " entry " .. k) end
+    end
+  end
+
+  -----------------------------------------------------------------------------------------------
+  describe("a normal run", function()
+    it("--top-k 5 --batch 64 over all 300: valid JSON keyed by ids, full metadata", function()
+      local dir = fortunes_dir()
+      local rc, out, err = H.cli({ "--embeddings", dir .. "/e.json", "--out", dir .. "/out.json",
+        "--top-k", "5", "--batch", "64", "--model", "minilm" }, EPOCH)
+      assert.are.equal(0, rc, err)
+      assert.truthy(out:find("300 sequences", 1, true), out)
+      -- piped: plain progress lines with a rate and an ETA
+      assert.truthy(err:find("progress", 1, true), err)
+      assert.truthy(err:find("ETA", 1, true), err)
+      assert.falsy(err:find("\r", 1, true), "a terminal progress bar when piped")
+      local j = H.json_file(dir .. "/out.json")
+      local m = j.metadata
+      for _, k in ipairs { "model", "num_poems", "algorithm", "generated_at", "batch_size",
+        "top_k", "space", "precision", "mode", "device" } do
+        assert.is_not_nil(m[k], "metadata." .. k .. " missing")
+      end
+      assert.are.equal("minilm", m.model)
+      assert.are.equal(300, m.num_poems)
+      assert.are.equal(64, m.batch_size)
+      assert.are.equal(5, m.top_k)
+      assert.are.equal("raw", m.space)
+      assert.are.equal("fp16", m.precision)
+      assert.are.equal("scan", m.mode)
+      assert.are.equal(ctx:name(), m.device)
+      assert.are.equal("2023-11-14T22:13:20Z", m.generated_at)
+      assert.are.equal(300, #j.sequences.__keys)
+      for i = 0, 299 do
+        local key = "fortune-" .. i
+        local seq = j.sequences[key]
+        assert.is_table(seq, "no key " .. key)
+        assert.are.equal(6, seq.n)
+        assert.are.equal(key, seq[1])
+        local seen = {}
+        for k = 1, 6 do
+          assert.truthy(seq[k]:match("^fortune%-%d+$"))
+          assert.is_nil(seen[seq[k]])
+          seen[seq[k]] = true
+        end
+      end
+      check_sequences(j, expected(dir .. "/e.json", { 0, 1, 63, 64, 299 }, 5))
+      -- the fp16 conversion is cached beside the input
+      assert.is_true(H.exists(dir .. "/e.raw.fp16.bin"))
+      assert.is_true(H.exists(dir .. "/e.raw.fp16.bin.json"))
+      -- no temporary or checkpoint files remain
+      assert.are.same({}, H.temp_files(dir, "out.json"))
+      assert.is_false(H.exists(dir .. "/out.json.partial"))
+    end)
+
+    it("on a terminal, a progress bar with rate and ETA", function()
+      local has_script = H.sh("command -v script")
+      if has_script ~= 0 then
+        pending("no `script` command to give the run a terminal")
+        return
+      end
+      local dir = fortunes_dir()
+      local cmd = ("%s luajit lua/diversity/cli.lua --embeddings %s --out %s --top-k 3 " ..
+        "--starts 0,1"):format(H.lua_env(), H.q(dir .. "/e.json"), H.q(dir .. "/tty.json"))
+      local rc, out, err = H.sh("script -qec " .. H.q(cmd) .. " /dev/null")
+      assert.are.equal(0, rc, out .. err)
+      assert.truthy(out:find("\r[", 1, true), out)
+      assert.truthy(out:find("%] +100%.0%%"), out)
+      assert.truthy(out:find("steps/s", 1, true), out)
+      assert.truthy(out:find("ETA", 1, true), out)
+      assert.falsy(out:find("\nprogress ", 1, true), "plain progress lines on a terminal")
+      assert.is_true(H.exists(dir .. "/tty.json"))
+    end)
+
+    it("--center gives space mean-centered-v1 and the centered sequences", function()
+      local dir = fortunes_dir()
+      local rc, _, err = H.cli({ "--embeddings", dir .. "/e.json", "--out", dir .. "/c.json",
+        "--top-k", "5", "--batch", "64", "--starts", "0,1,2,150", "--center", "--quiet" }, EPOCH)
+      assert.are.equal(0, rc, err)
+      assert.falsy(err:find("progress", 1, true), "--quiet printed progress")
+      local j = H.json_file(dir .. "/c.json")
+      assert.are.equal("mean-centered-v1", j.metadata.space)
+      assert.are.same({ "fortune-0", "fortune-1", "fortune-2", "fortune-150" }, j.sequences.__keys)
+      check_sequences(j, expected(dir .. "/e.json", { 0, 1, 2, 150 }, 5, { center = true }))
+      assert.is_true(H.exists(dir .. "/e.mean-centered-v1.fp16.bin"))
+    end)
+
+    it("--precision fp32 matches the fp32 API", function()
+      local dir = fortunes_dir()
+      local rc, _, err = H.cli({ "--embeddings", dir .. "/e.json", "--out", dir .. "/p.json",
+        "--top-k", "7", "--starts", "5,6", "--precision", "fp32" }, EPOCH)
+      assert.are.equal(0, rc, err)
+      local j = H.json_file(dir .. "/p.json")
+      assert.are.equal("fp32", j.metadata.precision)
+      assert.are.equal(7, j.metadata.top_k)
+      check_sequences(j, expected(dir .. "/e.json", { 5, 6 }, 7, { precision = "fp32" }))
+    end)
+
+    it("--top-k 0 gives each start alone; a .npy input has index keys", function()
+      local dir = fortunes_dir()
+      local rc, _, err = H.cli({ "--embeddings", dir .. "/e.json", "--out", dir .. "/k0.json",
+        "--top-k", "0", "--starts", "3,4" }, EPOCH)
+      assert.are.equal(0, rc, err)
+      local j = H.json_file(dir .. "/k0.json")
+      assert.are.equal(0, j.metadata.top_k)
+      assert.are.equal(1, j.sequences["fortune-3"].n)
+      assert.are.equal("fortune-3", j.sequences["fortune-3"][1])
+      H.write(dir .. "/f.npy", H.read(H.DATA_NPY))
+      rc, _, err = H.cli({ "--embeddings", dir .. "/f.npy", "--out", dir .. "/n.json",
+        "--top-k", "3", "--starts", "0,2047" }, EPOCH)
+      assert.are.equal(0, rc, err)
+      j = H.json_file(dir .. "/n.json")
+      assert.are.equal(2048, j.metadata.num_poems)
+      assert.are.same({ "0", "2047" }, j.sequences.__keys)
+      assert.are.equal(0, j.sequences["0"][1])
+      assert.are.equal("number", type(j.sequences["2047"][2]))
+    end)
+
+    it("a second run reuses the fp16 cache and gives the same output; a changed input does not",
+      function()
+        local dir = fortunes_dir()
+        local args = { "--embeddings", dir .. "/e.json", "--out", dir .. "/1.json", "--top-k",
+          "5", "--starts", "0,10,20" }
+        local rc, _, err = H.cli(args, EPOCH)
+        assert.are.equal(0, rc, err)
+        local cache = dir .. "/e.raw.fp16.bin"
+        local st1 = H.stat(cache)
+        local st1s = H.stat(cache .. ".json")
+        assert.truthy(st1 ~= "", "no fp16 cache written")
+        args[4] = dir .. "/2.json"
+        rc, _, err = H.cli(args, EPOCH)
+        assert.are.equal(0, rc, err)
+        assert.are.equal(st1, H.stat(cache), "the fp16 cache was rewritten, not reused")
+        assert.are.equal(st1s, H.stat(cache .. ".json"))
+        assert.are.equal(H.read(dir .. "/1.json"), H.read(dir .. "/2.json"))
+        -- the same data in a changed file: the cache is stale, so it is regenerated
+        H.write(dir .. "/e.json", H.read(dir .. "/e.json") .. "\n")
+        args[4] = dir .. "/3.json"
+        rc, _, err = H.cli(args, EPOCH)
+        assert.are.equal(0, rc, err)
+        assert.are_not.equal(st1, H.stat(cache), "a stale fp16 cache was reused")
+        assert.are.equal(H.read(dir .. "/1.json"), H.read(dir .. "/3.json"))
+      end)
+
+    it("a corrupt fp16 cache is not used", function()
+      local dir = fortunes_dir()
+      local args = { "--embeddings", dir .. "/e.json", "--out", dir .. "/1.json", "--top-k", "4",
+        "--starts", "7,8" }
+      local rc, _, err = H.cli(args, EPOCH)
+      assert.are.equal(0, rc, err)
+      -- truncate the cached .bin: its size no longer matches the sidecar
+      local bin = H.read(dir .. "/e.raw.fp16.bin")
+      H.write(dir .. "/e.raw.fp16.bin", bin:sub(1, #bin - 768))
+      args[4] = dir .. "/2.json"
+      rc, _, err = H.cli(args, EPOCH)
+      assert.are.equal(0, rc, err)
+      assert.are.equal(H.read(dir .. "/1.json"), H.read(dir .. "/2.json"))
+      assert.are.equal(#bin, #H.read(dir .. "/e.raw.fp16.bin"), "the cache was not regenerated")
+    end)
+
+    it("an fp16 .bin input with --center is centered (or refused), never mislabelled", function()
+      local dir = fortunes_dir()
+      local rc, _, err = H.cli({ "--embeddings", dir .. "/e.json", "--out", dir .. "/raw.json",
+        "--top-k", "5", "--starts", "0,1" }, EPOCH)
+      assert.are.equal(0, rc, err)
+      -- the cached raw fp16 table (its sidecar says space "raw") is now an input of its own,
+      -- run with --center
+      local bin = dir .. "/e.raw.fp16.bin"
+      rc, _, err = H.cli({ "--embeddings", bin, "--out", dir .. "/c.json", "--top-k", "5",
+        "--starts", "0,1", "--center" }, EPOCH)
+      if rc ~= 0 then -- refusing is fine
+        assert.are.equal(1, rc, err)
+        assert.is_false(H.exists(dir .. "/c.json"))
+        return
+      end
+      -- the sequences of the .bin as it is, and centered
+      local function seqs(center)
+        local t = diversity.load_fp16_bin(bin)
+        if center then t = t:centered() end
+        local dt = ctx:upload(t, "fp16")
+        local job = dt:job({ 0, 1 }, { steps = 5 })
+        job:step(5)
+        local s = job:sequences()
+        job:close(); dt:close()
+        return s
+      end
+      local raw, centered = seqs(false), seqs(true)
+      assert.is_not_nil(H.diff_rows(raw, centered), "the test cannot tell raw from centered")
+      local j = H.json_file(dir .. "/c.json")
+      local got = {}
+      for i, key in ipairs { "0", "1" } do -- the .bin has no ids: keys are indices
+        assert.is_table(j.sequences[key])
+        got[i] = { unpack(j.sequences[key], 1, j.sequences[key].n) }
+      end
+      local space = j.metadata.space
+      if space == "raw" then
+        assert.is_nil(H.diff_rows(raw, got), "labelled raw but not the raw sequences")
+      else
+        assert.are.equal("mean-centered-v1", space)
+        assert.is_nil(H.diff_rows(centered, got),
+          "labelled mean-centered-v1, but these are not the centered sequences"
+          .. (H.diff_rows(raw, got) == nil and " (they are the raw ones)" or ""))
+      end
+    end)
+  end)
+
+  -----------------------------------------------------------------------------------------------
+  describe("bad input", function()
+    -- A temp dir with an embeddings.json written from rows (strings are raw JSON numbers).
+    local function input(rows)
+      local dir = H.tmpdir()
+      H.write_embeddings_json(dir .. "/e.json", rows)
+      return dir
+    end
+    local good = { { 1, 0, 0.5 }, { 0, 1, 0.25 }, { 0.5, 0.5, 1 }, { -1, 0.2, 0 } }
+
+    local function run(dir, extra, env, name)
+      local args = { "--embeddings", dir .. "/e.json", "--out", dir .. "/" .. (name or "out.json") }
+      for _, a in ipairs(extra or {}) do args[#args + 1] = a end
+      return H.cli(args, env)
+    end
+
+    it("the good input works (so the failures below are the inputs' fault)", function()
+      local dir = input(good)
+      local rc, _, err = run(dir, { "--starts", "0,1,2,3" })
+      assert.are.equal(0, rc, err)
+      local j = H.json_file(dir .. "/out.json")
+      assert.are.same({ "r0", "r1", "r2", "r3" }, j.sequences.__keys)
+      assert.are.equal(4, j.sequences.r0.n)
+    end)
+
+    it("a missing input file", function()
+      local dir = H.tmpdir()
+      local rc, out, err = run(dir)
+      assert_failed_cleanly(rc, out, err, { "e.json", "No such file" }, dir)
+    end)
+
+    it("malformed JSON", function()
+      local dir = H.tmpdir()
+      H.write(dir .. "/e.json", '{"embeddings": [{"embedding": [1, 2]}, ')
+      local rc, out, err = run(dir)
+      assert_failed_cleanly(rc, out, err, { "e.json", "malformed JSON" }, dir)
+    end)
+
+    it("missing \"embeddings\"", function()
+      local dir = H.tmpdir()
+      H.write(dir .. "/e.json", '{"metadata": {}, "rows": []}')
+      local rc, out, err = run(dir)
+      assert_failed_cleanly(rc, out, err, { "e.json", 'missing "embeddings"' }, dir)
+    end)
+
+    it("an entry missing \"embedding\"", function()
+      local dir = H.tmpdir()
+      H.write(dir .. "/e.json", '{"embeddings": [{"id": "a", "embedding": [1, 2]}, ' ..
+        '{"id": "b", "vector": [1, 2]}]}')
+      local rc, out, err = run(dir)
+      assert_failed_cleanly(rc, out, err, { "e.json", "embeddings[1]", 'no "embedding"' }, dir)
+    end)
+
+    it("ragged rows", function()
+      local dir = input({ { 1, 2, 3 }, { 4, 5, 6 }, { 7, 8 } })
+      local rc, out, err = run(dir)
+      assert_failed_cleanly(rc, out, err, { "e.json", "ragged", "embeddings[2]" }, dir)
+    end)
+
+    it("an empty embeddings list (N = 0)", function()
+      local dir = H.tmpdir()
+      H.write(dir .. "/e.json", '{"metadata": {}, "embeddings": []}')
+      local rc, out, err = run(dir)
+      assert_failed_cleanly(rc, out, err, { "e.json", "N = 0" }, dir)
+    end)
+
+    it("an empty embedding (D = 0)", function()
+      local dir = input({ {}, {} })
+      local rc, out, err = run(dir)
+      assert_failed_cleanly(rc, out, err, { "e.json", "D = 0" }, dir)
+    end)
+
+    it("a number beyond float32 names the row", function()
+      local dir = input({ { 1, 2 }, { 3, 4 }, { 5, "1e39" } })
+      local rc, out, err = run(dir)
+      assert_failed_cleanly(rc, out, err, { "e.json", "embeddings[2]", "float32 range" }, dir)
+    end)
+
+    it("a NaN token (as Python's json.dump writes NaN) names the row", function()
+      -- JSON has no NaN; Python writes the bare token NaN (allow_nan=True is its default), so
+      -- this is how a NaN reaches an embeddings.json. SPEC: NaN or Inf — name the row.
+      local dir = input({ { 1, 2 }, { 3, "NaN" }, { 5, 6 } })
+      local rc, out, err = run(dir)
+      assert_failed_cleanly(rc, out, err, { "e.json" }, dir)
+      assert.truthy(err:find("embeddings[1]", 1, true) or err:find("row 1", 1, true),
+        "the message does not name the row: " .. err)
+    end)
+
+    it("duplicate ids", function()
+      local dir = H.tmpdir()
+      H.write(dir .. "/e.json", '{"embeddings": [{"id": "a", "embedding": [1, 2]}, ' ..
+        '{"id": "a", "embedding": [2, 1]}]}')
+      local rc, out, err = run(dir)
+      assert_failed_cleanly(rc, out, err, { "e.json", 'duplicate id "a"' }, dir)
+    end)
+
+    it("a .f32 input without --dim, and an unsupported file type", function()
+      local dir = H.tmpdir()
+      H.write(dir .. "/x.f32", ("\0"):rep(24))
+      local rc, out, err = H.cli({ "--embeddings", dir .. "/x.f32", "--out", dir .. "/out.json" })
+      assert_failed_cleanly(rc, out, err, { "x.f32", "--dim" }, dir)
+      H.write(dir .. "/x.csv", "1,2\n3,4\n")
+      rc, out, err = H.cli({ "--embeddings", dir .. "/x.csv", "--out", dir .. "/out.json",
+        "--precision", "fp32" })
+      assert_failed_cleanly(rc, out, err, { "x.csv", "unsupported file type" }, dir)
+    end)
+
+    it("a non-number value names the row", function()
+      local dir = input({ { 1, 2 }, { '"x"', 4 } })
+      local rc, out, err = run(dir)
+      assert_failed_cleanly(rc, out, err, { "e.json", "embeddings[1]", "not a number" }, dir)
+    end)
+
+    it("a start out of range via --starts", function()
+      local dir = input(good)
+      local rc, out, err = run(dir, { "--starts", "0,4" })
+      assert_failed_cleanly(rc, out, err, { "start 4", "out of range" }, dir)
+    end)
+
+    it("a negative start via --starts", function()
+      local dir = input(good)
+      local rc, out, err = run(dir, { "--starts", "1,-1" })
+      assert_failed_cleanly(rc, out, err, { "start -1", "out of range" }, dir)
+    end)
+
+    it("a repeated start via --starts", function()
+      local dir = input(good)
+      local rc, out, err = run(dir, { "--starts", "2,1,2" })
+      assert_failed_cleanly(rc, out, err, { "start 2", "repeated" }, dir)
+    end)
+
+    it("a start that is not an index", function()
+      local dir = input(good)
+      local rc, out, err = run(dir, { "--starts", "0,1.5" })
+      assert_failed_cleanly(rc, out, err, { "--starts", "1.5" }, dir)
+    end)
+
+    it("a negative --top-k", function()
+      local dir = input(good)
+      local rc, out, err = run(dir, { "--top-k", "-3" })
+      assert_failed_cleanly(rc, out, err, { "--top-k", "-3" }, dir)
+    end)
+
+    it("--batch 0", function()
+      local dir = input(good)
+      local rc, out, err = run(dir, { "--batch", "0" })
+      assert_failed_cleanly(rc, out, err, { "--batch", "positive" }, dir)
+    end)
+
+    it("an unknown argument or precision, a missing value", function()
+      local dir = input(good)
+      local rc, out, err = run(dir, { "--frobnicate" })
+      assert_failed_cleanly(rc, out, err, { "unknown argument --frobnicate" }, dir)
+      rc, out, err = run(dir, { "--precision", "fp8" })
+      assert_failed_cleanly(rc, out, err, { "--precision fp8" }, dir)
+      rc, out, err = run(dir, { "--top-k" })
+      assert_failed_cleanly(rc, out, err, { "--top-k needs a value" }, dir)
+    end)
+
+    it("an output directory that does not exist", function()
+      local dir = input(good)
+      local rc, out, err = run(dir, {}, nil, "missing/out.json")
+      assert_failed_cleanly(rc, out, err, { "missing", "does not exist" }, dir, "missing/out.json")
+    end)
+
+    it("a --binary output directory that does not exist leaves no JSON either", function()
+      local dir = input(good)
+      local rc, out, err = run(dir, { "--binary", dir .. "/missing/x.bin" })
+      assert_failed_cleanly(rc, out, err, { "x.bin", "does not exist" }, dir)
+    end)
+
+    it("a read-only output directory", function()
+      local dir = input(good)
+      local ro = dir .. "/ro"
+      os.execute("mkdir " .. H.q(ro) .. " && chmod 555 " .. H.q(ro))
+      local env = nil
+      local probe = io.open(ro .. "/probe", "w")
+      if probe then
+        -- Root ignores permissions: run the command line as `nobody` instead (setpriv, from
+        -- util-linux), with the input readable by it.
+        probe:close()
+        os.remove(ro .. "/probe")
+        assert.are.equal(0, select(1, H.sh("command -v setpriv")), "setpriv is needed as root")
+        os.execute("chmod 755 " .. H.q(dir) .. " && chmod 644 " .. H.q(dir .. "/e.json"))
+        env = "setpriv --reuid=65534 --regid=65534 --clear-groups"
+      end
+      local rc, out, err = run(dir, {}, env, "ro/out.json")
+      assert_failed_cleanly(rc, out, err, { "ro/out.json", "ermission denied" }, dir,
+        "ro/out.json")
+    end)
+
+    it("the output path is a directory", function()
+      local dir = input(good)
+      os.execute("mkdir " .. H.q(dir .. "/out.json"))
+      local rc, _, err = run(dir)
+      assert.are.equal(1, rc, err)
+      assert.truthy(err:find("is a directory", 1, true), err)
+      assert.are.same({}, H.temp_files(dir, "out.json"))
+    end)
+
+    it("a .bin whose size disagrees with its sidecar", function()
+      local dir = H.tmpdir()
+      local t = diversity.table(good)
+      t:save_fp16_bin(dir .. "/t.bin", "raw", "fnv1a64:0123456789abcdef")
+      H.write(dir .. "/t.bin", H.read(dir .. "/t.bin"):sub(1, -7)) -- one row short
+      local rc, out, err = H.cli({ "--embeddings", dir .. "/t.bin", "--out", dir .. "/out.json" })
+      assert_failed_cleanly(rc, out, err, { "t.bin", "disagrees with its sidecar" }, dir)
+      -- and a .bin without its sidecar
+      os.remove(dir .. "/t.bin.json")
+      rc, out, err = H.cli({ "--embeddings", dir .. "/t.bin", "--out", dir .. "/out.json" })
+      assert_failed_cleanly(rc, out, err, { "t.bin", "missing sidecar" }, dir)
+    end)
+
+    it("--binary with a --starts subset fails without leaving the JSON output behind", function()
+      -- the binary cache has one row per item, so a subset cannot fill it: refusing is fine,
+      -- but a failed run must not leave its JSON output (and should fail before the GPU work)
+      local dir = input(good)
+      local rc, out, err = run(dir, { "--starts", "0,1", "--binary", dir .. "/x.bin" })
+      if rc == 0 then
+        local c = diversity.open_binary_cache(dir .. "/x.bin")
+        assert.are.equal(4, c:n())
+        c:close()
+      else
+        assert_failed_cleanly(rc, out, err, { "x.bin" }, dir)
+        assert.is_false(H.exists(dir .. "/x.bin"))
+      end
+    end)
+  end)
+
+  -----------------------------------------------------------------------------------------------
+  describe("device loss and --resume", function()
+    local N = 120
+    local dir, starts
+
+    setup(function()
+      -- the first 120 fortunes, so that --starts 0..119 is every row and the binary cache fills
+      dir = H.tmpdir()
+      local rc, _, err = H.python([[
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["embeddings"] = d["embeddings"][:120]
+d["metadata"]["count"] = 120
+json.dump(d, open(sys.argv[2], "w"))
+]], H.DATA_JSON, dir .. "/e.json")
+      assert(rc == 0, err)
+      starts = start_list(N)
+    end)
+
+    local function args(name, extra)
+      local a = { "--embeddings", dir .. "/e.json", "--out", dir .. "/" .. name .. ".json",
+        "--top-k", "12", "--batch", "40", "--starts", starts, "--binary",
+        dir .. "/" .. name .. ".bin" }
+      for _, x in ipairs(extra or {}) do a[#a + 1] = x end
+      return a
+    end
+
+    it("an interrupted run resumes to byte-identical output", function()
+      local rc, _, err = H.cli(args("full"), EPOCH)
+      assert.are.equal(0, rc, err)
+      local full_json, full_bin = H.read(dir .. "/full.json"), H.read(dir .. "/full.bin")
+      assert.are.equal(4 + N * 13 * 4, #full_bin)
+      local j = H.json_file(dir .. "/full.json")
+      assert.are.equal(N, #j.sequences.__keys)
+      assert.are.equal("2023-11-14T22:13:20Z", j.metadata.generated_at)
+      assert.is_false(H.exists(dir .. "/full.json.partial"))
+
+      -- the 4th submission reports device loss: batch 2 (probe done, the rest lost)
+      local out
+      rc, out, err = H.cli(args("cut"), EPOCH .. " DIVERSITY_FAIL_AFTER_CHUNKS=3")
+      assert.are_not.equal(0, rc, "the injected device loss did not fail the run: " .. out)
+      assert.are.equal(1, rc, err)
+      assert.truthy(err:find("batch 2 of 3", 1, true), err)
+      assert.truthy(err:find("step 11", 1, true), err)
+      assert.truthy(err:find("device lost", 1, true), err)
+      assert.truthy(err:find("--resume", 1, true), err)
+      assert.falsy(err:find("stack traceback", 1, true), err)
+      assert.is_true(H.exists(dir .. "/cut.json.partial"))
+      assert.is_false(H.exists(dir .. "/cut.json"))
+      assert.is_false(H.exists(dir .. "/cut.bin"))
+      assert.are.same({}, H.temp_files(dir, "cut.json"))
+      assert.are.same({}, H.temp_files(dir, "cut.bin"))
+
+      -- resumed at another time: the output still carries the first run's generated_at
+      rc, out, err = H.cli(args("cut", { "--resume" }), "SOURCE_DATE_EPOCH=1800000000")
+      assert.are.equal(0, rc, err)
+      assert.truthy(out:find("from the checkpoint", 1, true), out)
+      assert.are.equal(full_json, H.read(dir .. "/cut.json"), "JSON differs after --resume")
+      assert.are.equal(full_bin, H.read(dir .. "/cut.bin"), "binary differs after --resume")
+      assert.is_false(H.exists(dir .. "/cut.json.partial"), "the checkpoint was not removed")
+    end)
+
+    it("--resume without a checkpoint is a fresh run", function()
+      local rc, _, err = H.cli(args("fresh", { "--resume" }), EPOCH)
+      assert.are.equal(0, rc, err)
+      assert.are.equal(H.read(dir .. "/full.json"), H.read(dir .. "/fresh.json"))
+      assert.are.equal(H.read(dir .. "/full.bin"), H.read(dir .. "/fresh.bin"))
+      assert.is_false(H.exists(dir .. "/fresh.json.partial"))
+    end)
+
+    it("a device loss in the first batch leaves nothing behind", function()
+      local rc, out, err = H.cli(args("first"), EPOCH .. " DIVERSITY_FAIL_AFTER_CHUNKS=0")
+      assert_failed_cleanly(rc, out, err, { "batch 1 of 3", "device lost" }, dir, "first.json")
+      assert.is_false(H.exists(dir .. "/first.bin"))
+    end)
+
+    it("--resume refuses a checkpoint of another run", function()
+      local rc, _, err = H.cli(args("other"), EPOCH .. " DIVERSITY_FAIL_AFTER_CHUNKS=3")
+      assert.are.equal(1, rc, err)
+      assert.is_true(H.exists(dir .. "/other.json.partial"))
+      -- the same output, another top-k
+      local a = args("other", { "--resume" })
+      a[6] = "11"
+      rc, _, err = H.cli(a, EPOCH)
+      assert.are.equal(1, rc, err)
+      assert.truthy(err:find("belongs to another run", 1, true), err)
+      assert.is_false(H.exists(dir .. "/other.json"))
+    end)
+  end)
+
+  it("left no validation messages", function()
+    H.assert_no_validation(ctx)
+  end)
+end)

@@ -1,0 +1,67 @@
+-- The driver's pieces (SPEC §Driver): the user's tile formula from the device's L2 (with the
+-- DIVERSITY_L2_BYTES override), the adaptive chunk size, and driver.run called from Lua.
+local diversity = require "diversity"
+local driver = require "diversity.driver"
+local H = require "helpers"
+
+describe("driver", function()
+  teardown(function() H.cleanup() end)
+
+  it("tile_size = floor(L2 × 0.85 / (dim × bytes per value))", function()
+    local l2 = 5.5 * 1024 * 1024
+    assert.are.equal(math.floor(l2 * 0.85 / (768 * 4)), driver.tile_size(l2, 768, "fp32"))
+    assert.are.equal(math.floor(l2 * 0.85 / (768 * 2)), driver.tile_size(l2, 768, "fp16"))
+    assert.are.equal(1595, driver.tile_size(l2, 768, "fp32"))
+    assert.are.equal(3191, driver.tile_size(l2, 768, "fp16"))
+    -- never 0 (that would mean untiled)
+    assert.are.equal(1, driver.tile_size(100, 768, "fp32"))
+  end)
+
+  it("chunk = max(1, floor(target × safety / per-step time))", function()
+    assert.are.equal(3, driver.chunk_size(0.25, 1.5, 0.6))
+    assert.are.equal(115, driver.chunk_size(2 ^ -7, 1.5, 0.6))
+    assert.are.equal(math.floor(1.5 * 0.6 / 0.01), driver.chunk_size(0.01, 1.5, 0.6))
+    assert.are.equal(1, driver.chunk_size(2.0, 1.5, 0.6))
+    assert.are.equal(1, driver.chunk_size(0, 1.5, 0.6))
+  end)
+
+  it("DIVERSITY_L2_BYTES overrides the device's L2", function()
+    local rc, out, err = H.sh(H.lua_env() .. " DIVERSITY_L2_BYTES=123456 luajit -e " .. H.q(
+      'local c = require("diversity").open{} print(c:l2_bytes(), c:caps().l2_source)'))
+    assert.are.equal(0, rc, err)
+    assert.are.equal("123456\tenv", out:match("^[^\n]*"))
+  end)
+
+  it("run() from Lua returns a summary and writes the cache", function()
+    local dir = H.tmpdir()
+    local t = diversity.table(H.random_rows(20, 8, 3))
+    t:save_fp16_bin(dir .. "/t.bin", "raw", "fnv1a64:0000000000000000")
+    t:close()
+    local r = driver.run { embeddings = dir .. "/t.bin", out = dir .. "/o.json", batch = 6,
+      top_k = 4, quiet = true, validation = true }
+    assert.are.equal(20, r.n)
+    assert.are.equal(8, r.dim)
+    assert.are.equal(20, r.sequences)
+    assert.are.equal(4, r.steps)
+    assert.are.equal(4, r.batches)
+    assert.are.equal(0, r.resumed_batches)
+    assert.is_true(r.tile >= 1)
+    local j = H.json_file(dir .. "/o.json")
+    assert.are.equal(20, #j.sequences.__keys)
+    assert.are.equal(6, j.metadata.batch_size)
+    assert.are.equal(5, j.sequences["19"].n)
+  end)
+
+  it("run() errors are plain messages naming the cause", function()
+    local dir = H.tmpdir()
+    local ok, e = pcall(driver.run, { embeddings = dir .. "/none.npy", out = dir .. "/o.json",
+      quiet = true })
+    assert.is_false(ok)
+    assert.truthy(H.message(e):find("none.npy", 1, true), H.message(e))
+    ok, e = pcall(driver.run, { embeddings = dir .. "/none.npy" })
+    assert.is_false(ok)
+    assert.truthy(H.message(e):find("--out", 1, true), H.message(e))
+    collectgarbage("collect")
+    assert.are.same({}, H.ls(dir))
+  end)
+end)
