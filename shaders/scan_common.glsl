@@ -12,6 +12,9 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint DIM = 1u;        // D (also in the push block; the host checks they agree)
 layout(constant_id = 2) const uint MASK_WORDS = 1u; // ceil(N / 32)
 layout(constant_id = 3) const uint SEQ_LEN = 1u;    // steps + 1: the row stride of `seqs`
+layout(constant_id = 4) const uint SB = 1u;         // sequences per workgroup in the candidate scan
+layout(constant_id = 5) const uint BATCH = 1u;      // sequences in the batch
+layout(constant_id = 6) const uint CB = 1u;         // candidates per invocation per pass
 
 // The table, row-major; read-only everywhere.
 layout(std430, set = 0, binding = 0) readonly buffer Table { STORED table[]; };
@@ -31,7 +34,7 @@ layout(std430, set = 0, binding = 6) buffer Partial { uint partial[]; };
 const uint NO_INDEX = 0xffffffffu;
 const float INF = 1.0 / 0.0;
 
-// Workgroup row = sequence slot in the batch.
+// Workgroup row = sequence slot in the batch (init and commit: one workgroup per sequence).
 uint sequence_slot() { return gl_WorkGroupID.x; }
 
 // The centroid as fp32: one rounding of the compensated pair.

@@ -1,6 +1,6 @@
 #version 450
 // Scan shape "dispatch per tile", part 1: one dispatch per (step, tile). Each workgroup scans the
-// tile's candidates for its sequence and folds the tile's best into `partial`.
+// tile's candidates for its SB sequences and folds each one's tile best into `partial`.
 #include "scan_common.glsl"
 
 layout(push_constant) uniform Push {
@@ -11,26 +11,34 @@ layout(push_constant) uniform Push {
     uint tile_end;
 } pc;
 
-shared float cen[DIM];
+shared float cen[SB * DIM];
 
-bool chosen(uint x) {
-    return (mask_g[sequence_slot() * MASK_WORDS + (x >> 5u)] & (1u << (x & 31u))) != 0u;
+bool chosen(uint j, uint x) {
+    uint s = min(gl_WorkGroupID.x * SB + j, BATCH - 1u);
+    return (mask_g[s * MASK_WORDS + (x >> 5u)] & (1u << (x & 31u))) != 0u;
 }
 
 #include "scan_dot.glsl"
 
 void main() {
-    const uint s = sequence_slot();
+    const uint s0 = gl_WorkGroupID.x * SB;
     const uint lid = gl_LocalInvocationID.x;
-    for (uint d = lid; d < DIM; d += gl_WorkGroupSize.x) cen[d] = centroid_value(s, d);
+    const uint nseq = min(SB, BATCH - s0);
+    for (uint i = lid; i < SB * DIM; i += gl_WorkGroupSize.x) {
+        uint j = i / DIM;
+        cen[i] = j < nseq ? centroid_value(s0 + j, i % DIM) : 0.0;
+    }
     barrier();
-    float bk = INF;
-    uint bi = NO_INDEX;
+    float bk[SB];
+    uint bi[SB];
+    for (uint j = 0u; j < SB; ++j) { bk[j] = INF; bi[j] = NO_INDEX; }
     scan_range(pc.tile_begin, pc.tile_end, bk, bi);
-    workgroup_argmin(bk, bi);
-    if (lid == 0u) {
+    for (uint j = 0u; j < SB; ++j) {
+        workgroup_argmin(bk[j], bi[j]);
+        uint s = s0 + j;
         // The first tile of a step starts the fold afresh.
-        if (pc.tile_begin == 0u || better(red_pick_key, red_pick, uintBitsToFloat(partial[2u * s]), partial[2u * s + 1u])) {
+        if (lid == 0u && j < nseq && (pc.tile_begin == 0u
+                || better(red_pick_key, red_pick, uintBitsToFloat(partial[2u * s]), partial[2u * s + 1u]))) {
             partial[2u * s] = floatBitsToUint(red_pick_key);
             partial[2u * s + 1u] = red_pick;
         }

@@ -86,9 +86,14 @@ pub struct ScanOptions {
     /// Compute only the first K steps of each sequence (top_k); `None` = all N − 1. Values above
     /// N − 1 are clamped to N − 1.
     pub steps: Option<usize>,
-    /// Workgroup size (invocations per sequence, a power of two); `None` picks one for the
-    /// device (64 on CPU devices, 256 on GPUs).
+    /// Workgroup size (a power of two); `None` picks one for the device (64 on CPU devices,
+    /// 256 on GPUs).
     pub workgroup_size: Option<u32>,
+    /// Sequences one workgroup scans together (a row value loaded once serves all of them);
+    /// `None` picks the largest of 8, 4, 2, 1 that fits shared memory (and the batch).
+    pub sequences_per_workgroup: Option<u32>,
+    /// Candidates each invocation takes per pass (register blocking); `None`: 4.
+    pub candidates_per_invocation: Option<u32>,
 }
 
 impl Default for ScanOptions {
@@ -100,6 +105,8 @@ impl Default for ScanOptions {
             chunk: 64,
             steps: None,
             workgroup_size: None,
+            sequences_per_workgroup: None,
+            candidates_per_invocation: None,
         }
     }
 }
@@ -252,7 +259,7 @@ impl DeviceTable {
 }
 
 /// What one [`ScanJob::step`] call did.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct StepReport {
     /// Steps advanced (for every sequence of the batch).
     pub steps: usize,
@@ -260,6 +267,15 @@ pub struct StepReport {
     pub submissions: usize,
     /// GPU time of those submissions from timestamp queries, nanoseconds (0 without timestamps).
     pub gpu_ns: u64,
+    /// Per submission, in order: (steps, GPU ns) — the rate over the course of a run.
+    pub chunks: Vec<(usize, u64)>,
+}
+
+impl StepReport {
+    fn add(&mut self, (steps, ns): (usize, u64)) {
+        self.gpu_ns += ns;
+        self.chunks.push((steps, ns));
+    }
 }
 
 /// One command buffer with its fence and timestamp pair.
@@ -281,6 +297,8 @@ pub struct ScanJob {
     completed: usize,
     gpu_ns: u64,
     wg: u32,
+    /// Sequences per workgroup in the scan shaders.
+    sb: u32,
     tiles: Vec<(u32, u32)>,
     scan: Arc<Pipeline>,
     tile: Arc<Pipeline>,
@@ -372,13 +390,38 @@ impl ScanJob {
             return Err(Error::Invalid("tile size too large".into()));
         }
         let mask_words = n.div_ceil(32);
-        let shared = 4 * (d + mask_words + 2 * wg as usize + 2);
+        // Shared memory of the scan shader for `sb` sequences per workgroup: centroids, chosen
+        // masks, the reduction scratch and the picks.
+        let shared_for = |sb: usize| 4 * (sb * (d + mask_words + 1) + 2 * wg as usize + 2);
+        let sb = match opts.sequences_per_workgroup {
+            Some(0) => {
+                return Err(Error::Invalid(
+                    "sequences per workgroup must be at least 1".into(),
+                ))
+            }
+            Some(v) => v as usize,
+            None => [8usize, 4, 2, 1]
+                .into_iter()
+                .find(|&v| shared_for(v) <= caps.shared_memory_bytes as usize)
+                .unwrap_or(1)
+                .min(batch.next_power_of_two()),
+        };
+        let shared = shared_for(sb);
         if shared > caps.shared_memory_bytes as usize {
             return Err(Error::Limit(format!(
-                "D = {d} and N = {n} need {shared} bytes of shared memory per workgroup (centroid + chosen mask); {} has {} (maxComputeSharedMemorySize)",
+                "D = {d} and N = {n} need {shared} bytes of shared memory per workgroup (centroids + chosen masks of {sb} sequence(s)); {} has {} (maxComputeSharedMemorySize)",
                 caps.name, caps.shared_memory_bytes
             )));
         }
+        let cb = match opts.candidates_per_invocation {
+            Some(0) => {
+                return Err(Error::Invalid(
+                    "candidates per invocation must be at least 1".into(),
+                ))
+            }
+            Some(v) => v,
+            None => 4,
+        };
         let sizes = [
             ("sequence output", (batch * seq_len * 4) as u64),
             ("running sums", (batch * 2 * d * 4) as u64),
@@ -401,7 +444,15 @@ impl ScanJob {
             )));
         }
 
-        let spec = vec![wg, d as u32, mask_words as u32, seq_len as u32];
+        let spec = vec![
+            wg,
+            d as u32,
+            mask_words as u32,
+            seq_len as u32,
+            sb as u32,
+            batch as u32,
+            cb,
+        ];
         let p = table.precision();
         let make = |shader: &Shader, push: u32| {
             ctx.pipeline(PipelineKey {
@@ -454,6 +505,7 @@ impl ScanJob {
             completed: 0,
             gpu_ns: 0,
             wg,
+            sb: sb as u32,
             tiles: Vec::new(),
             scan,
             tile,
@@ -645,7 +697,7 @@ impl ScanJob {
                 let c = chunk.min(left);
                 let f = self.next_frame;
                 if self.frames[f].pending.is_some() {
-                    report.gpu_ns += self.finish(f)?;
+                    report.add(self.finish(f)?);
                 }
                 self.record_and_submit(f, c)?;
                 report.submissions += 1;
@@ -653,7 +705,7 @@ impl ScanJob {
                 if self.opts.pipelined {
                     self.next_frame = 1 - f;
                 } else {
-                    report.gpu_ns += self.finish(f)?;
+                    report.add(self.finish(f)?);
                 }
             }
             Ok(())
@@ -664,7 +716,7 @@ impl ScanJob {
             let f = (self.next_frame + k) % 2;
             if self.frames[f].pending.is_some() {
                 match self.finish(f) {
-                    Ok(ns) => report.gpu_ns += ns,
+                    Ok(chunk) => report.add(chunk),
                     Err(e) => drain = drain.and(Err(e)),
                 }
             }
@@ -693,6 +745,7 @@ impl ScanJob {
         let first = self.submitted + 1;
         let (n, d) = (self.table.n() as u32, self.table.d() as u32);
         let batch = self.starts.len() as u32;
+        let scan_groups = batch.div_ceil(self.sb);
         unsafe {
             dev.reset_command_buffer(cb, vk::CommandBufferResetFlags::empty())
                 .vk("vkResetCommandBuffer")?;
@@ -749,7 +802,7 @@ impl ScanJob {
                                 tile_size: tile,
                             }),
                         );
-                        dev.cmd_dispatch(cb, batch, 1, 1);
+                        dev.cmd_dispatch(cb, scan_groups, 1, 1);
                         barrier(dev, cb);
                     }
                 }
@@ -767,7 +820,7 @@ impl ScanJob {
                                     tile_end: e,
                                 }),
                             );
-                            dev.cmd_dispatch(cb, batch, 1, 1);
+                            dev.cmd_dispatch(cb, scan_groups, 1, 1);
                             barrier(dev, cb);
                         }
                         bind(&self.commit);
@@ -800,10 +853,10 @@ impl ScanJob {
         Ok(())
     }
 
-    /// Wait for frame `f`, account its steps and GPU time.
-    fn finish(&mut self, f: usize) -> Result<u64> {
+    /// Wait for frame `f`, account its steps and GPU time: (steps, ns).
+    fn finish(&mut self, f: usize) -> Result<(usize, u64)> {
         let Some(steps) = self.frames[f].pending.take() else {
-            return Ok(0);
+            return Ok((0, 0));
         };
         let ctx = self.table.context().clone();
         let dev = ctx.device();
@@ -837,7 +890,7 @@ impl ScanJob {
             ns = ctx.ticks_to_ns(t[0], t[1]);
         }
         self.gpu_ns += ns;
-        Ok(ns)
+        Ok((steps, ns))
     }
 
     /// Length of each sequence computed so far (steps done + the start).

@@ -117,6 +117,17 @@ fn same_bits_across_shapes_tiles_chunks_batches_and_order() {
     for batch in [1usize, 3] {
         configs.push((format!("batch {batch}"), opts(Shape::PerTile, 64), batch));
     }
+    for (sb, cb) in [(1u32, 1u32), (3, 2), (8, 5)] {
+        configs.push((
+            format!("{sb} sequences × {cb} candidates per invocation"),
+            ScanOptions {
+                sequences_per_workgroup: Some(sb),
+                candidates_per_invocation: Some(cb),
+                ..opts(Shape::PerTile, 100)
+            },
+            starts.len(),
+        ));
+    }
     configs.push((
         "workgroup 16".into(),
         ScanOptions {

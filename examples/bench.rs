@@ -1,0 +1,316 @@
+//! The scan-engine benchmark (SPEC §Performance): every scan shape × pipelining × fp32/fp16 on one
+//! workload in one process, GPU time from timestamp queries and wall time, ratios to untiled fp32,
+//! a same-bits check across configurations, and optionally a picture of steps/s over the run.
+//!
+//! ```text
+//! cargo run --release --example bench -- --table FILE [--dim D] [--starts S] [--steps K]
+//!     [--chunk C] [--label NAME] [--precisions fp32,fp16] [--quick] [--device NAME]
+//!     [--json OUT.json] [--md OUT.md] [--plot OUT.png]
+//! ```
+//!
+//! `--starts S` takes the first S items as starts (the seed benchmark: 3,584), `--steps K` the
+//! first K steps (500). Tile sizes: the driver's formula `floor(L2 × 0.85 / (D × bytes))` and
+//! that ÷ 4 and × 4. `--quick` runs only untiled, tiled at the formula and per-tile, pipelined.
+
+use diversity::scan::StepReport;
+use diversity::{
+    files, Context, ContextOptions, DeviceTable, Precision, ScanJob, ScanOptions, Shape,
+};
+use std::fmt::Write as _;
+use std::time::Instant;
+
+struct Args {
+    table: String,
+    dim: Option<usize>,
+    starts: Option<usize>,
+    steps: Option<usize>,
+    chunk: usize,
+    label: String,
+    precisions: Vec<Precision>,
+    quick: bool,
+    device: Option<String>,
+    json: Option<String>,
+    md: Option<String>,
+    plot: Option<String>,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut a = Args {
+        table: String::new(),
+        dim: None,
+        starts: None,
+        steps: None,
+        chunk: 50,
+        label: "workload".into(),
+        precisions: vec![Precision::Fp32, Precision::Fp16],
+        quick: false,
+        device: None,
+        json: None,
+        md: None,
+        plot: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(f) = it.next() {
+        let mut val = || it.next().ok_or(format!("{f} needs a value"));
+        let num = |v: String| v.parse::<usize>().map_err(|_| format!("{v}: not a number"));
+        match f.as_str() {
+            "--table" => a.table = val()?,
+            "--dim" => a.dim = Some(num(val()?)?),
+            "--starts" => a.starts = Some(num(val()?)?),
+            "--steps" => a.steps = Some(num(val()?)?),
+            "--chunk" => a.chunk = num(val()?)?,
+            "--label" => a.label = val()?,
+            "--precisions" => {
+                a.precisions = val()?
+                    .split(',')
+                    .map(|p| p.parse().map_err(|e: diversity::Error| e.to_string()))
+                    .collect::<Result<_, _>>()?
+            }
+            "--quick" => a.quick = true,
+            "--device" => a.device = Some(val()?),
+            "--json" => a.json = Some(val()?),
+            "--md" => a.md = Some(val()?),
+            "--plot" => a.plot = Some(val()?),
+            _ => return Err(format!("unknown argument {f}")),
+        }
+    }
+    if a.table.is_empty() {
+        return Err("--table is required".into());
+    }
+    Ok(a)
+}
+
+struct Run {
+    precision: Precision,
+    shape: Shape,
+    tile: u32,
+    pipelined: bool,
+    gpu_s: f64,
+    wall_s: f64,
+    report: StepReport,
+    identical: bool,
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), String> {
+    let a = parse()?;
+    let s = |e: diversity::Error| e.to_string();
+    let ctx = Context::new(&ContextOptions {
+        device: a.device.clone(),
+        validation: false,
+    })
+    .map_err(s)?;
+    let caps = ctx.caps().clone();
+    let table = files::load_table(a.table.as_ref(), a.dim).map_err(s)?;
+    let (n, d) = (table.n(), table.d());
+    let nstarts = a.starts.unwrap_or(n).min(n);
+    let starts: Vec<u32> = (0..nstarts as u32).collect();
+    let steps = a.steps.unwrap_or(n - 1).min(n - 1);
+    eprintln!(
+        "{}: {} ({}), L2 {} MiB; table {n} × {d}; {nstarts} sequences × {steps} steps",
+        a.label,
+        caps.name,
+        caps.driver,
+        caps.l2_bytes >> 20
+    );
+    let mut runs: Vec<Run> = Vec::new();
+    for &p in &a.precisions {
+        let dt = DeviceTable::upload(&ctx, &table, p).map_err(s)?;
+        let formula = ((caps.l2_bytes as f64 * 0.85) / (d * p.bytes()) as f64)
+            .floor()
+            .max(1.0) as u32;
+        let mut shapes = vec![(Shape::Untiled, 0u32), (Shape::Tiled, formula)];
+        if !a.quick {
+            shapes.push((Shape::Tiled, (formula / 4).max(1)));
+            shapes.push((Shape::Tiled, formula.saturating_mul(4)));
+        }
+        shapes.push((Shape::PerTile, formula));
+        let pipelining: &[bool] = if a.quick { &[true] } else { &[false, true] };
+        let mut reference: Option<Vec<u32>> = None;
+        for &(shape, tile) in &shapes {
+            for &pipelined in pipelining {
+                let opts = ScanOptions {
+                    shape,
+                    tile_size: tile,
+                    pipelined,
+                    chunk: a.chunk,
+                    steps: Some(steps),
+                    ..ScanOptions::default()
+                };
+                let mut job = ScanJob::new(&dt, &starts, &opts).map_err(s)?;
+                let t0 = Instant::now();
+                let report = job.run().map_err(s)?;
+                let wall_s = t0.elapsed().as_secs_f64();
+                let seqs = job.sequences_flat().map_err(s)?;
+                let identical = match &reference {
+                    None => {
+                        reference = Some(seqs);
+                        true
+                    }
+                    Some(r) => *r == seqs,
+                };
+                let gpu_s = report.gpu_ns as f64 / 1e9;
+                eprintln!(
+                    "  {:4} {:8} tile {:>6} {:9}  GPU {:8.3} s  wall {:8.3} s  same bits: {}",
+                    p.name(),
+                    shape.name(),
+                    tile,
+                    if pipelined { "pipelined" } else { "" },
+                    gpu_s,
+                    wall_s,
+                    if identical { "yes" } else { "NO" }
+                );
+                runs.push(Run {
+                    precision: p,
+                    shape,
+                    tile,
+                    pipelined,
+                    gpu_s,
+                    wall_s,
+                    report,
+                    identical,
+                });
+            }
+        }
+    }
+    let base = runs
+        .iter()
+        .find(|r| r.precision == Precision::Fp32 && r.shape == Shape::Untiled)
+        .map(|r| r.gpu_s)
+        .unwrap_or(runs[0].gpu_s);
+    let fma = nstarts as f64 * steps as f64 * n as f64 * d as f64;
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "| precision | shape | tile | pipelined | GPU s | wall s | × untiled fp32 | TFMA/s | same bits |\n|---|---|---|---|---|---|---|---|---|"
+    );
+    for r in &runs {
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {:.3} | {:.3} | {:.2} | {:.3} | {} |",
+            r.precision.name(),
+            r.shape.name(),
+            if r.shape == Shape::Untiled {
+                "—".to_string()
+            } else {
+                r.tile.to_string()
+            },
+            if r.pipelined { "yes" } else { "no" },
+            r.gpu_s,
+            r.wall_s,
+            base / r.gpu_s.max(1e-12),
+            fma / r.gpu_s.max(1e-12) / 1e12,
+            if r.identical { "yes" } else { "**no**" }
+        );
+    }
+    println!("{md}");
+    if let Some(path) = &a.md {
+        std::fs::write(path, &md).map_err(|e| format!("{path}: {e}"))?;
+    }
+    if let Some(path) = &a.json {
+        let j = serde_json::json!({
+            "label": a.label, "device": caps.name, "driver": caps.driver, "l2_bytes": caps.l2_bytes,
+            "n": n, "dim": d, "sequences": nstarts, "steps": steps, "chunk": a.chunk,
+            "runs": runs.iter().map(|r| serde_json::json!({
+                "precision": r.precision.name(), "shape": r.shape.name(), "tile": r.tile,
+                "pipelined": r.pipelined, "gpu_s": r.gpu_s, "wall_s": r.wall_s,
+                "ratio_to_untiled_fp32": base / r.gpu_s.max(1e-12), "same_bits": r.identical,
+                "chunks": r.report.chunks,
+            })).collect::<Vec<_>>(),
+        });
+        std::fs::write(path, serde_json::to_vec_pretty(&j).unwrap_or_default())
+            .map_err(|e| format!("{path}: {e}"))?;
+    }
+    if let Some(path) = &a.plot {
+        plot(path, &a.label, &runs).map_err(|e| format!("{path}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Steps per second over the course of the run (per submission), one line per shape, for the
+/// non-pipelined runs of the last precision benchmarked.
+fn plot(path: &str, label: &str, runs: &[Run]) -> Result<(), Box<dyn std::error::Error>> {
+    use plotters::prelude::*;
+    plotters::style::register_font(
+        "sans-serif",
+        FontStyle::Normal,
+        include_bytes!("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"),
+    )
+    .map_err(|_| "cannot load the font")?;
+    let p = runs.last().map(|r| r.precision).unwrap_or(Precision::Fp16);
+    let pipelined = !runs.iter().any(|r| r.precision == p && !r.pipelined);
+    let series: Vec<(String, Vec<(f64, f64)>)> = runs
+        .iter()
+        .filter(|r| r.precision == p && r.pipelined == pipelined)
+        .map(|r| {
+            let mut step = 0usize;
+            let pts = r
+                .report
+                .chunks
+                .iter()
+                .map(|&(s, ns)| {
+                    step += s;
+                    (step as f64, s as f64 / (ns as f64 / 1e9).max(1e-12))
+                })
+                .collect();
+            let name = match r.shape {
+                Shape::Untiled => "untiled".to_string(),
+                s => format!("{} {}", s.name(), r.tile),
+            };
+            (name, pts)
+        })
+        .collect();
+    let xmax = series
+        .iter()
+        .flat_map(|s| s.1.iter().map(|p| p.0))
+        .fold(1.0, f64::max);
+    let ymax = series
+        .iter()
+        .flat_map(|s| s.1.iter().map(|p| p.1))
+        .fold(1.0, f64::max)
+        * 1.1;
+    let root = BitMapBackend::new(path, (1100, 650)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!(
+                "{label}: steps/s over the run ({}{})",
+                p.name(),
+                if pipelined { ", pipelined" } else { "" }
+            ),
+            ("sans-serif", 24),
+        )
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..xmax, 0f64..ymax)?;
+    chart
+        .configure_mesh()
+        .x_desc("step")
+        .y_desc("steps/s (whole batch)")
+        .label_style(("sans-serif", 16))
+        .draw()?;
+    for (i, (name, pts)) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        chart
+            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
+            .label(name.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 16))
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
