@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! cargo run --release --example bench -- --table FILE [--dim D] [--starts S] [--steps K]
-//!     [--chunk C] [--label NAME] [--precisions fp32,fp16] [--quick] [--device NAME]
+//!     [--chunk C] [--label NAME] [--precisions fp32,fp16] [--quick] [--shapes untiled,tiled,per-tile]
+//!     [--device NAME]
 //!     [--json OUT.json] [--md OUT.md] [--plot OUT.png]
 //! ```
 //!
@@ -28,6 +29,7 @@ struct Args {
     label: String,
     precisions: Vec<Precision>,
     quick: bool,
+    shapes: Option<Vec<String>>,
     device: Option<String>,
     json: Option<String>,
     md: Option<String>,
@@ -44,6 +46,7 @@ fn parse() -> Result<Args, String> {
         label: "workload".into(),
         precisions: vec![Precision::Fp32, Precision::Fp16],
         quick: false,
+        shapes: None,
         device: None,
         json: None,
         md: None,
@@ -67,6 +70,7 @@ fn parse() -> Result<Args, String> {
                     .collect::<Result<_, _>>()?
             }
             "--quick" => a.quick = true,
+            "--shapes" => a.shapes = Some(val()?.split(',').map(str::to_string).collect()),
             "--device" => a.device = Some(val()?),
             "--json" => a.json = Some(val()?),
             "--md" => a.md = Some(val()?),
@@ -131,6 +135,9 @@ fn run() -> Result<(), String> {
             shapes.push((Shape::Tiled, formula.saturating_mul(4)));
         }
         shapes.push((Shape::PerTile, formula));
+        if let Some(only) = &a.shapes {
+            shapes.retain(|(sh, _)| only.iter().any(|o| o == sh.name()));
+        }
         let pipelining: &[bool] = if a.quick { &[true] } else { &[false, true] };
         let mut reference: Option<Vec<u32>> = None;
         for &(shape, tile) in &shapes {

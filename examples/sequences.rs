@@ -4,8 +4,7 @@
 //! cargo run --release --example sequences -- --table FILE [--dim D] [--center]
 //!     [--precision fp32|fp16] [--mode scan] [--shape untiled|tiled|per-tile] [--tile T]
 //!     [--pipelined] [--starts all|a,b,c] [--steps K] [--chunk C] [--batch B]
-//!     [--workgroup W] [--seqs-per-group S] [--cands-per-invocation C] [--device NAME]
-//!     [--validation] [--describe] [--out FILE.json]
+//!     [--workgroup W] [--device NAME] [--validation] [--describe] [--out FILE.json]
 //! ```
 //!
 //! FILE is a raw little-endian float32 `.f32` (needs `--dim`), a `.npy` (float32 or float16) or
@@ -35,8 +34,6 @@ struct Args {
     chunk: usize,
     batch: Option<usize>,
     workgroup: Option<u32>,
-    seqs_per_group: Option<u32>,
-    cands_per_invocation: Option<u32>,
     device: Option<String>,
     validation: bool,
     describe: bool,
@@ -45,8 +42,8 @@ struct Args {
 
 const USAGE: &str = "usage: sequences --table FILE [--dim D] [--center] [--precision fp32|fp16] \
 [--mode scan] [--shape untiled|tiled|per-tile] [--tile T] [--pipelined] [--starts all|a,b,c] \
-[--steps K] [--chunk C] [--batch B] [--workgroup W] [--seqs-per-group S] \
-[--cands-per-invocation C] [--device NAME] [--validation] [--describe] [--out FILE.json]";
+[--steps K] [--chunk C] [--batch B] [--workgroup W] [--device NAME] [--validation] [--describe] \
+[--out FILE.json]";
 
 fn parse() -> Result<Args, String> {
     let mut it = std::env::args().skip(1);
@@ -63,8 +60,6 @@ fn parse() -> Result<Args, String> {
         chunk: 64,
         batch: None,
         workgroup: None,
-        seqs_per_group: None,
-        cands_per_invocation: None,
         device: None,
         validation: false,
         describe: false,
@@ -120,10 +115,6 @@ fn parse() -> Result<Args, String> {
             "--chunk" => a.chunk = num("--chunk", it.next())?,
             "--batch" => a.batch = Some(num("--batch", it.next())?),
             "--workgroup" => a.workgroup = Some(num("--workgroup", it.next())?),
-            "--seqs-per-group" => a.seqs_per_group = Some(num("--seqs-per-group", it.next())?),
-            "--cands-per-invocation" => {
-                a.cands_per_invocation = Some(num("--cands-per-invocation", it.next())?)
-            }
             "--device" => a.device = Some(it.next().ok_or("--device needs a name")?),
             "--validation" => a.validation = true,
             "--describe" => a.describe = true,
@@ -175,8 +166,6 @@ fn run(a: Args) -> Result<(), String> {
         chunk: a.chunk,
         steps: Some(steps),
         workgroup_size: a.workgroup,
-        sequences_per_workgroup: a.seqs_per_group,
-        candidates_per_invocation: a.cands_per_invocation,
     };
     let t0 = Instant::now();
     let dt = DeviceTable::upload(&ctx, &table, a.precision).map_err(|e| e.to_string())?;

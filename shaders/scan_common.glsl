@@ -12,9 +12,8 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint DIM = 1u;        // D (also in the push block; the host checks they agree)
 layout(constant_id = 2) const uint MASK_WORDS = 1u; // ceil(N / 32)
 layout(constant_id = 3) const uint SEQ_LEN = 1u;    // steps + 1: the row stride of `seqs`
-layout(constant_id = 4) const uint SB = 1u;         // sequences per workgroup in the candidate scan
-layout(constant_id = 5) const uint BATCH = 1u;      // sequences in the batch
-layout(constant_id = 6) const uint CB = 1u;         // candidates per invocation per pass
+layout(constant_id = 4) const uint BATCH = 1u;      // sequences in the batch
+layout(constant_id = 5) const uint BM = 64u;        // sequences per scan block: 16, 32 or 64
 
 // The table, row-major; read-only everywhere.
 layout(std430, set = 0, binding = 0) readonly buffer Table { STORED table[]; };
@@ -28,8 +27,15 @@ layout(std430, set = 0, binding = 3) buffer State { float state[]; };
 layout(std430, set = 0, binding = 4) buffer Mask { uint mask_g[]; };
 // Output: SEQ_LEN indices per sequence.
 layout(std430, set = 0, binding = 5) buffer Seqs { uint seqs[]; };
-// Dispatch-per-tile partial winner per sequence: (key bits, index).
+// Per sequence and candidate block of BN: the block's winner (key bits, index).
 layout(std430, set = 0, binding = 6) buffer Partial { uint partial[]; };
+// The centroids as fp32 (one rounding of hi + lo), row-major S × D: the scan's left operand.
+layout(std430, set = 0, binding = 7) buffer Cen32 { float cen32[]; };
+
+// The candidate scan is a blocked matrix product (centroids × rowsᵀ): BM sequences × BN
+// candidates per workgroup of 256, BK dims per shared-memory stage, TM × TN per invocation.
+const uint BN = 64u, BK = 16u, TN = 4u;
+const uint TM = BM / 16u;
 
 const uint NO_INDEX = 0xffffffffu;
 const float INF = 1.0 / 0.0;

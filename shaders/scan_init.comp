@@ -15,6 +15,7 @@ void main() {
     for (uint d = lid; d < DIM; d += gl_WorkGroupSize.x) {
         state[s * 2u * DIM + d] = float(table[start * DIM + d]);
         state[s * 2u * DIM + DIM + d] = 0.0;
+        cen32[s * DIM + d] = float(table[start * DIM + d]);
     }
     for (uint w = lid; w < MASK_WORDS; w += gl_WorkGroupSize.x) {
         mask_g[s * MASK_WORDS + w] = (w == (start >> 5u)) ? (1u << (start & 31u)) : 0u;

@@ -170,7 +170,7 @@ unsafe impl Send for Inner {}
 unsafe impl Sync for Inner {}
 
 /// Number of storage-buffer bindings in the one descriptor-set layout every pipeline uses.
-pub(crate) const BINDINGS: u32 = 7;
+pub(crate) const BINDINGS: u32 = 8;
 
 /// An open Vulkan device with its queue, allocator and pipelines. Cloning shares it.
 #[derive(Clone)]

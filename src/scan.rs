@@ -27,6 +27,18 @@ pub const ENV_FAIL_AFTER_CHUNKS: &str = "DIVERSITY_FAIL_AFTER_CHUNKS";
 
 static CHUNKS_DONE: AtomicUsize = AtomicUsize::new(0);
 
+/// Sequences per workgroup block of the scan (the shaders' BM): 16, 32 or 64, the smallest that
+/// holds the batch, so a small batch does not pay for 64.
+fn block_m(batch: usize) -> usize {
+    batch.next_power_of_two().clamp(16, 64)
+}
+/// Candidates per workgroup block of the scan (the shaders' BN); tiles are rounded up to it.
+pub const BLOCK_N: usize = 64;
+/// Invocations of a scan workgroup (16 × 16, each 4 × 4 pairs).
+const GEMM_WORKGROUP: u32 = 256;
+/// Shared memory of a scan workgroup: two BK × 64 stages and the 64 × 16 reduction.
+const GEMM_SHARED_BYTES: usize = 2 * 16 * 64 * 4 + 2 * 64 * 16 * 4;
+
 fn injected_loss() -> Option<usize> {
     let n: usize = std::env::var(ENV_FAIL_AFTER_CHUNKS)
         .ok()?
@@ -86,14 +98,10 @@ pub struct ScanOptions {
     /// Compute only the first K steps of each sequence (top_k); `None` = all N − 1. Values above
     /// N − 1 are clamped to N − 1.
     pub steps: Option<usize>,
-    /// Workgroup size (a power of two); `None` picks one for the device (64 on CPU devices,
-    /// 256 on GPUs).
+    /// Workgroup size of the per-sequence dispatches (init, commit; a power of two); `None`
+    /// picks one for the device (64 on CPU devices, 256 on GPUs). The candidate scan itself
+    /// always runs 256-invocation blocks.
     pub workgroup_size: Option<u32>,
-    /// Sequences one workgroup scans together (a row value loaded once serves all of them);
-    /// `None` picks the largest of 8, 4, 2, 1 that fits shared memory (and the batch).
-    pub sequences_per_workgroup: Option<u32>,
-    /// Candidates each invocation takes per pass (register blocking); `None`: 4.
-    pub candidates_per_invocation: Option<u32>,
 }
 
 impl Default for ScanOptions {
@@ -105,8 +113,6 @@ impl Default for ScanOptions {
             chunk: 64,
             steps: None,
             workgroup_size: None,
-            sequences_per_workgroup: None,
-            candidates_per_invocation: None,
         }
     }
 }
@@ -297,8 +303,8 @@ pub struct ScanJob {
     completed: usize,
     gpu_ns: u64,
     wg: u32,
-    /// Sequences per workgroup in the scan shaders.
-    sb: u32,
+    /// Workgroups of one scan dispatch over all candidate blocks.
+    scan_groups: u32,
     tiles: Vec<(u32, u32)>,
     scan: Arc<Pipeline>,
     tile: Arc<Pipeline>,
@@ -316,6 +322,7 @@ pub struct ScanJob {
     _state: Buffer,
     _mask: Buffer,
     _partial: Buffer,
+    _cen32: Buffer,
 }
 
 fn spirv_for(shader: &Shader, p: Precision) -> &'static [u8] {
@@ -390,42 +397,35 @@ impl ScanJob {
             return Err(Error::Invalid("tile size too large".into()));
         }
         let mask_words = n.div_ceil(32);
-        // Shared memory of the scan shader for `sb` sequences per workgroup: centroids, chosen
-        // masks, the reduction scratch and the picks.
-        let shared_for = |sb: usize| 4 * (sb * (d + mask_words + 1) + 2 * wg as usize + 2);
-        let sb = match opts.sequences_per_workgroup {
-            Some(0) => {
-                return Err(Error::Invalid(
-                    "sequences per workgroup must be at least 1".into(),
-                ))
-            }
-            Some(v) => v as usize,
-            None => [8usize, 4, 2, 1]
-                .into_iter()
-                .find(|&v| shared_for(v) <= caps.shared_memory_bytes as usize)
-                .unwrap_or(1)
-                .min(batch.next_power_of_two()),
-        };
-        let shared = shared_for(sb);
-        if shared > caps.shared_memory_bytes as usize {
+        // The scan is a blocked product: (N / BN) × (S / BM) workgroups per step.
+        let bm = block_m(batch);
+        let scan_groups = n.div_ceil(BLOCK_N) * batch.div_ceil(bm);
+        if scan_groups > caps.max_workgroup_count as usize {
             return Err(Error::Limit(format!(
-                "D = {d} and N = {n} need {shared} bytes of shared memory per workgroup (centroids + chosen masks of {sb} sequence(s)); {} has {} (maxComputeSharedMemorySize)",
+                "N = {n} candidates × a batch of {batch} need {scan_groups} workgroups per dispatch; {} allows {} (maxComputeWorkGroupCount[0]); use smaller batches",
+                caps.name, caps.max_workgroup_count
+            )));
+        }
+        if GEMM_SHARED_BYTES > caps.shared_memory_bytes as usize
+            || (8 * wg as usize + 8) > caps.shared_memory_bytes as usize
+        {
+            return Err(Error::Limit(format!(
+                "the scan needs {GEMM_SHARED_BYTES} bytes of shared memory per workgroup; {} has {} (maxComputeSharedMemorySize)",
                 caps.name, caps.shared_memory_bytes
             )));
         }
-        let cb = match opts.candidates_per_invocation {
-            Some(0) => {
-                return Err(Error::Invalid(
-                    "candidates per invocation must be at least 1".into(),
-                ))
-            }
-            Some(v) => v,
-            None => 4,
-        };
+        if caps.max_workgroup_invocations < GEMM_WORKGROUP {
+            return Err(Error::Limit(format!(
+                "the scan needs workgroups of {GEMM_WORKGROUP} invocations; {} allows {} (maxComputeWorkGroupInvocations)",
+                caps.name, caps.max_workgroup_invocations
+            )));
+        }
         let sizes = [
             ("sequence output", (batch * seq_len * 4) as u64),
             ("running sums", (batch * 2 * d * 4) as u64),
             ("chosen masks", (batch * mask_words * 4) as u64),
+            ("fp32 centroids", (batch * d * 4) as u64),
+            ("block winners", (batch * n.div_ceil(BLOCK_N) * 8) as u64),
         ];
         for (what, bytes) in sizes {
             if bytes > caps.max_buffer_range {
@@ -449,37 +449,46 @@ impl ScanJob {
             d as u32,
             mask_words as u32,
             seq_len as u32,
-            sb as u32,
             batch as u32,
-            cb,
+            bm as u32,
         ];
+        let mut gemm_spec = spec.clone();
+        gemm_spec[0] = GEMM_WORKGROUP;
         let p = table.precision();
-        let make = |shader: &Shader, push: u32| {
+        let make = |shader: &Shader, push: u32, spec: &Vec<u32>| {
             ctx.pipeline(PipelineKey {
                 spirv: spirv_for(shader, p),
                 spec: spec.clone(),
                 push_bytes: push,
             })
         };
-        let scan = make(&spirv::SCAN, checked_push::<ScanPush>(&spirv::SCAN)?)?;
+        let scan = make(
+            &spirv::SCAN,
+            checked_push::<ScanPush>(&spirv::SCAN)?,
+            &gemm_spec,
+        )?;
         let tile = make(
             &spirv::SCAN_TILE,
             checked_push::<TilePush>(&spirv::SCAN_TILE)?,
+            &gemm_spec,
         )?;
         let commit = make(
             &spirv::SCAN_COMMIT,
             checked_push::<CommitPush>(&spirv::SCAN_COMMIT)?,
+            &spec,
         )?;
         let init = make(
             &spirv::SCAN_INIT,
             checked_push::<InitPush>(&spirv::SCAN_INIT)?,
+            &spec,
         )?;
 
         let starts_buf = ctx.upload("starts", bytemuck::cast_slice(starts))?;
         let state = Buffer::storage(&ctx, "running sums", sizes[1].1)?;
         let mask = Buffer::storage(&ctx, "chosen masks", sizes[2].1)?;
         let seqs = Buffer::storage(&ctx, "sequence output", sizes[0].1)?;
-        let partial = Buffer::storage(&ctx, "tile partials", (batch * 8) as u64)?;
+        let partial = Buffer::storage(&ctx, "block winners", sizes[4].1)?;
+        let cen32 = Buffer::storage(&ctx, "fp32 centroids", sizes[3].1)?;
 
         let dev = ctx.device().clone();
         let pool_sizes = [vk::DescriptorPoolSize {
@@ -505,7 +514,7 @@ impl ScanJob {
             completed: 0,
             gpu_ns: 0,
             wg,
-            sb: sb as u32,
+            scan_groups: scan_groups as u32,
             tiles: Vec::new(),
             scan,
             tile,
@@ -521,6 +530,7 @@ impl ScanJob {
             _state: state,
             _mask: mask,
             _partial: partial,
+            _cen32: cen32,
         };
         job.tiles = job.tile_ranges();
         let layouts = [ctx.inner.set_layout];
@@ -540,6 +550,7 @@ impl ScanJob {
             &job._mask,
             &job.seqs,
             &job._partial,
+            &job._cen32,
         ];
         let infos: Vec<[vk::DescriptorBufferInfo; 1]> = bufs
             .iter()
@@ -627,7 +638,12 @@ impl ScanJob {
             Shape::Untiled => 0,
             _ => self.opts.tile_size as u64,
         };
-        let t = if t == 0 { n } else { t };
+        // Tiles are whole candidate blocks of the scan (the last one may be short).
+        let t = if t == 0 {
+            n
+        } else {
+            t.div_ceil(BLOCK_N as u64) * BLOCK_N as u64
+        };
         let mut v = Vec::new();
         let mut b = 0;
         while b < n {
@@ -745,7 +761,8 @@ impl ScanJob {
         let first = self.submitted + 1;
         let (n, d) = (self.table.n() as u32, self.table.d() as u32);
         let batch = self.starts.len() as u32;
-        let scan_groups = batch.div_ceil(self.sb);
+        let scan_groups = self.scan_groups;
+        let row_blocks = (batch as usize).div_ceil(block_m(batch as usize)) as u32;
         unsafe {
             dev.reset_command_buffer(cb, vk::CommandBufferResetFlags::empty())
                 .vk("vkResetCommandBuffer")?;
@@ -781,17 +798,31 @@ impl ScanJob {
             let push = |p: &Pipeline, bytes: &[u8]| {
                 dev.cmd_push_constants(cb, p.layout, vk::ShaderStageFlags::COMPUTE, 0, bytes);
             };
-            match self.opts.shape {
-                Shape::Untiled | Shape::Tiled => {
-                    let tile = if self.opts.shape == Shape::Untiled {
-                        0
-                    } else {
-                        self.opts.tile_size
-                    };
-                    bind(&self.scan);
-                    // One step per dispatch, a barrier between: the shader's multi-step loop
-                    // (slot_count > 1) gave wrong picks on Mesa 22.3 lavapipe after a few steps.
-                    for slot in first..first + steps {
+            // The winner of every sequence over all candidate blocks, then the next step.
+            let commit = |slot: usize| {
+                bind(&self.commit);
+                push(
+                    &self.commit,
+                    bytemuck::bytes_of(&CommitPush {
+                        num_items: n,
+                        dim: d,
+                        slot: slot as u32,
+                    }),
+                );
+                dev.cmd_dispatch(cb, batch, 1, 1);
+                barrier(dev, cb);
+            };
+            // One step per dispatch sequence, a barrier between: the shader's multi-step loop
+            // (slot_count > 1) gave wrong picks on Mesa 22.3 lavapipe after a few steps.
+            for slot in first..first + steps {
+                match self.opts.shape {
+                    Shape::Untiled | Shape::Tiled => {
+                        let tile = if self.opts.shape == Shape::Untiled {
+                            0
+                        } else {
+                            self.opts.tile_size
+                        };
+                        bind(&self.scan);
                         push(
                             &self.scan,
                             bytemuck::bytes_of(&ScanPush {
@@ -805,9 +836,7 @@ impl ScanJob {
                         dev.cmd_dispatch(cb, scan_groups, 1, 1);
                         barrier(dev, cb);
                     }
-                }
-                Shape::PerTile => {
-                    for slot in first..first + steps {
+                    Shape::PerTile => {
                         bind(&self.tile);
                         for &(b, e) in &self.tiles {
                             push(
@@ -820,22 +849,13 @@ impl ScanJob {
                                     tile_end: e,
                                 }),
                             );
-                            dev.cmd_dispatch(cb, scan_groups, 1, 1);
+                            let blocks = (e as usize).div_ceil(BLOCK_N) - b as usize / BLOCK_N;
+                            dev.cmd_dispatch(cb, blocks as u32 * row_blocks, 1, 1);
                             barrier(dev, cb);
                         }
-                        bind(&self.commit);
-                        push(
-                            &self.commit,
-                            bytemuck::bytes_of(&CommitPush {
-                                num_items: n,
-                                dim: d,
-                                slot: slot as u32,
-                            }),
-                        );
-                        dev.cmd_dispatch(cb, batch, 1, 1);
-                        barrier(dev, cb);
                     }
                 }
+                commit(slot);
             }
             if self.query_pool != vk::QueryPool::null() {
                 dev.cmd_write_timestamp(

@@ -117,17 +117,8 @@ fn same_bits_across_shapes_tiles_chunks_batches_and_order() {
     for batch in [1usize, 3] {
         configs.push((format!("batch {batch}"), opts(Shape::PerTile, 64), batch));
     }
-    for (sb, cb) in [(1u32, 1u32), (3, 2), (8, 5)] {
-        configs.push((
-            format!("{sb} sequences × {cb} candidates per invocation"),
-            ScanOptions {
-                sequences_per_workgroup: Some(sb),
-                candidates_per_invocation: Some(cb),
-                ..opts(Shape::PerTile, 100)
-            },
-            starts.len(),
-        ));
-    }
+    // Batches of 17..64 run in scan blocks of 64 sequences, of 9..16 in blocks of 16: the
+    // batch-size configurations above already cross block sizes.
     configs.push((
         "workgroup 16".into(),
         ScanOptions {
@@ -140,6 +131,15 @@ fn same_bits_across_shapes_tiles_chunks_batches_and_order() {
         let got = run_batched(&dt, &starts, *batch, o);
         assert_eq!(got, base, "{name}: sequences differ from untiled");
     }
+    // Scan blocks of 64, 32 and 16 sequences (batches of 40, 20 and 5): the same bits.
+    let many: Vec<u32> = (0..40).map(|i| (i * 5) % n).collect();
+    let o = ScanOptions {
+        steps: Some(40),
+        ..opts(Shape::Tiled, 64)
+    };
+    let by40 = run_batched(&dt, &many, 40, &o);
+    assert_eq!(run_batched(&dt, &many, 20, &o), by40, "batches of 20");
+    assert_eq!(run_batched(&dt, &many, 5, &o), by40, "batches of 5");
     // Shuffled start order: each start's sequence is the same.
     let mut shuffled = starts.clone();
     shuffled.reverse();
@@ -437,14 +437,11 @@ fn device_limits_are_named_in_errors() {
             "{m}"
         );
     }
-    // Shared memory: the centroid of a very wide table does not fit one workgroup.
-    let d = caps.shared_memory_bytes as usize / 4 + 1;
-    let t = Table::new(vec![0.5; 2 * d], 2, d).unwrap();
-    let dt = DeviceTable::upload(&ctx, &t, Precision::Fp32).unwrap();
-    let e = ScanJob::new(&dt, &[0], &ScanOptions::default())
-        .err()
-        .unwrap();
-    assert!(e.to_string().contains("maxComputeSharedMemorySize"), "{e}");
+    // A table wider than shared memory works: the scan stages D in chunks.
+    let d = caps.shared_memory_bytes as usize / 4 + 3;
+    let t = random_table(6, d, 9);
+    let (seqs, _) = run_scan(&ctx, &t, Precision::Fp32, &[0, 5], &ScanOptions::default()).unwrap();
+    check_all(&t, &[0, 5], &seqs, true);
     assert_clean(&ctx);
 }
 
