@@ -13,7 +13,7 @@ layout(constant_id = 1) const uint DIM = 1u;        // D (also in the push block
 layout(constant_id = 2) const uint MASK_WORDS = 1u; // ceil(N / 32)
 layout(constant_id = 3) const uint SEQ_LEN = 1u;    // steps + 1: the row stride of `seqs`
 layout(constant_id = 4) const uint BATCH = 1u;      // sequences in the batch
-layout(constant_id = 5) const uint BM = 64u;        // sequences per scan block: 16, 32, 64 or 128
+layout(constant_id = 5) const uint BM = 64u;        // sequences per scan block: 16, 32 or 64
 
 // The table, row-major; read-only everywhere.
 layout(std430, set = 0, binding = 0) readonly buffer Table { STORED table[]; };
@@ -34,7 +34,7 @@ layout(std430, set = 0, binding = 7) buffer Cen32 { float cen32[]; };
 
 // The candidate scan is a blocked matrix product (centroids × rowsᵀ): BM sequences × BN
 // candidates per workgroup of 256, BK dims per shared-memory stage, TM × TN per invocation.
-const uint BN = 128u, BK = 16u, TN = BN / 16u;
+const uint BN = 64u, BK = 16u, TN = 4u;
 const uint TM = BM / 16u;
 
 const uint NO_INDEX = 0xffffffffu;

@@ -7,7 +7,7 @@
 
 shared float As[BK * BM];      // [k][sequence]
 shared float Bs[BK * BN];      // [k][candidate]
-shared float red_k[BM * 16u];  // [sequence row][tx]
+shared float red_k[BM * 16u];  // [sequence][tx]
 shared uint red_i[BM * 16u];
 
 bool is_chosen(uint s, uint x) {
@@ -16,34 +16,24 @@ bool is_chosen(uint s, uint x) {
 
 void gemm_block(uint bx, uint by, uint n) {
     const uint lid = gl_LocalInvocationID.x;
-    // Invocation (ty, tx) owns sequences ty + 16 i and candidates tx + 16 j of the block
-    // (interleaved, so neighbouring invocations read neighbouring shared words).
     const uint tx = lid % 16u, ty = lid / 16u;
     const uint s0 = by * BM, x0 = bx * BN;
     float acc[TM * TN];
     for (uint i = 0u; i < TM * TN; ++i) acc[i] = 0.0;
-    // Loader: rows lr, lr + 64, ... of the stage, dims lk .. lk+3 (coalesced along d).
+    // Loader: row lr of the stage, dims lk .. lk+3.
     const uint lr = lid / 4u, lk = (lid % 4u) * 4u;
     for (uint k0 = 0u; k0 < DIM; k0 += BK) {
-        for (uint r = lr; r < BM; r += 64u) {
-            uint s = s0 + r;
-            for (uint q = 0u; q < 4u; ++q) {
-                uint k = k0 + lk + q;
-                As[(lk + q) * BM + r] = (s < BATCH && k < DIM) ? cen32[s * DIM + k] : 0.0;
-            }
-        }
-        for (uint r = lr; r < BN; r += 64u) {
-            uint x = x0 + r;
-            for (uint q = 0u; q < 4u; ++q) {
-                uint k = k0 + lk + q;
-                Bs[(lk + q) * BN + r] = (x < n && k < DIM) ? float(table[x * DIM + k]) : 0.0;
-            }
+        for (uint q = 0u; q < 4u; ++q) {
+            uint k = k0 + lk + q;
+            uint s = s0 + lr, x = x0 + lr;
+            if (lr < BM) As[(lk + q) * BM + lr] = (s < BATCH && k < DIM) ? cen32[s * DIM + k] : 0.0;
+            Bs[(lk + q) * BN + lr] = (x < n && k < DIM) ? float(table[x * DIM + k]) : 0.0;
         }
         barrier();
         for (uint kk = 0u; kk < BK; ++kk) {
             float a[TM], b[TN];
-            for (uint i = 0u; i < TM; ++i) a[i] = As[kk * BM + ty + 16u * i];
-            for (uint j = 0u; j < TN; ++j) b[j] = Bs[kk * BN + tx + 16u * j];
+            for (uint i = 0u; i < TM; ++i) a[i] = As[kk * BM + ty * TM + i];
+            for (uint j = 0u; j < TN; ++j) b[j] = Bs[kk * BN + tx * TN + j];
             for (uint i = 0u; i < TM; ++i) {
                 for (uint j = 0u; j < TN; ++j) {
                     precise float v = fma(a[i], b[j], acc[i * TN + j]);
@@ -55,30 +45,29 @@ void gemm_block(uint bx, uint by, uint n) {
     }
     // Per sequence row: the best of this invocation's TN candidates, then of the block's BN.
     for (uint i = 0u; i < TM; ++i) {
-        uint row = ty + 16u * i;
-        uint s = s0 + row;
+        uint s = s0 + ty * TM + i;
         float bk = INF;
         uint bi = NO_INDEX;
         if (s < BATCH) {
             for (uint j = 0u; j < TN; ++j) {
-                uint x = x0 + tx + 16u * j;
+                uint x = x0 + tx * TN + j;
                 if (x < n && !is_chosen(s, x)) {
                     precise float key = acc[i * TN + j] * inv_norm[x];
                     if (better(key, x, bk, bi)) { bk = key; bi = x; }
                 }
             }
         }
-        red_k[row * 16u + tx] = bk;
-        red_i[row * 16u + tx] = bi;
+        red_k[(ty * TM + i) * 16u + tx] = bk;
+        red_i[(ty * TM + i) * 16u + tx] = bi;
     }
     barrier();
-    for (uint row = lid; row < BM; row += gl_WorkGroupSize.x) {
-        uint s = s0 + row;
+    if (lid < BM) {
+        uint s = s0 + lid;
         float bk = INF;
         uint bi = NO_INDEX;
         for (uint t = 0u; t < 16u; ++t) {
-            float k = red_k[row * 16u + t];
-            uint i = red_i[row * 16u + t];
+            float k = red_k[lid * 16u + t];
+            uint i = red_i[lid * 16u + t];
             if (better(k, i, bk, bi)) { bk = k; bi = i; }
         }
         if (s < BATCH) {

@@ -27,17 +27,17 @@ pub const ENV_FAIL_AFTER_CHUNKS: &str = "DIVERSITY_FAIL_AFTER_CHUNKS";
 
 static CHUNKS_DONE: AtomicUsize = AtomicUsize::new(0);
 
-/// Sequences per workgroup block of the scan (the shaders' BM): 16, 32, 64 or 128, the smallest
-/// that holds the batch, so a small batch does not pay for 128.
+/// Sequences per workgroup block of the scan (the shaders' BM): 16, 32 or 64, the smallest that
+/// holds the batch, so a small batch does not pay for 64.
 fn block_m(batch: usize) -> usize {
-    batch.next_power_of_two().clamp(16, 128)
+    batch.next_power_of_two().clamp(16, 64)
 }
 /// Candidates per workgroup block of the scan (the shaders' BN); tiles are rounded up to it.
-pub const BLOCK_N: usize = 128;
-/// Invocations of a scan workgroup (16 × 16, each (BM / 16) × 8 pairs).
+pub const BLOCK_N: usize = 64;
+/// Invocations of a scan workgroup (16 × 16, each 4 × 4 pairs).
 const GEMM_WORKGROUP: u32 = 256;
-/// Shared memory of a scan workgroup at most: two BK × 128 stages and the 128 × 16 reduction.
-const GEMM_SHARED_BYTES: usize = 2 * 16 * 128 * 4 + 2 * 128 * 16 * 4;
+/// Shared memory of a scan workgroup: two BK × 64 stages and the 64 × 16 reduction.
+const GEMM_SHARED_BYTES: usize = 2 * 16 * 64 * 4 + 2 * 64 * 16 * 4;
 
 fn injected_loss() -> Option<usize> {
     let n: usize = std::env::var(ENV_FAIL_AFTER_CHUNKS)
