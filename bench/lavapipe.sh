@@ -1,15 +1,10 @@
 #!/usr/bin/env bash
 # Scan-engine throughput on the machine's default Vulkan device (lavapipe without a GPU) for the
-# bundled data: every shape × fp32/fp16, all 2,048 starts, the first 4 steps. Prints one summary
-# line per run (steps/s, sequence-steps/s, GPU time). Numbers go to BENCHMARKS.md.
+# bundled data: every shape × pipelining × fp32/fp16, the first 256 fortunes as starts, 8 steps,
+# all 2,048 rows as candidates. Prints the table (also written to bench/results/lavapipe.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --quiet --example sequences
-for p in fp32 fp16; do
-  for shape in "untiled" "tiled --tile 512" "per-tile --tile 512"; do
-    # shellcheck disable=SC2086
-    ./target/release/examples/sequences --table data/fortunes-2k.npy --precision "$p" \
-      --shape $shape --starts all --steps 4 --chunk 4 --pipelined --out /tmp/diversity-bench.json
-  done
-done
-rm -f /tmp/diversity-bench.json
+cargo build --release --quiet --example bench
+mkdir -p bench/results
+./target/release/examples/bench --table data/fortunes-2k.npy --starts 256 --steps 8 --chunk 4 \
+  --label "lavapipe, fortunes 2048x384, 256 x 8" --md bench/results/lavapipe.md

@@ -7,6 +7,7 @@
 //!     [--chunk C] [--label NAME] [--precisions fp32,fp16] [--quick] [--shapes untiled,tiled,per-tile]
 //!     [--device NAME]
 //!     [--json OUT.json] [--md OUT.md] [--plot OUT.png]
+//! cargo run --release --example bench -- --replot RUN.json --plot OUT.png
 //! ```
 //!
 //! `--starts S` takes the first S items as starts (the seed benchmark: 3,584), `--steps K` the
@@ -34,6 +35,7 @@ struct Args {
     json: Option<String>,
     md: Option<String>,
     plot: Option<String>,
+    replot: Option<String>,
 }
 
 fn parse() -> Result<Args, String> {
@@ -51,6 +53,7 @@ fn parse() -> Result<Args, String> {
         json: None,
         md: None,
         plot: None,
+        replot: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(f) = it.next() {
@@ -75,10 +78,11 @@ fn parse() -> Result<Args, String> {
             "--json" => a.json = Some(val()?),
             "--md" => a.md = Some(val()?),
             "--plot" => a.plot = Some(val()?),
+            "--replot" => a.replot = Some(val()?),
             _ => return Err(format!("unknown argument {f}")),
         }
     }
-    if a.table.is_empty() {
+    if a.table.is_empty() && a.replot.is_none() {
         return Err("--table is required".into());
     }
     Ok(a)
@@ -102,8 +106,64 @@ fn main() {
     }
 }
 
+/// Draw the picture again from a `--json` file of an earlier run (e.g. one made on the GPU
+/// machine): `bench --replot RUN.json --plot OUT.png`.
+fn replot(json: &str, png: &str) -> Result<(), String> {
+    let text = std::fs::read(json).map_err(|e| format!("{json}: {e}"))?;
+    let j: serde_json::Value = serde_json::from_slice(&text).map_err(|e| format!("{json}: {e}"))?;
+    let label = j["label"].as_str().unwrap_or("run").to_string();
+    let runs: Vec<Run> = j["runs"]
+        .as_array()
+        .ok_or(format!("{json}: no runs"))?
+        .iter()
+        .map(|r| {
+            let chunks: Vec<(usize, u64)> = r["chunks"]
+                .as_array()
+                .map(|c| {
+                    c.iter()
+                        .map(|p| {
+                            (
+                                p[0].as_u64().unwrap_or(0) as usize,
+                                p[1].as_u64().unwrap_or(0),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            Run {
+                precision: r["precision"]
+                    .as_str()
+                    .unwrap_or("fp32")
+                    .parse()
+                    .unwrap_or(Precision::Fp32),
+                shape: r["shape"]
+                    .as_str()
+                    .unwrap_or("untiled")
+                    .parse()
+                    .unwrap_or(Shape::Untiled),
+                tile: r["tile"].as_u64().unwrap_or(0) as u32,
+                pipelined: r["pipelined"].as_bool().unwrap_or(false),
+                gpu_s: r["gpu_s"].as_f64().unwrap_or(0.0),
+                wall_s: r["wall_s"].as_f64().unwrap_or(0.0),
+                report: StepReport {
+                    chunks,
+                    ..StepReport::default()
+                },
+                identical: r["same_bits"].as_bool().unwrap_or(false),
+            }
+        })
+        .collect();
+    plot(png, &label, &runs).map_err(|e| format!("{png}: {e}"))
+}
+
 fn run() -> Result<(), String> {
     let a = parse()?;
+    if let Some(json) = &a.replot {
+        return replot(
+            json,
+            a.plot.as_deref().ok_or("--replot needs --plot OUT.png")?,
+        );
+    }
     let s = |e: diversity::Error| e.to_string();
     let ctx = Context::new(&ContextOptions {
         device: a.device.clone(),

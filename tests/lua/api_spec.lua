@@ -681,16 +681,21 @@ describe("diversity (idiomatic API)", function()
       ctx:upload(big, "fp32"):close()
     end)
 
-    it("a job beyond the device's shared memory says what it needs and what there is", function()
+    it("a table wider than shared memory works (the scan stages D in chunks)", function()
       local caps = ctx:caps()
       local d = math.floor(caps.shared_memory_bytes / 4) + 8
-      local buf = ffi.new("float[?]", 2 * d)
-      buf[0], buf[d + 1] = 1, 1
-      local wide = diversity.table(buf, { n = 2, dim = d })
+      local buf = ffi.new("float[?]", 3 * d)
+      buf[0], buf[d + 1], buf[2 * d + 2], buf[2 * d + 3] = 1, 1, -1, 0.5
+      local wide = diversity.table(buf, { n = 3, dim = d })
       local wdt = ctx:upload(wide, "fp32")
-      H.assert_error({ "device_table:job", "shared memory", tostring(caps.shared_memory_bytes) },
-        wdt.job, wdt)
-      wdt:close()
+      local job = wdt:job({ 0, 2 })
+      job:step(2)
+      local seqs = job:sequences()
+      for i, start in ipairs({ 0, 2 }) do
+        assert.are.equal(3, #seqs[i])
+        assert.is_true(wide:check_sequence(start, seqs[i], 1e-5, "fp32") >= 0)
+      end
+      job:close(); wdt:close(); wide:close()
     end)
 
     it("arguments of the wrong type or range name the call", function()
