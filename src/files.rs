@@ -406,17 +406,10 @@ pub fn save_npy_f32(path: &Path, table: &Table) -> Result<()> {
 /// is refused with [`Error::Invalid`] naming its row, rather than written as infinity. Written
 /// atomically like [`save_npy_f32`].
 pub fn save_npy_f16(path: &Path, table: &Table) -> Result<()> {
-    let bits = table.to_f16_bits();
-    if let Some(pos) = bits.iter().position(|&b| !f16::from_bits(b).is_finite()) {
-        let d = table.d();
-        return Err(Error::Invalid(format!(
-            "{}: row {} has a value ({}) at column {} outside the float16 range (±65504)",
-            path.display(),
-            pos / d,
-            table.data()[pos],
-            pos % d
-        )));
-    }
+    let bits = table.to_f16_bits_checked().map_err(|e| match e {
+        Error::Invalid(m) => Error::Invalid(format!("{}: {m}", path.display())),
+        other => other,
+    })?;
     let mut body = Vec::with_capacity(bits.len() * 2);
     for b in bits {
         body.extend_from_slice(&b.to_le_bytes());
@@ -472,17 +465,10 @@ pub fn file_checksum(path: &Path) -> Result<String> {
 /// naming its row. Both files go through a temporary file and a rename; the old sidecar is
 /// removed before the new `.bin` lands, so no crash leaves a sidecar vouching for the wrong data.
 pub fn save_fp16_bin(path: &Path, table: &Table, space: &str, source_checksum: &str) -> Result<()> {
-    let bits = table.to_f16_bits();
-    if let Some(pos) = bits.iter().position(|&b| !f16::from_bits(b).is_finite()) {
-        let d = table.d();
-        return Err(Error::Invalid(format!(
-            "{}: row {} has a value ({}) at column {} outside the float16 range (±65504)",
-            path.display(),
-            pos / d,
-            table.data()[pos],
-            pos % d
-        )));
-    }
+    let bits = table.to_f16_bits_checked().map_err(|e| match e {
+        Error::Invalid(m) => Error::Invalid(format!("{}: {m}", path.display())),
+        other => other,
+    })?;
     let sidecar = fp16_bin_sidecar(path);
     let (bin_pending, bin_file) = PendingFile::create(path)?;
     let (side_pending, mut side_file) = PendingFile::create(&sidecar)?;

@@ -187,13 +187,11 @@ pub struct DeviceTable {
     inner: Arc<TableInner>,
 }
 
-/// Largest finite half.
-const F16_MAX: f32 = 65504.0;
-
 impl DeviceTable {
     /// Upload `table` at `precision`. Norms come from the stored (rounded) values in float64.
     pub fn upload(ctx: &Context, table: &Table, precision: Precision) -> Result<DeviceTable> {
         let caps = ctx.caps();
+        let mut f16_bits = None;
         if precision == Precision::Fp16 {
             if !caps.fp16_storage {
                 return Err(Error::Unsupported {
@@ -201,14 +199,8 @@ impl DeviceTable {
                     what: "16-bit storage buffers (storageBuffer16BitAccess) for an fp16 table; use fp32".into(),
                 });
             }
-            if let Some(pos) = table.data().iter().position(|v| v.abs() > F16_MAX) {
-                return Err(Error::Invalid(format!(
-                    "row {} has value {} at column {}, beyond the fp16 range (±65504); use fp32",
-                    pos / table.d(),
-                    table.data()[pos],
-                    pos % table.d()
-                )));
-            }
+            // Refused before any device work: a value that would round to infinity.
+            f16_bits = Some(table.to_f16_bits_checked()?);
         }
         let (n, d) = (table.n(), table.d());
         let bytes = (n as u64) * (d as u64) * precision.bytes() as u64;
@@ -226,9 +218,9 @@ impl DeviceTable {
             )));
         }
         let stored = table.as_stored(precision);
-        let data = match precision {
-            Precision::Fp32 => ctx.upload("table", bytemuck::cast_slice(table.data()))?,
-            Precision::Fp16 => ctx.upload("table", bytemuck::cast_slice(&table.to_f16_bits()))?,
+        let data = match &f16_bits {
+            None => ctx.upload("table", bytemuck::cast_slice(table.data()))?,
+            Some(bits) => ctx.upload("table", bytemuck::cast_slice(bits))?,
         };
         let inv_norm = ctx.upload(
             "inverse norms",

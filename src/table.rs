@@ -181,6 +181,21 @@ impl Table {
             .collect()
     }
 
+    /// [`Table::to_f16_bits`], refusing a value that would round to infinity (beyond ±65504),
+    /// with an [`Error::Invalid`] naming its row and column.
+    pub fn to_f16_bits_checked(&self) -> Result<Vec<u16>> {
+        let bits = self.to_f16_bits();
+        if let Some(pos) = bits.iter().position(|&b| !f16::from_bits(b).is_finite()) {
+            return Err(Error::Invalid(format!(
+                "row {} has a value ({}) at column {} outside the float16 range (the fp16 range is ±65504)",
+                pos / self.d,
+                self.data[pos],
+                pos % self.d
+            )));
+        }
+        Ok(bits)
+    }
+
     /// Row norms of the stored table, computed in float64 and rounded once to float32; the
     /// inverse is what shaders use (0 for a zero row, so its score is exactly 0 = "d = 1").
     pub fn inverse_norms(&self) -> Vec<f32> {
