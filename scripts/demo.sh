@@ -2,7 +2,7 @@
 # The main job on the bundled data, through the Lua command line the user's pipeline keeps:
 # the diversity cache of the 300 bundled fortunes (data/fortunes-300.embeddings.json, real
 # all-MiniLM-L6-v2 embeddings, ids "fortune-N"), mean-centred, fp16 storage, on the best Vulkan
-# device here (lavapipe without a GPU): every sequence, full length (about 30 s on 2 CPU cores
+# device here (lavapipe without a GPU): every sequence, full length (about 20 s on 2 CPU cores
 # with lavapipe). TOP_K=K computes only the first K steps of each sequence.
 set -euo pipefail
 cd "$(dirname "$0")/.."
