@@ -385,9 +385,6 @@ impl ScanJob {
                 caps.max_workgroup_invocations
             )));
         }
-        if opts.shape != Shape::Untiled && opts.tile_size as u64 > u32::MAX as u64 {
-            return Err(Error::Invalid("tile size too large".into()));
-        }
         let mask_words = n.div_ceil(32);
         // The scan is a blocked product: (N / BN) × (S / BM) workgroups per step.
         let bm = block_m(batch);
