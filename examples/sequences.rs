@@ -150,8 +150,7 @@ fn run(a: Args) -> Result<(), String> {
     let (pending, file) = PendingFile::create(&a.out).map_err(|e| e.to_string())?;
     let caps = ctx.caps().clone();
     let steps = a.steps.unwrap_or(n - 1).min(n - 1);
-    let per_seq = ((steps + 1) * 4).max(2 * table.d() * 4) as u64;
-    let fit = (caps.max_buffer_range / per_seq).max(1) as usize;
+    let fit = diversity::scan::max_batch(&caps, n, table.d(), a.precision, steps);
     let batch = a
         .batch
         .unwrap_or(usize::MAX)

@@ -93,6 +93,22 @@ impl UserData for LContext {
             t.set("l2_source", c.l2_source)?;
             Ok(t)
         });
+        // The largest batch the device allows for an N × D table and `steps` steps.
+        m.add_method(
+            "max_batch",
+            |_, this, (n, d, precision, steps): (Value, Value, Option<String>, Option<Value>)| {
+                let call = "context:max_batch";
+                let ctx = this.get(call)?;
+                let n = int(call, "n", &n)? as usize;
+                let d = int(call, "dim", &d)? as usize;
+                let p = parse_precision(call, precision)?;
+                let steps = match steps.filter(|s| !s.is_nil()) {
+                    Some(s) => int(call, "steps", &s)? as usize,
+                    None => n.saturating_sub(1),
+                };
+                Ok(crate::scan::max_batch(ctx.caps(), n, d, p, steps))
+            },
+        );
         m.add_method("validation_messages", |lua, this, ()| {
             lua.create_sequence_from(
                 this.get("context:validation_messages")?

@@ -12,7 +12,7 @@
 //! Any shape may keep two command buffers in flight ([`ScanOptions::pipelined`]): the host
 //! records chunk k+1 while the device runs chunk k.
 
-use crate::device::{Buffer, Context, Pipeline, PipelineKey, BINDINGS};
+use crate::device::{Buffer, Capabilities, Context, Pipeline, PipelineKey, BINDINGS};
 use crate::error::{Error, Result, VkContext};
 use crate::spirv::{self, Shader};
 use crate::table::{Precision, Table};
@@ -115,6 +115,42 @@ impl Default for ScanOptions {
             workgroup_size: None,
         }
     }
+}
+
+/// The largest batch (sequences per [`ScanJob`]) that `caps` allows for an N × D table (stored
+/// at `precision`) and `steps` steps: every per-batch buffer within `maxStorageBufferRange`, the
+/// per-sequence and scan dispatches within `maxComputeWorkGroupCount[0]`, and all buffers within
+/// the memory budget. At least 1 (a job that cannot run at all reports why when created). The
+/// Rust CLI and the Lua driver size their batches with it.
+pub fn max_batch(
+    caps: &Capabilities,
+    n: usize,
+    d: usize,
+    precision: Precision,
+    steps: usize,
+) -> usize {
+    let n = n.max(1);
+    let seq_len = steps.min(n - 1) + 1;
+    let per_buffer = [
+        seq_len * 4,             // sequence output
+        2 * d * 4,               // running sums
+        n.div_ceil(32) * 4,      // chosen masks
+        d * 4,                   // fp32 centroids
+        n.div_ceil(BLOCK_N) * 8, // block winners
+    ];
+    let mut best = caps.max_workgroup_count as usize;
+    for bytes in per_buffer {
+        best = best.min((caps.max_buffer_range / bytes.max(1) as u64) as usize);
+    }
+    // Scan dispatch: ceil(N / BN) × ceil(batch / 64) workgroups.
+    let row_blocks = caps.max_workgroup_count as usize / n.div_ceil(BLOCK_N);
+    best = best.min(row_blocks.saturating_mul(64));
+    let table = (n * d * precision.bytes()) as u64;
+    let per_seq: u64 = per_buffer.iter().map(|&b| b as u64).sum();
+    if let Some(room) = caps.memory_budget_bytes.checked_sub(table) {
+        best = best.min((room / per_seq.max(1)) as usize);
+    }
+    best.max(1)
 }
 
 /// Push constants of `scan.comp` (untiled and in-shader tiles): the user's five fields.

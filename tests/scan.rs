@@ -436,6 +436,13 @@ fn device_limits_are_named_in_errors() {
             m.contains("sequence output") && m.contains("smaller batch"),
             "{m}"
         );
+        // max_batch names a batch that fits, and one more sequence does not.
+        let most = diversity::scan::max_batch(&caps, n, 1, Precision::Fp32, n - 1);
+        assert!(most < n, "max_batch {most} should be below N = {n} here");
+        let job = ScanJob::new(&dt, &starts[..most], &ScanOptions::default());
+        assert!(job.is_ok(), "max_batch {most}: {:?}", job.err());
+        drop(job);
+        assert!(ScanJob::new(&dt, &starts[..most + 1], &ScanOptions::default()).is_err());
     }
     // A table wider than shared memory works: the scan stages D in chunks.
     let d = caps.shared_memory_bytes as usize / 4 + 3;

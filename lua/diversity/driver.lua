@@ -271,10 +271,8 @@ end
 function M.compute(ctx, t, starts, steps, tile, opts, writer, bin, ckdir, generated_at)
   local dt = ctx:upload(t, opts.precision)
   local caps = ctx:caps()
-  -- Batches fit one storage buffer and one dispatch.
-  local per_seq = math.max((steps + 1) * 4, 2 * t:dim() * 4)
-  local batch = math.max(1, math.min(opts.batch, math.floor(caps.max_buffer_range / per_seq),
-    caps.max_workgroup_count))
+  -- Batches fit the device's buffer, dispatch and memory limits.
+  local batch = math.max(1, math.min(opts.batch, ctx:max_batch(t:n(), t:dim(), opts.precision, steps)))
   local nbatches = math.ceil(#starts / batch)
   local fp = fingerprint(t, starts, steps, opts)
   local resumed = 0
