@@ -1013,36 +1013,38 @@ impl Context {
 
     /// Read `len` bytes at `offset` of `src` back to the host.
     pub(crate) fn download(&self, src: &Buffer, offset: u64, len: u64) -> Result<Vec<u8>> {
-        if len == 0 {
+        self.download_regions(src, &[(offset, len)])
+    }
+
+    /// Read several `(offset, len)` regions of `src` back to the host in one submission, their
+    /// bytes concatenated in order.
+    pub(crate) fn download_regions(&self, src: &Buffer, regions: &[(u64, u64)]) -> Result<Vec<u8>> {
+        let total: u64 = regions.iter().map(|r| r.1).sum();
+        if total == 0 {
             return Ok(Vec::new());
         }
         let mut staging = Buffer::new(
             self,
             "staging download",
-            len,
+            total,
             MemoryLocation::GpuToCpu,
             vk::BufferUsageFlags::TRANSFER_DST,
         )?;
+        let mut copies = Vec::with_capacity(regions.len());
+        let mut at = 0;
+        for &(offset, len) in regions.iter().filter(|r| r.1 > 0) {
+            copies.push(
+                vk::BufferCopy::default()
+                    .src_offset(offset)
+                    .dst_offset(at)
+                    .size(len),
+            );
+            at += len;
+        }
         let dev = self.device();
         self.one_shot(|cb| unsafe {
-            let barrier = [vk::MemoryBarrier::default()
-                .src_access_mask(vk::AccessFlags::SHADER_WRITE)
-                .dst_access_mask(vk::AccessFlags::TRANSFER_READ)];
-            dev.cmd_pipeline_barrier(
-                cb,
-                vk::PipelineStageFlags::COMPUTE_SHADER,
-                vk::PipelineStageFlags::TRANSFER,
-                vk::DependencyFlags::empty(),
-                &barrier,
-                &[],
-                &[],
-            );
-            dev.cmd_copy_buffer(
-                cb,
-                src.buffer,
-                staging.buffer,
-                &[vk::BufferCopy::default().src_offset(offset).size(len)],
-            );
+            transfer_barrier(dev, cb, true);
+            dev.cmd_copy_buffer(cb, src.buffer, staging.buffer, &copies);
             let barrier = [vk::MemoryBarrier::default()
                 .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
                 .dst_access_mask(vk::AccessFlags::HOST_READ)];
@@ -1056,8 +1058,66 @@ impl Context {
                 &[],
             );
         })?;
-        Ok(staging.mapped()[..len as usize].to_vec())
+        Ok(staging.mapped()[..total as usize].to_vec())
     }
+
+    /// Write `(offset, bytes)` regions into `dst` through one staging buffer and one submission,
+    /// after everything submitted before.
+    pub(crate) fn write_regions(&self, dst: &Buffer, regions: &[(u64, &[u8])]) -> Result<()> {
+        let total: usize = regions.iter().map(|r| r.1.len()).sum();
+        if total == 0 {
+            return Ok(());
+        }
+        let mut staging = Buffer::new(
+            self,
+            "staging upload",
+            total as u64,
+            MemoryLocation::CpuToGpu,
+            vk::BufferUsageFlags::TRANSFER_SRC,
+        )?;
+        let mut copies = Vec::with_capacity(regions.len());
+        let mut at = 0usize;
+        {
+            let map = staging.mapped();
+            for &(offset, bytes) in regions.iter().filter(|r| !r.1.is_empty()) {
+                map[at..at + bytes.len()].copy_from_slice(bytes);
+                copies.push(
+                    vk::BufferCopy::default()
+                        .src_offset(at as u64)
+                        .dst_offset(offset)
+                        .size(bytes.len() as u64),
+                );
+                at += bytes.len();
+            }
+        }
+        let dev = self.device();
+        self.one_shot(|cb| unsafe {
+            transfer_barrier(dev, cb, false);
+            dev.cmd_copy_buffer(cb, staging.buffer, dst.buffer, &copies);
+        })
+    }
+}
+
+/// Shader work before → a transfer after: the transfer reads (download) or overwrites (upload)
+/// what shaders wrote or read.
+unsafe fn transfer_barrier(dev: &ash::Device, cb: vk::CommandBuffer, read: bool) {
+    let dst = if read {
+        vk::AccessFlags::TRANSFER_READ
+    } else {
+        vk::AccessFlags::TRANSFER_WRITE
+    };
+    let barrier = [vk::MemoryBarrier::default()
+        .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::SHADER_READ)
+        .dst_access_mask(dst)];
+    dev.cmd_pipeline_barrier(
+        cb,
+        vk::PipelineStageFlags::COMPUTE_SHADER,
+        vk::PipelineStageFlags::TRANSFER,
+        vk::DependencyFlags::empty(),
+        &barrier,
+        &[],
+        &[],
+    );
 }
 
 /// Whether `name` is a CPU implementation such as lavapipe.

@@ -244,6 +244,31 @@ impl UserData for LDeviceTable {
                 Ok(LJob::new("job", job))
             },
         );
+        // A job continuing from a checkpoint: `prefixes` is a binary string of little-endian
+        // uint32, #starts rows of `len` entries (as `job:columns(0, len)` returns them).
+        m.add_method(
+            "resume_job",
+            |_,
+             this,
+             (table, starts, prefixes, len, o): (
+                LuaAnyUserData,
+                LuaTable,
+                LuaString,
+                Value,
+                Option<LuaTable>,
+            )| {
+                let call = "device_table:resume_job";
+                let dt = this.get(call)?;
+                let t = table.borrow::<LTable>()?;
+                let starts = int_list(call, "start", &starts)?;
+                let len = int(call, "len", &len)? as usize;
+                let rows = u32_rows(call, &prefixes.as_bytes(), starts.len(), len)?;
+                let opts = scan_options(call, &o)?;
+                let job = ScanJob::resume(dt, t.get(call)?, &starts, &rows, len, &opts)
+                    .map_err(|e| err(call, e))?;
+                Ok(LJob::new("job", job))
+            },
+        );
         m.add_method_mut("close", |_, this, ()| {
             this.inner = None;
             Ok(())
@@ -392,6 +417,20 @@ impl UserData for LJob {
                 out.raw_set(i + 1, lua.create_sequence_from(row.iter().copied())?)?;
             }
             Ok(out)
+        });
+        // Entries from..to of every sequence as a binary string of little-endian uint32 (row-major):
+        // what the driver appends to its checkpoint after each chunk.
+        m.add_method("columns", |lua, this, (from, to): (Value, Value)| {
+            let call = "job:columns";
+            let (from, to) = (
+                int(call, "from", &from)? as usize,
+                int(call, "to", &to)? as usize,
+            );
+            let cols = this
+                .get(call)?
+                .sequence_columns(from, to)
+                .map_err(|e| err(call, e))?;
+            lua.create_string(bytemuck::cast_slice::<u32, u8>(&cols))
         });
         // FFI-friendly: the rows as one binary string of little-endian uint32.
         m.add_method("sequences_bytes", |lua, this, ()| {

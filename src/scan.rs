@@ -959,6 +959,119 @@ impl ScanJob {
             .collect())
     }
 
+    /// Steps `from..to` (entries of each sequence; `to` at most [`ScanJob::sequence_len`]) of
+    /// every sequence, row-major (`starts().len()` rows of `to - from`), downloaded in one
+    /// submission. The driver appends these to its checkpoint after each chunk.
+    pub fn sequence_columns(&self, from: usize, to: usize) -> Result<Vec<u32>> {
+        if from > to || to > self.sequence_len() {
+            return Err(Error::Invalid(format!(
+                "columns {from}..{to} of sequences that have {} entries so far",
+                self.sequence_len()
+            )));
+        }
+        let regions: Vec<(u64, u64)> = (0..self.starts.len())
+            .map(|s| {
+                (
+                    ((s * self.seq_len + from) * 4) as u64,
+                    ((to - from) * 4) as u64,
+                )
+            })
+            .collect();
+        let bytes = self
+            .table
+            .context()
+            .download_regions(&self.seqs, &regions)?;
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    }
+
+    /// A job that continues from sequences already computed (a checkpoint): `prefixes` holds
+    /// `starts.len()` rows of `len` entries, row i beginning with `starts[i]`. The running sums
+    /// are rebuilt on the host with the very float32 operations the shaders use (the compensated
+    /// pair added row by row in sequence order), so the continued sequences are bit-identical to
+    /// an uninterrupted run. `table` is the host table `dtable` was uploaded from.
+    pub fn resume(
+        dtable: &DeviceTable,
+        table: &Table,
+        starts: &[u32],
+        prefixes: &[u32],
+        len: usize,
+        opts: &ScanOptions,
+    ) -> Result<ScanJob> {
+        let (n, d) = (dtable.n(), dtable.d());
+        if table.n() != n || table.d() != d {
+            return Err(Error::Invalid(format!(
+                "resume: the host table is {} × {}, the device table {n} × {d}",
+                table.n(),
+                table.d()
+            )));
+        }
+        let mut job = ScanJob::new(dtable, starts, opts)?;
+        if len == 0 || len > job.seq_len || prefixes.len() != starts.len() * len {
+            return Err(Error::Invalid(format!(
+                "resume: {} entries for {} sequences of {len} (1..={} each)",
+                prefixes.len(),
+                starts.len(),
+                job.seq_len
+            )));
+        }
+        let stored = table.as_stored(dtable.precision());
+        let words = n.div_ceil(32);
+        let mut state = vec![0f32; starts.len() * 2 * d];
+        let mut cen = vec![0f32; starts.len() * d];
+        let mut mask = vec![0u32; starts.len() * words];
+        for (i, row) in prefixes.chunks_exact(len).enumerate() {
+            if row[0] != starts[i] {
+                return Err(Error::Invalid(format!(
+                    "resume: sequence {i} begins with {}, its start is {}",
+                    row[0], starts[i]
+                )));
+            }
+            let (hi, lo) = state[i * 2 * d..(i + 1) * 2 * d].split_at_mut(d);
+            let m = &mut mask[i * words..(i + 1) * words];
+            for (k, &p) in row.iter().enumerate() {
+                let p = p as usize;
+                if p >= n || m[p >> 5] & (1 << (p & 31)) != 0 {
+                    return Err(Error::Invalid(format!(
+                        "resume: sequence {i} has entry {p} at step {k}: out of range or repeated"
+                    )));
+                }
+                m[p >> 5] |= 1 << (p & 31);
+                let e = stored.row(p);
+                if k == 0 {
+                    hi.copy_from_slice(e);
+                    continue;
+                }
+                // The shaders' centroid_add, operation for operation.
+                for ((h, l), &x) in hi.iter_mut().zip(lo.iter_mut()).zip(e) {
+                    let sum = *h + x;
+                    let bp = sum - *h;
+                    let err = (*h - (sum - bp)) + (x - bp);
+                    *l += err;
+                    *h = sum;
+                }
+            }
+            for ((c, h), l) in cen[i * d..(i + 1) * d].iter_mut().zip(&*hi).zip(&*lo) {
+                *c = *h + *l;
+            }
+        }
+        let ctx = dtable.context().clone();
+        ctx.write_regions(&job._state, &[(0, bytemuck::cast_slice(&state))])?;
+        ctx.write_regions(&job._cen32, &[(0, bytemuck::cast_slice(&cen))])?;
+        ctx.write_regions(&job._mask, &[(0, bytemuck::cast_slice(&mask))])?;
+        let rows: Vec<(u64, &[u8])> = prefixes
+            .chunks_exact(len)
+            .enumerate()
+            .map(|(i, r)| (((i * job.seq_len) * 4) as u64, bytemuck::cast_slice(r)))
+            .collect();
+        ctx.write_regions(&job.seqs, &rows)?;
+        job.submitted = len - 1;
+        job.completed = len - 1;
+        Ok(job)
+    }
+
     /// Every sequence so far, one `Vec` per start.
     pub fn sequences(&self) -> Result<Vec<Vec<u32>>> {
         let len = self.sequence_len();

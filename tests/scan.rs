@@ -487,3 +487,56 @@ fn device_choice_and_describe() {
     assert!(by_index.caps().l2_bytes > 0);
     assert!(!by_index.validation_enabled());
 }
+
+#[test]
+fn resume_from_a_prefix_is_bit_identical() {
+    let ctx = ctx();
+    for (center, precision) in [(false, Precision::Fp32), (true, Precision::Fp16)] {
+        let raw = fortunes(150);
+        let table = if center { raw.centered() } else { raw };
+        let dt = DeviceTable::upload(&ctx, &table, precision).unwrap();
+        let starts = [3u32, 77, 0, 149, 12];
+        let o = ScanOptions {
+            steps: Some(60),
+            chunk: 9,
+            ..ScanOptions::default()
+        };
+        let mut whole = ScanJob::new(&dt, &starts, &o).unwrap();
+        whole.run().unwrap();
+        let want = whole.sequences_flat().unwrap();
+        // Stop after 25 steps, keep the columns chunk by chunk as the driver does, resume.
+        let mut first = ScanJob::new(&dt, &starts, &o).unwrap();
+        let mut cols: Vec<Vec<u32>> = vec![Vec::new(); starts.len()];
+        let mut have = 0;
+        for n in [9usize, 9, 7] {
+            first.step(n).unwrap();
+            let c = first.sequence_columns(have, first.sequence_len()).unwrap();
+            let w = first.sequence_len() - have;
+            for (i, row) in c.chunks_exact(w).enumerate() {
+                cols[i].extend_from_slice(row);
+            }
+            have = first.sequence_len();
+        }
+        assert_eq!(have, 26);
+        let prefixes: Vec<u32> = cols.concat();
+        let mut rest = ScanJob::resume(&dt, &table, &starts, &prefixes, have, &o).unwrap();
+        assert_eq!(rest.steps_done(), 25);
+        rest.run().unwrap();
+        assert!(rest.done());
+        assert_eq!(
+            rest.sequences_flat().unwrap(),
+            want,
+            "center {center} {precision:?}"
+        );
+        // Prefixes that do not fit their starts are refused.
+        let e = ScanJob::resume(&dt, &table, &[3], &[4, 5], 2, &o)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("begins with 4"), "{e}");
+        let e = ScanJob::resume(&dt, &table, &[3], &[3, 3], 2, &o)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("repeated"), "{e}");
+    }
+    assert_clean(&ctx);
+}

@@ -254,9 +254,57 @@ function M.run(opts)
   return result
 end
 
+local function u32le(n)
+  return string.char(n % 256, math.floor(n / 256) % 256, math.floor(n / 65536) % 256,
+    math.floor(n / 16777216) % 256)
+end
+
+local function read_u32(s, pos)
+  local a, b, c, d = s:byte(pos, pos + 3)
+  return a + b * 256 + c * 65536 + d * 16777216
+end
+
+--- Append one chunk to a batch's in-progress checkpoint: entries from..from+count-1 of every
+-- sequence, as a block [from, count, rows × count uint32], written and closed at once.
+function M.append_part(path, from, count, bytes)
+  local f, e = io.open(path, "ab")
+  if not f then error("diversity: checkpoint " .. path .. ": " .. tostring(e), 0) end
+  f:write(u32le(from), u32le(count), bytes)
+  f:close()
+end
+
+--- Read a batch's in-progress checkpoint back: the rows' first `len` entries, row-major, as a
+-- binary string, and `len`; nil when there is none. A torn last block (a crash mid-write) and
+-- anything after a gap are ignored.
+function M.read_part(path, rows)
+  local s = read_file(path)
+  if not s then return nil end
+  local blocks, pos, len = {}, 1, 0
+  while pos + 8 <= #s + 1 do
+    local from, count = read_u32(s, pos), read_u32(s, pos + 4)
+    local size = rows * count * 4
+    if from ~= len or count == 0 or pos + 8 + size > #s + 1 then break end
+    blocks[#blocks + 1] = { pos = pos + 8, count = count }
+    len = len + count
+    pos = pos + 8 + size
+  end
+  if len == 0 then return nil end
+  local out = {}
+  for r = 0, rows - 1 do
+    for _, blk in ipairs(blocks) do
+      local at = blk.pos + r * blk.count * 4
+      out[#out + 1] = s:sub(at, at + blk.count * 4 - 1)
+    end
+  end
+  return table.concat(out), len
+end
+
 --- Remove a checkpoint directory and what the driver put in it.
 function M.remove_checkpoint(ckdir, nbatches)
-  for b = 1, nbatches do os.remove(("%s/batch-%05d.u32"):format(ckdir, b)) end
+  for b = 1, nbatches do
+    os.remove(("%s/batch-%05d.u32"):format(ckdir, b))
+    os.remove(("%s/batch-%05d.part"):format(ckdir, b))
+  end
   os.remove(ckdir .. "/run.txt")
   os.remove(ckdir .. "/generated_at.txt")
   os.remove(ckdir)
@@ -292,6 +340,7 @@ function M.compute(ctx, t, starts, steps, tile, opts, writer, bin, ckdir, genera
     local list = {}
     for i = first, math.min(first + batch - 1, #starts) do list[#list + 1] = starts[i] end
     local ckfile = ("%s/batch-%05d.u32"):format(ckdir, b)
+    local partfile = ("%s/batch-%05d.part"):format(ckdir, b)
     local saved = opts.resume and read_file(ckfile)
     if saved and #saved == #list * (steps + 1) * 4 then
       writer:write_bytes(list, saved, steps + 1)
@@ -301,12 +350,32 @@ function M.compute(ctx, t, starts, steps, tile, opts, writer, bin, ckdir, genera
     else
       local job
       local label = ("batch %d/%d"):format(b, nbatches)
+      -- The steps of this batch already in the checkpoint (resume), as rows of `have` entries.
+      local prefix, have = nil, 0
+      if opts.resume then prefix, have = M.read_part(partfile, #list) end
+      if not prefix then os.remove(partfile); have = 0 end
       local ok, e = pcall(function()
-        job = dt:job(list, { tile = tile, chunk = 0, steps = steps })
+        local jopts = { tile = tile, chunk = 0, steps = steps }
+        if prefix then
+          job = dt:resume_job(t, list, prefix, have, jopts)
+          progress:skip(have - 1)
+        else
+          job = dt:job(list, jopts)
+        end
+        -- After every chunk, its new entries go to the checkpoint (a lost device loses at most
+        -- the chunk in flight).
+        local function checkpoint()
+          local now = job:sequence_len()
+          if now > have then
+            M.append_part(partfile, have, now - have, job:columns(have, now))
+            have = now
+          end
+        end
         -- Probe, then chunks sized to the watchdog target, re-estimated as steps get cheaper.
-        local probe = math.min(opts.probe_steps, steps)
+        local probe = math.min(opts.probe_steps, steps - job:progress())
         local t0 = os.clock()
         local done, ns = job:step(probe)
+        checkpoint()
         local per_step = ((ns > 0) and ns / 1e9 or (os.clock() - t0)) / math.max(done, 1)
         total_gpu_ns = total_gpu_ns + ns
         progress:update(done, ns / 1e9, label)
@@ -314,6 +383,7 @@ function M.compute(ctx, t, starts, steps, tile, opts, writer, bin, ckdir, genera
         while not job:done() do
           t0 = os.clock()
           done, ns = job:step(chunk)
+          checkpoint()
           total_gpu_ns = total_gpu_ns + ns
           progress:update(done, ns / 1e9, label)
           per_step = ((ns > 0) and ns / 1e9 or (os.clock() - t0)) / math.max(done, 1)
@@ -326,18 +396,19 @@ function M.compute(ctx, t, starts, steps, tile, opts, writer, bin, ckdir, genera
         dt:close()
         progress:finish()
         local saved_note
-        if b == 1 then
+        if b == 1 and have <= 1 then
           M.remove_checkpoint(ckdir, nbatches)
-          saved_note = "no batch was complete, so nothing is checkpointed"
+          saved_note = "nothing was complete, so nothing is checkpointed"
         else
-          saved_note = ("%d completed batch(es) are checkpointed in %s; run again with --resume to continue")
-            :format(b - 1, ckdir)
+          saved_note = ("%d completed batch(es) and steps 1..%d of batch %d are checkpointed in %s; "
+            .. "run again with --resume to continue"):format(b - 1, math.max(have - 1, 0), b, ckdir)
         end
         error(("diversity: batch %d of %d (starts %d..%d) failed at step %d of %d: %s\n%s")
           :format(b, nbatches, list[1], list[#list], at + 1, steps, diversity.message(e), saved_note), 0)
       end
       local bytes = job:sequences_bytes()
       write_file(ckfile, bytes)
+      os.remove(partfile)
       writer:write_bytes(list, bytes, steps + 1)
       if bin then bin:write_job(job) end
       job:close()

@@ -570,6 +570,30 @@ json.dump(d, open(sys.argv[2], "w"))
       assert.is_false(H.exists(dir .. "/cut.json.partial"), "the checkpoint was not removed")
     end)
 
+    it("a loss inside a batch resumes from its last chunk, byte-identical", function()
+      -- One batch of all 120 sequences, one step per submission (a tiny watchdog target).
+      local function one(name, extra)
+        local a = args(name, { "--target-s", "0.000001" })
+        a[8] = "120" -- --batch
+        for _, x in ipairs(extra or {}) do a[#a + 1] = x end
+        return a
+      end
+      local rc, _, err = H.cli(one("whole"), EPOCH)
+      assert.are.equal(0, rc, err)
+      -- the probe (10 steps) is one submission, then one step each: the 2nd submission is lost
+      rc, _, err = H.cli(one("mid"), EPOCH .. " DIVERSITY_FAIL_AFTER_CHUNKS=1")
+      assert.are.equal(1, rc, err)
+      assert.truthy(err:find("batch 1 of 1", 1, true), err)
+      assert.truthy(err:find("steps 1..10 of batch 1", 1, true), err)
+      assert.is_true(H.exists(dir .. "/mid.json.partial/batch-00001.part"))
+      assert.is_false(H.exists(dir .. "/mid.json"))
+      rc, _, err = H.cli(one("mid", { "--resume" }), EPOCH)
+      assert.are.equal(0, rc, err)
+      assert.are.equal(H.read(dir .. "/whole.json"), H.read(dir .. "/mid.json"))
+      assert.are.equal(H.read(dir .. "/whole.bin"), H.read(dir .. "/mid.bin"))
+      assert.is_false(H.exists(dir .. "/mid.json.partial"), "the checkpoint was not removed")
+    end)
+
     it("--resume without a checkpoint is a fresh run", function()
       local rc, _, err = H.cli(args("fresh", { "--resume" }), EPOCH)
       assert.are.equal(0, rc, err)
