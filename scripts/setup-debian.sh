@@ -27,6 +27,6 @@ if ! command -v cargo >/dev/null 2>&1; then
   done
 fi
 command -v cargo >/dev/null 2>&1 || {
-  echo "error: cargo not found. Install Rust (1.80 or newer) with rustup: https://rustup.rs" >&2
+  echo "error: cargo not found. Install Rust (1.88 or newer) with rustup: https://rustup.rs" >&2
   exit 1
 }
