@@ -6,4 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet --features lua --lib
 mkdir -p target/lua
-cp target/release/libdiversity.so target/lua/diversity.so
+# Copy, then rename: a LuaJIT that has the old file mapped keeps it (overwriting in place would
+# crash it with SIGBUS).
+cp target/release/libdiversity.so target/lua/.diversity.so.tmp
+mv -f target/lua/.diversity.so.tmp target/lua/diversity.so
