@@ -797,7 +797,7 @@ impl BinaryCache {
         }
         let body = size - BIN_HEADER;
         let row_group = n as u64 * 4;
-        if body % row_group != 0 || body / row_group == 0 {
+        if !body.is_multiple_of(row_group) || body / row_group == 0 {
             return Err(format(format!(
                 "size {size} bytes does not fit the header's N = {n}: a binary cache is 4 + N × L \
                  × 4 bytes for a row length L ≥ 1 (4 + {n} × {n} × 4 = {} for full sequences), \

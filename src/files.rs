@@ -86,7 +86,7 @@ pub fn load_f32(path: &Path, dim: usize) -> Result<Table> {
     if bytes.is_empty() {
         return Err(format_err(path, "empty file (no rows, N = 0)".into()));
     }
-    if bytes.len() % row_bytes != 0 {
+    if !bytes.len().is_multiple_of(row_bytes) {
         return Err(format_err(
             path,
             format!(

@@ -829,7 +829,7 @@ fn make_table(lua: &Lua, (src, o): (Value, Option<LuaTable>)) -> LuaResult<LTabl
                             .map_err(|_| msg(call, format!("value {} is not a number", i + 1)))
                     })
                     .collect::<LuaResult<_>>()?;
-                if d == 0 || data.len() % d != 0 {
+                if d == 0 || !data.len().is_multiple_of(d) {
                     return Err(msg(
                         call,
                         format!("{} values do not make rows of D = {d}", data.len()),
@@ -848,7 +848,7 @@ fn make_table(lua: &Lua, (src, o): (Value, Option<LuaTable>)) -> LuaResult<LTabl
             };
             let b = s.as_bytes();
             let size = if matches!(dtype, Dtype::F16) { 2 } else { 4 };
-            if d == 0 || b.len() % (size * d) != 0 {
+            if d == 0 || !b.len().is_multiple_of(size * d) {
                 return Err(msg(
                     call,
                     format!(

@@ -221,7 +221,7 @@ fn json_parallel_formatting_is_byte_identical() {
         let ids: Option<Vec<Value>> = with_ids.then(|| {
             (0..n)
                 .map(|i| {
-                    if i % 3 == 0 {
+                    if i.is_multiple_of(3) {
                         json!(i * 10)
                     } else {
                         json!(format!("id \"{i}\""))
@@ -491,7 +491,7 @@ fn binary_round_trip_in_any_row_order() {
             "pre-sized"
         );
         for (k, &s) in order.iter().enumerate() {
-            if k % 2 == 0 {
+            if k.is_multiple_of(2) {
                 w.write_row(s, &synthetic_row(s, n, len)).unwrap();
             } else {
                 w.write_batch(&[s], &synthetic_row(s, n, len)).unwrap();

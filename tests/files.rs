@@ -45,7 +45,7 @@ fn expect_format(r: diversity::error::Result<Table>, path: &Path, words: &[&str]
 /// A minimal `.npy` v1 file with the given header dict and body.
 fn npy_bytes(dict: &str, body: &[u8]) -> Vec<u8> {
     let mut header = dict.to_string();
-    while (10 + header.len() + 1) % 64 != 0 {
+    while !(10 + header.len() + 1).is_multiple_of(64) {
         header.push(' ');
     }
     header.push('\n');
