@@ -565,17 +565,7 @@ impl UserData for LJsonWriter {
                     int_list(call, "starts", &starts)?,
                     int(call, "len", &len)? as usize,
                 );
-                let b = bytes.as_bytes();
-                if b.len() != starts.len() * len * 4 {
-                    return Err(msg(
-                        call,
-                        format!("{} bytes for {} rows of {len}", b.len(), starts.len()),
-                    ));
-                }
-                let flat: Vec<u32> = b
-                    .chunks_exact(4)
-                    .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect();
+                let flat = u32_rows(call, &bytes.as_bytes(), starts.len(), len)?;
                 this.get_mut(call)?
                     .write_batch(&starts, &flat, len)
                     .map_err(|e| err(call, e))
@@ -603,11 +593,9 @@ impl UserData for LBinWriter {
             let job = job.borrow::<LJob>()?;
             let j = job.get(call)?;
             let flat = j.sequences_flat().map_err(|e| err(call, e))?;
-            let w = this.get_mut(call)?;
-            for (row, &s) in flat.chunks_exact(j.sequence_len()).zip(j.starts()) {
-                w.write_row(s, row).map_err(|e| err(call, e))?;
-            }
-            Ok(())
+            this.get_mut(call)?
+                .write_batch(j.starts(), &flat)
+                .map_err(|e| err(call, e))
         });
         m.add_method_mut(
             "write_bytes",
@@ -618,11 +606,9 @@ impl UserData for LBinWriter {
                     int(call, "len", &len)? as usize,
                 );
                 let flat = u32_rows(call, &bytes.as_bytes(), starts.len(), len)?;
-                let w = this.get_mut(call)?;
-                for (row, &s) in flat.chunks_exact(len.max(1)).zip(&starts) {
-                    w.write_row(s, row).map_err(|e| err(call, e))?;
-                }
-                Ok(())
+                this.get_mut(call)?
+                    .write_batch(&starts, &flat)
+                    .map_err(|e| err(call, e))
             },
         );
         m.add_method_mut("write", |_, this, (start, seq): (Value, LuaTable)| {

@@ -411,7 +411,7 @@ impl ScanJob {
         let seq_len = steps + 1;
         let wg = match opts.workgroup_size {
             Some(w) => w,
-            None if caps.device_type == "CPU" => 64,
+            None if crate::device::is_cpu_device(&caps) => 64,
             None => 256,
         }
         .min(caps.max_workgroup_invocations);
