@@ -20,7 +20,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub const ENV_DEVICE: &str = "DIVERSITY_DEVICE";
 /// Environment variable overriding the L2 size in bytes (Vulkan cannot query it).
 pub const ENV_L2_BYTES: &str = "DIVERSITY_L2_BYTES";
-/// Environment variable turning optional features off, comma separated: `fp16`, `timestamps`.
+/// Environment variable turning optional features off, comma separated: `fp16`, `timestamps`,
+/// `subgroups` (the gram engine then reduces through shared memory).
 /// Every fallback path can so be tested on any machine.
 pub const ENV_DISABLE: &str = "DIVERSITY_DISABLE";
 /// Environment variable that turns validation layers on (`1`) for every context.
@@ -53,8 +54,12 @@ pub struct Capabilities {
     pub fp16_storage: bool,
     /// Subgroup size (lanes).
     pub subgroup_size: u32,
-    /// Subgroup arithmetic (min/add) in compute shaders; required by the engines.
+    /// Subgroup arithmetic (min) in compute shaders: the gram engine's reduction uses it when
+    /// present (off with `DIVERSITY_DISABLE=subgroups`); the scan engine does not.
     pub subgroup_arithmetic: bool,
+    /// `shaderStorageBufferArrayDynamicIndexing`: the gram engine may split G over several
+    /// buffers (slabs); without it G must fit one buffer.
+    pub buffer_array_indexing: bool,
     /// `maxComputeSharedMemorySize` in bytes.
     pub shared_memory_bytes: u32,
     /// `maxStorageBufferRange` in bytes: the largest buffer one binding can see.
@@ -169,8 +174,13 @@ pub(crate) struct Inner {
 unsafe impl Send for Inner {}
 unsafe impl Sync for Inner {}
 
-/// Number of storage-buffer bindings in the one descriptor-set layout every pipeline uses.
-pub(crate) const BINDINGS: u32 = 8;
+/// Single storage-buffer bindings (0..8) of the one descriptor-set layout every pipeline uses.
+pub(crate) const SINGLE_BINDINGS: u32 = 8;
+/// Binding 8 is an array of this many storage buffers: the slabs of the Gram matrix (one buffer
+/// binding may see only `maxStorageBufferRange` bytes, 4 GiB on most GPUs, 128 MiB on lavapipe).
+pub(crate) const G_SLABS: u32 = 8;
+/// Storage-buffer descriptors in one set of that layout.
+pub(crate) const BINDINGS: u32 = SINGLE_BINDINGS + G_SLABS;
 
 /// An open Vulkan device with its queue, allocator and pipelines. Cloning shares it.
 #[derive(Clone)]
@@ -416,12 +426,12 @@ impl Context {
             unsafe { inner.device.create_command_pool(&pool_info, None) }
                 .vk("vkCreateCommandPool")?,
         );
-        let bindings: Vec<_> = (0..BINDINGS)
+        let bindings: Vec<_> = (0..=SINGLE_BINDINGS)
             .map(|b| {
                 vk::DescriptorSetLayoutBinding::default()
                     .binding(b)
                     .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                    .descriptor_count(1)
+                    .descriptor_count(if b == SINGLE_BINDINGS { G_SLABS } else { 1 })
                     .stage_flags(vk::ShaderStageFlags::COMPUTE)
             })
             .collect();
@@ -488,6 +498,8 @@ impl Context {
             .push_next(&mut f11)
             .push_next(&mut f12);
         unsafe { instance.get_physical_device_features2(pd, &mut feats2) };
+        let buffer_array_indexing =
+            feats2.features.shader_storage_buffer_array_dynamic_indexing == vk::TRUE;
         let qfs = unsafe { instance.get_physical_device_queue_family_properties(pd) };
         // Prefer a compute-only queue family (async compute on GPUs), else any with compute.
         let qf = qfs
@@ -555,7 +567,9 @@ impl Context {
                 .contains(vk::SubgroupFeatureFlags::ARITHMETIC)
                 && subgroup
                     .supported_stages
-                    .contains(vk::ShaderStageFlags::COMPUTE),
+                    .contains(vk::ShaderStageFlags::COMPUTE)
+                && !disabled("subgroups"),
+            buffer_array_indexing,
             shared_memory_bytes: props.limits.max_compute_shared_memory_size,
             max_buffer_range: props.limits.max_storage_buffer_range as u64,
             max_workgroup_invocations: props.limits.max_compute_work_group_invocations,
@@ -577,8 +591,11 @@ impl Context {
         if has_budget {
             dev_exts.push(ash::ext::memory_budget::NAME.as_ptr());
         }
+        let base_features = vk::PhysicalDeviceFeatures::default()
+            .shader_storage_buffer_array_dynamic_indexing(caps.buffer_array_indexing);
         let info = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queue_info)
+            .enabled_features(&base_features)
             .enabled_extension_names(&dev_exts)
             .push_next(&mut en11)
             .push_next(&mut en12);
@@ -614,6 +631,7 @@ impl Context {
             c.subgroup_size, c.subgroup_arithmetic
         );
         let _ = writeln!(s, "shared memory:   {} KiB", c.shared_memory_bytes / 1024);
+        let _ = writeln!(s, "buffer arrays:   {}", c.buffer_array_indexing);
         let _ = writeln!(s, "buffer range:    {:.0} MiB", mib(c.max_buffer_range));
         let _ = writeln!(
             s,

@@ -12,6 +12,7 @@ pub mod cache;
 pub mod device;
 pub mod error;
 pub mod files;
+pub mod gram;
 #[cfg(feature = "lua")]
 mod lua;
 pub mod reference;
@@ -21,5 +22,6 @@ pub mod table;
 
 pub use device::{Capabilities, Context, ContextOptions};
 pub use error::{Error, Result};
+pub use gram::{Gram, GramJob, GramOptions, Mode, Placement};
 pub use scan::{DeviceTable, ScanJob, ScanOptions, Shape};
 pub use table::{Precision, Table};

@@ -39,7 +39,7 @@ const GEMM_WORKGROUP: u32 = 256;
 /// Shared memory of a scan workgroup: two BK × 64 stages and the 64 × 16 reduction.
 const GEMM_SHARED_BYTES: usize = 2 * 16 * 64 * 4 + 2 * 64 * 16 * 4;
 
-fn injected_loss() -> Option<usize> {
+pub(crate) fn injected_loss() -> Option<usize> {
     let n: usize = std::env::var(ENV_FAIL_AFTER_CHUNKS)
         .ok()?
         .trim()
@@ -290,6 +290,14 @@ impl DeviceTable {
     pub fn context(&self) -> &Context {
         &self.inner.ctx
     }
+    /// The stored rows (fp32 or fp16) on the device.
+    pub(crate) fn data_buffer(&self) -> &Buffer {
+        &self.inner.data
+    }
+    /// 1 / |e_x| per row on the device.
+    pub(crate) fn inv_norm_buffer(&self) -> &Buffer {
+        &self.inner.inv_norm
+    }
 }
 
 /// What one [`ScanJob::step`] call did.
@@ -306,7 +314,7 @@ pub struct StepReport {
 }
 
 impl StepReport {
-    fn add(&mut self, (steps, ns): (usize, u64)) {
+    pub(crate) fn add(&mut self, (steps, ns): (usize, u64)) {
         self.gpu_ns += ns;
         self.chunks.push((steps, ns));
     }
@@ -353,7 +361,7 @@ pub struct ScanJob {
     _cen32: Buffer,
 }
 
-fn spirv_for(shader: &Shader, p: Precision) -> &'static [u8] {
+pub(crate) fn spirv_for(shader: &Shader, p: Precision) -> &'static [u8] {
     match p {
         Precision::Fp32 => shader.fp32,
         Precision::Fp16 => shader.fp16,
@@ -361,7 +369,7 @@ fn spirv_for(shader: &Shader, p: Precision) -> &'static [u8] {
 }
 
 /// Check a push struct against the shader block it feeds.
-fn checked_push<T>(shader: &Shader) -> Result<u32> {
+pub(crate) fn checked_push<T>(shader: &Shader) -> Result<u32> {
     let want = std::mem::size_of::<T>() as u32;
     for spv in [shader.fp32, shader.fp16] {
         let got = spirv::push_constant_size(spv);
@@ -1084,7 +1092,7 @@ impl ScanJob {
 }
 
 /// A transfer/compute → compute memory barrier: everything written before is visible after.
-unsafe fn barrier(dev: &ash::Device, cb: vk::CommandBuffer) {
+pub(crate) unsafe fn barrier(dev: &ash::Device, cb: vk::CommandBuffer) {
     let src = vk::PipelineStageFlags::TRANSFER | vk::PipelineStageFlags::COMPUTE_SHADER;
     let mb = [vk::MemoryBarrier::default()
         .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)

@@ -24,6 +24,8 @@ pub(crate) const SCAN: Shader = shader!("scan");
 pub(crate) const SCAN_TILE: Shader = shader!("scan_tile");
 pub(crate) const SCAN_COMMIT: Shader = shader!("scan_commit");
 pub(crate) const SCAN_INIT: Shader = shader!("scan_init");
+pub(crate) const GRAM_MATRIX: Shader = shader!("gram_matrix");
+pub(crate) const GRAM: Shader = shader!("gram");
 
 const OP_TYPE_INT: u32 = 21;
 const OP_TYPE_FLOAT: u32 = 22;

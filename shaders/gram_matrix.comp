@@ -1,0 +1,71 @@
+#version 450
+// G = E Eᵀ for the gram engine (SPEC §Modes, gram), rows [row0, row0 + rows) of G written into
+// slab `slab` (G is split into slabs of whole rows: one binding sees at most maxStorageBufferRange
+// bytes). Each entry is one fused multiply-add chain over d in ascending order from 0, so
+// G[i][j] and G[j][i] have the same bits (fma(a, b, c) = fma(b, a, c)). The rows are the stored
+// table: fp16 rows are widened, so G comes from the rounded values.
+#ifdef FP16
+#extension GL_EXT_shader_16bit_storage : require
+#define STORED float16_t
+#else
+#define STORED float
+#endif
+#extension GL_EXT_nonuniform_qualifier : enable
+
+layout(local_size_x = 256) in;
+
+layout(std430, set = 0, binding = 0) readonly buffer Table { STORED table[]; };
+layout(std430, set = 0, binding = 8) writeonly buffer GSlab { float g[]; } G[8];
+
+layout(push_constant) uniform Push {
+    uint n;     // rows of the table (and of G)
+    uint dim;   // D
+    uint row0;  // first row of G this dispatch writes
+    uint rows;  // rows in this slab
+    uint slab;  // which slab
+} pc;
+
+const uint BT = 64u, BK = 16u;
+shared float As[BK * BT]; // [k][row i]
+shared float Bs[BK * BT]; // [k][row j]
+
+void main() {
+    const uint lid = gl_LocalInvocationID.x;
+    const uint tx = lid % 16u, ty = lid / 16u;
+    const uint j0 = gl_WorkGroupID.x * BT;             // columns
+    const uint i0 = pc.row0 + gl_WorkGroupID.y * BT;   // rows of G
+    const uint iend = pc.row0 + pc.rows;
+    float acc[16];
+    for (uint q = 0u; q < 16u; ++q) acc[q] = 0.0;
+    const uint lr = lid / 4u, lk = (lid % 4u) * 4u;
+    for (uint k0 = 0u; k0 < pc.dim; k0 += BK) {
+        for (uint q = 0u; q < 4u; ++q) {
+            uint k = k0 + lk + q;
+            uint i = i0 + lr, j = j0 + lr;
+            As[(lk + q) * BT + lr] = (i < iend && k < pc.dim) ? float(table[i * pc.dim + k]) : 0.0;
+            Bs[(lk + q) * BT + lr] = (j < pc.n && k < pc.dim) ? float(table[j * pc.dim + k]) : 0.0;
+        }
+        barrier();
+        // Dims past D contribute fma(0, 0, acc) = acc: the chain is the same as over D alone.
+        for (uint kk = 0u; kk < BK; ++kk) {
+            float a[4], b[4];
+            for (uint q = 0u; q < 4u; ++q) a[q] = As[kk * BT + ty * 4u + q];
+            for (uint q = 0u; q < 4u; ++q) b[q] = Bs[kk * BT + tx * 4u + q];
+            for (uint u = 0u; u < 4u; ++u) {
+                for (uint v = 0u; v < 4u; ++v) {
+                    precise float r = fma(a[u], b[v], acc[u * 4u + v]);
+                    acc[u * 4u + v] = r;
+                }
+            }
+        }
+        barrier();
+    }
+    for (uint u = 0u; u < 4u; ++u) {
+        uint i = i0 + ty * 4u + u;
+        if (i >= iend) continue;
+        for (uint v = 0u; v < 4u; ++v) {
+            uint j = j0 + tx * 4u + v;
+            if (j < pc.n) G[pc.slab].g[(i - pc.row0) * pc.n + j] = acc[u * 4u + v];
+        }
+    }
+}

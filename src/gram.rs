@@ -1,0 +1,934 @@
+//! The gram engine (SPEC §Modes, gram): `c · e_x` is linear in the running sum c, so each
+//! sequence keeps `acc[x] = c · e_x` for every candidate and adds row `G[pick]` of the Gram matrix
+//! `G = E Eᵀ` (computed once on the device, [`Gram::build`]) after each pick. A step costs O(N)
+//! instead of the scan's O(N · D); the whole job reads N³ × 4 bytes of Gram rows.
+//!
+//! * `acc` is a compensated pair (hi + lo, Knuth TwoSum), so late steps on centered data, where
+//!   the running sums cancel, keep their direction (SPEC §Exactness 2).
+//! * The state lives in registers as a lane-stride array across one workgroup per sequence when
+//!   it fits ([`Placement::Registers`]), else in device memory ([`Placement::Memory`]); both run
+//!   the same float operations in the same order, so results have the same bits, as they do for
+//!   every workgroup size, chunk size, batch size and start order.
+//! * G is fp32, computed from the stored (for fp16 tables: rounded) rows, split into row slabs
+//!   of at most `maxStorageBufferRange` bytes each (at most [`MAX_SLABS`]).
+//!
+//! [`mode_for`] is the `auto` rule: gram when G and one batch's state fit the device's memory
+//! budget, else scan.
+
+use crate::device::{Buffer, Capabilities, Context, Pipeline, PipelineKey, BINDINGS, G_SLABS};
+use crate::error::{Error, Result, VkContext};
+use crate::scan::{
+    barrier, checked_push, injected_loss, spirv_for, DeviceTable, StepReport, ENV_FAIL_AFTER_CHUNKS,
+};
+use crate::spirv;
+use ash::vk;
+use std::sync::Arc;
+
+/// The most slabs G may be split into (one descriptor array of storage buffers).
+pub const MAX_SLABS: usize = G_SLABS as usize;
+
+/// Fraction of the device memory budget the gram engine plans to use (G, state, output).
+const BUDGET_FRACTION: f64 = 0.9;
+
+/// Register state per lane, items per lane: hi, lo and 1/|e| take three registers each.
+const GPU_REGISTER_ITEMS: usize = 36;
+/// On CPU devices (lavapipe) "registers" are stack arrays: allow more per lane.
+const CPU_REGISTER_ITEMS: usize = 512;
+
+/// Which engine computes the sequences (SPEC §Modes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Every step scans every candidate (O(N · D) per step).
+    Scan,
+    /// Keep `c · e_x` and add Gram rows (O(N) per step; needs N² × 4 bytes for G).
+    Gram,
+    /// Gram when it fits the device's memory budget, else scan ([`mode_for`]).
+    Auto,
+}
+
+impl Mode {
+    /// `scan`, `gram` or `auto`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Scan => "scan",
+            Mode::Gram => "gram",
+            Mode::Auto => "auto",
+        }
+    }
+}
+
+impl std::str::FromStr for Mode {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "scan" => Ok(Mode::Scan),
+            "gram" => Ok(Mode::Gram),
+            "auto" => Ok(Mode::Auto),
+            _ => Err(Error::Invalid(format!(
+                "mode '{s}': expected scan, gram or auto"
+            ))),
+        }
+    }
+}
+
+/// Where a gram job keeps each sequence's `acc`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Registers when they hold N items across the workgroup, else device memory.
+    Auto,
+    /// A lane-stride array in registers, loaded and stored once per submission.
+    Registers,
+    /// Device memory, read and written every step (any N whose G fits).
+    Memory,
+}
+
+impl Placement {
+    /// `auto`, `registers` or `memory`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Placement::Auto => "auto",
+            Placement::Registers => "registers",
+            Placement::Memory => "memory",
+        }
+    }
+}
+
+impl std::str::FromStr for Placement {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "auto" => Ok(Placement::Auto),
+            "registers" => Ok(Placement::Registers),
+            "memory" => Ok(Placement::Memory),
+            _ => Err(Error::Invalid(format!(
+                "state '{s}': expected auto, registers or memory"
+            ))),
+        }
+    }
+}
+
+/// How a [`GramJob`] runs.
+#[derive(Clone, Debug)]
+pub struct GramOptions {
+    /// Steps per submission (the watchdog knob); 0 = everything a `step` call asks for at once.
+    pub chunk: usize,
+    /// Compute only the first K steps of each sequence (top_k); `None` = all N − 1.
+    pub steps: Option<usize>,
+    /// Invocations per workgroup (one workgroup per sequence; a power of two); `None` picks one.
+    pub workgroup_size: Option<u32>,
+    /// Where the state lives.
+    pub placement: Placement,
+    /// Reduce with subgroup operations: `None` = when the device has them; `Some(false)` forces
+    /// the shared-memory tree.
+    pub subgroups: Option<bool>,
+}
+
+impl Default for GramOptions {
+    fn default() -> Self {
+        GramOptions {
+            chunk: 256,
+            steps: None,
+            workgroup_size: None,
+            placement: Placement::Auto,
+            subgroups: None,
+        }
+    }
+}
+
+/// Bytes of G for N items.
+pub fn gram_bytes(n: usize) -> u64 {
+    (n as u64) * (n as u64) * 4
+}
+
+/// Bytes of one batch's device state and output: (hi, lo) per candidate, the sequences, starts.
+pub fn batch_bytes(n: usize, batch: usize, steps: usize) -> u64 {
+    (batch as u64) * ((n as u64) * 8 + (steps as u64 + 1) * 4 + 4)
+}
+
+/// Rows of G per slab on `caps`: whole rows of at most `maxStorageBufferRange` bytes.
+fn slab_rows(caps: &Capabilities, n: usize) -> usize {
+    ((caps.max_buffer_range / (4 * n.max(1) as u64)) as usize).min(n.max(1))
+}
+
+/// Why gram mode cannot run an N × D table on `caps` (None: it can, with a batch of 1 at least):
+/// G's size against the memory budget and the slab limit.
+pub fn gram_unfit(
+    caps: &Capabilities,
+    n: usize,
+    d: usize,
+    bytes_per_value: usize,
+) -> Option<String> {
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    let rows = slab_rows(caps, n);
+    let max_slabs = if caps.buffer_array_indexing {
+        MAX_SLABS
+    } else {
+        1
+    };
+    if rows == 0 || n.div_ceil(rows) > max_slabs {
+        return Some(format!(
+            "G for N = {n} needs {:.0} MiB in slabs of whole rows of at most {:.0} MiB \
+             (maxStorageBufferRange), at most {max_slabs} slabs on {}",
+            mib(gram_bytes(n)),
+            mib(caps.max_buffer_range),
+            caps.name
+        ));
+    }
+    let need = gram_bytes(n) + (n * d * bytes_per_value) as u64 + batch_bytes(n, 1, n);
+    let budget = (caps.memory_budget_bytes as f64 * BUDGET_FRACTION) as u64;
+    if need > budget {
+        return Some(format!(
+            "gram mode for N = {n} needs {:.0} MiB of device memory (G = N² × 4 bytes is {:.0} MiB); \
+             {} has {:.0} MiB available",
+            mib(need),
+            mib(gram_bytes(n)),
+            caps.name,
+            mib(budget)
+        ));
+    }
+    None
+}
+
+/// The `auto` rule: [`Mode::Gram`] when [`gram_unfit`] finds nothing, else [`Mode::Scan`]. Other
+/// modes are returned as they are.
+pub fn mode_for(
+    caps: &Capabilities,
+    mode: Mode,
+    n: usize,
+    d: usize,
+    bytes_per_value: usize,
+) -> Mode {
+    match mode {
+        Mode::Auto if gram_unfit(caps, n, d, bytes_per_value).is_none() => Mode::Gram,
+        Mode::Auto => Mode::Scan,
+        m => m,
+    }
+}
+
+/// The largest batch a gram job may run on `caps` for N items and `steps` steps, next to a G
+/// already allocated: state and output within `maxStorageBufferRange` and the memory left, the
+/// workgroups within `maxComputeWorkGroupCount[0]`. At least 1.
+pub fn max_batch(
+    caps: &Capabilities,
+    n: usize,
+    d: usize,
+    bytes_per_value: usize,
+    steps: usize,
+) -> usize {
+    let per_seq = batch_bytes(n, 1, steps).max(1);
+    let by_range = caps.max_buffer_range / ((n as u64 * 8).max((steps as u64 + 1) * 4).max(1));
+    let used = gram_bytes(n) + (n * d * bytes_per_value) as u64;
+    let budget = (caps.memory_budget_bytes as f64 * BUDGET_FRACTION) as u64;
+    let by_memory = budget.saturating_sub(used) / per_seq;
+    (by_range.min(by_memory) as usize)
+        .min(caps.max_workgroup_count as usize)
+        .min(n.max(1))
+        .max(1)
+}
+
+/// G = E Eᵀ of a device table, on the device, in row slabs. Jobs share it (and keep it alive).
+#[derive(Clone)]
+pub struct Gram {
+    inner: Arc<GramInner>,
+}
+
+struct GramInner {
+    table: DeviceTable,
+    slabs: Vec<Buffer>,
+    slab_rows: usize,
+    build_ns: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+pub(crate) struct MatrixPush {
+    n: u32,
+    dim: u32,
+    row0: u32,
+    rows: u32,
+    slab: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+pub(crate) struct GramPush {
+    n: u32,
+    first: u32,
+    count: u32,
+    replay: u32,
+}
+
+/// A descriptor pool with one set of the context's layout, freed on drop.
+struct Set {
+    ctx: Context,
+    pool: vk::DescriptorPool,
+    set: vk::DescriptorSet,
+}
+
+impl Set {
+    /// Allocate a set and write `singles` (binding, buffer) and the G slabs (binding 8; unused
+    /// array entries repeat slab 0 so every descriptor is valid).
+    fn new(ctx: &Context, singles: &[(u32, &Buffer)], slabs: &[Buffer]) -> Result<Set> {
+        let dev = ctx.device();
+        let sizes = [vk::DescriptorPoolSize {
+            ty: vk::DescriptorType::STORAGE_BUFFER,
+            descriptor_count: BINDINGS,
+        }];
+        let pool = unsafe {
+            dev.create_descriptor_pool(
+                &vk::DescriptorPoolCreateInfo::default()
+                    .max_sets(1)
+                    .pool_sizes(&sizes),
+                None,
+            )
+        }
+        .vk("vkCreateDescriptorPool")?;
+        let mut me = Set {
+            ctx: ctx.clone(),
+            pool,
+            set: vk::DescriptorSet::null(),
+        };
+        let layouts = [ctx.inner.set_layout];
+        me.set = unsafe {
+            dev.allocate_descriptor_sets(
+                &vk::DescriptorSetAllocateInfo::default()
+                    .descriptor_pool(pool)
+                    .set_layouts(&layouts),
+            )
+        }
+        .vk("vkAllocateDescriptorSets")?[0];
+        let info = |b: &Buffer| {
+            vk::DescriptorBufferInfo::default()
+                .buffer(b.buffer)
+                .offset(0)
+                .range(vk::WHOLE_SIZE)
+        };
+        let single_infos: Vec<[vk::DescriptorBufferInfo; 1]> =
+            singles.iter().map(|(_, b)| [info(b)]).collect();
+        let slab_infos: Vec<vk::DescriptorBufferInfo> = (0..G_SLABS as usize)
+            .map(|i| info(slabs.get(i).unwrap_or(&slabs[0])))
+            .collect();
+        let mut writes: Vec<_> = singles
+            .iter()
+            .zip(&single_infos)
+            .map(|((binding, _), i)| {
+                vk::WriteDescriptorSet::default()
+                    .dst_set(me.set)
+                    .dst_binding(*binding)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .buffer_info(i)
+            })
+            .collect();
+        writes.push(
+            vk::WriteDescriptorSet::default()
+                .dst_set(me.set)
+                .dst_binding(crate::device::SINGLE_BINDINGS)
+                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                .buffer_info(&slab_infos),
+        );
+        unsafe { dev.update_descriptor_sets(&writes, &[]) };
+        Ok(me)
+    }
+}
+
+impl Drop for Set {
+    fn drop(&mut self) {
+        unsafe { self.ctx.device().destroy_descriptor_pool(self.pool, None) };
+    }
+}
+
+/// Timestamp pair + command buffer + fence for synchronous, timed submissions.
+struct Submitter {
+    ctx: Context,
+    cb: vk::CommandBuffer,
+    fence: vk::Fence,
+    query_pool: vk::QueryPool,
+}
+
+impl Submitter {
+    fn new(ctx: &Context) -> Result<Submitter> {
+        let dev = ctx.device();
+        let cb = ctx.alloc_command_buffer()?;
+        let mut me = Submitter {
+            ctx: ctx.clone(),
+            cb,
+            fence: vk::Fence::null(),
+            query_pool: vk::QueryPool::null(),
+        };
+        me.fence = unsafe { dev.create_fence(&vk::FenceCreateInfo::default(), None) }
+            .vk("vkCreateFence")?;
+        if ctx.caps().timestamps {
+            me.query_pool = unsafe {
+                dev.create_query_pool(
+                    &vk::QueryPoolCreateInfo::default()
+                        .query_type(vk::QueryType::TIMESTAMP)
+                        .query_count(2),
+                    None,
+                )
+            }
+            .vk("vkCreateQueryPool")?;
+        }
+        Ok(me)
+    }
+
+    /// Record `f` between timestamps, submit, wait; GPU nanoseconds (0 without timestamps).
+    fn run(&self, what: &str, f: impl FnOnce(vk::CommandBuffer)) -> Result<u64> {
+        let dev = self.ctx.device();
+        let cb = self.cb;
+        let qp = self.query_pool;
+        unsafe {
+            dev.reset_command_buffer(cb, vk::CommandBufferResetFlags::empty())
+                .vk("vkResetCommandBuffer")?;
+            dev.begin_command_buffer(
+                cb,
+                &vk::CommandBufferBeginInfo::default()
+                    .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT),
+            )
+            .vk("vkBeginCommandBuffer")?;
+            if qp != vk::QueryPool::null() {
+                dev.cmd_reset_query_pool(cb, qp, 0, 2);
+                dev.cmd_write_timestamp(cb, vk::PipelineStageFlags::TOP_OF_PIPE, qp, 0);
+            }
+            barrier(dev, cb);
+            f(cb);
+            if qp != vk::QueryPool::null() {
+                dev.cmd_write_timestamp(cb, vk::PipelineStageFlags::BOTTOM_OF_PIPE, qp, 1);
+            }
+            dev.end_command_buffer(cb).vk("vkEndCommandBuffer")?;
+        }
+        self.ctx.submit(cb, self.fence)?;
+        let waited = self.ctx.wait(self.fence, what);
+        unsafe { dev.reset_fences(&[self.fence]) }.vk("vkResetFences")?;
+        waited?;
+        if qp == vk::QueryPool::null() {
+            return Ok(0);
+        }
+        let mut t = [0u64; 2];
+        unsafe {
+            dev.get_query_pool_results(
+                qp,
+                0,
+                &mut t,
+                vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
+            )
+        }
+        .vk("vkGetQueryPoolResults")?;
+        Ok(self.ctx.ticks_to_ns(t[0], t[1]))
+    }
+}
+
+impl Drop for Submitter {
+    fn drop(&mut self) {
+        let dev = self.ctx.device();
+        unsafe {
+            if self.query_pool != vk::QueryPool::null() {
+                dev.destroy_query_pool(self.query_pool, None);
+            }
+            if self.fence != vk::Fence::null() {
+                dev.destroy_fence(self.fence, None);
+            }
+        }
+        self.ctx.free_command_buffer(self.cb);
+    }
+}
+
+unsafe fn bind(
+    dev: &ash::Device,
+    cb: vk::CommandBuffer,
+    p: &Pipeline,
+    set: vk::DescriptorSet,
+    push: &[u8],
+) {
+    dev.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, p.pipeline);
+    dev.cmd_bind_descriptor_sets(cb, vk::PipelineBindPoint::COMPUTE, p.layout, 0, &[set], &[]);
+    dev.cmd_push_constants(cb, p.layout, vk::ShaderStageFlags::COMPUTE, 0, push);
+}
+
+impl Gram {
+    /// Compute G = E Eᵀ of `table` on the device (each entry one fused multiply-add chain over d
+    /// in ascending order, from the stored rows). Refused with [`Error::Limit`] when G does not
+    /// fit ([`gram_unfit`] says why).
+    pub fn build(table: &DeviceTable) -> Result<Gram> {
+        let ctx = table.context().clone();
+        let caps = ctx.caps();
+        let (n, d) = (table.n(), table.d());
+        if let Some(why) = gram_unfit(caps, n, d, table.precision().bytes()) {
+            return Err(Error::Limit(why));
+        }
+        let rows = slab_rows(caps, n);
+        let mut slabs = Vec::new();
+        let mut r0 = 0;
+        while r0 < n {
+            let r = rows.min(n - r0);
+            slabs.push(Buffer::storage(
+                &ctx,
+                "Gram matrix slab",
+                (r * n * 4) as u64,
+            )?);
+            r0 += r;
+        }
+        let shader = &spirv::GRAM_MATRIX;
+        let pipeline = ctx.pipeline(PipelineKey {
+            spirv: spirv_for(shader, table.precision()),
+            spec: vec![],
+            push_bytes: checked_push::<MatrixPush>(shader)?,
+        })?;
+        let set = Set::new(&ctx, &[(0, table.data_buffer())], &slabs)?;
+        let sub = Submitter::new(&ctx)?;
+        let dev = ctx.device().clone();
+        let mut build_ns = 0;
+        for k in 0..slabs.len() {
+            let row0 = k * rows;
+            let count = rows.min(n - row0);
+            let push = MatrixPush {
+                n: n as u32,
+                dim: d as u32,
+                row0: row0 as u32,
+                rows: count as u32,
+                slab: k as u32,
+            };
+            // Stay under a watchdog: at most ~2^33 multiply-adds per submission.
+            let per_sub = ((1usize << 33) / (n * d).max(1)).max(64) / 64 * 64;
+            let mut done = 0;
+            while done < count {
+                let part = per_sub.min(count - done);
+                let push = MatrixPush {
+                    row0: (row0 + done) as u32,
+                    rows: part as u32,
+                    ..push
+                };
+                build_ns += sub.run("computing the Gram matrix", |cb| unsafe {
+                    bind(&dev, cb, &pipeline, set.set, bytemuck::bytes_of(&push));
+                    dev.cmd_dispatch(cb, n.div_ceil(64) as u32, part.div_ceil(64) as u32, 1);
+                })?;
+                done += part;
+            }
+        }
+        drop(set);
+        Ok(Gram {
+            inner: Arc::new(GramInner {
+                table: table.clone(),
+                slabs,
+                slab_rows: rows,
+                build_ns,
+            }),
+        })
+    }
+
+    /// The table G was computed from.
+    pub fn table(&self) -> &DeviceTable {
+        &self.inner.table
+    }
+    /// GPU time of computing G, nanoseconds (0 without timestamps).
+    pub fn build_ns(&self) -> u64 {
+        self.inner.build_ns
+    }
+    /// Bytes of G on the device.
+    pub fn bytes(&self) -> u64 {
+        gram_bytes(self.inner.table.n())
+    }
+    /// Number of row slabs G is split into.
+    pub fn slabs(&self) -> usize {
+        self.inner.slabs.len()
+    }
+
+    /// Row `i` of G, downloaded (for tests and diagnostics).
+    pub fn row(&self, i: usize) -> Result<Vec<f32>> {
+        let g = &self.inner;
+        let n = g.table.n();
+        if i >= n {
+            return Err(Error::Invalid(format!("row {i} of G for N = {n}")));
+        }
+        let slab = i / g.slab_rows;
+        let off = ((i - slab * g.slab_rows) * n * 4) as u64;
+        let bytes = g
+            .table
+            .context()
+            .download(&g.slabs[slab], off, (n * 4) as u64)?;
+        Ok(bytemuck::cast_slice(&bytes).to_vec())
+    }
+}
+
+/// A batch of diversity sequences advanced chunk by chunk by the gram engine.
+pub struct GramJob {
+    gram: Arc<GramInner>,
+    opts: GramOptions,
+    starts: Vec<u32>,
+    seq_len: usize,
+    completed: usize,
+    gpu_ns: u64,
+    wg: u32,
+    placement: Placement,
+    subgroups: bool,
+    lost: bool,
+    pipeline: Arc<Pipeline>,
+    sub: Submitter,
+    set: Set,
+    seqs: Buffer,
+    _starts: Buffer,
+    _state: Buffer,
+}
+
+/// Workgroup size, placement and registers per lane for N on `caps`.
+fn plan(caps: &Capabilities, n: usize, opts: &GramOptions) -> Result<(u32, Placement, usize)> {
+    let cpu = crate::device::is_cpu_device(caps);
+    let max_items = if cpu {
+        CPU_REGISTER_ITEMS
+    } else {
+        GPU_REGISTER_ITEMS
+    };
+    let max_wg = caps.max_workgroup_invocations.min(1024);
+    let fits = |wg: u32| {
+        let per = n.div_ceil(wg as usize);
+        per <= max_items && (cpu || wg as usize * (3 * per + 24) <= 65536)
+    };
+    let wg = match opts.workgroup_size {
+        Some(w) => {
+            if !w.is_power_of_two() || w > max_wg || w < 1 {
+                return Err(Error::Invalid(format!(
+                    "workgroup size {w}: a power of two up to {max_wg}"
+                )));
+            }
+            w
+        }
+        None if cpu => 64.min(max_wg),
+        None => [256, 512, 1024]
+            .into_iter()
+            .filter(|&w| w <= max_wg)
+            .find(|&w| fits(w))
+            .unwrap_or(512.min(max_wg)),
+    };
+    let placement = match opts.placement {
+        Placement::Auto if fits(wg) => Placement::Registers,
+        Placement::Auto => Placement::Memory,
+        Placement::Registers if n.div_ceil(wg as usize) > 4 * max_items => {
+            return Err(Error::Invalid(format!(
+                "register state for N = {n} with {wg} invocations needs {} items per invocation; \
+                 at most {} (use placement memory)",
+                n.div_ceil(wg as usize),
+                4 * max_items
+            )))
+        }
+        p => p,
+    };
+    let rper = match placement {
+        Placement::Registers => n.div_ceil(wg as usize).max(1),
+        _ => 1,
+    };
+    Ok((wg, placement, rper))
+}
+
+impl GramJob {
+    /// Prepare a batch: one sequence per entry of `starts` (0-based, distinct, < N). Nothing is
+    /// computed until [`GramJob::step`].
+    pub fn new(gram: &Gram, starts: &[u32], opts: &GramOptions) -> Result<GramJob> {
+        let shared = gram.inner.clone();
+        let gram = &*shared;
+        let table = &gram.table;
+        let ctx = table.context().clone();
+        let caps = ctx.caps().clone();
+        let n = table.n();
+        if starts.is_empty() {
+            return Err(Error::Invalid("a batch needs at least one start".into()));
+        }
+        let mut seen = vec![false; n];
+        for &s in starts {
+            let s = s as usize;
+            if s >= n {
+                return Err(Error::Invalid(format!(
+                    "start {s} is out of range for N = {n} (0..{})",
+                    n - 1
+                )));
+            }
+            if seen[s] {
+                return Err(Error::Invalid(format!("start {s} is repeated")));
+            }
+            seen[s] = true;
+        }
+        let steps = opts.steps.unwrap_or(n - 1).min(n - 1);
+        let seq_len = steps + 1;
+        let batch = starts.len();
+        let limit = max_batch(&caps, n, table.d(), table.precision().bytes(), steps);
+        if batch > limit {
+            return Err(Error::Limit(format!(
+                "a gram batch of {batch} sequences over N = {n} needs {} MiB of state; at most {limit} fit next to G on {}",
+                batch_bytes(n, batch, steps) / (1024 * 1024),
+                caps.name
+            )));
+        }
+        let subgroups = match opts.subgroups {
+            Some(true) if !caps.subgroup_arithmetic => {
+                return Err(Error::Unsupported {
+                    device: caps.name.clone(),
+                    what: "subgroup arithmetic in compute shaders".into(),
+                })
+            }
+            Some(s) => s,
+            None => caps.subgroup_arithmetic,
+        };
+        let (wg, placement, rper) = plan(&caps, n, opts)?;
+        let shader = &spirv::GRAM;
+        let pipeline = ctx.pipeline(PipelineKey {
+            spirv: spirv_for(shader, table.precision()),
+            spec: vec![
+                wg,
+                rper as u32,
+                (placement == Placement::Registers) as u32,
+                subgroups as u32,
+                seq_len as u32,
+                gram.slab_rows as u32,
+            ],
+            push_bytes: checked_push::<GramPush>(shader)?,
+        })?;
+        let starts_buf = ctx.upload("starts", bytemuck::cast_slice(starts))?;
+        let state = Buffer::storage(&ctx, "gram state", (batch * n * 8) as u64)?;
+        let seqs = Buffer::storage(&ctx, "sequence output", (batch * seq_len * 4) as u64)?;
+        let set = Set::new(
+            &ctx,
+            &[
+                (1, table.inv_norm_buffer()),
+                (2, &starts_buf),
+                (3, &state),
+                (5, &seqs),
+            ],
+            &gram.slabs,
+        )?;
+        let sub = Submitter::new(&ctx)?;
+        // The descriptor set points at G's slabs: the job shares them, so they outlive it.
+        Ok(GramJob {
+            gram: shared.clone(),
+            opts: opts.clone(),
+            starts: starts.to_vec(),
+            seq_len,
+            completed: 0,
+            gpu_ns: 0,
+            wg,
+            placement,
+            subgroups,
+            lost: false,
+            pipeline,
+            sub,
+            set,
+            seqs,
+            _starts: starts_buf,
+            _state: state,
+        })
+    }
+
+    /// Steps each sequence will have when done (top_k, or N − 1).
+    pub fn total_steps(&self) -> usize {
+        self.seq_len - 1
+    }
+    /// Steps completed so far.
+    pub fn steps_done(&self) -> usize {
+        self.completed
+    }
+    /// Whether every step is computed.
+    pub fn done(&self) -> bool {
+        self.completed == self.total_steps()
+    }
+    /// The batch's starts, in order: row i of the results is the sequence of `starts()[i]`.
+    pub fn starts(&self) -> &[u32] {
+        &self.starts
+    }
+    /// Total GPU time so far, nanoseconds.
+    pub fn gpu_ns(&self) -> u64 {
+        self.gpu_ns
+    }
+    /// Invocations per workgroup (one workgroup per sequence).
+    pub fn workgroup_size(&self) -> u32 {
+        self.wg
+    }
+    /// Where the state lives ([`Placement::Registers`] or [`Placement::Memory`]).
+    pub fn placement(&self) -> Placement {
+        self.placement
+    }
+    /// Whether the reduction uses subgroup operations.
+    pub fn uses_subgroups(&self) -> bool {
+        self.subgroups
+    }
+    /// The options the job runs with.
+    pub fn options(&self) -> &GramOptions {
+        &self.opts
+    }
+    /// Steps per submission from now on (0 = a whole `step` call at once).
+    pub fn set_chunk(&mut self, chunk: usize) {
+        self.opts.chunk = chunk;
+    }
+
+    fn dispatch(&mut self, first: usize, count: usize, replay: bool) -> Result<u64> {
+        if self.lost {
+            return Err(Error::DeviceLost(format!(
+                "an earlier submission of this batch of {}; the batch must be restarted",
+                self.starts.len()
+            )));
+        }
+        let push = GramPush {
+            n: self.gram.table.n() as u32,
+            first: first as u32,
+            count: count as u32,
+            replay: replay as u32,
+        };
+        let what = format!(
+            "gram steps {first}..{} of a batch of {}",
+            first + count - 1,
+            self.starts.len()
+        );
+        let ctx = self.gram.table.context().clone();
+        let dev = ctx.device().clone();
+        let (p, set, groups) = (&self.pipeline, self.set.set, self.starts.len() as u32);
+        let ns = match self.sub.run(&what, |cb| unsafe {
+            bind(&dev, cb, p, set, bytemuck::bytes_of(&push));
+            dev.cmd_dispatch(cb, groups, 1, 1);
+        }) {
+            Ok(ns) => ns,
+            Err(e) => {
+                self.lost = true;
+                return Err(e);
+            }
+        };
+        if let Some(k) = injected_loss() {
+            self.lost = true;
+            return Err(Error::DeviceLost(format!(
+                "{what} (injected by {ENV_FAIL_AFTER_CHUNKS}={k})"
+            )));
+        }
+        Ok(ns)
+    }
+
+    /// Advance every sequence by up to `n` steps (fewer at the end), in submissions of
+    /// [`GramOptions::chunk`] steps. Returns when they are done.
+    pub fn step(&mut self, n: usize) -> Result<StepReport> {
+        let n = n.min(self.total_steps() - self.completed);
+        let chunk = if self.opts.chunk == 0 {
+            n.max(1)
+        } else {
+            self.opts.chunk
+        };
+        let mut report = StepReport::default();
+        let mut left = n;
+        while left > 0 {
+            let c = chunk.min(left);
+            let ns = self.dispatch(self.completed + 1, c, false)?;
+            self.completed += c;
+            self.gpu_ns += ns;
+            report.submissions += 1;
+            report.add((c, ns));
+            left -= c;
+        }
+        report.steps = n;
+        Ok(report)
+    }
+
+    /// Run every remaining step.
+    pub fn run(&mut self) -> Result<StepReport> {
+        self.step(self.total_steps() - self.completed)
+    }
+
+    /// Length of each sequence computed so far (steps done + the start).
+    pub fn sequence_len(&self) -> usize {
+        self.completed + 1
+    }
+
+    /// Every sequence so far, row-major: `starts().len()` rows of [`GramJob::sequence_len`]
+    /// 0-based item indices; row i is the sequence of `starts()[i]`.
+    pub fn sequences_flat(&self) -> Result<Vec<u32>> {
+        self.sequence_columns(0, self.sequence_len())
+    }
+
+    /// Entries `from..to` of every sequence, row-major (`starts().len()` rows of `to - from`).
+    pub fn sequence_columns(&self, from: usize, to: usize) -> Result<Vec<u32>> {
+        if from > to || to > self.sequence_len() {
+            return Err(Error::Invalid(format!(
+                "columns {from}..{to} of sequences that have {} entries so far",
+                self.sequence_len()
+            )));
+        }
+        let ctx = self.gram.table.context();
+        if from == 0 && to == self.seq_len {
+            let bytes =
+                ctx.download(&self.seqs, 0, (self.starts.len() * self.seq_len * 4) as u64)?;
+            return Ok(bytemuck::cast_slice(&bytes).to_vec());
+        }
+        let regions: Vec<(u64, u64)> = (0..self.starts.len())
+            .map(|s| {
+                (
+                    ((s * self.seq_len + from) * 4) as u64,
+                    ((to - from) * 4) as u64,
+                )
+            })
+            .collect();
+        let bytes = ctx.download_regions(&self.seqs, &regions)?;
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    }
+
+    /// Every sequence so far, one `Vec` per start.
+    pub fn sequences(&self) -> Result<Vec<Vec<u32>>> {
+        let len = self.sequence_len();
+        Ok(self
+            .sequences_flat()?
+            .chunks_exact(len)
+            .map(|r| r.to_vec())
+            .collect())
+    }
+
+    /// A job that continues from sequences already computed (a checkpoint): `prefixes` holds
+    /// `starts.len()` rows of `len` entries, row i beginning with `starts[i]`. The state is
+    /// rebuilt on the device by replaying the prefix through the very shader (same operations,
+    /// same order, picks taken from the prefix), so the continued sequences are bit-identical to
+    /// an uninterrupted run.
+    pub fn resume(
+        gram: &Gram,
+        starts: &[u32],
+        prefixes: &[u32],
+        len: usize,
+        opts: &GramOptions,
+    ) -> Result<GramJob> {
+        let n = gram.table().n();
+        let mut job = GramJob::new(gram, starts, opts)?;
+        if len == 0 || len > job.seq_len || prefixes.len() != starts.len() * len {
+            return Err(Error::Invalid(format!(
+                "resume: {} entries for {} sequences of {len} (1..={} each)",
+                prefixes.len(),
+                starts.len(),
+                job.seq_len
+            )));
+        }
+        let mut seen = vec![u32::MAX; n];
+        for (i, row) in prefixes.chunks_exact(len).enumerate() {
+            if row[0] != starts[i] {
+                return Err(Error::Invalid(format!(
+                    "resume: sequence {i} begins with {}, its start is {}",
+                    row[0], starts[i]
+                )));
+            }
+            for (k, &p) in row.iter().enumerate() {
+                if p as usize >= n || seen[p as usize] == i as u32 {
+                    return Err(Error::Invalid(format!(
+                        "resume: sequence {i} has entry {p} at step {k}: out of range or repeated"
+                    )));
+                }
+                seen[p as usize] = i as u32;
+            }
+        }
+        let ctx = gram.table().context().clone();
+        let rows: Vec<(u64, &[u8])> = prefixes
+            .chunks_exact(len)
+            .enumerate()
+            .map(|(i, r)| (((i * job.seq_len) * 4) as u64, bytemuck::cast_slice(r)))
+            .collect();
+        ctx.write_regions(&job.seqs, &rows)?;
+        let chunk = if opts.chunk == 0 { len } else { opts.chunk };
+        let mut done = 0;
+        while done < len - 1 {
+            let c = chunk.min(len - 1 - done);
+            job.dispatch(done + 1, c, true)?;
+            done += c;
+        }
+        job.completed = len - 1;
+        Ok(job)
+    }
+}
