@@ -5,10 +5,10 @@
 //! edge cases, bad input, resume, and the memory-budget rule of `auto`.
 
 use diversity::gram::{gram_unfit, mode_for};
-use diversity::reference::{check_sequence, common_prefix};
+use diversity::reference::{check_sequence, common_prefix, reference_sequence};
 use diversity::{
-    files, Context, ContextOptions, DeviceTable, Error, Gram, GramJob, GramOptions, Mode,
-    Placement, Precision, ScanJob, ScanOptions, Table,
+    files, Context, ContextOptions, DeviceTable, Gram, GramJob, GramOptions, Mode, Placement,
+    Precision, ScanJob, ScanOptions, Table,
 };
 use std::path::Path;
 
@@ -159,5 +159,294 @@ fn same_bits_across_placements_workgroups_reductions_chunks_batches_and_order() 
     let got = run(&gram, &rev, 3, &GramOptions::default());
     let got: Vec<Vec<u32>> = got.into_iter().rev().collect();
     assert_eq!(got, base, "reversed start order");
+    assert_clean(&ctx);
+}
+
+fn run_gram(
+    ctx: &Context,
+    table: &Table,
+    p: Precision,
+    starts: &[u32],
+    o: &GramOptions,
+) -> Vec<Vec<u32>> {
+    let dt = DeviceTable::upload(ctx, table, p).unwrap();
+    let gram = Gram::build(&dt).unwrap();
+    run(&gram, starts, starts.len(), o)
+}
+
+#[test]
+fn exactness_oracle_on_real_data_full_length_fp32_fp16_centered_and_not() {
+    // Every step of 2,048 fortunes: late steps on centered data are where running sums cancel.
+    let ctx = ctx();
+    let raw = fortunes(2048);
+    let starts: Vec<u32> = vec![0, 611, 1337, 2047];
+    let mut report = Vec::new();
+    for center in [false, true] {
+        let table = if center { raw.centered() } else { raw.clone() };
+        for precision in [Precision::Fp32, Precision::Fp16] {
+            let seqs = run_gram(&ctx, &table, precision, &starts, &GramOptions::default());
+            for s in &seqs {
+                assert_eq!(s.len(), 2048, "full length");
+            }
+            let (worst, ties) = check_all(&table.as_stored(precision), &starts, &seqs);
+            report.push((center, precision, worst, ties));
+        }
+    }
+    eprintln!("gram worst excess on fortunes[..2048], full sequences (center, precision, excess, near-ties): {report:?}");
+    assert_clean(&ctx);
+}
+
+#[test]
+fn exactness_oracle_on_random_data_and_odd_dimension() {
+    let ctx = ctx();
+    for (n, d, seed) in [
+        (150usize, 64usize, 1u64),
+        (97, 7, 2),
+        (40, 1, 3),
+        (33, 383, 4),
+    ] {
+        let table = random_table(n, d, seed);
+        let starts: Vec<u32> = (0..n as u32).step_by(9).collect();
+        for precision in [Precision::Fp32, Precision::Fp16] {
+            for placement in [Placement::Registers, Placement::Memory] {
+                let o = GramOptions {
+                    placement,
+                    ..GramOptions::default()
+                };
+                let seqs = run_gram(&ctx, &table, precision, &starts, &o);
+                check_all(&table.as_stored(precision), &starts, &seqs);
+                for s in &seqs {
+                    assert_eq!(s.len(), n);
+                }
+            }
+        }
+    }
+    assert_clean(&ctx);
+}
+
+#[test]
+fn agreement_with_scan_is_reported_not_asserted() {
+    let ctx = ctx();
+    let table = fortunes(300);
+    let starts: Vec<u32> = (0..300).step_by(37).collect();
+    let dt = DeviceTable::upload(&ctx, &table, Precision::Fp32).unwrap();
+    let mut scan = ScanJob::new(&dt, &starts, &ScanOptions::default()).unwrap();
+    scan.run().unwrap();
+    let a = scan.sequences().unwrap();
+    let b = run(
+        &Gram::build(&dt).unwrap(),
+        &starts,
+        starts.len(),
+        &GramOptions::default(),
+    );
+    let prefixes: Vec<usize> = a.iter().zip(&b).map(|(x, y)| common_prefix(x, y)).collect();
+    eprintln!("scan vs gram common prefixes on fortunes[..300]: {prefixes:?}");
+    assert!(prefixes.iter().all(|&p| p >= 1));
+    assert_clean(&ctx);
+}
+
+#[test]
+fn top_k_chunks_and_progress() {
+    let ctx = ctx();
+    let table = fortunes(120);
+    let dt = DeviceTable::upload(&ctx, &table, Precision::Fp32).unwrap();
+    let gram = Gram::build(&dt).unwrap();
+    let full = run(&gram, &[7, 8], 2, &GramOptions::default());
+    let o = GramOptions {
+        steps: Some(10),
+        chunk: 3,
+        ..GramOptions::default()
+    };
+    let mut job = GramJob::new(&gram, &[7, 8], &o).unwrap();
+    assert_eq!(job.total_steps(), 10);
+    let r = job.step(4).unwrap();
+    assert_eq!((r.steps, r.submissions, job.steps_done()), (4, 2, 4));
+    assert_eq!(r.chunks.iter().map(|c| c.0).collect::<Vec<_>>(), vec![3, 1]);
+    assert!(!job.done());
+    job.run().unwrap();
+    assert!(job.done());
+    let top = job.sequences().unwrap();
+    for (t, f) in top.iter().zip(&full) {
+        assert_eq!(t.len(), 11);
+        assert_eq!(&t[..], &f[..11], "top_k is a prefix of the full sequence");
+    }
+    // Steps past N − 1 are clamped.
+    let o = GramOptions {
+        steps: Some(10_000),
+        ..GramOptions::default()
+    };
+    assert_eq!(GramJob::new(&gram, &[0], &o).unwrap().total_steps(), 119);
+    if ctx.caps().timestamps {
+        let mut job = GramJob::new(&gram, &[1, 2, 3], &GramOptions::default()).unwrap();
+        let r = job.run().unwrap();
+        assert!(r.gpu_ns > 0 && job.gpu_ns() == r.gpu_ns);
+    }
+    assert_clean(&ctx);
+}
+
+#[test]
+fn edge_cases_n1_n2_zero_rows_duplicates() {
+    let ctx = ctx();
+    let one = Table::new(vec![0.5, -1.0, 2.0], 1, 3).unwrap();
+    for p in [Precision::Fp32, Precision::Fp16] {
+        assert_eq!(
+            run_gram(&ctx, &one, p, &[0], &GramOptions::default()),
+            vec![vec![0]]
+        );
+    }
+    let two = Table::new(vec![1.0, 0.0, 0.0, 1.0], 2, 2).unwrap();
+    assert_eq!(
+        run_gram(
+            &ctx,
+            &two,
+            Precision::Fp32,
+            &[1, 0],
+            &GramOptions::default()
+        ),
+        vec![vec![1, 0], vec![0, 1]]
+    );
+    // Worked by hand from SPEC §Sequence (see tests/scan.rs): duplicates and |c| = 0.
+    let dup = Table::new(vec![1.0, 0.0, 0.0, 1.0, 0.0, 1.0, -1.0, 0.0], 4, 2).unwrap();
+    for placement in [Placement::Registers, Placement::Memory] {
+        let o = GramOptions {
+            placement,
+            ..GramOptions::default()
+        };
+        assert_eq!(
+            run_gram(&ctx, &dup, Precision::Fp32, &[0], &o)[0],
+            vec![0, 3, 1, 2]
+        );
+    }
+    // Zero rows have d = 1; a zero start has c = 0, so every d = 1 and the lowest index wins.
+    let zero = Table::new(vec![1.0, 0.0, 0.0, 0.0, 0.0, 1.0, -0.8, 0.6], 4, 2).unwrap();
+    let s = run_gram(
+        &ctx,
+        &zero,
+        Precision::Fp32,
+        &[0, 1],
+        &GramOptions::default(),
+    );
+    assert_eq!(s[0], vec![0, 3, 1, 2]);
+    assert_eq!(s[1], vec![1, 0, 3, 2]);
+    for (st, seq) in [0u32, 1].iter().zip(&s) {
+        assert_eq!(seq, &reference_sequence(&zero, *st, 3));
+    }
+    assert_clean(&ctx);
+}
+
+#[test]
+fn bad_input_and_the_memory_budget_rule() {
+    let ctx = ctx();
+    let table = fortunes(50);
+    let dt = DeviceTable::upload(&ctx, &table, Precision::Fp32).unwrap();
+    let gram = Gram::build(&dt).unwrap();
+    let e = GramJob::new(&gram, &[50], &GramOptions::default())
+        .err()
+        .unwrap();
+    assert!(
+        e.to_string()
+            .contains("start 50 is out of range for N = 50"),
+        "{e}"
+    );
+    let e = GramJob::new(&gram, &[3, 4, 3], &GramOptions::default())
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("start 3 is repeated"), "{e}");
+    let e = GramJob::new(&gram, &[], &GramOptions::default())
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("at least one start"), "{e}");
+    let o = GramOptions {
+        workgroup_size: Some(48),
+        ..GramOptions::default()
+    };
+    let e = GramJob::new(&gram, &[0], &o).err().unwrap();
+    assert!(e.to_string().contains("workgroup size 48"), "{e}");
+    // The auto rule: a device whose budget cannot hold G gets scan, with the need and the
+    // amount available in the reason.
+    let mut caps = ctx.caps().clone();
+    assert_eq!(mode_for(&caps, Mode::Auto, 50, 384, 4), Mode::Gram);
+    caps.memory_budget_bytes = 64 << 20;
+    let why = gram_unfit(&caps, 8359, 768, 2).expect("G of 8,359 needs 267 MiB");
+    assert!(
+        why.contains("needs 279 MiB of device memory")
+            && why.contains("267 MiB")
+            && why.contains("58 MiB available"),
+        "{why}"
+    );
+    assert_eq!(mode_for(&caps, Mode::Auto, 8359, 768, 2), Mode::Scan);
+    assert_eq!(mode_for(&caps, Mode::Gram, 8359, 768, 2), Mode::Gram);
+    // Too many slabs: G must be split into more buffers than the descriptor array holds.
+    let mut caps = ctx.caps().clone();
+    caps.max_buffer_range = 1 << 20;
+    let why = gram_unfit(&caps, 4096, 16, 4).expect("64 MiB of G in 1 MiB slabs");
+    assert!(why.contains("maxStorageBufferRange"), "{why}");
+    assert!("bogus"
+        .parse::<Mode>()
+        .unwrap_err()
+        .to_string()
+        .contains("expected scan, gram or auto"));
+    assert!(matches!(
+        "memory".parse::<Placement>(),
+        Ok(Placement::Memory)
+    ));
+    assert_clean(&ctx);
+}
+
+#[test]
+fn resume_from_a_prefix_is_bit_identical() {
+    let ctx = ctx();
+    for (center, precision, placement) in [
+        (false, Precision::Fp32, Placement::Registers),
+        (true, Precision::Fp16, Placement::Memory),
+    ] {
+        let raw = fortunes(150);
+        let table = if center { raw.centered() } else { raw };
+        let dt = DeviceTable::upload(&ctx, &table, precision).unwrap();
+        let gram = Gram::build(&dt).unwrap();
+        let starts = [3u32, 77, 0, 149, 12];
+        let o = GramOptions {
+            steps: Some(60),
+            chunk: 9,
+            placement,
+            ..GramOptions::default()
+        };
+        let mut whole = GramJob::new(&gram, &starts, &o).unwrap();
+        whole.run().unwrap();
+        let want = whole.sequences_flat().unwrap();
+        let mut first = GramJob::new(&gram, &starts, &o).unwrap();
+        first.step(25).unwrap();
+        let have = first.sequence_len();
+        let prefixes = first.sequence_columns(0, have).unwrap();
+        drop(first);
+        let mut rest = GramJob::resume(&gram, &starts, &prefixes, have, &o).unwrap();
+        assert_eq!(rest.steps_done(), 25);
+        rest.run().unwrap();
+        assert_eq!(
+            rest.sequences_flat().unwrap(),
+            want,
+            "center {center} {precision:?}"
+        );
+        let e = GramJob::resume(&gram, &[3], &[4, 5], 2, &o).err().unwrap();
+        assert!(e.to_string().contains("begins with 4"), "{e}");
+        let e = GramJob::resume(&gram, &[3], &[3, 3], 2, &o).err().unwrap();
+        assert!(e.to_string().contains("repeated"), "{e}");
+    }
+    assert_clean(&ctx);
+}
+
+#[test]
+fn gram_outlives_nothing_jobs_keep_it_alive() {
+    // A job keeps G's buffers: dropping the Gram (and the device table) first is safe.
+    let ctx = ctx();
+    let table = fortunes(64);
+    let want = run_gram(&ctx, &table, Precision::Fp32, &[5], &GramOptions::default());
+    let dt = DeviceTable::upload(&ctx, &table, Precision::Fp32).unwrap();
+    let gram = Gram::build(&dt).unwrap();
+    let mut job = GramJob::new(&gram, &[5], &GramOptions::default()).unwrap();
+    drop(gram);
+    drop(dt);
+    job.run().unwrap();
+    assert_eq!(job.sequences().unwrap(), want);
     assert_clean(&ctx);
 }
