@@ -21,5 +21,5 @@ pub mod table;
 
 pub use device::{Capabilities, Context, ContextOptions};
 pub use error::{Error, Result};
-pub use scan::{DeviceTable, ScanJob, ScanOptions, Shape};
+pub use scan::{DeviceTable, ScanJob, ScanKernel, ScanOptions, Shape};
 pub use table::{Precision, Table};
