@@ -12,8 +12,8 @@ mkdir -p .gl/bin .gl/data
 want=$((14943 * 384 * 4))
 got=$(stat -c %s "$SRC/embeddings.f32")
 [ "$got" -eq "$want" ] || { echo "$SRC/embeddings.f32: $got bytes, expected $want" >&2; exit 1; }
-cp "$SRC/embeddings.f32" .gl/data/fortunes-minilm.f32
-cp "$SRC/meta.json" .gl/data/fortunes-minilm.meta.json
+install -m 0644 "$SRC/embeddings.f32" .gl/data/fortunes-minilm.f32
+install -m 0644 "$SRC/meta.json" .gl/data/fortunes-minilm.meta.json
 cargo build --release --examples
 TARGET=${CARGO_TARGET_DIR:-target}
 for b in bench sequences check; do
