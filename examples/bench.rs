@@ -1,22 +1,29 @@
-//! The scan-engine benchmark (SPEC §Performance): every scan shape × pipelining × fp32/fp16 on one
-//! workload in one process, GPU time from timestamp queries and wall time, ratios to untiled fp32,
-//! a same-bits check across configurations, and optionally a picture of steps/s over the run.
+//! The scan-engine benchmark (SPEC §Performance): every scan kernel × shape × pipelining ×
+//! fp32/fp16 on one workload in one process, GPU time from timestamp queries and wall time, ratios
+//! to untiled fp32, achieved multiply-adds per second, a same-bits check across configurations
+//! (every kernel against the first configuration of its precision), and optionally a picture of
+//! steps/s over the run.
 //!
 //! ```text
-//! cargo run --release --example bench -- --table FILE [--dim D] [--starts S] [--steps K]
-//!     [--chunk C] [--label NAME] [--precisions fp32,fp16] [--quick] [--shapes untiled,tiled,per-tile]
-//!     [--device NAME]
-//!     [--json OUT.json] [--md OUT.md] [--plot OUT.png]
+//! cargo run --release --example bench -- --table FILE [--dim D] [--center] [--starts S]
+//!     [--steps K] [--chunk C] [--label NAME] [--precisions fp32,fp16] [--quick]
+//!     [--shapes untiled,tiled,per-tile] [--kernels block64,block128] [--budget-s S]
+//!     [--device NAME] [--json OUT.json] [--md OUT.md] [--plot OUT.png] [--best OUT.txt]
 //! cargo run --release --example bench -- --replot RUN.json --plot OUT.png
 //! ```
 //!
 //! `--starts S` takes the first S items as starts (the seed benchmark: 3,584), `--steps K` the
 //! first K steps (500). Tile sizes: the driver's formula `floor(L2 × 0.85 / (D × bytes))` and
 //! that ÷ 4 and × 4. `--quick` runs only untiled, tiled at the formula and per-tile, pipelined.
+//! `--kernels` (default `auto`: the library's choice) runs each named scan kernel, kernel by
+//! kernel. `--budget-s S` starts no new configuration once S seconds of wall time have passed
+//! (what ran is still reported). `--best OUT.txt` writes the fastest configuration as one line
+//! `kernel precision shape TFMA/s GPU-s`. TFMA/s counts S × N × D × steps multiply-adds (every
+//! candidate is scored every step) per second of GPU time.
 
 use diversity::scan::StepReport;
 use diversity::{
-    files, Context, ContextOptions, DeviceTable, Precision, ScanJob, ScanOptions, Shape,
+    files, Context, ContextOptions, DeviceTable, Precision, ScanJob, ScanKernel, ScanOptions, Shape,
 };
 use std::fmt::Write as _;
 use std::time::Instant;
@@ -31,6 +38,10 @@ struct Args {
     precisions: Vec<Precision>,
     quick: bool,
     shapes: Option<Vec<String>>,
+    kernels: Vec<ScanKernel>,
+    center: bool,
+    budget_s: Option<f64>,
+    best: Option<String>,
     device: Option<String>,
     json: Option<String>,
     md: Option<String>,
@@ -49,6 +60,10 @@ fn parse() -> Result<Args, String> {
         precisions: vec![Precision::Fp32, Precision::Fp16],
         quick: false,
         shapes: None,
+        kernels: vec![ScanKernel::Auto],
+        center: false,
+        budget_s: None,
+        best: None,
         device: None,
         json: None,
         md: None,
@@ -74,6 +89,18 @@ fn parse() -> Result<Args, String> {
             }
             "--quick" => a.quick = true,
             "--shapes" => a.shapes = Some(val()?.split(',').map(str::to_string).collect()),
+            "--kernels" => {
+                a.kernels = val()?
+                    .split(',')
+                    .map(|k| k.parse().map_err(|e: diversity::Error| e.to_string()))
+                    .collect::<Result<_, _>>()?
+            }
+            "--center" => a.center = true,
+            "--budget-s" => {
+                let v = val()?;
+                a.budget_s = Some(v.parse().map_err(|_| format!("{v}: not a number"))?)
+            }
+            "--best" => a.best = Some(val()?),
             "--device" => a.device = Some(val()?),
             "--json" => a.json = Some(val()?),
             "--md" => a.md = Some(val()?),
@@ -89,6 +116,7 @@ fn parse() -> Result<Args, String> {
 }
 
 struct Run {
+    kernel: ScanKernel,
     precision: Precision,
     shape: Shape,
     tile: u32,
@@ -131,6 +159,11 @@ fn replot(json: &str, png: &str) -> Result<(), String> {
                 })
                 .unwrap_or_default();
             Run {
+                kernel: r["kernel"]
+                    .as_str()
+                    .unwrap_or("block64")
+                    .parse()
+                    .unwrap_or(ScanKernel::Block64),
                 precision: r["precision"]
                     .as_str()
                     .unwrap_or("fp32")
@@ -172,6 +205,7 @@ fn run() -> Result<(), String> {
     .map_err(s)?;
     let caps = ctx.caps().clone();
     let table = files::load_table(a.table.as_ref(), a.dim).map_err(s)?;
+    let table = if a.center { table.centered() } else { table };
     let (n, d) = (table.n(), table.d());
     let nstarts = a.starts.unwrap_or(n).min(n);
     let starts: Vec<u32> = (0..nstarts as u32).collect();
@@ -183,84 +217,114 @@ fn run() -> Result<(), String> {
         caps.driver,
         caps.l2_bytes >> 20
     );
+    let fma = nstarts as f64 * steps as f64 * n as f64 * d as f64;
+    let t_start = Instant::now();
     let mut runs: Vec<Run> = Vec::new();
+    let mut skipped = 0usize;
+    // The first configuration of each precision is the reference of the same-bits column, for
+    // every kernel.
+    let mut reference: Vec<(Precision, Vec<u32>)> = Vec::new();
+    let mut tables: Vec<(Precision, DeviceTable)> = Vec::new();
     for &p in &a.precisions {
-        let dt = DeviceTable::upload(&ctx, &table, p).map_err(s)?;
-        let formula = ((caps.l2_bytes as f64 * 0.85) / (d * p.bytes()) as f64)
-            .floor()
-            .max(1.0) as u32;
-        let mut shapes = vec![(Shape::Untiled, 0u32), (Shape::Tiled, formula)];
-        if !a.quick {
-            shapes.push((Shape::Tiled, (formula / 4).max(1)));
-            shapes.push((Shape::Tiled, formula.saturating_mul(4)));
-        }
-        shapes.push((Shape::PerTile, formula));
-        if let Some(only) = &a.shapes {
-            shapes.retain(|(sh, _)| only.iter().any(|o| o == sh.name()));
-        }
-        let pipelining: &[bool] = if a.quick { &[true] } else { &[false, true] };
-        let mut reference: Option<Vec<u32>> = None;
-        for &(shape, tile) in &shapes {
-            for &pipelined in pipelining {
-                let opts = ScanOptions {
-                    shape,
-                    tile_size: tile,
-                    pipelined,
-                    chunk: a.chunk,
-                    steps: Some(steps),
-                    ..ScanOptions::default()
-                };
-                let mut job = ScanJob::new(&dt, &starts, &opts).map_err(s)?;
-                let t0 = Instant::now();
-                let report = job.run().map_err(s)?;
-                let wall_s = t0.elapsed().as_secs_f64();
-                let seqs = job.sequences_flat().map_err(s)?;
-                let identical = match &reference {
-                    None => {
-                        reference = Some(seqs);
-                        true
+        tables.push((p, DeviceTable::upload(&ctx, &table, p).map_err(s)?));
+    }
+    for &kernel in &a.kernels {
+        let kernel = kernel.resolve();
+        for (p, dt) in &tables {
+            let p = *p;
+            let formula = ((caps.l2_bytes as f64 * 0.85) / (d * p.bytes()) as f64)
+                .floor()
+                .max(1.0) as u32;
+            let mut shapes = vec![(Shape::Untiled, 0u32), (Shape::Tiled, formula)];
+            if !a.quick {
+                shapes.push((Shape::Tiled, (formula / 4).max(1)));
+                shapes.push((Shape::Tiled, formula.saturating_mul(4)));
+            }
+            shapes.push((Shape::PerTile, formula));
+            if let Some(only) = &a.shapes {
+                shapes.retain(|(sh, _)| only.iter().any(|o| o == sh.name()));
+            }
+            let pipelining: &[bool] = if a.quick { &[true] } else { &[false, true] };
+            for &(shape, tile) in &shapes {
+                for &pipelined in pipelining {
+                    if a.budget_s
+                        .is_some_and(|b| t_start.elapsed().as_secs_f64() > b)
+                    {
+                        skipped += 1;
+                        continue;
                     }
-                    Some(r) => *r == seqs,
-                };
-                let gpu_s = report.gpu_ns as f64 / 1e9;
-                eprintln!(
-                    "  {:4} {:8} tile {:>6} {:9}  GPU {:8.3} s  wall {:8.3} s  same bits: {}",
-                    p.name(),
-                    shape.name(),
-                    tile,
-                    if pipelined { "pipelined" } else { "" },
-                    gpu_s,
-                    wall_s,
-                    if identical { "yes" } else { "NO" }
-                );
-                runs.push(Run {
-                    precision: p,
-                    shape,
-                    tile,
-                    pipelined,
-                    gpu_s,
-                    wall_s,
-                    report,
-                    identical,
-                });
+                    let opts = ScanOptions {
+                        shape,
+                        tile_size: tile,
+                        pipelined,
+                        chunk: a.chunk,
+                        steps: Some(steps),
+                        ..ScanOptions::default()
+                    };
+                    let mut job = ScanJob::with_kernel(dt, &starts, &opts, kernel).map_err(s)?;
+                    let t0 = Instant::now();
+                    let report = job.run().map_err(s)?;
+                    let wall_s = t0.elapsed().as_secs_f64();
+                    let seqs = job.sequences_flat().map_err(s)?;
+                    let identical = match reference.iter().find(|r| r.0 == p) {
+                        None => {
+                            reference.push((p, seqs));
+                            true
+                        }
+                        Some(r) => r.1 == seqs,
+                    };
+                    let gpu_s = report.gpu_ns as f64 / 1e9;
+                    eprintln!(
+                        "  {:8} {:4} {:8} tile {:>6} {:9}  GPU {:8.3} s  wall {:8.3} s  {:6.2} TFMA/s  same bits: {}",
+                        kernel.name(),
+                        p.name(),
+                        shape.name(),
+                        tile,
+                        if pipelined { "pipelined" } else { "" },
+                        gpu_s,
+                        wall_s,
+                        fma / gpu_s.max(1e-12) / 1e12,
+                        if identical { "yes" } else { "NO" }
+                    );
+                    runs.push(Run {
+                        kernel,
+                        precision: p,
+                        shape,
+                        tile,
+                        pipelined,
+                        gpu_s,
+                        wall_s,
+                        report,
+                        identical,
+                    });
+                }
             }
         }
+    }
+    if skipped > 0 {
+        eprintln!(
+            "  {skipped} configuration(s) skipped: --budget-s {} s passed",
+            a.budget_s.unwrap_or(0.0)
+        );
+    }
+    if runs.is_empty() {
+        return Err("no configuration ran".into());
     }
     let base = runs
         .iter()
         .find(|r| r.precision == Precision::Fp32 && r.shape == Shape::Untiled)
         .map(|r| r.gpu_s)
         .unwrap_or(runs[0].gpu_s);
-    let fma = nstarts as f64 * steps as f64 * n as f64 * d as f64;
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "| precision | shape | tile | pipelined | GPU s | wall s | × untiled fp32 | TFMA/s | same bits |\n|---|---|---|---|---|---|---|---|---|"
+        "| kernel | precision | shape | tile | pipelined | GPU s | wall s | × untiled fp32 | TFMA/s | same bits |\n|---|---|---|---|---|---|---|---|---|---|"
     );
     for r in &runs {
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {:.3} | {:.3} | {:.2} | {:.3} | {} |",
+            "| {} | {} | {} | {} | {} | {:.3} | {:.3} | {:.2} | {:.3} | {} |",
+            r.kernel.name(),
             r.precision.name(),
             r.shape.name(),
             if r.shape == Shape::Untiled {
@@ -284,7 +348,9 @@ fn run() -> Result<(), String> {
         let j = serde_json::json!({
             "label": a.label, "device": caps.name, "driver": caps.driver, "l2_bytes": caps.l2_bytes,
             "n": n, "dim": d, "sequences": nstarts, "steps": steps, "chunk": a.chunk,
+            "skipped": skipped,
             "runs": runs.iter().map(|r| serde_json::json!({
+                "kernel": r.kernel.name(), "tfma_per_s": fma / r.gpu_s.max(1e-12) / 1e12,
                 "precision": r.precision.name(), "shape": r.shape.name(), "tile": r.tile,
                 "pipelined": r.pipelined, "gpu_s": r.gpu_s, "wall_s": r.wall_s,
                 "ratio_to_untiled_fp32": base / r.gpu_s.max(1e-12), "same_bits": r.identical,
@@ -294,6 +360,22 @@ fn run() -> Result<(), String> {
         std::fs::write(path, serde_json::to_vec_pretty(&j).unwrap_or_default())
             .map_err(|e| format!("{path}: {e}"))?;
     }
+    let best = runs
+        .iter()
+        .min_by(|x, y| x.gpu_s.total_cmp(&y.gpu_s))
+        .expect("runs");
+    let line = format!(
+        "{} {} {} {:.3} {:.3}",
+        best.kernel.name(),
+        best.precision.name(),
+        best.shape.name(),
+        fma / best.gpu_s.max(1e-12) / 1e12,
+        best.gpu_s
+    );
+    eprintln!("fastest: {line} (kernel precision shape TFMA/s GPU-s)");
+    if let Some(path) = &a.best {
+        std::fs::write(path, format!("{line}\n")).map_err(|e| format!("{path}: {e}"))?;
+    }
     if let Some(path) = &a.plot {
         plot(path, &a.label, &runs).map_err(|e| format!("{path}: {e}"))?;
     }
@@ -301,8 +383,14 @@ fn run() -> Result<(), String> {
 }
 
 /// Steps per second over the course of the run (per submission), one line per shape, for the
-/// non-pipelined runs of the last precision benchmarked.
+/// non-pipelined runs of the last precision benchmarked, of the kernel with the fastest run.
 fn plot(path: &str, label: &str, runs: &[Run]) -> Result<(), Box<dyn std::error::Error>> {
+    let k = runs
+        .iter()
+        .min_by(|x, y| x.gpu_s.total_cmp(&y.gpu_s))
+        .map(|r| r.kernel)
+        .unwrap_or(ScanKernel::Block64);
+    let runs: Vec<&Run> = runs.iter().filter(|r| r.kernel == k).collect();
     use plotters::prelude::*;
     plotters::style::register_font(
         "sans-serif",
@@ -347,7 +435,8 @@ fn plot(path: &str, label: &str, runs: &[Run]) -> Result<(), Box<dyn std::error:
     let mut chart = ChartBuilder::on(&root)
         .caption(
             format!(
-                "{label}: steps/s over the run ({}{})",
+                "{label}: steps/s over the run ({}, {}{})",
+                k.name(),
                 p.name(),
                 if pipelined { ", pipelined" } else { "" }
             ),

@@ -34,7 +34,11 @@ layout(std430, set = 0, binding = 7) buffer Cen32 { float cen32[]; };
 
 // The candidate scan is a blocked matrix product (centroids × rowsᵀ): BM sequences × BN
 // candidates per workgroup of 256, BK dims per shared-memory stage, TM × TN per invocation.
-const uint BN = 64u, BK = 16u, TN = 4u;
+// A variant's entry points may define SCAN_BN (the 128 × 128 kernel: 128u) before including this.
+#ifndef SCAN_BN
+#define SCAN_BN 64u
+#endif
+const uint BN = SCAN_BN, BK = 16u, TN = 4u;
 const uint TM = BM / 16u;
 
 const uint NO_INDEX = 0xffffffffu;

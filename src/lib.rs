@@ -23,5 +23,5 @@ pub mod table;
 pub use device::{Capabilities, Context, ContextOptions};
 pub use error::{Error, Result};
 pub use gram::{Gram, GramJob, GramOptions, Mode, Placement};
-pub use scan::{DeviceTable, ScanJob, ScanOptions, Shape};
+pub use scan::{DeviceTable, ScanJob, ScanKernel, ScanOptions, Shape};
 pub use table::{Precision, Table};

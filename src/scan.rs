@@ -11,6 +11,9 @@
 //!
 //! Any shape may keep two command buffers in flight ([`ScanOptions::pipelined`]): the host
 //! records chunk k+1 while the device runs chunk k.
+//!
+//! Two kernels compute the candidate scan ([`ScanKernel`]): 64 candidates × 16/32/64 sequences
+//! per workgroup (the default) and 128 × 128 with compile-time sizes. They give the same bits.
 
 use crate::device::{Buffer, Capabilities, Context, Pipeline, PipelineKey, BINDINGS};
 use crate::error::{Error, Result, VkContext};
@@ -32,12 +35,99 @@ static CHUNKS_DONE: AtomicUsize = AtomicUsize::new(0);
 fn block_m(batch: usize) -> usize {
     batch.next_power_of_two().clamp(16, 64)
 }
-/// Candidates per workgroup block of the scan (the shaders' BN); tiles are rounded up to it.
+/// Candidates per workgroup block of the default scan kernel ([`ScanKernel::Block64`], the
+/// shaders' BN); tiles are rounded up to it. [`ScanKernel::block_n`] gives each kernel's.
 pub const BLOCK_N: usize = 64;
-/// Invocations of a scan workgroup (16 × 16, each 4 × 4 pairs).
+/// Invocations of a scan workgroup (16 × 16, each 4 × 4 or 8 × 8 pairs).
 const GEMM_WORKGROUP: u32 = 256;
-/// Shared memory of a scan workgroup: two BK × 64 stages and the 64 × 16 reduction.
+/// Shared memory of a Block64 workgroup: two BK × 64 stages and the 64 × 16 reduction.
 const GEMM_SHARED_BYTES: usize = 2 * 16 * 64 * 4 + 2 * 64 * 16 * 4;
+/// Shared memory of a Block128 workgroup: two buffers of two 8 × 128 stages, the 128 × 16
+/// reduction.
+const GEMM_BIG_SHARED_BYTES: usize = 2 * 2 * 8 * 128 * 4 + 2 * 128 * 16 * 4;
+
+/// Environment variable read by [`ScanKernel::Auto`]: `block64` or `block128` picks that kernel
+/// for every job that does not name one (the Lua binding and the drivers included); unset or
+/// anything else keeps the default, [`ScanKernel::Block64`].
+pub const ENV_SCAN_KERNEL: &str = "DIVERSITY_SCAN_KERNEL";
+
+/// Which shader computes the candidate scan. Both compute every key with the same fused
+/// multiply-add chain, so the sequences are bit-identical whichever runs (SPEC §Exactness 1);
+/// only speed differs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ScanKernel {
+    /// [`ENV_SCAN_KERNEL`] if set to a kernel's name, else [`ScanKernel::Block64`].
+    #[default]
+    Auto,
+    /// 16, 32 or 64 sequences (the smallest that holds the batch) × 64 candidates per workgroup,
+    /// 4 × 4 pairs per invocation, dims staged 16 at a time (`scan.comp`, `scan_tile.comp`).
+    Block64,
+    /// 128 sequences × 128 candidates per workgroup, 8 × 8 pairs per invocation with
+    /// compile-time sizes, `vec4` shared-memory reads, double-buffered stages of 8 dims
+    /// (`scan_big*.comp`). Meant for batches of hundreds of sequences on a GPU; a small batch
+    /// still pays for 128 sequences.
+    Block128,
+}
+
+impl ScanKernel {
+    /// `auto`, `block64` or `block128`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ScanKernel::Auto => "auto",
+            ScanKernel::Block64 => "block64",
+            ScanKernel::Block128 => "block128",
+        }
+    }
+
+    /// The kernel that runs: [`ScanKernel::Auto`] resolved through [`ENV_SCAN_KERNEL`].
+    pub fn resolve(self) -> ScanKernel {
+        match self {
+            ScanKernel::Auto => std::env::var(ENV_SCAN_KERNEL)
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .filter(|k| *k != ScanKernel::Auto)
+                .unwrap_or(ScanKernel::Block64),
+            k => k,
+        }
+    }
+
+    /// Candidates per workgroup block (tiles are rounded up to whole blocks): 64 or 128.
+    pub fn block_n(self) -> usize {
+        match self.resolve() {
+            ScanKernel::Block128 => 128,
+            _ => BLOCK_N,
+        }
+    }
+
+    /// Sequences per workgroup block for a batch of `batch`.
+    pub fn block_m(self, batch: usize) -> usize {
+        match self.resolve() {
+            ScanKernel::Block128 => 128,
+            _ => block_m(batch),
+        }
+    }
+
+    fn shared_bytes(self) -> usize {
+        match self.resolve() {
+            ScanKernel::Block128 => GEMM_BIG_SHARED_BYTES,
+            _ => GEMM_SHARED_BYTES,
+        }
+    }
+}
+
+impl std::str::FromStr for ScanKernel {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "auto" => Ok(ScanKernel::Auto),
+            "block64" | "64" => Ok(ScanKernel::Block64),
+            "block128" | "128" => Ok(ScanKernel::Block128),
+            _ => Err(Error::Invalid(format!(
+                "scan kernel '{s}': expected auto, block64 or block128"
+            ))),
+        }
+    }
+}
 
 pub(crate) fn injected_loss() -> Option<usize> {
     let n: usize = std::env::var(ENV_FAIL_AFTER_CHUNKS)
@@ -121,7 +211,9 @@ impl Default for ScanOptions {
 /// at `precision`) and `steps` steps: every per-batch buffer within `maxStorageBufferRange`, the
 /// per-sequence and scan dispatches within `maxComputeWorkGroupCount[0]`, and all buffers within
 /// the memory budget. At least 1 (a job that cannot run at all reports why when created). The
-/// Rust CLI and the Lua driver size their batches with it.
+/// Rust CLI and the Lua driver size their batches with it. Computed for the 64-candidate blocks,
+/// so it holds for both [`ScanKernel`]s (128 × 128 blocks need fewer workgroups and a smaller
+/// block-winner buffer).
 pub fn max_batch(
     caps: &Capabilities,
     n: usize,
@@ -339,6 +431,10 @@ pub struct ScanJob {
     completed: usize,
     gpu_ns: u64,
     wg: u32,
+    /// The scan kernel (resolved) and its block sizes.
+    kernel: ScanKernel,
+    bn: usize,
+    bm: usize,
     /// Workgroups of one scan dispatch over all candidate blocks.
     scan_groups: u32,
     tiles: Vec<(u32, u32)>,
@@ -385,8 +481,21 @@ pub(crate) fn checked_push<T>(shader: &Shader) -> Result<u32> {
 
 impl ScanJob {
     /// Prepare a batch: one sequence per entry of `starts` (0-based, distinct, < N), initialised
-    /// to step 0 on the device. Nothing is computed until [`ScanJob::step`].
+    /// to step 0 on the device. Nothing is computed until [`ScanJob::step`]. The scan kernel is
+    /// [`ScanKernel::Auto`].
     pub fn new(table: &DeviceTable, starts: &[u32], opts: &ScanOptions) -> Result<ScanJob> {
+        ScanJob::with_kernel(table, starts, opts, ScanKernel::Auto)
+    }
+
+    /// [`ScanJob::new`] with a chosen scan kernel (the results are the same bits for every
+    /// kernel; see [`ScanKernel`]).
+    pub fn with_kernel(
+        table: &DeviceTable,
+        starts: &[u32],
+        opts: &ScanOptions,
+        kernel: ScanKernel,
+    ) -> Result<ScanJob> {
+        let kernel = kernel.resolve();
         let ctx = table.context().clone();
         let caps = ctx.caps().clone();
         let (n, d) = (table.n(), table.d());
@@ -431,20 +540,21 @@ impl ScanJob {
         }
         let mask_words = n.div_ceil(32);
         // The scan is a blocked product: (N / BN) × (S / BM) workgroups per step.
-        let bm = block_m(batch);
-        let scan_groups = n.div_ceil(BLOCK_N) * batch.div_ceil(bm);
+        let (bn, bm) = (kernel.block_n(), kernel.block_m(batch));
+        let scan_groups = n.div_ceil(bn) * batch.div_ceil(bm);
         if scan_groups > caps.max_workgroup_count as usize {
             return Err(Error::Limit(format!(
                 "N = {n} candidates × a batch of {batch} need {scan_groups} workgroups per dispatch; {} allows {} (maxComputeWorkGroupCount[0]); use smaller batches",
                 caps.name, caps.max_workgroup_count
             )));
         }
-        if GEMM_SHARED_BYTES > caps.shared_memory_bytes as usize
+        let shared = kernel.shared_bytes();
+        if shared > caps.shared_memory_bytes as usize
             || (8 * wg as usize + 8) > caps.shared_memory_bytes as usize
         {
             return Err(Error::Limit(format!(
-                "the scan needs {GEMM_SHARED_BYTES} bytes of shared memory per workgroup; {} has {} (maxComputeSharedMemorySize)",
-                caps.name, caps.shared_memory_bytes
+                "the scan ({}) needs {shared} bytes of shared memory per workgroup; {} has {} (maxComputeSharedMemorySize)",
+                kernel.name(), caps.name, caps.shared_memory_bytes
             )));
         }
         if caps.max_workgroup_invocations < GEMM_WORKGROUP {
@@ -458,7 +568,7 @@ impl ScanJob {
             ("running sums", (batch * 2 * d * 4) as u64),
             ("chosen masks", (batch * mask_words * 4) as u64),
             ("fp32 centroids", (batch * d * 4) as u64),
-            ("block winners", (batch * n.div_ceil(BLOCK_N) * 8) as u64),
+            ("block winners", (batch * n.div_ceil(bn) * 8) as u64),
         ];
         for (what, bytes) in sizes {
             if bytes > caps.max_buffer_range {
@@ -495,21 +605,18 @@ impl ScanJob {
                 push_bytes: push,
             })
         };
-        let scan = make(
-            &spirv::SCAN,
-            checked_push::<ScanPush>(&spirv::SCAN)?,
-            &gemm_spec,
-        )?;
-        let tile = make(
-            &spirv::SCAN_TILE,
-            checked_push::<TilePush>(&spirv::SCAN_TILE)?,
-            &gemm_spec,
-        )?;
-        let commit = make(
-            &spirv::SCAN_COMMIT,
-            checked_push::<CommitPush>(&spirv::SCAN_COMMIT)?,
-            &spec,
-        )?;
+        // The commit reduces ceil(N / BN) block winners, so it comes with the kernel.
+        let (scan_sh, tile_sh, commit_sh) = match kernel {
+            ScanKernel::Block128 => (
+                &spirv::SCAN_BIG,
+                &spirv::SCAN_BIG_TILE,
+                &spirv::SCAN_BIG_COMMIT,
+            ),
+            _ => (&spirv::SCAN, &spirv::SCAN_TILE, &spirv::SCAN_COMMIT),
+        };
+        let scan = make(scan_sh, checked_push::<ScanPush>(scan_sh)?, &gemm_spec)?;
+        let tile = make(tile_sh, checked_push::<TilePush>(tile_sh)?, &gemm_spec)?;
+        let commit = make(commit_sh, checked_push::<CommitPush>(commit_sh)?, &spec)?;
         let init = make(
             &spirv::SCAN_INIT,
             checked_push::<InitPush>(&spirv::SCAN_INIT)?,
@@ -547,6 +654,9 @@ impl ScanJob {
             completed: 0,
             gpu_ns: 0,
             wg,
+            kernel,
+            bn,
+            bm,
             scan_groups: scan_groups as u32,
             tiles: Vec::new(),
             scan,
@@ -675,7 +785,7 @@ impl ScanJob {
         let t = if t == 0 {
             n
         } else {
-            t.div_ceil(BLOCK_N as u64) * BLOCK_N as u64
+            t.div_ceil(self.bn as u64) * self.bn as u64
         };
         let mut v = Vec::new();
         let mut b = 0;
@@ -728,6 +838,10 @@ impl ScanJob {
     /// The options the job runs with.
     pub fn options(&self) -> &ScanOptions {
         &self.opts
+    }
+    /// The scan kernel in use (never [`ScanKernel::Auto`]).
+    pub fn kernel(&self) -> ScanKernel {
+        self.kernel
     }
 
     /// Advance every sequence by up to `n` steps (fewer at the end), in submissions of
@@ -795,7 +909,8 @@ impl ScanJob {
         let (n, d) = (self.table.n() as u32, self.table.d() as u32);
         let batch = self.starts.len() as u32;
         let scan_groups = self.scan_groups;
-        let row_blocks = (batch as usize).div_ceil(block_m(batch as usize)) as u32;
+        let row_blocks = (batch as usize).div_ceil(self.bm) as u32;
+        let bn = self.bn;
         unsafe {
             dev.reset_command_buffer(cb, vk::CommandBufferResetFlags::empty())
                 .vk("vkResetCommandBuffer")?;
@@ -882,7 +997,7 @@ impl ScanJob {
                                     tile_end: e,
                                 }),
                             );
-                            let blocks = (e as usize).div_ceil(BLOCK_N) - b as usize / BLOCK_N;
+                            let blocks = (e as usize).div_ceil(bn) - b as usize / bn;
                             dev.cmd_dispatch(cb, blocks as u32 * row_blocks, 1, 1);
                             barrier(dev, cb);
                         }

@@ -26,6 +26,9 @@ pub(crate) const SCAN_COMMIT: Shader = shader!("scan_commit");
 pub(crate) const SCAN_INIT: Shader = shader!("scan_init");
 pub(crate) const GRAM_MATRIX: Shader = shader!("gram_matrix");
 pub(crate) const GRAM: Shader = shader!("gram");
+pub(crate) const SCAN_BIG: Shader = shader!("scan_big");
+pub(crate) const SCAN_BIG_TILE: Shader = shader!("scan_big_tile");
+pub(crate) const SCAN_BIG_COMMIT: Shader = shader!("scan_big_commit");
 
 const OP_TYPE_INT: u32 = 21;
 const OP_TYPE_FLOAT: u32 = 22;

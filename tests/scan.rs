@@ -5,8 +5,8 @@
 use diversity::reference::{check_sequence, common_prefix, reference_sequence};
 use diversity::scan::{run_scan, StepReport};
 use diversity::{
-    files, Context, ContextOptions, DeviceTable, Error, Precision, ScanJob, ScanOptions, Shape,
-    Table,
+    files, Context, ContextOptions, DeviceTable, Error, Precision, ScanJob, ScanKernel,
+    ScanOptions, Shape, Table,
 };
 use std::path::Path;
 
@@ -62,6 +62,25 @@ fn run_batched(dt: &DeviceTable, starts: &[u32], batch: usize, o: &ScanOptions) 
     let mut out = Vec::new();
     for b in starts.chunks(batch) {
         let mut job = ScanJob::new(dt, b, o).unwrap();
+        job.run().unwrap();
+        assert!(job.done());
+        out.extend(job.sequences().unwrap());
+    }
+    out
+}
+
+/// [`run_batched`] with a chosen scan kernel.
+fn run_batched_with(
+    dt: &DeviceTable,
+    starts: &[u32],
+    batch: usize,
+    o: &ScanOptions,
+    kernel: ScanKernel,
+) -> Vec<Vec<u32>> {
+    let mut out = Vec::new();
+    for b in starts.chunks(batch) {
+        let mut job = ScanJob::with_kernel(dt, b, o, kernel).unwrap();
+        assert_eq!(job.kernel(), kernel.resolve());
         job.run().unwrap();
         assert!(job.done());
         out.extend(job.sequences().unwrap());
@@ -539,4 +558,160 @@ fn resume_from_a_prefix_is_bit_identical() {
         assert!(e.to_string().contains("repeated"), "{e}");
     }
     assert_clean(&ctx);
+}
+
+/// The 128 × 128 kernel gives the 64-candidate kernel's bits (SPEC §Exactness 1) for every
+/// shape, tile, chunk, batch and precision, on shapes that stress its edges: N not a multiple of
+/// 128 (and N < 128, N = 1, N = 2), batches not a multiple of 128 (and above 128: two row
+/// blocks), odd D and D not a multiple of its 8-dim stages.
+#[test]
+fn block128_kernel_gives_the_same_bits_as_block64() {
+    let ctx = ctx();
+    let k64 = ScanKernel::Block64;
+    let k128 = ScanKernel::Block128;
+    // Real data, N = 203 (one full and one partial 128-block), 11 starts.
+    let table = fortunes(203);
+    let n = table.n() as u32;
+    let starts: Vec<u32> = vec![0, 5, 17, 42, 99, 150, 202, 1, 77, 128, 64];
+    for precision in [Precision::Fp32, Precision::Fp16] {
+        let dt = DeviceTable::upload(&ctx, &table, precision).unwrap();
+        let base = run_batched_with(&dt, &starts, starts.len(), &opts(Shape::Untiled, 0), k64);
+        let mut configs: Vec<(String, ScanOptions, usize)> =
+            vec![("untiled".into(), opts(Shape::Untiled, 0), starts.len())];
+        for shape in [Shape::Tiled, Shape::PerTile] {
+            for tile in [1u32, 37, 128, 129, n, n + 1000] {
+                configs.push((
+                    format!("{shape:?} tile {tile}"),
+                    opts(shape, tile),
+                    starts.len(),
+                ));
+            }
+        }
+        for (chunk, pipelined) in [(1usize, true), (7, false), (0, true)] {
+            configs.push((
+                format!("chunk {chunk} pipelined {pipelined}"),
+                ScanOptions {
+                    chunk,
+                    pipelined,
+                    ..opts(Shape::Tiled, 50)
+                },
+                starts.len(),
+            ));
+        }
+        configs.push(("batch 1".into(), opts(Shape::PerTile, 64), 1));
+        configs.push(("batch 3".into(), opts(Shape::Tiled, 100), 3));
+        for (name, o, batch) in &configs {
+            let got = run_batched_with(&dt, &starts, *batch, o, k128);
+            assert_eq!(
+                got, base,
+                "{precision:?} {name}: block128 differs from block64"
+            );
+        }
+        // A batch of 150 (two row blocks of 128, the second partial), 24 steps.
+        let many: Vec<u32> = (0..150).map(|i| (i * 11) % n).collect();
+        let o = ScanOptions {
+            steps: Some(24),
+            chunk: 8,
+            ..opts(Shape::Tiled, 64)
+        };
+        let a = run_batched_with(&dt, &many, 150, &o, k64);
+        assert_eq!(
+            run_batched_with(&dt, &many, 150, &o, k128),
+            a,
+            "{precision:?} batch of 150"
+        );
+        let o = ScanOptions {
+            steps: Some(24),
+            ..opts(Shape::PerTile, 100)
+        };
+        assert_eq!(
+            run_batched_with(&dt, &many, 131, &o, k128),
+            a,
+            "{precision:?} batches of 131 + 19, per tile"
+        );
+    }
+    // Edge shapes on random data: N = 1, 2, < 128, = 128, = 129, > 256; D = 1, 7, 8, 13, 383.
+    for (nn, d, seed) in [
+        (1usize, 5usize, 11u64),
+        (2, 3, 12),
+        (40, 1, 13),
+        (97, 7, 14),
+        (128, 8, 15),
+        (129, 13, 16),
+        (300, 383, 17),
+    ] {
+        let t = random_table(nn, d, seed);
+        let starts: Vec<u32> = (0..nn as u32).step_by(7).collect();
+        for precision in [Precision::Fp32, Precision::Fp16] {
+            let dt = DeviceTable::upload(&ctx, &t, precision).unwrap();
+            let o = ScanOptions {
+                steps: Some(60),
+                ..opts(Shape::Untiled, 0)
+            };
+            let base = run_batched_with(&dt, &starts, starts.len(), &o, k64);
+            for o2 in [
+                o.clone(),
+                ScanOptions {
+                    chunk: 9,
+                    pipelined: true,
+                    ..opts(Shape::PerTile, 130)
+                },
+            ] {
+                let o2 = ScanOptions {
+                    steps: Some(60),
+                    ..o2
+                };
+                let got = run_batched_with(&dt, &starts, starts.len(), &o2, k128);
+                assert_eq!(got, base, "N {nn} D {d} {precision:?} {o2:?}");
+            }
+        }
+    }
+    assert_clean(&ctx);
+}
+
+/// The float64 ε-argmax oracle (SPEC §Exactness 2) on the 128 × 128 kernel's own output.
+#[test]
+fn block128_kernel_passes_the_exactness_oracle() {
+    let ctx = ctx();
+    let raw = fortunes(320);
+    let starts: Vec<u32> = (0..320).step_by(29).collect();
+    let o = ScanOptions {
+        shape: Shape::Tiled,
+        tile_size: 100,
+        ..ScanOptions::default()
+    };
+    for center in [false, true] {
+        let table = if center { raw.centered() } else { raw.clone() };
+        for precision in [Precision::Fp32, Precision::Fp16] {
+            let dt = DeviceTable::upload(&ctx, &table, precision).unwrap();
+            let seqs = run_batched_with(&dt, &starts, starts.len(), &o, ScanKernel::Block128);
+            check_all(&table.as_stored(precision), &starts, &seqs, true);
+        }
+    }
+    for (n, d, seed) in [(150usize, 64usize, 1u64), (97, 7, 2), (33, 383, 4)] {
+        let table = random_table(n, d, seed);
+        let starts: Vec<u32> = (0..n as u32).step_by(9).collect();
+        for precision in [Precision::Fp32, Precision::Fp16] {
+            let dt = DeviceTable::upload(&ctx, &table, precision).unwrap();
+            let seqs = run_batched_with(
+                &dt,
+                &starts,
+                starts.len(),
+                &ScanOptions::default(),
+                ScanKernel::Block128,
+            );
+            check_all(&table.as_stored(precision), &starts, &seqs, true);
+        }
+    }
+    assert_clean(&ctx);
+}
+
+#[test]
+fn scan_kernel_names_parse() {
+    for k in [ScanKernel::Auto, ScanKernel::Block64, ScanKernel::Block128] {
+        assert_eq!(k.name().parse::<ScanKernel>().unwrap(), k);
+    }
+    assert!("block32".parse::<ScanKernel>().is_err());
+    assert_eq!(ScanKernel::Block128.block_n(), 128);
+    assert_eq!(ScanKernel::Block64.block_n(), 64);
 }
