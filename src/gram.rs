@@ -121,6 +121,12 @@ pub struct GramOptions {
     /// Reduce with subgroup operations: `None` = when the device has them; `Some(false)` forces
     /// the shared-memory tree.
     pub subgroups: Option<bool>,
+    /// Steps one dispatch loops over inside the shader (a submission records as many
+    /// dispatches as its chunk needs, with barriers between); 0 = the device's default: every
+    /// step of the chunk on GPUs, 1 on CPU devices, where Mesa 22.3's lavapipe computes wrong
+    /// picks in long in-shader step loops (the same bug the scan engine avoids; measured: the
+    /// results then depend on the workgroup size, with one step per dispatch they do not).
+    pub steps_per_dispatch: usize,
 }
 
 impl Default for GramOptions {
@@ -131,6 +137,7 @@ impl Default for GramOptions {
             workgroup_size: None,
             placement: Placement::Auto,
             subgroups: None,
+            steps_per_dispatch: 0,
         }
     }
 }
@@ -777,9 +784,27 @@ impl GramJob {
         let ctx = self.gram.table.context().clone();
         let dev = ctx.device().clone();
         let (p, set, groups) = (&self.pipeline, self.set.set, self.starts.len() as u32);
+        let per = match self.opts.steps_per_dispatch {
+            0 if crate::device::is_cpu_device(ctx.caps()) => 1,
+            0 => count,
+            k => k,
+        };
         let ns = match self.sub.run(&what, |cb| unsafe {
-            bind(&dev, cb, p, set, bytemuck::bytes_of(&push));
-            dev.cmd_dispatch(cb, groups, 1, 1);
+            let mut done = 0;
+            while done < count {
+                let c = per.min(count - done);
+                let push = GramPush {
+                    first: (first + done) as u32,
+                    count: c as u32,
+                    ..push
+                };
+                if done > 0 {
+                    barrier(&dev, cb);
+                }
+                bind(&dev, cb, p, set, bytemuck::bytes_of(&push));
+                dev.cmd_dispatch(cb, groups, 1, 1);
+                done += c;
+            }
         }) {
             Ok(ns) => ns,
             Err(e) => {

@@ -72,6 +72,7 @@ fn check_all(stored: &Table, starts: &[u32], seqs: &[Vec<u32>]) -> (f64, usize) 
 }
 
 #[test]
+#[allow(clippy::needless_range_loop)] // G[i][j] against G[j][i]
 fn gram_matrix_matches_float64_and_is_symmetric() {
     let ctx = ctx();
     for (table, p) in [
@@ -139,6 +140,18 @@ fn same_bits_across_placements_workgroups_reductions_chunks_batches_and_order() 
                 ));
             }
         }
+    }
+    // In-shader step loops of several lengths (one step per dispatch is lavapipe's default).
+    for steps_per_dispatch in [5usize, 1000] {
+        configs.push((
+            format!("{steps_per_dispatch} steps per dispatch"),
+            GramOptions {
+                steps_per_dispatch,
+                chunk: 0,
+                ..GramOptions::default()
+            },
+            starts.len(),
+        ));
     }
     for chunk in [1usize, 7, 0] {
         configs.push((

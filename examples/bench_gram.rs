@@ -1,0 +1,350 @@
+//! The gram-engine benchmark (SPEC §Performance, issue 5): in one process, G's build time, then
+//! every requested (precision × workgroup size × state placement) run of one workload, with GPU
+//! time from timestamp queries, wall time, steps/s, the achieved Gram-row bandwidth
+//! (S × steps × N × 4 bytes / GPU time) and a same-bits check across configurations; optionally
+//! an end-to-end run that loads the file, uploads, builds G, runs, and writes the JSON cache.
+//!
+//! ```text
+//! cargo run --release --example bench_gram -- --table FILE [--dim D] [--starts S] [--steps K]
+//!     [--precisions fp32,fp16] [--wg 256,512,1024] [--placements auto,registers,memory]
+//!     [--spd 0,1] [--chunk C] [--label NAME] [--json OUT.json] [--md OUT.md] [--seqs OUT.u32]
+//!     [--e2e CACHE.json]
+//! ```
+//!
+//! `--spd` lists steps per dispatch (0 = the device default: the whole chunk in one in-shader
+//! loop on GPUs). `--starts S` takes the first S items as starts (default all N), `--steps K` the first K steps
+//! (default N − 1). `--seqs` writes the first configuration's sequences as little-endian u32,
+//! row-major, to compare with the PyTorch peer's `--out`. `--e2e` times the user's whole job in
+//! the first configuration: load → upload → G → every step → download → JSON cache on disk.
+
+use diversity::cache::JsonCacheWriter;
+use diversity::gram::{Gram, GramJob, GramOptions, Placement};
+use diversity::{files, Context, ContextOptions, DeviceTable, Precision};
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Instant;
+
+struct Args {
+    table: String,
+    dim: Option<usize>,
+    starts: Option<usize>,
+    steps: Option<usize>,
+    precisions: Vec<Precision>,
+    wgs: Vec<Option<u32>>,
+    placements: Vec<Placement>,
+    spds: Vec<usize>,
+    chunk: usize,
+    label: String,
+    json: Option<String>,
+    md: Option<String>,
+    seqs: Option<String>,
+    e2e: Option<String>,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut a = Args {
+        table: String::new(),
+        dim: None,
+        starts: None,
+        steps: None,
+        precisions: vec![Precision::Fp32, Precision::Fp16],
+        wgs: vec![None],
+        placements: vec![Placement::Auto],
+        spds: vec![0],
+        chunk: 0,
+        label: "workload".into(),
+        json: None,
+        md: None,
+        seqs: None,
+        e2e: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(f) = it.next() {
+        let mut val = || it.next().ok_or(format!("{f} needs a value"));
+        let num = |v: String| v.parse::<usize>().map_err(|_| format!("{v}: not a number"));
+        match f.as_str() {
+            "--table" => a.table = val()?,
+            "--dim" => a.dim = Some(num(val()?)?),
+            "--starts" => a.starts = Some(num(val()?)?),
+            "--steps" => a.steps = Some(num(val()?)?),
+            "--chunk" => a.chunk = num(val()?)?,
+            "--label" => a.label = val()?,
+            "--precisions" => {
+                a.precisions = val()?
+                    .split(',')
+                    .map(|p| p.parse().map_err(|e: diversity::Error| e.to_string()))
+                    .collect::<Result<_, _>>()?
+            }
+            "--wg" => {
+                a.wgs = val()?
+                    .split(',')
+                    .map(|w| match w {
+                        "auto" => Ok(None),
+                        w => w
+                            .parse::<u32>()
+                            .map(Some)
+                            .map_err(|_| format!("{w}: not a number")),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+            "--placements" => {
+                a.placements = val()?
+                    .split(',')
+                    .map(|p| p.parse().map_err(|e: diversity::Error| e.to_string()))
+                    .collect::<Result<_, _>>()?
+            }
+            "--spd" => {
+                a.spds = val()?
+                    .split(',')
+                    .map(|v| v.parse::<usize>().map_err(|_| format!("{v}: not a number")))
+                    .collect::<Result<_, _>>()?
+            }
+            "--json" => a.json = Some(val()?),
+            "--md" => a.md = Some(val()?),
+            "--seqs" => a.seqs = Some(val()?),
+            "--e2e" => a.e2e = Some(val()?),
+            _ => return Err(format!("unknown argument {f}")),
+        }
+    }
+    if a.table.is_empty() {
+        return Err("--table is required".into());
+    }
+    Ok(a)
+}
+
+struct Run {
+    precision: Precision,
+    spd: usize,
+    wg: u32,
+    placement: Placement,
+    subgroups: bool,
+    gpu_s: f64,
+    wall_s: f64,
+    build_s: f64,
+    identical: bool,
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("bench_gram: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn fnv(words: &[u32]) -> u64 {
+    words.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, w| {
+        (h ^ *w as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+fn run() -> Result<(), String> {
+    let a = parse()?;
+    let path = Path::new(&a.table);
+    let table = files::load_table(path, a.dim).map_err(|e| e.to_string())?;
+    let ctx = Context::new(&ContextOptions::default()).map_err(|e| e.to_string())?;
+    let caps = ctx.caps().clone();
+    let (n, d) = (table.n(), table.d());
+    let s = a.starts.unwrap_or(n).min(n);
+    let steps = a.steps.unwrap_or(n - 1).min(n - 1);
+    let starts: Vec<u32> = (0..s as u32).collect();
+    println!(
+        "{}: N = {n}, D = {d}, {s} sequences × {steps} steps on {} ({})",
+        a.label, caps.name, caps.driver
+    );
+    let mut runs: Vec<Run> = Vec::new();
+    let mut first_hash = None;
+    let mut first_seqs = None;
+    for &precision in &a.precisions {
+        let dt = DeviceTable::upload(&ctx, &table, precision).map_err(|e| e.to_string())?;
+        let t0 = Instant::now();
+        let gram = Gram::build(&dt).map_err(|e| e.to_string())?;
+        let build_wall = t0.elapsed().as_secs_f64();
+        let build_s = gram.build_ns() as f64 * 1e-9;
+        println!(
+            "  {} G: {:.0} MiB in {} slab(s), {:.3} s GPU, {:.3} s wall",
+            precision.name(),
+            gram.bytes() as f64 / (1024.0 * 1024.0),
+            gram.slabs(),
+            build_s,
+            build_wall
+        );
+        let mut configs = Vec::new();
+        for &wg in &a.wgs {
+            for &pl in &a.placements {
+                for &spd in &a.spds {
+                    configs.push((wg, pl, spd));
+                }
+            }
+        }
+        for (wg, placement, spd) in configs {
+            {
+                let o = GramOptions {
+                    chunk: a.chunk,
+                    steps: Some(steps),
+                    workgroup_size: wg,
+                    placement,
+                    subgroups: None,
+                    steps_per_dispatch: spd,
+                };
+                let t = Instant::now();
+                let mut job = match GramJob::new(&gram, &starts, &o) {
+                    Ok(j) => j,
+                    Err(e) => {
+                        println!("  skip wg {wg:?} {} spd {spd}: {e}", placement.name());
+                        continue;
+                    }
+                };
+                let r = job.run().map_err(|e| e.to_string())?;
+                let wall_s = t.elapsed().as_secs_f64();
+                let flat = job.sequences_flat().map_err(|e| e.to_string())?;
+                let h = fnv(&flat);
+                let identical = *first_hash.get_or_insert(h) == h;
+                if first_seqs.is_none() {
+                    first_seqs = Some(flat);
+                }
+                let gpu_s = r.gpu_ns as f64 * 1e-9;
+                let bytes = s as f64 * steps as f64 * n as f64 * 4.0;
+                println!(
+                    "  {} wg {:>4} {:<9} spd {spd:<3} subgroups {:<5} GPU {:>8.4} s  wall {:>8.4} s  {:>10.0} steps/s  G rows {:>6.2} TB/s  same bits {}",
+                    precision.name(),
+                    job.workgroup_size(),
+                    job.placement().name(),
+                    job.uses_subgroups(),
+                    gpu_s,
+                    wall_s,
+                    steps as f64 / gpu_s.max(1e-12),
+                    bytes / gpu_s.max(1e-12) * 1e-12,
+                    identical
+                );
+                runs.push(Run {
+                    precision,
+                    spd,
+                    wg: job.workgroup_size(),
+                    placement: job.placement(),
+                    subgroups: job.uses_subgroups(),
+                    gpu_s,
+                    wall_s,
+                    build_s,
+                    identical,
+                });
+            }
+        }
+    }
+    if let (Some(p), Some(seqs)) = (&a.seqs, &first_seqs) {
+        std::fs::write(p, bytemuck::cast_slice(seqs)).map_err(|e| format!("{p}: {e}"))?;
+    }
+    let e2e = match &a.e2e {
+        Some(out) => Some(end_to_end(&a, &ctx, path, out)?),
+        None => None,
+    };
+    let bytes = s as f64 * steps as f64 * n as f64 * 4.0;
+    if let Some(p) = &a.json {
+        let j = serde_json::json!({
+            "label": a.label, "device": caps.name, "driver": caps.driver, "n": n, "d": d,
+            "sequences": s, "steps": steps,
+            "runs": runs.iter().map(|r| serde_json::json!({
+                "precision": r.precision.name(), "workgroup": r.wg, "placement": r.placement.name(), "steps_per_dispatch": r.spd,
+                "subgroups": r.subgroups, "gpu_s": r.gpu_s, "wall_s": r.wall_s, "g_build_gpu_s": r.build_s,
+                "g_row_tb_s": bytes / r.gpu_s.max(1e-12) * 1e-12, "same_bits": r.identical,
+            })).collect::<Vec<_>>(),
+            "end_to_end": e2e.as_ref().map(|e| serde_json::json!(e)),
+        });
+        std::fs::write(p, serde_json::to_vec_pretty(&j).unwrap())
+            .map_err(|e| format!("{p}: {e}"))?;
+    }
+    if let Some(p) = &a.md {
+        let mut m = String::new();
+        let _ = writeln!(
+            m,
+            "**{}** — N = {n}, D = {d}, {s} sequences × {steps} steps, {} ({})\n",
+            a.label, caps.name, caps.driver
+        );
+        let _ = writeln!(m, "| precision | workgroup | state | steps/dispatch | subgroups | G build GPU s | GPU s | wall s | G rows TB/s | same bits |");
+        let _ = writeln!(m, "|---|---|---|---|---|---|---|---|---|---|");
+        for r in &runs {
+            let _ = writeln!(
+                m,
+                "| {} | {} | {} | {} | {} | {:.4} | {:.4} | {:.4} | {:.2} | {} |",
+                r.precision.name(),
+                r.wg,
+                r.placement.name(),
+                if r.spd == 0 {
+                    "all".to_string()
+                } else {
+                    r.spd.to_string()
+                },
+                r.subgroups,
+                r.build_s,
+                r.gpu_s,
+                r.wall_s,
+                bytes / r.gpu_s.max(1e-12) * 1e-12,
+                if r.identical { "yes" } else { "NO" }
+            );
+        }
+        if let Some(e) = &e2e {
+            let _ = writeln!(
+                m,
+                "\nEnd to end (first configuration): {}",
+                serde_json::json!(e)
+            );
+        }
+        std::fs::write(p, m).map_err(|e| format!("{p}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The user's whole job in the first configuration, wall-clock per phase.
+fn end_to_end(
+    a: &Args,
+    ctx: &Context,
+    path: &Path,
+    out: &str,
+) -> Result<std::collections::BTreeMap<&'static str, f64>, String> {
+    let mut t = std::collections::BTreeMap::new();
+    let all = Instant::now();
+    let mut lap = Instant::now();
+    let mut mark = |t: &mut std::collections::BTreeMap<&'static str, f64>, k| {
+        t.insert(k, lap.elapsed().as_secs_f64());
+        lap = Instant::now();
+    };
+    let table = files::load_table(path, a.dim).map_err(|e| e.to_string())?;
+    mark(&mut t, "load_s");
+    let precision = a.precisions[0];
+    let dt = DeviceTable::upload(ctx, &table, precision).map_err(|e| e.to_string())?;
+    mark(&mut t, "upload_s");
+    let gram = Gram::build(&dt).map_err(|e| e.to_string())?;
+    mark(&mut t, "gram_matrix_s");
+    let n = table.n();
+    let starts: Vec<u32> = (0..n as u32).collect();
+    let o = GramOptions {
+        chunk: a.chunk,
+        workgroup_size: a.wgs[0],
+        placement: a.placements[0],
+        steps_per_dispatch: a.spds[0],
+        ..GramOptions::default()
+    };
+    let mut job = GramJob::new(&gram, &starts, &o).map_err(|e| e.to_string())?;
+    let r = job.run().map_err(|e| e.to_string())?;
+    mark(&mut t, "steps_s");
+    let flat = job.sequences_flat().map_err(|e| e.to_string())?;
+    mark(&mut t, "download_s");
+    let meta = serde_json::json!({
+        "num_poems": n, "algorithm": "diversity", "mode": "gram", "precision": precision.name(),
+        "batch_size": n, "top_k": n - 1, "device": ctx.caps().name,
+    });
+    let mut w = JsonCacheWriter::create(Path::new(out), &meta, None).map_err(|e| e.to_string())?;
+    w.write_batch(&starts, &flat, n)
+        .map_err(|e| e.to_string())?;
+    w.finish().map_err(|e| e.to_string())?;
+    mark(&mut t, "json_cache_s");
+    t.insert("total_s", all.elapsed().as_secs_f64());
+    t.insert("steps_gpu_s", r.gpu_ns as f64 * 1e-9);
+    t.insert(
+        "json_bytes",
+        std::fs::metadata(out)
+            .map(|m| m.len() as f64)
+            .unwrap_or(0.0),
+    );
+    println!("  end to end: {t:?}");
+    Ok(t)
+}
