@@ -8,8 +8,13 @@
 //! cargo run --release --example bench_gram -- --table FILE [--dim D] [--starts S] [--steps K]
 //!     [--precisions fp32,fp16] [--wg 256,512,1024] [--placements auto,registers,memory]
 //!     [--spd 0,1] [--chunk C] [--label NAME] [--json OUT.json] [--md OUT.md] [--seqs OUT.u32]
-//!     [--e2e CACHE.json]
+//!     [--e2e CACHE.json] [--center] [--oracle K]
 //! ```
+//!
+//! `--center` subtracts the column mean first (the user's `mean-centered-v1` space). `--oracle K`
+//! checks the first K sequences of the first configuration against float64
+//! distances along their own prefix (SPEC §Exactness 2, ε = 1e-5) on every CPU core, and prints
+//! the worst excess.
 //!
 //! `--spd` lists steps per dispatch (0 = the device default: the whole chunk in one in-shader
 //! loop on GPUs). `--starts S` takes the first S items as starts (default all N), `--steps K` the first K steps
@@ -19,6 +24,7 @@
 
 use diversity::cache::JsonCacheWriter;
 use diversity::gram::{Gram, GramJob, GramOptions, Placement};
+use diversity::reference::check_sequence;
 use diversity::{files, Context, ContextOptions, DeviceTable, Precision};
 use std::fmt::Write as _;
 use std::path::Path;
@@ -39,6 +45,8 @@ struct Args {
     md: Option<String>,
     seqs: Option<String>,
     e2e: Option<String>,
+    center: bool,
+    oracle: usize,
 }
 
 fn parse() -> Result<Args, String> {
@@ -57,6 +65,8 @@ fn parse() -> Result<Args, String> {
         md: None,
         seqs: None,
         e2e: None,
+        center: false,
+        oracle: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(f) = it.next() {
@@ -103,6 +113,8 @@ fn parse() -> Result<Args, String> {
             "--md" => a.md = Some(val()?),
             "--seqs" => a.seqs = Some(val()?),
             "--e2e" => a.e2e = Some(val()?),
+            "--center" => a.center = true,
+            "--oracle" => a.oracle = num(val()?)?,
             _ => return Err(format!("unknown argument {f}")),
         }
     }
@@ -140,7 +152,10 @@ fn fnv(words: &[u32]) -> u64 {
 fn run() -> Result<(), String> {
     let a = parse()?;
     let path = Path::new(&a.table);
-    let table = files::load_table(path, a.dim).map_err(|e| e.to_string())?;
+    let mut table = files::load_table(path, a.dim).map_err(|e| e.to_string())?;
+    if a.center {
+        table = table.centered();
+    }
     let ctx = Context::new(&ContextOptions::default()).map_err(|e| e.to_string())?;
     let caps = ctx.caps().clone();
     let (n, d) = (table.n(), table.d());
@@ -154,6 +169,7 @@ fn run() -> Result<(), String> {
     let mut runs: Vec<Run> = Vec::new();
     let mut first_hash = None;
     let mut first_seqs = None;
+    let mut checked = Vec::new();
     for &precision in &a.precisions {
         let dt = DeviceTable::upload(&ctx, &table, precision).map_err(|e| e.to_string())?;
         let t0 = Instant::now();
@@ -199,6 +215,10 @@ fn run() -> Result<(), String> {
                 let flat = job.sequences_flat().map_err(|e| e.to_string())?;
                 let h = fnv(&flat);
                 let identical = *first_hash.get_or_insert(h) == h;
+                if a.oracle > 0 && checked.is_empty() {
+                    checked.push(precision);
+                    oracle(&table, precision, &starts, &flat, steps + 1, a.oracle);
+                }
                 if first_seqs.is_none() {
                     first_seqs = Some(flat);
                 }
@@ -293,6 +313,60 @@ fn run() -> Result<(), String> {
     Ok(())
 }
 
+/// SPEC §Exactness 2 on the first `k` sequences, in parallel over the CPU cores.
+fn oracle(
+    table: &diversity::Table,
+    p: Precision,
+    starts: &[u32],
+    flat: &[u32],
+    len: usize,
+    k: usize,
+) {
+    let stored = table.as_stored(p);
+    let rows: Vec<(u32, &[u32])> = starts
+        .iter()
+        .copied()
+        .zip(flat.chunks_exact(len))
+        .take(k)
+        .collect();
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let t = Instant::now();
+    let results: Vec<_> = std::thread::scope(|sc| {
+        let hs: Vec<_> = rows
+            .chunks(rows.len().div_ceil(threads).max(1))
+            .map(|part| {
+                let stored = &stored;
+                sc.spawn(move || {
+                    part.iter()
+                        .map(|(s, seq)| (*s, check_sequence(stored, *s, seq, 1e-5)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    let (mut worst, mut ties, mut bad) = (0f64, 0usize, Vec::new());
+    for (s, r) in &results {
+        match r {
+            Ok(c) => {
+                worst = worst.max(c.worst_excess);
+                ties += c.near_ties;
+            }
+            Err(v) => bad.push(format!("start {s}: {v:?}")),
+        }
+    }
+    println!(
+        "  oracle {}: {} sequences of {len}, worst excess {worst:.3e} (eps 1e-5), {ties} near-tie picks, {} violations {:?} ({:.1} s)",
+        p.name(),
+        results.len(),
+        bad.len(),
+        bad.iter().take(3).collect::<Vec<_>>(),
+        t.elapsed().as_secs_f64()
+    );
+}
+
 /// The user's whole job in the first configuration, wall-clock per phase.
 fn end_to_end(
     a: &Args,
@@ -307,7 +381,10 @@ fn end_to_end(
         t.insert(k, lap.elapsed().as_secs_f64());
         lap = Instant::now();
     };
-    let table = files::load_table(path, a.dim).map_err(|e| e.to_string())?;
+    let mut table = files::load_table(path, a.dim).map_err(|e| e.to_string())?;
+    if a.center {
+        table = table.centered();
+    }
     mark(&mut t, "load_s");
     let precision = a.precisions[0];
     let dt = DeviceTable::upload(ctx, &table, precision).map_err(|e| e.to_string())?;
