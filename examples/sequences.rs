@@ -2,10 +2,14 @@
 //!
 //! ```text
 //! cargo run --release --example sequences -- --table FILE [--dim D] [--center]
-//!     [--precision fp32|fp16] [--mode scan] [--shape untiled|tiled|per-tile] [--tile T]
-//!     [--pipelined] [--starts all|a,b,c] [--steps K] [--chunk C] [--batch B]
-//!     [--workgroup W] [--device NAME] [--validation] [--describe] [--out FILE.json]
+//!     [--precision fp32|fp16] [--mode scan|gram|auto] [--placement auto|registers|memory]
+//!     [--shape untiled|tiled|per-tile] [--tile T] [--pipelined] [--starts all|a,b,c]
+//!     [--steps K] [--chunk C] [--batch B] [--workgroup W] [--device NAME] [--validation]
+//!     [--describe] [--out FILE.json]
 //! ```
+//!
+//! `--mode auto` (the default) runs the gram engine when G = E Eᵀ fits the device's memory
+//! budget, else the scan engine; the summary line and the metadata say which.
 //!
 //! FILE is a raw little-endian float32 `.f32` (needs `--dim`), a `.npy` (float32 or float16) or
 //! an `embeddings.json`. The output JSON is
@@ -14,6 +18,7 @@
 //! One summary line goes to stdout.
 
 use diversity::cache::PendingFile;
+use diversity::gram::{self, Gram, GramJob, GramOptions, Mode, Placement};
 use diversity::{
     files, Context, ContextOptions, DeviceTable, Precision, ScanJob, ScanOptions, Shape,
 };
@@ -26,6 +31,8 @@ struct Args {
     dim: Option<usize>,
     center: bool,
     precision: Precision,
+    mode: Mode,
+    placement: Placement,
     shape: Shape,
     tile: u32,
     pipelined: bool,
@@ -41,7 +48,7 @@ struct Args {
 }
 
 const USAGE: &str = "usage: sequences --table FILE [--dim D] [--center] [--precision fp32|fp16] \
-[--mode scan] [--shape untiled|tiled|per-tile] [--tile T] [--pipelined] [--starts all|a,b,c] \
+[--mode scan|gram|auto] [--placement auto|registers|memory] [--shape untiled|tiled|per-tile] [--tile T] [--pipelined] [--starts all|a,b,c] \
 [--steps K] [--chunk C] [--batch B] [--workgroup W] [--device NAME] [--validation] [--describe] \
 [--out FILE.json]";
 
@@ -52,6 +59,8 @@ fn parse() -> Result<Args, String> {
         dim: None,
         center: false,
         precision: Precision::Fp32,
+        mode: Mode::Auto,
+        placement: Placement::Auto,
         shape: Shape::Untiled,
         tile: 0,
         pipelined: false,
@@ -83,10 +92,18 @@ fn parse() -> Result<Args, String> {
                     .map_err(|e: diversity::Error| e.to_string())?
             }
             "--mode" => {
-                let m = it.next().ok_or("--mode needs a value")?;
-                if m != "scan" {
-                    return Err(format!("--mode {m}: only 'scan' exists so far"));
-                }
+                a.mode = it
+                    .next()
+                    .ok_or("--mode needs scan, gram or auto")?
+                    .parse()
+                    .map_err(|e: diversity::Error| format!("--mode: {e}"))?
+            }
+            "--placement" => {
+                a.placement = it
+                    .next()
+                    .ok_or("--placement needs auto, registers or memory")?
+                    .parse()
+                    .map_err(|e: diversity::Error| format!("--placement: {e}"))?
             }
             "--shape" => {
                 a.shape = it
@@ -150,7 +167,18 @@ fn run(a: Args) -> Result<(), String> {
     let (pending, file) = PendingFile::create(&a.out).map_err(|e| e.to_string())?;
     let caps = ctx.caps().clone();
     let steps = a.steps.unwrap_or(n - 1).min(n - 1);
-    let fit = diversity::scan::max_batch(&caps, n, table.d(), a.precision, steps);
+    let bpv = a.precision.bytes();
+    let mode = gram::mode_for(&caps, a.mode, n, table.d(), bpv);
+    let reason = match (a.mode, gram::gram_unfit(&caps, n, table.d(), bpv)) {
+        (Mode::Auto, None) => "auto: G fits the device memory budget".to_string(),
+        (Mode::Auto, Some(why)) => format!("auto: {why}"),
+        _ => "requested".to_string(),
+    };
+    eprintln!("mode {} ({reason})", mode.name());
+    let fit = match mode {
+        Mode::Gram => gram::max_batch(&caps, n, table.d(), bpv, steps),
+        _ => diversity::scan::max_batch(&caps, n, table.d(), a.precision, steps),
+    };
     let batch = a
         .batch
         .unwrap_or(usize::MAX)
@@ -158,6 +186,13 @@ fn run(a: Args) -> Result<(), String> {
         .min(caps.max_workgroup_count as usize)
         .min(starts.len())
         .max(1);
+    let gopts = GramOptions {
+        chunk: a.chunk,
+        steps: Some(steps),
+        workgroup_size: a.workgroup,
+        placement: a.placement,
+        subgroups: None,
+    };
     let opts = ScanOptions {
         shape: a.shape,
         tile_size: a.tile,
@@ -168,17 +203,41 @@ fn run(a: Args) -> Result<(), String> {
     };
     let t0 = Instant::now();
     let dt = DeviceTable::upload(&ctx, &table, a.precision).map_err(|e| e.to_string())?;
+    // G is built once and shared by every batch.
+    let g = match mode {
+        Mode::Gram => Some(Gram::build(&dt).map_err(|e| e.to_string())?),
+        _ => None,
+    };
+    let mut placement = None;
     let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
     let io = |e: std::io::Error| format!("{}: {e}", a.out.display());
     write!(w, "{{\"sequences\":{{").map_err(io)?;
     let mut gpu_ns = 0u64;
     let mut first = true;
     for chunk in starts.chunks(batch) {
-        let mut job = ScanJob::new(&dt, chunk, &opts).map_err(|e| e.to_string())?;
-        job.run().map_err(|e| e.to_string())?;
-        gpu_ns += job.gpu_ns();
-        let flat = job.sequences_flat().map_err(|e| e.to_string())?;
-        for (row, &s) in flat.chunks_exact(job.sequence_len()).zip(chunk) {
+        let (flat, len) = match &g {
+            Some(g) => {
+                let mut job = GramJob::new(g, chunk, &gopts).map_err(|e| e.to_string())?;
+                job.run().map_err(|e| e.to_string())?;
+                gpu_ns += job.gpu_ns();
+                placement = Some(job.placement());
+                // Before any step (--steps 0) the device rows are not written yet.
+                let flat = if steps == 0 {
+                    chunk.to_vec()
+                } else {
+                    job.sequences_flat().map_err(|e| e.to_string())?
+                };
+                (flat, job.sequence_len())
+            }
+            None => {
+                let mut job = ScanJob::new(&dt, chunk, &opts).map_err(|e| e.to_string())?;
+                job.run().map_err(|e| e.to_string())?;
+                gpu_ns += job.gpu_ns();
+                let flat = job.sequences_flat().map_err(|e| e.to_string())?;
+                (flat, job.sequence_len())
+            }
+        };
+        for (row, &s) in flat.chunks_exact(len).zip(chunk) {
             if !first {
                 w.write_all(b",").map_err(io)?;
             }
@@ -200,7 +259,10 @@ fn run(a: Args) -> Result<(), String> {
         "dim": table.d(),
         "center": a.center,
         "precision": a.precision.name(),
-        "mode": "scan",
+        "mode": mode.name(),
+        "mode_reason": reason,
+        "placement": placement.map(|p| p.name()),
+        "gram_build_ns": g.as_ref().map(|g| g.build_ns()),
         "shape": a.shape.name(),
         "tile_size": a.tile,
         "pipelined": a.pipelined,
@@ -219,13 +281,20 @@ fn run(a: Args) -> Result<(), String> {
     pending.commit().map_err(|e| e.to_string())?;
     let gpu_s = gpu_ns as f64 / 1e9;
     let batches = starts.len().div_ceil(batch);
+    let engine = match placement {
+        Some(p) => format!("gram {}", p.name()),
+        None => format!(
+            "scan {} tile {}{}",
+            a.shape.name(),
+            a.tile,
+            if a.pipelined { " pipelined" } else { "" }
+        ),
+    };
     println!(
-        "{} | scan {} tile {} {}{} | {} × {} | {} sequences × {} steps in {} batch(es) | {:.1} steps/s ({:.0} sequence-steps/s) | GPU {:.3} s, wall {:.3} s | {}",
+        "{} | {} {} | {} × {} | {} sequences × {} steps in {} batch(es) | {:.1} steps/s ({:.0} sequence-steps/s) | GPU {:.3} s, wall {:.3} s | {}",
         caps.name,
-        a.shape.name(),
-        a.tile,
+        engine,
         a.precision.name(),
-        if a.pipelined { " pipelined" } else { "" },
         n,
         table.d(),
         starts.len(),

@@ -8,7 +8,8 @@ use crate::cache::{BinaryCache, BinaryCacheWriter, JsonCacheWriter};
 use crate::device::{Context, ContextOptions};
 use crate::error::Error;
 use crate::files;
-use crate::scan::{DeviceTable, ScanJob, ScanOptions, Shape};
+use crate::gram::{self, Gram, GramJob, GramOptions, Mode, Placement};
+use crate::scan::{DeviceTable, ScanJob, ScanOptions, Shape, StepReport};
 use crate::table::{Precision, Table};
 use half::f16;
 use mlua::prelude::*;
@@ -51,11 +52,94 @@ impl<T> Handle<T> {
 
 type LContext = Handle<Context>;
 type LTable = Handle<Table>;
-type LDeviceTable = Handle<DeviceTable>;
-type LJob = Handle<ScanJob>;
+type LDeviceTable = Handle<DevTable>;
+type LGram = Handle<Gram>;
+type LJob = Handle<Job>;
 type LJsonWriter = Handle<JsonCacheWriter>;
 type LBinWriter = Handle<BinaryCacheWriter>;
 type LBinCache = Handle<BinaryCache>;
+
+/// A device table and its Gram matrix, built by the first gram job (or `dtable:gram()`) and kept
+/// so that every batch of a run shares one G.
+struct DevTable {
+    dt: DeviceTable,
+    gram: Option<Gram>,
+}
+
+impl DevTable {
+    /// G of this table, built on first use.
+    fn gram(&mut self, call: &str) -> LuaResult<Gram> {
+        if let Some(g) = &self.gram {
+            return Ok(g.clone());
+        }
+        let g = Gram::build(&self.dt).map_err(|e| err(call, e))?;
+        self.gram = Some(g.clone());
+        Ok(g)
+    }
+}
+
+/// A job of either engine; every Lua method behaves the same for both.
+enum Job {
+    Scan(Box<ScanJob>),
+    Gram(Box<GramJob>),
+}
+
+macro_rules! both {
+    ($self:expr, $j:ident => $e:expr) => {
+        match $self {
+            Job::Scan($j) => $e,
+            Job::Gram($j) => $e,
+        }
+    };
+}
+
+impl Job {
+    fn mode(&self) -> Mode {
+        match self {
+            Job::Scan(_) => Mode::Scan,
+            Job::Gram(_) => Mode::Gram,
+        }
+    }
+    fn step(&mut self, n: usize) -> crate::Result<StepReport> {
+        both!(self, j => j.step(n))
+    }
+    fn set_chunk(&mut self, c: usize) {
+        both!(self, j => j.set_chunk(c))
+    }
+    fn done(&self) -> bool {
+        both!(self, j => j.done())
+    }
+    fn steps_done(&self) -> usize {
+        both!(self, j => j.steps_done())
+    }
+    fn total_steps(&self) -> usize {
+        both!(self, j => j.total_steps())
+    }
+    fn gpu_ns(&self) -> u64 {
+        both!(self, j => j.gpu_ns())
+    }
+    fn starts(&self) -> &[u32] {
+        both!(self, j => j.starts())
+    }
+    fn sequence_len(&self) -> usize {
+        both!(self, j => j.sequence_len())
+    }
+    fn workgroup_size(&self) -> u32 {
+        both!(self, j => j.workgroup_size())
+    }
+    fn sequences_flat(&self) -> crate::Result<Vec<u32>> {
+        self.sequence_columns(0, self.sequence_len())
+    }
+    fn sequence_columns(&self, from: usize, to: usize) -> crate::Result<Vec<u32>> {
+        match self {
+            // A gram job writes entry 0 (the start) with its first submission: before any step
+            // (top_k = 0, or a job not yet stepped) the device rows are still zero, so the only
+            // column there is is the starts themselves.
+            Job::Gram(j) if j.steps_done() == 0 && from == 0 && to == 1 => Ok(j.starts().to_vec()),
+            _ => both!(self, j => j.sequence_columns(from, to)),
+        }
+    }
+}
 
 fn opt<T: FromLua>(t: &Option<LuaTable>, key: &str) -> LuaResult<Option<T>> {
     match t {
@@ -96,7 +180,15 @@ impl UserData for LContext {
         // The largest batch the device allows for an N × D table and `steps` steps.
         m.add_method(
             "max_batch",
-            |_, this, (n, d, precision, steps): (Value, Value, Option<String>, Option<Value>)| {
+            |_,
+             this,
+             (n, d, precision, steps, mode): (
+                Value,
+                Value,
+                Option<String>,
+                Option<Value>,
+                Option<String>,
+            )| {
                 let call = "context:max_batch";
                 let ctx = this.get(call)?;
                 let n = int(call, "n", &n)? as usize;
@@ -106,7 +198,26 @@ impl UserData for LContext {
                     Some(s) => int(call, "steps", &s)? as usize,
                     None => n.saturating_sub(1),
                 };
-                Ok(crate::scan::max_batch(ctx.caps(), n, d, p, steps))
+                let mode = parse_mode(call, mode.as_deref(), Mode::Scan)?;
+                Ok(match gram::mode_for(ctx.caps(), mode, n, d, p.bytes()) {
+                    Mode::Gram => gram::max_batch(ctx.caps(), n, d, p.bytes(), steps),
+                    _ => crate::scan::max_batch(ctx.caps(), n, d, p, steps),
+                })
+            },
+        );
+        // The engine `mode` ("scan", "gram" or "auto", the default) resolves to for an N × D
+        // table at `precision` on this device, and why: (mode name, reason).
+        m.add_method(
+            "mode_for",
+            |_, this, (n, d, precision, mode): (Value, Value, Option<String>, Option<String>)| {
+                let call = "context:mode_for";
+                let ctx = this.get(call)?;
+                let n = int(call, "n", &n)? as usize;
+                let d = int(call, "dim", &d)? as usize;
+                let p = parse_precision(call, precision)?;
+                let mode = parse_mode(call, mode.as_deref(), Mode::Auto)?;
+                let (m, why) = resolve_mode(ctx.caps(), mode, n, d, p);
+                Ok((m.name(), why))
             },
         );
         m.add_method("validation_messages", |lua, this, ()| {
@@ -123,7 +234,10 @@ impl UserData for LContext {
                 let t = table.borrow::<LTable>()?;
                 let dt = DeviceTable::upload(ctx, t.get("context:upload")?, p)
                     .map_err(|e| err("context:upload", e))?;
-                Ok(LDeviceTable::new("device table", dt))
+                Ok(LDeviceTable::new(
+                    "device table",
+                    DevTable { dt, gram: None },
+                ))
             },
         );
         m.add_method_mut("close", |_, this, ()| {
@@ -131,6 +245,39 @@ impl UserData for LContext {
             Ok(())
         });
     }
+}
+
+/// "scan", "gram" or "auto" (`default` when absent).
+fn parse_mode(call: &str, m: Option<&str>, default: Mode) -> LuaResult<Mode> {
+    match m {
+        None => Ok(default),
+        Some(s) => s.parse().map_err(|e| err(call, e)),
+    }
+}
+
+/// The engine `mode` resolves to on `caps` (SPEC §Modes, auto) and why, in words.
+fn resolve_mode(
+    caps: &crate::Capabilities,
+    mode: Mode,
+    n: usize,
+    d: usize,
+    p: Precision,
+) -> (Mode, String) {
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    let unfit = gram::gram_unfit(caps, n, d, p.bytes());
+    let chosen = gram::mode_for(caps, mode, n, d, p.bytes());
+    let why = match (mode, unfit) {
+        (Mode::Auto, None) => format!(
+            "auto: G for N = {n} ({:.1} MiB) fits the memory budget of {} ({:.0} MiB)",
+            mib(gram::gram_bytes(n)),
+            caps.name,
+            mib(caps.memory_budget_bytes)
+        ),
+        (Mode::Auto, Some(why)) => format!("auto: {why}"),
+        (Mode::Gram, Some(why)) => format!("requested, but {why}"),
+        _ => "requested".to_string(),
+    };
+    (chosen, why)
 }
 
 fn parse_precision(call: &str, p: Option<String>) -> LuaResult<Precision> {
@@ -225,48 +372,180 @@ impl UserData for LTable {
 
 impl UserData for LDeviceTable {
     fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
-        m.add_method("n", |_, this, ()| Ok(this.get("device_table:n")?.n()));
-        m.add_method("dim", |_, this, ()| Ok(this.get("device_table:dim")?.d()));
-        m.add_method("precision", |_, this, ()| {
-            Ok(this.get("device_table:precision")?.precision().name())
+        m.add_method("n", |_, this, ()| Ok(this.get("device_table:n")?.dt.n()));
+        m.add_method("dim", |_, this, ()| {
+            Ok(this.get("device_table:dim")?.dt.d())
         });
-        m.add_method(
+        m.add_method("precision", |_, this, ()| {
+            Ok(this.get("device_table:precision")?.dt.precision().name())
+        });
+        // G = E Eᵀ of this table, built on the first call (or the first gram job) and shared by
+        // every later gram job of the table.
+        m.add_method_mut("gram", |_, this, ()| {
+            let call = "device_table:gram";
+            let g = this.get_mut(call)?.gram(call)?;
+            Ok(LGram::new("gram", g))
+        });
+        // Drop the table's cached G (jobs and gram objects that hold it keep it alive).
+        m.add_method_mut("release_gram", |_, this, ()| {
+            this.get_mut("device_table:release_gram")?.gram = None;
+            Ok(())
+        });
+        // The engine `opts.mode` resolves to for this table: (mode name, reason).
+        m.add_method("mode_for", |_, this, mode: Option<String>| {
+            let call = "device_table:mode_for";
+            let dt = &this.get(call)?.dt;
+            let mode = parse_mode(call, mode.as_deref(), Mode::Auto)?;
+            let (m, why) = resolve_mode(dt.context().caps(), mode, dt.n(), dt.d(), dt.precision());
+            Ok((m.name(), why))
+        });
+        m.add_method_mut(
             "job",
             |_, this, (starts, o): (Option<LuaTable>, Option<LuaTable>)| {
                 let call = "device_table:job";
-                let dt = this.get(call)?;
+                let t = this.get_mut(call)?;
                 let starts: Vec<u32> = match starts {
-                    Some(t) => int_list(call, "start", &t)?,
-                    None => (0..dt.n() as u32).collect(),
+                    Some(s) => int_list(call, "start", &s)?,
+                    None => (0..t.dt.n() as u32).collect(),
                 };
-                let opts = scan_options(call, &o)?;
-                let job = ScanJob::new(dt, &starts, &opts).map_err(|e| err(call, e))?;
+                let opts = job_options(call, &o)?;
+                let job = new_job(call, t, &starts, &opts, None)?;
                 Ok(LJob::new("job", job))
             },
         );
         // A job continuing from a checkpoint: `prefixes` is a binary string of little-endian
-        // uint32, #starts rows of `len` entries (as `job:columns(0, len)` returns them).
-        m.add_method(
+        // uint32, #starts rows of `len` entries (as `job:columns(0, len)` returns them). The host
+        // table is needed by the scan engine (it rebuilds the running sums on the host); a gram
+        // job replays the prefix on the device and accepts nil.
+        m.add_method_mut(
             "resume_job",
             |_,
              this,
              (table, starts, prefixes, len, o): (
-                LuaAnyUserData,
+                Option<LuaAnyUserData>,
                 LuaTable,
                 LuaString,
                 Value,
                 Option<LuaTable>,
             )| {
                 let call = "device_table:resume_job";
-                let dt = this.get(call)?;
-                let t = table.borrow::<LTable>()?;
+                let t = this.get_mut(call)?;
                 let starts = int_list(call, "start", &starts)?;
                 let len = int(call, "len", &len)? as usize;
                 let rows = u32_rows(call, &prefixes.as_bytes(), starts.len(), len)?;
-                let opts = scan_options(call, &o)?;
-                let job = ScanJob::resume(dt, t.get(call)?, &starts, &rows, len, &opts)
-                    .map_err(|e| err(call, e))?;
+                let opts = job_options(call, &o)?;
+                let host = match &table {
+                    Some(u) => Some(u.borrow::<LTable>()?),
+                    None => None,
+                };
+                let host = match &host {
+                    Some(h) => Some(h.get(call)?),
+                    None => None,
+                };
+                let job = new_job(call, t, &starts, &opts, Some((host, &rows, len)))?;
                 Ok(LJob::new("job", job))
+            },
+        );
+        m.add_method_mut("close", |_, this, ()| {
+            this.inner = None;
+            Ok(())
+        });
+    }
+}
+
+/// A prefix to resume from: the host table (the scan engine needs it), the rows, their length.
+type ResumeFrom<'a> = Option<(Option<&'a Table>, &'a [u32], usize)>;
+
+/// A job on `t` in the mode `opts` resolve to (auto: gram when G fits the device's budget).
+fn new_job(
+    call: &str,
+    t: &mut DevTable,
+    starts: &[u32],
+    opts: &JobOptions,
+    resume: ResumeFrom,
+) -> LuaResult<Job> {
+    let dt = &t.dt;
+    let mode = gram::mode_for(
+        dt.context().caps(),
+        opts.mode,
+        dt.n(),
+        dt.d(),
+        dt.precision().bytes(),
+    );
+    if mode == Mode::Gram {
+        let g = t.gram(call)?;
+        return gram_job(call, &g, starts, &opts.gram, resume.map(|(_, r, l)| (r, l)));
+    }
+    let job = match resume {
+        None => ScanJob::new(dt, starts, &opts.scan),
+        Some((None, _, _)) => {
+            return Err(msg(
+                call,
+                "the scan engine resumes from the host table: pass it as the first argument",
+            ))
+        }
+        Some((Some(host), rows, len)) => ScanJob::resume(dt, host, starts, rows, len, &opts.scan),
+    };
+    job.map(|j| Job::Scan(Box::new(j)))
+        .map_err(|e| err(call, e))
+}
+
+fn gram_job(
+    call: &str,
+    g: &Gram,
+    starts: &[u32],
+    opts: &GramOptions,
+    resume: Option<(&[u32], usize)>,
+) -> LuaResult<Job> {
+    match resume {
+        None => GramJob::new(g, starts, opts),
+        Some((rows, len)) => GramJob::resume(g, starts, rows, len, opts),
+    }
+    .map(|j| Job::Gram(Box::new(j)))
+    .map_err(|e| err(call, e))
+}
+
+impl UserData for LGram {
+    fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
+        m.add_method("n", |_, this, ()| Ok(this.get("gram:n")?.table().n()));
+        m.add_method("bytes", |_, this, ()| Ok(this.get("gram:bytes")?.bytes()));
+        m.add_method("slabs", |_, this, ()| Ok(this.get("gram:slabs")?.slabs()));
+        m.add_method("build_gpu_ns", |_, this, ()| {
+            Ok(this.get("gram:build_gpu_ns")?.build_ns())
+        });
+        // Row i of G (0-based) as a Lua array, for diagnostics.
+        m.add_method("row", |lua, this, i: Value| {
+            let call = "gram:row";
+            let i = int(call, "row", &i)? as usize;
+            let r = this.get(call)?.row(i).map_err(|e| err(call, e))?;
+            lua.create_sequence_from(r)
+        });
+        m.add_method(
+            "job",
+            |_, this, (starts, o): (Option<LuaTable>, Option<LuaTable>)| {
+                let call = "gram:job";
+                let g = this.get(call)?;
+                let starts: Vec<u32> = match starts {
+                    Some(s) => int_list(call, "start", &s)?,
+                    None => (0..g.table().n() as u32).collect(),
+                };
+                let opts = gram_only_options(call, &o)?;
+                Ok(LJob::new("job", gram_job(call, g, &starts, &opts, None)?))
+            },
+        );
+        m.add_method(
+            "resume_job",
+            |_, this, (starts, prefixes, len, o): (LuaTable, LuaString, Value, Option<LuaTable>)| {
+                let call = "gram:resume_job";
+                let g = this.get(call)?;
+                let starts = int_list(call, "start", &starts)?;
+                let len = int(call, "len", &len)? as usize;
+                let rows = u32_rows(call, &prefixes.as_bytes(), starts.len(), len)?;
+                let opts = gram_only_options(call, &o)?;
+                Ok(LJob::new(
+                    "job",
+                    gram_job(call, g, &starts, &opts, Some((&rows, len)))?,
+                ))
             },
         );
         m.add_method_mut("close", |_, this, ()| {
@@ -341,36 +620,57 @@ fn int_list(call: &str, what: &str, t: &LuaTable) -> LuaResult<Vec<u32>> {
         .collect()
 }
 
-fn scan_options(call: &str, o: &Option<LuaTable>) -> LuaResult<ScanOptions> {
-    let mut opts = ScanOptions::default();
+/// A job's options for both engines and the mode they ask for.
+struct JobOptions {
+    mode: Mode,
+    scan: ScanOptions,
+    gram: GramOptions,
+}
+
+/// Options of `dtable:job` / `dtable:resume_job`: `mode` ("scan", the default, "gram" or
+/// "auto"); shared `chunk`, `steps`, `workgroup`; scan's `shape`, `tile`, `pipelined`; gram's
+/// `placement` ("auto", "registers", "memory") and `subgroups` (boolean). Options of the engine
+/// not chosen are ignored.
+fn job_options(call: &str, o: &Option<LuaTable>) -> LuaResult<JobOptions> {
+    let mut scan = ScanOptions::default();
     if let Some(s) = opt::<String>(o, "shape")? {
-        opts.shape = s.parse().map_err(|e| err(call, e))?;
+        scan.shape = s.parse().map_err(|e| err(call, e))?;
     }
     if let Some(t) = opt_int(call, o, "tile")? {
-        opts.tile_size = u32::try_from(t).map_err(|_| msg(call, "tile too large"))?;
+        scan.tile_size = u32::try_from(t).map_err(|_| msg(call, "tile too large"))?;
         if opt::<String>(o, "shape")?.is_none() && t > 0 {
-            opts.shape = Shape::Tiled;
+            scan.shape = Shape::Tiled;
         }
     }
+    scan.pipelined = opt(o, "pipelined")?.unwrap_or(false);
+    let gram = gram_only_options(call, o)?;
     if let Some(c) = opt_int(call, o, "chunk")? {
-        opts.chunk = c as usize;
+        scan.chunk = c as usize;
+    }
+    scan.steps = gram.steps;
+    scan.workgroup_size = gram.workgroup_size;
+    let mode = parse_mode(call, opt::<String>(o, "mode")?.as_deref(), Mode::Scan)?;
+    Ok(JobOptions { mode, scan, gram })
+}
+
+/// The gram engine's options: `chunk`, `steps`, `workgroup`, `placement`, `subgroups`.
+fn gram_only_options(call: &str, o: &Option<LuaTable>) -> LuaResult<GramOptions> {
+    let mut g = GramOptions::default();
+    if let Some(c) = opt_int(call, o, "chunk")? {
+        g.chunk = c as usize;
     }
     if let Some(k) = opt_int(call, o, "steps")? {
-        opts.steps = Some(k as usize);
+        g.steps = Some(k as usize);
     }
     if let Some(w) = opt_int(call, o, "workgroup")? {
-        opts.workgroup_size = Some(w as u32);
+        g.workgroup_size =
+            Some(u32::try_from(w).map_err(|_| msg(call, format!("workgroup {w} too large")))?);
     }
-    opts.pipelined = opt(o, "pipelined")?.unwrap_or(false);
-    if let Some(mode) = opt::<String>(o, "mode")? {
-        if mode != "scan" {
-            return Err(msg(
-                call,
-                format!("mode '{mode}': only 'scan' exists so far"),
-            ));
-        }
+    if let Some(p) = opt::<String>(o, "placement")? {
+        g.placement = p.parse::<Placement>().map_err(|e| err(call, e))?;
     }
-    Ok(opts)
+    g.subgroups = opt::<bool>(o, "subgroups")?;
+    Ok(g)
 }
 
 impl UserData for LJob {
@@ -382,7 +682,10 @@ impl UserData for LJob {
             if let Some(t) = tile.filter(|t| !t.is_nil()) {
                 let t = int_u32(call, "tile", &t)?;
                 let shape = if t == 0 { Shape::Untiled } else { Shape::Tiled };
-                job.set_tiling(shape, t);
+                // Tiles are the scan engine's; a gram step reads whole Gram rows.
+                if let Job::Scan(j) = job {
+                    j.set_tiling(shape, t);
+                }
             }
             let r = job.step(n as usize).map_err(|e| err(call, e))?;
             Ok((r.steps, r.gpu_ns))
@@ -393,6 +696,27 @@ impl UserData for LJob {
             Ok(())
         });
         m.add_method("done", |_, this, ()| Ok(this.get("job:done")?.done()));
+        // "scan" or "gram": the engine the job runs on (what "auto" chose).
+        m.add_method("mode", |_, this, ()| {
+            Ok(this.get("job:mode")?.mode().name())
+        });
+        // Where a gram job keeps its state ("registers" or "memory"); nil for a scan job.
+        m.add_method("placement", |_, this, ()| {
+            Ok(match this.get("job:placement")? {
+                Job::Gram(j) => Some(j.placement().name()),
+                Job::Scan(_) => None,
+            })
+        });
+        m.add_method("workgroup_size", |_, this, ()| {
+            Ok(this.get("job:workgroup_size")?.workgroup_size())
+        });
+        // Whether a gram job reduces with subgroup operations; nil for a scan job.
+        m.add_method("uses_subgroups", |_, this, ()| {
+            Ok(match this.get("job:uses_subgroups")? {
+                Job::Gram(j) => Some(j.uses_subgroups()),
+                Job::Scan(_) => None,
+            })
+        });
         m.add_method("progress", |_, this, ()| {
             let j = this.get("job:progress")?;
             Ok((j.steps_done(), j.total_steps()))
@@ -1068,6 +1392,13 @@ fn diversity(lua: &Lua) -> LuaResult<LuaTable> {
         })?,
     )?;
     m.set("ENV_FAIL_AFTER_CHUNKS", crate::scan::ENV_FAIL_AFTER_CHUNKS)?;
+    // Bytes of G = E Eᵀ for N items (N² × 4).
+    m.set(
+        "gram_bytes",
+        lua.create_function(|_, n: Value| {
+            Ok(gram::gram_bytes(int("gram_bytes", "n", &n)? as usize))
+        })?,
+    )?;
     // The clean message of an error raised by this module (no "runtime error: " prefix, no
     // traceback): `diversity.message(err)`.
     let message: LuaFunction = lua

@@ -1,7 +1,8 @@
 --- Command line for the diversity-cache job (SPEC §Driver):
 --
 --   luajit lua/diversity/cli.lua --embeddings FILE --out diversity_cache.json [--center]
---       [--precision fp16|fp32] [--top-k K] [--batch B] [--starts all|a,b,c] [--binary FILE.bin]
+--       [--precision fp16|fp32] [--mode scan|gram|auto] [--placement auto|registers|memory]
+--       [--top-k K] [--batch B] [--starts all|a,b,c] [--binary FILE.bin]
 --       [--dim D] [--device NAME] [--validation] [--resume] [--target-s S] [--safety F]
 --       [--model NAME] [--quiet]
 --
@@ -11,7 +12,8 @@
 local driver = require "diversity.driver"
 
 local USAGE = [=[usage: cli.lua --embeddings FILE --out diversity_cache.json [--center]
-    [--precision fp16|fp32] [--top-k K] [--batch B] [--starts all|a,b,c] [--binary FILE.bin]
+    [--precision fp16|fp32] [--mode scan|gram|auto] [--placement auto|registers|memory]
+    [--top-k K] [--batch B] [--starts all|a,b,c] [--binary FILE.bin]
     [--dim D] [--device NAME] [--validation] [--resume] [--target-s S] [--safety F]
     [--model NAME] [--quiet]]=]
 
@@ -40,6 +42,16 @@ local function parse(argv)
       if o.precision ~= "fp16" and o.precision ~= "fp32" then
         error("diversity: --precision " .. o.precision .. ": expected fp16 or fp32", 0)
       end
+    elseif a == "--mode" then
+      o.mode = value(a)
+      if not driver.MODES[o.mode] then
+        error("diversity: --mode " .. o.mode .. ": expected scan, gram or auto", 0)
+      end
+    elseif a == "--placement" then
+      o.placement = value(a)
+      if not driver.PLACEMENTS[o.placement] then
+        error("diversity: --placement " .. o.placement .. ": expected auto, registers or memory", 0)
+      end
     elseif a == "--top-k" then o.top_k = number(a)
     elseif a == "--batch" then o.batch = number(a)
     elseif a == "--starts" then o.starts = value(a)
@@ -61,8 +73,8 @@ end
 local ok, err = pcall(function()
   local opts = parse(arg)
   local r = driver.run(opts)
-  io.stdout:write(("%s: %d sequences x %d steps of %d x %d in %d batch(es)%s, GPU %.3f s -> %s\n"):format(
-    r.device, r.sequences, r.steps, r.n, r.dim, r.batches,
+  io.stdout:write(("%s: %s mode, %d sequences x %d steps of %d x %d in %d batch(es)%s, GPU %.3f s -> %s\n"):format(
+    r.device, r.mode, r.sequences, r.steps, r.n, r.dim, r.batches,
     r.resumed_batches > 0 and (" (" .. r.resumed_batches .. " from the checkpoint)") or "",
     r.gpu_ns / 1e9, opts.out))
 end)

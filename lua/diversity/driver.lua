@@ -8,7 +8,9 @@ local M = {}
 
 M.defaults = {
   precision = "fp16",
-  batch = 3584,        -- sequences per batch (the user's default)
+  mode = "auto",       -- "scan", "gram" or "auto" (gram when G fits the device's memory budget)
+  batch = 3584,        -- sequences per batch in scan mode (the user's default); gram batches
+                       -- default to as many as fit next to G
   target_s = 1.5,      -- watchdog target per submission, seconds
   safety = 0.6,        -- fraction of the target a chunk may use
   probe_steps = 10,
@@ -174,15 +176,28 @@ local function read_file(path)
   return d
 end
 
+M.MODES = { scan = true, gram = true, auto = true }
+M.PLACEMENTS = { auto = true, registers = true, memory = true }
+
 --- Run the whole job. `opts`: embeddings, out (diversity_cache.json), binary (optional uint32
--- cache), center, precision, top_k, batch, starts ("all", "a,b,c" or a Lua array), device,
--- validation, resume, target_s, safety, quiet, model, dim. Returns a summary table.
+-- cache), center, precision, mode ("scan", "gram" or "auto"), placement (gram: "auto",
+-- "registers" or "memory"), top_k, batch, starts ("all", "a,b,c" or a Lua array), device,
+-- validation, resume, target_s, safety, quiet, model, dim. Returns a summary table (with `mode`,
+-- the engine used, and `mode_reason`, why).
 function M.run(opts)
+  local batch_given = opts.batch ~= nil
   for k, v in pairs(M.defaults) do
     if opts[k] == nil then opts[k] = v end
   end
   if not opts.embeddings then error("diversity: --embeddings FILE is required", 0) end
   if not opts.out then error("diversity: --out FILE is required", 0) end
+  if not M.MODES[opts.mode] then
+    error("diversity: --mode " .. tostring(opts.mode) .. ": expected scan, gram or auto", 0)
+  end
+  if opts.placement ~= nil and not M.PLACEMENTS[opts.placement] then
+    error("diversity: --placement " .. tostring(opts.placement)
+      .. ": expected auto, registers or memory", 0)
+  end
   if opts.batch < 1 or opts.batch ~= math.floor(opts.batch) then
     error("diversity: --batch must be a positive integer, got " .. tostring(opts.batch), 0)
   end
@@ -213,6 +228,22 @@ function M.run(opts)
   end
   local steps = math.min(opts.top_k or (n - 1), n - 1)
   local tile = M.tile_size(caps.l2_bytes, dim, opts.precision)
+  -- The engine (SPEC §Modes: auto = gram when G fits the device's memory budget, else scan),
+  -- reported before any work and written into the metadata.
+  local mode, mode_reason = ctx:mode_for(n, dim, opts.precision, opts.mode)
+  if not opts.quiet then
+    io.stderr:write(("mode %s (%s)\n"):format(mode, mode_reason))
+    io.stderr:flush()
+  end
+  if opts.mode == "gram" and mode_reason:match("^requested, but ") then
+    t:close(); ctx:close()
+    error("diversity: --mode gram: " .. mode_reason:gsub("^requested, but ", "")
+      .. " (--mode auto falls back to scan)", 0)
+  end
+  -- Batches fit the device's buffer, dispatch and memory limits (gram: next to G; by default
+  -- every sequence that fits, the whole cache in one batch on a GPU).
+  local fit = ctx:max_batch(n, dim, opts.precision, steps, mode)
+  local batch = (mode == "gram" and not batch_given) and fit or math.max(1, math.min(opts.batch, fit))
   -- generated_at: SOURCE_DATE_EPOCH when set (reproducible output), else now; a resumed run keeps
   -- the time of the run it continues, so its output is byte-identical to an uninterrupted one.
   local ckdir = opts.out .. ".partial"
@@ -221,8 +252,8 @@ function M.run(opts)
   if opts.resume then generated_at = read_file(ckdir .. "/generated_at.txt") or generated_at end
   local meta = {
     model = opts.model or "unknown", num_poems = n, algorithm = "diversity-sequence-v1",
-    generated_at = generated_at, batch_size = opts.batch, top_k = steps,
-    space = space, precision = opts.precision, mode = "scan", device = caps.name,
+    generated_at = generated_at, batch_size = batch, top_k = steps,
+    space = space, precision = opts.precision, mode = mode, device = caps.name,
   }
   -- The output locations are checked (temporary files created) before any GPU work.
   local ok_w, writer = pcall(diversity.json_cache_writer, opts.out, meta, t:ids())
@@ -239,7 +270,8 @@ function M.run(opts)
     end
     bin = b
   end
-  local ok, result = pcall(M.compute, ctx, t, starts, steps, tile, opts, writer, bin, ckdir, generated_at)
+  local run = { steps = steps, tile = tile, mode = mode, batch = batch }
+  local ok, result = pcall(M.compute, ctx, t, starts, run, opts, writer, bin, ckdir, generated_at)
   if not ok then
     writer:close()
     if bin then bin:close() end
@@ -251,6 +283,7 @@ function M.run(opts)
   t:close(); ctx:close()
   result.from_cache = from_cache
   result.tile = tile
+  result.mode_reason = mode_reason
   return result
 end
 
@@ -311,18 +344,19 @@ function M.remove_checkpoint(ckdir, nbatches)
 end
 
 -- A fingerprint of what a checkpoint belongs to.
-local function fingerprint(t, starts, steps, opts)
-  return table.concat({ "v1", opts.embeddings, tostring(opts.center), opts.precision, steps,
-    opts.batch, #starts, starts[1] or "", starts[#starts] or "", t:n(), t:dim() }, "|")
+local function fingerprint(t, starts, run, opts)
+  return table.concat({ "v2", opts.embeddings, tostring(opts.center), opts.precision, run.mode,
+    run.steps, run.batch, #starts, starts[1] or "", starts[#starts] or "", t:n(), t:dim() }, "|")
 end
 
-function M.compute(ctx, t, starts, steps, tile, opts, writer, bin, ckdir, generated_at)
+--- Compute every batch (`run`: steps, tile, mode — "scan" or "gram", already resolved — and
+-- batch), checkpointing each chunk, and stream the rows to the writers.
+function M.compute(ctx, t, starts, run, opts, writer, bin, ckdir, generated_at)
+  local steps, tile, batch = run.steps, run.tile, run.batch
   local dt = ctx:upload(t, opts.precision)
   local caps = ctx:caps()
-  -- Batches fit the device's buffer, dispatch and memory limits.
-  local batch = math.max(1, math.min(opts.batch, ctx:max_batch(t:n(), t:dim(), opts.precision, steps)))
   local nbatches = math.ceil(#starts / batch)
-  local fp = fingerprint(t, starts, steps, opts)
+  local fp = fingerprint(t, starts, run, opts)
   local resumed = 0
   if opts.resume then
     local saved = read_file(ckdir .. "/run.txt")
@@ -349,13 +383,15 @@ function M.compute(ctx, t, starts, steps, tile, opts, writer, bin, ckdir, genera
       progress:skip(steps)
     else
       local job
-      local label = ("batch %d/%d"):format(b, nbatches)
+      local label = ("%s batch %d/%d"):format(run.mode, b, nbatches)
       -- The steps of this batch already in the checkpoint (resume), as rows of `have` entries.
       local prefix, have = nil, 0
       if opts.resume then prefix, have = M.read_part(partfile, #list) end
       if not prefix then os.remove(partfile); have = 0 end
       local ok, e = pcall(function()
-        local jopts = { tile = tile, chunk = 0, steps = steps }
+        -- Gram jobs share the device table's G, built by the first one.
+        local jopts = { mode = run.mode, tile = tile, chunk = 0, steps = steps,
+          placement = opts.placement }
         if prefix then
           job = dt:resume_job(t, list, prefix, have, jopts)
           progress:skip(have - 1)
@@ -419,7 +455,8 @@ function M.compute(ctx, t, starts, steps, tile, opts, writer, bin, ckdir, genera
   -- The run is complete: the checkpoint is no longer needed.
   M.remove_checkpoint(ckdir, nbatches)
   return { n = t:n(), dim = t:dim(), sequences = #starts, steps = steps, batches = nbatches,
-    batch = batch, gpu_ns = total_gpu_ns, resumed_batches = resumed, device = caps.name }
+    batch = batch, gpu_ns = total_gpu_ns, resumed_batches = resumed, device = caps.name,
+    mode = run.mode }
 end
 
 return M

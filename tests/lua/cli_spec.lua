@@ -57,7 +57,7 @@ describe("command line", function()
     if o.center then t = t:centered() end
     local ids = t:ids()
     local dt = ctx:upload(t, o.precision or "fp16")
-    local job = dt:job(starts, { steps = steps })
+    local job = dt:job(starts, { steps = steps, mode = o.mode or "auto" })
     job:step(steps)
     local out = {}
     for i, row in ipairs(job:sequences()) do
@@ -102,7 +102,11 @@ describe("command line", function()
       assert.are.equal(5, m.top_k)
       assert.are.equal("raw", m.space)
       assert.are.equal("fp16", m.precision)
-      assert.are.equal("scan", m.mode)
+      -- the default mode is auto: gram where G fits (lavapipe: it does), reported on stderr
+      assert.are.equal(ctx:mode_for(300, 384, "fp16"), m.mode)
+      assert.are.equal("gram", m.mode)
+      assert.truthy(err:find("mode gram (auto: ", 1, true), err)
+      assert.truthy(out:find("gram mode", 1, true), out)
       assert.are.equal(ctx:name(), m.device)
       assert.are.equal("2023-11-14T22:13:20Z", m.generated_at)
       assert.are.equal(300, #j.sequences.__keys)
@@ -191,6 +195,43 @@ describe("command line", function()
       assert.are.equal("number", type(j.sequences["2047"][2]))
     end)
 
+    it("--mode scan and --mode gram: the metadata says which; gram agrees with gram across batches and chunks",
+      function()
+        local dir = fortunes_dir()
+        local function run(name, extra)
+          local a = { "--embeddings", dir .. "/e.json", "--out", dir .. "/" .. name .. ".json",
+            "--top-k", "40" }
+          for _, x in ipairs(extra) do a[#a + 1] = x end
+          local rc, out, err = H.cli(a, EPOCH)
+          assert.are.equal(0, rc, err)
+          return H.read(dir .. "/" .. name .. ".json"), out, err
+        end
+        local _, out, err = run("scan", { "--mode", "scan" })
+        assert.truthy(err:find("mode scan (requested)", 1, true), err)
+        assert.truthy(out:find("scan mode", 1, true), out)
+        local js = H.json_file(dir .. "/scan.json")
+        assert.are.equal("scan", js.metadata.mode)
+        check_sequences(js, expected(dir .. "/e.json", { 0, 150, 299 }, 40, { mode = "scan" }))
+        local gram = run("gram", { "--mode", "gram" })
+        local jg = H.json_file(dir .. "/gram.json")
+        assert.are.equal("gram", jg.metadata.mode)
+        assert.are.equal(300, jg.metadata.batch_size) -- every sequence in one batch
+        check_sequences(jg, expected(dir .. "/e.json", { 0, 150, 299 }, 40, { mode = "gram" }))
+        -- the same bytes with other batches, tiny chunks and memory placement (but batch_size)
+        local other = run("gram2", { "--mode", "gram", "--batch", "70", "--target-s", "0.000001",
+          "--placement", "memory" })
+        assert.are.equal(gram:gsub('"batch_size":%d+', ""), (other:gsub('"batch_size":%d+', "")))
+        for key, seq in pairs(jg.sequences) do
+          if key ~= "__keys" then
+            local seen = {}
+            for k = 1, seq.n do
+              assert.is_nil(seen[seq[k]], key)
+              seen[seq[k]] = true
+            end
+          end
+        end
+      end)
+
     it("a second run reuses the fp16 cache and gives the same output; a changed input does not",
       function()
         local dir = fortunes_dir()
@@ -253,7 +294,7 @@ describe("command line", function()
         local t = diversity.load_fp16_bin(bin)
         if center then t = t:centered() end
         local dt = ctx:upload(t, "fp16")
-        local job = dt:job({ 0, 1 }, { steps = 5 })
+        local job = dt:job({ 0, 1 }, { steps = 5, mode = "auto" })
         job:step(5)
         local s = job:sequences()
         job:close(); dt:close()
@@ -428,6 +469,16 @@ describe("command line", function()
       assert_failed_cleanly(rc, out, err, { "--batch", "positive" }, dir)
     end)
 
+    it("--mode bogus and --placement bogus are refused, nothing written", function()
+      local dir = input(good)
+      local rc, out, err = run(dir, { "--mode", "bogus" })
+      assert_failed_cleanly(rc, out, err, { "--mode bogus", "scan, gram or auto" }, dir)
+      rc, out, err = run(dir, { "--placement", "bogus" })
+      assert_failed_cleanly(rc, out, err, { "--placement bogus", "registers" }, dir)
+      rc, out, err = run(dir, { "--mode" })
+      assert_failed_cleanly(rc, out, err, { "--mode needs a value" }, dir)
+    end)
+
     it("an unknown argument or precision, a missing value", function()
       local dir = input(good)
       local rc, out, err = run(dir, { "--frobnicate" })
@@ -509,7 +560,10 @@ describe("command line", function()
   end)
 
   -----------------------------------------------------------------------------------------------
-  describe("device loss and --resume", function()
+  -- Both engines: auto (gram on lavapipe; the gram engine replays the prefix on the device) and
+  -- scan (the running sums rebuilt on the host).
+  for _, MODE in ipairs { "auto", "scan" } do
+  describe("device loss and --resume, --mode " .. MODE, function()
     local N = 120
     local dir, starts
 
@@ -530,7 +584,7 @@ json.dump(d, open(sys.argv[2], "w"))
     local function args(name, extra)
       local a = { "--embeddings", dir .. "/e.json", "--out", dir .. "/" .. name .. ".json",
         "--top-k", "12", "--batch", "40", "--starts", starts, "--binary",
-        dir .. "/" .. name .. ".bin" }
+        dir .. "/" .. name .. ".bin", "--mode", MODE }
       for _, x in ipairs(extra or {}) do a[#a + 1] = x end
       return a
     end
@@ -619,8 +673,22 @@ json.dump(d, open(sys.argv[2], "w"))
       assert.are.equal(1, rc, err)
       assert.truthy(err:find("belongs to another run", 1, true), err)
       assert.is_false(H.exists(dir .. "/other.json"))
+      -- the same run in the other mode is another run too
+      a = args("other", { "--resume" })
+      a[#a] = nil
+      a[#a] = MODE == "scan" and "gram" or "scan"
+      a[#a + 1] = "--resume"
+      rc, _, err = H.cli(a, EPOCH)
+      assert.are.equal(1, rc, err)
+      assert.truthy(err:find("belongs to another run", 1, true), err)
+    end)
+
+    it("the output says the mode", function()
+      local j = H.json_file(dir .. "/full.json")
+      assert.are.equal(MODE == "scan" and "scan" or "gram", j.metadata.mode)
     end)
   end)
+  end
 
   it("left no validation messages", function()
     H.assert_no_validation(ctx)

@@ -52,6 +52,40 @@ describe("driver", function()
     assert.are.equal(5, j.sequences["19"].n)
   end)
 
+  it("the default mode is auto: gram where G fits, reported in the summary and the metadata",
+    function()
+      assert.are.equal("auto", driver.defaults.mode)
+      local dir = H.tmpdir()
+      local t = diversity.table(H.random_rows(30, 5, 4))
+      t:save_fp16_bin(dir .. "/t.bin", "raw", "fnv1a64:0000000000000000")
+      t:close()
+      local ctx = diversity.open {}
+      local want, why = ctx:mode_for(30, 5, "fp16")
+      ctx:close()
+      local r = driver.run { embeddings = dir .. "/t.bin", out = dir .. "/o.json", quiet = true }
+      assert.are.equal(want, r.mode)
+      assert.are.equal(why, r.mode_reason)
+      assert.are.equal("gram", r.mode) -- lavapipe: G of 30 rows fits
+      assert.are.equal(1, r.batches) -- a gram batch holds every sequence that fits
+      local j = H.json_file(dir .. "/o.json")
+      assert.are.equal("gram", j.metadata.mode)
+      assert.are.equal(30, j.metadata.batch_size)
+      assert.are.equal(30, j.sequences["7"].n)
+      r = driver.run { embeddings = dir .. "/t.bin", out = dir .. "/s.json", quiet = true,
+        mode = "scan" }
+      assert.are.equal("scan", r.mode)
+      assert.are.equal(3584, H.json_file(dir .. "/s.json").metadata.batch_size)
+      assert.are.equal("scan", H.json_file(dir .. "/s.json").metadata.mode)
+      -- a bad mode is refused before anything is written
+      local ok, e = pcall(driver.run, { embeddings = dir .. "/t.bin", out = dir .. "/b.json",
+        quiet = true, mode = "bogus" })
+      assert.is_false(ok)
+      assert.truthy(H.message(e):find("--mode bogus: expected scan, gram or auto", 1, true),
+        H.message(e))
+      assert.is_false(H.exists(dir .. "/b.json"))
+      assert.are.same({}, H.temp_files(dir, "b.json"))
+    end)
+
   it("run() errors are plain messages naming the cause", function()
     local dir = H.tmpdir()
     local ok, e = pcall(driver.run, { embeddings = dir .. "/none.npy", out = dir .. "/o.json",
