@@ -192,6 +192,7 @@ fn run(a: Args) -> Result<(), String> {
         workgroup_size: a.workgroup,
         placement: a.placement,
         subgroups: None,
+        ..GramOptions::default()
     };
     let opts = ScanOptions {
         shape: a.shape,
