@@ -28,7 +28,7 @@ use std::sync::Arc;
 pub const MAX_SLABS: usize = G_SLABS as usize;
 
 /// Fraction of the device memory budget the gram engine plans to use (G, state, output).
-const BUDGET_FRACTION: f64 = 0.9;
+pub const BUDGET_FRACTION: f64 = 0.9;
 
 /// Register state per lane, items per lane: hi, lo and 1/|e| take three registers each.
 const GPU_REGISTER_ITEMS: usize = 36;
@@ -700,6 +700,13 @@ impl GramJob {
             ],
             &gram.slabs,
         )?;
+        // Column 0 holds the starts from the beginning, before any step has run.
+        let col0: Vec<(u64, &[u8])> = starts
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (((i * seq_len) * 4) as u64, bytemuck::bytes_of(s)))
+            .collect();
+        ctx.write_regions(&seqs, &col0)?;
         let sub = Submitter::new(&ctx)?;
         // The descriptor set points at G's slabs: the job shares them, so they outlive it.
         Ok(GramJob {

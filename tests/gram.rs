@@ -272,6 +272,11 @@ fn top_k_chunks_and_progress() {
     };
     let mut job = GramJob::new(&gram, &[7, 8], &o).unwrap();
     assert_eq!(job.total_steps(), 10);
+    assert_eq!(
+        job.sequences().unwrap(),
+        vec![vec![7], vec![8]],
+        "the starts before any step"
+    );
     let r = job.step(4).unwrap();
     assert_eq!((r.steps, r.submissions, job.steps_done()), (4, 2, 4));
     assert_eq!(r.chunks.iter().map(|c| c.0).collect::<Vec<_>>(), vec![3, 1]);
