@@ -11,6 +11,10 @@
 #   gram_seed500.*       the seed workload (3,584 sequences × 500 steps)
 #   gram_n65536.*        the seed workload at N = 65,536 (G = 16 GiB in slabs; state in memory)
 set -uo pipefail
+# The device tool brings back at most 8 files: pack everything into $OUT/gram-results.tgz on exit
+# (the PNGs also stay beside it).
+pack() { (cd "$OUT" && tar czf gram-results.tgz --exclude=gram-results.tgz -- * && find . -type f ! -name gram-results.tgz ! -name '*.png' -delete); }
+trap pack EXIT
 START=$SECONDS
 step() { echo "== $(date +%T) +$((SECONDS - START)) s: $*" | tee -a "$OUT/gram_steps.log"; }
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig

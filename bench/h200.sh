@@ -19,6 +19,10 @@
 #   n65536.*    the seed workload on the peer's 65,536 × 768 table: the full configuration set of
 #               the fastest kernel when the time left allows it, else both kernels' --quick set
 set -uo pipefail
+# The device tool brings back at most 8 files: pack everything into $OUT/scan-results.tgz on exit
+# (the PNGs also stay beside it).
+pack() { (cd "$OUT" && tar czf scan-results.tgz --exclude=scan-results.tgz -- * && find . -type f ! -name scan-results.tgz ! -name '*.png' -delete); }
+trap pack EXIT
 START=$SECONDS
 TOTAL=${TOTAL_S:-530}
 left() { echo $((TOTAL - (SECONDS - START))); }
