@@ -41,7 +41,7 @@ timeout 120 python3 $PEER --parts none --full-gram --out "$T/peer_seed.npy" 2>&1
 timeout 60 python3 bench/compare_seqs.py "$T/ours_seed.u32" "$T/peer_seed.npy" "whole 8359" 2>&1 | tee -a "$OUT/peer_seed_full.log"
 
 step "whole cache fortunes 14943 x 384, centered"
-timeout 200 $G --table "$FORTUNES" --dim 384 --center --precisions fp32,fp16 --wg 512,1024,256 \
+timeout 200 $G --table "$FORTUNES" --dim 384 --center --precisions fp32,fp16 --wg 512,1024 \
   --placements registers,memory --oracle 16 --label "gram whole cache fortunes 14943x384, centered" \
   --json "$OUT/gram_fortunes.json" --md "$OUT/gram_fortunes.md" 2>&1 | tee "$OUT/gram_fortunes.log"
 step "whole cache fortunes, not centered, + peer"

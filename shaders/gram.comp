@@ -137,36 +137,44 @@ void main() {
     for (uint t = pc.first; t < pc.first + pc.count; ++t) {
         float bk = INF;
         uint bi = NO_INDEX;
+        // Every row load of the step is issued before any is used (no branch between them), so
+        // their latencies overlap; then a branch-free update: a chosen item (hi = +inf) and the
+        // item just picked keep (or take) hi = +inf and are no candidates.
         if (IN_REGS != 0u) {
+            float g[RPER];
+            for (uint r = 0u; r < RPER; ++r) g[r] = grow(prev, min(lid + r * WG, n - 1u));
             for (uint r = 0u; r < RPER; ++r) {
                 uint j = lid + r * WG;
-                if (hi[r] != INF) {
-                    if (j == prev) {
-                        hi[r] = INF;
-                    } else {
-                        float h = hi[r], l = lo[r];
-                        float v = add_pair(h, l, grow(prev, j));
-                        hi[r] = h;
-                        lo[r] = l;
-                        precise float key = v * inv[r];
-                        if (key < bk) { bk = key; bi = j; }
-                    }
-                }
+                bool live = hi[r] != INF && j != prev;
+                float h = hi[r], l = lo[r];
+                float v = add_pair(h, l, g[r]);
+                hi[r] = live ? h : INF;
+                lo[r] = live ? l : lo[r];
+                precise float key = v * inv[r];
+                if (live && key < bk) { bk = key; bi = j; }
             }
         } else {
-            for (uint j = lid; j < n; j += WG) {
-                float h = state[base + j];
-                if (h != INF) {
+            for (uint j0 = lid; j0 < n; j0 += 4u * WG) {
+                float g[4], h[4], l[4], iv[4];
+                for (uint q = 0u; q < 4u; ++q) {
+                    uint j = min(j0 + q * WG, n - 1u);
+                    g[q] = grow(prev, j);
+                    h[q] = state[base + j];
+                    l[q] = state[base + n + j];
+                    iv[q] = inv_norm[j];
+                }
+                for (uint q = 0u; q < 4u; ++q) {
+                    uint j = j0 + q * WG;
+                    if (j >= n || h[q] == INF) continue;
                     if (j == prev) {
                         state[base + j] = INF;
-                    } else {
-                        float l = state[base + n + j];
-                        float v = add_pair(h, l, grow(prev, j));
-                        state[base + j] = h;
-                        state[base + n + j] = l;
-                        precise float key = v * inv_norm[j];
-                        if (key < bk) { bk = key; bi = j; }
+                        continue;
                     }
+                    float v = add_pair(h[q], l[q], g[q]);
+                    state[base + j] = h[q];
+                    state[base + n + j] = l[q];
+                    precise float key = v * iv[q];
+                    if (key < bk) { bk = key; bi = j; }
                 }
             }
         }

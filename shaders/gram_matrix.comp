@@ -1,7 +1,7 @@
 #version 450
-// G = E Eᵀ for the gram engine (SPEC §Modes, gram), rows [row0, row0 + rows) of G written into
-// slab `slab` (G is split into slabs of whole rows: one binding sees at most maxStorageBufferRange
-// bytes). Each entry is one fused multiply-add chain over d in ascending order from 0, so
+// G = E Eᵀ for the gram engine (SPEC §Modes, gram): rows [row0, row0 + rows) of G written into
+// slab `slab`, which holds the rows from slab_row0 on (G is split into slabs of whole rows: one
+// binding sees at most maxStorageBufferRange bytes; a slab may take several submissions). Each entry is one fused multiply-add chain over d in ascending order from 0, so
 // G[i][j] and G[j][i] have the same bits (fma(a, b, c) = fma(b, a, c)). The rows are the stored
 // table: fp16 rows are widened, so G comes from the rounded values.
 #ifdef FP16
@@ -20,6 +20,7 @@ layout(std430, set = 0, binding = 8) writeonly buffer GSlab { float g[]; } G[8];
 layout(push_constant) uniform Push {
     uint n;     // rows of the table (and of G)
     uint dim;   // D
+    uint slab_row0; // first row of G held by this slab
     uint row0;  // first row of G this dispatch writes
     uint rows;  // rows in this slab
     uint slab;  // which slab
@@ -65,7 +66,7 @@ void main() {
         if (i >= iend) continue;
         for (uint v = 0u; v < 4u; ++v) {
             uint j = j0 + tx * 4u + v;
-            if (j < pc.n) G[pc.slab].g[(i - pc.row0) * pc.n + j] = acc[u * 4u + v];
+            if (j < pc.n) G[pc.slab].g[(i - pc.slab_row0) * pc.n + j] = acc[u * 4u + v];
         }
     }
 }

@@ -233,6 +233,16 @@ pub fn max_batch(
         .max(1)
 }
 
+/// How [`Gram::build_with`] splits the work; `None` = the device's choice.
+#[derive(Clone, Debug, Default)]
+pub struct GramBuild {
+    /// Rows of G per slab (one buffer each; at most [`MAX_SLABS`] slabs). Default: as many as
+    /// `maxStorageBufferRange` allows.
+    pub slab_rows: Option<usize>,
+    /// Rows of G computed per submission (the watchdog knob). Default: ~2³³ multiply-adds.
+    pub rows_per_submission: Option<usize>,
+}
+
 /// G = E Eᵀ of a device table, on the device, in row slabs. Jobs share it (and keep it alive).
 #[derive(Clone)]
 pub struct Gram {
@@ -251,6 +261,7 @@ struct GramInner {
 pub(crate) struct MatrixPush {
     n: u32,
     dim: u32,
+    slab_row0: u32,
     row0: u32,
     rows: u32,
     slab: u32,
@@ -456,13 +467,28 @@ impl Gram {
     /// in ascending order, from the stored rows). Refused with [`Error::Limit`] when G does not
     /// fit ([`gram_unfit`] says why).
     pub fn build(table: &DeviceTable) -> Result<Gram> {
+        Gram::build_with(table, &GramBuild::default())
+    }
+
+    /// [`Gram::build`] with explicit slab and submission sizes (tests use small ones so that
+    /// several slabs and submissions run on a small table).
+    pub fn build_with(table: &DeviceTable, how: &GramBuild) -> Result<Gram> {
         let ctx = table.context().clone();
         let caps = ctx.caps();
         let (n, d) = (table.n(), table.d());
         if let Some(why) = gram_unfit(caps, n, d, table.precision().bytes()) {
             return Err(Error::Limit(why));
         }
-        let rows = slab_rows(caps, n);
+        let rows = match how.slab_rows {
+            Some(r) => r.clamp(1, slab_rows(caps, n)),
+            None => slab_rows(caps, n),
+        };
+        if n.div_ceil(rows) > MAX_SLABS {
+            return Err(Error::Invalid(format!(
+                "slabs of {rows} rows: N = {n} needs {} slabs, at most {MAX_SLABS}",
+                n.div_ceil(rows)
+            )));
+        }
         let mut slabs = Vec::new();
         let mut r0 = 0;
         while r0 < n {
@@ -490,12 +516,16 @@ impl Gram {
             let push = MatrixPush {
                 n: n as u32,
                 dim: d as u32,
+                slab_row0: row0 as u32,
                 row0: row0 as u32,
                 rows: count as u32,
                 slab: k as u32,
             };
             // Stay under a watchdog: at most ~2^33 multiply-adds per submission.
-            let per_sub = ((1usize << 33) / (n * d).max(1)).max(64) / 64 * 64;
+            let per_sub = how
+                .rows_per_submission
+                .unwrap_or((1usize << 33) / (n * d).max(1))
+                .max(1);
             let mut done = 0;
             while done < count {
                 let part = per_sub.min(count - done);

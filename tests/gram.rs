@@ -4,7 +4,7 @@
 //! own prefix (SPEC §Exactness 2) on real and random data, fp32 and fp16, centered and not,
 //! edge cases, bad input, resume, and the memory-budget rule of `auto`.
 
-use diversity::gram::{gram_unfit, mode_for};
+use diversity::gram::{gram_unfit, mode_for, GramBuild};
 use diversity::reference::{check_sequence, common_prefix, reference_sequence};
 use diversity::{
     files, Context, ContextOptions, DeviceTable, Gram, GramJob, GramOptions, Mode, Placement,
@@ -111,6 +111,67 @@ fn gram_matrix_matches_float64_and_is_symmetric() {
             }
         }
     }
+    assert_clean(&ctx);
+}
+
+#[test]
+fn slabs_and_submissions_split_g_without_changing_it() {
+    // G in several slabs (descriptor array entries) and several submissions per slab: the same
+    // bits as one slab in one submission, and the same sequences. (An offset bug here once left
+    // most of G unwritten on the GPU, where a slab takes several submissions.)
+    let ctx = ctx();
+    let table = fortunes(203);
+    let dt = DeviceTable::upload(&ctx, &table, Precision::Fp16).unwrap();
+    let one = Gram::build_with(
+        &dt,
+        &GramBuild {
+            slab_rows: Some(203),
+            rows_per_submission: Some(203),
+        },
+    )
+    .unwrap();
+    assert_eq!(one.slabs(), 1);
+    let starts: Vec<u32> = vec![0, 101, 202, 7];
+    let want = run(&one, &starts, starts.len(), &GramOptions::default());
+    for (slab_rows, per_sub) in [(203, 64), (37, 10), (29, 1000), (26, 7)] {
+        let g = Gram::build_with(
+            &dt,
+            &GramBuild {
+                slab_rows: Some(slab_rows),
+                rows_per_submission: Some(per_sub),
+            },
+        )
+        .unwrap();
+        assert_eq!(g.slabs(), 203usize.div_ceil(slab_rows));
+        for i in [0usize, 25, 26, 36, 37, 100, 202] {
+            assert_eq!(
+                g.row(i).unwrap(),
+                one.row(i).unwrap(),
+                "row {i}, slabs of {slab_rows}, {per_sub} rows a submission"
+            );
+        }
+        for placement in [Placement::Registers, Placement::Memory] {
+            let o = GramOptions {
+                placement,
+                ..GramOptions::default()
+            };
+            assert_eq!(
+                run(&g, &starts, starts.len(), &o),
+                want,
+                "slabs of {slab_rows}, {placement:?}"
+            );
+        }
+    }
+    let e = Gram::build_with(
+        &dt,
+        &GramBuild {
+            slab_rows: Some(25),
+            rows_per_submission: None,
+        },
+    )
+    .err()
+    .unwrap();
+    assert!(e.to_string().contains("needs 9 slabs, at most 8"), "{e}");
     assert_clean(&ctx);
 }
 
