@@ -1,10 +1,10 @@
 #version 450
 // The gram engine (SPEC §Modes, gram): one workgroup advances one sequence of the batch through
-// `count` steps. acc[x] = c · e_x is kept per candidate as a compensated pair (hi, lo) and grows
-// by row G[prev] of G = E Eᵀ each step, so a step is O(N) instead of O(N · D):
+// `count` steps. key[x] = c · e_x / |e_x| is kept per candidate as a compensated pair (hi, lo)
+// and grows by row G[prev] of G = E Eᵀ diag(1/|e|) each step, so a step is O(N), not O(N · D):
 //
-//   for every candidate x of this lane:  acc[x] += G[prev][x]  (Knuth TwoSum into hi, lo)
-//   key(x) = (hi + lo) · (1 / |e_x|);    pick = argmin key over unchosen x, lowest index on ties
+//   for every candidate x of this lane:  key[x] += G[prev][x]  (Knuth TwoSum into hi, lo)
+//   pick = argmin (hi + lo) over unchosen x, lowest index on ties
 //
 // Minimising the key maximises d(x) = 1 - cos(c, e_x) (|c| > 0 scales every key alike); a zero
 // row has key 0 (d = 1); a zero centroid has every acc exactly 0, so the lowest index wins.
@@ -25,9 +25,8 @@ layout(constant_id = 2) const uint IN_REGS = 1u;   // 1: state in registers, 0: 
 layout(constant_id = 3) const uint SUBGROUPS = 1u; // 1: subgroup min; 0: shared-memory tree only
 layout(constant_id = 4) const uint SEQ_LEN = 1u;   // row stride of `seqs`: steps + 1
 layout(constant_id = 5) const uint SLAB_ROWS = 1u; // rows of G per slab
+layout(constant_id = 6) const uint COMPENSATED = 1u; // 1: acc as a TwoSum pair; 0: plain sums
 
-// 1 / |e_x| from float64, 0 for a zero row.
-layout(std430, set = 0, binding = 1) readonly buffer InvNorm { float inv_norm[]; };
 layout(std430, set = 0, binding = 2) readonly buffer Starts { uint starts[]; };
 // Per sequence: hi[0..N) then lo[0..N).
 layout(std430, set = 0, binding = 3) buffer State { float state[]; };
@@ -96,8 +95,13 @@ uint workgroup_pick(float key, uint idx, uint t) {
     return p;
 }
 
-// acc += g as a compensated pair; returns the key's numerator hi + lo.
+// acc += g as a compensated pair (or a plain sum, lo staying 0); returns the key hi + lo.
 float add_pair(inout float hi, inout float lo, float g) {
+    if (COMPENSATED == 0u) {
+        precise float plain = hi + g;
+        hi = plain;
+        return plain;
+    }
     precise float s = hi + g;
     precise float bp = s - hi;
     precise float err = (hi - (s - bp)) + (g - bp);
@@ -118,14 +122,13 @@ void main() {
     uint prev = fresh ? starts[s] : seqs[out_row + pc.first - 1u];
     if (fresh && lid == 0u && pc.replay == 0u) seqs[out_row] = prev;
 
-    float hi[RPER], lo[RPER], inv[RPER];
+    float hi[RPER], lo[RPER];
     if (IN_REGS != 0u) {
         for (uint r = 0u; r < RPER; ++r) {
             uint j = lid + r * WG;
             bool ok = j < n;
             hi[r] = !ok ? INF : (fresh ? 0.0 : state[base + j]);
             lo[r] = (ok && !fresh) ? state[base + n + j] : 0.0;
-            inv[r] = ok ? inv_norm[j] : 0.0;
         }
     } else if (fresh) {
         for (uint j = lid; j < n; j += WG) {
@@ -150,18 +153,16 @@ void main() {
                 float v = add_pair(h, l, g[r]);
                 hi[r] = live ? h : INF;
                 lo[r] = live ? l : lo[r];
-                precise float key = v * inv[r];
-                if (live && key < bk) { bk = key; bi = j; }
+                if (live && v < bk) { bk = v; bi = j; }
             }
         } else {
             for (uint j0 = lid; j0 < n; j0 += 4u * WG) {
-                float g[4], h[4], l[4], iv[4];
+                float g[4], h[4], l[4];
                 for (uint q = 0u; q < 4u; ++q) {
                     uint j = min(j0 + q * WG, n - 1u);
                     g[q] = grow(prev, j);
                     h[q] = state[base + j];
                     l[q] = state[base + n + j];
-                    iv[q] = inv_norm[j];
                 }
                 for (uint q = 0u; q < 4u; ++q) {
                     uint j = j0 + q * WG;
@@ -173,8 +174,7 @@ void main() {
                     float v = add_pair(h[q], l[q], g[q]);
                     state[base + j] = h[q];
                     state[base + n + j] = l[q];
-                    precise float key = v * iv[q];
-                    if (key < bk) { bk = key; bi = j; }
+                    if (v < bk) { bk = v; bi = j; }
                 }
             }
         }

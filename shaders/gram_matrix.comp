@@ -1,9 +1,11 @@
 #version 450
 // G = E Eᵀ for the gram engine (SPEC §Modes, gram): rows [row0, row0 + rows) of G written into
 // slab `slab`, which holds the rows from slab_row0 on (G is split into slabs of whole rows: one
-// binding sees at most maxStorageBufferRange bytes; a slab may take several submissions). Each entry is one fused multiply-add chain over d in ascending order from 0, so
+// binding sees at most maxStorageBufferRange bytes; a slab may take several submissions).
+// Column j is stored scaled by 1/|e_j|: the engine then sums keys c·e_j/|e_j| directly. Each entry is one fused multiply-add chain over d in ascending order from 0, so
 // G[i][j] and G[j][i] have the same bits (fma(a, b, c) = fma(b, a, c)). The rows are the stored
-// table: fp16 rows are widened, so G comes from the rounded values.
+// table: fp16 rows are widened, so G comes from the rounded values. The scaling by 1/|e_j| is one
+// more rounding after the chain.
 #ifdef FP16
 #extension GL_EXT_shader_16bit_storage : require
 #define STORED float16_t
@@ -15,6 +17,8 @@
 layout(local_size_x = 256) in;
 
 layout(std430, set = 0, binding = 0) readonly buffer Table { STORED table[]; };
+// 1 / |e_x| from float64, 0 for a zero row.
+layout(std430, set = 0, binding = 1) readonly buffer InvNorm { float inv_norm[]; };
 layout(std430, set = 0, binding = 8) writeonly buffer GSlab { float g[]; } G[8];
 
 layout(push_constant) uniform Push {
@@ -66,7 +70,10 @@ void main() {
         if (i >= iend) continue;
         for (uint v = 0u; v < 4u; ++v) {
             uint j = j0 + tx * 4u + v;
-            if (j < pc.n) G[pc.slab].g[(i - pc.slab_row0) * pc.n + j] = acc[u * 4u + v];
+            if (j < pc.n) {
+                precise float scaled = acc[u * 4u + v] * inv_norm[j];
+                G[pc.slab].g[(i - pc.slab_row0) * pc.n + j] = scaled;
+            }
         }
     }
 }

@@ -1,9 +1,11 @@
 //! The gram engine (SPEC §Modes, gram): `c · e_x` is linear in the running sum c, so each
-//! sequence keeps `acc[x] = c · e_x` for every candidate and adds row `G[pick]` of the Gram matrix
-//! `G = E Eᵀ` (computed once on the device, [`Gram::build`]) after each pick. A step costs O(N)
-//! instead of the scan's O(N · D); the whole job reads N³ × 4 bytes of Gram rows.
+//! sequence keeps `key[x] = c · e_x / |e_x|` for every candidate and adds row `G[pick]` of the
+//! Gram matrix with scaled columns, `G = E Eᵀ diag(1/|e|)` (computed once on the device,
+//! [`Gram::build`]) after each pick; the pick is the unchosen x of least key (largest distance,
+//! lowest index on ties). A step costs O(N) instead of the scan's O(N · D); the whole job reads
+//! N³ × 4 bytes of Gram rows.
 //!
-//! * `acc` is a compensated pair (hi + lo, Knuth TwoSum), so late steps on centered data, where
+//! * the key is a compensated pair (hi + lo, Knuth TwoSum), so late steps on centered data, where
 //!   the running sums cancel, keep their direction (SPEC §Exactness 2).
 //! * The state lives in registers as a lane-stride array across one workgroup per sequence when
 //!   it fits ([`Placement::Registers`]), else in device memory ([`Placement::Memory`]); both run
@@ -30,7 +32,8 @@ pub const MAX_SLABS: usize = G_SLABS as usize;
 /// Fraction of the device memory budget the gram engine plans to use (G, state, output).
 pub const BUDGET_FRACTION: f64 = 0.9;
 
-/// Register state per lane, items per lane: hi, lo and 1/|e| take three registers each.
+/// Register state per lane, items per lane when compensated (hi, lo and the loaded row value:
+/// three registers each; plain sums take two, so 1.5× the items).
 const GPU_REGISTER_ITEMS: usize = 36;
 /// On CPU devices (lavapipe) "registers" are stack arrays: allow more per lane.
 const CPU_REGISTER_ITEMS: usize = 512;
@@ -127,6 +130,10 @@ pub struct GramOptions {
     /// picks in long in-shader step loops (the same bug the scan engine avoids; measured: the
     /// results then depend on the workgroup size, with one step per dispatch they do not).
     pub steps_per_dispatch: usize,
+    /// Keep each key as a compensated pair (Knuth TwoSum; the default). `false` sums plain
+    /// float32: fewer registers and operations, more rounding over long runs on centered data.
+    /// The two settings give different bits; each is the same across every other option.
+    pub compensated: bool,
 }
 
 impl Default for GramOptions {
@@ -138,6 +145,7 @@ impl Default for GramOptions {
             placement: Placement::Auto,
             subgroups: None,
             steps_per_dispatch: 0,
+            compensated: true,
         }
     }
 }
@@ -463,8 +471,8 @@ unsafe fn bind(
 }
 
 impl Gram {
-    /// Compute G = E Eᵀ of `table` on the device (each entry one fused multiply-add chain over d
-    /// in ascending order, from the stored rows). Refused with [`Error::Limit`] when G does not
+    /// Compute G = E Eᵀ diag(1/|e|) of `table` on the device (each entry one fused multiply-add
+    /// chain over d in ascending order, from the stored rows, then one multiply by 1/|e_j|). Refused with [`Error::Limit`] when G does not
     /// fit ([`gram_unfit`] says why).
     pub fn build(table: &DeviceTable) -> Result<Gram> {
         Gram::build_with(table, &GramBuild::default())
@@ -506,7 +514,11 @@ impl Gram {
             spec: vec![],
             push_bytes: checked_push::<MatrixPush>(shader)?,
         })?;
-        let set = Set::new(&ctx, &[(0, table.data_buffer())], &slabs)?;
+        let set = Set::new(
+            &ctx,
+            &[(0, table.data_buffer()), (1, table.inv_norm_buffer())],
+            &slabs,
+        )?;
         let sub = Submitter::new(&ctx)?;
         let dev = ctx.device().clone();
         let mut build_ns = 0;
@@ -569,7 +581,8 @@ impl Gram {
         self.inner.slabs.len()
     }
 
-    /// Row `i` of G, downloaded (for tests and diagnostics).
+    /// Row `i` of G as stored, `G[i][j] = (e_i · e_j) / |e_j|` (0 for a zero row j), downloaded
+    /// (for tests and diagnostics).
     pub fn row(&self, i: usize) -> Result<Vec<f32>> {
         let g = &self.inner;
         let n = g.table.n();
@@ -609,15 +622,17 @@ pub struct GramJob {
 /// Workgroup size, placement and registers per lane for N on `caps`.
 fn plan(caps: &Capabilities, n: usize, opts: &GramOptions) -> Result<(u32, Placement, usize)> {
     let cpu = crate::device::is_cpu_device(caps);
+    // Registers per item: hi, the loaded row value and, compensated, lo.
+    let regs = if opts.compensated { 3 } else { 2 };
     let max_items = if cpu {
         CPU_REGISTER_ITEMS
     } else {
-        GPU_REGISTER_ITEMS
+        GPU_REGISTER_ITEMS * 3 / regs
     };
     let max_wg = caps.max_workgroup_invocations.min(1024);
     let fits = |wg: u32| {
         let per = n.div_ceil(wg as usize);
-        per <= max_items && (cpu || wg as usize * (3 * per + 24) <= 65536)
+        per <= max_items && (cpu || wg as usize * (regs * per + 24) <= 65536)
     };
     let wg = match opts.workgroup_size {
         Some(w) => {
@@ -714,6 +729,7 @@ impl GramJob {
                 subgroups as u32,
                 seq_len as u32,
                 gram.slab_rows as u32,
+                opts.compensated as u32,
             ],
             push_bytes: checked_push::<GramPush>(shader)?,
         })?;
@@ -722,12 +738,7 @@ impl GramJob {
         let seqs = Buffer::storage(&ctx, "sequence output", (batch * seq_len * 4) as u64)?;
         let set = Set::new(
             &ctx,
-            &[
-                (1, table.inv_norm_buffer()),
-                (2, &starts_buf),
-                (3, &state),
-                (5, &seqs),
-            ],
+            &[(2, &starts_buf), (3, &state), (5, &seqs)],
             &gram.slabs,
         )?;
         // Column 0 holds the starts from the beginning, before any step has run.
