@@ -229,7 +229,7 @@ fn run() -> Result<(), String> {
         tables.push((p, DeviceTable::upload(&ctx, &table, p).map_err(s)?));
     }
     for &kernel in &a.kernels {
-        let kernel = kernel.resolve();
+        let kernel = kernel.for_batch(starts.len());
         for (p, dt) in &tables {
             let p = *p;
             let formula = ((caps.l2_bytes as f64 * 0.85) / (d * p.bytes()) as f64)

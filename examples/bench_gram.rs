@@ -308,7 +308,7 @@ fn run() -> Result<(), String> {
         for r in &runs {
             let _ = writeln!(
                 m,
-                "| {} | {} | {} | {} | {} | {:.4} | {:.4} | {:.4} | {:.2} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {:.4} | {:.4} | {:.4} | {:.2} | {} |",
                 r.precision.name(),
                 r.wg,
                 r.placement.name(),
@@ -317,6 +317,7 @@ fn run() -> Result<(), String> {
                 } else {
                     r.spd.to_string()
                 },
+                r.comp,
                 r.subgroups,
                 r.build_s,
                 r.gpu_s,

@@ -80,7 +80,7 @@ fn run_batched_with(
     let mut out = Vec::new();
     for b in starts.chunks(batch) {
         let mut job = ScanJob::with_kernel(dt, b, o, kernel).unwrap();
-        assert_eq!(job.kernel(), kernel.resolve());
+        assert_eq!(job.kernel(), kernel.for_batch(b.len()));
         job.run().unwrap();
         assert!(job.done());
         out.extend(job.sequences().unwrap());
@@ -714,4 +714,10 @@ fn scan_kernel_names_parse() {
     assert!("block32".parse::<ScanKernel>().is_err());
     assert_eq!(ScanKernel::Block128.block_n(), 128);
     assert_eq!(ScanKernel::Block64.block_n(), 64);
+    // The auto rule (unless DIVERSITY_SCAN_KERNEL names a kernel): 128-blocks from 128 sequences.
+    if std::env::var(diversity::scan::ENV_SCAN_KERNEL).is_err() {
+        assert_eq!(ScanKernel::Auto.for_batch(127), ScanKernel::Block64);
+        assert_eq!(ScanKernel::Auto.for_batch(128), ScanKernel::Block128);
+    }
+    assert_eq!(ScanKernel::Block64.for_batch(5000), ScanKernel::Block64);
 }
