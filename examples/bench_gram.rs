@@ -20,7 +20,8 @@
 //! loop on GPUs). `--starts S` takes the first S items as starts (default all N), `--steps K` the first K steps
 //! (default N − 1). `--seqs` writes the first configuration's sequences as little-endian u32,
 //! row-major, to compare with the PyTorch peer's `--out`. `--e2e` times the user's whole job in
-//! the first configuration: load → upload → G → every step → download → JSON cache on disk.
+//! the first configuration: load → upload → G → the workload's steps → download → JSON cache on
+//! disk (every sequence at full length unless `--starts`/`--steps` cut it).
 
 use diversity::cache::JsonCacheWriter;
 use diversity::gram::{Gram, GramJob, GramOptions, Placement};
@@ -417,8 +418,11 @@ fn end_to_end(
     let gram = Gram::build(&dt).map_err(|e| e.to_string())?;
     mark(&mut t, "gram_matrix_s");
     let n = table.n();
-    let starts: Vec<u32> = (0..n as u32).collect();
+    // The workload's starts and steps (every item and every step unless --starts/--steps).
+    let starts: Vec<u32> = (0..a.starts.unwrap_or(n).min(n) as u32).collect();
+    let steps = a.steps.unwrap_or(n - 1).min(n - 1);
     let o = GramOptions {
+        steps: Some(steps),
         chunk: a.chunk,
         workgroup_size: a.wgs[0],
         placement: a.placements[0],
@@ -433,10 +437,10 @@ fn end_to_end(
     mark(&mut t, "download_s");
     let meta = serde_json::json!({
         "num_poems": n, "algorithm": "diversity", "mode": "gram", "precision": precision.name(),
-        "batch_size": n, "top_k": n - 1, "device": ctx.caps().name,
+        "batch_size": starts.len(), "top_k": steps, "device": ctx.caps().name,
     });
     let mut w = JsonCacheWriter::create(Path::new(out), &meta, None).map_err(|e| e.to_string())?;
-    w.write_batch(&starts, &flat, n)
+    w.write_batch(&starts, &flat, steps + 1)
         .map_err(|e| e.to_string())?;
     w.finish().map_err(|e| e.to_string())?;
     mark(&mut t, "json_cache_s");

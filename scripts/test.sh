@@ -10,10 +10,13 @@ cargo fmt --check
 cargo clippy --release --all-targets --quiet -- -D warnings
 cargo clippy --release --features lua --lib --quiet -- -D warnings
 cargo test --release
-LP_NATIVE_VECTOR_WIDTH=128 cargo test --release --test scan
+LP_NATIVE_VECTOR_WIDTH=128 cargo test --release --test scan --test gram
 # The benchmark program must keep working: a tiny run on the bundled data.
 cargo run --release --quiet --example bench -- --table data/fortunes-2k.npy --starts 16 \
   --steps 2 --chunk 1 --quick --label "CI smoke" --plot "$(mktemp -d)/smoke.png" >/dev/null
+cargo run --release --quiet --example bench_gram -- --table data/fortunes-2k.npy --starts 8 \
+  --steps 20 --wg 32,64 --placements registers,memory --compensated 1,0 --spd 0,1 --oracle 2 \
+  --e2e "$(mktemp -d)/e2e.json" --label "CI smoke" >/dev/null
 bash scripts/build-lua.sh
 log=$(mktemp)
 LUA_CPATH='target/lua/?.so;;' LUA_PATH='lua/?.lua;lua/?/init.lua;tests/lua/?.lua;;' \

@@ -20,7 +20,8 @@
 use crate::device::{Buffer, Capabilities, Context, Pipeline, PipelineKey, BINDINGS, G_SLABS};
 use crate::error::{Error, Result, VkContext};
 use crate::scan::{
-    barrier, checked_push, injected_loss, spirv_for, DeviceTable, StepReport, ENV_FAIL_AFTER_CHUNKS,
+    barrier, checked_push, download_columns, injected_loss, spirv_for, DeviceTable, StepReport,
+    ENV_FAIL_AFTER_CHUNKS,
 };
 use crate::spirv;
 use ash::vk;
@@ -917,31 +918,13 @@ impl GramJob {
 
     /// Entries `from..to` of every sequence, row-major (`starts().len()` rows of `to - from`).
     pub fn sequence_columns(&self, from: usize, to: usize) -> Result<Vec<u32>> {
-        if from > to || to > self.sequence_len() {
-            return Err(Error::Invalid(format!(
-                "columns {from}..{to} of sequences that have {} entries so far",
-                self.sequence_len()
-            )));
-        }
-        let ctx = self.gram.table.context();
-        if from == 0 && to == self.seq_len {
-            let bytes =
-                ctx.download(&self.seqs, 0, (self.starts.len() * self.seq_len * 4) as u64)?;
-            return Ok(bytemuck::cast_slice(&bytes).to_vec());
-        }
-        let regions: Vec<(u64, u64)> = (0..self.starts.len())
-            .map(|s| {
-                (
-                    ((s * self.seq_len + from) * 4) as u64,
-                    ((to - from) * 4) as u64,
-                )
-            })
-            .collect();
-        let bytes = ctx.download_regions(&self.seqs, &regions)?;
-        Ok(bytes
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect())
+        download_columns(
+            self.gram.table.context(),
+            &self.seqs,
+            (self.starts.len(), self.seq_len, self.sequence_len()),
+            from,
+            to,
+        )
     }
 
     /// Every sequence so far, one `Vec` per start.

@@ -1104,28 +1104,13 @@ impl ScanJob {
     /// every sequence, row-major (`starts().len()` rows of `to - from`), downloaded in one
     /// submission. The driver appends these to its checkpoint after each chunk.
     pub fn sequence_columns(&self, from: usize, to: usize) -> Result<Vec<u32>> {
-        if from > to || to > self.sequence_len() {
-            return Err(Error::Invalid(format!(
-                "columns {from}..{to} of sequences that have {} entries so far",
-                self.sequence_len()
-            )));
-        }
-        let regions: Vec<(u64, u64)> = (0..self.starts.len())
-            .map(|s| {
-                (
-                    ((s * self.seq_len + from) * 4) as u64,
-                    ((to - from) * 4) as u64,
-                )
-            })
-            .collect();
-        let bytes = self
-            .table
-            .context()
-            .download_regions(&self.seqs, &regions)?;
-        Ok(bytes
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect())
+        download_columns(
+            self.table.context(),
+            &self.seqs,
+            (self.starts.len(), self.seq_len, self.sequence_len()),
+            from,
+            to,
+        )
     }
 
     /// A job that continues from sequences already computed (a checkpoint): `prefixes` holds
@@ -1222,6 +1207,34 @@ impl ScanJob {
             .map(|r| r.to_vec())
             .collect())
     }
+}
+
+/// Entries `from..to` of every row of a sequence buffer of `rows` rows of `stride` entries, of
+/// which `len` are computed so far: row-major, `rows` × (`to` − `from`), one submission.
+pub(crate) fn download_columns(
+    ctx: &Context,
+    seqs: &Buffer,
+    (rows, stride, len): (usize, usize, usize),
+    from: usize,
+    to: usize,
+) -> Result<Vec<u32>> {
+    if from > to || to > len {
+        return Err(Error::Invalid(format!(
+            "columns {from}..{to} of sequences that have {len} entries so far"
+        )));
+    }
+    if from == 0 && to == stride {
+        let bytes = ctx.download(seqs, 0, (rows * stride * 4) as u64)?;
+        return Ok(bytemuck::cast_slice(&bytes).to_vec());
+    }
+    let regions: Vec<(u64, u64)> = (0..rows)
+        .map(|s| (((s * stride + from) * 4) as u64, ((to - from) * 4) as u64))
+        .collect();
+    let bytes = ctx.download_regions(seqs, &regions)?;
+    Ok(bytes
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
 }
 
 /// A transfer/compute → compute memory barrier: everything written before is visible after.

@@ -4,50 +4,16 @@
 //! own prefix (SPEC §Exactness 2) on real and random data, fp32 and fp16, centered and not,
 //! edge cases, bad input, resume, and the memory-budget rule of `auto`.
 
+mod common;
+use common::{assert_clean, ctx, fortunes, random_table};
 use diversity::gram::{gram_unfit, mode_for, GramBuild};
 use diversity::reference::{check_sequence, common_prefix, reference_sequence};
 use diversity::{
-    files, Context, ContextOptions, DeviceTable, Gram, GramJob, GramOptions, Mode, Placement,
-    Precision, ScanJob, ScanOptions, Table,
+    Context, DeviceTable, Gram, GramJob, GramOptions, Mode, Placement, Precision, ScanJob,
+    ScanOptions, Table,
 };
-use std::path::Path;
 
 const EPS: f64 = 1e-5;
-
-fn ctx() -> Context {
-    Context::new(&ContextOptions {
-        device: None,
-        validation: true,
-    })
-    .expect("a Vulkan device with validation layers")
-}
-
-fn assert_clean(ctx: &Context) {
-    assert!(ctx.validation_enabled());
-    let msgs = ctx.validation_messages();
-    assert!(msgs.is_empty(), "validation layers reported: {msgs:#?}");
-}
-
-fn fortunes(n: usize) -> Table {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/fortunes-2k.npy");
-    files::load_npy(&path)
-        .expect("bundled data")
-        .head(n)
-        .unwrap()
-}
-
-fn random_table(n: usize, d: usize, seed: u64) -> Table {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let data = (0..n * d)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32
-        })
-        .collect();
-    Table::new(data, n, d).unwrap()
-}
 
 fn run(gram: &Gram, starts: &[u32], batch: usize, o: &GramOptions) -> Vec<Vec<u32>> {
     let mut out = Vec::new();

@@ -2,52 +2,16 @@
 //! checks real properties: the same bits across shapes (SPEC §Exactness 1), the float64
 //! ε-argmax oracle along the engine's own prefix (SPEC §Exactness 2), edge cases, bad input.
 
+mod common;
+use common::{assert_clean, ctx, fortunes, random_table};
 use diversity::reference::{check_sequence, common_prefix, reference_sequence};
 use diversity::scan::{run_scan, StepReport};
 use diversity::{
-    files, Context, ContextOptions, DeviceTable, Error, Precision, ScanJob, ScanKernel,
-    ScanOptions, Shape, Table,
+    Context, ContextOptions, DeviceTable, Error, Precision, ScanJob, ScanKernel, ScanOptions,
+    Shape, Table,
 };
-use std::path::Path;
 
 const EPS: f64 = 1e-5;
-
-fn ctx() -> Context {
-    Context::new(&ContextOptions {
-        device: None,
-        validation: true,
-    })
-    .expect("a Vulkan device with validation layers")
-}
-
-/// Fails the test if the validation layers said anything.
-fn assert_clean(ctx: &Context) {
-    assert!(ctx.validation_enabled());
-    let msgs = ctx.validation_messages();
-    assert!(msgs.is_empty(), "validation layers reported: {msgs:#?}");
-}
-
-fn fortunes(n: usize) -> Table {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/fortunes-2k.npy");
-    files::load_npy(&path)
-        .expect("bundled data")
-        .head(n)
-        .unwrap()
-}
-
-/// Deterministic pseudo-random table (xorshift), values in [-1, 1).
-fn random_table(n: usize, d: usize, seed: u64) -> Table {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let data = (0..n * d)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            ((s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32
-        })
-        .collect();
-    Table::new(data, n, d).unwrap()
-}
 
 fn opts(shape: Shape, tile: u32) -> ScanOptions {
     ScanOptions {

@@ -49,3 +49,42 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// A context on the default device with validation layers on.
+pub fn ctx() -> diversity::Context {
+    diversity::Context::new(&diversity::ContextOptions {
+        device: None,
+        validation: true,
+    })
+    .expect("a Vulkan device with validation layers")
+}
+
+/// Fails the test if the validation layers said anything.
+pub fn assert_clean(ctx: &diversity::Context) {
+    assert!(ctx.validation_enabled());
+    let msgs = ctx.validation_messages();
+    assert!(msgs.is_empty(), "validation layers reported: {msgs:#?}");
+}
+
+/// The first `n` rows of the bundled real data (2,048 fortunes × 384, fp16 values).
+pub fn fortunes(n: usize) -> diversity::Table {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/fortunes-2k.npy");
+    diversity::files::load_npy(&path)
+        .expect("bundled data")
+        .head(n)
+        .unwrap()
+}
+
+/// Deterministic pseudo-random table (xorshift), values in [-1, 1).
+pub fn random_table(n: usize, d: usize, seed: u64) -> diversity::Table {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let data = (0..n * d)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) as f32
+        })
+        .collect();
+    diversity::Table::new(data, n, d).unwrap()
+}
