@@ -131,13 +131,7 @@ impl Job {
         self.sequence_columns(0, self.sequence_len())
     }
     fn sequence_columns(&self, from: usize, to: usize) -> crate::Result<Vec<u32>> {
-        match self {
-            // A gram job writes entry 0 (the start) with its first submission: before any step
-            // (top_k = 0, or a job not yet stepped) the device rows are still zero, so the only
-            // column there is is the starts themselves.
-            Job::Gram(j) if j.steps_done() == 0 && from == 0 && to == 1 => Ok(j.starts().to_vec()),
-            _ => both!(self, j => j.sequence_columns(from, to)),
-        }
+        both!(self, j => j.sequence_columns(from, to))
     }
 }
 
