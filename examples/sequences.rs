@@ -222,12 +222,7 @@ fn run(a: Args) -> Result<(), String> {
                 job.run().map_err(|e| e.to_string())?;
                 gpu_ns += job.gpu_ns();
                 placement = Some(job.placement());
-                // Before any step (--steps 0) the device rows are not written yet.
-                let flat = if steps == 0 {
-                    chunk.to_vec()
-                } else {
-                    job.sequences_flat().map_err(|e| e.to_string())?
-                };
+                let flat = job.sequences_flat().map_err(|e| e.to_string())?;
                 (flat, job.sequence_len())
             }
             None => {
