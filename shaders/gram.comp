@@ -128,7 +128,8 @@ void main() {
             uint j = lid + r * WG;
             bool ok = j < n;
             hi[r] = !ok ? INF : (fresh ? 0.0 : state[base + j]);
-            lo[r] = (ok && !fresh) ? state[base + n + j] : 0.0;
+            // Plain sums never touch lo: a constant 0 the compiler drops (no registers).
+            lo[r] = (COMPENSATED != 0u && ok && !fresh) ? state[base + n + j] : 0.0;
         }
     } else if (fresh) {
         for (uint j = lid; j < n; j += WG) {
@@ -162,7 +163,7 @@ void main() {
                     uint j = min(j0 + q * WG, n - 1u);
                     g[q] = grow(prev, j);
                     h[q] = state[base + j];
-                    l[q] = state[base + n + j];
+                    l[q] = COMPENSATED != 0u ? state[base + n + j] : 0.0;
                 }
                 for (uint q = 0u; q < 4u; ++q) {
                     uint j = j0 + q * WG;
@@ -173,7 +174,7 @@ void main() {
                     }
                     float v = add_pair(h[q], l[q], g[q]);
                     state[base + j] = h[q];
-                    state[base + n + j] = l[q];
+                    if (COMPENSATED != 0u) state[base + n + j] = l[q];
                     if (v < bk) { bk = v; bi = j; }
                 }
             }
@@ -193,7 +194,7 @@ void main() {
             uint j = lid + r * WG;
             if (j < n) {
                 state[base + j] = hi[r];
-                state[base + n + j] = lo[r];
+                if (COMPENSATED != 0u) state[base + n + j] = lo[r];
             }
         }
     }
