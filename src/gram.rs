@@ -645,17 +645,13 @@ fn plan(caps: &Capabilities, n: usize, opts: &GramOptions) -> Result<(u32, Place
             w
         }
         None if cpu => 64.min(max_wg),
-        // Measured on an H200 (BENCHMARKS.md): compensated sums ran fastest at 256 invocations
-        // for N = 8,359 and 512 for 14,943 (the first size that fits); plain sums at 512.
-        None => (if opts.compensated {
-            [256, 512, 1024]
-        } else {
-            [512, 256, 1024]
-        })
-        .into_iter()
-        .filter(|&w| w <= max_wg)
-        .find(|&w| fits(w))
-        .unwrap_or(512.min(max_wg)),
+        // Measured on an H200 (BENCHMARKS.md): both summations ran fastest at 256 invocations
+        // for N = 8,359 and at 512 or 1,024 for 14,943 (256 does not fit there).
+        None => [256, 512, 1024]
+            .into_iter()
+            .filter(|&w| w <= max_wg)
+            .find(|&w| fits(w))
+            .unwrap_or(512.min(max_wg)),
     };
     let placement = match opts.placement {
         Placement::Auto if fits(wg) => Placement::Registers,
