@@ -3,6 +3,7 @@
 //! ```text
 //! cargo run --release --example sequences -- --table FILE [--dim D] [--center]
 //!     [--precision fp32|fp16] [--mode scan|gram|auto] [--placement auto|registers|memory]
+//!     [--plain-sums]
 //!     [--shape untiled|tiled|per-tile] [--tile T] [--pipelined] [--starts all|a,b,c]
 //!     [--steps K] [--chunk C] [--batch B] [--workgroup W] [--device NAME] [--validation]
 //!     [--describe] [--out FILE.json]
@@ -33,6 +34,7 @@ struct Args {
     precision: Precision,
     mode: Mode,
     placement: Placement,
+    plain_sums: bool,
     shape: Shape,
     tile: u32,
     pipelined: bool,
@@ -48,7 +50,7 @@ struct Args {
 }
 
 const USAGE: &str = "usage: sequences --table FILE [--dim D] [--center] [--precision fp32|fp16] \
-[--mode scan|gram|auto] [--placement auto|registers|memory] [--shape untiled|tiled|per-tile] [--tile T] [--pipelined] [--starts all|a,b,c] \
+[--mode scan|gram|auto] [--placement auto|registers|memory] [--plain-sums] [--shape untiled|tiled|per-tile] [--tile T] [--pipelined] [--starts all|a,b,c] \
 [--steps K] [--chunk C] [--batch B] [--workgroup W] [--device NAME] [--validation] [--describe] \
 [--out FILE.json]";
 
@@ -61,6 +63,7 @@ fn parse() -> Result<Args, String> {
         precision: Precision::Fp32,
         mode: Mode::Auto,
         placement: Placement::Auto,
+        plain_sums: false,
         shape: Shape::Untiled,
         tile: 0,
         pipelined: false,
@@ -105,6 +108,7 @@ fn parse() -> Result<Args, String> {
                     .parse()
                     .map_err(|e: diversity::Error| format!("--placement: {e}"))?
             }
+            "--plain-sums" => a.plain_sums = true,
             "--shape" => {
                 a.shape = it
                     .next()
@@ -192,6 +196,7 @@ fn run(a: Args) -> Result<(), String> {
         workgroup_size: a.workgroup,
         placement: a.placement,
         subgroups: None,
+        compensated: !a.plain_sums,
         ..GramOptions::default()
     };
     let opts = ScanOptions {
@@ -258,6 +263,7 @@ fn run(a: Args) -> Result<(), String> {
         "mode": mode.name(),
         "mode_reason": reason,
         "placement": placement.map(|p| p.name()),
+        "summation": g.as_ref().map(|_| if a.plain_sums { "plain" } else { "compensated" }),
         "gram_build_ns": g.as_ref().map(|g| g.build_ns()),
         "shape": a.shape.name(),
         "tile_size": a.tile,

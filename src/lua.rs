@@ -647,7 +647,8 @@ fn job_options(call: &str, o: &Option<LuaTable>) -> LuaResult<JobOptions> {
     Ok(JobOptions { mode, scan, gram })
 }
 
-/// The gram engine's options: `chunk`, `steps`, `workgroup`, `placement`, `subgroups`.
+/// The gram engine's options: `chunk`, `steps`, `workgroup`, `placement`, `subgroups`,
+/// `compensated`.
 fn gram_only_options(call: &str, o: &Option<LuaTable>) -> LuaResult<GramOptions> {
     let mut g = GramOptions::default();
     if let Some(c) = opt_int(call, o, "chunk")? {
@@ -664,6 +665,9 @@ fn gram_only_options(call: &str, o: &Option<LuaTable>) -> LuaResult<GramOptions>
         g.placement = p.parse::<Placement>().map_err(|e| err(call, e))?;
     }
     g.subgroups = opt::<bool>(o, "subgroups")?;
+    if let Some(c) = opt::<bool>(o, "compensated")? {
+        g.compensated = c;
+    }
     Ok(g)
 }
 

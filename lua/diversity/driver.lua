@@ -181,7 +181,7 @@ M.PLACEMENTS = { auto = true, registers = true, memory = true }
 
 --- Run the whole job. `opts`: embeddings, out (diversity_cache.json), binary (optional uint32
 -- cache), center, precision, mode ("scan", "gram" or "auto"), placement (gram: "auto",
--- "registers" or "memory"), top_k, batch, starts ("all", "a,b,c" or a Lua array), device,
+-- "registers" or "memory"), plain_sums (gram: plain float32 sums instead of compensated), top_k, batch, starts ("all", "a,b,c" or a Lua array), device,
 -- validation, resume, target_s, safety, quiet, model, dim. Returns a summary table (with `mode`,
 -- the engine used, and `mode_reason`, why).
 function M.run(opts)
@@ -255,6 +255,8 @@ function M.run(opts)
     generated_at = generated_at, batch_size = batch, top_k = steps,
     space = space, precision = opts.precision, mode = mode, device = caps.name,
   }
+  -- Gram sums (SPEC §Modes): compensated by default; plain sums are faster and other bits.
+  if mode == "gram" then meta.summation = opts.plain_sums and "plain" or "compensated" end
   -- The output locations are checked (temporary files created) before any GPU work.
   local ok_w, writer = pcall(diversity.json_cache_writer, opts.out, meta, t:ids())
   if not ok_w then
@@ -346,6 +348,7 @@ end
 -- A fingerprint of what a checkpoint belongs to.
 local function fingerprint(t, starts, run, opts)
   return table.concat({ "v2", opts.embeddings, tostring(opts.center), opts.precision, run.mode,
+    tostring(opts.plain_sums or false),
     run.steps, run.batch, #starts, starts[1] or "", starts[#starts] or "", t:n(), t:dim() }, "|")
 end
 
@@ -391,7 +394,7 @@ function M.compute(ctx, t, starts, run, opts, writer, bin, ckdir, generated_at)
       local ok, e = pcall(function()
         -- Gram jobs share the device table's G, built by the first one.
         local jopts = { mode = run.mode, tile = tile, chunk = 0, steps = steps,
-          placement = opts.placement }
+          placement = opts.placement, compensated = not opts.plain_sums }
         if prefix then
           job = dt:resume_job(t, list, prefix, have, jopts)
           progress:skip(have - 1)
