@@ -286,6 +286,23 @@ fn format_row(buf: &mut Vec<u8>, ids: Option<&IdText>, start: u32, seq: &[u32]) 
     buf.push(b']');
 }
 
+/// Refuse a writer (of the file named `what`) whose earlier I/O error may have left part of a
+/// batch in its file: on `finish` the file "was not written", otherwise "start a new one".
+fn check_not_failed(failed: bool, path: &Path, what: &str, finish: bool) -> Result<()> {
+    if !failed {
+        return Ok(());
+    }
+    let then = if finish {
+        format!("the {what} was not written")
+    } else {
+        "start a new one".to_string()
+    };
+    Err(Error::Invalid(format!(
+        "{}: the {what} writer failed earlier; {then}",
+        path.display()
+    )))
+}
+
 /// Batches with at least this many numbers are formatted on several threads.
 const PARALLEL_MIN_NUMBERS: usize = 1 << 15;
 /// Text each formatting thread produces per round (bounds host memory to threads × this).
@@ -359,14 +376,7 @@ impl JsonStream {
 
     /// Refuse further rows after an I/O error left part of a batch in the file.
     fn check_usable(&self) -> Result<()> {
-        if self.failed {
-            return Err(Error::Invalid(format!(
-                "{}: the {} writer failed earlier; start a new one",
-                self.path().display(),
-                self.what
-            )));
-        }
-        Ok(())
+        check_not_failed(self.failed, self.path(), self.what, false)
     }
 
     /// Format and append rows (row `i` of `flat`, `len` entries, keyed by `starts[i]`), every
@@ -475,14 +485,7 @@ impl JsonStream {
     /// Close the JSON, flush, fsync and rename the file onto its destination.
     fn finish(mut self) -> Result<()> {
         let path = self.pending.path().to_path_buf();
-        if self.failed {
-            return Err(Error::Invalid(format!(
-                "{}: the {} writer failed earlier; the {} was not written",
-                path.display(),
-                self.what,
-                self.what
-            )));
-        }
+        check_not_failed(self.failed, &path, self.what, true)?;
         let io = io_err(&path);
         let mut out = self.out.take().ok_or_else(|| {
             Error::Invalid(format!(
@@ -794,14 +797,7 @@ impl RowFile {
     }
 
     fn check_usable(&self) -> Result<()> {
-        if self.failed {
-            return Err(Error::Invalid(format!(
-                "{}: the {} writer failed earlier; start a new one",
-                self.path().display(),
-                self.what
-            )));
-        }
-        Ok(())
+        check_not_failed(self.failed, self.path(), self.what, false)
     }
 
     /// Write `bytes` at `offset`; an I/O error marks the file failed.
@@ -823,19 +819,28 @@ impl RowFile {
     /// rename the file onto its destination.
     fn finish(self, unit: &str) -> Result<()> {
         let path = self.pending.path().to_path_buf();
-        if self.failed {
-            return Err(Error::Invalid(format!(
-                "{}: the {} writer failed earlier; the {} was not written",
-                path.display(),
-                self.what,
-                self.what
-            )));
-        }
+        check_not_failed(self.failed, &path, self.what, true)?;
         self.rows.check_complete(&path, unit, self.what)?;
         self.file.sync_all().map_err(io_err(&path))?;
         let RowFile { file, pending, .. } = self;
         drop(file);
         pending.commit()
+    }
+}
+
+/// Open `path` for reading; with its size.
+fn open_with_size(path: &Path) -> Result<(File, u64)> {
+    let io = io_err(path);
+    let file = File::open(path).map_err(&io)?;
+    let size = file.metadata().map_err(&io)?.len();
+    Ok((file, size))
+}
+
+/// A format error of `path`.
+fn format_err(path: &Path) -> impl Fn(String) -> Error + '_ {
+    move |reason| Error::Format {
+        path: path.to_path_buf(),
+        reason,
     }
 }
 
@@ -1001,12 +1006,8 @@ impl BinaryCache {
     /// [`Error::Format`] naming the file and the sizes).
     pub fn open(path: &Path) -> Result<Self> {
         let io = io_err(path);
-        let mut file = File::open(path).map_err(&io)?;
-        let size = file.metadata().map_err(&io)?.len();
-        let format = |reason: String| Error::Format {
-            path: path.to_path_buf(),
-            reason,
-        };
+        let (mut file, size) = open_with_size(path)?;
+        let format = format_err(path);
         if size < BIN_HEADER {
             return Err(format(format!(
                 "{size} bytes: too small for a binary cache (a 4-byte uint32 N, then N rows of \
@@ -1648,12 +1649,8 @@ impl KnnGraph {
     /// [`Error::Format`] naming the file and the cause.
     pub fn open(path: &Path) -> Result<Self> {
         let io = io_err(path);
-        let mut file = File::open(path).map_err(&io)?;
-        let size = file.metadata().map_err(&io)?.len();
-        let format = |reason: String| Error::Format {
-            path: path.to_path_buf(),
-            reason,
-        };
+        let (mut file, size) = open_with_size(path)?;
+        let format = format_err(path);
         if size < KNN_HEADER {
             return Err(format(format!(
                 "{size} bytes: too small for a k-NN graph file (a {KNN_HEADER}-byte header \

@@ -1088,6 +1088,9 @@ fn rankings_round_trip_with_and_without_ids() {
     assert!(names.is_empty(), "temporary files left: {names:?}");
 }
 
+/// A bad rankings batch: items, flat, len, and the words its message must hold.
+type RankCase = (Vec<u32>, Vec<u32>, usize, Vec<&'static str>);
+
 #[test]
 fn rankings_bad_input_is_refused_and_leaves_nothing() {
     let dir = TempDir::new("rank-bad");
@@ -1106,7 +1109,7 @@ fn rankings_bad_input_is_refused_and_leaves_nothing() {
         )
         .unwrap();
         w.write_ranking(0, &[1, 2]).unwrap();
-        let cases: Vec<(Vec<u32>, Vec<u32>, usize, Vec<&str>)> = vec![
+        let cases: Vec<RankCase> = vec![
             (
                 vec![5],
                 vec![0, 1],
@@ -1377,6 +1380,9 @@ fn knn_graph_round_trip_in_any_order() {
     }
 }
 
+/// A bad k-NN batch: items, ids, values, and the words its message must hold.
+type KnnCase = (Vec<u32>, Vec<u32>, Vec<f32>, Vec<&'static str>);
+
 #[test]
 fn knn_graph_bad_rows_are_refused_and_leave_nothing() {
     let dir = TempDir::new("knn-bad");
@@ -1386,7 +1392,7 @@ fn knn_graph_bad_rows_are_refused_and_leave_nothing() {
         let mut w = KnnGraphWriter::create(&out, 4, 3, KnnMetric::Cosine).unwrap();
         w.write_row(0, &[1, 2, 3], &[0.9, 0.5, 0.5]).unwrap();
         let pad = KNN_PAD;
-        let cases: Vec<(Vec<u32>, Vec<u32>, Vec<f32>, Vec<&str>)> = vec![
+        let cases: Vec<KnnCase> = vec![
             (
                 vec![4],
                 vec![0, 1, 2],
