@@ -250,7 +250,7 @@ pub fn knn_flat(
             "queries have dimension {dim}, the table {d}"
         )));
     }
-    if queries.len() % d != 0 {
+    if !queries.len().is_multiple_of(d) {
         return Err(Error::Invalid(format!(
             "{} query values are not a whole number of rows of dimension {d}",
             queries.len()
@@ -291,7 +291,7 @@ pub fn knn_flat(
         .max(1);
     let r = chunk / wg;
     let sg = caps.subgroup_size.max(1) as usize;
-    let use_sg = use_sg && wg % sg == 0 && sg.is_power_of_two();
+    let use_sg = use_sg && wg.is_multiple_of(sg) && sg.is_power_of_two();
     let (table_tile, stride, path) = if select {
         let tt = opts.table_tile.unwrap_or(16 * chunk).max(chunk).min(n);
         (tt, ke + tt.max(chunk), KnnPath::Select { chunk })

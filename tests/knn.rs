@@ -132,6 +132,13 @@ fn subgroup_settings(ctx: &Context) -> Vec<Option<bool>> {
 #[test]
 fn selection_path_small_and_bucket_edge_k() {
     let ctx = ctx();
+    eprintln!(
+        "k-NN on {}: subgroup size {}, subgroup ops {}, max select k {}",
+        ctx.caps().name,
+        ctx.caps().subgroup_size,
+        ctx.caps().subgroup_arithmetic,
+        max_select_k(&ctx)
+    );
     let table = random_table(613, 19, 3);
     let queries = random_table(11, 19, 4);
     for sg in subgroup_settings(&ctx) {
@@ -308,5 +315,48 @@ fn bad_input_is_refused() {
     assert_eq!(empty.queries, 0);
     assert!(empty.ids.is_empty());
     assert!("hamming".parse::<Metric>().is_err());
+    assert_clean(&ctx);
+}
+
+#[test]
+fn same_bits_on_every_path_tile_and_reduction() {
+    // Keys are computed identically everywhere and (key, id) is a total order: the selection
+    // and the full ranking, any tiles, shuffles or shared memory return the same bits.
+    let ctx = ctx();
+    let table = random_table(777, 24, 31);
+    let queries = random_table(9, 24, 32);
+    let dt = DeviceTable::upload(&ctx, &table, Precision::Fp32).unwrap();
+    for metric in [Metric::InnerProduct, Metric::Cosine, Metric::L2] {
+        let base = KnnOptions {
+            k: 100,
+            metric,
+            ..Default::default()
+        };
+        let want = knn(&dt, &queries, &base).unwrap();
+        let mut variants = vec![
+            KnnOptions {
+                full_ranking: true,
+                ..base.clone()
+            },
+            KnnOptions {
+                table_tile: Some(333),
+                query_tile: Some(2),
+                ..base.clone()
+            },
+        ];
+        for sg in subgroup_settings(&ctx) {
+            variants.push(KnnOptions {
+                subgroups: sg,
+                table_tile: Some(256),
+                ..base.clone()
+            });
+        }
+        for o in variants {
+            let got = knn(&dt, &queries, &o).unwrap();
+            assert_eq!(got.ids, want.ids, "{o:?}");
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got.distances), bits(&want.distances), "{o:?}");
+        }
+    }
     assert_clean(&ctx);
 }
