@@ -360,3 +360,34 @@ fn same_bits_on_every_path_tile_and_reduction() {
     }
     assert_clean(&ctx);
 }
+
+#[test]
+#[ignore = "timing on the current device; run with --ignored --nocapture"]
+fn timing_report() {
+    let ctx = ctx();
+    let table = random_table(20_000, 128, 1);
+    let queries = random_table(100, 128, 2);
+    let dt = DeviceTable::upload(&ctx, &table, Precision::Fp32).unwrap();
+    for (k, full) in [
+        (10, false),
+        (100, false),
+        (1000, false),
+        (100, true),
+        (20_000, false),
+    ] {
+        let opts = KnnOptions {
+            k,
+            metric: Metric::InnerProduct,
+            full_ranking: full,
+            ..Default::default()
+        };
+        let t = std::time::Instant::now();
+        let r = knn(&dt, &queries, &opts).unwrap();
+        eprintln!(
+            "N 20000 × 128, 100 queries, k {k}: {:?}, {:.1} ms wall, {:.1} ms GPU",
+            r.path,
+            t.elapsed().as_secs_f64() * 1e3,
+            r.gpu_ns as f64 / 1e6
+        );
+    }
+}
