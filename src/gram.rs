@@ -286,16 +286,16 @@ pub(crate) struct GramPush {
 }
 
 /// A descriptor pool with one set of the context's layout, freed on drop.
-struct Set {
+pub(crate) struct Set {
     ctx: Context,
     pool: vk::DescriptorPool,
-    set: vk::DescriptorSet,
+    pub(crate) set: vk::DescriptorSet,
 }
 
 impl Set {
     /// Allocate a set and write `singles` (binding, buffer) and the G slabs (binding 8; unused
     /// array entries repeat slab 0 so every descriptor is valid).
-    fn new(ctx: &Context, singles: &[(u32, &Buffer)], slabs: &[Buffer]) -> Result<Set> {
+    pub(crate) fn new(ctx: &Context, singles: &[(u32, &Buffer)], slabs: &[Buffer]) -> Result<Set> {
         let dev = ctx.device();
         let sizes = [vk::DescriptorPoolSize {
             ty: vk::DescriptorType::STORAGE_BUFFER,
@@ -365,7 +365,7 @@ impl Drop for Set {
 }
 
 /// Timestamp pair + command buffer + fence for synchronous, timed submissions.
-struct Submitter {
+pub(crate) struct Submitter {
     ctx: Context,
     cb: vk::CommandBuffer,
     fence: vk::Fence,
@@ -373,7 +373,7 @@ struct Submitter {
 }
 
 impl Submitter {
-    fn new(ctx: &Context) -> Result<Submitter> {
+    pub(crate) fn new(ctx: &Context) -> Result<Submitter> {
         let dev = ctx.device();
         let cb = ctx.alloc_command_buffer()?;
         let mut me = Submitter {
@@ -399,7 +399,7 @@ impl Submitter {
     }
 
     /// Record `f` between timestamps, submit, wait; GPU nanoseconds (0 without timestamps).
-    fn run(&self, what: &str, f: impl FnOnce(vk::CommandBuffer)) -> Result<u64> {
+    pub(crate) fn run(&self, what: &str, f: impl FnOnce(vk::CommandBuffer)) -> Result<u64> {
         let dev = self.ctx.device();
         let cb = self.cb;
         let qp = self.query_pool;
@@ -459,7 +459,7 @@ impl Drop for Submitter {
     }
 }
 
-unsafe fn bind(
+pub(crate) unsafe fn bind(
     dev: &ash::Device,
     cb: vk::CommandBuffer,
     p: &Pipeline,

@@ -13,6 +13,7 @@ pub mod device;
 pub mod error;
 pub mod files;
 pub mod gram;
+pub mod knn;
 #[cfg(feature = "lua")]
 mod lua;
 pub mod reference;
@@ -23,5 +24,6 @@ pub mod table;
 pub use device::{Capabilities, Context, ContextOptions};
 pub use error::{Error, Result};
 pub use gram::{Gram, GramJob, GramOptions, Mode, Placement};
+pub use knn::{knn, KnnOptions, KnnResult, Metric};
 pub use scan::{DeviceTable, ScanJob, ScanKernel, ScanOptions, Shape};
 pub use table::{Precision, Table};

@@ -29,6 +29,9 @@ pub(crate) const GRAM: Shader = shader!("gram");
 pub(crate) const SCAN_BIG: Shader = shader!("scan_big");
 pub(crate) const SCAN_BIG_TILE: Shader = shader!("scan_big_tile");
 pub(crate) const SCAN_BIG_COMMIT: Shader = shader!("scan_big_commit");
+pub(crate) const KNN_DIST: Shader = shader!("knn_dist");
+pub(crate) const KNN_SORT: Shader = shader!("knn_sort");
+pub(crate) const KNN_STEP: Shader = shader!("knn_step");
 
 const OP_TYPE_INT: u32 = 21;
 const OP_TYPE_FLOAT: u32 = 22;

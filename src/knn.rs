@@ -1,0 +1,540 @@
+//! Exact k-nearest-neighbour search on the device: a batch of queries against a [`DeviceTable`]
+//! (fp32 or fp16 storage: distances are against the stored, rounded rows), by inner product,
+//! cosine similarity or squared L2 distance, with the k-selection done by bitonic networks on
+//! the device.
+//!
+//! # Results
+//! [`KnnResult`] holds, per query (row-major), the k best table rows sorted best first: largest
+//! similarity first for [`Metric::InnerProduct`] and [`Metric::Cosine`], smallest squared
+//! distance first for [`Metric::L2`]. Ties are broken by the lowest id: the device orders
+//! `(key, id)` pairs totally, so the result is deterministic and the same on every path, tile
+//! size and subgroup size. When k > N the entries after the N-th are padding: id [`NO_ID`]
+//! (−1) and distance −∞ (inner product, cosine) or +∞ (L2). (A [`crate::Table`] has N ≥ 1, so
+//! an empty table cannot be uploaded; an empty query batch gives an empty result.)
+//!
+//! # How
+//! Keys are computed so that smaller is better (`-q·e`, `-q̂·e/|e|`, `Σ(q-e)²`; one fused
+//! multiply-add chain over d from the stored row) by `knn_dist.comp` into a scratch row per
+//! query, then selected:
+//! * **selection path** (k ≤ [`max_select_k`], 2,048 with 32 KiB of shared memory): the table
+//!   is processed in tiles of `table_tile` rows; each tile's keys are appended to the query's
+//!   running k best and `knn_sort.comp` passes shrink the row — one workgroup sorts a chunk of S
+//!   pairs (S = the power of two ≥ 2k, at least 256: the k bucket, compiled through the
+//!   workgroup-size and registers-per-lane specialization constants) and keeps its first k —
+//!   until one chunk remains, which leaves the k best sorted.
+//! * **full-ranking path** (larger k, up to N): every key of a query tile in one scratch row
+//!   padded to a power of two P, sorted by a bitonic sort — chunks of S in one workgroup
+//!   (`knn_sort.comp`, mode 1), the strides ≥ S one dispatch each (`knn_step.comp`).
+//!
+//! Inside a workgroup each invocation holds R pairs in registers; compare-exchanges of strides
+//! ≥ the workgroup size run between registers, strides below the subgroup size by
+//! `subgroupShuffleXor` (the subgroup path, the device's subgroup size read at run time), the
+//! rest through shared memory. [`KnnOptions::subgroups`] `= Some(false)` (or
+//! `DIVERSITY_DISABLE=subgroups`) runs every stride below the workgroup size through shared
+//! memory. Queries are tiled so the scratch (four `query_tile × row` buffers) fits
+//! `maxStorageBufferRange` and a share of the memory budget.
+//!
+//! Not yet here (issue 6): a WarpSelect-style subgroup queue (per-lane thread queues + a
+//! subgroup-wide sorted queue merged with odd-size networks) and a blocked, shared-memory
+//! distance product fused with the first selection pass.
+
+use crate::device::Context;
+use crate::device::PipelineKey;
+use crate::error::{Error, Result};
+use crate::gram::{bind, Set, Submitter};
+use crate::scan::{barrier, checked_push, spirv_for, DeviceTable};
+use crate::spirv;
+use crate::table::Table;
+
+/// The id of a padding entry (k > N).
+pub const NO_ID: i64 = -1;
+const NO_ID_U32: u32 = u32::MAX;
+/// Smallest chunk the selection passes sort (pairs).
+const MIN_CHUNK: usize = 256;
+/// Largest chunk (pairs) a workgroup sorts (also bounded by shared memory: 8 bytes a pair).
+const MAX_CHUNK: usize = 4096;
+/// Scratch bytes per query tile at most (on top of `maxStorageBufferRange` per buffer).
+const MAX_SCRATCH: u64 = 1 << 30;
+
+/// Similarity or distance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Metric {
+    /// `q · e`, largest first.
+    InnerProduct,
+    /// `q · e / (|q| |e|)`, largest first; 0 against a zero row or for a zero query.
+    Cosine,
+    /// Squared Euclidean distance `|q - e|²`, smallest first.
+    L2,
+}
+
+impl Metric {
+    /// `ip`, `cosine` or `l2`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::InnerProduct => "ip",
+            Metric::Cosine => "cosine",
+            Metric::L2 => "l2",
+        }
+    }
+    fn code(self) -> u32 {
+        match self {
+            Metric::InnerProduct => 0,
+            Metric::Cosine => 1,
+            Metric::L2 => 2,
+        }
+    }
+}
+
+impl std::str::FromStr for Metric {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "ip" | "inner_product" | "dot" => Ok(Metric::InnerProduct),
+            "cosine" | "cos" => Ok(Metric::Cosine),
+            "l2" | "L2" => Ok(Metric::L2),
+            _ => Err(Error::Invalid(format!(
+                "metric '{s}': expected ip, cosine or l2"
+            ))),
+        }
+    }
+}
+
+/// How [`knn`] runs.
+#[derive(Clone, Debug)]
+pub struct KnnOptions {
+    /// Neighbours per query (≥ 1; more than N pads with [`NO_ID`]).
+    pub k: usize,
+    /// Similarity or distance.
+    pub metric: Metric,
+    /// Queries per tile; `None` = as many as the scratch bounds allow.
+    pub query_tile: Option<usize>,
+    /// Table rows per tile on the selection path; `None` = 16 chunks.
+    pub table_tile: Option<usize>,
+    /// Compare-exchanges below the subgroup size by shuffles: `None` = when the device has
+    /// subgroup operations; `Some(false)` = shared memory only.
+    pub subgroups: Option<bool>,
+    /// Force the full-ranking path even for small k (tests).
+    pub full_ranking: bool,
+}
+
+impl Default for KnnOptions {
+    fn default() -> Self {
+        KnnOptions {
+            k: 10,
+            metric: Metric::Cosine,
+            query_tile: None,
+            table_tile: None,
+            subgroups: None,
+            full_ranking: false,
+        }
+    }
+}
+
+/// Which selection ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KnnPath {
+    /// Tiled selection passes with chunks of `chunk` pairs.
+    Select {
+        /// S: pairs one workgroup sorts.
+        chunk: usize,
+    },
+    /// Full bitonic sort of rows padded to `padded` pairs.
+    FullRanking {
+        /// P: the padded row length.
+        padded: usize,
+    },
+}
+
+/// The k best rows per query, row-major (`ids[q * k + i]`).
+#[derive(Clone, Debug)]
+pub struct KnnResult {
+    /// Neighbours per query.
+    pub k: usize,
+    /// Number of queries.
+    pub queries: usize,
+    /// Table row indices, [`NO_ID`] for padding.
+    pub ids: Vec<i64>,
+    /// Similarities (inner product, cosine; largest first) or squared distances (L2; smallest
+    /// first); −∞ / +∞ for padding.
+    pub distances: Vec<f32>,
+    /// The selection that ran.
+    pub path: KnnPath,
+    /// Whether the subgroup shuffles ran.
+    pub subgroups: bool,
+    /// Query tile used.
+    pub query_tile: usize,
+    /// GPU nanoseconds (0 without timestamps).
+    pub gpu_ns: u64,
+}
+
+impl KnnResult {
+    /// Ids of query `q`.
+    pub fn ids_of(&self, q: usize) -> &[i64] {
+        &self.ids[q * self.k..(q + 1) * self.k]
+    }
+    /// Distances of query `q`.
+    pub fn distances_of(&self, q: usize) -> &[f32] {
+        &self.distances[q * self.k..(q + 1) * self.k]
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+pub(crate) struct DistPush {
+    dim: u32,
+    q0: u32,
+    t0: u32,
+    cols: u32,
+    off: u32,
+    pad_to: u32,
+    stride: u32,
+    dst: u32,
+    metric: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+pub(crate) struct SortPush {
+    len: u32,
+    src_stride: u32,
+    dst_stride: u32,
+    keep: u32,
+    flip: u32,
+    mode: u32,
+    stage: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+pub(crate) struct StepPush {
+    stride: u32,
+    len: u32,
+    size: u32,
+    j: u32,
+}
+
+/// The largest chunk (pairs) one workgroup sorts on this device: a power of two with 8 bytes a
+/// pair in shared memory, at most 4,096.
+pub fn max_chunk(ctx: &Context) -> usize {
+    let by_shared = (ctx.caps().shared_memory_bytes as usize / 8).max(2);
+    let p = 1usize << (usize::BITS - 1 - by_shared.leading_zeros());
+    p.min(MAX_CHUNK)
+}
+
+/// The largest k the selection path takes on this device (half the largest chunk); larger k
+/// use the full ranking.
+pub fn max_select_k(ctx: &Context) -> usize {
+    max_chunk(ctx) / 2
+}
+
+/// k-NN of `queries` (D columns, like the table) against `table`.
+pub fn knn(table: &DeviceTable, queries: &Table, opts: &KnnOptions) -> Result<KnnResult> {
+    knn_flat(table, queries.data(), queries.d(), opts)
+}
+
+/// [`knn`] of row-major queries `queries` of dimension `dim` (may be empty: no queries).
+pub fn knn_flat(
+    table: &DeviceTable,
+    queries: &[f32],
+    dim: usize,
+    opts: &KnnOptions,
+) -> Result<KnnResult> {
+    let ctx = table.context().clone();
+    let caps = ctx.caps().clone();
+    let (n, d) = (table.n(), table.d());
+    if opts.k == 0 {
+        return Err(Error::Invalid("k-NN needs k ≥ 1".into()));
+    }
+    if dim != d {
+        return Err(Error::Invalid(format!(
+            "queries have dimension {dim}, the table {d}"
+        )));
+    }
+    if !queries.len().is_multiple_of(d) {
+        return Err(Error::Invalid(format!(
+            "{} query values are not a whole number of rows of dimension {d}",
+            queries.len()
+        )));
+    }
+    if let Some(pos) = queries.iter().position(|v| !v.is_finite()) {
+        return Err(Error::Invalid(format!(
+            "query {} has a non-finite value ({}) at column {}",
+            pos / d,
+            queries[pos],
+            pos % d
+        )));
+    }
+    let nq = queries.len() / d;
+    let k = opts.k;
+    let use_sg = match opts.subgroups {
+        Some(true) if !caps.subgroup_arithmetic => return Err(Error::Unsupported {
+            device: caps.name.clone(),
+            what: "subgroup operations for the k-selection (or DIVERSITY_DISABLE=subgroups is set)"
+                .into(),
+        }),
+        Some(s) => s,
+        None => caps.subgroup_arithmetic,
+    };
+    let s_max = max_chunk(&ctx);
+    let ke = k.min(n); // pairs computed on the device; the rest is padding
+    let select = !opts.full_ranking && ke <= s_max / 2;
+    let chunk = if select {
+        (2 * ke)
+            .next_power_of_two()
+            .clamp(MIN_CHUNK.min(s_max), s_max)
+    } else {
+        s_max
+    };
+    let wg = (chunk / 2)
+        .min(256)
+        .min(caps.max_workgroup_invocations as usize)
+        .max(1);
+    let r = chunk / wg;
+    let sg = caps.subgroup_size.max(1) as usize;
+    let use_sg = use_sg && wg.is_multiple_of(sg) && sg.is_power_of_two();
+    let (table_tile, stride, path) = if select {
+        let tt = opts.table_tile.unwrap_or(16 * chunk).max(chunk).min(n);
+        (tt, ke + tt.max(chunk), KnnPath::Select { chunk })
+    } else {
+        let p = n.next_power_of_two().max(chunk);
+        (n, p, KnnPath::FullRanking { padded: p })
+    };
+    let row_bytes = stride as u64 * 4;
+    if row_bytes > caps.max_buffer_range {
+        return Err(Error::Limit(format!(
+            "a k-NN scratch row of {stride} entries needs {row_bytes} bytes; {} allows {} \
+             (maxStorageBufferRange)",
+            caps.name, caps.max_buffer_range
+        )));
+    }
+    let scratch_cap = (caps.memory_budget_bytes / 4).min(MAX_SCRATCH);
+    let by_range = (caps.max_buffer_range / row_bytes) as usize;
+    let by_budget = (scratch_cap / (4 * row_bytes)).max(1) as usize;
+    let qt = opts
+        .query_tile
+        .unwrap_or(usize::MAX)
+        .min(by_range)
+        .min(by_budget)
+        .min(65535)
+        .min(nq.max(1))
+        .max(1);
+    let groups_x = stride.div_ceil(64);
+    if groups_x > caps.max_workgroup_count as usize {
+        return Err(Error::Limit(format!(
+            "a k-NN row of {stride} entries needs {groups_x} workgroups; {} allows {}",
+            caps.name, caps.max_workgroup_count
+        )));
+    }
+    let mut out = KnnResult {
+        k,
+        queries: nq,
+        ids: Vec::with_capacity(nq * k),
+        distances: Vec::with_capacity(nq * k),
+        path,
+        subgroups: use_sg,
+        query_tile: qt,
+        gpu_ns: 0,
+    };
+    if nq == 0 {
+        return Ok(out);
+    }
+
+    // Cosine: unit queries (float64 norms), a zero query stays zero.
+    let qdata: Vec<f32> = if opts.metric == Metric::Cosine {
+        queries
+            .chunks_exact(d)
+            .flat_map(|row| {
+                let norm = row.iter().map(|&v| v as f64 * v as f64).sum::<f64>().sqrt();
+                let inv = if norm > 0.0 { 1.0 / norm } else { 0.0 };
+                row.iter().map(move |&v| (v as f64 * inv) as f32)
+            })
+            .collect()
+    } else {
+        queries.to_vec()
+    };
+    let qbuf = ctx.upload("k-NN queries", bytemuck::cast_slice(&qdata))?;
+    let scratch = (qt * stride * 4) as u64;
+    let keys_a = crate::device::Buffer::storage(&ctx, "k-NN keys A", scratch)?;
+    let ids_a = crate::device::Buffer::storage(&ctx, "k-NN ids A", scratch)?;
+    let keys_b = crate::device::Buffer::storage(&ctx, "k-NN keys B", scratch)?;
+    let ids_b = crate::device::Buffer::storage(&ctx, "k-NN ids B", scratch)?;
+    let set = Set::new(
+        &ctx,
+        &[
+            (0, table.data_buffer()),
+            (1, table.inv_norm_buffer()),
+            (2, &qbuf),
+            (3, &keys_a),
+            (4, &ids_a),
+            (5, &keys_b),
+            (6, &ids_b),
+        ],
+        std::slice::from_ref(&qbuf),
+    )?;
+    let prec = table.precision();
+    let dist = ctx.pipeline(PipelineKey {
+        spirv: spirv_for(&spirv::KNN_DIST, prec),
+        spec: vec![],
+        push_bytes: checked_push::<DistPush>(&spirv::KNN_DIST)?,
+    })?;
+    let sort = ctx.pipeline(PipelineKey {
+        spirv: spirv_for(&spirv::KNN_SORT, prec),
+        spec: vec![wg as u32, r as u32, use_sg as u32],
+        push_bytes: checked_push::<SortPush>(&spirv::KNN_SORT)?,
+    })?;
+    let step = ctx.pipeline(PipelineKey {
+        spirv: spirv_for(&spirv::KNN_STEP, prec),
+        spec: vec![],
+        push_bytes: checked_push::<StepPush>(&spirv::KNN_STEP)?,
+    })?;
+    let sub = Submitter::new(&ctx)?;
+    let dev = ctx.device().clone();
+    let metric = opts.metric.code();
+
+    let mut q0 = 0;
+    while q0 < nq {
+        let qn = qt.min(nq - q0);
+        let qn32 = qn as u32;
+        let mut cur = 0u32; // which scratch buffer holds the row: 0 = A, 1 = B
+        if select {
+            let mut have = 0usize;
+            let mut t0 = 0;
+            while t0 < n {
+                let cols = table_tile.min(n - t0);
+                let dp = DistPush {
+                    dim: d as u32,
+                    q0: q0 as u32,
+                    t0: t0 as u32,
+                    cols: cols as u32,
+                    off: have as u32,
+                    pad_to: cols as u32,
+                    stride: stride as u32,
+                    dst: cur,
+                    metric,
+                };
+                let mut len = have + cols;
+                let mut passes = Vec::new();
+                loop {
+                    let chunks = len.div_ceil(chunk);
+                    passes.push((
+                        SortPush {
+                            len: len as u32,
+                            src_stride: stride as u32,
+                            dst_stride: stride as u32,
+                            keep: ke as u32,
+                            flip: cur,
+                            mode: 0,
+                            stage: 0,
+                        },
+                        chunks as u32,
+                    ));
+                    cur ^= 1;
+                    len = chunks * ke;
+                    if chunks == 1 {
+                        break;
+                    }
+                }
+                out.gpu_ns += sub.run("k-NN selection", |cb| unsafe {
+                    bind(&dev, cb, &dist, set.set, bytemuck::bytes_of(&dp));
+                    dev.cmd_dispatch(cb, cols.div_ceil(64) as u32, qn32, 1);
+                    for (sp, chunks) in &passes {
+                        barrier(&dev, cb);
+                        bind(&dev, cb, &sort, set.set, bytemuck::bytes_of(sp));
+                        dev.cmd_dispatch(cb, *chunks, qn32, 1);
+                    }
+                })?;
+                have = ke;
+                t0 += cols;
+            }
+        } else {
+            let p = stride;
+            let dp = DistPush {
+                dim: d as u32,
+                q0: q0 as u32,
+                t0: 0,
+                cols: n as u32,
+                off: 0,
+                pad_to: p as u32,
+                stride: p as u32,
+                dst: 0,
+                metric,
+            };
+            let local = |stage: usize| SortPush {
+                len: p as u32,
+                src_stride: p as u32,
+                dst_stride: p as u32,
+                keep: 0,
+                flip: 0,
+                mode: 1,
+                stage: stage as u32,
+            };
+            out.gpu_ns += sub.run("k-NN full ranking", |cb| unsafe {
+                bind(&dev, cb, &dist, set.set, bytemuck::bytes_of(&dp));
+                dev.cmd_dispatch(cb, p.div_ceil(64) as u32, qn32, 1);
+                barrier(&dev, cb);
+                bind(&dev, cb, &sort, set.set, bytemuck::bytes_of(&local(0)));
+                dev.cmd_dispatch(cb, (p / chunk) as u32, qn32, 1);
+                let mut size = 2 * chunk;
+                while size <= p {
+                    let mut j = size / 2;
+                    while j >= chunk {
+                        let sp = StepPush {
+                            stride: p as u32,
+                            len: p as u32,
+                            size: size as u32,
+                            j: j as u32,
+                        };
+                        barrier(&dev, cb);
+                        bind(&dev, cb, &step, set.set, bytemuck::bytes_of(&sp));
+                        dev.cmd_dispatch(cb, (p / 2).div_ceil(64) as u32, qn32, 1);
+                        j /= 2;
+                    }
+                    barrier(&dev, cb);
+                    bind(&dev, cb, &sort, set.set, bytemuck::bytes_of(&local(size)));
+                    dev.cmd_dispatch(cb, (p / chunk) as u32, qn32, 1);
+                    size *= 2;
+                }
+            })?;
+        }
+        // The first ke pairs of each row of the current buffer.
+        let regions: Vec<(u64, u64)> = (0..qn)
+            .map(|q| (((q * stride) * 4) as u64, (ke * 4) as u64))
+            .collect();
+        let (kb, ib) = if cur == 0 {
+            (&keys_a, &ids_a)
+        } else {
+            (&keys_b, &ids_b)
+        };
+        let keys: Vec<f32> = ctx
+            .download_regions(kb, &regions)?
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let ids: Vec<u32> = ctx
+            .download_regions(ib, &regions)?
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let neg = opts.metric != Metric::L2;
+        let pad_dist = if neg {
+            f32::NEG_INFINITY
+        } else {
+            f32::INFINITY
+        };
+        for q in 0..qn {
+            for i in 0..k {
+                if i < ke && ids[q * ke + i] != NO_ID_U32 {
+                    let key = keys[q * ke + i];
+                    out.ids.push(ids[q * ke + i] as i64);
+                    out.distances.push(if neg { -key } else { key });
+                } else {
+                    out.ids.push(NO_ID);
+                    out.distances.push(pad_dist);
+                }
+            }
+        }
+        q0 += qn;
+    }
+    drop(set);
+    Ok(out)
+}

@@ -1,0 +1,393 @@
+//! Exact k-NN on a real Vulkan device (lavapipe in CI), validation layers on, against a
+//! float64 oracle (Faiss's): the returned distances equal the float64-sorted reference within
+//! rounding, no duplicate ids, every returned id's float64 distance equals the returned one,
+//! best first with ties by lowest id; fp16 storage against the fp16-rounded table; all three
+//! metrics; the selection and the full-ranking paths, with and without subgroup shuffles;
+//! k = 1, 32·m ± 1, 2,048, N, > N; N = 1; sizes that are multiples of no tile; bad input.
+
+mod common;
+use common::{assert_clean, ctx, fortunes, random_table};
+use diversity::knn::{knn_flat, max_select_k, KnnPath, NO_ID};
+use diversity::{knn, Context, DeviceTable, KnnOptions, Metric, Precision, Table};
+
+fn key64(metric: Metric, q: &[f32], e: &[f32]) -> f64 {
+    let dot: f64 = q.iter().zip(e).map(|(&a, &b)| a as f64 * b as f64).sum();
+    match metric {
+        Metric::InnerProduct => dot,
+        Metric::Cosine => {
+            let nq = q.iter().map(|&a| a as f64 * a as f64).sum::<f64>().sqrt();
+            let ne = e.iter().map(|&a| a as f64 * a as f64).sum::<f64>().sqrt();
+            if nq == 0.0 || ne == 0.0 {
+                0.0
+            } else {
+                dot / (nq * ne)
+            }
+        }
+        Metric::L2 => q
+            .iter()
+            .zip(e)
+            .map(|(&a, &b)| (a as f64 - b as f64).powi(2))
+            .sum(),
+    }
+}
+
+/// Check `res` against the float64 oracle on the stored table.
+fn check(stored: &Table, queries: &Table, opts: &KnnOptions, res: &diversity::KnnResult) {
+    let (n, k, m) = (stored.n(), opts.k, opts.metric);
+    assert_eq!(res.k, k);
+    assert_eq!(res.queries, queries.n());
+    assert_eq!(res.ids.len(), queries.n() * k);
+    let sim = m != Metric::L2;
+    for qi in 0..queries.n() {
+        let q = queries.row(qi);
+        let ref_keys: Vec<f64> = (0..n).map(|j| key64(m, q, stored.row(j))).collect();
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by(|&a, &b| {
+            let c = ref_keys[a].partial_cmp(&ref_keys[b]).unwrap();
+            (if sim { c.reverse() } else { c }).then(a.cmp(&b))
+        });
+        // Rounding scale of this query's keys.
+        let nq = q.iter().map(|&a| (a as f64).powi(2)).sum::<f64>().sqrt();
+        let scale = (0..n)
+            .map(|j| {
+                let ne = stored
+                    .row(j)
+                    .iter()
+                    .map(|&a| (a as f64).powi(2))
+                    .sum::<f64>()
+                    .sqrt();
+                match m {
+                    Metric::InnerProduct => nq * ne,
+                    Metric::Cosine => 1.0,
+                    Metric::L2 => (nq + ne).powi(2),
+                }
+            })
+            .fold(1e-30, f64::max);
+        let tol = 1e-5 * scale;
+        let ids = res.ids_of(qi);
+        let dists = res.distances_of(qi);
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..k {
+            if i >= n {
+                assert_eq!(ids[i], NO_ID, "query {qi} entry {i}: padding");
+                assert_eq!(
+                    dists[i],
+                    if sim {
+                        f32::NEG_INFINITY
+                    } else {
+                        f32::INFINITY
+                    }
+                );
+                continue;
+            }
+            let id = ids[i];
+            assert!(
+                id >= 0 && (id as usize) < n,
+                "query {qi} entry {i}: id {id}"
+            );
+            assert!(seen.insert(id), "query {qi}: duplicate id {id}");
+            let want = ref_keys[order[i]];
+            let got = dists[i] as f64;
+            assert!(
+                (got - want).abs() <= tol,
+                "query {qi} entry {i}: distance {got}, float64 sorted reference {want} (tol {tol})"
+            );
+            let gathered = ref_keys[id as usize];
+            assert!(
+                (got - gathered).abs() <= tol,
+                "query {qi} entry {i}: id {id} has float64 distance {gathered}, returned {got}"
+            );
+            if i > 0 {
+                let (p, c) = (dists[i - 1], dists[i]);
+                assert!(
+                    if sim { p >= c } else { p <= c },
+                    "query {qi}: not sorted at {i}: {p} then {c}"
+                );
+                if p == c {
+                    assert!(
+                        ids[i - 1] < ids[i],
+                        "query {qi}: tie at {i} not by lowest id"
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn run_check(ctx: &Context, table: &Table, p: Precision, queries: &Table, opts: &KnnOptions) {
+    let dt = DeviceTable::upload(ctx, table, p).unwrap();
+    let res = knn(&dt, queries, opts).unwrap_or_else(|e| panic!("{opts:?}: {e}"));
+    check(&table.as_stored(p), queries, opts, &res);
+    assert_clean(ctx);
+}
+
+fn subgroup_settings(ctx: &Context) -> Vec<Option<bool>> {
+    if ctx.caps().subgroup_arithmetic {
+        vec![Some(true), Some(false)]
+    } else {
+        vec![Some(false)]
+    }
+}
+
+#[test]
+fn selection_path_small_and_bucket_edge_k() {
+    let ctx = ctx();
+    eprintln!(
+        "k-NN on {}: subgroup size {}, subgroup ops {}, max select k {}",
+        ctx.caps().name,
+        ctx.caps().subgroup_size,
+        ctx.caps().subgroup_arithmetic,
+        max_select_k(&ctx)
+    );
+    let table = random_table(613, 19, 3);
+    let queries = random_table(11, 19, 4);
+    for sg in subgroup_settings(&ctx) {
+        for metric in [Metric::InnerProduct, Metric::Cosine, Metric::L2] {
+            for k in [1, 31, 33, 63, 65, 127, 129] {
+                let opts = KnnOptions {
+                    k,
+                    metric,
+                    subgroups: sg,
+                    table_tile: Some(257),
+                    query_tile: Some(4),
+                    ..Default::default()
+                };
+                let dt = DeviceTable::upload(&ctx, &table, Precision::Fp32).unwrap();
+                let res = knn(&dt, &queries, &opts).unwrap();
+                assert!(matches!(res.path, KnnPath::Select { .. }));
+                assert_eq!(res.subgroups, sg == Some(true));
+                check(&table, &queries, &opts, &res);
+            }
+        }
+    }
+    assert_clean(&ctx);
+}
+
+#[test]
+fn full_ranking_path_and_k_equal_n() {
+    let ctx = ctx();
+    let table = random_table(1500, 13, 7);
+    let queries = random_table(5, 13, 8);
+    for sg in subgroup_settings(&ctx) {
+        for metric in [Metric::Cosine, Metric::L2] {
+            for (k, full) in [(1, true), (33, true), (1500, false), (1507, false)] {
+                let opts = KnnOptions {
+                    k,
+                    metric,
+                    subgroups: sg,
+                    full_ranking: full,
+                    query_tile: Some(3),
+                    ..Default::default()
+                };
+                run_check(&ctx, &table, Precision::Fp32, &queries, &opts);
+            }
+        }
+    }
+}
+
+#[test]
+fn k_2048_and_largest_select_k() {
+    let ctx = ctx();
+    let table = random_table(2100, 9, 21);
+    let queries = random_table(3, 9, 22);
+    let ks = [2047, 2048, 2049, max_select_k(&ctx), max_select_k(&ctx) + 1];
+    for sg in subgroup_settings(&ctx) {
+        for k in ks {
+            let opts = KnnOptions {
+                k,
+                metric: Metric::InnerProduct,
+                subgroups: sg,
+                table_tile: Some(1000),
+                ..Default::default()
+            };
+            run_check(&ctx, &table, Precision::Fp32, &queries, &opts);
+        }
+    }
+}
+
+#[test]
+fn fp16_storage_against_rounded_table() {
+    let ctx = ctx();
+    if !ctx.caps().fp16_storage {
+        return;
+    }
+    let table = fortunes(300);
+    let queries = fortunes(300).head(17).unwrap();
+    for metric in [Metric::InnerProduct, Metric::Cosine, Metric::L2] {
+        for k in [1, 10, 65, 300] {
+            let opts = KnnOptions {
+                k,
+                metric,
+                table_tile: Some(100),
+                ..Default::default()
+            };
+            run_check(&ctx, &table, Precision::Fp16, &queries, &opts);
+        }
+    }
+    // A random table rounded: fp16 results differ from fp32 ones only by the rounding.
+    let t = random_table(333, 21, 9);
+    let q = random_table(4, 21, 10);
+    let opts = KnnOptions {
+        k: 40,
+        metric: Metric::L2,
+        ..Default::default()
+    };
+    run_check(&ctx, &t, Precision::Fp16, &q, &opts);
+}
+
+#[test]
+fn single_row_table_and_self_neighbours() {
+    let ctx = ctx();
+    let one = random_table(1, 5, 1);
+    for k in [1, 3] {
+        let opts = KnnOptions {
+            k,
+            metric: Metric::L2,
+            ..Default::default()
+        };
+        run_check(&ctx, &one, Precision::Fp32, &random_table(2, 5, 2), &opts);
+    }
+    // Each fortune's nearest neighbour by cosine is itself (distinct rows).
+    let t = fortunes(64);
+    let dt = DeviceTable::upload(&ctx, &t, Precision::Fp32).unwrap();
+    let res = knn(
+        &dt,
+        &t,
+        &KnnOptions {
+            k: 1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    for q in 0..64 {
+        assert_eq!(res.ids_of(q)[0], q as i64);
+    }
+    // Duplicate rows tie exactly: the lower id comes first.
+    let mut data = random_table(10, 4, 5).data().to_vec();
+    let row3: Vec<f32> = data[12..16].to_vec();
+    data[28..32].copy_from_slice(&row3); // row 7 = row 3
+    let t = Table::new(data, 10, 4).unwrap();
+    let dt = DeviceTable::upload(&ctx, &t, Precision::Fp32).unwrap();
+    let q = Table::new(row3, 1, 4).unwrap();
+    let res = knn(
+        &dt,
+        &q,
+        &KnnOptions {
+            k: 3,
+            metric: Metric::L2,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(&res.ids_of(0)[..2], &[3, 7]);
+    assert_eq!(res.distances_of(0)[..2], [0.0, 0.0]);
+    assert_clean(&ctx);
+}
+
+#[test]
+fn bad_input_is_refused() {
+    let ctx = ctx();
+    let t = random_table(20, 6, 1);
+    let dt = DeviceTable::upload(&ctx, &t, Precision::Fp32).unwrap();
+    let q = random_table(2, 6, 2);
+    let e = knn(
+        &dt,
+        &q,
+        &KnnOptions {
+            k: 0,
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("k ≥ 1"), "{e}");
+    let e = knn(&dt, &random_table(2, 5, 2), &KnnOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("dimension 5"), "{e}");
+    let mut bad = q.data().to_vec();
+    bad[7] = f32::NAN;
+    let e = knn_flat(&dt, &bad, 6, &KnnOptions::default()).unwrap_err();
+    assert!(
+        e.to_string().contains("query 1 has a non-finite value"),
+        "{e}"
+    );
+    let e = knn_flat(&dt, &bad[..5], 6, &KnnOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("whole number"), "{e}");
+    let empty = knn_flat(&dt, &[], 6, &KnnOptions::default()).unwrap();
+    assert_eq!(empty.queries, 0);
+    assert!(empty.ids.is_empty());
+    assert!("hamming".parse::<Metric>().is_err());
+    assert_clean(&ctx);
+}
+
+#[test]
+fn same_bits_on_every_path_tile_and_reduction() {
+    // Keys are computed identically everywhere and (key, id) is a total order: the selection
+    // and the full ranking, any tiles, shuffles or shared memory return the same bits.
+    let ctx = ctx();
+    let table = random_table(777, 24, 31);
+    let queries = random_table(9, 24, 32);
+    let dt = DeviceTable::upload(&ctx, &table, Precision::Fp32).unwrap();
+    for metric in [Metric::InnerProduct, Metric::Cosine, Metric::L2] {
+        let base = KnnOptions {
+            k: 100,
+            metric,
+            ..Default::default()
+        };
+        let want = knn(&dt, &queries, &base).unwrap();
+        let mut variants = vec![
+            KnnOptions {
+                full_ranking: true,
+                ..base.clone()
+            },
+            KnnOptions {
+                table_tile: Some(333),
+                query_tile: Some(2),
+                ..base.clone()
+            },
+        ];
+        for sg in subgroup_settings(&ctx) {
+            variants.push(KnnOptions {
+                subgroups: sg,
+                table_tile: Some(256),
+                ..base.clone()
+            });
+        }
+        for o in variants {
+            let got = knn(&dt, &queries, &o).unwrap();
+            assert_eq!(got.ids, want.ids, "{o:?}");
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got.distances), bits(&want.distances), "{o:?}");
+        }
+    }
+    assert_clean(&ctx);
+}
+
+#[test]
+#[ignore = "timing on the current device; run with --ignored --nocapture"]
+fn timing_report() {
+    let ctx = ctx();
+    let table = random_table(20_000, 128, 1);
+    let queries = random_table(100, 128, 2);
+    let dt = DeviceTable::upload(&ctx, &table, Precision::Fp32).unwrap();
+    for (k, full) in [
+        (10, false),
+        (100, false),
+        (1000, false),
+        (100, true),
+        (20_000, false),
+    ] {
+        let opts = KnnOptions {
+            k,
+            metric: Metric::InnerProduct,
+            full_ranking: full,
+            ..Default::default()
+        };
+        let t = std::time::Instant::now();
+        let r = knn(&dt, &queries, &opts).unwrap();
+        eprintln!(
+            "N 20000 × 128, 100 queries, k {k}: {:?}, {:.1} ms wall, {:.1} ms GPU",
+            r.path,
+            t.elapsed().as_secs_f64() * 1e3,
+            r.gpu_ns as f64 / 1e6
+        );
+    }
+}
