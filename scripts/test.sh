@@ -10,7 +10,7 @@ cargo fmt --check
 cargo clippy --release --all-targets --quiet -- -D warnings
 cargo clippy --release --features lua --lib --quiet -- -D warnings
 cargo test --release
-LP_NATIVE_VECTOR_WIDTH=128 cargo test --release --test scan --test gram
+LP_NATIVE_VECTOR_WIDTH=128 cargo test --release --test scan --test gram --test knn
 # The benchmark program must keep working: a tiny run on the bundled data.
 cargo run --release --quiet --example bench -- --table data/fortunes-2k.npy --starts 16 \
   --steps 2 --chunk 1 --quick --label "CI smoke" --plot "$(mktemp -d)/smoke.png" >/dev/null
