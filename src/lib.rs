@@ -14,6 +14,7 @@ pub mod error;
 pub mod files;
 pub mod gram;
 pub mod knn;
+pub mod rankings;
 #[cfg(feature = "lua")]
 mod lua;
 pub mod reference;

@@ -1,0 +1,345 @@
+//! Similarity rankings, the pipeline's second stage: for every item (or a chosen subset), all
+//! other items ranked by cosine similarity (or inner product / squared L2 distance), most similar
+//! first, computed on the device by the exact k-NN search of [`crate::knn`] and streamed batch
+//! by batch into a sink — the user's rankings cache ([`write_rankings_cache`], through
+//! [`RankingsWriter`]) or the compact k-NN graph file ([`write_knn_graph`], through
+//! [`KnnGraphWriter`]).
+//!
+//! # Semantics
+//! * Each item is a query against the whole table **as stored** on the device (fp16 tables:
+//!   the fp16-rounded rows are the queries too, so an item and its duplicates score equally).
+//! * Row `i` lists the other items, most similar first (largest cosine / inner product,
+//!   smallest squared L2 distance); equal scores are ordered by the lowest index — deterministic,
+//!   unlike the user's `qsort` — because the device orders `(key, id)` pairs totally.
+//! * The item itself is excluded **by id**, not by position: with duplicate rows the item need
+//!   not come first (a lower-indexed duplicate ties with it and wins the tie), so the search asks
+//!   for `top_k + 1` neighbours (or all N on the full-ranking path) and drops the item's own id.
+//! * Row length: `min(top_k, N − 1)`, or N − 1 for all (`top_k: None`). `top_k = 0` is
+//!   [`Error::Invalid`]; a `top_k` ≥ N is **clamped** to N − 1 (rows of every other item), as
+//!   [`RankingsWriter`] does; the cache's metadata keeps the requested value. N = 1 gives empty
+//!   rows.
+//! * Queries are processed in batches of [`RankingsOptions::batch`] items (default: sized so the
+//!   host buffers of one batch stay within a share of the device's memory budget, at most
+//!   256 MiB); each batch goes to the sink as soon as it is done, in the order of the items, so
+//!   the output does not depend on the batch size (the caches are byte-identical).
+
+use crate::cache::{KnnGraphWriter, KnnMetric, RankingsWriter, KNN_PAD};
+use crate::error::{Error, Result};
+use crate::knn::{knn_flat, KnnOptions, KnnPath, Metric, NO_ID};
+use crate::scan::DeviceTable;
+use crate::table::Table;
+use serde_json::Value;
+use std::path::Path;
+
+/// Neighbours per item of [`write_knn_graph`] when not given.
+pub const DEFAULT_GRAPH_K: usize = 10;
+/// Host bytes one batch may use at most (also bounded by an eighth of the memory budget).
+const MAX_BATCH_BYTES: u64 = 256 << 20;
+
+/// How [`rankings`] runs.
+#[derive(Clone, Debug)]
+pub struct RankingsOptions {
+    /// Entries per ranking: `Some(k)` (≥ 1; ≥ N means all N − 1) or `None` for all N − 1.
+    pub top_k: Option<usize>,
+    /// Similarity or distance (the pipeline uses [`Metric::Cosine`]).
+    pub metric: Metric,
+    /// Items per batch; `None` = from the memory budget (see the module documentation).
+    pub batch: Option<usize>,
+    /// The items to rank (each < N, no repeats), in the order they are handed to the sink;
+    /// `None` = all items 0..N.
+    pub items: Option<Vec<u32>>,
+    /// Passed to [`KnnOptions::subgroups`].
+    pub subgroups: Option<bool>,
+    /// Passed to [`KnnOptions::full_ranking`] (tests).
+    pub full_ranking: bool,
+}
+
+impl Default for RankingsOptions {
+    fn default() -> Self {
+        RankingsOptions {
+            top_k: None,
+            metric: Metric::Cosine,
+            batch: None,
+            items: None,
+            subgroups: None,
+            full_ranking: false,
+        }
+    }
+}
+
+/// What [`rankings`] did.
+#[derive(Clone, Debug)]
+pub struct RankingsReport {
+    /// Items ranked (rows handed to the sink).
+    pub items: usize,
+    /// Entries per row: `min(top_k, N − 1)`.
+    pub top_k: usize,
+    /// Neighbours asked of the k-NN search per query (`top_k + 1`, at most N).
+    pub knn_k: usize,
+    /// Items per batch.
+    pub batch: usize,
+    /// Number of batches.
+    pub batches: usize,
+    /// The k-NN path that ran (the same for every batch).
+    pub path: Option<KnnPath>,
+    /// Whether subgroup shuffles ran.
+    pub subgroups: bool,
+    /// GPU nanoseconds, all batches (0 without timestamps).
+    pub gpu_ns: u64,
+}
+
+/// The row length for `top_k` over `n` items: `min(top_k, n − 1)`, or n − 1 for all.
+pub fn row_len(n: usize, top_k: Option<usize>) -> Result<usize> {
+    match top_k {
+        Some(0) => Err(Error::Invalid(
+            "top_k = 0: a ranking needs at least one entry (None means all)".into(),
+        )),
+        Some(k) => Ok(k.min(n.saturating_sub(1))),
+        None => Ok(n.saturating_sub(1)),
+    }
+}
+
+/// Rankings of every item (or `opts.items`) against all others; `sink(items, ids, len)` gets
+/// each batch as soon as it is done: `ids` is row-major, row `i` (`len` entries, the
+/// [`RankingsReport::top_k`]) the ranking of `items[i]` as 0-based indices. See the module
+/// documentation for the order, ties, self-exclusion and `top_k`.
+pub fn rankings(
+    dt: &DeviceTable,
+    table: &Table,
+    opts: &RankingsOptions,
+    mut sink: impl FnMut(&[u32], &[u32], usize) -> Result<()>,
+) -> Result<RankingsReport> {
+    rankings_with_values(dt, table, opts, |items, ids, _values, len| {
+        sink(items, ids, len)
+    })
+}
+
+/// [`rankings`] whose sink also gets the similarities (or squared distances) beside the ids,
+/// row-major like them: `sink(items, ids, values, len)`.
+pub fn rankings_with_values(
+    dt: &DeviceTable,
+    table: &Table,
+    opts: &RankingsOptions,
+    mut sink: impl FnMut(&[u32], &[u32], &[f32], usize) -> Result<()>,
+) -> Result<RankingsReport> {
+    let (n, d) = (dt.n(), dt.d());
+    if table.n() != n || table.d() != d {
+        return Err(Error::Invalid(format!(
+            "the host table is {} × {}, the device table {n} × {d}: pass the table that was \
+             uploaded",
+            table.n(),
+            table.d()
+        )));
+    }
+    let len = row_len(n, opts.top_k)?;
+    let all: Vec<u32>;
+    let items: &[u32] = match &opts.items {
+        Some(items) => {
+            let mut seen = vec![false; n];
+            for &i in items {
+                let slot = seen.get_mut(i as usize).ok_or_else(|| {
+                    Error::Invalid(format!(
+                        "item {i} is out of range for N = {n} items (valid 0..{n})"
+                    ))
+                })?;
+                if std::mem::replace(slot, true) {
+                    return Err(Error::Invalid(format!("item {i} is listed twice")));
+                }
+            }
+            items
+        }
+        None => {
+            all = (0..n as u32).collect();
+            &all
+        }
+    };
+    if opts.batch == Some(0) {
+        return Err(Error::Invalid("a batch of 0 items".into()));
+    }
+    // The queries are the rows as stored, so an item and its duplicates score the same.
+    let stored = table.as_stored(dt.precision());
+    let kk = (len + 1).min(n);
+    let caps = dt.context().caps();
+    let per_item = (kk as u64) * 24 + (d as u64) * 8;
+    let budget = (caps.memory_budget_bytes / 8).clamp(1 << 20, MAX_BATCH_BYTES);
+    let batch = opts
+        .batch
+        .unwrap_or((budget / per_item.max(1)).max(1) as usize)
+        .min(items.len())
+        .max(1);
+    let kopts = KnnOptions {
+        k: kk,
+        metric: opts.metric,
+        query_tile: None,
+        table_tile: None,
+        subgroups: opts.subgroups,
+        full_ranking: opts.full_ranking,
+    };
+    let mut report = RankingsReport {
+        items: items.len(),
+        top_k: len,
+        knn_k: kk,
+        batch,
+        batches: 0,
+        path: None,
+        subgroups: false,
+        gpu_ns: 0,
+    };
+    let mut queries = Vec::with_capacity(batch * d);
+    let mut ids = Vec::with_capacity(batch * len);
+    let mut values = Vec::with_capacity(batch * len);
+    for chunk in items.chunks(batch) {
+        queries.clear();
+        for &i in chunk {
+            queries.extend_from_slice(stored.row(i as usize));
+        }
+        let res = knn_flat(dt, &queries, d, &kopts)?;
+        report.batches += 1;
+        report.gpu_ns += res.gpu_ns;
+        report.path = Some(res.path);
+        report.subgroups = res.subgroups;
+        ids.clear();
+        values.clear();
+        for (q, &item) in chunk.iter().enumerate() {
+            let before = ids.len();
+            for (&id, &v) in res.ids_of(q).iter().zip(res.distances_of(q)) {
+                if ids.len() - before == len {
+                    break;
+                }
+                if id == NO_ID || id == item as i64 {
+                    continue;
+                }
+                ids.push(id as u32);
+                values.push(v);
+            }
+            if ids.len() - before != len {
+                return Err(Error::Invalid(format!(
+                    "internal: the k-NN search gave item {item} {} other items, expected {len}",
+                    ids.len() - before
+                )));
+            }
+        }
+        sink(chunk, &ids, &values, len)?;
+    }
+    Ok(report)
+}
+
+/// The algorithm name written in a rankings cache: `"<metric>-knn-v1"` (`"cosine-knn-v1"`).
+pub fn algorithm_name(metric: Metric) -> String {
+    format!("{}-knn-v1", metric.name())
+}
+
+/// Compute [`rankings`] and stream them into the user's rankings cache at `path` through
+/// [`RankingsWriter`]: `{"metadata":{"total_poems":N,"algorithm":"cosine-knn-v1",
+/// "format":"pre_sorted_rankings","top_k":K|null, "metric", "precision", "dim", "device",
+/// …extra},"rankings":{"<id>":[id,…]}}`.
+///
+/// The writer is created first, so a bad output location fails before any device work and
+/// leaves no file. `extra` is a JSON object (model name, …) or `null`; its fields come after
+/// the ones written here and may not repeat any of them. `ids` are the keys/values written
+/// (one per row, unique); `None` = the table's ids ([`Table::ids`]) when it has them, else
+/// 0-based indices. Metadata holds nothing that depends on the batch size or timing, so the
+/// file is byte-identical for every batch size. With `opts.items` the cache holds only those
+/// items (`total_poems` still says N). `top_k` in the metadata is the requested value.
+pub fn write_rankings_cache(
+    dt: &DeviceTable,
+    table: &Table,
+    path: &Path,
+    opts: &RankingsOptions,
+    extra: &Value,
+    ids: Option<Vec<Value>>,
+) -> Result<RankingsReport> {
+    let n = dt.n();
+    row_len(n, opts.top_k)?;
+    let caps = dt.context().caps();
+    let mut meta = serde_json::Map::new();
+    meta.insert("metric".into(), opts.metric.name().into());
+    meta.insert("precision".into(), dt.precision().name().into());
+    meta.insert("dim".into(), dt.d().into());
+    meta.insert("device".into(), caps.name.clone().into());
+    match extra {
+        Value::Null => {}
+        Value::Object(m) => {
+            for (k, v) in m {
+                if meta.contains_key(k) {
+                    return Err(Error::Invalid(format!(
+                        "{}: extra rankings metadata repeats the field {k:?}, which is written \
+                         by write_rankings_cache (metric, precision, dim, device)",
+                        path.display()
+                    )));
+                }
+                meta.insert(k.clone(), v.clone());
+            }
+        }
+        other => {
+            return Err(Error::Invalid(format!(
+                "{}: extra rankings metadata must be a JSON object or null, got {other}",
+                path.display()
+            )))
+        }
+    }
+    let ids = ids.or_else(|| table.ids().map(|v| v.to_vec()));
+    let mut w = RankingsWriter::create(
+        path,
+        n,
+        opts.top_k,
+        &algorithm_name(opts.metric),
+        &Value::Object(meta),
+        ids,
+    )?;
+    let report = rankings(dt, table, opts, |items, flat, len| {
+        w.write_batch(items, flat, len)
+    })?;
+    if opts.items.is_some() {
+        w.finish_partial()?;
+    } else {
+        w.finish()?;
+    }
+    Ok(report)
+}
+
+/// The k-NN graph of the table — each item's `k` (default [`DEFAULT_GRAPH_K`]) nearest other
+/// items and their similarities (cosine, inner product) or squared L2 distances — written to
+/// `path` through [`KnnGraphWriter`] (created first: a bad location fails before device work).
+/// Self is excluded by id, ties go to the lowest index; when k > N − 1 rows end with
+/// [`KNN_PAD`] padding. `batch`: items per batch, `None` = from the memory budget.
+pub fn write_knn_graph(
+    dt: &DeviceTable,
+    table: &Table,
+    path: &Path,
+    k: Option<usize>,
+    metric: Metric,
+    batch: Option<usize>,
+) -> Result<RankingsReport> {
+    let k = k.unwrap_or(DEFAULT_GRAPH_K);
+    let n = dt.n();
+    let kmetric = match metric {
+        Metric::InnerProduct => KnnMetric::InnerProduct,
+        Metric::Cosine => KnnMetric::Cosine,
+        Metric::L2 => KnnMetric::L2,
+    };
+    let mut w = KnnGraphWriter::create(path, n, k, kmetric)?;
+    let opts = RankingsOptions {
+        top_k: Some(k),
+        metric,
+        batch,
+        ..RankingsOptions::default()
+    };
+    let (mut pids, mut pvals) = (Vec::new(), Vec::new());
+    let report = rankings_with_values(dt, table, &opts, |items, ids, values, len| {
+        if len == k {
+            return w.write_batch(items, ids, values);
+        }
+        pids.clear();
+        pvals.clear();
+        for i in 0..items.len() {
+            pids.extend_from_slice(&ids[i * len..(i + 1) * len]);
+            pids.resize((i + 1) * k, KNN_PAD);
+            pvals.extend_from_slice(&values[i * len..(i + 1) * len]);
+            pvals.resize((i + 1) * k, kmetric.pad_value());
+        }
+        w.write_batch(items, &pids, &pvals)
+    })?;
+    w.finish()?;
+    Ok(report)
+}
