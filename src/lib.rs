@@ -14,9 +14,9 @@ pub mod error;
 pub mod files;
 pub mod gram;
 pub mod knn;
-pub mod rankings;
 #[cfg(feature = "lua")]
 mod lua;
+pub mod rankings;
 pub mod reference;
 pub mod scan;
 mod spirv;

@@ -157,7 +157,10 @@ pub fn rankings_with_values(
         return Err(Error::Invalid("a batch of 0 items".into()));
     }
     // The queries are the rows as stored, so an item and its duplicates score the same.
-    let stored = table.as_stored(dt.precision());
+    let stored = match dt.precision() {
+        crate::table::Precision::Fp32 => std::borrow::Cow::Borrowed(table),
+        p => std::borrow::Cow::Owned(table.as_stored(p)),
+    };
     let kk = (len + 1).min(n);
     let caps = dt.context().caps();
     let per_item = (kk as u64) * 24 + (d as u64) * 8;
