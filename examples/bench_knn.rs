@@ -1,0 +1,199 @@
+//! The k-NN benchmark (issue 6): exact k-NN on the device for each requested k × precision, GPU
+//! time from timestamp queries, wall time, queries/s, and the ids of the first configuration for
+//! comparison with the PyTorch peer (`bench/peer/torch_knn.py`, torch.topk over a matmul).
+//!
+//! ```text
+//! cargo run --release --example bench_knn -- --table FILE [--dim D] [--n N]
+//!     [--queries self|FILE] [--k 10,100,all] [--metric cosine|ip|l2] [--precisions fp32,fp16]
+//!     [--label NAME] [--json OUT.json] [--md OUT.md] [--ids OUT.u32]
+//! ```
+//!
+//! `--queries self` (default) searches the table against itself (the rankings workload: k + 1
+//! neighbours, the item itself among them); `all` is k = N. `--ids` writes the first
+//! configuration's ids (little-endian i32, row-major, -1 for padding).
+
+use diversity::knn::{knn_flat, KnnOptions, Metric};
+use diversity::{files, Context, ContextOptions, DeviceTable, Precision};
+use std::fmt::Write as _;
+use std::time::Instant;
+
+struct Args {
+    table: String,
+    dim: Option<usize>,
+    n: Option<usize>,
+    queries: String,
+    ks: Vec<Option<usize>>,
+    metric: Metric,
+    precisions: Vec<Precision>,
+    label: String,
+    json: Option<String>,
+    md: Option<String>,
+    ids: Option<String>,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut a = Args {
+        table: String::new(),
+        dim: None,
+        n: None,
+        queries: "self".into(),
+        ks: vec![Some(10)],
+        metric: Metric::Cosine,
+        precisions: vec![Precision::Fp32],
+        label: "workload".into(),
+        json: None,
+        md: None,
+        ids: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(f) = it.next() {
+        let mut val = || it.next().ok_or(format!("{f} needs a value"));
+        let num = |v: String| v.parse::<usize>().map_err(|_| format!("{v}: not a number"));
+        match f.as_str() {
+            "--table" => a.table = val()?,
+            "--dim" => a.dim = Some(num(val()?)?),
+            "--n" => a.n = Some(num(val()?)?),
+            "--queries" => a.queries = val()?,
+            "--k" => {
+                a.ks = val()?
+                    .split(',')
+                    .map(|k| match k {
+                        "all" => Ok(None),
+                        k => k
+                            .parse()
+                            .map(Some)
+                            .map_err(|_| format!("--k {k}: not a number")),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+            "--metric" => {
+                a.metric = val()?
+                    .parse()
+                    .map_err(|e: diversity::Error| e.to_string())?
+            }
+            "--precisions" => {
+                a.precisions = val()?
+                    .split(',')
+                    .map(|p| p.parse().map_err(|e: diversity::Error| e.to_string()))
+                    .collect::<Result<_, _>>()?
+            }
+            "--label" => a.label = val()?,
+            "--json" => a.json = Some(val()?),
+            "--md" => a.md = Some(val()?),
+            "--ids" => a.ids = Some(val()?),
+            _ => return Err(format!("unknown argument {f}")),
+        }
+    }
+    if a.table.is_empty() {
+        return Err("--table is required".into());
+    }
+    Ok(a)
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("bench_knn: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), String> {
+    let a = parse()?;
+    let s = |e: diversity::Error| e.to_string();
+    let mut table = files::load_table(a.table.as_ref(), a.dim).map_err(s)?;
+    if let Some(n) = a.n {
+        table = table.head(n.min(table.n())).map_err(s)?;
+    }
+    let queries: Vec<f32> = if a.queries == "self" {
+        table.data().to_vec()
+    } else {
+        files::load_table(a.queries.as_ref(), Some(table.d()))
+            .map_err(s)?
+            .data()
+            .to_vec()
+    };
+    let (n, d) = (table.n(), table.d());
+    let nq = queries.len() / d;
+    let ctx = Context::new(&ContextOptions::default()).map_err(s)?;
+    let caps = ctx.caps().clone();
+    println!(
+        "{}: table {n} × {d}, {nq} queries, {} on {} ({})",
+        a.label,
+        a.metric.name(),
+        caps.name,
+        caps.driver
+    );
+    let mut rows = Vec::new();
+    let mut first_ids = None;
+    for &p in &a.precisions {
+        let dt = DeviceTable::upload(&ctx, &table, p).map_err(s)?;
+        for &k in &a.ks {
+            let self_q = a.queries == "self";
+            let k = k.unwrap_or(n).min(n);
+            let o = KnnOptions {
+                k: if self_q { (k + 1).min(n) } else { k },
+                metric: a.metric,
+                ..KnnOptions::default()
+            };
+            let t = Instant::now();
+            let r = knn_flat(&dt, &queries, d, &o).map_err(s)?;
+            let wall = t.elapsed().as_secs_f64();
+            let gpu = r.gpu_ns as f64 * 1e-9;
+            println!(
+                "  {} k {:>6} path {:?} subgroups {} GPU {:>8.4} s wall {:>8.4} s  {:>10.0} queries/s",
+                p.name(),
+                o.k,
+                r.path,
+                r.subgroups,
+                gpu,
+                wall,
+                nq as f64 / gpu.max(1e-12)
+            );
+            if first_ids.is_none() {
+                first_ids = Some(r.ids.iter().map(|&i| i as i32).collect::<Vec<i32>>());
+            }
+            rows.push(serde_json::json!({
+                "precision": p.name(), "k": o.k, "path": format!("{:?}", r.path),
+                "subgroups": r.subgroups, "gpu_s": gpu, "wall_s": wall,
+            }));
+        }
+    }
+    if let (Some(p), Some(ids)) = (&a.ids, &first_ids) {
+        std::fs::write(p, bytemuck::cast_slice(ids)).map_err(|e| format!("{p}: {e}"))?;
+    }
+    if let Some(p) = &a.json {
+        let j = serde_json::json!({
+            "label": a.label, "device": caps.name, "driver": caps.driver, "n": n, "d": d,
+            "queries": nq, "metric": a.metric.name(), "runs": rows,
+        });
+        std::fs::write(p, serde_json::to_vec_pretty(&j).unwrap())
+            .map_err(|e| format!("{p}: {e}"))?;
+    }
+    if let Some(p) = &a.md {
+        let mut m = String::new();
+        let _ = writeln!(
+            m,
+            "**{}** — table {n} × {d}, {nq} queries, {}, {} ({})\n",
+            a.label,
+            a.metric.name(),
+            caps.name,
+            caps.driver
+        );
+        let _ = writeln!(m, "| precision | k | path | subgroups | GPU s | wall s |");
+        let _ = writeln!(m, "|---|---|---|---|---|---|");
+        for r in &rows {
+            let _ = writeln!(
+                m,
+                "| {} | {} | {} | {} | {:.4} | {:.4} |",
+                r["precision"].as_str().unwrap_or(""),
+                r["k"],
+                r["path"].as_str().unwrap_or(""),
+                r["subgroups"],
+                r["gpu_s"].as_f64().unwrap_or(0.0),
+                r["wall_s"].as_f64().unwrap_or(0.0)
+            );
+        }
+        std::fs::write(p, m).map_err(|e| format!("{p}: {e}"))?;
+    }
+    Ok(())
+}
