@@ -1,11 +1,13 @@
-//! `diversity`: diversity sequences (and, next, similarity rankings and exact k-NN) computed by
-//! Vulkan compute shaders on any device — a discrete GPU or Mesa's lavapipe on a CPU — for a
-//! LuaJIT pipeline that loads this crate with `require "diversity"`.
+//! `diversity`: diversity sequences, similarity rankings and exact k-NN computed by Vulkan
+//! compute shaders on any device — a discrete GPU or Mesa's lavapipe on a CPU — for a LuaJIT
+//! pipeline that loads this crate with `require "diversity"`.
 //!
 //! The data path reads top-down: [`device`] (instance, capabilities, memory) → [`table`] (the
 //! host table, centering, fp16 rounding) → [`scan`] (the table on the device and the scan engine
-//! in every shape) → results; [`reference`] is the float64 CPU reference and the exactness
-//! oracle; [`files`] loads tables from disk.
+//! in every shape) or [`gram`] (the Gram-matrix engine; [`gram::mode_for`] is the `auto` rule) →
+//! results, written by [`cache`]; [`knn`](mod@knn) (exact k-NN with GPU k-selection) → [`rankings`] (every
+//! item's ranking of the others, the k-NN graph); [`reference`](mod@reference) is the float64 CPU reference and
+//! the exactness oracle; [`files`] loads tables from disk.
 #![warn(missing_docs)]
 
 pub mod cache;
