@@ -5,9 +5,10 @@
 //! The data path reads top-down: [`device`] (instance, capabilities, memory) → [`table`] (the
 //! host table, centering, fp16 rounding) → [`scan`] (the table on the device and the scan engine
 //! in every shape) or [`gram`] (the Gram-matrix engine; [`gram::mode_for`] is the `auto` rule) →
-//! results, written by [`cache`]; [`knn`](mod@knn) (exact k-NN with GPU k-selection) → [`rankings`] (every
-//! item's ranking of the others, the k-NN graph); [`reference`](mod@reference) is the float64 CPU reference and
-//! the exactness oracle; [`files`] loads tables from disk.
+//! results, written by [`cache`]; [`knn`](mod@knn) (exact k-NN with GPU k-selection) →
+//! [`rankings`] (every item's ranking of the others, the k-NN graph);
+//! [`reference`](mod@reference) is the float64 CPU reference and the exactness oracle; [`files`]
+//! loads tables from disk.
 #![warn(missing_docs)]
 
 pub mod cache;

@@ -1,7 +1,7 @@
 //! Similarity rankings, the pipeline's second stage: for every item (or a chosen subset), all
 //! other items ranked by cosine similarity (or inner product / squared L2 distance), most similar
-//! first, computed on the device by the exact k-NN search of [`crate::knn`](mod@crate::knn) and streamed batch
-//! by batch into a sink — the user's rankings cache ([`write_rankings_cache`], through
+//! first, computed on the device by the exact k-NN search of [`crate::knn`](mod@crate::knn) and
+//! streamed batch by batch into a sink — the user's rankings cache ([`write_rankings_cache`], through
 //! [`RankingsWriter`]) or the compact k-NN graph file ([`write_knn_graph`], through
 //! [`KnnGraphWriter`]).
 //!
