@@ -209,4 +209,92 @@ function M.batch_destroy(b)
   end
 end
 
+-- The rankings cache's default place: beside the embeddings file, named after the model (every
+-- character other than letters, digits, '.', '_' and '-' becomes '_').
+local function rankings_path(embeddings_file, model_name)
+  local dir = embeddings_file:match("^(.*)/[^/]*$") or "."
+  return dir .. "/similarity_rankings_" .. model_name:gsub("[^%w%._%-]", "_") .. ".json"
+end
+M.rankings_path = rankings_path
+
+-- A Lua string as serde_json writes it (the metadata of the cache is compared as text).
+local function json_string(s)
+  return '"' .. s:gsub('[%c"\\]', function(c)
+    local named = { ['"'] = '\\"', ['\\'] = '\\\\', ['\n'] = '\\n', ['\r'] = '\\r',
+                    ['\t'] = '\\t', ['\b'] = '\\b', ['\f'] = '\\f' }
+    return named[c] or ("\\u%04x"):format(c:byte())
+  end) .. '"'
+end
+
+-- The metadata object of an existing rankings cache as text (the file starts with it), or nil.
+local function cache_metadata(path)
+  local f = io.open(path, "rb")
+  if not f then return nil end
+  local head = f:read(65536) or ""
+  f:close()
+  return head:match('^{"metadata":(%b{}),"rankings":{')
+end
+
+--- All-pairs cosine similarity rankings of the items of `embeddings_file` (an embeddings.json,
+-- or any file `diversity.load` reads), computed on the GPU, written as the rankings cache
+-- `{metadata:{total_poems, algorithm:"cosine-knn-v1", format:"pre_sorted_rankings", top_k, model,
+-- source, source_checksum, metric, precision, dim, device}, rankings:{"<id>":[id, …]}}` (keys and
+-- values are the file's ids when it has them, else 0-based indices; each list holds the other
+-- items, most similar first, ties by the lowest index; `top_k` entries, or all N − 1 when top_k
+-- is nil or 0).
+--
+-- The cache goes to `output_file` when given (a sixth argument the old wrapper did not have),
+-- else beside the embeddings file as `similarity_rankings_<model>.json` (`M.rankings_path`). An
+-- existing cache is reused (nothing computed) unless `force`, when its metadata records the same
+-- source checksum (`diversity.file_checksum` of the embeddings file: its bytes, not its mtime),
+-- the same model and the same top_k; otherwise it is recomputed and replaced (temp file +
+-- rename, so a failure leaves the old one or none). `num_threads` is the JSON writer's thread
+-- count (nil or 0: the machine's). Returns the cache's path, N and whether it was reused.
+function M.generate_similarity_matrix_gpu_parallel(embeddings_file, model_name, force, num_threads,
+                                                   top_k, output_file)
+  local call = "generate_similarity_matrix_gpu_parallel"
+  if type(embeddings_file) ~= "string" or embeddings_file == "" then
+    fail(call, "embeddings_file must be a path, got " .. tostring(embeddings_file))
+  end
+  if type(model_name) ~= "string" or model_name == "" then
+    fail(call, "model_name must be a non-empty string, got " .. tostring(model_name))
+  end
+  if num_threads ~= nil then check_int(call, "num_threads", num_threads, 0) end
+  if top_k ~= nil then check_int(call, "top_k", top_k, 0) end
+  if top_k == 0 then top_k = nil end
+  if output_file ~= nil and type(output_file) ~= "string" then
+    fail(call, "output_file must be a path or nil, got " .. type(output_file))
+  end
+  local out = output_file or rankings_path(embeddings_file, model_name)
+  local checksum = guarded(call, diversity.file_checksum, embeddings_file)
+  if not force then
+    local meta = cache_metadata(out)
+    if meta
+      and meta:find('"format":"pre_sorted_rankings"', 1, true)
+      and meta:find('"source_checksum":' .. json_string(checksum), 1, true)
+      and meta:find('"model":' .. json_string(model_name), 1, true)
+      and meta:find('"top_k":' .. (top_k and tostring(top_k) or "null") .. '[,}]')
+    then
+      local n = tonumber(meta:match('"total_poems":(%d+)'))
+      if n then return out, n, true end
+    end
+  end
+  local t = guarded(call, diversity.load, embeddings_file)
+  local ok, ctx = pcall(diversity.open, {})
+  if not ok then t:close(); fail(call, diversity.message(ctx)) end
+  local n = t:n()
+  local ok2, e = pcall(function()
+    local dt = ctx:upload(t, "fp32")
+    local src = embeddings_file:match("[^/]*$")
+    dt:write_rankings_cache(t, out, {
+      top_k = top_k, metric = "cosine", model = model_name, threads = num_threads,
+      metadata = { source = src, source_checksum = checksum },
+    })
+    dt:close()
+  end)
+  t:close(); ctx:close()
+  if not ok2 then fail(call, diversity.message(e)) end
+  return out, n, false
+end
+
 return M

@@ -4,11 +4,13 @@
 //! name and the cause. No logic lives here that the Rust tests cannot reach, except the
 //! conversion of Lua values and FFI cdata.
 
-use crate::cache::{BinaryCache, BinaryCacheWriter, JsonCacheWriter};
+use crate::cache::{BinaryCache, BinaryCacheWriter, JsonCacheWriter, KnnGraph, KnnMetric, KNN_PAD};
 use crate::device::{Context, ContextOptions};
 use crate::error::Error;
 use crate::files;
 use crate::gram::{self, Gram, GramJob, GramOptions, Mode, Placement};
+use crate::knn::{knn, KnnOptions, KnnPath, KnnResult, Metric, NO_ID};
+use crate::rankings::{self, RankingsOptions, RankingsReport};
 use crate::scan::{DeviceTable, ScanJob, ScanOptions, Shape, StepReport};
 use crate::table::{Precision, Table};
 use half::f16;
@@ -58,6 +60,8 @@ type LJob = Handle<Job>;
 type LJsonWriter = Handle<JsonCacheWriter>;
 type LBinWriter = Handle<BinaryCacheWriter>;
 type LBinCache = Handle<BinaryCache>;
+type LKnn = Handle<KnnResult>;
+type LKnnGraph = Handle<KnnGraph>;
 
 /// A device table and its Gram matrix, built by the first gram job (or `dtable:gram()`) and kept
 /// so that every batch of a run shares one G.
@@ -438,6 +442,163 @@ impl UserData for LDeviceTable {
                 };
                 let job = new_job(call, t, &starts, &opts, Some((host, &rows, len)))?;
                 Ok(LJob::new("job", job))
+            },
+        );
+        // Exact k-NN of the rows of `queries` (a table object of the same dimension; the table
+        // that was uploaded for a self-search) against this table: a knn result object.
+        m.add_method(
+            "knn",
+            |_, this, (queries, o): (LuaAnyUserData, Option<LuaTable>)| {
+                let call = "device_table:knn";
+                let dt = &this.get(call)?.dt;
+                let q = queries.borrow::<LTable>()?;
+                let opts = knn_options(call, &o)?;
+                let r = knn(dt, q.get(call)?, &opts).map_err(|e| err(call, e))?;
+                if r.ids.iter().any(|&i| i > i32::MAX as i64) {
+                    return Err(msg(call, "a neighbour id does not fit an int32"));
+                }
+                Ok(LKnn::new("knn result", r))
+            },
+        );
+        // Rankings of every item (or `opts.items`) against all others, self excluded: returned
+        // as Lua tables keyed by 0-based item, or handed batch by batch to `opts.each`.
+        m.add_method(
+            "rankings",
+            |lua, this, (table, o): (LuaAnyUserData, Option<LuaTable>)| {
+                let call = "device_table:rankings";
+                let dt = &this.get(call)?.dt;
+                let t = table.borrow::<LTable>()?;
+                let t = t.get(call)?;
+                let opts = rankings_options(call, &o)?;
+                let each = opt::<LuaFunction>(&o, "each")?;
+                let with_values = opt::<bool>(&o, "values")?.unwrap_or(true);
+                let (rows, values) = (lua.create_table()?, lua.create_table()?);
+                let mut failed: Option<LuaError> = None;
+                let res = rankings::rankings_with_values(dt, t, &opts, |items, ids, vals, len| {
+                    let step = || -> LuaResult<()> {
+                        let (br, bv) = match &each {
+                            Some(_) => (lua.create_table()?, lua.create_table()?),
+                            None => (rows.clone(), values.clone()),
+                        };
+                        for (i, &item) in items.iter().enumerate() {
+                            let key = if each.is_some() {
+                                i as i64 + 1
+                            } else {
+                                item as i64
+                            };
+                            br.raw_set(
+                                key,
+                                lua.create_sequence_from(
+                                    ids[i * len..(i + 1) * len].iter().copied(),
+                                )?,
+                            )?;
+                            if with_values {
+                                bv.raw_set(
+                                    key,
+                                    lua.create_sequence_from(
+                                        vals[i * len..(i + 1) * len].iter().copied(),
+                                    )?,
+                                )?;
+                            }
+                        }
+                        if let Some(f) = &each {
+                            let it = lua.create_sequence_from(items.iter().copied())?;
+                            let bv = if with_values {
+                                Value::Table(bv)
+                            } else {
+                                Value::Nil
+                            };
+                            f.call::<()>((it, br, bv))?;
+                        }
+                        Ok(())
+                    };
+                    step().map_err(|e| {
+                        let m = e.to_string();
+                        failed = Some(e);
+                        Error::Invalid(m)
+                    })
+                });
+                if let Some(e) = failed {
+                    return Err(e);
+                }
+                let report = report_table(lua, &res.map_err(|e| err(call, e))?)?;
+                if each.is_some() {
+                    return Ok((Value::Table(report), Value::Nil, Value::Nil));
+                }
+                let values = if with_values {
+                    Value::Table(values)
+                } else {
+                    Value::Nil
+                };
+                Ok((Value::Table(rows), values, Value::Table(report)))
+            },
+        );
+        // The user's rankings cache at `path`, streamed from Rust.
+        m.add_method(
+            "write_rankings_cache",
+            |lua, this, (table, path, o): (LuaAnyUserData, String, Option<LuaTable>)| {
+                let call = "device_table:write_rankings_cache";
+                let dt = &this.get(call)?.dt;
+                let t = table.borrow::<LTable>()?;
+                let t = t.get(call)?;
+                let opts = rankings_options(call, &o)?;
+                let mut extra = match opt::<Value>(&o, "metadata")? {
+                    None | Some(Value::Nil) => serde_json::Map::new(),
+                    Some(v) => match lua_to_json(call, v)? {
+                        serde_json::Value::Object(m) => m,
+                        other => {
+                            return Err(msg(
+                                call,
+                                format!("metadata must be a table of fields, got {other}"),
+                            ))
+                        }
+                    },
+                };
+                if let Some(model) = opt::<String>(&o, "model")? {
+                    extra.insert("model".into(), model.into());
+                }
+                let ids = match opt::<LuaTable>(&o, "ids")? {
+                    Some(ids) => Some(
+                        ids.sequence_values::<Value>()
+                            .map(|v| lua_to_json(call, v?))
+                            .collect::<LuaResult<Vec<_>>>()?,
+                    ),
+                    None => None,
+                };
+                let threads = match opt_int(call, &o, "threads")? {
+                    Some(0) | None => None,
+                    Some(n) => Some(n as usize),
+                };
+                let r = rankings::write_rankings_cache_threads(
+                    dt,
+                    t,
+                    path.as_ref(),
+                    &opts,
+                    &serde_json::Value::Object(extra),
+                    ids,
+                    threads,
+                )
+                .map_err(|e| err(call, e))?;
+                report_table(lua, &r)
+            },
+        );
+        // The k-NN graph file at `path` (k = 10 by default).
+        m.add_method(
+            "write_knn_graph",
+            |lua, this, (table, path, o): (LuaAnyUserData, String, Option<LuaTable>)| {
+                let call = "device_table:write_knn_graph";
+                let dt = &this.get(call)?.dt;
+                let t = table.borrow::<LTable>()?;
+                let t = t.get(call)?;
+                let k = opt_int(call, &o, "k")?.map(|k| k as usize);
+                if k == Some(0) {
+                    return Err(msg(call, "k = 0: a k-NN graph needs k ≥ 1"));
+                }
+                let metric = parse_metric(call, &o)?;
+                let batch = opt_int(call, &o, "batch")?.map(|b| b as usize);
+                let r = rankings::write_knn_graph(dt, t, path.as_ref(), k, metric, batch)
+                    .map_err(|e| err(call, e))?;
+                report_table(lua, &r)
             },
         );
         m.add_method_mut("close", |_, this, ()| {
@@ -977,6 +1138,244 @@ impl UserData for LBinCache {
     }
 }
 
+/// `opts.metric`: "cosine" (the default), "ip" or "l2".
+fn parse_metric(call: &str, o: &Option<LuaTable>) -> LuaResult<Metric> {
+    match opt::<Value>(o, "metric")? {
+        None | Some(Value::Nil) => Ok(Metric::Cosine),
+        Some(Value::String(s)) => s.to_str()?.parse().map_err(|e| err(call, e)),
+        Some(other) => Err(msg(
+            call,
+            format!(
+                "metric must be \"cosine\", \"ip\" or \"l2\", got a {}",
+                other.type_name()
+            ),
+        )),
+    }
+}
+
+/// Options of `dtable:knn`: `k` (default 10), `metric`, `query_tile`, `table_tile`,
+/// `subgroups`, `full_ranking`.
+fn knn_options(call: &str, o: &Option<LuaTable>) -> LuaResult<KnnOptions> {
+    let mut k = KnnOptions {
+        metric: parse_metric(call, o)?,
+        ..KnnOptions::default()
+    };
+    if let Some(v) = opt_int(call, o, "k")? {
+        k.k = v as usize;
+    }
+    k.query_tile = opt_int(call, o, "query_tile")?.map(|v| v as usize);
+    k.table_tile = opt_int(call, o, "table_tile")?.map(|v| v as usize);
+    k.subgroups = opt::<bool>(o, "subgroups")?;
+    k.full_ranking = opt::<bool>(o, "full_ranking")?.unwrap_or(false);
+    Ok(k)
+}
+
+/// Options of `dtable:rankings` / `write_rankings_cache`: `top_k` (nil or 0 = all N − 1),
+/// `metric`, `batch`, `items` (0-based), `subgroups`, `full_ranking`.
+fn rankings_options(call: &str, o: &Option<LuaTable>) -> LuaResult<RankingsOptions> {
+    Ok(RankingsOptions {
+        top_k: match opt_int(call, o, "top_k")? {
+            Some(0) | None => None,
+            Some(k) => Some(k as usize),
+        },
+        metric: parse_metric(call, o)?,
+        batch: opt_int(call, o, "batch")?.map(|b| b as usize),
+        items: match opt::<LuaTable>(o, "items")? {
+            Some(t) => Some(int_list(call, "item", &t)?),
+            None => None,
+        },
+        subgroups: opt::<bool>(o, "subgroups")?,
+        full_ranking: opt::<bool>(o, "full_ranking")?.unwrap_or(false),
+    })
+}
+
+fn path_name(p: Option<KnnPath>) -> Option<&'static str> {
+    p.map(|p| match p {
+        KnnPath::Select { .. } => "select",
+        KnnPath::FullRanking { .. } => "full_ranking",
+    })
+}
+
+/// What a rankings run did, as a Lua table.
+fn report_table(lua: &Lua, r: &RankingsReport) -> LuaResult<LuaTable> {
+    let t = lua.create_table()?;
+    t.set("items", r.items)?;
+    t.set("top_k", r.top_k)?;
+    t.set("knn_k", r.knn_k)?;
+    t.set("batch", r.batch)?;
+    t.set("batches", r.batches)?;
+    t.set("path", path_name(r.path))?;
+    t.set("subgroups", r.subgroups)?;
+    t.set("gpu_ns", r.gpu_ns)?;
+    Ok(t)
+}
+
+/// A 0-based query index of a knn result, checked.
+fn query_index(call: &str, r: &KnnResult, q: &Value) -> LuaResult<usize> {
+    let q = int(call, "query", q)? as usize;
+    if q >= r.queries {
+        return Err(msg(
+            call,
+            format!(
+                "query {q} is out of range for {} queries (valid 0..{})",
+                r.queries, r.queries
+            ),
+        ));
+    }
+    Ok(q)
+}
+
+/// Rows `from..to` of a row-major array as Lua arrays (1-based rows).
+fn rows_table<T: Copy + IntoLua>(
+    lua: &Lua,
+    flat: &[T],
+    k: usize,
+    queries: usize,
+) -> LuaResult<LuaTable> {
+    let out = lua.create_table_with_capacity(queries, 0)?;
+    for q in 0..queries {
+        out.raw_set(
+            q + 1,
+            lua.create_sequence_from(flat[q * k..(q + 1) * k].iter().copied())?,
+        )?;
+    }
+    Ok(out)
+}
+
+impl UserData for LKnn {
+    fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
+        m.add_method("k", |_, this, ()| Ok(this.get("knn:k")?.k));
+        m.add_method("queries", |_, this, ()| {
+            Ok(this.get("knn:queries")?.queries)
+        });
+        m.add_method("gpu_ns", |_, this, ()| Ok(this.get("knn:gpu_ns")?.gpu_ns));
+        m.add_method("path", |_, this, ()| {
+            Ok(path_name(Some(this.get("knn:path")?.path)))
+        });
+        m.add_method("subgroups", |_, this, ()| {
+            Ok(this.get("knn:subgroups")?.subgroups)
+        });
+        // ids(q): query q's k ids (0-based, -1 padding) as a Lua array; ids(): all rows.
+        m.add_method("ids", |lua, this, q: Option<Value>| {
+            let call = "knn:ids";
+            let r = this.get(call)?;
+            match q.filter(|v| !v.is_nil()) {
+                Some(q) => {
+                    let q = query_index(call, r, &q)?;
+                    lua.create_sequence_from(r.ids_of(q).iter().copied())
+                }
+                None => rows_table(lua, &r.ids, r.k, r.queries),
+            }
+        });
+        // distances(q) / distances(): the same for the similarities or squared distances
+        // (padding -math.huge for similarities, math.huge for L2).
+        m.add_method("distances", |lua, this, q: Option<Value>| {
+            let call = "knn:distances";
+            let r = this.get(call)?;
+            match q.filter(|v| !v.is_nil()) {
+                Some(q) => {
+                    let q = query_index(call, r, &q)?;
+                    lua.create_sequence_from(r.distances_of(q).iter().copied())
+                }
+                None => rows_table(lua, &r.distances, r.k, r.queries),
+            }
+        });
+        // FFI-friendly: the ids as little-endian int32 (row-major, -1 padding) in a string.
+        m.add_method("ids_bytes", |lua, this, ()| {
+            let r = this.get("knn:ids_bytes")?;
+            let ids: Vec<i32> = r.ids.iter().map(|&i| i as i32).collect();
+            lua.create_string(bytemuck::cast_slice::<i32, u8>(&ids))
+        });
+        // FFI-friendly: the distances as little-endian float32 (row-major) in a string.
+        m.add_method("distances_bytes", |lua, this, ()| {
+            let r = this.get("knn:distances_bytes")?;
+            lua.create_string(bytemuck::cast_slice::<f32, u8>(&r.distances))
+        });
+        // FFI-friendly: fill an int32_t[?] (ids) and/or a float[?] (distances) of at least
+        // queries × k entries each; pass nil for either address to skip it.
+        m.add_method(
+            "download",
+            |_, this, (ia, ib, da, db): (Option<f64>, Option<f64>, Option<f64>, Option<f64>)| {
+                let call = "knn:download";
+                let r = this.get(call)?;
+                let need = r.ids.len() * 4;
+                let check = |bytes: Option<f64>, what: &str| -> LuaResult<()> {
+                    if bytes.unwrap_or(0.0) < need as f64 {
+                        return Err(msg(
+                            call,
+                            format!(
+                                "the {what} buffer of {} bytes is smaller than the {need} bytes \
+                                 of {} × {} entries",
+                                bytes.unwrap_or(0.0),
+                                r.queries,
+                                r.k
+                            ),
+                        ));
+                    }
+                    Ok(())
+                };
+                if let Some(a) = ia {
+                    check(ib, "ids")?;
+                    let ptr = checked_address(call, a)? as *mut i32;
+                    let ids: Vec<i32> = r.ids.iter().map(|&i| i as i32).collect();
+                    // SAFETY: the caller took address and size from the same cdata (checked).
+                    unsafe { std::ptr::copy_nonoverlapping(ids.as_ptr(), ptr, ids.len()) };
+                }
+                if let Some(a) = da {
+                    check(db, "distances")?;
+                    let ptr = checked_address(call, a)? as *mut f32;
+                    // SAFETY: as above.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(r.distances.as_ptr(), ptr, r.distances.len())
+                    };
+                }
+                Ok(r.ids.len())
+            },
+        );
+        m.add_method_mut("close", |_, this, ()| {
+            this.inner = None;
+            Ok(())
+        });
+    }
+}
+
+fn kmetric_name(m: KnnMetric) -> &'static str {
+    match m {
+        KnnMetric::InnerProduct => "ip",
+        KnnMetric::Cosine => "cosine",
+        KnnMetric::L2 => "l2",
+    }
+}
+
+impl UserData for LKnnGraph {
+    fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
+        m.add_method("n", |_, this, ()| Ok(this.get("knn_graph:n")?.n()));
+        m.add_method("k", |_, this, ()| Ok(this.get("knn_graph:k")?.k()));
+        m.add_method("metric", |_, this, ()| {
+            Ok(kmetric_name(this.get("knn_graph:metric")?.metric()))
+        });
+        // row(i): item i's neighbours (0-based ids, -1 padding) and their values, two Lua arrays;
+        // one read of each section, nothing else loaded.
+        m.add_method_mut("row", |lua, this, i: Value| {
+            let call = "knn_graph:row";
+            let i = int_u32(call, "item", &i)?;
+            let (ids, values) = this.get_mut(call)?.row(i).map_err(|e| err(call, e))?;
+            let ids = lua.create_sequence_from(ids.into_iter().map(|v| {
+                if v == KNN_PAD {
+                    NO_ID
+                } else {
+                    v as i64
+                }
+            }))?;
+            Ok((ids, lua.create_sequence_from(values)?))
+        });
+        m.add_method_mut("close", |_, this, ()| {
+            this.inner = None;
+            Ok(())
+        });
+    }
+}
+
 /// What a cdata is, from the FFI helper: its address, its byte size when it is an array, and its
 /// element type as LuaJIT prints it.
 struct CData {
@@ -1387,6 +1786,13 @@ fn diversity(lua: &Lua) -> LuaResult<LuaTable> {
                 *o = f16::from_f32(v).to_bits();
             }
             Ok(())
+        })?,
+    )?;
+    m.set(
+        "knn_graph",
+        lua.create_function(|_, path: String| {
+            let g = KnnGraph::open(path.as_ref()).map_err(|e| err("knn_graph", e))?;
+            Ok(LKnnGraph::new("knn graph", g))
         })?,
     )?;
     m.set("ENV_FAIL_AFTER_CHUNKS", crate::scan::ENV_FAIL_AFTER_CHUNKS)?;

@@ -252,6 +252,21 @@ pub fn write_rankings_cache(
     extra: &Value,
     ids: Option<Vec<Value>>,
 ) -> Result<RankingsReport> {
+    write_rankings_cache_threads(dt, table, path, opts, extra, ids, None)
+}
+
+/// [`write_rankings_cache`] with the JSON writer's formatting thread count
+/// ([`RankingsWriter::set_threads`]); `None` = the writer's default (the machine's available
+/// parallelism). The thread count changes only the speed, never the bytes written.
+pub fn write_rankings_cache_threads(
+    dt: &DeviceTable,
+    table: &Table,
+    path: &Path,
+    opts: &RankingsOptions,
+    extra: &Value,
+    ids: Option<Vec<Value>>,
+    threads: Option<usize>,
+) -> Result<RankingsReport> {
     let n = dt.n();
     row_len(n, opts.top_k)?;
     let caps = dt.context().caps();
@@ -290,6 +305,9 @@ pub fn write_rankings_cache(
         &Value::Object(meta),
         ids,
     )?;
+    if let Some(t) = threads {
+        w.set_threads(t);
+    }
     let report = rankings(dt, table, opts, |items, flat, len| {
         w.write_batch(items, flat, len)
     })?;
