@@ -34,9 +34,15 @@
 //! memory. Queries are tiled so the scratch (four `query_tile × row` buffers) fits
 //! `maxStorageBufferRange` and a share of the memory budget.
 //!
-//! Not yet here (issue 6): a WarpSelect-style subgroup queue (per-lane thread queues + a
-//! subgroup-wide sorted queue merged with odd-size networks) and a blocked, shared-memory
-//! distance product fused with the first selection pass.
+//! * **WarpSelect path** (auto where subgroups are used and k ≤ [`max_warp_k`]; forced or off by
+//!   [`KnnOptions::warp_select`]): `knn_warp.comp`, one subgroup a query, distances computed on
+//!   the fly (same bits as `knn_dist.comp`), per-lane thread queues of T pairs and a sorted
+//!   subgroup queue of K pairs (K = [`warp_bucket`]) merged by bitonic shuffle networks when any
+//!   lane's queue fills; no shared memory, no barriers. Same results, bit for bit, as the
+//!   selection path.
+//!
+//! Not yet here (issue 6): odd-size merging networks (the merges use power-of-two bitonic
+//! networks) and a blocked, shared-memory distance product fused with the first selection pass.
 
 use crate::device::Context;
 use crate::device::PipelineKey;
@@ -54,7 +60,11 @@ const MIN_CHUNK: usize = 256;
 /// Largest chunk (pairs) a workgroup sorts (also bounded by shared memory: 8 bytes a pair).
 const MAX_CHUNK: usize = 4096;
 /// Largest k (bucket) of the WarpSelect path.
-pub const MAX_WARP_K: usize = 2048;
+pub const MAX_WARP_K: usize = 1024;
+/// Subgroup-queue registers a lane at most (K / subgroup size). On lavapipe (Mesa 22.3.6)
+/// 64 is right at subgroup sizes 4 and 8; 128 gave wrong results at size 4 (right at 8), 256
+/// at both — cause not found (a miscompile of large private arrays is suspected).
+pub const MAX_WARP_REGS: usize = 64;
 /// Table rows per WarpSelect dispatch by default.
 const WARP_TABLE_TILE: usize = 1 << 18;
 /// Scratch bytes per query tile at most (on top of `maxStorageBufferRange` per buffer).
@@ -270,6 +280,17 @@ pub fn warp_bucket(k: usize, sg: usize) -> (usize, usize) {
     (kb, t.min(kb / sg.max(1)).max(1))
 }
 
+/// The largest k the WarpSelect path takes on this device: [`MAX_WARP_K`], at most
+/// [`MAX_WARP_REGS`] × the subgroup size (0 without subgroup operations).
+pub fn max_warp_k(ctx: &Context) -> usize {
+    let caps = ctx.caps();
+    let sg = caps.subgroup_size as usize;
+    if !caps.subgroup_arithmetic || !sg.is_power_of_two() {
+        return 0;
+    }
+    MAX_WARP_K.min(MAX_WARP_REGS * sg)
+}
+
 /// k-NN of `queries` (D columns, like the table) against `table`.
 pub fn knn(table: &DeviceTable, queries: &Table, opts: &KnnOptions) -> Result<KnnResult> {
     knn_flat(table, queries.data(), queries.d(), opts)
@@ -327,6 +348,7 @@ pub fn knn_flat(
         && !opts.full_ranking
         && sg.is_power_of_two()
         && kb <= MAX_WARP_K
+        && kb / sg <= MAX_WARP_REGS
         && warp_wg <= caps.max_workgroup_invocations as usize;
     let warp = match opts.warp_select {
         Some(true) if !warp_ok => {
@@ -334,7 +356,7 @@ pub fn knn_flat(
                 device: caps.name.clone(),
                 what: format!(
                     "the WarpSelect k-NN path for k = {k} (needs subgroup operations, a \
-                     power-of-two subgroup size, k ≤ {MAX_WARP_K} and no full ranking)"
+                     power-of-two subgroup size, k ≤ {MAX_WARP_K} and ≤ {MAX_WARP_REGS} × the subgroup size, no full ranking)"
                 ),
             })
         }

@@ -7,7 +7,7 @@
 
 mod common;
 use common::{assert_clean, ctx, fortunes, random_table};
-use diversity::knn::{knn_flat, max_select_k, warp_bucket, KnnPath, MAX_WARP_K, NO_ID};
+use diversity::knn::{knn_flat, max_select_k, max_warp_k, warp_bucket, KnnPath, NO_ID};
 use diversity::{knn, Context, DeviceTable, KnnOptions, Metric, Precision, Table};
 
 fn key64(metric: Metric, q: &[f32], e: &[f32]) -> f64 {
@@ -414,6 +414,20 @@ fn same_as_select(dt: &DeviceTable, queries: &Table, base: &KnnOptions, tiles: &
     )
     .unwrap();
     assert!(matches!(want.path, KnnPath::Select { .. }));
+    let ctx = dt.context();
+    if base.k.min(dt.n()) > max_warp_k(ctx) {
+        // Above the buckets: refused when required, the selection path on auto.
+        let o = KnnOptions {
+            warp_select: Some(true),
+            ..base.clone()
+        };
+        assert!(knn(dt, queries, &o).is_err(), "{o:?}");
+        let auto = knn(dt, queries, base).unwrap();
+        assert!(matches!(auto.path, KnnPath::Select { .. }));
+        assert_eq!(auto.ids, want.ids);
+        assert_eq!(bits(&auto.distances), bits(&want.distances));
+        return;
+    }
     for &tt in tiles {
         let o = KnnOptions {
             warp_select: Some(true),
@@ -427,8 +441,21 @@ fn same_as_select(dt: &DeviceTable, queries: &Table, base: &KnnOptions, tiles: &
             got.path
         );
         assert!(got.subgroups);
-        assert_eq!(got.ids, want.ids, "{o:?}");
-        assert_eq!(bits(&got.distances), bits(&want.distances), "{o:?}");
+        let gb = bits(&got.distances);
+        let wb = bits(&want.distances);
+        if let Some(i) = (0..want.ids.len()).find(|&i| got.ids[i] != want.ids[i] || gb[i] != wb[i])
+        {
+            panic!(
+                "{o:?} {:?}: entry {i} (query {}, rank {}): id {} distance {} vs selection id {} distance {}",
+                got.path,
+                i / o.k,
+                i % o.k,
+                got.ids[i],
+                got.distances[i],
+                want.ids[i],
+                want.distances[i]
+            );
+        }
     }
 }
 
@@ -492,7 +519,8 @@ fn warp_select_against_oracle_ties_and_padding() {
         }
         let dt = DeviceTable::upload(&ctx, &table, p).unwrap();
         for metric in [Metric::InnerProduct, Metric::Cosine, Metric::L2] {
-            for k in [1, 3, 33, 600, 623, 700] {
+            let mk = max_warp_k(&ctx);
+            for k in [1, 3, 33, mk - 1, mk] {
                 let opts = KnnOptions {
                     k,
                     metric,
@@ -506,9 +534,23 @@ fn warp_select_against_oracle_ties_and_padding() {
                     assert_eq!(&res.ids_of(6)[..3], &[0, 200, 400]);
                     assert_eq!(&res.ids_of(7)[..3], &[1, 201, 401]);
                 }
-                if k <= 623 {
-                    same_as_select(&dt, &queries, &opts, &[Some(100), None]);
-                }
+                same_as_select(&dt, &queries, &opts, &[Some(100), None]);
+            }
+            // k > N: padding after the N rows.
+            let mk = max_warp_k(&ctx);
+            let small = random_table(mk - 7, 11, 54);
+            let sdt = DeviceTable::upload(&ctx, &small, p).unwrap();
+            for k in [mk - 6, mk] {
+                let opts = KnnOptions {
+                    k,
+                    metric,
+                    warp_select: Some(true),
+                    table_tile: Some(50),
+                    ..Default::default()
+                };
+                let res = knn(&sdt, &queries, &opts).unwrap();
+                assert!(matches!(res.path, KnnPath::WarpSelect { .. }));
+                check(&small.as_stored(p), &queries, &opts, &res);
             }
         }
     }
@@ -550,7 +592,9 @@ fn warp_select_largest_bucket() {
     let table = random_table(2500, 7, 61);
     let queries = random_table(3, 7, 62);
     let dt = DeviceTable::upload(&ctx, &table, Precision::Fp32).unwrap();
-    for k in [MAX_WARP_K - 1, MAX_WARP_K] {
+    let mk = max_warp_k(&ctx);
+    eprintln!("largest WarpSelect k: {mk}");
+    for k in [mk / 2 + 1, mk - 1, mk] {
         let base = KnnOptions {
             k,
             metric: Metric::L2,
@@ -562,7 +606,7 @@ fn warp_select_largest_bucket() {
         &dt,
         &queries,
         &KnnOptions {
-            k: MAX_WARP_K + 1,
+            k: mk + 1,
             warp_select: Some(true),
             ..Default::default()
         },
