@@ -201,6 +201,12 @@ fn run(a: Args) -> Result<(), String> {
     let path = match report.path {
         Some(KnnPath::Select { chunk }) => format!("select, chunk {chunk}"),
         Some(KnnPath::FullRanking { padded }) => format!("full ranking, padded {padded}"),
+        Some(KnnPath::WarpSelect {
+            k_bucket,
+            thread_queue,
+        }) => {
+            format!("WarpSelect, k bucket {k_bucket}, thread queue {thread_queue}")
+        }
         None => "no items".into(),
     };
     println!(

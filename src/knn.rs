@@ -34,9 +34,15 @@
 //! memory. Queries are tiled so the scratch (four `query_tile × row` buffers) fits
 //! `maxStorageBufferRange` and a share of the memory budget.
 //!
-//! Not yet here (issue 6): a WarpSelect-style subgroup queue (per-lane thread queues + a
-//! subgroup-wide sorted queue merged with odd-size networks) and a blocked, shared-memory
-//! distance product fused with the first selection pass.
+//! * **WarpSelect path** (auto where subgroups are used and k ≤ [`max_warp_k`]; forced or off by
+//!   [`KnnOptions::warp_select`]): `knn_warp.comp`, one subgroup a query, distances computed on
+//!   the fly (same bits as `knn_dist.comp`), per-lane thread queues of T pairs and a sorted
+//!   subgroup queue of K pairs (K = [`warp_bucket`]) merged by bitonic shuffle networks when any
+//!   lane's queue fills; no shared memory, no barriers. Same results, bit for bit, as the
+//!   selection path.
+//!
+//! Not yet here (issue 6): odd-size merging networks (the merges use power-of-two bitonic
+//! networks) and a blocked, shared-memory distance product fused with the first selection pass.
 
 use crate::device::Context;
 use crate::device::PipelineKey;
@@ -53,6 +59,14 @@ const NO_ID_U32: u32 = u32::MAX;
 const MIN_CHUNK: usize = 256;
 /// Largest chunk (pairs) a workgroup sorts (also bounded by shared memory: 8 bytes a pair).
 const MAX_CHUNK: usize = 4096;
+/// Largest k (bucket) of the WarpSelect path.
+pub const MAX_WARP_K: usize = 1024;
+/// Subgroup-queue registers a lane at most (K / subgroup size). On lavapipe (Mesa 22.3.6)
+/// 64 is right at subgroup sizes 4 and 8; 128 gave wrong results at size 4 (right at 8), 256
+/// at both — cause not found (a miscompile of large private arrays is suspected).
+pub const MAX_WARP_REGS: usize = 64;
+/// Table rows per WarpSelect dispatch by default.
+const WARP_TABLE_TILE: usize = 1 << 18;
 /// Scratch bytes per query tile at most (on top of `maxStorageBufferRange` per buffer).
 const MAX_SCRATCH: u64 = 1 << 30;
 
@@ -115,6 +129,10 @@ pub struct KnnOptions {
     pub subgroups: Option<bool>,
     /// Force the full-ranking path even for small k (tests).
     pub full_ranking: bool,
+    /// The WarpSelect path (one subgroup a query, thread queues + a subgroup queue, distances
+    /// fused): `None` = when subgroups are used and k ≤ [`MAX_WARP_K`]; `Some(true)` = required
+    /// (an error where it cannot run); `Some(false)` = never.
+    pub warp_select: Option<bool>,
 }
 
 impl Default for KnnOptions {
@@ -126,6 +144,7 @@ impl Default for KnnOptions {
             table_tile: None,
             subgroups: None,
             full_ranking: false,
+            warp_select: None,
         }
     }
 }
@@ -142,6 +161,14 @@ pub enum KnnPath {
     FullRanking {
         /// P: the padded row length.
         padded: usize,
+    },
+    /// WarpSelect: one subgroup a query, a sorted subgroup queue of `k_bucket` pairs and
+    /// thread queues of `thread_queue` pairs a lane, distances computed on the fly.
+    WarpSelect {
+        /// K: the k bucket (a power of two ≥ k and ≥ the subgroup size).
+        k_bucket: usize,
+        /// T: thread-queue pairs a lane.
+        thread_queue: usize,
     },
 }
 
@@ -194,6 +221,19 @@ pub(crate) struct DistPush {
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+pub(crate) struct WarpPush {
+    dim: u32,
+    q0: u32,
+    qn: u32,
+    t0: u32,
+    cols: u32,
+    first: u32,
+    stride: u32,
+    metric: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 pub(crate) struct SortPush {
     len: u32,
     src_stride: u32,
@@ -225,6 +265,30 @@ pub fn max_chunk(ctx: &Context) -> usize {
 /// use the full ranking.
 pub fn max_select_k(ctx: &Context) -> usize {
     max_chunk(ctx) / 2
+}
+
+/// The WarpSelect bucket for `k` pairs at subgroup size `sg`: (K, T) — K the power of two ≥ k
+/// and ≥ sg, T the thread-queue length (Faiss's table with powers of two: 2 up to K = 32, 4 up
+/// to 256, 8 above), at most K / sg.
+pub fn warp_bucket(k: usize, sg: usize) -> (usize, usize) {
+    let kb = k.next_power_of_two().max(sg).max(1);
+    let t = match kb {
+        0..=32 => 2,
+        33..=256 => 4,
+        _ => 8,
+    };
+    (kb, t.min(kb / sg.max(1)).max(1))
+}
+
+/// The largest k the WarpSelect path takes on this device: [`MAX_WARP_K`], at most
+/// [`MAX_WARP_REGS`] × the subgroup size (0 without subgroup operations).
+pub fn max_warp_k(ctx: &Context) -> usize {
+    let caps = ctx.caps();
+    let sg = caps.subgroup_size as usize;
+    if !caps.subgroup_arithmetic || !sg.is_power_of_two() {
+        return 0;
+    }
+    MAX_WARP_K.min(MAX_WARP_REGS * sg)
 }
 
 /// k-NN of `queries` (D columns, like the table) against `table`.
@@ -277,7 +341,29 @@ pub fn knn_flat(
     };
     let s_max = max_chunk(&ctx);
     let ke = k.min(n); // pairs computed on the device; the rest is padding
-    let select = !opts.full_ranking && ke <= s_max / 2;
+    let sg = caps.subgroup_size.max(1) as usize;
+    let (kb, tq) = warp_bucket(ke, sg);
+    let warp_wg = sg.max(64);
+    let warp_ok = use_sg
+        && !opts.full_ranking
+        && sg.is_power_of_two()
+        && kb <= MAX_WARP_K
+        && kb / sg <= MAX_WARP_REGS
+        && warp_wg <= caps.max_workgroup_invocations as usize;
+    let warp = match opts.warp_select {
+        Some(true) if !warp_ok => {
+            return Err(Error::Unsupported {
+                device: caps.name.clone(),
+                what: format!(
+                    "the WarpSelect k-NN path for k = {k} (needs subgroup operations, a \
+                     power-of-two subgroup size, k ≤ {MAX_WARP_K} and ≤ {MAX_WARP_REGS} × the subgroup size, no full ranking)"
+                ),
+            })
+        }
+        Some(w) => w,
+        None => warp_ok,
+    };
+    let select = !warp && !opts.full_ranking && ke <= s_max / 2;
     let chunk = if select {
         (2 * ke)
             .next_power_of_two()
@@ -290,9 +376,18 @@ pub fn knn_flat(
         .min(caps.max_workgroup_invocations as usize)
         .max(1);
     let r = chunk / wg;
-    let sg = caps.subgroup_size.max(1) as usize;
-    let use_sg = use_sg && wg.is_multiple_of(sg) && sg.is_power_of_two();
-    let (table_tile, stride, path) = if select {
+    let use_sg = use_sg && (warp || (wg.is_multiple_of(sg) && sg.is_power_of_two()));
+    let (table_tile, stride, path) = if warp {
+        let tt = opts.table_tile.unwrap_or(WARP_TABLE_TILE).max(1).min(n);
+        (
+            tt,
+            kb,
+            KnnPath::WarpSelect {
+                k_bucket: kb,
+                thread_queue: tq,
+            },
+        )
+    } else if select {
         let tt = opts.table_tile.unwrap_or(16 * chunk).max(chunk).min(n);
         (tt, ke + tt.max(chunk), KnnPath::Select { chunk })
     } else {
@@ -382,6 +477,15 @@ pub fn knn_flat(
         spec: vec![wg as u32, r as u32, use_sg as u32],
         push_bytes: checked_push::<SortPush>(&spirv::KNN_SORT)?,
     })?;
+    let warp_pipe = if warp {
+        Some(ctx.pipeline(PipelineKey {
+            spirv: spirv_for(&spirv::KNN_WARP, prec),
+            spec: vec![warp_wg as u32, sg as u32, kb as u32, tq as u32],
+            push_bytes: checked_push::<WarpPush>(&spirv::KNN_WARP)?,
+        })?)
+    } else {
+        None
+    };
     let step = ctx.pipeline(PipelineKey {
         spirv: spirv_for(&spirv::KNN_STEP, prec),
         spec: vec![],
@@ -396,7 +500,29 @@ pub fn knn_flat(
         let qn = qt.min(nq - q0);
         let qn32 = qn as u32;
         let mut cur = 0u32; // which scratch buffer holds the row: 0 = A, 1 = B
-        if select {
+        if let Some(wp) = &warp_pipe {
+            let per_group = warp_wg / sg;
+            let mut t0 = 0;
+            while t0 < n {
+                let cols = table_tile.min(n - t0);
+                let push = WarpPush {
+                    dim: d as u32,
+                    q0: q0 as u32,
+                    qn: qn32,
+                    t0: t0 as u32,
+                    cols: cols as u32,
+                    first: (t0 == 0) as u32,
+                    stride: stride as u32,
+                    metric,
+                };
+                out.gpu_ns += sub.run("k-NN WarpSelect", |cb| unsafe {
+                    bind(&dev, cb, wp, set.set, bytemuck::bytes_of(&push));
+                    dev.cmd_dispatch(cb, qn.div_ceil(per_group) as u32, 1, 1);
+                })?;
+                t0 += cols;
+            }
+            cur = 1;
+        } else if select {
             let mut have = 0usize;
             let mut t0 = 0;
             while t0 < n {

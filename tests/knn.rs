@@ -7,7 +7,7 @@
 
 mod common;
 use common::{assert_clean, ctx, fortunes, random_table};
-use diversity::knn::{knn_flat, max_select_k, KnnPath, NO_ID};
+use diversity::knn::{knn_flat, max_select_k, max_warp_k, warp_bucket, KnnPath, NO_ID};
 use diversity::{knn, Context, DeviceTable, KnnOptions, Metric, Precision, Table};
 
 fn key64(metric: Metric, q: &[f32], e: &[f32]) -> f64 {
@@ -150,6 +150,7 @@ fn selection_path_small_and_bucket_edge_k() {
                     subgroups: sg,
                     table_tile: Some(257),
                     query_tile: Some(4),
+                    warp_select: Some(false),
                     ..Default::default()
                 };
                 let dt = DeviceTable::upload(&ctx, &table, Precision::Fp32).unwrap();
@@ -390,4 +391,226 @@ fn timing_report() {
             r.gpu_ns as f64 / 1e6
         );
     }
+}
+
+fn warp_available(ctx: &Context) -> bool {
+    let sg = ctx.caps().subgroup_size as usize;
+    ctx.caps().subgroup_arithmetic && sg.is_power_of_two()
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Same ids and distance bits as the shared-memory selection path.
+fn same_as_select(dt: &DeviceTable, queries: &Table, base: &KnnOptions, tiles: &[Option<usize>]) {
+    let want = knn(
+        dt,
+        queries,
+        &KnnOptions {
+            warp_select: Some(false),
+            ..base.clone()
+        },
+    )
+    .unwrap();
+    assert!(matches!(want.path, KnnPath::Select { .. }));
+    let ctx = dt.context();
+    if base.k.min(dt.n()) > max_warp_k(ctx) {
+        // Above the buckets: refused when required, the selection path on auto.
+        let o = KnnOptions {
+            warp_select: Some(true),
+            ..base.clone()
+        };
+        assert!(knn(dt, queries, &o).is_err(), "{o:?}");
+        let auto = knn(dt, queries, base).unwrap();
+        assert!(matches!(auto.path, KnnPath::Select { .. }));
+        assert_eq!(auto.ids, want.ids);
+        assert_eq!(bits(&auto.distances), bits(&want.distances));
+        return;
+    }
+    for &tt in tiles {
+        let o = KnnOptions {
+            warp_select: Some(true),
+            table_tile: tt,
+            ..base.clone()
+        };
+        let got = knn(dt, queries, &o).unwrap_or_else(|e| panic!("{o:?}: {e}"));
+        assert!(
+            matches!(got.path, KnnPath::WarpSelect { .. }),
+            "{:?}",
+            got.path
+        );
+        assert!(got.subgroups);
+        let gb = bits(&got.distances);
+        let wb = bits(&want.distances);
+        if let Some(i) = (0..want.ids.len()).find(|&i| got.ids[i] != want.ids[i] || gb[i] != wb[i])
+        {
+            panic!(
+                "{o:?} {:?}: entry {i} (query {}, rank {}): id {} distance {} vs selection id {} distance {}",
+                got.path,
+                i / o.k,
+                i % o.k,
+                got.ids[i],
+                got.distances[i],
+                want.ids[i],
+                want.distances[i]
+            );
+        }
+    }
+}
+
+#[test]
+fn warp_select_same_bits_as_selection() {
+    let ctx = ctx();
+    if !warp_available(&ctx) {
+        eprintln!("no subgroup operations: WarpSelect not run");
+        return;
+    }
+    let sg = ctx.caps().subgroup_size as usize;
+    eprintln!(
+        "WarpSelect at subgroup size {sg}: buckets {:?}",
+        [1, 32, 100, 1000, 2048].map(|k| warp_bucket(k, sg))
+    );
+    let table = random_table(1237, 17, 41);
+    let queries = random_table(13, 17, 42);
+    let precisions = if ctx.caps().fp16_storage {
+        vec![Precision::Fp32, Precision::Fp16]
+    } else {
+        vec![Precision::Fp32]
+    };
+    for p in precisions {
+        let dt = DeviceTable::upload(&ctx, &table, p).unwrap();
+        for metric in [Metric::InnerProduct, Metric::Cosine, Metric::L2] {
+            for k in [1, 31, 32, 33, 64, 100, 255, 256, 1000, 1024] {
+                let base = KnnOptions {
+                    k,
+                    metric,
+                    query_tile: Some(5),
+                    ..Default::default()
+                };
+                same_as_select(&dt, &queries, &base, &[None, Some(301)]);
+            }
+        }
+    }
+    assert_clean(&ctx);
+}
+
+#[test]
+fn warp_select_against_oracle_ties_and_padding() {
+    let ctx = ctx();
+    if !warp_available(&ctx) {
+        return;
+    }
+    // Every row duplicated three times (ids i, i + 200, i + 400) plus a tail: exact ties
+    // everywhere, which must come out lowest id first.
+    let base_rows = random_table(200, 11, 51);
+    let mut data = Vec::new();
+    for _ in 0..3 {
+        data.extend_from_slice(base_rows.data());
+    }
+    data.extend_from_slice(random_table(23, 11, 52).data());
+    let table = Table::new(data, 623, 11).unwrap();
+    let mut qd = random_table(6, 11, 53).data().to_vec();
+    qd.extend_from_slice(&base_rows.data()[..22]); // two queries equal to rows 0 and 1
+    let queries = Table::new(qd, 8, 11).unwrap();
+    for p in [Precision::Fp32, Precision::Fp16] {
+        if p == Precision::Fp16 && !ctx.caps().fp16_storage {
+            continue;
+        }
+        let dt = DeviceTable::upload(&ctx, &table, p).unwrap();
+        for metric in [Metric::InnerProduct, Metric::Cosine, Metric::L2] {
+            let mk = max_warp_k(&ctx);
+            for k in [1, 3, 33, mk - 1, mk] {
+                let opts = KnnOptions {
+                    k,
+                    metric,
+                    warp_select: Some(true),
+                    table_tile: Some(100),
+                    ..Default::default()
+                };
+                let res = knn(&dt, &queries, &opts).unwrap();
+                check(&table.as_stored(p), &queries, &opts, &res);
+                if metric == Metric::L2 && k >= 3 {
+                    assert_eq!(&res.ids_of(6)[..3], &[0, 200, 400]);
+                    assert_eq!(&res.ids_of(7)[..3], &[1, 201, 401]);
+                }
+                same_as_select(&dt, &queries, &opts, &[Some(100), None]);
+            }
+            // k > N: padding after the N rows.
+            let mk = max_warp_k(&ctx);
+            let small = random_table(mk - 7, 11, 54);
+            let sdt = DeviceTable::upload(&ctx, &small, p).unwrap();
+            for k in [mk - 6, mk] {
+                let opts = KnnOptions {
+                    k,
+                    metric,
+                    warp_select: Some(true),
+                    table_tile: Some(50),
+                    ..Default::default()
+                };
+                let res = knn(&sdt, &queries, &opts).unwrap();
+                assert!(matches!(res.path, KnnPath::WarpSelect { .. }));
+                check(&small.as_stored(p), &queries, &opts, &res);
+            }
+        }
+    }
+    // Auto picks WarpSelect within the buckets, the selection path above them.
+    let dt = DeviceTable::upload(&ctx, &table, Precision::Fp32).unwrap();
+    let auto = |k| {
+        knn(
+            &dt,
+            &queries,
+            &KnnOptions {
+                k,
+                ..Default::default()
+            },
+        )
+        .unwrap()
+        .path
+    };
+    assert!(matches!(auto(10), KnnPath::WarpSelect { .. }));
+    let off = knn(
+        &dt,
+        &queries,
+        &KnnOptions {
+            k: 10,
+            subgroups: Some(false),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(matches!(off.path, KnnPath::Select { .. }));
+    assert_clean(&ctx);
+}
+
+#[test]
+fn warp_select_largest_bucket() {
+    let ctx = ctx();
+    if !warp_available(&ctx) {
+        return;
+    }
+    let table = random_table(2500, 7, 61);
+    let queries = random_table(3, 7, 62);
+    let dt = DeviceTable::upload(&ctx, &table, Precision::Fp32).unwrap();
+    let mk = max_warp_k(&ctx);
+    eprintln!("largest WarpSelect k: {mk}");
+    for k in [mk / 2 + 1, mk - 1, mk] {
+        let base = KnnOptions {
+            k,
+            metric: Metric::L2,
+            ..Default::default()
+        };
+        same_as_select(&dt, &queries, &base, &[None, Some(999)]);
+    }
+    let too_big = knn(
+        &dt,
+        &queries,
+        &KnnOptions {
+            k: mk + 1,
+            warp_select: Some(true),
+            ..Default::default()
+        },
+    );
+    assert!(too_big.is_err());
+    assert_clean(&ctx);
 }

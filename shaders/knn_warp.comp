@@ -1,0 +1,217 @@
+#version 450
+// Exact k-NN, WarpSelect-style k-selection fused with the distances (src/knn.rs; Johnson,
+// Douze, Jégou, "Billion-scale similarity search with GPUs"). One subgroup per query, several
+// subgroups (queries) per workgroup, no shared memory and no barriers: only subgroup ops.
+//
+// Each lane computes the keys of the rows base + lane (base stepping by the subgroup size SG)
+// exactly as knn_dist.comp does (same fused multiply-add chain, so the same bits), and orders
+// (key, id) pairs totally (ties: lowest id first).
+//   * subgroup queue: the K best so far (K = the k bucket, a power of two ≥ SG), ascending,
+//     element e = r · SG + lane in register r of lane `lane` (KR = K / SG registers a lane);
+//   * thread queue: T registers a lane (T a power of two ≤ KR), kept sorted by insertion; a
+//     pair enters only if it beats the subgroup queue's K-th pair (broadcast after each merge);
+//   * when any lane's thread queue is full (subgroupAny), the SG · T thread-queue pairs are
+//     sorted descending by a bitonic network (element b = r · SG + lane; strides < SG by
+//     subgroupShuffleXor, larger ones between registers), then folded into the last SG · T
+//     slots of the subgroup queue by min(queue[K - SG·T + b], threads[b]) — the min of an
+//     ascending and a descending sequence is bitonic and holds the K best — and a bitonic merge
+//     (strides K/2 … 1) sorts the queue again; then the thread queues are emptied.
+// The table is processed in ranges (dispatches); between them the queue lives in row q of the
+// B scratch (K pairs), read back when `first` is 0. The sorted queue is written there at the end.
+#ifdef FP16
+#extension GL_EXT_shader_16bit_storage : require
+#define STORED float16_t
+#else
+#define STORED float
+#endif
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#extension GL_KHR_shader_subgroup_vote : require
+#extension GL_KHR_shader_subgroup_ballot : require
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const uint SG = 32u;  // subgroup size (the device's)
+layout(constant_id = 2) const uint K = 32u;   // k bucket (power of two, ≥ SG)
+layout(constant_id = 3) const uint T = 2u;    // thread queue length (power of two, ≤ K / SG)
+
+const uint KR = K / SG;
+
+layout(std430, set = 0, binding = 0) readonly buffer Table { STORED table[]; };
+layout(std430, set = 0, binding = 1) readonly buffer InvNorm { float inv_norm[]; };
+layout(std430, set = 0, binding = 2) readonly buffer Queries { float queries[]; };
+layout(std430, set = 0, binding = 5) buffer KeysB { float keys_b[]; };
+layout(std430, set = 0, binding = 6) buffer IdsB { uint ids_b[]; };
+
+layout(push_constant) uniform Push {
+    uint dim;    // D
+    uint q0;     // first query of this tile
+    uint qn;     // queries in this tile
+    uint t0;     // first table row of this range
+    uint cols;   // table rows in this range
+    uint first;  // 1: start from an empty queue
+    uint stride; // scratch row stride (entries, ≥ K)
+    uint metric; // 0 inner product, 1 cosine, 2 L2
+} pc;
+
+const uint NO_ID = 0xffffffffu;
+const float INF = 1.0 / 0.0;
+
+float qk[KR];
+uint qi[KR];
+float tk[T];
+uint ti[T];
+
+bool less(float a, uint ai, float b, uint bi) {
+    return a < b || (a == b && ai < bi);
+}
+
+// Thread queues as one sequence of SG · T pairs: compare-exchange of stride j in stage `size`,
+// final order descending.
+void thread_cmpx(uint size, uint j, uint lane) {
+    if (j >= SG) {
+        const uint rj = j / SG;
+        for (uint r = 0u; r < T; ++r) {
+            if ((r & rj) != 0u) continue;
+            const uint pr = r | rj;
+            const bool desc = ((r * SG + lane) & size) == 0u;
+            if (less(tk[r], ti[r], tk[pr], ti[pr]) == desc) {
+                float xk = tk[r]; uint xi = ti[r];
+                tk[r] = tk[pr]; ti[r] = ti[pr];
+                tk[pr] = xk; ti[pr] = xi;
+            }
+        }
+        return;
+    }
+    const bool lower = (lane & j) == 0u;
+    for (uint r = 0u; r < T; ++r) {
+        const float pk = subgroupShuffleXor(tk[r], j);
+        const uint pi = subgroupShuffleXor(ti[r], j);
+        const bool desc = ((r * SG + lane) & size) == 0u;
+        // Descending: the lower element of the pair keeps the larger one.
+        const bool p_less = less(pk, pi, tk[r], ti[r]);
+        if (p_less != (lower == desc)) {
+            tk[r] = pk;
+            ti[r] = pi;
+        }
+    }
+}
+
+// Subgroup queue: ascending compare-exchange of stride j (bitonic merge).
+void queue_cmpx(uint j, uint lane) {
+    if (j >= SG) {
+        const uint rj = j / SG;
+        for (uint r = 0u; r < KR; ++r) {
+            if ((r & rj) != 0u) continue;
+            const uint pr = r | rj;
+            if (less(qk[pr], qi[pr], qk[r], qi[r])) {
+                float xk = qk[r]; uint xi = qi[r];
+                qk[r] = qk[pr]; qi[r] = qi[pr];
+                qk[pr] = xk; qi[pr] = xi;
+            }
+        }
+        return;
+    }
+    const bool lower = (lane & j) == 0u;
+    for (uint r = 0u; r < KR; ++r) {
+        const float pk = subgroupShuffleXor(qk[r], j);
+        const uint pi = subgroupShuffleXor(qi[r], j);
+        const bool p_less = less(pk, pi, qk[r], qi[r]);
+        if (p_less == lower) {
+            qk[r] = pk;
+            qi[r] = pi;
+        }
+    }
+}
+
+void merge(uint lane) {
+    const uint M = SG * T;
+    for (uint size = 2u; size <= M; size <<= 1u) {
+        for (uint j = size >> 1u; j > 0u; j >>= 1u) thread_cmpx(size, j, lane);
+    }
+    for (uint r = 0u; r < T; ++r) {
+        const uint qr = KR - T + r;
+        if (less(tk[r], ti[r], qk[qr], qi[qr])) {
+            qk[qr] = tk[r];
+            qi[qr] = ti[r];
+        }
+        tk[r] = INF;
+        ti[r] = NO_ID;
+    }
+    for (uint j = K >> 1u; j > 0u; j >>= 1u) queue_cmpx(j, lane);
+}
+
+float key_of(uint q, uint row) {
+    const uint qb = (pc.q0 + q) * pc.dim;
+    const uint eb = row * pc.dim;
+    float acc = 0.0;
+    if (pc.metric == 2u) {
+        for (uint d = 0u; d < pc.dim; ++d) {
+            precise float diff = queries[qb + d] - float(table[eb + d]);
+            precise float r = fma(diff, diff, acc);
+            acc = r;
+        }
+        return acc;
+    }
+    for (uint d = 0u; d < pc.dim; ++d) {
+        precise float r = fma(queries[qb + d], float(table[eb + d]), acc);
+        acc = r;
+    }
+    if (pc.metric == 1u) {
+        precise float s = acc * inv_norm[row];
+        acc = s;
+    }
+    return -acc;
+}
+
+void main() {
+    const uint lane = gl_SubgroupInvocationID;
+    const uint q = gl_WorkGroupID.x * gl_NumSubgroups + gl_SubgroupID;
+    if (q >= pc.qn) return; // the whole subgroup
+    const uint row0 = q * pc.stride;
+    for (uint r = 0u; r < KR; ++r) {
+        if (pc.first != 0u) {
+            qk[r] = INF;
+            qi[r] = NO_ID;
+        } else {
+            qk[r] = keys_b[row0 + r * SG + lane];
+            qi[r] = ids_b[row0 + r * SG + lane];
+        }
+    }
+    for (uint r = 0u; r < T; ++r) {
+        tk[r] = INF;
+        ti[r] = NO_ID;
+    }
+    float kth = subgroupBroadcast(qk[KR - 1u], SG - 1u);
+    uint kth_id = subgroupBroadcast(qi[KR - 1u], SG - 1u);
+    uint count = 0u;
+    for (uint base = 0u; base < pc.cols; base += SG) {
+        const uint c = base + lane;
+        if (c < pc.cols) {
+            const uint row = pc.t0 + c;
+            float key = key_of(q, row);
+            uint id = row;
+            if (less(key, id, kth, kth_id)) {
+                // Sorted insertion (ascending); the last slot is empty (count < T).
+                for (uint r = 0u; r < T; ++r) {
+                    if (less(key, id, tk[r], ti[r])) {
+                        float xk = tk[r]; uint xi = ti[r];
+                        tk[r] = key; ti[r] = id;
+                        key = xk; id = xi;
+                    }
+                }
+                count += 1u;
+            }
+        }
+        if (subgroupAny(count == T)) {
+            merge(lane);
+            count = 0u;
+            kth = subgroupBroadcast(qk[KR - 1u], SG - 1u);
+            kth_id = subgroupBroadcast(qi[KR - 1u], SG - 1u);
+        }
+    }
+    if (subgroupAny(count != 0u)) merge(lane);
+    for (uint r = 0u; r < KR; ++r) {
+        keys_b[row0 + r * SG + lane] = qk[r];
+        ids_b[row0 + r * SG + lane] = qi[r];
+    }
+}
