@@ -1167,6 +1167,7 @@ fn knn_options(call: &str, o: &Option<LuaTable>) -> LuaResult<KnnOptions> {
     k.table_tile = opt_int(call, o, "table_tile")?.map(|v| v as usize);
     k.subgroups = opt::<bool>(o, "subgroups")?;
     k.full_ranking = opt::<bool>(o, "full_ranking")?.unwrap_or(false);
+    k.warp_select = opt::<bool>(o, "warp_select")?;
     Ok(k)
 }
 
@@ -1193,6 +1194,7 @@ fn path_name(p: Option<KnnPath>) -> Option<&'static str> {
     p.map(|p| match p {
         KnnPath::Select { .. } => "select",
         KnnPath::FullRanking { .. } => "full_ranking",
+        KnnPath::WarpSelect { .. } => "warp_select",
     })
 }
 
