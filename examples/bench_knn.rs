@@ -8,6 +8,8 @@
 //!     [--label NAME] [--json OUT.json] [--md OUT.md] [--ids OUT.u32]
 //! ```
 //!
+//! Each k runs twice: the device's choice of selection path (WarpSelect where it applies) and
+//! without WarpSelect; both are timed and their results compared bit for bit ("same bits").
 //! `--queries self` (default) searches the table against itself (the rankings workload: k + 1
 //! neighbours, the item itself among them); `all` is k = N. `--ids` writes the first
 //! configuration's ids (little-endian i32, row-major, -1 for padding).
@@ -130,32 +132,46 @@ fn run() -> Result<(), String> {
         for &k in &a.ks {
             let self_q = a.queries == "self";
             let k = k.unwrap_or(n).min(n);
-            let o = KnnOptions {
-                k: if self_q { (k + 1).min(n) } else { k },
-                metric: a.metric,
-                ..KnnOptions::default()
-            };
-            let t = Instant::now();
-            let r = knn_flat(&dt, &queries, d, &o).map_err(s)?;
-            let wall = t.elapsed().as_secs_f64();
-            let gpu = r.gpu_ns as f64 * 1e-9;
-            println!(
-                "  {} k {:>6} path {:?} subgroups {} GPU {:>8.4} s wall {:>8.4} s  {:>10.0} queries/s",
-                p.name(),
-                o.k,
-                r.path,
-                r.subgroups,
-                gpu,
-                wall,
-                nq as f64 / gpu.max(1e-12)
-            );
-            if first_ids.is_none() {
-                first_ids = Some(r.ids.iter().map(|&i| i as i32).collect::<Vec<i32>>());
+            // The device's choice (WarpSelect where it applies), then without WarpSelect: both
+            // timed, and their ids and distances compared bit for bit.
+            let mut first: Option<(Vec<i64>, Vec<u32>)> = None;
+            for warp_select in [None, Some(false)] {
+                let o = KnnOptions {
+                    k: if self_q { (k + 1).min(n) } else { k },
+                    metric: a.metric,
+                    warp_select,
+                    ..KnnOptions::default()
+                };
+                let t = Instant::now();
+                let r = knn_flat(&dt, &queries, d, &o).map_err(s)?;
+                let wall = t.elapsed().as_secs_f64();
+                let gpu = r.gpu_ns as f64 * 1e-9;
+                let bits: Vec<u32> = r.distances.iter().map(|x| x.to_bits()).collect();
+                let same = match &first {
+                    None => {
+                        first = Some((r.ids.clone(), bits));
+                        true
+                    }
+                    Some((ids, b)) => *ids == r.ids && *b == bits,
+                };
+                println!(
+                    "  {} k {:>6} path {:?} subgroups {} GPU {:>8.4} s wall {:>8.4} s  {:>10.0} queries/s  same bits {same}",
+                    p.name(),
+                    o.k,
+                    r.path,
+                    r.subgroups,
+                    gpu,
+                    wall,
+                    nq as f64 / gpu.max(1e-12)
+                );
+                if first_ids.is_none() {
+                    first_ids = Some(r.ids.iter().map(|&i| i as i32).collect::<Vec<i32>>());
+                }
+                rows.push(serde_json::json!({
+                    "precision": p.name(), "k": o.k, "path": format!("{:?}", r.path),
+                    "subgroups": r.subgroups, "gpu_s": gpu, "wall_s": wall, "same_bits": same,
+                }));
             }
-            rows.push(serde_json::json!({
-                "precision": p.name(), "k": o.k, "path": format!("{:?}", r.path),
-                "subgroups": r.subgroups, "gpu_s": gpu, "wall_s": wall,
-            }));
         }
     }
     if let (Some(p), Some(ids)) = (&a.ids, &first_ids) {
@@ -179,18 +195,26 @@ fn run() -> Result<(), String> {
             caps.name,
             caps.driver
         );
-        let _ = writeln!(m, "| precision | k | path | subgroups | GPU s | wall s |");
-        let _ = writeln!(m, "|---|---|---|---|---|---|");
+        let _ = writeln!(
+            m,
+            "| precision | k | path | subgroups | GPU s | wall s | same bits |"
+        );
+        let _ = writeln!(m, "|---|---|---|---|---|---|---|");
         for r in &rows {
             let _ = writeln!(
                 m,
-                "| {} | {} | {} | {} | {:.4} | {:.4} |",
+                "| {} | {} | {} | {} | {:.4} | {:.4} | {} |",
                 r["precision"].as_str().unwrap_or(""),
                 r["k"],
                 r["path"].as_str().unwrap_or(""),
                 r["subgroups"],
                 r["gpu_s"].as_f64().unwrap_or(0.0),
-                r["wall_s"].as_f64().unwrap_or(0.0)
+                r["wall_s"].as_f64().unwrap_or(0.0),
+                if r["same_bits"].as_bool().unwrap_or(false) {
+                    "yes"
+                } else {
+                    "NO"
+                }
             );
         }
         std::fs::write(p, m).map_err(|e| format!("{p}: {e}"))?;
