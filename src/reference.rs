@@ -170,3 +170,72 @@ pub fn check_sequence(
 pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
+
+/// The float64 k-NN reference (the oracle of `tests/knn.rs` and `tests/rankings.rs`): for one
+/// query against every row of `table` (as stored), each row's exact key, the rows in reference
+/// order (best first, ties to the lowest index; `exclude` leaves one row out, e.g. the query's
+/// own item), and the rounding tolerance of this query's keys (1e-5 of their scale).
+pub struct KnnReference {
+    /// Per row: q·e, cosine (0 against a zero vector) or squared L2 distance, in float64.
+    pub keys: Vec<f64>,
+    /// Row indices, best first (largest similarity, smallest distance), ties to the lower index.
+    pub order: Vec<usize>,
+    /// 1e-5 × the largest magnitude a key of this query can round at.
+    pub tolerance: f64,
+}
+
+/// [`KnnReference`] of `query` against `table`.
+pub fn knn_reference(
+    table: &Table,
+    query: &[f32],
+    metric: crate::knn::Metric,
+    exclude: Option<usize>,
+) -> KnnReference {
+    use crate::knn::Metric;
+    let n = table.n();
+    let norm = |v: &[f32]| v.iter().map(|&a| (a as f64).powi(2)).sum::<f64>().sqrt();
+    let nq = norm(query);
+    let keys: Vec<f64> = (0..n)
+        .map(|j| {
+            let e = table.row(j);
+            match metric {
+                Metric::InnerProduct => dot64(query, e),
+                Metric::Cosine => {
+                    let ne = norm(e);
+                    if nq == 0.0 || ne == 0.0 {
+                        0.0
+                    } else {
+                        dot64(query, e) / (nq * ne)
+                    }
+                }
+                Metric::L2 => query
+                    .iter()
+                    .zip(e)
+                    .map(|(&a, &b)| (a as f64 - b as f64).powi(2))
+                    .sum(),
+            }
+        })
+        .collect();
+    let sim = metric != Metric::L2;
+    let mut order: Vec<usize> = (0..n).filter(|&j| Some(j) != exclude).collect();
+    order.sort_by(|&a, &b| {
+        let c = keys[a].partial_cmp(&keys[b]).expect("finite keys");
+        (if sim { c.reverse() } else { c }).then(a.cmp(&b))
+    });
+    let scale = (0..n)
+        .map(|j| match metric {
+            Metric::InnerProduct => nq * norm(table.row(j)),
+            Metric::Cosine => 1.0,
+            Metric::L2 => (nq + norm(table.row(j))).powi(2),
+        })
+        .fold(1e-30, f64::max);
+    KnnReference {
+        keys,
+        order,
+        tolerance: 1e-5 * scale,
+    }
+}
+
+fn dot64(a: &[f32], b: &[f32]) -> f64 {
+    a.iter().zip(b).map(|(&x, &y)| x as f64 * y as f64).sum()
+}

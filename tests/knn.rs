@@ -8,28 +8,8 @@
 mod common;
 use common::{assert_clean, ctx, fortunes, random_table};
 use diversity::knn::{knn_flat, max_select_k, max_warp_k, warp_bucket, KnnPath, NO_ID};
+use diversity::reference::knn_reference;
 use diversity::{knn, Context, DeviceTable, KnnOptions, Metric, Precision, Table};
-
-fn key64(metric: Metric, q: &[f32], e: &[f32]) -> f64 {
-    let dot: f64 = q.iter().zip(e).map(|(&a, &b)| a as f64 * b as f64).sum();
-    match metric {
-        Metric::InnerProduct => dot,
-        Metric::Cosine => {
-            let nq = q.iter().map(|&a| a as f64 * a as f64).sum::<f64>().sqrt();
-            let ne = e.iter().map(|&a| a as f64 * a as f64).sum::<f64>().sqrt();
-            if nq == 0.0 || ne == 0.0 {
-                0.0
-            } else {
-                dot / (nq * ne)
-            }
-        }
-        Metric::L2 => q
-            .iter()
-            .zip(e)
-            .map(|(&a, &b)| (a as f64 - b as f64).powi(2))
-            .sum(),
-    }
-}
 
 /// Check `res` against the float64 oracle on the stored table.
 fn check(stored: &Table, queries: &Table, opts: &KnnOptions, res: &diversity::KnnResult) {
@@ -40,30 +20,8 @@ fn check(stored: &Table, queries: &Table, opts: &KnnOptions, res: &diversity::Kn
     let sim = m != Metric::L2;
     for qi in 0..queries.n() {
         let q = queries.row(qi);
-        let ref_keys: Vec<f64> = (0..n).map(|j| key64(m, q, stored.row(j))).collect();
-        let mut order: Vec<usize> = (0..n).collect();
-        order.sort_by(|&a, &b| {
-            let c = ref_keys[a].partial_cmp(&ref_keys[b]).unwrap();
-            (if sim { c.reverse() } else { c }).then(a.cmp(&b))
-        });
-        // Rounding scale of this query's keys.
-        let nq = q.iter().map(|&a| (a as f64).powi(2)).sum::<f64>().sqrt();
-        let scale = (0..n)
-            .map(|j| {
-                let ne = stored
-                    .row(j)
-                    .iter()
-                    .map(|&a| (a as f64).powi(2))
-                    .sum::<f64>()
-                    .sqrt();
-                match m {
-                    Metric::InnerProduct => nq * ne,
-                    Metric::Cosine => 1.0,
-                    Metric::L2 => (nq + ne).powi(2),
-                }
-            })
-            .fold(1e-30, f64::max);
-        let tol = 1e-5 * scale;
+        let reference = knn_reference(stored, q, m, None);
+        let (ref_keys, order, tol) = (reference.keys, reference.order, reference.tolerance);
         let ids = res.ids_of(qi);
         let dists = res.distances_of(qi);
         let mut seen = std::collections::HashSet::new();

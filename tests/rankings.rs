@@ -11,29 +11,9 @@ use diversity::cache::{KnnGraph, KnnMetric, KNN_PAD};
 use diversity::rankings::{
     rankings, rankings_with_values, write_knn_graph, write_rankings_cache, RankingsOptions,
 };
+use diversity::reference::knn_reference;
 use diversity::{files, Context, DeviceTable, Error, Metric, Precision, Table};
 use serde_json::{json, Value};
-
-fn key64(metric: Metric, q: &[f32], e: &[f32]) -> f64 {
-    let dot: f64 = q.iter().zip(e).map(|(&a, &b)| a as f64 * b as f64).sum();
-    match metric {
-        Metric::InnerProduct => dot,
-        Metric::Cosine => {
-            let nq = q.iter().map(|&a| a as f64 * a as f64).sum::<f64>().sqrt();
-            let ne = e.iter().map(|&a| a as f64 * a as f64).sum::<f64>().sqrt();
-            if nq == 0.0 || ne == 0.0 {
-                0.0
-            } else {
-                dot / (nq * ne)
-            }
-        }
-        Metric::L2 => q
-            .iter()
-            .zip(e)
-            .map(|(&a, &b)| (a as f64 - b as f64).powi(2))
-            .sum(),
-    }
-}
 
 /// Everything the sink received, in order.
 #[derive(Default)]
@@ -72,29 +52,8 @@ fn check(stored: &Table, metric: Metric, top_k: Option<usize>, got: &Got) {
     for (r, &item) in got.items.iter().enumerate() {
         let i = item as usize;
         let q = stored.row(i);
-        let keys: Vec<f64> = (0..n).map(|j| key64(metric, q, stored.row(j))).collect();
-        let mut order: Vec<usize> = (0..n).filter(|&j| j != i).collect();
-        order.sort_by(|&a, &b| {
-            let c = keys[a].partial_cmp(&keys[b]).unwrap();
-            (if sim { c.reverse() } else { c }).then(a.cmp(&b))
-        });
-        let nq = q.iter().map(|&a| (a as f64).powi(2)).sum::<f64>().sqrt();
-        let scale = (0..n)
-            .map(|j| {
-                let ne = stored
-                    .row(j)
-                    .iter()
-                    .map(|&a| (a as f64).powi(2))
-                    .sum::<f64>()
-                    .sqrt();
-                match metric {
-                    Metric::InnerProduct => nq * ne,
-                    Metric::Cosine => 1.0,
-                    Metric::L2 => (nq + ne).powi(2),
-                }
-            })
-            .fold(1e-30, f64::max);
-        let tol = 1e-5 * scale;
+        let reference = knn_reference(stored, q, metric, Some(i));
+        let (keys, order, tol) = (reference.keys, reference.order, reference.tolerance);
         let ids = &got.ids[r * len..(r + 1) * len];
         let values = &got.values[r * len..(r + 1) * len];
         let mut seen = std::collections::HashSet::new();
