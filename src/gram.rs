@@ -424,9 +424,9 @@ impl Submitter {
             dev.end_command_buffer(cb).vk("vkEndCommandBuffer")?;
         }
         self.ctx.submit(cb, self.fence)?;
-        let waited = self.ctx.wait(self.fence, what);
+        // A failed wait (a lost device) is the error to report, not a reset failing after it.
+        self.ctx.wait(self.fence, what)?;
         unsafe { dev.reset_fences(&[self.fence]) }.vk("vkResetFences")?;
-        waited?;
         if qp == vk::QueryPool::null() {
             return Ok(0);
         }
