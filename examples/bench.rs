@@ -21,6 +21,7 @@
 //! `kernel precision shape TFMA/s GPU-s`. TFMA/s counts S × N × D × steps multiply-adds (every
 //! candidate is scored every step) per second of GPU time.
 
+mod common;
 use diversity::scan::StepReport;
 use diversity::{
     files, Context, ContextOptions, DeviceTable, Precision, ScanJob, ScanKernel, ScanOptions, Shape,
@@ -81,20 +82,10 @@ fn parse() -> Result<Args, String> {
             "--steps" => a.steps = Some(num(val()?)?),
             "--chunk" => a.chunk = num(val()?)?,
             "--label" => a.label = val()?,
-            "--precisions" => {
-                a.precisions = val()?
-                    .split(',')
-                    .map(|p| p.parse().map_err(|e: diversity::Error| e.to_string()))
-                    .collect::<Result<_, _>>()?
-            }
+            "--precisions" => a.precisions = common::list(&f, &val()?)?,
             "--quick" => a.quick = true,
             "--shapes" => a.shapes = Some(val()?.split(',').map(str::to_string).collect()),
-            "--kernels" => {
-                a.kernels = val()?
-                    .split(',')
-                    .map(|k| k.parse().map_err(|e: diversity::Error| e.to_string()))
-                    .collect::<Result<_, _>>()?
-            }
+            "--kernels" => a.kernels = common::list(&f, &val()?)?,
             "--center" => a.center = true,
             "--budget-s" => {
                 let v = val()?;

@@ -23,6 +23,7 @@
 //! the first configuration: load → upload → G → the workload's steps → download → JSON cache on
 //! disk (every sequence at full length unless `--starts`/`--steps` cut it).
 
+mod common;
 use diversity::cache::JsonCacheWriter;
 use diversity::gram::{Gram, GramJob, GramOptions, Placement};
 use diversity::reference::check_sequence;
@@ -82,12 +83,7 @@ fn parse() -> Result<Args, String> {
             "--steps" => a.steps = Some(num(val()?)?),
             "--chunk" => a.chunk = num(val()?)?,
             "--label" => a.label = val()?,
-            "--precisions" => {
-                a.precisions = val()?
-                    .split(',')
-                    .map(|p| p.parse().map_err(|e: diversity::Error| e.to_string()))
-                    .collect::<Result<_, _>>()?
-            }
+            "--precisions" => a.precisions = common::list(&f, &val()?)?,
             "--wg" => {
                 a.wgs = val()?
                     .split(',')
@@ -100,18 +96,8 @@ fn parse() -> Result<Args, String> {
                     })
                     .collect::<Result<_, _>>()?
             }
-            "--placements" => {
-                a.placements = val()?
-                    .split(',')
-                    .map(|p| p.parse().map_err(|e: diversity::Error| e.to_string()))
-                    .collect::<Result<_, _>>()?
-            }
-            "--spd" => {
-                a.spds = val()?
-                    .split(',')
-                    .map(|v| v.parse::<usize>().map_err(|_| format!("{v}: not a number")))
-                    .collect::<Result<_, _>>()?
-            }
+            "--placements" => a.placements = common::list(&f, &val()?)?,
+            "--spd" => a.spds = common::list(&f, &val()?)?,
             "--compensated" => {
                 a.comps = val()?
                     .split(',')

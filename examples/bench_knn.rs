@@ -14,6 +14,7 @@
 //! neighbours, the item itself among them); `all` is k = N. `--ids` writes the first
 //! configuration's ids (little-endian i32, row-major, -1 for padding).
 
+mod common;
 use diversity::knn::{knn_flat, KnnOptions, Metric};
 use diversity::{files, Context, ContextOptions, DeviceTable, Precision};
 use std::fmt::Write as _;
@@ -73,12 +74,7 @@ fn parse() -> Result<Args, String> {
                     .parse()
                     .map_err(|e: diversity::Error| e.to_string())?
             }
-            "--precisions" => {
-                a.precisions = val()?
-                    .split(',')
-                    .map(|p| p.parse().map_err(|e: diversity::Error| e.to_string()))
-                    .collect::<Result<_, _>>()?
-            }
+            "--precisions" => a.precisions = common::list(&f, &val()?)?,
             "--label" => a.label = val()?,
             "--json" => a.json = Some(val()?),
             "--md" => a.md = Some(val()?),
