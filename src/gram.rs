@@ -17,14 +17,15 @@
 //! [`mode_for`] is the `auto` rule: gram when G and one batch's state fit the device's memory
 //! budget, else scan.
 
-use crate::device::{Buffer, Capabilities, Context, Pipeline, PipelineKey, BINDINGS, G_SLABS};
-use crate::error::{Error, Result, VkContext};
+use crate::device::{
+    barrier, bind, Buffer, Capabilities, Pipeline, PipelineKey, Set, Submitter, G_SLABS,
+};
+use crate::error::{Error, Result};
 use crate::scan::{
-    barrier, checked_push, download_columns, injected_loss, spirv_for, DeviceTable, StepReport,
+    checked_push, download_columns, injected_loss, spirv_for, DeviceTable, StepReport,
     ENV_FAIL_AFTER_CHUNKS,
 };
 use crate::spirv;
-use ash::vk;
 use std::sync::Arc;
 
 /// The most slabs G may be split into (one descriptor array of storage buffers).
@@ -283,192 +284,6 @@ pub(crate) struct GramPush {
     first: u32,
     count: u32,
     replay: u32,
-}
-
-/// A descriptor pool with one set of the context's layout, freed on drop.
-pub(crate) struct Set {
-    ctx: Context,
-    pool: vk::DescriptorPool,
-    pub(crate) set: vk::DescriptorSet,
-}
-
-impl Set {
-    /// Allocate a set and write `singles` (binding, buffer) and the G slabs (binding 8; unused
-    /// array entries repeat slab 0 so every descriptor is valid).
-    pub(crate) fn new(ctx: &Context, singles: &[(u32, &Buffer)], slabs: &[Buffer]) -> Result<Set> {
-        let dev = ctx.device();
-        let sizes = [vk::DescriptorPoolSize {
-            ty: vk::DescriptorType::STORAGE_BUFFER,
-            descriptor_count: BINDINGS,
-        }];
-        let pool = unsafe {
-            dev.create_descriptor_pool(
-                &vk::DescriptorPoolCreateInfo::default()
-                    .max_sets(1)
-                    .pool_sizes(&sizes),
-                None,
-            )
-        }
-        .vk("vkCreateDescriptorPool")?;
-        let mut me = Set {
-            ctx: ctx.clone(),
-            pool,
-            set: vk::DescriptorSet::null(),
-        };
-        let layouts = [ctx.inner.set_layout];
-        me.set = unsafe {
-            dev.allocate_descriptor_sets(
-                &vk::DescriptorSetAllocateInfo::default()
-                    .descriptor_pool(pool)
-                    .set_layouts(&layouts),
-            )
-        }
-        .vk("vkAllocateDescriptorSets")?[0];
-        let info = |b: &Buffer| {
-            vk::DescriptorBufferInfo::default()
-                .buffer(b.buffer)
-                .offset(0)
-                .range(vk::WHOLE_SIZE)
-        };
-        let single_infos: Vec<[vk::DescriptorBufferInfo; 1]> =
-            singles.iter().map(|(_, b)| [info(b)]).collect();
-        let slab_infos: Vec<vk::DescriptorBufferInfo> = (0..G_SLABS as usize)
-            .map(|i| info(slabs.get(i).unwrap_or(&slabs[0])))
-            .collect();
-        let mut writes: Vec<_> = singles
-            .iter()
-            .zip(&single_infos)
-            .map(|((binding, _), i)| {
-                vk::WriteDescriptorSet::default()
-                    .dst_set(me.set)
-                    .dst_binding(*binding)
-                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                    .buffer_info(i)
-            })
-            .collect();
-        writes.push(
-            vk::WriteDescriptorSet::default()
-                .dst_set(me.set)
-                .dst_binding(crate::device::SINGLE_BINDINGS)
-                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                .buffer_info(&slab_infos),
-        );
-        unsafe { dev.update_descriptor_sets(&writes, &[]) };
-        Ok(me)
-    }
-}
-
-impl Drop for Set {
-    fn drop(&mut self) {
-        unsafe { self.ctx.device().destroy_descriptor_pool(self.pool, None) };
-    }
-}
-
-/// Timestamp pair + command buffer + fence for synchronous, timed submissions.
-pub(crate) struct Submitter {
-    ctx: Context,
-    cb: vk::CommandBuffer,
-    fence: vk::Fence,
-    query_pool: vk::QueryPool,
-}
-
-impl Submitter {
-    pub(crate) fn new(ctx: &Context) -> Result<Submitter> {
-        let dev = ctx.device();
-        let cb = ctx.alloc_command_buffer()?;
-        let mut me = Submitter {
-            ctx: ctx.clone(),
-            cb,
-            fence: vk::Fence::null(),
-            query_pool: vk::QueryPool::null(),
-        };
-        me.fence = unsafe { dev.create_fence(&vk::FenceCreateInfo::default(), None) }
-            .vk("vkCreateFence")?;
-        if ctx.caps().timestamps {
-            me.query_pool = unsafe {
-                dev.create_query_pool(
-                    &vk::QueryPoolCreateInfo::default()
-                        .query_type(vk::QueryType::TIMESTAMP)
-                        .query_count(2),
-                    None,
-                )
-            }
-            .vk("vkCreateQueryPool")?;
-        }
-        Ok(me)
-    }
-
-    /// Record `f` between timestamps, submit, wait; GPU nanoseconds (0 without timestamps).
-    pub(crate) fn run(&self, what: &str, f: impl FnOnce(vk::CommandBuffer)) -> Result<u64> {
-        let dev = self.ctx.device();
-        let cb = self.cb;
-        let qp = self.query_pool;
-        unsafe {
-            dev.reset_command_buffer(cb, vk::CommandBufferResetFlags::empty())
-                .vk("vkResetCommandBuffer")?;
-            dev.begin_command_buffer(
-                cb,
-                &vk::CommandBufferBeginInfo::default()
-                    .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT),
-            )
-            .vk("vkBeginCommandBuffer")?;
-            if qp != vk::QueryPool::null() {
-                dev.cmd_reset_query_pool(cb, qp, 0, 2);
-                dev.cmd_write_timestamp(cb, vk::PipelineStageFlags::TOP_OF_PIPE, qp, 0);
-            }
-            barrier(dev, cb);
-            f(cb);
-            if qp != vk::QueryPool::null() {
-                dev.cmd_write_timestamp(cb, vk::PipelineStageFlags::BOTTOM_OF_PIPE, qp, 1);
-            }
-            dev.end_command_buffer(cb).vk("vkEndCommandBuffer")?;
-        }
-        self.ctx.submit(cb, self.fence)?;
-        // A failed wait (a lost device) is the error to report, not a reset failing after it.
-        self.ctx.wait(self.fence, what)?;
-        unsafe { dev.reset_fences(&[self.fence]) }.vk("vkResetFences")?;
-        if qp == vk::QueryPool::null() {
-            return Ok(0);
-        }
-        let mut t = [0u64; 2];
-        unsafe {
-            dev.get_query_pool_results(
-                qp,
-                0,
-                &mut t,
-                vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
-            )
-        }
-        .vk("vkGetQueryPoolResults")?;
-        Ok(self.ctx.ticks_to_ns(t[0], t[1]))
-    }
-}
-
-impl Drop for Submitter {
-    fn drop(&mut self) {
-        let dev = self.ctx.device();
-        unsafe {
-            if self.query_pool != vk::QueryPool::null() {
-                dev.destroy_query_pool(self.query_pool, None);
-            }
-            if self.fence != vk::Fence::null() {
-                dev.destroy_fence(self.fence, None);
-            }
-        }
-        self.ctx.free_command_buffer(self.cb);
-    }
-}
-
-pub(crate) unsafe fn bind(
-    dev: &ash::Device,
-    cb: vk::CommandBuffer,
-    p: &Pipeline,
-    set: vk::DescriptorSet,
-    push: &[u8],
-) {
-    dev.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, p.pipeline);
-    dev.cmd_bind_descriptor_sets(cb, vk::PipelineBindPoint::COMPUTE, p.layout, 0, &[set], &[]);
-    dev.cmd_push_constants(cb, p.layout, vk::ShaderStageFlags::COMPUTE, 0, push);
 }
 
 impl Gram {

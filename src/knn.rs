@@ -44,11 +44,9 @@
 //! Not yet here (issue 6): odd-size merging networks (the merges use power-of-two bitonic
 //! networks) and a blocked, shared-memory distance product fused with the first selection pass.
 
-use crate::device::Context;
-use crate::device::PipelineKey;
+use crate::device::{barrier, bind, Context, PipelineKey, Set, Submitter};
 use crate::error::{Error, Result};
-use crate::gram::{bind, Set, Submitter};
-use crate::scan::{barrier, checked_push, spirv_for, DeviceTable};
+use crate::scan::{checked_push, spirv_for, DeviceTable};
 use crate::spirv;
 use crate::table::Table;
 

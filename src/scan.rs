@@ -15,7 +15,7 @@
 //! Two kernels compute the candidate scan ([`ScanKernel`]): 64 candidates × 16/32/64 sequences
 //! per workgroup (the default) and 128 × 128 with compile-time sizes. They give the same bits.
 
-use crate::device::{Buffer, Capabilities, Context, Pipeline, PipelineKey, BINDINGS};
+use crate::device::{barrier, Buffer, Capabilities, Context, Pipeline, PipelineKey, BINDINGS};
 use crate::error::{Error, Result, VkContext};
 use crate::spirv::{self, Shader};
 use crate::table::{Precision, Table};
@@ -1235,23 +1235,6 @@ pub(crate) fn download_columns(
         .chunks_exact(4)
         .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect())
-}
-
-/// A transfer/compute → compute memory barrier: everything written before is visible after.
-pub(crate) unsafe fn barrier(dev: &ash::Device, cb: vk::CommandBuffer) {
-    let src = vk::PipelineStageFlags::TRANSFER | vk::PipelineStageFlags::COMPUTE_SHADER;
-    let mb = [vk::MemoryBarrier::default()
-        .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
-        .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE)];
-    dev.cmd_pipeline_barrier(
-        cb,
-        src,
-        vk::PipelineStageFlags::COMPUTE_SHADER,
-        vk::DependencyFlags::empty(),
-        &mb,
-        &[],
-        &[],
-    );
 }
 
 impl Drop for ScanJob {
