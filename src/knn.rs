@@ -215,6 +215,7 @@ pub(crate) struct DistPush {
     stride: u32,
     dst: u32,
     metric: u32,
+    qn: u32,
 }
 
 #[repr(C)]
@@ -535,6 +536,7 @@ pub fn knn_flat(
                     stride: stride as u32,
                     dst: cur,
                     metric,
+                    qn: qn32,
                 };
                 let mut len = have + cols;
                 let mut passes = Vec::new();
@@ -560,7 +562,7 @@ pub fn knn_flat(
                 }
                 out.gpu_ns += sub.run("k-NN selection", |cb| unsafe {
                     bind(&dev, cb, &dist, set.set, bytemuck::bytes_of(&dp));
-                    dev.cmd_dispatch(cb, cols.div_ceil(64) as u32, qn32, 1);
+                    dev.cmd_dispatch(cb, cols.div_ceil(64) as u32, qn.div_ceil(64) as u32, 1);
                     for (sp, chunks) in &passes {
                         barrier(&dev, cb);
                         bind(&dev, cb, &sort, set.set, bytemuck::bytes_of(sp));
@@ -582,6 +584,7 @@ pub fn knn_flat(
                 stride: p as u32,
                 dst: 0,
                 metric,
+                qn: qn32,
             };
             let local = |stage: usize| SortPush {
                 len: p as u32,
@@ -594,7 +597,7 @@ pub fn knn_flat(
             };
             out.gpu_ns += sub.run("k-NN full ranking", |cb| unsafe {
                 bind(&dev, cb, &dist, set.set, bytemuck::bytes_of(&dp));
-                dev.cmd_dispatch(cb, p.div_ceil(64) as u32, qn32, 1);
+                dev.cmd_dispatch(cb, p.div_ceil(64) as u32, qn.div_ceil(64) as u32, 1);
                 barrier(&dev, cb);
                 bind(&dev, cb, &sort, set.set, bytemuck::bytes_of(&local(0)));
                 dev.cmd_dispatch(cb, (p / chunk) as u32, qn32, 1);
