@@ -1169,7 +1169,8 @@ pub(crate) struct Set {
 
 impl Set {
     /// Allocate a set and write `singles` (binding, buffer) and the G slabs (binding 8; unused
-    /// array entries repeat slab 0 so every descriptor is valid).
+    /// array entries repeat slab 0 so every descriptor is valid; no slabs: binding 8 is left
+    /// unwritten, for pipelines that do not use it).
     pub(crate) fn new(ctx: &Context, singles: &[(u32, &Buffer)], slabs: &[Buffer]) -> Result<Set> {
         let dev = ctx.device();
         let sizes = [vk::DescriptorPoolSize {
@@ -1207,9 +1208,12 @@ impl Set {
         };
         let single_infos: Vec<[vk::DescriptorBufferInfo; 1]> =
             singles.iter().map(|(_, b)| [info(b)]).collect();
-        let slab_infos: Vec<vk::DescriptorBufferInfo> = (0..G_SLABS as usize)
-            .map(|i| info(slabs.get(i).unwrap_or(&slabs[0])))
-            .collect();
+        let slab_infos: Vec<vk::DescriptorBufferInfo> = match slabs.first() {
+            Some(first) => (0..G_SLABS as usize)
+                .map(|i| info(slabs.get(i).unwrap_or(first)))
+                .collect(),
+            None => Vec::new(),
+        };
         let mut writes: Vec<_> = singles
             .iter()
             .zip(&single_infos)
@@ -1221,13 +1225,15 @@ impl Set {
                     .buffer_info(i)
             })
             .collect();
-        writes.push(
-            vk::WriteDescriptorSet::default()
-                .dst_set(me.set)
-                .dst_binding(SINGLE_BINDINGS)
-                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                .buffer_info(&slab_infos),
-        );
+        if !slabs.is_empty() {
+            writes.push(
+                vk::WriteDescriptorSet::default()
+                    .dst_set(me.set)
+                    .dst_binding(SINGLE_BINDINGS)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .buffer_info(&slab_infos),
+            );
+        }
         unsafe { dev.update_descriptor_sets(&writes, &[]) };
         Ok(me)
     }

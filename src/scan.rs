@@ -15,7 +15,7 @@
 //! Two kernels compute the candidate scan ([`ScanKernel`]): 64 candidates × 16/32/64 sequences
 //! per workgroup (the default) and 128 × 128 with compile-time sizes. They give the same bits.
 
-use crate::device::{barrier, Buffer, Capabilities, Context, Pipeline, PipelineKey, BINDINGS};
+use crate::device::{barrier, Buffer, Capabilities, Context, Pipeline, PipelineKey, Set};
 use crate::error::{Error, Result, VkContext};
 use crate::spirv::{self, Shader};
 use crate::table::{Precision, Table};
@@ -464,8 +464,7 @@ pub struct ScanJob {
     /// A submission failed with device loss: nothing more may run.
     lost: bool,
     query_pool: vk::QueryPool,
-    descriptor_pool: vk::DescriptorPool,
-    set: vk::DescriptorSet,
+    set: Set,
     seqs: Buffer,
     // Kept alive for the descriptor set.
     _starts: Buffer,
@@ -649,19 +648,20 @@ impl ScanJob {
         let cen32 = Buffer::storage(&ctx, "fp32 centroids", sizes[3].1)?;
 
         let dev = ctx.device().clone();
-        let pool_sizes = [vk::DescriptorPoolSize {
-            ty: vk::DescriptorType::STORAGE_BUFFER,
-            descriptor_count: BINDINGS,
-        }];
-        let descriptor_pool = unsafe {
-            dev.create_descriptor_pool(
-                &vk::DescriptorPoolCreateInfo::default()
-                    .max_sets(1)
-                    .pool_sizes(&pool_sizes),
-                None,
-            )
-        }
-        .vk("vkCreateDescriptorPool")?;
+        let set = Set::new(
+            &ctx,
+            &[
+                (0, &table.inner.data),
+                (1, &table.inner.inv_norm),
+                (2, &starts_buf),
+                (3, &state),
+                (4, &mask),
+                (5, &seqs),
+                (6, &partial),
+                (7, &cen32),
+            ],
+            &[],
+        )?;
         // From here on the job owns what it creates: build it, and let Drop clean up on error.
         let mut job = ScanJob {
             table: table.clone(),
@@ -684,8 +684,7 @@ impl ScanJob {
             next_frame: 0,
             lost: false,
             query_pool: vk::QueryPool::null(),
-            descriptor_pool,
-            set: vk::DescriptorSet::null(),
+            set,
             seqs,
             _starts: starts_buf,
             _state: state,
@@ -694,46 +693,6 @@ impl ScanJob {
             _cen32: cen32,
         };
         job.tiles = job.tile_ranges();
-        let layouts = [ctx.inner.set_layout];
-        job.set = unsafe {
-            dev.allocate_descriptor_sets(
-                &vk::DescriptorSetAllocateInfo::default()
-                    .descriptor_pool(descriptor_pool)
-                    .set_layouts(&layouts),
-            )
-        }
-        .vk("vkAllocateDescriptorSets")?[0];
-        let bufs = [
-            &table.inner.data,
-            &table.inner.inv_norm,
-            &job._starts,
-            &job._state,
-            &job._mask,
-            &job.seqs,
-            &job._partial,
-            &job._cen32,
-        ];
-        let infos: Vec<[vk::DescriptorBufferInfo; 1]> = bufs
-            .iter()
-            .map(|b| {
-                [vk::DescriptorBufferInfo::default()
-                    .buffer(b.buffer)
-                    .offset(0)
-                    .range(vk::WHOLE_SIZE)]
-            })
-            .collect();
-        let writes: Vec<_> = infos
-            .iter()
-            .enumerate()
-            .map(|(i, info)| {
-                vk::WriteDescriptorSet::default()
-                    .dst_set(job.set)
-                    .dst_binding(i as u32)
-                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                    .buffer_info(info)
-            })
-            .collect();
-        unsafe { dev.update_descriptor_sets(&writes, &[]) };
         if caps.timestamps {
             job.query_pool = unsafe {
                 dev.create_query_pool(
@@ -768,7 +727,7 @@ impl ScanJob {
             num_items: n as u32,
             dim: d as u32,
         };
-        let set = job.set;
+        let set = job.set.set;
         ctx.one_shot(|cb| unsafe {
             barrier(&dev, cb);
             dev.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, init.pipeline);
@@ -957,7 +916,7 @@ impl ScanJob {
                     vk::PipelineBindPoint::COMPUTE,
                     p.layout,
                     0,
-                    &[self.set],
+                    &[self.set.set],
                     &[],
                 );
             };
@@ -1254,7 +1213,6 @@ impl Drop for ScanJob {
             if self.query_pool != vk::QueryPool::null() {
                 dev.destroy_query_pool(self.query_pool, None);
             }
-            dev.destroy_descriptor_pool(self.descriptor_pool, None);
         }
     }
 }
