@@ -5,11 +5,14 @@
 //! ```text
 //! cargo run --release --example bench_knn -- --table FILE [--dim D] [--n N]
 //!     [--queries self|FILE] [--k 10,100,all] [--metric cosine|ip|l2] [--precisions fp32,fp16]
-//!     [--label NAME] [--json OUT.json] [--md OUT.md] [--ids OUT.u32]
+//!     [--variants auto,fused,nowarp] [--label NAME] [--json OUT.json] [--md OUT.md]
+//!     [--ids OUT.u32]
 //! ```
 //!
-//! Each k runs twice: the device's choice of selection path (WarpSelect where it applies) and
-//! without WarpSelect; both are timed and their results compared bit for bit ("same bits").
+//! Each k runs once per variant (default `auto,nowarp`): `auto` the device's choice of
+//! selection path (WarpSelect where it applies, over the blocked product's key tiles), `fused`
+//! WarpSelect computing its keys itself, `nowarp` without WarpSelect; all are timed and their
+//! results compared bit for bit with the first ("same bits").
 //! `--queries self` (default) searches the table against itself (the rankings workload: k + 1
 //! neighbours, the item itself among them); `all` is k = N. `--ids` writes the first
 //! configuration's ids (little-endian i32, row-major, -1 for padding).
@@ -32,6 +35,7 @@ struct Args {
     json: Option<String>,
     md: Option<String>,
     ids: Option<String>,
+    variants: Vec<String>,
 }
 
 fn parse() -> Result<Args, String> {
@@ -47,6 +51,7 @@ fn parse() -> Result<Args, String> {
         json: None,
         md: None,
         ids: None,
+        variants: vec!["auto".into(), "nowarp".into()],
     };
     let mut it = std::env::args().skip(1);
     while let Some(f) = it.next() {
@@ -79,6 +84,16 @@ fn parse() -> Result<Args, String> {
             "--json" => a.json = Some(val()?),
             "--md" => a.md = Some(val()?),
             "--ids" => a.ids = Some(val()?),
+            "--variants" => {
+                a.variants = val()?.split(',').map(String::from).collect();
+                if let Some(v) = a
+                    .variants
+                    .iter()
+                    .find(|v| !["auto", "fused", "nowarp"].contains(&v.as_str()))
+                {
+                    return Err(format!("--variants {v}: expected auto, fused or nowarp"));
+                }
+            }
             _ => return Err(format!("unknown argument {f}")),
         }
     }
@@ -131,11 +146,12 @@ fn run() -> Result<(), String> {
             // The device's choice (WarpSelect where it applies), then without WarpSelect: both
             // timed, and their ids and distances compared bit for bit.
             let mut first: Option<(Vec<i64>, Vec<u32>)> = None;
-            for warp_select in [None, Some(false)] {
+            for v in &a.variants {
                 let o = KnnOptions {
                     k: if self_q { (k + 1).min(n) } else { k },
                     metric: a.metric,
-                    warp_select,
+                    warp_select: (v == "nowarp").then_some(false),
+                    fused_distances: v == "fused",
                     ..KnnOptions::default()
                 };
                 let t = Instant::now();
@@ -151,7 +167,7 @@ fn run() -> Result<(), String> {
                     Some((ids, b)) => *ids == r.ids && *b == bits,
                 };
                 println!(
-                    "  {} k {:>6} path {:?} subgroups {} GPU {:>8.4} s wall {:>8.4} s  {:>10.0} queries/s  same bits {same}",
+                    "  {} k {:>6} {v:>6} path {:?} subgroups {} GPU {:>8.4} s wall {:>8.4} s  {:>10.0} queries/s  same bits {same}",
                     p.name(),
                     o.k,
                     r.path,
@@ -164,7 +180,7 @@ fn run() -> Result<(), String> {
                     first_ids = Some(r.ids.iter().map(|&i| i as i32).collect::<Vec<i32>>());
                 }
                 rows.push(serde_json::json!({
-                    "precision": p.name(), "k": o.k, "path": format!("{:?}", r.path),
+                    "precision": p.name(), "k": o.k, "variant": v, "path": format!("{:?}", r.path),
                     "subgroups": r.subgroups, "gpu_s": gpu, "wall_s": wall, "same_bits": same,
                 }));
             }
@@ -193,15 +209,16 @@ fn run() -> Result<(), String> {
         );
         let _ = writeln!(
             m,
-            "| precision | k | path | subgroups | GPU s | wall s | same bits |"
+            "| precision | k | variant | path | subgroups | GPU s | wall s | same bits |"
         );
-        let _ = writeln!(m, "|---|---|---|---|---|---|---|");
+        let _ = writeln!(m, "|---|---|---|---|---|---|---|---|");
         for r in &rows {
             let _ = writeln!(
                 m,
-                "| {} | {} | {} | {} | {:.4} | {:.4} | {} |",
+                "| {} | {} | {} | {} | {} | {:.4} | {:.4} | {} |",
                 r["precision"].as_str().unwrap_or(""),
                 r["k"],
+                r["variant"].as_str().unwrap_or(""),
                 r["path"].as_str().unwrap_or(""),
                 r["subgroups"],
                 r["gpu_s"].as_f64().unwrap_or(0.0),
@@ -214,6 +231,9 @@ fn run() -> Result<(), String> {
             );
         }
         std::fs::write(p, m).map_err(|e| format!("{p}: {e}"))?;
+    }
+    if rows.iter().any(|r| r["same_bits"] == false) {
+        return Err("the variants' results differ (same bits: NO above)".into());
     }
     Ok(())
 }

@@ -42,7 +42,7 @@ layout(push_constant) uniform Push {
     uint off;     // where the range starts in the scratch row
     uint pad_to;  // entries [cols, pad_to) after off get the padding
     uint stride;  // scratch row stride (entries)
-    uint dst;     // 0: write A, 1: write B
+    uint dst;     // 0: write A, 1: write B, 2: write A's keys only (the ids are implied)
     uint metric;  // 0 inner product, 1 cosine, 2 L2
     uint qn;      // queries in this tile
 } pc;
@@ -127,7 +127,9 @@ void main() {
                 id = row;
             }
             const uint at = q * pc.stride + pc.off + c;
-            if (pc.dst == 0u) {
+            if (pc.dst == 2u) {
+                keys_a[at] = key;
+            } else if (pc.dst == 0u) {
                 keys_a[at] = key;
                 ids_a[at] = id;
             } else {

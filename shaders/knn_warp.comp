@@ -1,11 +1,14 @@
 #version 450
-// Exact k-NN, WarpSelect-style k-selection fused with the distances (src/knn.rs; Johnson,
-// Douze, Jégou, "Billion-scale similarity search with GPUs"). One subgroup per query, several
-// subgroups (queries) per workgroup, no shared memory and no barriers: only subgroup ops.
+// Exact k-NN, WarpSelect-style k-selection (src/knn.rs; Johnson, Douze, Jégou, "Billion-scale
+// similarity search with GPUs"). One subgroup per query, several subgroups (queries) per
+// workgroup, no shared memory and no barriers: only subgroup ops.
 //
-// Each lane computes the keys of the rows base + lane (base stepping by the subgroup size SG)
-// exactly as knn_dist.comp does (same fused multiply-add chain, so the same bits), and orders
-// (key, id) pairs totally (ties: lowest id first).
+// Lane `lane` takes the rows base + lane (base stepping by the subgroup size SG) of the range.
+// Their keys come either from the A scratch, where knn_dist.comp's blocked product wrote the
+// range's keys (row q at q · a_stride: one coalesced load a step), or (`fused` = 1) are
+// computed here, one row per lane, exactly as knn_dist.comp does (same fused multiply-add
+// chain, so the same bits; uncoalesced, for measurement). (key, id) pairs are ordered totally
+// (ties: lowest id first).
 //   * subgroup queue: the K best so far (K = the k bucket, a power of two ≥ SG), ascending,
 //     element e = r · SG + lane in register r of lane `lane` (KR = K / SG registers a lane);
 //   * thread queue: T registers a lane (T a power of two ≤ KR), kept sorted by insertion; a
@@ -39,6 +42,7 @@ const uint KR = K / SG;
 layout(std430, set = 0, binding = 0) readonly buffer Table { STORED table[]; };
 layout(std430, set = 0, binding = 1) readonly buffer InvNorm { float inv_norm[]; };
 layout(std430, set = 0, binding = 2) readonly buffer Queries { float queries[]; };
+layout(std430, set = 0, binding = 3) readonly buffer KeysA { float keys_a[]; };
 layout(std430, set = 0, binding = 5) buffer KeysB { float keys_b[]; };
 layout(std430, set = 0, binding = 6) buffer IdsB { uint ids_b[]; };
 
@@ -51,6 +55,8 @@ layout(push_constant) uniform Push {
     uint first;  // 1: start from an empty queue
     uint stride; // scratch row stride (entries, ≥ K)
     uint metric; // 0 inner product, 1 cosine, 2 L2
+    uint fused;  // 1: compute the keys here; 0: read them from A
+    uint a_stride; // A scratch row stride (entries) when fused = 0
 } pc;
 
 const uint NO_ID = 0xffffffffu;
@@ -184,11 +190,17 @@ void main() {
     float kth = subgroupBroadcast(qk[KR - 1u], SG - 1u);
     uint kth_id = subgroupBroadcast(qi[KR - 1u], SG - 1u);
     uint count = 0u;
+    // Keys from A are loaded one step ahead (a load in flight while the previous key is
+    // inserted).
+    const uint ab = q * pc.a_stride;
+    float ahead = (pc.fused == 0u && lane < pc.cols) ? keys_a[ab + lane] : INF;
     for (uint base = 0u; base < pc.cols; base += SG) {
         const uint c = base + lane;
+        float key = ahead;
+        if (pc.fused == 0u && c + SG < pc.cols) ahead = keys_a[ab + c + SG];
         if (c < pc.cols) {
             const uint row = pc.t0 + c;
-            float key = key_of(q, row);
+            if (pc.fused != 0u) key = key_of(q, row);
             uint id = row;
             if (less(key, id, kth, kth_id)) {
                 // Sorted insertion (ascending); the last slot is empty (count < T).

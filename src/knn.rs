@@ -35,14 +35,19 @@
 //! `maxStorageBufferRange` and a share of the memory budget.
 //!
 //! * **WarpSelect path** (auto where subgroups are used and k ≤ [`max_warp_k`]; forced or off by
-//!   [`KnnOptions::warp_select`]): `knn_warp.comp`, one subgroup a query, distances computed on
-//!   the fly (same bits as `knn_dist.comp`), per-lane thread queues of T pairs and a sorted
-//!   subgroup queue of K pairs (K = [`warp_bucket`]) merged by bitonic shuffle networks when any
-//!   lane's queue fills; no shared memory, no barriers. Same results, bit for bit, as the
-//!   selection path.
+//!   [`KnnOptions::warp_select`]): the table in tiles of `table_tile` rows (by default what
+//!   leaves up to 16,384 queries a tile in the scratch budget, 2¹²–2¹⁸ rows);
+//!   per tile the blocked product writes the query tile's keys into scratch and
+//!   `knn_warp.comp` — one subgroup a query, reading its keys coalesced — keeps per-lane thread
+//!   queues of T pairs and a sorted subgroup queue of K pairs (K = [`warp_bucket`]) merged by
+//!   bitonic shuffle networks when any lane's queue fills; no shared memory, no barriers. The
+//!   queues persist in scratch between tiles. [`KnnOptions::fused_distances`] computes the
+//!   keys inside `knn_warp.comp` instead (one row a lane; no scratch). Same results, bit for
+//!   bit, as the selection path.
 //!
-//! Not yet here (issue 6): odd-size merging networks (the merges use power-of-two bitonic
-//! networks) and a blocked, shared-memory distance product fused with the first selection pass.
+//! Not here: odd-size merging networks (the merges use power-of-two bitonic networks) and
+//! keeping the blocked product's tile on chip for the selection (the keys of a tile make one
+//! round trip through device memory, 8 bytes a (query, row) pair).
 
 use crate::device::{barrier, bind, Context, PipelineKey, Set, Submitter};
 use crate::error::{Error, Result};
@@ -63,8 +68,15 @@ pub const MAX_WARP_K: usize = 1024;
 /// 64 is right at subgroup sizes 4 and 8; 128 gave wrong results at size 4 (right at 8), 256
 /// at both — cause not found (a miscompile of large private arrays is suspected).
 pub const MAX_WARP_REGS: usize = 64;
-/// Table rows per WarpSelect dispatch by default.
+/// Table rows per WarpSelect tile at most by default (the blocked product's keys of a query
+/// tile × this many rows are staged in the A scratch) …
 const WARP_TABLE_TILE: usize = 1 << 18;
+/// … and at least …
+const WARP_MIN_TILE: usize = 1 << 12;
+/// … chosen so that this many queries (one subgroup each) fit a query tile.
+const WARP_QUERIES: usize = 16_384;
+/// WarpSelect table tiles recorded in one submission.
+const WARP_TILES_PER_SUBMIT: usize = 16;
 /// Scratch bytes per query tile at most (on top of `maxStorageBufferRange` per buffer).
 const MAX_SCRATCH: u64 = 1 << 30;
 
@@ -127,10 +139,14 @@ pub struct KnnOptions {
     pub subgroups: Option<bool>,
     /// Force the full-ranking path even for small k (tests).
     pub full_ranking: bool,
-    /// The WarpSelect path (one subgroup a query, thread queues + a subgroup queue, distances
-    /// fused): `None` = when subgroups are used and k ≤ [`MAX_WARP_K`]; `Some(true)` = required
+    /// The WarpSelect path (one subgroup a query, thread queues + a subgroup queue):
+    /// `None` = when subgroups are used and k ≤ [`MAX_WARP_K`]; `Some(true)` = required
     /// (an error where it cannot run); `Some(false)` = never.
     pub warp_select: Option<bool>,
+    /// WarpSelect computes the keys itself, one table row a lane (no distance scratch), instead
+    /// of reading the blocked product's tile. Same bits; slower on GPUs (every lane streams its
+    /// own row, uncoalesced, and each query reads the whole table). For measurement and tests.
+    pub fused_distances: bool,
 }
 
 impl Default for KnnOptions {
@@ -143,6 +159,7 @@ impl Default for KnnOptions {
             subgroups: None,
             full_ranking: false,
             warp_select: None,
+            fused_distances: false,
         }
     }
 }
@@ -161,7 +178,8 @@ pub enum KnnPath {
         padded: usize,
     },
     /// WarpSelect: one subgroup a query, a sorted subgroup queue of `k_bucket` pairs and
-    /// thread queues of `thread_queue` pairs a lane, distances computed on the fly.
+    /// thread queues of `thread_queue` pairs a lane, over the keys of table tiles from the
+    /// blocked distance product (or computed on the fly: [`KnnOptions::fused_distances`]).
     WarpSelect {
         /// K: the k bucket (a power of two ≥ k and ≥ the subgroup size).
         k_bucket: usize,
@@ -229,6 +247,8 @@ pub(crate) struct WarpPush {
     first: u32,
     stride: u32,
     metric: u32,
+    fused: u32,
+    a_stride: u32,
 }
 
 #[repr(C)]
@@ -376,8 +396,19 @@ pub fn knn_flat(
         .max(1);
     let r = chunk / wg;
     let use_sg = use_sg && (warp || (wg.is_multiple_of(sg) && sg.is_power_of_two()));
+    let fused = warp && opts.fused_distances;
+    // WarpSelect: the running queues (K pairs a query) live in B, the keys of a table tile
+    // (`table_tile` a query; none when fused) in A.
+    let scratch_cap = (caps.memory_budget_bytes / 4).min(MAX_SCRATCH);
     let (table_tile, stride, path) = if warp {
-        let tt = opts.table_tile.unwrap_or(WARP_TABLE_TILE).max(1).min(n);
+        // Many queries a tile keep the GPU busy (one subgroup a query): the table tile is what
+        // leaves WARP_QUERIES queries (or all) in the scratch budget, within [WARP_MIN_TILE,
+        // WARP_TABLE_TILE] rows.
+        let fit = (scratch_cap / 4 / nq.clamp(1, WARP_QUERIES) as u64) as usize;
+        let auto = fit
+            .saturating_sub(2 * kb)
+            .clamp(WARP_MIN_TILE, WARP_TABLE_TILE);
+        let tt = opts.table_tile.unwrap_or(auto).max(1).min(n);
         (
             tt,
             kb,
@@ -393,17 +424,24 @@ pub fn knn_flat(
         let p = n.next_power_of_two().max(chunk);
         (n, p, KnnPath::FullRanking { padded: p })
     };
-    let row_bytes = stride as u64 * 4;
+    // Entries a query in A's keys, in A's ids, in B (keys and ids).
+    let (a_keys, a_ids) = match (warp, fused) {
+        (true, true) => (0, 0),
+        (true, false) => (table_tile, 0),
+        _ => (stride, stride),
+    };
+    let widest = stride.max(a_keys);
+    let row_bytes = widest as u64 * 4;
     if row_bytes > caps.max_buffer_range {
         return Err(Error::Limit(format!(
-            "a k-NN scratch row of {stride} entries needs {row_bytes} bytes; {} allows {} \
+            "a k-NN scratch row of {widest} entries needs {row_bytes} bytes; {} allows {} \
              (maxStorageBufferRange)",
             caps.name, caps.max_buffer_range
         )));
     }
-    let scratch_cap = (caps.memory_budget_bytes / 4).min(MAX_SCRATCH);
     let by_range = (caps.max_buffer_range / row_bytes) as usize;
-    let by_budget = (scratch_cap / (4 * row_bytes)).max(1) as usize;
+    let per_query = (a_keys + a_ids + 2 * stride) as u64 * 4;
+    let by_budget = (scratch_cap / per_query).max(1) as usize;
     let qt = opts
         .query_tile
         .unwrap_or(usize::MAX)
@@ -412,10 +450,10 @@ pub fn knn_flat(
         .min(65535)
         .min(nq.max(1))
         .max(1);
-    let groups_x = stride.div_ceil(64);
+    let groups_x = widest.div_ceil(64);
     if groups_x > caps.max_workgroup_count as usize {
         return Err(Error::Limit(format!(
-            "a k-NN row of {stride} entries needs {groups_x} workgroups; {} allows {}",
+            "a k-NN row of {widest} entries needs {groups_x} workgroups; {} allows {}",
             caps.name, caps.max_workgroup_count
         )));
     }
@@ -448,8 +486,9 @@ pub fn knn_flat(
     };
     let qbuf = ctx.upload("k-NN queries", bytemuck::cast_slice(&qdata))?;
     let scratch = (qt * stride * 4) as u64;
-    let keys_a = crate::device::Buffer::storage(&ctx, "k-NN keys A", scratch)?;
-    let ids_a = crate::device::Buffer::storage(&ctx, "k-NN ids A", scratch)?;
+    let bytes = |entries: usize| ((qt * entries * 4) as u64).max(16);
+    let keys_a = crate::device::Buffer::storage(&ctx, "k-NN keys A", bytes(a_keys))?;
+    let ids_a = crate::device::Buffer::storage(&ctx, "k-NN ids A", bytes(a_ids))?;
     let keys_b = crate::device::Buffer::storage(&ctx, "k-NN keys B", scratch)?;
     let ids_b = crate::device::Buffer::storage(&ctx, "k-NN ids B", scratch)?;
     let set = Set::new(
@@ -500,25 +539,56 @@ pub fn knn_flat(
         let qn32 = qn as u32;
         let mut cur = 0u32; // which scratch buffer holds the row: 0 = A, 1 = B
         if let Some(wp) = &warp_pipe {
+            // Per table tile: the blocked product writes the tile's keys into A (unless fused),
+            // WarpSelect folds them into the queues in B. Up to WARP_TILES_PER_SUBMIT tiles a
+            // submission, ordered by barriers (A is reused).
             let per_group = warp_wg / sg;
-            let mut t0 = 0;
-            while t0 < n {
-                let cols = table_tile.min(n - t0);
-                let push = WarpPush {
-                    dim: d as u32,
-                    q0: q0 as u32,
-                    qn: qn32,
-                    t0: t0 as u32,
-                    cols: cols as u32,
-                    first: (t0 == 0) as u32,
-                    stride: stride as u32,
-                    metric,
-                };
+            let tiles: Vec<usize> = (0..n).step_by(table_tile).collect();
+            for group in tiles.chunks(WARP_TILES_PER_SUBMIT) {
                 out.gpu_ns += sub.run("k-NN WarpSelect", |cb| unsafe {
-                    bind(&dev, cb, wp, set.set, bytemuck::bytes_of(&push));
-                    dev.cmd_dispatch(cb, qn.div_ceil(per_group) as u32, 1, 1);
+                    for (i, &t0) in group.iter().enumerate() {
+                        let cols = table_tile.min(n - t0);
+                        if i > 0 {
+                            barrier(&dev, cb);
+                        }
+                        if !fused {
+                            let dp = DistPush {
+                                dim: d as u32,
+                                q0: q0 as u32,
+                                t0: t0 as u32,
+                                cols: cols as u32,
+                                off: 0,
+                                pad_to: cols as u32,
+                                stride: table_tile as u32,
+                                dst: 2,
+                                metric,
+                                qn: qn32,
+                            };
+                            bind(&dev, cb, &dist, set.set, bytemuck::bytes_of(&dp));
+                            dev.cmd_dispatch(
+                                cb,
+                                cols.div_ceil(64) as u32,
+                                qn.div_ceil(64) as u32,
+                                1,
+                            );
+                            barrier(&dev, cb);
+                        }
+                        let push = WarpPush {
+                            dim: d as u32,
+                            q0: q0 as u32,
+                            qn: qn32,
+                            t0: t0 as u32,
+                            cols: cols as u32,
+                            first: (t0 == 0) as u32,
+                            stride: stride as u32,
+                            metric,
+                            fused: fused as u32,
+                            a_stride: table_tile as u32,
+                        };
+                        bind(&dev, cb, wp, set.set, bytemuck::bytes_of(&push));
+                        dev.cmd_dispatch(cb, qn.div_ceil(per_group) as u32, 1, 1);
+                    }
                 })?;
-                t0 += cols;
             }
             cur = 1;
         } else if select {

@@ -177,7 +177,7 @@ pub fn rankings_with_values(
         table_tile: None,
         subgroups: opts.subgroups,
         full_ranking: opts.full_ranking,
-        warp_select: None,
+        ..KnnOptions::default()
     };
     let mut report = RankingsReport {
         items: items.len(),

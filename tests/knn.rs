@@ -327,23 +327,27 @@ fn timing_report() {
     let table = random_table(20_000, 128, 1);
     let queries = random_table(100, 128, 2);
     let dt = DeviceTable::upload(&ctx, &table, Precision::Fp32).unwrap();
-    for (k, full) in [
-        (10, false),
-        (100, false),
-        (1000, false),
-        (100, true),
-        (20_000, false),
+    for (k, full, fused) in [
+        (10, false, false),
+        (10, false, true),
+        (100, false, false),
+        (100, false, true),
+        (1000, false, false),
+        (100, true, false),
+        (20_000, false, false),
     ] {
         let opts = KnnOptions {
             k,
             metric: Metric::InnerProduct,
             full_ranking: full,
+            fused_distances: fused,
             ..Default::default()
         };
         let t = std::time::Instant::now();
         let r = knn(&dt, &queries, &opts).unwrap();
         eprintln!(
-            "N 20000 × 128, 100 queries, k {k}: {:?}, {:.1} ms wall, {:.1} ms GPU",
+            "N 20000 × 128, 100 queries, k {k}{}: {:?}, {:.1} ms wall, {:.1} ms GPU",
+            if fused { " (fused distances)" } else { "" },
             r.path,
             t.elapsed().as_secs_f64() * 1e3,
             r.gpu_ns as f64 / 1e6
@@ -386,10 +390,12 @@ fn same_as_select(dt: &DeviceTable, queries: &Table, base: &KnnOptions, tiles: &
         assert_eq!(bits(&auto.distances), bits(&want.distances));
         return;
     }
-    for &tt in tiles {
+    // Keys from the blocked product's tiles (the default) and computed inside the selection.
+    for (&tt, fused) in tiles.iter().flat_map(|t| [(t, false), (t, true)]) {
         let o = KnnOptions {
             warp_select: Some(true),
             table_tile: tt,
+            fused_distances: fused,
             ..base.clone()
         };
         let got = knn(dt, queries, &o).unwrap_or_else(|e| panic!("{o:?}: {e}"));
