@@ -18,6 +18,7 @@
 //   below S of stage s (knn_step.comp runs the larger ones).
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
+#extension GL_EXT_control_flow_attributes : require
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint R = 8u;         // pairs per invocation (a power of two)
@@ -57,15 +58,20 @@ bool less(float a, uint ai, float b, uint bi) {
 // (the direction depends on the global index in mode 1, on the local one in mode 0).
 void cmpx(uint size, uint j, uint lane, uint base) {
     if (j >= WG) {
-        const uint rj = j / WG;
-        for (uint r = 0u; r < R; ++r) {
-            if ((r & rj) != 0u) continue;
-            const uint pr = r | rj;
-            const bool asc = ((base + r * WG + lane) & size) == 0u;
-            if (less(k[pr], id[pr], k[r], id[r]) == asc) {
-                float tk = k[r]; uint ti = id[r];
-                k[r] = k[pr]; id[r] = id[pr];
-                k[pr] = tk; id[pr] = ti;
+        // The register stride as a loop constant (rc == j / WG for exactly one rc), so that
+        // once the loops unroll every register index is a constant: no dynamically indexed
+        // private array (local memory on GPUs).
+        [[unroll]] for (uint rc = 1u; rc < R; rc <<= 1u) {
+            if (rc != j / WG) continue;
+            [[unroll]] for (uint r = 0u; r < R; ++r) {
+                if ((r & rc) != 0u) continue;
+                const uint pr = r | rc;
+                const bool asc = ((base + r * WG + lane) & size) == 0u;
+                if (less(k[pr], id[pr], k[r], id[r]) == asc) {
+                    float tk = k[r]; uint ti = id[r];
+                    k[r] = k[pr]; id[r] = id[pr];
+                    k[pr] = tk; id[pr] = ti;
+                }
             }
         }
         return;
@@ -73,24 +79,24 @@ void cmpx(uint size, uint j, uint lane, uint base) {
     float pk[R];
     uint pi[R];
     if (SUBGROUPS != 0u && j < gl_SubgroupSize) {
-        for (uint r = 0u; r < R; ++r) {
+        [[unroll]] for (uint r = 0u; r < R; ++r) {
             pk[r] = subgroupShuffleXor(k[r], j);
             pi[r] = subgroupShuffleXor(id[r], j);
         }
     } else {
-        for (uint r = 0u; r < R; ++r) {
+        [[unroll]] for (uint r = 0u; r < R; ++r) {
             sk[r * WG + lane] = k[r];
             si[r * WG + lane] = id[r];
         }
         barrier();
-        for (uint r = 0u; r < R; ++r) {
+        [[unroll]] for (uint r = 0u; r < R; ++r) {
             pk[r] = sk[r * WG + (lane ^ j)];
             pi[r] = si[r * WG + (lane ^ j)];
         }
         barrier();
     }
     const bool lower = (lane & j) == 0u;
-    for (uint r = 0u; r < R; ++r) {
+    [[unroll]] for (uint r = 0u; r < R; ++r) {
         const bool asc = ((base + r * WG + lane) & size) == 0u;
         const bool p_less = less(pk[r], pi[r], k[r], id[r]);
         // The lower element of an ascending pair keeps the smaller one.
@@ -110,7 +116,7 @@ void main() {
     const uint src_row = q * pc.src_stride;
     const uint g0 = ch * S;
     const bool from_b = pc.mode == 0u && pc.flip != 0u;
-    for (uint r = 0u; r < R; ++r) {
+    [[unroll]] for (uint r = 0u; r < R; ++r) {
         const uint g = g0 + r * WG + lane;
         if (g < pc.len) {
             k[r] = from_b ? keys_b[src_row + g] : keys_a[src_row + g];
@@ -130,7 +136,7 @@ void main() {
     }
     if (pc.mode == 0u) {
         const uint dst_row = q * pc.dst_stride + ch * pc.keep;
-        for (uint r = 0u; r < R; ++r) {
+        [[unroll]] for (uint r = 0u; r < R; ++r) {
             const uint e = r * WG + lane;
             if (e >= pc.keep) continue;
             if (pc.flip != 0u) {
@@ -142,7 +148,7 @@ void main() {
             }
         }
     } else {
-        for (uint r = 0u; r < R; ++r) {
+        [[unroll]] for (uint r = 0u; r < R; ++r) {
             const uint g = g0 + r * WG + lane;
             keys_a[src_row + g] = k[r];
             ids_a[src_row + g] = id[r];

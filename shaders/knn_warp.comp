@@ -31,6 +31,7 @@
 #extension GL_KHR_shader_subgroup_shuffle : require
 #extension GL_KHR_shader_subgroup_vote : require
 #extension GL_KHR_shader_subgroup_ballot : require
+#extension GL_EXT_control_flow_attributes : require
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint SG = 32u;  // subgroup size (the device's)
@@ -75,21 +76,24 @@ bool less(float a, uint ai, float b, uint bi) {
 // final order descending.
 void thread_cmpx(uint size, uint j, uint lane) {
     if (j >= SG) {
-        const uint rj = j / SG;
-        for (uint r = 0u; r < T; ++r) {
-            if ((r & rj) != 0u) continue;
-            const uint pr = r | rj;
-            const bool desc = ((r * SG + lane) & size) == 0u;
-            if (less(tk[r], ti[r], tk[pr], ti[pr]) == desc) {
-                float xk = tk[r]; uint xi = ti[r];
-                tk[r] = tk[pr]; ti[r] = ti[pr];
-                tk[pr] = xk; ti[pr] = xi;
+        // The register stride as a loop constant (see queue_cmpx).
+        [[unroll]] for (uint rc = 1u; rc < T; rc <<= 1u) {
+            if (rc != j / SG) continue;
+            [[unroll]] for (uint r = 0u; r < T; ++r) {
+                if ((r & rc) != 0u) continue;
+                const uint pr = r | rc;
+                const bool desc = ((r * SG + lane) & size) == 0u;
+                if (less(tk[r], ti[r], tk[pr], ti[pr]) == desc) {
+                    float xk = tk[r]; uint xi = ti[r];
+                    tk[r] = tk[pr]; ti[r] = ti[pr];
+                    tk[pr] = xk; ti[pr] = xi;
+                }
             }
         }
         return;
     }
     const bool lower = (lane & j) == 0u;
-    for (uint r = 0u; r < T; ++r) {
+    [[unroll]] for (uint r = 0u; r < T; ++r) {
         const float pk = subgroupShuffleXor(tk[r], j);
         const uint pi = subgroupShuffleXor(ti[r], j);
         const bool desc = ((r * SG + lane) & size) == 0u;
@@ -105,20 +109,25 @@ void thread_cmpx(uint size, uint j, uint lane) {
 // Subgroup queue: ascending compare-exchange of stride j (bitonic merge).
 void queue_cmpx(uint j, uint lane) {
     if (j >= SG) {
-        const uint rj = j / SG;
-        for (uint r = 0u; r < KR; ++r) {
-            if ((r & rj) != 0u) continue;
-            const uint pr = r | rj;
-            if (less(qk[pr], qi[pr], qk[r], qi[r])) {
-                float xk = qk[r]; uint xi = qi[r];
-                qk[r] = qk[pr]; qi[r] = qi[pr];
-                qk[pr] = xk; qi[pr] = xi;
+        // The register stride as a loop constant (rc == j / SG for exactly one rc), so that
+        // once the loops unroll every register index is a constant: no dynamically indexed
+        // private array (local memory on GPUs).
+        [[unroll]] for (uint rc = 1u; rc < KR; rc <<= 1u) {
+            if (rc != j / SG) continue;
+            [[unroll]] for (uint r = 0u; r < KR; ++r) {
+                if ((r & rc) != 0u) continue;
+                const uint pr = r | rc;
+                if (less(qk[pr], qi[pr], qk[r], qi[r])) {
+                    float xk = qk[r]; uint xi = qi[r];
+                    qk[r] = qk[pr]; qi[r] = qi[pr];
+                    qk[pr] = xk; qi[pr] = xi;
+                }
             }
         }
         return;
     }
     const bool lower = (lane & j) == 0u;
-    for (uint r = 0u; r < KR; ++r) {
+    [[unroll]] for (uint r = 0u; r < KR; ++r) {
         const float pk = subgroupShuffleXor(qk[r], j);
         const uint pi = subgroupShuffleXor(qi[r], j);
         const bool p_less = less(pk, pi, qk[r], qi[r]);
@@ -134,7 +143,7 @@ void merge(uint lane) {
     for (uint size = 2u; size <= M; size <<= 1u) {
         for (uint j = size >> 1u; j > 0u; j >>= 1u) thread_cmpx(size, j, lane);
     }
-    for (uint r = 0u; r < T; ++r) {
+    [[unroll]] for (uint r = 0u; r < T; ++r) {
         const uint qr = KR - T + r;
         if (less(tk[r], ti[r], qk[qr], qi[qr])) {
             qk[qr] = tk[r];
@@ -174,7 +183,7 @@ void main() {
     const uint q = gl_WorkGroupID.x * gl_NumSubgroups + gl_SubgroupID;
     if (q >= pc.qn) return; // the whole subgroup
     const uint row0 = q * pc.stride;
-    for (uint r = 0u; r < KR; ++r) {
+    [[unroll]] for (uint r = 0u; r < KR; ++r) {
         if (pc.first != 0u) {
             qk[r] = INF;
             qi[r] = NO_ID;
@@ -183,7 +192,7 @@ void main() {
             qi[r] = ids_b[row0 + r * SG + lane];
         }
     }
-    for (uint r = 0u; r < T; ++r) {
+    [[unroll]] for (uint r = 0u; r < T; ++r) {
         tk[r] = INF;
         ti[r] = NO_ID;
     }
@@ -204,7 +213,7 @@ void main() {
             uint id = row;
             if (less(key, id, kth, kth_id)) {
                 // Sorted insertion (ascending); the last slot is empty (count < T).
-                for (uint r = 0u; r < T; ++r) {
+                [[unroll]] for (uint r = 0u; r < T; ++r) {
                     if (less(key, id, tk[r], ti[r])) {
                         float xk = tk[r]; uint xi = ti[r];
                         tk[r] = key; ti[r] = id;
@@ -222,7 +231,7 @@ void main() {
         }
     }
     if (subgroupAny(count != 0u)) merge(lane);
-    for (uint r = 0u; r < KR; ++r) {
+    [[unroll]] for (uint r = 0u; r < KR; ++r) {
         keys_b[row0 + r * SG + lane] = qk[r];
         ids_b[row0 + r * SG + lane] = qi[r];
     }

@@ -15,7 +15,7 @@
 //! # How
 //! Keys are computed so that smaller is better (`-q·e`, `-q̂·e/|e|`, `Σ(q-e)²`; one fused
 //! multiply-add chain over d from the stored row) by `knn_dist.comp` into a scratch row per
-//! query, then selected:
+//! query (a blocked product, 128 queries × 128 rows a workgroup), then selected:
 //! * **selection path** (k ≤ [`max_select_k`], 2,048 with 32 KiB of shared memory): the table
 //!   is processed in tiles of `table_tile` rows; each tile's keys are appended to the query's
 //!   running k best and `knn_sort.comp` passes shrink the row — one workgroup sorts a chunk of S
@@ -75,6 +75,8 @@ const WARP_TABLE_TILE: usize = 1 << 18;
 const WARP_MIN_TILE: usize = 1 << 12;
 /// … chosen so that this many queries (one subgroup each) fit a query tile.
 const WARP_QUERIES: usize = 16_384;
+/// Queries and table rows of one workgroup of the blocked distance product (`knn_dist.comp`).
+const DIST_BLOCK: usize = 128;
 /// WarpSelect table tiles recorded in one submission.
 const WARP_TILES_PER_SUBMIT: usize = 16;
 /// Scratch bytes per query tile at most (on top of `maxStorageBufferRange` per buffer).
@@ -567,8 +569,8 @@ pub fn knn_flat(
                             bind(&dev, cb, &dist, set.set, bytemuck::bytes_of(&dp));
                             dev.cmd_dispatch(
                                 cb,
-                                cols.div_ceil(64) as u32,
-                                qn.div_ceil(64) as u32,
+                                cols.div_ceil(DIST_BLOCK) as u32,
+                                qn.div_ceil(DIST_BLOCK) as u32,
                                 1,
                             );
                             barrier(&dev, cb);
@@ -632,7 +634,7 @@ pub fn knn_flat(
                 }
                 out.gpu_ns += sub.run("k-NN selection", |cb| unsafe {
                     bind(&dev, cb, &dist, set.set, bytemuck::bytes_of(&dp));
-                    dev.cmd_dispatch(cb, cols.div_ceil(64) as u32, qn.div_ceil(64) as u32, 1);
+                    dev.cmd_dispatch(cb, cols.div_ceil(DIST_BLOCK) as u32, qn.div_ceil(DIST_BLOCK) as u32, 1);
                     for (sp, chunks) in &passes {
                         barrier(&dev, cb);
                         bind(&dev, cb, &sort, set.set, bytemuck::bytes_of(sp));
@@ -667,7 +669,7 @@ pub fn knn_flat(
             };
             out.gpu_ns += sub.run("k-NN full ranking", |cb| unsafe {
                 bind(&dev, cb, &dist, set.set, bytemuck::bytes_of(&dp));
-                dev.cmd_dispatch(cb, p.div_ceil(64) as u32, qn.div_ceil(64) as u32, 1);
+                dev.cmd_dispatch(cb, p.div_ceil(DIST_BLOCK) as u32, qn.div_ceil(DIST_BLOCK) as u32, 1);
                 barrier(&dev, cb);
                 bind(&dev, cb, &sort, set.set, bytemuck::bytes_of(&local(0)));
                 dev.cmd_dispatch(cb, (p / chunk) as u32, qn32, 1);
