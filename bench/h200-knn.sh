@@ -5,8 +5,8 @@
 #   rankings   all-pairs rankings of the peer's 8,359 × 768 table, k = 100 and k = all (cosine)
 #   random1m   10,000 queries against 1,000,000 × 128 uniform random vectors, k = 100, L2
 #   fortunes   the fortunes k-NN graph, 14,943 × 384, k = 10, cosine
-# bench_knn's variants: auto (WarpSelect over the blocked product's key tiles where k allows),
-# fused (WarpSelect computing its own keys, one row a lane), nowarp (the selection or
+# bench_knn's variants: auto (the device's choice: on GPUs WarpSelect over the blocked product's
+# key tiles where k allows), fused (WarpSelect computing its own keys, one row a lane), nowarp (the selection or
 # full-ranking path); each checked bit for bit against the first. Outputs packed into
 # $OUT/knn-results.tgz.
 set -uo pipefail

@@ -5,12 +5,13 @@
 //! ```text
 //! cargo run --release --example bench_knn -- --table FILE [--dim D] [--n N]
 //!     [--queries self|FILE] [--k 10,100,all] [--metric cosine|ip|l2] [--precisions fp32,fp16]
-//!     [--variants auto,fused,nowarp] [--label NAME] [--json OUT.json] [--md OUT.md]
+//!     [--variants auto,tiles,fused,nowarp] [--label NAME] [--json OUT.json] [--md OUT.md]
 //!     [--ids OUT.u32]
 //! ```
 //!
 //! Each k runs once per variant (default `auto,nowarp`): `auto` the device's choice of
-//! selection path (WarpSelect where it applies, over the blocked product's key tiles), `fused`
+//! selection path (WarpSelect where it applies; over the blocked product's key tiles on GPUs,
+//! computing its keys itself on CPU devices), `tiles` WarpSelect over the key tiles, `fused`
 //! WarpSelect computing its keys itself, `nowarp` without WarpSelect; all are timed and their
 //! results compared bit for bit with the first ("same bits").
 //! `--queries self` (default) searches the table against itself (the rankings workload: k + 1
@@ -89,9 +90,11 @@ fn parse() -> Result<Args, String> {
                 if let Some(v) = a
                     .variants
                     .iter()
-                    .find(|v| !["auto", "fused", "nowarp"].contains(&v.as_str()))
+                    .find(|v| !["auto", "tiles", "fused", "nowarp"].contains(&v.as_str()))
                 {
-                    return Err(format!("--variants {v}: expected auto, fused or nowarp"));
+                    return Err(format!(
+                        "--variants {v}: expected auto, tiles, fused or nowarp"
+                    ));
                 }
             }
             _ => return Err(format!("unknown argument {f}")),
@@ -151,7 +154,11 @@ fn run() -> Result<(), String> {
                     k: if self_q { (k + 1).min(n) } else { k },
                     metric: a.metric,
                     warp_select: (v == "nowarp").then_some(false),
-                    fused_distances: v == "fused",
+                    fused_distances: match v.as_str() {
+                        "fused" => Some(true),
+                        "tiles" => Some(false),
+                        _ => None,
+                    },
                     ..KnnOptions::default()
                 };
                 let t = Instant::now();

@@ -204,9 +204,15 @@ fn run(a: Args) -> Result<(), String> {
         Some(KnnPath::WarpSelect {
             k_bucket,
             thread_queue,
-        }) => {
-            format!("WarpSelect, k bucket {k_bucket}, thread queue {thread_queue}")
-        }
+            fused,
+        }) => format!(
+            "WarpSelect, k bucket {k_bucket}, thread queue {thread_queue}{}",
+            if fused {
+                ", keys computed in the selection"
+            } else {
+                ""
+            }
+        ),
         None => "no items".into(),
     };
     println!(

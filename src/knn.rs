@@ -42,8 +42,8 @@
 //!   queues of T pairs and a sorted subgroup queue of K pairs (K = [`warp_bucket`]) merged by
 //!   bitonic shuffle networks when any lane's queue fills; no shared memory, no barriers. The
 //!   queues persist in scratch between tiles. [`KnnOptions::fused_distances`] computes the
-//!   keys inside `knn_warp.comp` instead (one row a lane; no scratch). Same results, bit for
-//!   bit, as the selection path.
+//!   keys inside `knn_warp.comp` instead (one row a lane; no scratch; the default on CPU
+//!   devices). Same results, bit for bit, as the selection path.
 //!
 //! Not here: odd-size merging networks (the merges use power-of-two bitonic networks) and
 //! keeping the blocked product's tile on chip for the selection (the keys of a tile make one
@@ -146,9 +146,11 @@ pub struct KnnOptions {
     /// (an error where it cannot run); `Some(false)` = never.
     pub warp_select: Option<bool>,
     /// WarpSelect computes the keys itself, one table row a lane (no distance scratch), instead
-    /// of reading the blocked product's tile. Same bits; slower on GPUs (every lane streams its
-    /// own row, uncoalesced, and each query reads the whole table). For measurement and tests.
-    pub fused_distances: bool,
+    /// of reading the blocked product's tile. Same bits. `None` = fused on CPU devices (2× faster
+    /// on lavapipe, where the scratch round trip costs and loads need no coalescing), the blocked
+    /// product elsewhere (30–50× faster on the H200: fused lanes stream their own rows,
+    /// uncoalesced, and every query reads the whole table).
+    pub fused_distances: Option<bool>,
 }
 
 impl Default for KnnOptions {
@@ -161,7 +163,7 @@ impl Default for KnnOptions {
             subgroups: None,
             full_ranking: false,
             warp_select: None,
-            fused_distances: false,
+            fused_distances: None,
         }
     }
 }
@@ -187,6 +189,8 @@ pub enum KnnPath {
         k_bucket: usize,
         /// T: thread-queue pairs a lane.
         thread_queue: usize,
+        /// Whether the keys were computed inside the selection ([`KnnOptions::fused_distances`]).
+        fused: bool,
     },
 }
 
@@ -398,7 +402,10 @@ pub fn knn_flat(
         .max(1);
     let r = chunk / wg;
     let use_sg = use_sg && (warp || (wg.is_multiple_of(sg) && sg.is_power_of_two()));
-    let fused = warp && opts.fused_distances;
+    let fused = warp
+        && opts
+            .fused_distances
+            .unwrap_or_else(|| crate::device::is_cpu_device(&caps));
     // WarpSelect: the running queues (K pairs a query) live in B, the keys of a table tile
     // (`table_tile` a query; none when fused) in A.
     let scratch_cap = (caps.memory_budget_bytes / 4).min(MAX_SCRATCH);
@@ -417,6 +424,7 @@ pub fn knn_flat(
             KnnPath::WarpSelect {
                 k_bucket: kb,
                 thread_queue: tq,
+                fused,
             },
         )
     } else if select {
@@ -634,7 +642,12 @@ pub fn knn_flat(
                 }
                 out.gpu_ns += sub.run("k-NN selection", |cb| unsafe {
                     bind(&dev, cb, &dist, set.set, bytemuck::bytes_of(&dp));
-                    dev.cmd_dispatch(cb, cols.div_ceil(DIST_BLOCK) as u32, qn.div_ceil(DIST_BLOCK) as u32, 1);
+                    dev.cmd_dispatch(
+                        cb,
+                        cols.div_ceil(DIST_BLOCK) as u32,
+                        qn.div_ceil(DIST_BLOCK) as u32,
+                        1,
+                    );
                     for (sp, chunks) in &passes {
                         barrier(&dev, cb);
                         bind(&dev, cb, &sort, set.set, bytemuck::bytes_of(sp));
@@ -669,7 +682,12 @@ pub fn knn_flat(
             };
             out.gpu_ns += sub.run("k-NN full ranking", |cb| unsafe {
                 bind(&dev, cb, &dist, set.set, bytemuck::bytes_of(&dp));
-                dev.cmd_dispatch(cb, p.div_ceil(DIST_BLOCK) as u32, qn.div_ceil(DIST_BLOCK) as u32, 1);
+                dev.cmd_dispatch(
+                    cb,
+                    p.div_ceil(DIST_BLOCK) as u32,
+                    qn.div_ceil(DIST_BLOCK) as u32,
+                    1,
+                );
                 barrier(&dev, cb);
                 bind(&dev, cb, &sort, set.set, bytemuck::bytes_of(&local(0)));
                 dev.cmd_dispatch(cb, (p / chunk) as u32, qn32, 1);
