@@ -56,7 +56,69 @@ type LContext = Handle<Context>;
 type LTable = Handle<Table>;
 type LDeviceTable = Handle<DevTable>;
 type LGram = Handle<Gram>;
-type LJob = Handle<Job>;
+/// A job handle that can also be stepping on a thread of its own (`job:start`), so that one Lua
+/// thread keeps several devices busy: while it runs, every other method refuses.
+struct LJob {
+    what: &'static str,
+    inner: Option<Job>,
+    running: Option<std::thread::JoinHandle<(SendJob, crate::Result<StepReport>)>>,
+}
+
+/// A job moved to the stepping thread and back. SAFETY: a job (its Vulkan command pool, buffers,
+/// mapped memory) is used by exactly one thread at a time — it is moved into the thread by
+/// `job:start` and out of it by `job:wait` — which is all Vulkan's external synchronization asks;
+/// its context is `Send + Sync`.
+struct SendJob(Job);
+unsafe impl Send for SendJob {}
+
+impl LJob {
+    fn new(what: &'static str, v: Job) -> Self {
+        LJob {
+            what,
+            inner: Some(v),
+            running: None,
+        }
+    }
+    fn get(&self, call: &str) -> LuaResult<&Job> {
+        if self.running.is_some() {
+            return Err(msg(
+                call,
+                "the job is stepping (job:start): job:wait() first",
+            ));
+        }
+        self.inner
+            .as_ref()
+            .ok_or_else(|| msg(call, format!("{} used after close()", self.what)))
+    }
+    fn get_mut(&mut self, call: &str) -> LuaResult<&mut Job> {
+        if self.running.is_some() {
+            return Err(msg(
+                call,
+                "the job is stepping (job:start): job:wait() first",
+            ));
+        }
+        let what = self.what;
+        self.inner
+            .as_mut()
+            .ok_or_else(|| msg(call, format!("{what} used after close()")))
+    }
+    /// Join the stepping thread (if any) and take the job back; the step's result.
+    fn join(&mut self) -> Option<crate::Result<StepReport>> {
+        let h = self.running.take()?;
+        match h.join() {
+            Ok((job, r)) => {
+                self.inner = Some(job.0);
+                Some(r)
+            }
+            Err(_) => {
+                self.inner = None;
+                Some(Err(crate::Error::Invalid(
+                    "the job's stepping thread panicked; the job is lost".into(),
+                )))
+            }
+        }
+    }
+}
 type LJsonWriter = Handle<JsonCacheWriter>;
 type LBinWriter = Handle<BinaryCacheWriter>;
 type LBinCache = Handle<BinaryCache>;
@@ -849,6 +911,42 @@ impl UserData for LJob {
             let r = job.step(n as usize).map_err(|e| err(call, e))?;
             Ok((r.steps, r.gpu_ns))
         });
+        // Step on a thread of its own and return at once: `job:start(n)`, then `job:wait()` (or
+        // `diversity.wait_any{jobs…}`) gives what `job:step(n)` would have.
+        m.add_method_mut("start", |_, this, n: Value| {
+            let call = "job:start";
+            let n = int(call, "step count", &n)? as usize;
+            this.get(call)?;
+            let job = SendJob(this.inner.take().expect("checked by get"));
+            let spawned = std::thread::Builder::new()
+                .name("diversity-job".into())
+                .spawn(move || {
+                    let mut job = job;
+                    let r = job.0.step(n);
+                    (job, r)
+                });
+            match spawned {
+                Ok(h) => {
+                    this.running = Some(h);
+                    Ok(())
+                }
+                Err(e) => Err(msg(call, format!("cannot start a thread: {e}"))),
+            }
+        });
+        // Whether `job:wait()` would return without blocking (true when not started).
+        m.add_method("ready", |_, this, ()| {
+            Ok(this.running.as_ref().is_none_or(|h| h.is_finished()))
+        });
+        m.add_method_mut("wait", |_, this, ()| {
+            let call = "job:wait";
+            match this.join() {
+                None => Err(msg(call, "the job was not started (job:start)")),
+                Some(r) => {
+                    let r = r.map_err(|e| err(call, e))?;
+                    Ok((r.steps, r.gpu_ns))
+                }
+            }
+        });
         m.add_method_mut("set_chunk", |_, this, c: Value| {
             let c = int("job:set_chunk", "chunk", &c)?;
             this.get_mut("job:set_chunk")?.set_chunk(c as usize);
@@ -940,6 +1038,7 @@ impl UserData for LJob {
             Ok(flat.len())
         });
         m.add_method_mut("close", |_, this, ()| {
+            let _ = this.join();
             this.inner = None;
             Ok(())
         });
@@ -1798,6 +1897,32 @@ fn diversity(lua: &Lua) -> LuaResult<LuaTable> {
         })?,
     )?;
     m.set("ENV_FAIL_AFTER_CHUNKS", crate::scan::ENV_FAIL_AFTER_CHUNKS)?;
+    // `diversity.wait_any{job1, job2, …}`: block until one of the started jobs has finished its
+    // step and return its position (1-based); nil when none is started.
+    m.set(
+        "wait_any",
+        lua.create_function(|_, jobs: LuaTable| {
+            let list: Vec<(i64, mlua::AnyUserData)> = jobs
+                .pairs::<i64, mlua::AnyUserData>()
+                .collect::<LuaResult<_>>()?;
+            loop {
+                let mut any = false;
+                for (i, u) in &list {
+                    let j = u.borrow::<LJob>()?;
+                    if let Some(h) = &j.running {
+                        any = true;
+                        if h.is_finished() {
+                            return Ok(Some(*i));
+                        }
+                    }
+                }
+                if !any {
+                    return Ok(None);
+                }
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+        })?,
+    )?;
     // Bytes of G = E Eᵀ for N items (N² × 4).
     m.set(
         "gram_bytes",

@@ -3,7 +3,7 @@
 --   luajit lua/diversity/cli.lua --embeddings FILE --out diversity_cache.json [--center]
 --       [--precision fp16|fp32] [--mode scan|gram|auto] [--placement auto|registers|memory] [--plain-sums]
 --       [--top-k K] [--batch B] [--starts all|a,b,c] [--binary FILE.bin]
---       [--dim D] [--device NAME] [--validation] [--resume] [--target-s S] [--safety F]
+--       [--dim D] [--device NAME] [--devices all|LIST] [--validation] [--resume] [--target-s S] [--safety F]
 --       [--model NAME] [--quiet]
 --
 -- Run from the repository root with
@@ -14,7 +14,7 @@ local driver = require "diversity.driver"
 local USAGE = [=[usage: cli.lua --embeddings FILE --out diversity_cache.json [--center]
     [--precision fp16|fp32] [--mode scan|gram|auto] [--placement auto|registers|memory] [--plain-sums]
     [--top-k K] [--batch B] [--starts all|a,b,c] [--binary FILE.bin]
-    [--dim D] [--device NAME] [--validation] [--resume] [--target-s S] [--safety F]
+    [--dim D] [--device NAME] [--devices all|LIST] [--validation] [--resume] [--target-s S] [--safety F]
     [--model NAME] [--quiet]]=]
 
 local function parse(argv)
@@ -58,6 +58,7 @@ local function parse(argv)
     elseif a == "--starts" then o.starts = value(a)
     elseif a == "--dim" then o.dim = number(a)
     elseif a == "--device" then o.device = value(a)
+    elseif a == "--devices" then o.devices = value(a)
     elseif a == "--validation" then o.validation = true
     elseif a == "--resume" then o.resume = true
     elseif a == "--target-s" then o.target_s = number(a)
@@ -74,8 +75,8 @@ end
 local ok, err = pcall(function()
   local opts = parse(arg)
   local r = driver.run(opts)
-  io.stdout:write(("%s: %s mode, %d sequences x %d steps of %d x %d in %d batch(es)%s, GPU %.3f s -> %s\n"):format(
-    r.device, r.mode, r.sequences, r.steps, r.n, r.dim, r.batches,
+  io.stdout:write(("%s%s: %s mode, %d sequences x %d steps of %d x %d in %d batch(es)%s, GPU %.3f s -> %s\n"):format(
+    r.device, r.devices > 1 and (" (" .. r.devices .. " devices)") or "", r.mode, r.sequences, r.steps, r.n, r.dim, r.batches,
     r.resumed_batches > 0 and (" (" .. r.resumed_batches .. " from the checkpoint)") or "",
     r.gpu_ns / 1e9, opts.out))
 end)

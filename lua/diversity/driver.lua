@@ -204,26 +204,30 @@ function M.run(opts)
   if opts.top_k and (opts.top_k < 0 or opts.top_k ~= math.floor(opts.top_k)) then
     error("diversity: --top-k must be a non-negative integer, got " .. tostring(opts.top_k), 0)
   end
-  local ctx = diversity.open { device = opts.device, validation = opts.validation }
+  local devs = M.open_devices(opts.devices, opts.device, opts.validation)
+  local ctx = devs[1]
   local caps = ctx:caps()
+  local function close_devs()
+    for _, c in ipairs(devs) do c:close() end
+  end
   local t, space, from_cache = M.load(opts)
   local n, dim = t:n(), t:dim()
   local starts = parse_starts(opts.starts, n)
   local seen = {}
   for i, s in ipairs(starts) do
     if s < 0 or s >= n then
-      t:close(); ctx:close()
+      t:close(); close_devs()
       error(("diversity: start %d (position %d) is out of range: the table has %d rows (0-based)")
         :format(s, i, n), 0)
     end
     if seen[s] then
-      t:close(); ctx:close()
+      t:close(); close_devs()
       error(("diversity: start %d is repeated (position %d)"):format(s, i), 0)
     end
     seen[s] = true
   end
   if opts.binary and #starts ~= n then
-    t:close(); ctx:close()
+    t:close(); close_devs()
     error("diversity: --binary " .. opts.binary .. " holds a row for every item; it needs --starts all", 0)
   end
   local steps = math.min(opts.top_k or (n - 1), n - 1)
@@ -231,19 +235,34 @@ function M.run(opts)
   -- The engine (SPEC §Modes: auto = gram when G fits the device's memory budget, else scan),
   -- reported before any work and written into the metadata.
   local mode, mode_reason = ctx:mode_for(n, dim, opts.precision, opts.mode)
+  -- Several devices: gram only where G fits every one of them.
+  for d = 2, #devs do
+    local m, r = devs[d]:mode_for(n, dim, opts.precision, opts.mode)
+    if m ~= mode or r:match("^requested, but ") then
+      mode, mode_reason = m, ("device %d of %d (%s): %s"):format(d, #devs, devs[d]:caps().name, r)
+      if r:match("^requested, but ") then mode_reason = r end
+      break
+    end
+  end
   if not opts.quiet then
     io.stderr:write(("mode %s (%s)\n"):format(mode, mode_reason))
     io.stderr:flush()
   end
   if opts.mode == "gram" and mode_reason:match("^requested, but ") then
-    t:close(); ctx:close()
+    t:close(); close_devs()
     error("diversity: --mode gram: " .. mode_reason:gsub("^requested, but ", "")
       .. " (--mode auto falls back to scan)", 0)
   end
   -- Batches fit the device's buffer, dispatch and memory limits (gram: next to G; by default
   -- every sequence that fits, the whole cache in one batch on a GPU).
   local fit = ctx:max_batch(n, dim, opts.precision, steps, mode)
+  for d = 2, #devs do fit = math.min(fit, devs[d]:max_batch(n, dim, opts.precision, steps, mode)) end
   local batch = (mode == "gram" and not batch_given) and fit or math.max(1, math.min(opts.batch, fit))
+  -- Several devices share the batches as they become free: by default about four a device, so a
+  -- faster device takes more of them.
+  if #devs > 1 and not batch_given then
+    batch = math.min(batch, math.max(1, math.ceil(#starts / (4 * #devs))))
+  end
   -- generated_at: SOURCE_DATE_EPOCH when set (reproducible output), else now; a resumed run keeps
   -- the time of the run it continues, so its output is byte-identical to an uninterrupted one.
   local ckdir = opts.out .. ".partial"
@@ -253,36 +272,36 @@ function M.run(opts)
   local meta = {
     model = opts.model or "unknown", num_poems = n, algorithm = "diversity-sequence-v1",
     generated_at = generated_at, batch_size = batch, top_k = steps,
-    space = space, precision = opts.precision, mode = mode, device = caps.name,
+    space = space, precision = opts.precision, mode = mode, device = M.device_names(devs),
   }
   -- Gram sums (SPEC §Modes): compensated by default; plain sums are faster and other bits.
   if mode == "gram" then meta.summation = opts.plain_sums and "plain" or "compensated" end
   -- The output locations are checked (temporary files created) before any GPU work.
   local ok_w, writer = pcall(diversity.json_cache_writer, opts.out, meta, t:ids())
   if not ok_w then
-    t:close(); ctx:close()
+    t:close(); close_devs()
     error(diversity.message(writer), 0)
   end
   local bin
   if opts.binary then
     local ok_b, b = pcall(diversity.binary_cache_writer, opts.binary, n, steps + 1)
     if not ok_b then
-      writer:close(); t:close(); ctx:close()
+      writer:close(); t:close(); close_devs()
       error(diversity.message(b), 0)
     end
     bin = b
   end
   local run = { steps = steps, tile = tile, mode = mode, batch = batch }
-  local ok, result = pcall(M.compute, ctx, t, starts, run, opts, writer, bin, ckdir, generated_at)
+  local ok, result = pcall(M.compute, devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
   if not ok then
     writer:close()
     if bin then bin:close() end
-    t:close(); ctx:close()
+    t:close(); close_devs()
     error(diversity.message(result), 0)
   end
   writer:finish()
   if bin then bin:finish() end
-  t:close(); ctx:close()
+  t:close(); close_devs()
   result.from_cache = from_cache
   result.tile = tile
   result.mode_reason = mode_reason
@@ -346,6 +365,48 @@ function M.remove_checkpoint(ckdir, nbatches)
 end
 
 -- A fingerprint of what a checkpoint belongs to.
+--- The devices of a run: `spec` is nil (the one device `device` names, or the best one), `all`
+-- (every Vulkan device), or a comma list of indices into `diversity.devices()` or name
+-- substrings — `0,0` opens one device twice (two logical devices: how the multi-device path is
+-- tested on one GPU). Returns the opened contexts.
+function M.open_devices(spec, device, validation)
+  if spec == nil then return { diversity.open { device = device, validation = validation } } end
+  local items = {}
+  if spec == "all" then
+    for i = 1, #diversity.devices() do items[#items + 1] = tostring(i - 1) end
+  else
+    for item in (spec .. ","):gmatch("([^,]*),") do
+      item = item:match("^%s*(.-)%s*$")
+      if item == "" then
+        error("diversity: --devices " .. spec .. ": an empty item (expected all, or indices or names separated by commas)", 0)
+      end
+      items[#items + 1] = item
+    end
+  end
+  if #items == 0 then error("diversity: --devices " .. spec .. ": no Vulkan device", 0) end
+  local devs = {}
+  for _, item in ipairs(items) do
+    local ok, ctx = pcall(diversity.open, { device = item, validation = validation })
+    if not ok then
+      for _, c in ipairs(devs) do c:close() end
+      error(("diversity: --devices %s: %s"):format(spec, diversity.message(ctx)), 0)
+    end
+    devs[#devs + 1] = ctx
+  end
+  return devs
+end
+
+--- The devices' names for the metadata: each distinct name once, joined by " + " (one device
+-- opened twice reads as that device, so its output matches a one-device run byte for byte).
+function M.device_names(devs)
+  local names, seen = {}, {}
+  for _, ctx in ipairs(devs) do
+    local n = ctx:caps().name
+    if not seen[n] then seen[n] = true; names[#names + 1] = n end
+  end
+  return table.concat(names, " + ")
+end
+
 local function fingerprint(t, starts, run, opts)
   return table.concat({ "v2", opts.embeddings, tostring(opts.center), opts.precision, run.mode,
     tostring(opts.plain_sums or false),
@@ -353,17 +414,35 @@ local function fingerprint(t, starts, run, opts)
 end
 
 --- Compute every batch (`run`: steps, tile, mode — "scan" or "gram", already resolved — and
--- batch), checkpointing each chunk, and stream the rows to the writers.
-function M.compute(ctx, t, starts, run, opts, writer, bin, ckdir, generated_at)
+-- batch) on every device of `devs` (a list of opened contexts; each holds the whole table: the
+-- batches are shared out as devices become free, so each device takes work in proportion to its
+-- speed), checkpointing each chunk, and stream the rows to the writers in batch order. Jobs step
+-- on threads of their own (`job:start`, `diversity.wait_any`), so one Lua thread keeps every
+-- device busy. A sequence does not depend on its batch or device (SPEC §Exactness 1), so the
+-- output is the same bytes for any number of devices.
+function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
   local steps, tile, batch = run.steps, run.tile, run.batch
-  local dt = ctx:upload(t, opts.precision)
-  local caps = ctx:caps()
+  local ndev = #devs
+  local dts = {}
+  local function close_all()
+    for _, dt in ipairs(dts) do dt:close() end
+  end
+  for d, ctx in ipairs(devs) do
+    local ok, dt = pcall(ctx.upload, ctx, t, opts.precision)
+    if not ok then
+      close_all()
+      error(("diversity: device %d of %d (%s): uploading the table failed: %s")
+        :format(d, ndev, ctx:caps().name, diversity.message(dt)), 0)
+    end
+    dts[d] = dt
+  end
   local nbatches = math.ceil(#starts / batch)
   local fp = fingerprint(t, starts, run, opts)
   local resumed = 0
   if opts.resume then
     local saved = read_file(ckdir .. "/run.txt")
     if saved and saved ~= fp then
+      close_all()
       error("diversity: --resume: the checkpoint in " .. ckdir .. " belongs to another run", 0)
     end
   end
@@ -372,94 +451,184 @@ function M.compute(ctx, t, starts, run, opts, writer, bin, ckdir, generated_at)
   write_file(ckdir .. "/generated_at.txt", generated_at)
   local progress = M.progress(steps * nbatches, io.stderr, opts.quiet)
   local total_gpu_ns = 0
+  local device_ns = {}
+  for d = 1, ndev do device_ns[d] = 0 end
+  local function ckfile(b) return ("%s/batch-%05d.u32"):format(ckdir, b) end
+  local function partfile(b) return ("%s/batch-%05d.part"):format(ckdir, b) end
+
+  -- The batches: complete ones from the checkpoint, the rest queued.
+  local lists, done_bytes, queue = {}, {}, {}
+  local completed = 0
   for b = 1, nbatches do
     local first = (b - 1) * batch + 1
     local list = {}
     for i = first, math.min(first + batch - 1, #starts) do list[#list + 1] = starts[i] end
-    local ckfile = ("%s/batch-%05d.u32"):format(ckdir, b)
-    local partfile = ("%s/batch-%05d.part"):format(ckdir, b)
-    local saved = opts.resume and read_file(ckfile)
+    lists[b] = list
+    local saved = opts.resume and read_file(ckfile(b))
     if saved and #saved == #list * (steps + 1) * 4 then
-      writer:write_bytes(list, saved, steps + 1)
+      done_bytes[b] = saved
       if bin then bin:write_bytes(list, saved, steps + 1) end
       resumed = resumed + 1
+      completed = completed + 1
       progress:skip(steps)
     else
-      local job
-      local label = ("%s batch %d/%d"):format(run.mode, b, nbatches)
-      -- The steps of this batch already in the checkpoint (resume), as rows of `have` entries.
-      local prefix, have = nil, 0
-      if opts.resume then prefix, have = M.read_part(partfile, #list) end
-      if not prefix then os.remove(partfile); have = 0 end
-      local ok, e = pcall(function()
-        -- Gram jobs share the device table's G, built by the first one.
-        local jopts = { mode = run.mode, tile = tile, chunk = 0, steps = steps,
-          placement = opts.placement, compensated = not opts.plain_sums }
-        if prefix then
-          job = dt:resume_job(t, list, prefix, have, jopts)
-          progress:skip(have - 1)
-        else
-          job = dt:job(list, jopts)
+      queue[#queue + 1] = b
+    end
+  end
+  -- The JSON rows go out in batch order, whichever device finishes first.
+  local next_write = 1
+  local function flush()
+    while done_bytes[next_write] do
+      writer:write_bytes(lists[next_write], done_bytes[next_write], steps + 1)
+      done_bytes[next_write] = nil
+      next_write = next_write + 1
+    end
+  end
+  flush()
+
+  local slots = {} -- per device: the batch it is on
+  local failure
+  local function label()
+    if ndev == 1 then
+      local s = slots[1]
+      return s and ("%s batch %d/%d"):format(run.mode, s.b, nbatches) or run.mode
+    end
+    local parts = { run.mode }
+    for d = 1, ndev do
+      local s = slots[d]
+      parts[#parts + 1] = s and ("dev%d b%d %d%%"):format(d, s.b,
+        math.floor(100 * math.max(s.have - 1, 0) / math.max(steps, 1))) or ("dev%d idle"):format(d)
+    end
+    return table.concat(parts, " | ")
+  end
+  -- After every chunk, its new entries go to the checkpoint (a lost device loses at most the
+  -- chunk in flight).
+  local function checkpoint(s)
+    local now = s.job:sequence_len()
+    if now > s.have then
+      M.append_part(s.partfile, s.have, now - s.have, s.job:columns(s.have, now))
+      s.have = now
+    end
+  end
+  local function start_batch(d)
+    local b = table.remove(queue, 1)
+    local s = { b = b, list = lists[b], partfile = partfile(b), have = 0 }
+    slots[d] = s
+    -- The steps of this batch already in the checkpoint (resume), as rows of `have` entries.
+    local prefix, have = nil, 0
+    if opts.resume then prefix, have = M.read_part(s.partfile, #s.list) end
+    if not prefix then os.remove(s.partfile); have = 0 end
+    s.have = have
+    -- Gram jobs share the device table's G, built by the first one.
+    local jopts = { mode = run.mode, tile = tile, chunk = 0, steps = steps,
+      placement = opts.placement, compensated = not opts.plain_sums }
+    if prefix then
+      s.job = dts[d]:resume_job(t, s.list, prefix, have, jopts)
+      progress:skip(have - 1)
+    else
+      s.job = dts[d]:job(s.list, jopts)
+    end
+    -- Probe, then chunks sized to the watchdog target, re-estimated as steps get cheaper.
+    s.job:start(math.min(opts.probe_steps, steps - s.job:progress()))
+    s.t0 = os.clock()
+    s.running = true
+  end
+  local function fill()
+    for d = 1, ndev do
+      if not failure and not slots[d] and #queue > 0 then
+        local ok, e = pcall(start_batch, d)
+        if not ok then
+          failure = { d = d, s = slots[d], e = e }
+          if slots[d] then slots[d].running = false end
         end
-        -- After every chunk, its new entries go to the checkpoint (a lost device loses at most
-        -- the chunk in flight).
-        local function checkpoint()
-          local now = job:sequence_len()
-          if now > have then
-            M.append_part(partfile, have, now - have, job:columns(have, now))
-            have = now
-          end
-        end
-        -- Probe, then chunks sized to the watchdog target, re-estimated as steps get cheaper.
-        local probe = math.min(opts.probe_steps, steps - job:progress())
-        local t0 = os.clock()
-        local done, ns = job:step(probe)
-        checkpoint()
-        local per_step = ((ns > 0) and ns / 1e9 or (os.clock() - t0)) / math.max(done, 1)
-        total_gpu_ns = total_gpu_ns + ns
-        progress:update(done, ns / 1e9, label)
-        local chunk = M.chunk_size(per_step, opts.target_s, opts.safety)
-        while not job:done() do
-          t0 = os.clock()
-          done, ns = job:step(chunk)
-          checkpoint()
-          total_gpu_ns = total_gpu_ns + ns
-          progress:update(done, ns / 1e9, label)
-          per_step = ((ns > 0) and ns / 1e9 or (os.clock() - t0)) / math.max(done, 1)
-          chunk = math.max(chunk, M.chunk_size(per_step, opts.target_s, opts.safety))
-        end
-      end)
-      if not ok then
-        local at = job and job:progress() or 0
-        if job then job:close() end
-        dt:close()
-        progress:finish()
-        local saved_note
-        if b == 1 and have <= 1 then
-          M.remove_checkpoint(ckdir, nbatches)
-          saved_note = "nothing was complete, so nothing is checkpointed"
-        else
-          saved_note = ("%d completed batch(es) and steps 1..%d of batch %d are checkpointed in %s; "
-            .. "run again with --resume to continue"):format(b - 1, math.max(have - 1, 0), b, ckdir)
-        end
-        error(("diversity: batch %d of %d (starts %d..%d) failed at step %d of %d: %s\n%s")
-          :format(b, nbatches, list[1], list[#list], at + 1, steps, diversity.message(e), saved_note), 0)
       end
-      local bytes = job:sequences_bytes()
-      write_file(ckfile, bytes)
-      os.remove(partfile)
-      writer:write_bytes(list, bytes, steps + 1)
-      if bin then bin:write_job(job) end
-      job:close()
+    end
+  end
+
+  fill()
+  while true do
+    local jobs, at_dev = {}, {}
+    for d = 1, ndev do
+      local s = slots[d]
+      if s and s.running then
+        jobs[#jobs + 1] = s.job
+        at_dev[#jobs] = d
+      end
+    end
+    if #jobs == 0 then break end
+    local d = at_dev[diversity.wait_any(jobs)]
+    local s = slots[d]
+    s.running = false
+    local ok, done, ns = pcall(s.job.wait, s.job)
+    if not ok then
+      failure = failure or { d = d, s = s, e = done }
+    else
+      checkpoint(s)
+      total_gpu_ns = total_gpu_ns + ns
+      device_ns[d] = device_ns[d] + ns
+      -- Devices run at once: the bar's rate is steps per second of one device's time.
+      progress:update(done, ns / 1e9 / ndev, label())
+      local per_step = ((ns > 0) and ns / 1e9 or (os.clock() - s.t0)) / math.max(done, 1)
+      local chunk = M.chunk_size(per_step, opts.target_s, opts.safety)
+      s.chunk = s.chunk and math.max(s.chunk, chunk) or chunk
+      if s.job:done() then
+        local bytes = s.job:sequences_bytes()
+        write_file(ckfile(s.b), bytes)
+        os.remove(s.partfile)
+        done_bytes[s.b] = bytes
+        if bin then bin:write_job(s.job) end
+        s.job:close()
+        slots[d] = nil
+        completed = completed + 1
+        flush()
+        fill()
+      elseif failure then
+        -- Another device failed: stop here, this batch's steps so far are checkpointed.
+        s.job:close()
+      else
+        ok, done = pcall(s.job.start, s.job, s.chunk)
+        if ok then
+          s.t0 = os.clock()
+          s.running = true
+        else
+          failure = { d = d, s = s, e = done }
+        end
+      end
     end
   end
   progress:finish()
-  dt:close()
+  if failure then
+    local f, partial = failure, {}
+    local at = (f.s and f.s.job and pcall(f.s.job.progress, f.s.job)) and f.s.job:progress() or 0
+    for d = 1, ndev do
+      local s = slots[d]
+      if s then
+        if s.job then s.job:close() end
+        if s.have > 1 then partial[#partial + 1] = ("steps 1..%d of batch %d"):format(s.have - 1, s.b) end
+      end
+    end
+    close_all()
+    local saved_note
+    if completed == 0 and #partial == 0 then
+      M.remove_checkpoint(ckdir, nbatches)
+      saved_note = "nothing was complete, so nothing is checkpointed"
+    else
+      local what = ("%d completed batch(es)"):format(completed)
+      if #partial > 0 then what = what .. " and " .. table.concat(partial, " and ") end
+      saved_note = ("%s are checkpointed in %s; run again with --resume to continue")
+        :format(what, ckdir)
+    end
+    local list = f.s and f.s.list or { 0 }
+    error(("diversity: batch %d of %d (starts %d..%d) failed at step %d of %d on device %d of %d (%s): %s\n%s")
+      :format(f.s and f.s.b or 0, nbatches, list[1], list[#list], at + 1, steps, f.d, ndev,
+        devs[f.d]:caps().name, diversity.message(f.e), saved_note), 0)
+  end
+  close_all()
   -- The run is complete: the checkpoint is no longer needed.
   M.remove_checkpoint(ckdir, nbatches)
   return { n = t:n(), dim = t:dim(), sequences = #starts, steps = steps, batches = nbatches,
-    batch = batch, gpu_ns = total_gpu_ns, resumed_batches = resumed, device = caps.name,
-    mode = run.mode }
+    batch = batch, gpu_ns = total_gpu_ns, device_gpu_ns = device_ns, resumed_batches = resumed,
+    device = M.device_names(devs), devices = ndev, mode = run.mode }
 end
 
 return M
