@@ -19,6 +19,7 @@ pub mod gram;
 pub mod knn;
 #[cfg(feature = "lua")]
 mod lua;
+pub mod multi;
 pub mod rankings;
 pub mod reference;
 pub mod scan;
@@ -29,5 +30,6 @@ pub use device::{Capabilities, Context, ContextOptions};
 pub use error::{Error, Result};
 pub use gram::{Gram, GramJob, GramOptions, Mode, Placement};
 pub use knn::{knn, KnnOptions, KnnResult, Metric};
+pub use multi::{open_devices, IndexReplicas, IndexShards};
 pub use scan::{DeviceTable, ScanJob, ScanKernel, ScanOptions, Shape};
 pub use table::{Precision, Table};
