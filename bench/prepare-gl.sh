@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepares the ignored folder .gl/ that bench/h200.sh expects on the GPU machine (carry it with
-# the repository): release builds of the examples in .gl/bin (bench, bench_gram, bench_knn, rankings, sequences, check) and the
+# the repository): release builds of the examples in .gl/bin (bench, bench_gram, bench_knn, rankings, sequences, check), LuaJIT and the Lua module (.gl/bin/luajit, .gl/lua/diversity.so) and the
 # real fortunes table as .gl/data/fortunes-minilm.f32 (14,943 × 384 float32, row-major, from
 # $FORTUNES_DIR, default /work/shared/data/fortunes-minilm) with its meta.json beside it.
 # .gl/ must be ignored (/.gl/ in .git/info/exclude); the .debs in .gl/ are not made here.
@@ -20,4 +20,10 @@ for b in bench bench_gram bench_knn rankings sequences check; do
   cp "$TARGET/release/examples/$b" .gl/bin/$b
   strip .gl/bin/$b 2>/dev/null || true
 done
+# The LuaJIT driver on the GPU machine (bench/h200-multi.sh): Debian's luajit (needs only libc)
+# and the module.
+bash scripts/build-lua.sh
+mkdir -p .gl/lua
+install -m 0755 /usr/bin/luajit .gl/bin/luajit
+install -m 0644 target/lua/diversity.so .gl/lua/diversity.so
 du -sh .gl

@@ -6,8 +6,13 @@
 //! cargo run --release --example bench_knn -- --table FILE [--dim D] [--n N]
 //!     [--queries self|FILE] [--k 10,100,all] [--metric cosine|ip|l2] [--precisions fp32,fp16]
 //!     [--variants auto,tiles,fused,nowarp] [--label NAME] [--json OUT.json] [--md OUT.md]
-//!     [--ids OUT.u32]
+//!     [--ids OUT.u32] [--devices LIST]
 //! ```
+//!
+//! `--devices LIST` (e.g. `0,0`: one device opened twice) also runs the device's choice on those
+//! devices as shards (row slices, `diversity::multi::IndexShards`) and as replicas (query blocks,
+//! `IndexReplicas`), each uploaded once before timing, checked bit for bit against the first
+//! variant; their GPU time is the slowest device's.
 //!
 //! Each k runs once per variant (default `auto,nowarp`): `auto` the device's choice of
 //! selection path (WarpSelect where it applies; over the blocked product's key tiles on GPUs,
@@ -37,6 +42,7 @@ struct Args {
     md: Option<String>,
     ids: Option<String>,
     variants: Vec<String>,
+    devices: Option<String>,
 }
 
 fn parse() -> Result<Args, String> {
@@ -53,6 +59,7 @@ fn parse() -> Result<Args, String> {
         md: None,
         ids: None,
         variants: vec!["auto".into(), "nowarp".into()],
+        devices: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(f) = it.next() {
@@ -85,6 +92,7 @@ fn parse() -> Result<Args, String> {
             "--json" => a.json = Some(val()?),
             "--md" => a.md = Some(val()?),
             "--ids" => a.ids = Some(val()?),
+            "--devices" => a.devices = Some(val()?),
             "--variants" => {
                 a.variants = val()?.split(',').map(String::from).collect();
                 if let Some(v) = a
@@ -139,10 +147,22 @@ fn run() -> Result<(), String> {
         caps.name,
         caps.driver
     );
+    let multi = match &a.devices {
+        Some(spec) => diversity::multi::open_devices(spec, false).map_err(s)?,
+        None => Vec::new(),
+    };
     let mut rows = Vec::new();
     let mut first_ids = None;
     for &p in &a.precisions {
         let dt = DeviceTable::upload(&ctx, &table, p).map_err(s)?;
+        let (shards, replicas) = if multi.is_empty() {
+            (None, None)
+        } else {
+            (
+                Some(diversity::multi::IndexShards::new(&multi, &table, p, None).map_err(s)?),
+                Some(diversity::multi::IndexReplicas::new(&multi, &table, p, None).map_err(s)?),
+            )
+        };
         for &k in &a.ks {
             let self_q = a.queries == "self";
             let k = k.unwrap_or(n).min(n);
@@ -186,6 +206,44 @@ fn run() -> Result<(), String> {
                 if first_ids.is_none() {
                     first_ids = Some(r.ids.iter().map(|&i| i as i32).collect::<Vec<i32>>());
                 }
+                rows.push(serde_json::json!({
+                    "precision": p.name(), "k": o.k, "variant": v, "path": format!("{:?}", r.path),
+                    "subgroups": r.subgroups, "gpu_s": gpu, "wall_s": wall, "same_bits": same,
+                }));
+            }
+            let o = KnnOptions {
+                k: if self_q { (k + 1).min(n) } else { k },
+                metric: a.metric,
+                ..KnnOptions::default()
+            };
+            for (name, index) in [("shards", 0), ("replicas", 1)] {
+                let t = Instant::now();
+                let r = match (index, &shards, &replicas) {
+                    (0, Some(sh), _) => sh.knn(&queries, d, &o).map_err(s)?,
+                    (1, _, Some(re)) => re.knn(&queries, d, &o).map_err(s)?,
+                    _ => continue,
+                };
+                let wall = t.elapsed().as_secs_f64();
+                let (r, report) = r;
+                let gpu = r.gpu_ns as f64 * 1e-9;
+                let bits: Vec<u32> = r.distances.iter().map(|x| x.to_bits()).collect();
+                let same = first
+                    .as_ref()
+                    .is_some_and(|(ids, b)| *ids == r.ids && *b == bits);
+                let v = format!("{name}x{}", multi.len());
+                println!(
+                    "  {} k {:>6} {v:>6} path {:?} GPU {:>8.4} s (per device {:?}) wall {:>8.4} s  same bits {same}",
+                    p.name(),
+                    o.k,
+                    r.path,
+                    gpu,
+                    report
+                        .per_device_ns
+                        .iter()
+                        .map(|n| format!("{:.4}", *n as f64 * 1e-9))
+                        .collect::<Vec<_>>(),
+                    wall,
+                );
                 rows.push(serde_json::json!({
                     "precision": p.name(), "k": o.k, "variant": v, "path": format!("{:?}", r.path),
                     "subgroups": r.subgroups, "gpu_s": gpu, "wall_s": wall, "same_bits": same,
