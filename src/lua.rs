@@ -1725,6 +1725,28 @@ fn make_table(lua: &Lua, (src, o): (Value, Option<LuaTable>)) -> LuaResult<LTabl
     Ok(LTable::new("table", t))
 }
 
+/// `diversity.merge_caches(out, {inputs…})`: merge the partial caches of a `--shard i/n` run
+/// into `out`, byte-identical to the one-shot run's cache (`cache::merge_caches`). Returns
+/// `{shards = n, layout = "contiguous" | "strided", sequences = count}`.
+fn register_merge_caches(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
+    m.set(
+        "merge_caches",
+        lua.create_function(|lua, (out, inputs): (String, LuaTable)| {
+            let call = "merge_caches";
+            let inputs = inputs
+                .sequence_values::<String>()
+                .map(|p| Ok(std::path::PathBuf::from(p?)))
+                .collect::<LuaResult<Vec<_>>>()?;
+            let r = crate::cache::merge_caches(&inputs, out.as_ref()).map_err(|e| err(call, e))?;
+            let t = lua.create_table()?;
+            t.set("shards", r.shards)?;
+            t.set("layout", r.layout.name())?;
+            t.set("sequences", r.sequences)?;
+            Ok(t)
+        })?,
+    )
+}
+
 /// The module table.
 #[mlua::lua_module]
 fn diversity(lua: &Lua) -> LuaResult<LuaTable> {
@@ -1831,6 +1853,7 @@ fn diversity(lua: &Lua) -> LuaResult<LuaTable> {
             },
         )?,
     )?;
+    register_merge_caches(lua, &m)?;
     m.set(
         "binary_cache_writer",
         lua.create_function(|_, (path, n, len): (String, Value, Option<Value>)| {

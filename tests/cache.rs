@@ -4,8 +4,8 @@
 //! words a user needs to see. No Vulkan device is needed.
 
 use diversity::cache::{
-    BinaryCache, BinaryCacheWriter, JsonCacheWriter, KnnGraph, KnnGraphWriter, KnnMetric,
-    PendingFile, RankingsWriter, KNN_PAD,
+    merge_caches, shard_len, BinaryCache, BinaryCacheWriter, JsonCacheWriter, KnnGraph,
+    KnnGraphWriter, KnnMetric, MergeReport, PendingFile, RankingsWriter, ShardLayout, KNN_PAD,
 };
 use diversity::error::Error;
 use diversity::files::{file_checksum, fp16_bin_sidecar, load_fp16_bin, load_table, save_fp16_bin};
@@ -1580,4 +1580,268 @@ fn binary_cache_bytes() -> Vec<u8> {
         .iter()
         .flat_map(|v| v.to_le_bytes())
         .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shards and merge_caches
+// ---------------------------------------------------------------------------------------------
+
+/// A run's starts for the shard tests: not in index order, so the merge must follow the list.
+const SHARD_STARTS: [u32; 7] = [4, 0, 6, 2, 5, 1, 3];
+
+/// Ids with characters the JSON writer escapes, and commas and brackets inside strings.
+fn shard_ids() -> Vec<Value> {
+    ["a", "b\"q", "γ", "d\\e", "e\n", "42", "g,[h]\\\"{"]
+        .iter()
+        .map(|s| json!(s))
+        .collect()
+}
+
+/// Write the cache of `starts` (synthetic rows of `len`) with `meta` to `path`.
+fn write_cache(path: &Path, meta: &Value, ids: Option<Vec<Value>>, starts: &[u32], len: usize) {
+    let mut w = JsonCacheWriter::create(path, meta, ids).unwrap();
+    for &s in starts {
+        w.write_sequence(s, &synthetic_row(s, 7, len)).unwrap();
+    }
+    w.finish().unwrap();
+}
+
+/// The metadata of shard `i`/`n` of the SHARD_STARTS run: `metadata()` plus the shard keys.
+fn shard_meta(i: usize, n: usize, layout: ShardLayout, total: usize) -> Value {
+    let mut m = metadata();
+    let o = m.as_object_mut().unwrap();
+    o.insert("shard".into(), json!(format!("{i}/{n}")));
+    o.insert("shard_layout".into(), json!(layout.name()));
+    o.insert("shard_starts_total".into(), json!(total));
+    o.insert("shard_starts_fingerprint".into(), json!("fnv1a32:0badf00d"));
+    m
+}
+
+/// Write the n shards of `starts` into `dir` (shard-<i>.json) and return their paths.
+fn write_shards(
+    dir: &TempDir,
+    starts: &[u32],
+    n: usize,
+    layout: ShardLayout,
+    ids: Option<Vec<Value>>,
+    len: usize,
+) -> Vec<PathBuf> {
+    (1..=n)
+        .map(|i| {
+            let part: Vec<u32> = layout
+                .positions(i, n, starts.len())
+                .into_iter()
+                .map(|p| starts[p])
+                .collect();
+            let path = dir.path(&format!("shard-{i}.json"));
+            let meta = shard_meta(i, n, layout, starts.len());
+            write_cache(&path, &meta, ids.clone(), &part, len);
+            path
+        })
+        .collect()
+}
+
+#[test]
+fn shard_positions() {
+    assert_eq!(shard_len(1, 3, 7), 3);
+    assert_eq!(shard_len(2, 3, 7), 2);
+    assert_eq!(shard_len(3, 3, 7), 2);
+    assert_eq!(shard_len(3, 3, 2), 0);
+    let c = ShardLayout::Contiguous;
+    assert_eq!(c.positions(1, 3, 7), vec![0, 1, 2]);
+    assert_eq!(c.positions(2, 3, 7), vec![3, 4]);
+    assert_eq!(c.positions(3, 3, 7), vec![5, 6]);
+    assert_eq!(c.positions(3, 3, 2), Vec::<usize>::new());
+    let s = ShardLayout::Strided;
+    assert_eq!(s.positions(1, 3, 7), vec![0, 3, 6]);
+    assert_eq!(s.positions(2, 3, 7), vec![1, 4]);
+    assert_eq!(s.positions(3, 3, 7), vec![2, 5]);
+    assert_eq!(s.positions(1, 1, 4), vec![0, 1, 2, 3]);
+    assert_eq!(ShardLayout::from_name("strided"), Some(s));
+    assert_eq!(ShardLayout::from_name("Strided"), None);
+}
+
+#[test]
+fn merge_is_byte_identical_to_the_one_shot_cache() {
+    for layout in [ShardLayout::Contiguous, ShardLayout::Strided] {
+        for ids in [Some(shard_ids()), None] {
+            for n in [1, 2, 3, 7, 9] {
+                let dir = TempDir::new("merge");
+                let one = dir.path("one.json");
+                write_cache(&one, &metadata(), ids.clone(), &SHARD_STARTS, 5);
+                let mut parts = write_shards(&dir, &SHARD_STARTS, n, layout, ids.clone(), 5);
+                parts.reverse(); // any order
+                let out = dir.path("merged.json");
+                let r = merge_caches(&parts, &out).unwrap();
+                assert_eq!(
+                    r,
+                    MergeReport {
+                        shards: n,
+                        layout,
+                        sequences: 7
+                    }
+                );
+                assert_eq!(
+                    std::fs::read(&one).unwrap(),
+                    std::fs::read(&out).unwrap(),
+                    "{layout:?}, {n} shards, ids {}",
+                    ids.is_some()
+                );
+                assert!(
+                    dir.entries().iter().all(|e| !e.starts_with('.')),
+                    "temp file left"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn merge_keeps_the_latest_generated_at() {
+    let dir = TempDir::new("merge-time");
+    let layout = ShardLayout::Strided;
+    let parts = write_shards(&dir, &SHARD_STARTS, 2, layout, None, 3);
+    // Shard 1 ran later.
+    let mut m = shard_meta(1, 2, layout, 7);
+    m["generated_at"] = json!("2026-02-01T00:00:00Z");
+    let part: Vec<u32> = layout
+        .positions(1, 2, 7)
+        .into_iter()
+        .map(|p| SHARD_STARTS[p])
+        .collect();
+    write_cache(&parts[0], &m, None, &part, 3);
+    let out = dir.path("m.json");
+    merge_caches(&parts, &out).unwrap();
+    let v = read_json(&out);
+    assert_eq!(v["metadata"]["generated_at"], json!("2026-02-01T00:00:00Z"));
+    assert!(v["metadata"].get("shard").is_none());
+    assert!(v["metadata"].get("shard_starts_fingerprint").is_none());
+    assert_eq!(v["metadata"]["nested"], metadata()["nested"]);
+}
+
+/// Merge `parts` into `dir/out.json`, which must fail with `is` and `words`, leaving an existing
+/// `out.json` (content "old") untouched and no temporary file.
+#[track_caller]
+fn merge_refused(dir: &TempDir, parts: &[PathBuf], is: fn(&Error) -> bool, words: &[&str]) {
+    let out = dir.file("out.json", b"old");
+    expect_err(merge_caches(parts, &out), is, words);
+    assert_eq!(std::fs::read(&out).unwrap(), b"old", "out.json was touched");
+    assert!(
+        dir.entries().iter().all(|e| !e.starts_with('.')),
+        "a temporary file was left: {:?}",
+        dir.entries()
+    );
+}
+
+#[test]
+fn merge_refuses_incomplete_or_foreign_parts() {
+    let layout = ShardLayout::Contiguous;
+    let dir = TempDir::new("merge-bad");
+    let p = write_shards(&dir, &SHARD_STARTS, 3, layout, Some(shard_ids()), 4);
+    let name = |i: usize| p[i].file_name().unwrap().to_string_lossy().into_owned();
+
+    // Nothing, a missing shard, a duplicated one (another copy of the same shard).
+    merge_refused(&dir, &[], is_invalid, &["no shards"]);
+    merge_refused(
+        &dir,
+        &[p[0].clone(), p[2].clone()],
+        is_invalid,
+        &["2/3", "missing"],
+    );
+    let copy = dir.file("copy.json", &std::fs::read(&p[1]).unwrap());
+    merge_refused(
+        &dir,
+        &[p[0].clone(), p[1].clone(), copy.clone(), p[2].clone()],
+        is_format,
+        &["copy.json", "2/3", "twice", &name(1)],
+    );
+    std::fs::remove_file(&copy).unwrap();
+
+    // A shard of another run: another top_k; another split; not a shard at all.
+    let other = dir.path("other.json");
+    let mut m = shard_meta(2, 3, layout, 7);
+    m["top_k"] = json!(9);
+    write_cache(&other, &m, Some(shard_ids()), &[2, 5], 4);
+    merge_refused(
+        &dir,
+        &[p[0].clone(), other.clone(), p[2].clone()],
+        is_format,
+        &["other.json", "not a shard of the same run", "top_k", "9"],
+    );
+    write_cache(
+        &other,
+        &shard_meta(2, 2, layout, 7),
+        Some(shard_ids()),
+        &[2, 5],
+        4,
+    );
+    merge_refused(
+        &dir,
+        &[p[0].clone(), other.clone(), p[2].clone()],
+        is_format,
+        &["other.json", "2/2"],
+    );
+    let mut m = shard_meta(2, 3, ShardLayout::Strided, 7);
+    m["shard_layout"] = json!("strided");
+    write_cache(&other, &m, Some(shard_ids()), &[2, 5], 4);
+    merge_refused(
+        &dir,
+        &[p[0].clone(), other.clone(), p[2].clone()],
+        is_format,
+        &["other.json", "shard_layout"],
+    );
+    write_cache(&other, &metadata(), Some(shard_ids()), &[2, 5], 4);
+    merge_refused(
+        &dir,
+        &[p[0].clone(), other.clone(), p[2].clone()],
+        is_format,
+        &["other.json", "not a shard", "\"shard\""],
+    );
+
+    // The right metadata, the wrong rows: too few, a start of another shard, another length.
+    let meta2 = shard_meta(2, 3, layout, 7);
+    write_cache(&other, &meta2, Some(shard_ids()), &[2], 4);
+    merge_refused(
+        &dir,
+        &[p[0].clone(), other.clone(), p[2].clone()],
+        is_format,
+        &["other.json", "holds 1 sequences", "holds 2"],
+    );
+    write_cache(&other, &meta2, Some(shard_ids()), &[2, 1], 4);
+    merge_refused(
+        &dir,
+        &[p[0].clone(), other.clone(), p[2].clone()],
+        is_format,
+        &["\"b\\\"q\"", "also in"],
+    );
+    write_cache(&other, &meta2, Some(shard_ids()), &[2, 5], 3);
+    merge_refused(
+        &dir,
+        &[p[0].clone(), other.clone(), p[2].clone()],
+        is_format,
+        &["other.json", "3 entries", "has 4"],
+    );
+
+    // Not JSON; a missing input; a missing output directory.
+    let junk = dir.file("junk.json", b"{\"metadata\":{},\"sequences\":{\"0\":[1,");
+    merge_refused(
+        &dir,
+        &[p[0].clone(), junk.clone(), p[2].clone()],
+        is_format,
+        &["junk.json", "not a diversity cache"],
+    );
+    std::fs::remove_file(&junk).unwrap();
+    merge_refused(
+        &dir,
+        &[p[0].clone(), dir.path("nope.json"), p[2].clone()],
+        is_io,
+        &["nope.json"],
+    );
+    expect_err(
+        merge_caches(&p, &dir.path("missing/out.json")),
+        is_io,
+        &["does not exist"],
+    );
+    // And the real parts still merge.
+    merge_caches(&p, &dir.path("ok.json")).unwrap();
 }

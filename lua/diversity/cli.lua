@@ -4,7 +4,13 @@
 --       [--precision fp16|fp32] [--mode scan|gram|auto] [--placement auto|registers|memory] [--plain-sums]
 --       [--top-k K] [--batch B] [--starts all|a,b,c] [--binary FILE.bin]
 --       [--dim D] [--device NAME] [--devices all|LIST] [--validation] [--resume] [--target-s S] [--safety F]
---       [--model NAME] [--quiet]
+--       [--model NAME] [--quiet] [--shard i/n[:strided]]
+--   luajit lua/diversity/cli.lua merge --out diversity_cache.json SHARD.json…
+--
+-- `--shard i/n` computes the i-th of n slices of the starts (1-based; contiguous, or every n-th
+-- start from the i-th with `:strided`) into a partial cache; `merge` checks that its inputs are
+-- the n shards of one run and writes the cache the one-shot run would have written, byte for
+-- byte.
 --
 -- Run from the repository root with
 --   LUA_CPATH='target/lua/?.so;;' LUA_PATH='lua/?.lua;lua/?/init.lua;;'
@@ -15,7 +21,11 @@ local USAGE = [=[usage: cli.lua --embeddings FILE --out diversity_cache.json [--
     [--precision fp16|fp32] [--mode scan|gram|auto] [--placement auto|registers|memory] [--plain-sums]
     [--top-k K] [--batch B] [--starts all|a,b,c] [--binary FILE.bin]
     [--dim D] [--device NAME] [--devices all|LIST] [--validation] [--resume] [--target-s S] [--safety F]
-    [--model NAME] [--quiet]]=]
+    [--model NAME] [--quiet] [--shard i/n[:strided]]
+       cli.lua merge --out diversity_cache.json SHARD.json...
+  --shard i/n       compute shard i of n (1-based) of the starts: a partial cache (not with --binary)
+  --shard i/n:strided   the same, every n-th start from the i-th instead of the i-th slice
+  merge             merge the n shards of one run (any order) into the one-shot cache]=]
 
 local function parse(argv)
   local o, i = {}, 1
@@ -65,6 +75,9 @@ local function parse(argv)
     elseif a == "--safety" then o.safety = number(a)
     elseif a == "--model" then o.model = value(a)
     elseif a == "--quiet" then o.quiet = true
+    elseif a == "--shard" then
+      o.shard = value(a)
+      driver.parse_shard(o.shard) -- a bad spec is refused here, before anything else
     elseif a == "-h" or a == "--help" then io.stdout:write(USAGE, "\n"); os.exit(0)
     else error("diversity: unknown argument " .. a .. "\n" .. USAGE, 0) end
     i = i + 1
@@ -72,12 +85,40 @@ local function parse(argv)
   return o
 end
 
+-- `merge --out FILE SHARD.json…`
+local function parse_merge(argv)
+  local o, i = { inputs = {} }, 2
+  while i <= #argv do
+    local a = argv[i]
+    if a == "--out" then
+      i = i + 1
+      o.out = argv[i]
+      if o.out == nil then error("diversity: merge: --out needs a value\n" .. USAGE, 0) end
+    elseif a == "--quiet" then o.quiet = true
+    elseif a == "-h" or a == "--help" then io.stdout:write(USAGE, "\n"); os.exit(0)
+    elseif a:sub(1, 2) == "--" then error("diversity: merge: unknown argument " .. a .. "\n" .. USAGE, 0)
+    else o.inputs[#o.inputs + 1] = a end
+    i = i + 1
+  end
+  return o
+end
+
 local ok, err = pcall(function()
+  if arg[1] == "merge" then
+    local opts = parse_merge(arg)
+    local r = driver.merge(opts)
+    if not opts.quiet then
+      io.stdout:write(("merged %d %s shard(s), %d sequences -> %s\n"):format(r.shards, r.layout,
+        r.sequences, opts.out))
+    end
+    return
+  end
   local opts = parse(arg)
   local r = driver.run(opts)
-  io.stdout:write(("%s%s: %s mode, %d sequences x %d steps of %d x %d in %d batch(es)%s, GPU %.3f s -> %s\n"):format(
+  io.stdout:write(("%s%s: %s mode, %d sequences x %d steps of %d x %d in %d batch(es)%s%s, GPU %.3f s -> %s\n"):format(
     r.device, r.devices > 1 and (" (" .. r.devices .. " devices)") or "", r.mode, r.sequences, r.steps, r.n, r.dim, r.batches,
     r.resumed_batches > 0 and (" (" .. r.resumed_batches .. " from the checkpoint)") or "",
+    r.shard and (", shard " .. r.shard .. " " .. r.shard_layout) or "",
     r.gpu_ns / 1e9, opts.out))
 end)
 if not ok then

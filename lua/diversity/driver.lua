@@ -176,14 +176,99 @@ local function read_file(path)
   return d
 end
 
+--- Parse a `--shard` spec: "i/n" (1-based: shard i of n, contiguous), "i/n:strided" or
+-- "i/n:contiguous"; a table {index =, count =, layout =} is checked the same way. Returns
+-- {index, count, layout, spec = "i/n"}; a bad spec is an error naming it.
+function M.parse_shard(spec)
+  local function bad(why)
+    local shown = type(spec) == "table" and (tostring(spec.index) .. "/" .. tostring(spec.count))
+      or tostring(spec)
+    error(("diversity: --shard %s: %s"):format(shown, why), 0)
+  end
+  local i, n, layout
+  if type(spec) == "table" then
+    i, n, layout = spec.index, spec.count, spec.layout or "contiguous"
+  else
+    local si, sn, rest = tostring(spec):match("^%s*(%d+)%s*/%s*(%d+)%s*(.-)%s*$")
+    if not si then bad("expected i/n or i/n:strided (shard i of n, 1-based), e.g. 2/4") end
+    i, n = tonumber(si), tonumber(sn)
+    if rest == "" then layout = "contiguous"
+    else
+      layout = rest:match("^:%s*(%a+)$")
+      if layout ~= "contiguous" and layout ~= "strided" then
+        bad("unknown layout '" .. rest .. "': expected :strided or :contiguous (the default)")
+      end
+    end
+  end
+  if type(n) ~= "number" or n ~= math.floor(n) or n < 1 then
+    bad("the number of shards must be a positive integer")
+  end
+  if type(i) ~= "number" or i ~= math.floor(i) or i < 1 or i > n then
+    bad(("the shard must be between 1 and %d (1-based)"):format(n))
+  end
+  if layout ~= "contiguous" and layout ~= "strided" then
+    bad("layout " .. tostring(layout) .. ": expected contiguous or strided")
+  end
+  return { index = i, count = n, layout = layout, spec = ("%d/%d"):format(i, n) }
+end
+
+--- The starts of shard `shard` (from `M.parse_shard`) of the list `starts`, in order:
+-- contiguous, the i-th of n near-equal runs of consecutive positions (the first #starts mod n
+-- runs one longer); strided, the positions p (0-based) with p mod n = i - 1.
+function M.shard_starts(starts, shard)
+  local total, n, i = #starts, shard.count, shard.index
+  local out = {}
+  if shard.layout == "strided" then
+    for p = i, total, n do out[#out + 1] = starts[p] end
+  else
+    local base, rem = math.floor(total / n), total % n
+    local first = (i - 1) * base + math.min(i - 1, rem)
+    local len = base + ((i <= rem) and 1 or 0)
+    for p = first + 1, first + len do out[#out + 1] = starts[p] end
+  end
+  return out
+end
+
+--- A checksum of a starts list (FNV-1a, 32 bits, over "s1,s2,…"), "fnv1a32:xxxxxxxx": shards
+-- record the whole run's, so that merge refuses parts cut from different lists.
+function M.starts_fingerprint(starts)
+  local bit = require "bit"
+  local h = bit.tobit(2166136261)
+  local function feed(str)
+    for k = 1, #str do
+      h = bit.bxor(h, str:byte(k))
+      -- h × 16777619 (2^24 + 403) mod 2^32, exact in doubles
+      h = bit.tobit(h * 403 + bit.lshift(h, 24))
+    end
+  end
+  for k, s in ipairs(starts) do
+    if k > 1 then feed(",") end
+    feed(("%d"):format(s))
+  end
+  return "fnv1a32:" .. bit.tohex(h)
+end
+
+--- Merge the partial caches of a --shard run: `opts.out` and `opts.inputs` (a list of paths,
+-- any order). Returns {shards, layout, sequences} (SPEC §Files; `diversity.merge_caches`).
+function M.merge(opts)
+  if not opts.out then error("diversity: merge: --out FILE is required", 0) end
+  if not opts.inputs or #opts.inputs == 0 then
+    error("diversity: merge: no shard files given", 0)
+  end
+  local ok, r = pcall(diversity.merge_caches, opts.out, opts.inputs)
+  if not ok then error("diversity: merge: " .. diversity.message(r):gsub("^diversity%.merge_caches: ", ""), 0) end
+  return r
+end
+
 M.MODES = { scan = true, gram = true, auto = true }
 M.PLACEMENTS = { auto = true, registers = true, memory = true }
 
 --- Run the whole job. `opts`: embeddings, out (diversity_cache.json), binary (optional uint32
 -- cache), center, precision, mode ("scan", "gram" or "auto"), placement (gram: "auto",
 -- "registers" or "memory"), plain_sums (gram: plain float32 sums instead of compensated), top_k, batch, starts ("all", "a,b,c" or a Lua array), device,
--- validation, resume, target_s, safety, quiet, model, dim. Returns a summary table (with `mode`,
--- the engine used, and `mode_reason`, why).
+-- validation, resume, target_s, safety, quiet, model, dim, shard ("i/n" or "i/n:strided": compute
+-- only that slice of the starts and write a partial cache for `M.merge`). Returns a summary table
+-- (with `mode`, the engine used, and `mode_reason`, why).
 function M.run(opts)
   local batch_given = opts.batch ~= nil
   for k, v in pairs(M.defaults) do
@@ -203,6 +288,12 @@ function M.run(opts)
   end
   if opts.top_k and (opts.top_k < 0 or opts.top_k ~= math.floor(opts.top_k)) then
     error("diversity: --top-k must be a non-negative integer, got " .. tostring(opts.top_k), 0)
+  end
+  -- A shard (issue 7): checked before any device or file work.
+  local shard = opts.shard ~= nil and M.parse_shard(opts.shard) or nil
+  if shard and opts.binary then
+    error("diversity: --binary cannot be combined with --shard: the binary cache holds a row "
+      .. "for every item and is not split into shards; leave --binary out of sharded runs", 0)
   end
   local devs = M.open_devices(opts.devices, opts.device, opts.validation)
   local ctx = devs[1]
@@ -230,6 +321,9 @@ function M.run(opts)
     t:close(); close_devs()
     error("diversity: --binary " .. opts.binary .. " holds a row for every item; it needs --starts all", 0)
   end
+  -- A shard computes its slice of the run's starts (the batch size, below, is the run's).
+  local all_starts = starts
+  if shard then starts = M.shard_starts(all_starts, shard) end
   local steps = math.min(opts.top_k or (n - 1), n - 1)
   local tile = M.tile_size(caps.l2_bytes, dim, opts.precision)
   -- The engine (SPEC §Modes: auto = gram when G fits the device's memory budget, else scan),
@@ -259,9 +353,12 @@ function M.run(opts)
   for d = 2, #devs do fit = math.min(fit, devs[d]:max_batch(n, dim, opts.precision, steps, mode)) end
   local batch = (mode == "gram" and not batch_given) and fit or math.max(1, math.min(opts.batch, fit))
   -- Several devices share the batches as they become free: by default about four a device, so a
-  -- faster device takes more of them.
+  -- faster device takes more of them. A shard sizes them to its own starts but records the whole
+  -- run's batch size, the one-shot run's metadata.
+  local run_batch = batch
   if #devs > 1 and not batch_given then
     batch = math.min(batch, math.max(1, math.ceil(#starts / (4 * #devs))))
+    run_batch = math.min(run_batch, math.max(1, math.ceil(#all_starts / (4 * #devs))))
   end
   -- generated_at: SOURCE_DATE_EPOCH when set (reproducible output), else now; a resumed run keeps
   -- the time of the run it continues, so its output is byte-identical to an uninterrupted one.
@@ -271,11 +368,16 @@ function M.run(opts)
   if opts.resume then generated_at = read_file(ckdir .. "/generated_at.txt") or generated_at end
   local meta = {
     model = opts.model or "unknown", num_poems = n, algorithm = "diversity-sequence-v1",
-    generated_at = generated_at, batch_size = batch, top_k = steps,
+    generated_at = generated_at, batch_size = run_batch, top_k = steps,
     space = space, precision = opts.precision, mode = mode, device = M.device_names(devs),
   }
   -- Gram sums (SPEC §Modes): compensated by default; plain sums are faster and other bits.
   if mode == "gram" then meta.summation = opts.plain_sums and "plain" or "compensated" end
+  if shard then
+    meta.shard, meta.shard_layout = shard.spec, shard.layout
+    meta.shard_starts_total = #all_starts
+    meta.shard_starts_fingerprint = M.starts_fingerprint(all_starts)
+  end
   -- The output locations are checked (temporary files created) before any GPU work.
   local ok_w, writer = pcall(diversity.json_cache_writer, opts.out, meta, t:ids())
   if not ok_w then
@@ -305,6 +407,7 @@ function M.run(opts)
   result.from_cache = from_cache
   result.tile = tile
   result.mode_reason = mode_reason
+  if shard then result.shard, result.shard_layout = shard.spec, shard.layout end
   return result
 end
 
