@@ -316,21 +316,14 @@ pub fn max_warp_k(ctx: &Context) -> usize {
     MAX_WARP_K.min(MAX_WARP_REGS * sg)
 }
 
-/// k-NN of `queries` (D columns, like the table) against `table`.
-pub fn knn(table: &DeviceTable, queries: &Table, opts: &KnnOptions) -> Result<KnnResult> {
-    knn_flat(table, queries.data(), queries.d(), opts)
-}
-
-/// [`knn`] of row-major queries `queries` of dimension `dim` (may be empty: no queries).
-pub fn knn_flat(
-    table: &DeviceTable,
+/// The checks of a k-NN call on a table of dimension `d`: k ≥ 1, the queries' dimension, whole
+/// rows, finite values. Returns the number of queries.
+pub(crate) fn check_queries(
+    d: usize,
     queries: &[f32],
     dim: usize,
     opts: &KnnOptions,
-) -> Result<KnnResult> {
-    let ctx = table.context().clone();
-    let caps = ctx.caps().clone();
-    let (n, d) = (table.n(), table.d());
+) -> Result<usize> {
     if opts.k == 0 {
         return Err(Error::Invalid("k-NN needs k ≥ 1".into()));
     }
@@ -353,7 +346,25 @@ pub fn knn_flat(
             pos % d
         )));
     }
-    let nq = queries.len() / d;
+    Ok(queries.len() / d)
+}
+
+/// k-NN of `queries` (D columns, like the table) against `table`.
+pub fn knn(table: &DeviceTable, queries: &Table, opts: &KnnOptions) -> Result<KnnResult> {
+    knn_flat(table, queries.data(), queries.d(), opts)
+}
+
+/// [`knn`] of row-major queries `queries` of dimension `dim` (may be empty: no queries).
+pub fn knn_flat(
+    table: &DeviceTable,
+    queries: &[f32],
+    dim: usize,
+    opts: &KnnOptions,
+) -> Result<KnnResult> {
+    let ctx = table.context().clone();
+    let caps = ctx.caps().clone();
+    let (n, d) = (table.n(), table.d());
+    let nq = check_queries(d, queries, dim, opts)?;
     let k = opts.k;
     let use_sg = match opts.subgroups {
         Some(true) if !caps.subgroup_arithmetic => return Err(Error::Unsupported {

@@ -38,7 +38,9 @@
 
 use crate::device::{Context, ContextOptions};
 use crate::error::{Error, Result};
-use crate::knn::{knn_flat, KnnOptions, KnnResult, Metric, NO_ID};
+// check_queries: the checks of `knn_flat`, run once for all devices so that a bad query is
+// named by its index in the whole batch, not in a device's block.
+use crate::knn::{check_queries, knn_flat, KnnOptions, KnnResult, Metric, NO_ID};
 use crate::scan::DeviceTable;
 use crate::table::{Precision, Table};
 use std::cmp::Ordering;
@@ -442,34 +444,6 @@ pub fn knn_replicated_with(
 ) -> Result<(KnnResult, MultiReport)> {
     check_queries(table.d(), queries, dim, opts)?;
     IndexReplicas::new(ctxs, table, precision, weights)?.knn(queries, dim, opts)
-}
-
-/// The checks of `knn_flat`, once for all devices (so that a bad query is named by its index
-/// in the whole batch, not in a device's block). Returns the number of queries.
-fn check_queries(d: usize, queries: &[f32], dim: usize, opts: &KnnOptions) -> Result<usize> {
-    if opts.k == 0 {
-        return Err(Error::Invalid("k-NN needs k ≥ 1".into()));
-    }
-    if dim != d {
-        return Err(Error::Invalid(format!(
-            "queries have dimension {dim}, the table {d}"
-        )));
-    }
-    if !queries.len().is_multiple_of(d) {
-        return Err(Error::Invalid(format!(
-            "{} query values are not a whole number of rows of dimension {d}",
-            queries.len()
-        )));
-    }
-    if let Some(pos) = queries.iter().position(|v| !v.is_finite()) {
-        return Err(Error::Invalid(format!(
-            "query {} has a non-finite value ({}) at column {}",
-            pos / d,
-            queries[pos],
-            pos % d
-        )));
-    }
-    Ok(queries.len() / d)
 }
 
 fn names(ctxs: &[Context]) -> Vec<String> {
