@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# DEVS (default 0,0) picks the devices of the multi-device runs: DEVS=0,1 on a two-GPU machine.
 # Issue 7 on the one-GPU machine: the overhead of two logical devices (the H200 opened twice,
 # `--devices 0,0`) against one (`--devices 0`), through the LuaJIT driver as a user runs it, with
 # the same --batch so the caches must be byte-identical (`cmp`). From the repo root with .gl/
@@ -24,9 +25,9 @@ run() { # name, then cli arguments
 }
 for rep in 1 2; do
   run "gram-one-$rep" --mode gram --precision fp32 --batch 2090 --devices 0
-  run "gram-two-$rep" --mode gram --precision fp32 --batch 2090 --devices 0,0
+  run "gram-two-$rep" --mode gram --precision fp32 --batch 2090 --devices "${DEVS:-0,0}"
   run "scan-one-$rep" --mode scan --precision fp32 --top-k 300 --batch 2090 --devices 0
-  run "scan-two-$rep" --mode scan --precision fp32 --top-k 300 --batch 2090 --devices 0,0
+  run "scan-two-$rep" --mode scan --precision fp32 --top-k 300 --batch 2090 --devices "${DEVS:-0,0}"
 done
 for m in gram scan; do
   for rep in 1 2; do
