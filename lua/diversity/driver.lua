@@ -702,7 +702,12 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
   progress:finish()
   if failure then
     local f, partial = failure, {}
-    local at = (f.s and f.s.job and pcall(f.s.job.progress, f.s.job)) and f.s.job:progress() or 0
+    -- The step the failed job had reached (0 when it was never created).
+    local at = 0
+    if f.s and f.s.job then
+      local ok, p = pcall(f.s.job.progress, f.s.job)
+      if ok then at = p end
+    end
     for d = 1, ndev do
       local s = slots[d]
       if s then

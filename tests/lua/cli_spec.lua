@@ -577,14 +577,7 @@ describe("command line", function()
     setup(function()
       -- the first 120 fortunes, so that --starts 0..119 is every row and the binary cache fills
       dir = H.tmpdir()
-      local rc, _, err = H.python([[
-import json, sys
-d = json.load(open(sys.argv[1]))
-d["embeddings"] = d["embeddings"][:120]
-d["metadata"]["count"] = 120
-json.dump(d, open(sys.argv[2], "w"))
-]], H.DATA_JSON, dir .. "/e.json")
-      assert(rc == 0, err)
+      H.first_fortunes(dir .. "/e.json", N)
       starts = start_list(N)
     end)
 

@@ -274,6 +274,19 @@ function H.python(script, ...)
   return H.sh("python3 -c " .. H.q(script) .. " " .. table.concat(words, " "))
 end
 
+--- Write the first `n` of the bundled fortunes (H.DATA_JSON) to `path` as an embeddings.json.
+function H.first_fortunes(path, n)
+  local rc, _, err = H.python([[
+import json, sys
+d = json.load(open(sys.argv[1]))
+n = int(sys.argv[3])
+d["embeddings"] = d["embeddings"][:n]
+d["metadata"]["count"] = n
+json.dump(d, open(sys.argv[2], "w"))
+]], H.DATA_JSON, path, tostring(n))
+  assert(rc == 0, err)
+end
+
 ---------------------------------------------------------------------------------------------------
 -- A small JSON decoder (objects → Lua tables with a `__keys` list in file order, arrays → Lua
 -- arrays with an `n` field for their length, null → H.null).
