@@ -124,6 +124,13 @@ type LBinWriter = Handle<BinaryCacheWriter>;
 type LBinCache = Handle<BinaryCache>;
 type LKnn = Handle<KnnResult>;
 type LKnnGraph = Handle<KnnGraph>;
+type LMultiKnn = Handle<MultiKnn>;
+
+/// A table on several devices for k-NN: row slices (shards) or whole copies (replicas).
+enum MultiKnn {
+    Shards(crate::multi::IndexShards),
+    Replicas(crate::multi::IndexReplicas),
+}
 
 /// A device table and its Gram matrix, built by the first gram job (or `dtable:gram()`) and kept
 /// so that every batch of a run shares one G.
@@ -1343,6 +1350,52 @@ fn rows_table<T: Copy + IntoLua>(
     Ok(out)
 }
 
+impl UserData for LMultiKnn {
+    fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
+        // The same search and result object as `dtable:knn`, plus a report table:
+        // `per_device_ns` and `ranges` ({first, last + 1} 0-based: table rows of each shard,
+        // queries of each replica; {0, 0} for a device left out).
+        m.add_method(
+            "knn",
+            |lua, this, (queries, o): (LuaAnyUserData, Option<LuaTable>)| {
+                let call = "multi_knn:knn";
+                let q = queries.borrow::<LTable>()?;
+                let q = q.get(call)?;
+                let opts = knn_options(call, &o)?;
+                let (r, report) = match this.get(call)? {
+                    MultiKnn::Shards(s) => s.knn(q.data(), q.d(), &opts),
+                    MultiKnn::Replicas(s) => s.knn(q.data(), q.d(), &opts),
+                }
+                .map_err(|e| err(call, e))?;
+                if r.ids.iter().any(|&i| i > i32::MAX as i64) {
+                    return Err(msg(call, "a neighbour id does not fit an int32"));
+                }
+                let t = lua.create_table()?;
+                t.set(
+                    "per_device_ns",
+                    lua.create_sequence_from(report.per_device_ns.iter().copied())?,
+                )?;
+                let ranges = lua.create_table()?;
+                for (i, &(a, b)) in report.ranges.iter().enumerate() {
+                    ranges.raw_set(i + 1, lua.create_sequence_from([a, b])?)?;
+                }
+                t.set("ranges", ranges)?;
+                Ok((LKnn::new("knn result", r), t))
+            },
+        );
+        m.add_method("layout", |_, this, ()| {
+            Ok(match this.get("multi_knn:layout")? {
+                MultiKnn::Shards(_) => "shards",
+                MultiKnn::Replicas(_) => "replicas",
+            })
+        });
+        m.add_method_mut("close", |_, this, ()| {
+            this.inner = None;
+            Ok(())
+        });
+    }
+}
+
 impl UserData for LKnn {
     fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
         m.add_method("k", |_, this, ()| Ok(this.get("knn:k")?.k));
@@ -1762,6 +1815,63 @@ fn diversity(lua: &Lua) -> LuaResult<LuaTable> {
             let ctx = Context::new(&opts).map_err(|e| err("open", e))?;
             Ok(LContext::new("context", ctx))
         })?,
+    )?;
+    // `diversity.open_devices(spec [, {validation = bool}])`: contexts for "all" or a comma list
+    // of indices or name substrings ("0,0" opens one device twice), as a Lua array.
+    m.set(
+        "open_devices",
+        lua.create_function(|lua, (spec, o): (String, Option<LuaTable>)| {
+            let validation = opt(&o, "validation")?.unwrap_or(false);
+            let ctxs = crate::multi::open_devices(&spec, validation)
+                .map_err(|e| err("open_devices", e))?;
+            lua.create_sequence_from(ctxs.into_iter().map(|c| LContext::new("context", c)))
+        })?,
+    )?;
+    // `diversity.knn_index(contexts, table, precision [, {layout = "shards" | "replicas",
+    // weights = {…}}])`: the table uploaded to every context, as row slices (shards, the
+    // default) or whole copies (replicas); `:knn(queries, opts)` gives the same ids and distance
+    // bits as one device's `dtable:knn`.
+    m.set(
+        "knn_index",
+        lua.create_function(
+            |_,
+             (ctxs, table, precision, o): (
+                LuaTable,
+                LuaAnyUserData,
+                Option<String>,
+                Option<LuaTable>,
+            )| {
+                let call = "knn_index";
+                let mut list = Vec::new();
+                for u in ctxs.sequence_values::<LuaAnyUserData>() {
+                    let u = u?;
+                    let c = u.borrow::<LContext>()?;
+                    list.push(c.get(call)?.clone());
+                }
+                let t = table.borrow::<LTable>()?;
+                let t = t.get(call)?;
+                let p = parse_precision(call, precision)?;
+                let weights: Option<Vec<f64>> = opt(&o, "weights")?;
+                let layout: Option<String> = opt(&o, "layout")?;
+                let w = weights.as_deref();
+                let index = match layout.as_deref().unwrap_or("shards") {
+                    "shards" => {
+                        crate::multi::IndexShards::new(&list, t, p, w).map(MultiKnn::Shards)
+                    }
+                    "replicas" => {
+                        crate::multi::IndexReplicas::new(&list, t, p, w).map(MultiKnn::Replicas)
+                    }
+                    other => {
+                        return Err(msg(
+                            call,
+                            format!("layout '{other}': expected shards or replicas"),
+                        ))
+                    }
+                }
+                .map_err(|e| err(call, e))?;
+                Ok(LMultiKnn::new("multi-device knn index", index))
+            },
+        )?,
     )?;
     m.set(
         "devices",

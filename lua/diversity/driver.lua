@@ -471,30 +471,13 @@ end
 --- The devices of a run: `spec` is nil (the one device `device` names, or the best one), `all`
 -- (every Vulkan device), or a comma list of indices into `diversity.devices()` or name
 -- substrings — `0,0` opens one device twice (two logical devices: how the multi-device path is
--- tested on one GPU). Returns the opened contexts.
+-- tested on one GPU); parsed by `diversity.open_devices`. Returns the opened contexts.
 function M.open_devices(spec, device, validation)
   if spec == nil then return { diversity.open { device = device, validation = validation } } end
-  local items = {}
-  if spec == "all" then
-    for i = 1, #diversity.devices() do items[#items + 1] = tostring(i - 1) end
-  else
-    for item in (spec .. ","):gmatch("([^,]*),") do
-      item = item:match("^%s*(.-)%s*$")
-      if item == "" then
-        error("diversity: --devices " .. spec .. ": an empty item (expected all, or indices or names separated by commas)", 0)
-      end
-      items[#items + 1] = item
-    end
-  end
-  if #items == 0 then error("diversity: --devices " .. spec .. ": no Vulkan device", 0) end
-  local devs = {}
-  for _, item in ipairs(items) do
-    local ok, ctx = pcall(diversity.open, { device = item, validation = validation })
-    if not ok then
-      for _, c in ipairs(devs) do c:close() end
-      error(("diversity: --devices %s: %s"):format(spec, diversity.message(ctx)), 0)
-    end
-    devs[#devs + 1] = ctx
+  local ok, devs = pcall(diversity.open_devices, spec, { validation = validation })
+  if not ok then
+    error(("diversity: --devices %s: %s"):format(spec,
+      diversity.message(devs):gsub("^diversity%.open_devices: ", "")), 0)
   end
   return devs
 end

@@ -84,9 +84,9 @@ describe("several devices", function()
 
   it("refuses a bad device list before writing anything", function()
     for _, case in ipairs {
-      { "0,,0", "an empty item" },
-      { "99", "--devices 99" },
-      { "no-such-device", "--devices no-such-device" },
+      { "0,,0", "item 1 is empty" },
+      { "99", "--devices 99: device list '99': index 99 is out of range" },
+      { "no-such-device", "no device name contains 'no-such-device'" },
     } do
       local rc, out, err = H.cli(args("bad", "scan", { "--devices", case[1] }), EPOCH)
       assert.are.equal(1, rc, out .. err)
@@ -139,6 +139,41 @@ describe("several devices", function()
     local j = dt:job({ 0 }, { steps = 6, mode = "scan" })
     j:start(6)
     j:close()
+    for _, ctx in ipairs(ctxs) do
+      assert.are.same({}, ctx:validation_messages())
+      ctx:close()
+    end
+  end)
+
+  it("k-NN shards and replicas on two logical devices give one device's bits", function()
+    local ctxs = diversity.open_devices("0,0", { validation = true })
+    assert.are.equal(2, #ctxs)
+    -- duplicate rows on both sides of the shard boundary: ties must go to the lowest id
+    local rows = H.random_rows(97, 13, 7)
+    for i = 1, 10 do rows[#rows + 1] = rows[i] end
+    local t = diversity.table(rows)
+    local q = diversity.table(H.random_rows(9, 13, 8))
+    local dt = ctxs[1]:upload(t, "fp32")
+    for _, layout in ipairs { "shards", "replicas" } do
+      local index = diversity.knn_index(ctxs, t, "fp32", { layout = layout, weights = { 1, 3 } })
+      assert.are.equal(layout, index:layout())
+      for _, metric in ipairs { "ip", "cosine", "l2" } do
+        for _, k in ipairs { 1, 10, 200 } do
+          local want = dt:knn(q, { k = k, metric = metric })
+          local got, report = index:knn(q, { k = k, metric = metric })
+          assert.are.equal(want:ids_bytes(), got:ids_bytes(), layout .. " " .. metric .. " k " .. k)
+          assert.are.equal(want:distances_bytes(), got:distances_bytes())
+          assert.are.equal(2, #report.per_device_ns)
+          assert.are.equal(2, #report.ranges)
+          want:close(); got:close()
+        end
+      end
+      index:close()
+    end
+    local ok, e = pcall(diversity.knn_index, ctxs, t, "fp32", { layout = "rings" })
+    assert.is_false(ok)
+    assert.truthy(diversity.message(e):find("layout 'rings': expected shards or replicas", 1, true))
+    dt:close()
     for _, ctx in ipairs(ctxs) do
       assert.are.same({}, ctx:validation_messages())
       ctx:close()
