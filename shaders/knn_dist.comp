@@ -128,7 +128,9 @@ void main() {
     const bool e_ok = c0 + lr < pc.cols;
     const uint qb = (pc.q0 + m0 + lr) * dim;
     const uint eb = (pc.t0 + c0 + lr) * dim;
-    const uint stages = (dim + BK - 1u) / BK;
+    // A block wholly past the range's rows only writes padding (uniform in the workgroup, so the
+    // barriers below are skipped by every invocation or none).
+    const uint stages = c0 < pc.cols ? (dim + BK - 1u) / BK : 0u;
     float ra[4], rb[4];
     [[unroll]] for (uint t = 0u; t < 4u; ++t) {
         const uint k = lk + t;

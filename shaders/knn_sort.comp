@@ -10,12 +10,10 @@
 //     (lane = gl_SubgroupID · gl_SubgroupSize + gl_SubgroupInvocationID, so lane ^ j is in the
 //     same subgroup);
 //   * otherwise through shared memory (two barriers).
-// mode 0 (selection): chunk ch of the source row (entries ≥ len are padding) is sorted and its
-//   first `keep` pairs written to the destination row at ch · keep — a pass shrinks a row of L
-//   candidates to ceil(L / S) · keep, and the last pass (one chunk) leaves the k best, sorted.
-// mode 1 (full ranking, in place on A): stage 0 sorts each chunk in the direction a global
-//   bitonic sort needs (ascending where (global index & S) = 0); stage s > S runs the strides
-//   below S of stage s (knn_step.comp runs the larger ones).
+// Chunk ch of the source row (entries ≥ len are padding) is sorted and its first `keep` pairs
+// written to the destination row at ch · keep — a selection pass shrinks a row of L candidates
+// to ceil(L / S) · keep, and the last pass (one chunk) leaves the k best, sorted; the full
+// ranking keeps every pair (keep = S) and merges the sorted chunks (knn_merge.comp).
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #extension GL_EXT_control_flow_attributes : require
@@ -33,10 +31,8 @@ layout(push_constant) uniform Push {
     uint len;        // valid entries of the source row
     uint src_stride; // source row stride (entries)
     uint dst_stride; // destination row stride
-    uint keep;       // mode 0: pairs kept per chunk
-    uint flip;       // mode 0: 0 = A → B, 1 = B → A
-    uint mode;       // 0 selection, 1 full ranking
-    uint stage;      // mode 1: 0 = sort chunks, else the stage size
+    uint keep;       // pairs kept per chunk
+    uint flip;       // 0 = A → B, 1 = B → A
 } pc;
 
 const uint WG = gl_WorkGroupSize.x;
@@ -54,9 +50,8 @@ bool less(float a, uint ai, float b, uint bi) {
     return a < b || (a == b && ai < bi);
 }
 
-// One compare-exchange of stride j within stage `size`; `base` is the chunk's first global index
-// (the direction depends on the global index in mode 1, on the local one in mode 0).
-void cmpx(uint size, uint j, uint lane, uint base) {
+// One compare-exchange of stride j within stage `size` (ascending where the index & size = 0).
+void cmpx(uint size, uint j, uint lane) {
     if (j >= WG) {
         // The register stride as a loop constant (rc == j / WG for exactly one rc), so that
         // once the loops unroll every register index is a constant: no dynamically indexed
@@ -66,7 +61,7 @@ void cmpx(uint size, uint j, uint lane, uint base) {
             [[unroll]] for (uint r = 0u; r < R; ++r) {
                 if ((r & rc) != 0u) continue;
                 const uint pr = r | rc;
-                const bool asc = ((base + r * WG + lane) & size) == 0u;
+                const bool asc = ((r * WG + lane) & size) == 0u;
                 if (less(k[pr], id[pr], k[r], id[r]) == asc) {
                     float tk = k[r]; uint ti = id[r];
                     k[r] = k[pr]; id[r] = id[pr];
@@ -97,7 +92,7 @@ void cmpx(uint size, uint j, uint lane, uint base) {
     }
     const bool lower = (lane & j) == 0u;
     [[unroll]] for (uint r = 0u; r < R; ++r) {
-        const bool asc = ((base + r * WG + lane) & size) == 0u;
+        const bool asc = ((r * WG + lane) & size) == 0u;
         const bool p_less = less(pk[r], pi[r], k[r], id[r]);
         // The lower element of an ascending pair keeps the smaller one.
         if (p_less == (lower == asc)) {
@@ -115,7 +110,7 @@ void main() {
     const uint q = gl_WorkGroupID.y;
     const uint src_row = q * pc.src_stride;
     const uint g0 = ch * S;
-    const bool from_b = pc.mode == 0u && pc.flip != 0u;
+    const bool from_b = pc.flip != 0u;
     [[unroll]] for (uint r = 0u; r < R; ++r) {
         const uint g = g0 + r * WG + lane;
         if (g < pc.len) {
@@ -126,32 +121,19 @@ void main() {
             id[r] = NO_ID;
         }
     }
-    const uint base = pc.mode == 0u ? 0u : g0;
-    if (pc.mode == 1u && pc.stage != 0u) {
-        for (uint j = S >> 1u; j > 0u; j >>= 1u) cmpx(pc.stage, j, lane, base);
-    } else {
-        for (uint size = 2u; size <= S; size <<= 1u) {
-            for (uint j = size >> 1u; j > 0u; j >>= 1u) cmpx(size, j, lane, base);
-        }
+    for (uint size = 2u; size <= S; size <<= 1u) {
+        for (uint j = size >> 1u; j > 0u; j >>= 1u) cmpx(size, j, lane);
     }
-    if (pc.mode == 0u) {
-        const uint dst_row = q * pc.dst_stride + ch * pc.keep;
-        [[unroll]] for (uint r = 0u; r < R; ++r) {
-            const uint e = r * WG + lane;
-            if (e >= pc.keep) continue;
-            if (pc.flip != 0u) {
-                keys_a[dst_row + e] = k[r];
-                ids_a[dst_row + e] = id[r];
-            } else {
-                keys_b[dst_row + e] = k[r];
-                ids_b[dst_row + e] = id[r];
-            }
-        }
-    } else {
-        [[unroll]] for (uint r = 0u; r < R; ++r) {
-            const uint g = g0 + r * WG + lane;
-            keys_a[src_row + g] = k[r];
-            ids_a[src_row + g] = id[r];
+    const uint dst_row = q * pc.dst_stride + ch * pc.keep;
+    [[unroll]] for (uint r = 0u; r < R; ++r) {
+        const uint e = r * WG + lane;
+        if (e >= pc.keep) continue;
+        if (from_b) {
+            keys_a[dst_row + e] = k[r];
+            ids_a[dst_row + e] = id[r];
+        } else {
+            keys_b[dst_row + e] = k[r];
+            ids_b[dst_row + e] = id[r];
         }
     }
 }

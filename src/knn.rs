@@ -23,8 +23,9 @@
 //!   workgroup-size and registers-per-lane specialization constants) and keeps its first k —
 //!   until one chunk remains, which leaves the k best sorted.
 //! * **full-ranking path** (larger k, up to N): every key of a query tile in one scratch row
-//!   padded to a power of two P, sorted by a bitonic sort — chunks of S in one workgroup
-//!   (`knn_sort.comp`, mode 1), the strides ≥ S one dispatch each (`knn_step.comp`).
+//!   padded to P, a whole number of chunks of S; each chunk sorted by one workgroup
+//!   (`knn_sort.comp`), then merge rounds (`knn_merge.comp`: each entry placed by its rank in
+//!   its run plus a binary search of the partner run) double the sorted runs until one is left.
 //!
 //! Inside a workgroup each invocation holds R pairs in registers; compare-exchanges of strides
 //! ≥ the workgroup size run between registers, strides below the subgroup size by
@@ -176,9 +177,9 @@ pub enum KnnPath {
         /// S: pairs one workgroup sorts.
         chunk: usize,
     },
-    /// Full bitonic sort of rows padded to `padded` pairs.
+    /// Full ranking: rows padded to `padded` pairs, chunks sorted, then merged.
     FullRanking {
-        /// P: the padded row length.
+        /// P: the padded row length (a multiple of the chunk a workgroup sorts).
         padded: usize,
     },
     /// WarpSelect: one subgroup a query, a sorted subgroup queue of `k_bucket` pairs and
@@ -265,17 +266,15 @@ pub(crate) struct SortPush {
     dst_stride: u32,
     keep: u32,
     flip: u32,
-    mode: u32,
-    stage: u32,
 }
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-pub(crate) struct StepPush {
+pub(crate) struct MergePush {
     stride: u32,
     len: u32,
-    size: u32,
-    j: u32,
+    width: u32,
+    from_b: u32,
 }
 
 /// The largest chunk (pairs) one workgroup sorts on this device: a power of two with 8 bytes a
@@ -442,7 +441,7 @@ pub fn knn_flat(
         let tt = opts.table_tile.unwrap_or(16 * chunk).max(chunk).min(n);
         (tt, ke + tt.max(chunk), KnnPath::Select { chunk })
     } else {
-        let p = n.next_power_of_two().max(chunk);
+        let p = n.div_ceil(chunk).max(1) * chunk;
         (n, p, KnnPath::FullRanking { padded: p })
     };
     // Entries a query in A's keys, in A's ids, in B (keys and ids).
@@ -545,10 +544,10 @@ pub fn knn_flat(
     } else {
         None
     };
-    let step = ctx.pipeline(PipelineKey {
-        spirv: spirv_for(&spirv::KNN_STEP, prec),
+    let merge = ctx.pipeline(PipelineKey {
+        spirv: spirv_for(&spirv::KNN_MERGE, prec),
         spec: vec![],
-        push_bytes: checked_push::<StepPush>(&spirv::KNN_STEP)?,
+        push_bytes: checked_push::<MergePush>(&spirv::KNN_MERGE)?,
     })?;
     let sub = Submitter::new(&ctx)?;
     let dev = ctx.device().clone();
@@ -640,8 +639,6 @@ pub fn knn_flat(
                             dst_stride: stride as u32,
                             keep: ke as u32,
                             flip: cur,
-                            mode: 0,
-                            stage: 0,
                         },
                         chunks as u32,
                     ));
@@ -669,6 +666,8 @@ pub fn knn_flat(
                 t0 += cols;
             }
         } else {
+            // Every key of the row (padded with (+inf, NO_ID) to a whole number of chunks) into
+            // A; each chunk sorted into B; then merge rounds of doubling run widths, B ↔ A.
             let p = stride;
             let dp = DistPush {
                 dim: d as u32,
@@ -682,15 +681,26 @@ pub fn knn_flat(
                 metric,
                 qn: qn32,
             };
-            let local = |stage: usize| SortPush {
+            let chunks = SortPush {
                 len: p as u32,
                 src_stride: p as u32,
                 dst_stride: p as u32,
-                keep: 0,
+                keep: chunk as u32,
                 flip: 0,
-                mode: 1,
-                stage: stage as u32,
             };
+            let mut rounds = Vec::new();
+            let mut width = chunk;
+            cur = 1;
+            while width < p {
+                rounds.push(MergePush {
+                    stride: p as u32,
+                    len: p as u32,
+                    width: width as u32,
+                    from_b: cur,
+                });
+                cur ^= 1;
+                width *= 2;
+            }
             out.gpu_ns += sub.run("k-NN full ranking", |cb| unsafe {
                 bind(&dev, cb, &dist, set.set, bytemuck::bytes_of(&dp));
                 dev.cmd_dispatch(
@@ -700,27 +710,12 @@ pub fn knn_flat(
                     1,
                 );
                 barrier(&dev, cb);
-                bind(&dev, cb, &sort, set.set, bytemuck::bytes_of(&local(0)));
+                bind(&dev, cb, &sort, set.set, bytemuck::bytes_of(&chunks));
                 dev.cmd_dispatch(cb, (p / chunk) as u32, qn32, 1);
-                let mut size = 2 * chunk;
-                while size <= p {
-                    let mut j = size / 2;
-                    while j >= chunk {
-                        let sp = StepPush {
-                            stride: p as u32,
-                            len: p as u32,
-                            size: size as u32,
-                            j: j as u32,
-                        };
-                        barrier(&dev, cb);
-                        bind(&dev, cb, &step, set.set, bytemuck::bytes_of(&sp));
-                        dev.cmd_dispatch(cb, (p / 2).div_ceil(64) as u32, qn32, 1);
-                        j /= 2;
-                    }
+                for mp in &rounds {
                     barrier(&dev, cb);
-                    bind(&dev, cb, &sort, set.set, bytemuck::bytes_of(&local(size)));
-                    dev.cmd_dispatch(cb, (p / chunk) as u32, qn32, 1);
-                    size *= 2;
+                    bind(&dev, cb, &merge, set.set, bytemuck::bytes_of(mp));
+                    dev.cmd_dispatch(cb, p.div_ceil(256) as u32, qn32, 1);
                 }
             })?;
         }

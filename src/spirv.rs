@@ -31,7 +31,7 @@ pub(crate) const SCAN_BIG_TILE: Shader = shader!("scan_big_tile");
 pub(crate) const SCAN_BIG_COMMIT: Shader = shader!("scan_big_commit");
 pub(crate) const KNN_DIST: Shader = shader!("knn_dist");
 pub(crate) const KNN_SORT: Shader = shader!("knn_sort");
-pub(crate) const KNN_STEP: Shader = shader!("knn_step");
+pub(crate) const KNN_MERGE: Shader = shader!("knn_merge");
 pub(crate) const KNN_WARP: Shader = shader!("knn_warp");
 
 const OP_TYPE_INT: u32 = 21;

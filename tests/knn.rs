@@ -9,7 +9,7 @@ mod common;
 use common::{assert_clean, ctx, fortunes, random_table};
 use diversity::knn::{knn_flat, max_select_k, max_warp_k, warp_bucket, KnnPath, NO_ID};
 use diversity::reference::knn_reference;
-use diversity::{knn, Context, DeviceTable, KnnOptions, Metric, Precision, Table};
+use diversity::{knn, Context, DeviceTable, KnnOptions, KnnResult, Metric, Precision, Table};
 
 /// Check `res` against the float64 oracle on the stored table.
 fn check(stored: &Table, queries: &Table, opts: &KnnOptions, res: &diversity::KnnResult) {
@@ -72,11 +72,18 @@ fn check(stored: &Table, queries: &Table, opts: &KnnOptions, res: &diversity::Kn
     }
 }
 
-fn run_check(ctx: &Context, table: &Table, p: Precision, queries: &Table, opts: &KnnOptions) {
+fn run_check(
+    ctx: &Context,
+    table: &Table,
+    p: Precision,
+    queries: &Table,
+    opts: &KnnOptions,
+) -> KnnResult {
     let dt = DeviceTable::upload(ctx, table, p).unwrap();
     let res = knn(&dt, queries, opts).unwrap_or_else(|e| panic!("{opts:?}: {e}"));
     check(&table.as_stored(p), queries, opts, &res);
     assert_clean(ctx);
+    res
 }
 
 fn subgroup_settings(ctx: &Context) -> Vec<Option<bool>> {
@@ -142,6 +149,39 @@ fn full_ranking_path_and_k_equal_n() {
             }
         }
     }
+}
+
+/// Rows longer than one sorted chunk: the full ranking merges sorted chunks (three chunks of
+/// 4,096 here on lavapipe: an odd run count, a partial last run), with exact duplicate rows in
+/// different chunks, so ties must come out lowest id first.
+#[test]
+fn full_ranking_merges_chunks() {
+    let ctx = ctx();
+    let base = random_table(3000, 11, 31);
+    let mut data = base.data().to_vec();
+    data.extend_from_slice(&base.data()[..11 * 2900]); // rows 3000.. repeat rows 0..
+    data.extend_from_slice(random_table(3100, 11, 32).data());
+    let table = Table::new(data, 9000, 11).unwrap();
+    let queries = random_table(4, 11, 33);
+    for metric in [Metric::InnerProduct, Metric::L2] {
+        for k in [max_select_k(&ctx) + 1, 8999, 9000, 9003] {
+            let opts = KnnOptions {
+                k,
+                metric,
+                query_tile: Some(3),
+                ..Default::default()
+            };
+            let res = run_check(&ctx, &table, Precision::Fp32, &queries, &opts);
+            // More than two chunks: at least two merge rounds.
+            let chunk = diversity::knn::max_chunk(&ctx);
+            assert!(
+                matches!(res.path, KnnPath::FullRanking { padded } if padded > 2 * chunk),
+                "{:?}",
+                res.path
+            );
+        }
+    }
+    assert_clean(&ctx);
 }
 
 #[test]
