@@ -20,19 +20,19 @@ T=$(mktemp -d)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 timeout 60 python3 bench/peer/torch_diversity.py --dump "$T/seed.f32"
 for k in 100 all; do
-  timeout 120 $B --table "$T/seed.f32" --dim 768 --k $k --precisions fp32,fp16 --variants $([ $k = all ] && echo auto || echo auto,fused,nowarp) --ids "$T/ours_$k.i32" \
+  timeout 120 $B --table "$T/seed.f32" --dim 768 --k $k --repeat 3 --precisions fp32,fp16 --variants $([ $k = all ] && echo auto || echo auto,fused,nowarp) --ids "$T/ours_$k.i32" \
     --label "rankings 8359x768 k=$k" --json "$OUT/rankings_$k.json" --md "$OUT/rankings_$k.md" 2>&1 | tee "$OUT/rankings_$k.log"
   timeout 120 python3 $P --table "$T/seed.f32" --dim 768 --k $k --out "$T/peer_$k.npy" 2>&1 | tee -a "$OUT/rankings_$k.log"
   timeout 60 python3 bench/compare_knn.py "$T/ours_$k.i32" "$T/peer_$k.npy" --self 2>&1 | tee -a "$OUT/rankings_$k.log"
 done
 timeout 120 python3 $P --random 1000000,10000,128 --dump-table "$T/r1m.f32" --dump-queries "$T/q10k.f32"
-timeout 150 $B --table "$T/r1m.f32" --dim 128 --queries "$T/q10k.f32" --k 100 --metric l2 --precisions fp32,fp16 \
+timeout 150 $B --table "$T/r1m.f32" --dim 128 --queries "$T/q10k.f32" --k 100 --metric l2 --repeat 3 --precisions fp32,fp16 \
   --ids "$T/ours_r1m.i32" --label "1M x 128, 10k queries, k=100, L2" --json "$OUT/random1m.json" \
   --md "$OUT/random1m.md" 2>&1 | tee "$OUT/random1m.log"
 timeout 120 python3 $P --table "$T/r1m.f32" --dim 128 --queries "$T/q10k.f32" --k 100 --metric l2 \
   --out "$T/peer_r1m.npy" 2>&1 | tee -a "$OUT/random1m.log"
 timeout 60 python3 bench/compare_knn.py "$T/ours_r1m.i32" "$T/peer_r1m.npy" 2>&1 | tee -a "$OUT/random1m.log"
-timeout 120 $B --table .gl/data/fortunes-minilm.f32 --dim 384 --k 10 --precisions fp32,fp16 --variants auto,fused,nowarp \
+timeout 120 $B --table .gl/data/fortunes-minilm.f32 --dim 384 --k 10 --repeat 3 --precisions fp32,fp16 --variants auto,fused,nowarp \
   --ids "$T/ours_f.i32" --label "fortunes k-NN graph, k=10" --json "$OUT/fortunes.json" \
   --md "$OUT/fortunes.md" 2>&1 | tee "$OUT/fortunes.log"
 timeout 120 python3 $P --table .gl/data/fortunes-minilm.f32 --dim 384 --k 10 --out "$T/peer_f.npy" 2>&1 | tee -a "$OUT/fortunes.log"
