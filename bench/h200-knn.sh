@@ -18,6 +18,13 @@ B=.gl/bin/bench_knn
 P=bench/peer/torch_knn.py
 T=$(mktemp -d)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+# SM clock and utilisation every 100 ms while the benchmarks run. Without a poller the GPU drops
+# to a low clock (345 MHz) during the seconds of host work after a k = all download and stays
+# there for our short bursts (measured 2026-11-29: 5–6× longer GPU times after the first full
+# ranking in a process); with it the clock stays at 1,980 MHz. The log shows which it was.
+nvidia-smi --query-gpu=timestamp,clocks.sm,utilization.gpu --format=csv,noheader -lms 100 > "$OUT/clocks.csv" &
+POLL=$!
+trap 'kill $POLL 2>/dev/null; pack' EXIT
 timeout 60 python3 bench/peer/torch_diversity.py --dump "$T/seed.f32"
 for k in 100 all; do
   timeout 120 $B --table "$T/seed.f32" --dim 768 --k $k --repeat 3 --precisions fp32,fp16 --variants $([ $k = all ] && echo auto || echo auto,fused,nowarp) --ids "$T/ours_$k.i32" \

@@ -174,6 +174,8 @@ pub(crate) struct Inner {
 unsafe impl Send for Inner {}
 unsafe impl Sync for Inner {}
 
+/// Largest staging buffer of a download (larger downloads reuse it, round by round).
+pub(crate) const STAGING_BYTES: u64 = 64 << 20;
 /// Single storage-buffer bindings (0..8) of the one descriptor-set layout every pipeline uses.
 pub(crate) const SINGLE_BINDINGS: u32 = 8;
 /// Binding 8 is an array of this many storage buffers: the slabs of the Gram matrix (one buffer
@@ -1034,49 +1036,81 @@ impl Context {
         self.download_regions(src, &[(offset, len)])
     }
 
-    /// Read several `(offset, len)` regions of `src` back to the host in one submission, their
-    /// bytes concatenated in order.
+    /// Read several `(offset, len)` regions of `src` back to the host, their bytes concatenated
+    /// in order: one submission per [`STAGING_BYTES`] through one staging buffer.
     pub(crate) fn download_regions(&self, src: &Buffer, regions: &[(u64, u64)]) -> Result<Vec<u8>> {
+        self.download_regions_through(src, regions, STAGING_BYTES)
+    }
+
+    /// [`download_regions`](Self::download_regions) through a staging buffer of at most
+    /// `staging` bytes (≥ 1).
+    fn download_regions_through(
+        &self,
+        src: &Buffer,
+        regions: &[(u64, u64)],
+        staging: u64,
+    ) -> Result<Vec<u8>> {
         let total: u64 = regions.iter().map(|r| r.1).sum();
         if total == 0 {
             return Ok(Vec::new());
         }
+        // One staging buffer, filled and read back as many times as needed: a large download
+        // (a k = N ranking is hundreds of MB) neither pins that much host memory at once nor
+        // allocates and frees it whole on every call.
+        let cap = total.min(staging.max(1));
         let mut staging = Buffer::new(
             self,
             "staging download",
-            total,
+            cap,
             MemoryLocation::GpuToCpu,
             vk::BufferUsageFlags::TRANSFER_DST,
         )?;
-        let mut copies = Vec::with_capacity(regions.len());
-        let mut at = 0;
-        for &(offset, len) in regions.iter().filter(|r| r.1 > 0) {
-            copies.push(
-                vk::BufferCopy::default()
-                    .src_offset(offset)
-                    .dst_offset(at)
-                    .size(len),
-            );
-            at += len;
-        }
+        let mut out = Vec::with_capacity(total as usize);
+        let mut pending = regions.iter().filter(|r| r.1 > 0).copied();
+        let mut carry: Option<(u64, u64)> = None;
         let dev = self.device();
-        self.one_shot(|cb| unsafe {
-            transfer_barrier(dev, cb, true);
-            dev.cmd_copy_buffer(cb, src.buffer, staging.buffer, &copies);
-            let barrier = [vk::MemoryBarrier::default()
-                .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
-                .dst_access_mask(vk::AccessFlags::HOST_READ)];
-            dev.cmd_pipeline_barrier(
-                cb,
-                vk::PipelineStageFlags::TRANSFER,
-                vk::PipelineStageFlags::HOST,
-                vk::DependencyFlags::empty(),
-                &barrier,
-                &[],
-                &[],
-            );
-        })?;
-        Ok(staging.mapped()[..total as usize].to_vec())
+        loop {
+            // Copies filling the staging buffer, splitting a region across rounds if needed.
+            let mut copies = Vec::new();
+            let mut at = 0;
+            while at < cap {
+                let Some((offset, len)) = carry.take().or_else(|| pending.next()) else {
+                    break;
+                };
+                let n = len.min(cap - at);
+                copies.push(
+                    vk::BufferCopy::default()
+                        .src_offset(offset)
+                        .dst_offset(at)
+                        .size(n),
+                );
+                at += n;
+                if n < len {
+                    carry = Some((offset + n, len - n));
+                }
+            }
+            if copies.is_empty() {
+                break;
+            }
+            self.one_shot(|cb| unsafe {
+                transfer_barrier(dev, cb, true);
+                dev.cmd_copy_buffer(cb, src.buffer, staging.buffer, &copies);
+                let barrier = [vk::MemoryBarrier::default()
+                    .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
+                    .dst_access_mask(vk::AccessFlags::HOST_READ)];
+                dev.cmd_pipeline_barrier(
+                    cb,
+                    vk::PipelineStageFlags::TRANSFER,
+                    vk::PipelineStageFlags::HOST,
+                    vk::DependencyFlags::empty(),
+                    &barrier,
+                    &[],
+                    &[],
+                );
+            })?;
+            out.extend_from_slice(&staging.mapped()[..at as usize]);
+        }
+        Ok(out)
     }
 
     /// Write `(offset, bytes)` regions into `dst` through one staging buffer and one submission,
@@ -1351,4 +1385,37 @@ pub(crate) unsafe fn bind(
     dev.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, p.pipeline);
     dev.cmd_bind_descriptor_sets(cb, vk::PipelineBindPoint::COMPUTE, p.layout, 0, &[set], &[]);
     dev.cmd_push_constants(cb, p.layout, vk::ShaderStageFlags::COMPUTE, 0, push);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Downloads through a staging buffer smaller than the data (regions split across rounds)
+    /// return the same bytes as one round.
+    #[test]
+    fn download_in_rounds() {
+        let ctx = Context::new(&ContextOptions::default()).expect("a Vulkan device");
+        let bytes: Vec<u8> = (0..10_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+        let buf = ctx.upload("test data", &bytes).unwrap();
+        let regions = [
+            (0, 13),
+            (100, 0),
+            (17, 999),
+            (5000, 4321),
+            (9999, 1),
+            (3, 2),
+        ];
+        let want: Vec<u8> = regions
+            .iter()
+            .flat_map(|&(o, l)| bytes[o as usize..(o + l) as usize].iter().copied())
+            .collect();
+        for staging in [1, 7, 64, 1000, 4321, 1 << 20] {
+            let got = ctx
+                .download_regions_through(&buf, &regions, staging)
+                .unwrap();
+            assert_eq!(got, want, "staging {staging}");
+        }
+        assert!(ctx.download_regions(&buf, &[(0, 0)]).unwrap().is_empty());
+    }
 }
