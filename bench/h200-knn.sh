@@ -18,10 +18,10 @@ B=.gl/bin/bench_knn
 P=bench/peer/torch_knn.py
 T=$(mktemp -d)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-# SM clock and utilisation every 100 ms while the benchmarks run. Without a poller the GPU drops
-# to a low clock (345 MHz) during the seconds of host work after a k = all download and stays
-# there for our short bursts (measured 2026-11-29: 5–6× longer GPU times after the first full
-# ranking in a process); with it the clock stays at 1,980 MHz. The log shows which it was.
+# SM clock and utilisation every 100 ms while the benchmarks run ($OUT/clocks.csv): the GPU's
+# clock decays to 345 MHz within ~1.5 s of idling (the host work after a k = all download is
+# longer) and a 20 ms burst afterwards runs at the low clock (measured 2026-11-29: 5× longer GPU
+# times), so the log says which measurements ran at 1,980 MHz.
 nvidia-smi --query-gpu=timestamp,clocks.sm,utilization.gpu --format=csv,noheader -lms 100 > "$OUT/clocks.csv" &
 POLL=$!
 trap 'kill $POLL 2>/dev/null; pack' EXIT
