@@ -80,6 +80,38 @@ pub struct Capabilities {
     pub l2_bytes: u64,
     /// Where `l2_bytes` came from: `env`, `table`, `cpu` or `default`.
     pub l2_source: &'static str,
+    /// The most loop iterations one shader invocation may run, all loops together, when the
+    /// driver caps them: Mesa's llvmpipe (lavapipe) counts every loop back-edge of an
+    /// invocation against one counter of 65,535 and, once it is spent, silently leaves every
+    /// loop after its current iteration (gallivm's `LP_MAX_TGSI_LOOP_ITERATIONS`; no error, no
+    /// validation message). Every planner keeps each dispatch's loops within
+    /// [`loop_budget`] of it; `tests/limits.rs` measures the cap with a one-loop shader.
+    /// `None`: no known cap.
+    pub loop_limit: Option<u64>,
+}
+
+/// lavapipe's per-invocation loop-iteration cap (see [`Capabilities::loop_limit`]).
+pub const LLVMPIPE_LOOP_LIMIT: u64 = 65_535;
+
+/// The loop iterations a planner may give one invocation of one dispatch: three quarters of
+/// [`Capabilities::loop_limit`] (the rest covers short loops a plan does not count), or
+/// `u64::MAX` without a cap.
+pub fn loop_budget(caps: &Capabilities) -> u64 {
+    caps.loop_limit.map_or(u64::MAX, |l| l / 4 * 3)
+}
+
+/// Refuses a dispatch whose invocations would run `iterations` loop iterations on a device
+/// that caps them (they would be cut short silently): an [`Error::Limit`] naming `what`.
+pub fn check_loop_budget(caps: &Capabilities, what: &str, iterations: u64) -> Result<()> {
+    match caps.loop_limit {
+        Some(limit) if iterations > loop_budget(caps) => Err(Error::Limit(format!(
+            "{what} needs about {iterations} loop iterations in one shader invocation; {} \
+             stops every invocation's loops after {limit} in all (a driver limit), so the \
+             result would be wrong",
+            caps.name
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// Known L2 sizes (Vulkan does not report them): name substring → bytes.
@@ -557,6 +589,9 @@ impl Context {
             .driver_info_as_c_str()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
+        let loop_limit = (driver.driver_id == vk::DriverId::MESA_LLVMPIPE
+            || name.contains("llvmpipe"))
+        .then_some(LLVMPIPE_LOOP_LIMIT);
         let caps = Capabilities {
             name,
             device_type: type_name(props.device_type).into(),
@@ -581,6 +616,7 @@ impl Context {
             memory_budget_bytes: budget,
             l2_bytes,
             l2_source,
+            loop_limit,
         };
         let priorities = [1.0f32];
         let queue_info = [vk::DeviceQueueCreateInfo::default()
@@ -646,6 +682,9 @@ impl Context {
             c.timestamps, c.timestamp_period_ns
         );
         let _ = writeln!(s, "memory budget:   {:.0} MiB", mib(c.memory_budget_bytes));
+        if let Some(l) = c.loop_limit {
+            let _ = writeln!(s, "loop limit:      {l} iterations an invocation (driver)");
+        }
         let _ = write!(
             s,
             "L2:              {:.2} MiB ({})",

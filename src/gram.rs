@@ -426,6 +426,8 @@ pub struct GramJob {
     wg: u32,
     placement: Placement,
     subgroups: bool,
+    /// Steps one dispatch may run within the device's loop budget.
+    max_per_dispatch: usize,
     lost: bool,
     pipeline: Arc<Pipeline>,
     sub: Submitter,
@@ -433,6 +435,28 @@ pub struct GramJob {
     seqs: Buffer,
     _starts: Buffer,
     _state: Buffer,
+}
+
+/// Loop iterations one invocation of `gram.comp` runs, counted from above: (once a dispatch,
+/// once a step). A step loops over the lane's items (`rper` registers, or N / 4·WG blocks of
+/// four in memory) and reduces over the subgroups (WG / SG) or the workgroup (log₂ WG);
+/// a dispatch loads and stores the register state, or clears the memory state once.
+fn gram_loop_iterations(
+    n: usize,
+    wg: u32,
+    rper: usize,
+    placement: Placement,
+    sg: u32,
+) -> (u64, u64) {
+    let wg = wg.max(1) as u64;
+    let pick = wg / sg.max(1) as u64 + 2 + wg.trailing_zeros() as u64 + 1;
+    match placement {
+        Placement::Registers => (2 * rper as u64 + 2, 2 * rper as u64 + 2 + pick),
+        _ => (
+            (n as u64).div_ceil(wg) + 2,
+            (n as u64).div_ceil(4 * wg) * 9 + 2 + pick,
+        ),
+    }
 }
 
 /// Workgroup size, placement and registers per lane for N on `caps`.
@@ -537,6 +561,22 @@ impl GramJob {
             None => caps.subgroup_arithmetic,
         };
         let (wg, placement, rper) = plan(&caps, n, opts)?;
+        // lavapipe cuts an invocation's loops short after 65,535 iterations in all: a dispatch
+        // runs only as many steps as fit the budget (same bits: steps per dispatch never
+        // change them), and a step that alone does not fit is refused.
+        let (fixed, per_step) = gram_loop_iterations(n, wg, rper, placement, caps.subgroup_size);
+        crate::device::check_loop_budget(
+            &caps,
+            &format!(
+                "a gram step over N = {n} ({} state, {wg} invocations)",
+                placement.name()
+            ),
+            fixed + per_step,
+        )?;
+        let max_per_dispatch = match crate::device::loop_budget(&caps) {
+            u64::MAX => usize::MAX,
+            b => ((b - fixed) / per_step).max(1) as usize,
+        };
         let shader = &spirv::GRAM;
         let pipeline = ctx.pipeline(PipelineKey {
             spirv: spirv_for(shader, table.precision()),
@@ -578,6 +618,7 @@ impl GramJob {
             wg,
             placement,
             subgroups,
+            max_per_dispatch,
             lost: false,
             pipeline,
             sub,
@@ -654,7 +695,8 @@ impl GramJob {
             0 if crate::device::is_cpu_device(ctx.caps()) => 1,
             0 => count,
             k => k,
-        };
+        }
+        .min(self.max_per_dispatch);
         let ns = match self.sub.run(&what, |cb| unsafe {
             let mut done = 0;
             while done < count {

@@ -43,8 +43,16 @@
 //!   queues of T pairs and a sorted subgroup queue of K pairs (K = [`warp_bucket`]) merged by
 //!   bitonic shuffle networks when any lane's queue fills; no shared memory, no barriers. The
 //!   queues persist in scratch between tiles. [`KnnOptions::fused_distances`] computes the
-//!   keys inside `knn_warp.comp` instead (one row a lane; no scratch; the default on CPU
-//!   devices). Same results, bit for bit, as the selection path.
+//!   keys inside `knn_warp.comp` instead (one row a lane; no scratch; only on request). Same
+//!   results, bit for bit, as the selection path.
+//!
+//! # The loop cap of CPU devices
+//! lavapipe stops every shader invocation's loops, silently, once 65,535 iterations have run
+//! in all ([`crate::device::Capabilities::loop_limit`]). The WarpSelect loop runs once per
+//! subgroup-size rows of a table tile (and the fused key's loop over d once per row), so its
+//! table tiles are bounded by [`crate::device::loop_budget`] through a count of its loop
+//! iterations from above (`warp_loop_iterations`); the distance product's loop (d / 8 stages)
+//! is checked the same way. The sort and merge passes loop log₂ of their sizes.
 //!
 //! Not here: odd-size merging networks (the merges use power-of-two bitonic networks) and
 //! keeping the blocked product's tile on chip for the selection (the keys of a tile make one
@@ -146,10 +154,10 @@ pub struct KnnOptions {
     /// `None` = when subgroups are used and k ≤ [`MAX_WARP_K`]; `Some(true)` = required
     /// (an error where it cannot run); `Some(false)` = never.
     pub warp_select: Option<bool>,
-    /// WarpSelect computes the keys itself, one table row a lane (no distance scratch), instead
-    /// of reading the blocked product's tile. Same bits. `None` = fused on CPU devices (2× faster
-    /// on lavapipe, where the scratch round trip costs and loads need no coalescing), the blocked
-    /// product elsewhere (30–50× faster on the H200: fused lanes stream their own rows,
+    /// `Some(true)`: WarpSelect computes the keys itself, one table row a lane (no distance
+    /// scratch), instead of reading the blocked product's tile. Same bits. `None` or
+    /// `Some(false)`: the blocked product, on every device (fused was 2× slower on lavapipe at
+    /// 1,500 rows and 30–50× slower on the H200: fused lanes stream their own rows,
     /// uncoalesced, and every query reads the whole table).
     pub fused_distances: Option<bool>,
 }
@@ -315,6 +323,67 @@ pub fn max_warp_k(ctx: &Context) -> usize {
     MAX_WARP_K.min(MAX_WARP_REGS * sg)
 }
 
+/// Dims `knn_dist.comp` stages at a time (its `BK`).
+const DIST_BK: u64 = 8;
+
+/// Loop iterations one invocation of `knn_dist.comp` runs for dimension `d`: a stage loop of
+/// ⌈d / 8⌉ plus the partial stage's loop (the full stages' loops are unrolled).
+fn dist_loop_iterations(d: usize) -> u64 {
+    (d as u64).div_ceil(DIST_BK) + DIST_BK
+}
+
+/// Loop iterations one subgroup of `knn_warp.comp` runs over a range of `cols` table rows
+/// (bucket `kb`, thread queue `tq`, subgroup size `sg`, dimension `d`), counted from above:
+/// one per SG rows (plus the key's loop over d when `fused`), and per merge of the thread
+/// queues its bitonic sort (log₂(SG·T) stages of up to log₂(SG·T) steps) and the queue's
+/// merge (log₂ K steps). A merge needs some lane's queue full: at most one per T rows a lane,
+/// and one at the end.
+pub(crate) fn warp_loop_iterations(
+    cols: usize,
+    sg: usize,
+    kb: usize,
+    tq: usize,
+    d: usize,
+    fused: bool,
+) -> u64 {
+    let lg = |x: usize| x.max(1).trailing_zeros() as u64;
+    let outer = cols.div_ceil(sg.max(1)) as u64;
+    let per_row = 1 + if fused { d as u64 + 1 } else { 0 };
+    let l = lg(sg * tq);
+    let merge = l + l * (l + 1) / 2 + lg(kb) + 2;
+    let merges = outer / tq.max(1) as u64 + 2;
+    outer * per_row + merges * merge + 8
+}
+
+/// The most table rows one WarpSelect dispatch may take within the device's loop budget
+/// ([`crate::device::loop_budget`]; no bound on devices without a loop cap), at least one
+/// subgroup's worth; `None` when even that is over the budget.
+pub(crate) fn warp_rows_in_budget(
+    caps: &crate::device::Capabilities,
+    sg: usize,
+    kb: usize,
+    tq: usize,
+    d: usize,
+    fused: bool,
+) -> Option<usize> {
+    let budget = crate::device::loop_budget(caps);
+    let fits = |cols: usize| warp_loop_iterations(cols, sg, kb, tq, d, fused) <= budget;
+    if !fits(sg) {
+        return None;
+    }
+    // The largest whole number of subgroups' rows that fits (iterations grow with cols).
+    let (mut lo, mut hi) = (1usize, 1usize << 40);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if fits(mid * sg) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    Some(lo.saturating_mul(sg))
+}
+
 /// The checks of a k-NN call on a table of dimension `d`: k ≥ 1, the queries' dimension, whole
 /// rows, finite values. Returns the number of queries.
 pub(crate) fn check_queries(
@@ -412,10 +481,32 @@ pub fn knn_flat(
         .max(1);
     let r = chunk / wg;
     let use_sg = use_sg && (warp || (wg.is_multiple_of(sg) && sg.is_power_of_two()));
-    let fused = warp
-        && opts
-            .fused_distances
-            .unwrap_or_else(|| crate::device::is_cpu_device(&caps));
+    crate::device::check_loop_budget(
+        &caps,
+        &format!("the k-NN distance product at dimension {d}"),
+        dist_loop_iterations(d),
+    )?;
+    // Fused keys only on request: at 1,500 rows lavapipe ran them 2× slower than the tiles
+    // (BENCHMARKS.md), and on GPUs 30–50× slower.
+    let fused = warp && opts.fused_distances == Some(true);
+    // WarpSelect's rows per dispatch within the device's loop budget (lavapipe cuts every
+    // invocation's loops short after 65,535 iterations: without this bound the selection
+    // silently skipped rows).
+    let warp_rows = if warp {
+        match warp_rows_in_budget(&caps, sg, kb, tq, d, fused) {
+            Some(r) => r,
+            None => {
+                return Err(Error::Limit(format!(
+                    "WarpSelect with keys computed in the selection at dimension {d} needs more \
+                     loop iterations in one invocation than {} runs (a driver limit); use the \
+                     default (keys from the distance product)",
+                    caps.name
+                )))
+            }
+        }
+    } else {
+        usize::MAX
+    };
     // WarpSelect: the running queues (K pairs a query) live in B, the keys of a table tile
     // (`table_tile` a query; none when fused) in A.
     let scratch_cap = (caps.memory_budget_bytes / 4).min(MAX_SCRATCH);
@@ -427,7 +518,7 @@ pub fn knn_flat(
         let auto = fit
             .saturating_sub(2 * kb)
             .clamp(WARP_MIN_TILE, WARP_TABLE_TILE);
-        let tt = opts.table_tile.unwrap_or(auto).max(1).min(n);
+        let tt = opts.table_tile.unwrap_or(auto).max(1).min(warp_rows).min(n);
         (
             tt,
             kb,

@@ -33,6 +33,7 @@ pub(crate) const KNN_DIST: Shader = shader!("knn_dist");
 pub(crate) const KNN_SORT: Shader = shader!("knn_sort");
 pub(crate) const KNN_MERGE: Shader = shader!("knn_merge");
 pub(crate) const KNN_WARP: Shader = shader!("knn_warp");
+pub(crate) const LOOP_PROBE: Shader = shader!("loop_probe");
 
 const OP_TYPE_INT: u32 = 21;
 const OP_TYPE_FLOAT: u32 = 22;

@@ -553,3 +553,35 @@ fn gram_outlives_nothing_jobs_keep_it_alive() {
     assert_eq!(job.sequences().unwrap(), want);
     assert_clean(&ctx);
 }
+
+/// lavapipe stops an invocation's loops, silently, after 65,535 iterations in all: a dispatch
+/// running every step of a 2,000-item sequence with 8 invocations a workgroup (~130,000
+/// iterations in memory placement, more in registers) must be split by the engine, not cut
+/// short. Same bits as one step per dispatch, and the oracle.
+#[test]
+fn many_steps_per_dispatch_stay_within_the_loop_cap() {
+    let ctx = ctx();
+    let table = fortunes(2000);
+    let dt = DeviceTable::upload(&ctx, &table, Precision::Fp32).unwrap();
+    let gram = Gram::build(&dt).unwrap();
+    let starts: Vec<u32> = vec![0, 1999, 733];
+    for placement in [Placement::Registers, Placement::Memory] {
+        let one = GramOptions {
+            placement,
+            workgroup_size: Some(8),
+            steps_per_dispatch: 1,
+            ..GramOptions::default()
+        };
+        let base = run(&gram, &starts, starts.len(), &one);
+        let all = GramOptions {
+            steps_per_dispatch: 100_000,
+            chunk: 0,
+            ..one.clone()
+        };
+        let got = run(&gram, &starts, starts.len(), &all);
+        assert_eq!(got, base, "{placement:?}: every step in one dispatch");
+        let (worst, _) = check_all(&table, &starts, &got);
+        assert!(worst <= EPS, "{placement:?}: worst excess {worst}");
+    }
+    assert_clean(&ctx);
+}
