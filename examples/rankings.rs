@@ -5,7 +5,7 @@
 //! cargo run --release --example rankings -- --table FILE [--dim D] [--center]
 //!     [--precision fp32|fp16] [--top-k K|all] [--metric cosine|ip|l2] [--batch B]
 //!     [--model NAME] [--device NAME] [--validation] --out rankings.json
-//!     [--graph FILE [--graph-k K]]
+//!     [--graph FILE [--graph-k K]] [--verify Q]
 //! ```
 //!
 //! FILE is a raw little-endian float32 `.f32` (needs `--dim`), a `.npy` (float32 or float16) or
@@ -13,7 +13,10 @@
 //! `{"metadata":{"total_poems","algorithm","format":"pre_sorted_rankings","top_k",…},
 //! "rankings":{"<id>":[id,…]}}`, written to a temporary file beside `--out` and renamed at the
 //! end; `--graph` writes the compact k-NN graph file (k = `--graph-k`, default 10). Both output
-//! locations are checked before any GPU work. One summary line goes to stdout.
+//! locations are checked before any GPU work. `--verify Q` cross-checks Q items (spread over the
+//! table, first and last included) against a float64 brute force over the table as stored on
+//! the device and fails, leaving no output file, if any returned neighbour is not a true one
+//! (rounding-level ties aside). One summary line goes to stdout.
 
 use diversity::cache::{KnnGraphWriter, KnnMetric, RankingsWriter, KNN_PAD};
 use diversity::knn::KnnPath;
@@ -36,11 +39,12 @@ struct Args {
     out: Option<PathBuf>,
     graph: Option<PathBuf>,
     graph_k: usize,
+    verify: usize,
 }
 
 const USAGE: &str = "usage: rankings --table FILE [--dim D] [--center] [--precision fp32|fp16] \
 [--top-k K|all] [--metric cosine|ip|l2] [--batch B] [--model NAME] [--device NAME] [--validation] \
---out rankings.json [--graph FILE [--graph-k K]]";
+--out rankings.json [--graph FILE [--graph-k K]] [--verify Q]";
 
 fn parse() -> Result<Args, String> {
     let mut it = std::env::args().skip(1);
@@ -58,6 +62,7 @@ fn parse() -> Result<Args, String> {
         out: None,
         graph: None,
         graph_k: DEFAULT_GRAPH_K,
+        verify: 0,
     };
     fn num<T: std::str::FromStr>(flag: &str, v: Option<String>) -> Result<T, String> {
         let v = v.ok_or_else(|| format!("{flag} needs a value"))?;
@@ -98,6 +103,7 @@ fn parse() -> Result<Args, String> {
             "--out" => a.out = Some(it.next().ok_or("--out needs a file")?.into()),
             "--graph" => a.graph = Some(it.next().ok_or("--graph needs a file")?.into()),
             "--graph-k" => a.graph_k = num("--graph-k", it.next())?,
+            "--verify" => a.verify = num("--verify", it.next())?,
             "-h" | "--help" => return Err(USAGE.into()),
             _ => return Err(format!("unknown argument {flag}\n{USAGE}")),
         }
@@ -166,6 +172,7 @@ fn run(a: Args) -> Result<(), String> {
         top_k,
         metric: a.metric,
         batch: a.batch,
+        verify: a.verify,
         ..RankingsOptions::default()
     };
     let t0 = Instant::now();
@@ -236,6 +243,12 @@ fn run(a: Args) -> Result<(), String> {
             .map(|p| format!(" + k-NN graph k = {gk} {}", p.display()))
             .unwrap_or_default()
     );
+    if a.verify > 0 {
+        println!(
+            "verified: {} items against a float64 brute force, every neighbour a true one",
+            report.verified
+        );
+    }
     if a.validation {
         let msgs = ctx.validation_messages();
         if !msgs.is_empty() {

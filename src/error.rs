@@ -25,6 +25,10 @@ pub enum Error {
     /// A value handed to the API is out of its valid range (bad start, zero dimension, NaN, ...).
     #[error("{0}")]
     Invalid(String),
+    /// A result failed the cross-check the caller asked for (`KnnOptions::verify`, the
+    /// rankings' `--verify`): the message names the query, rank and rows.
+    #[error("verification failed: {0}")]
+    Verification(String),
     /// The job needs more than the device offers; the message names the limit, the need and the
     /// amount available.
     #[error("device limit: {0}")]

@@ -160,6 +160,10 @@ pub struct KnnOptions {
     /// 1,500 rows and 30–50× slower on the H200: fused lanes stream their own rows,
     /// uncoalesced, and every query reads the whole table).
     pub fused_distances: Option<bool>,
+    /// Cross-check this many queries (spread over the batch, first and last included) against
+    /// a float64 brute force on the host over the table as stored
+    /// ([`crate::knn_verify`]); a disagreement is an [`Error::Verification`]. 0 = off.
+    pub verify: usize,
 }
 
 impl Default for KnnOptions {
@@ -173,6 +177,7 @@ impl Default for KnnOptions {
             full_ranking: false,
             warp_select: None,
             fused_distances: None,
+            verify: 0,
         }
     }
 }
@@ -223,6 +228,8 @@ pub struct KnnResult {
     pub query_tile: usize,
     /// GPU nanoseconds (0 without timestamps).
     pub gpu_ns: u64,
+    /// Queries cross-checked against the float64 brute force ([`KnnOptions::verify`]).
+    pub verified: usize,
 }
 
 impl KnnResult {
@@ -577,6 +584,7 @@ pub fn knn_flat(
         subgroups: use_sg,
         query_tile: qt,
         gpu_ns: 0,
+        verified: 0,
     };
     if nq == 0 {
         return Ok(out);
@@ -850,5 +858,11 @@ pub fn knn_flat(
         q0 += qn;
     }
     drop(set);
+    if opts.verify > 0 {
+        let stored = crate::knn_verify::stored_table(table)?;
+        let sample = crate::knn_verify::verify_sample(nq, opts.verify);
+        out.verified =
+            crate::knn_verify::verify_result(&stored, queries, opts.metric, &out, &sample)?;
+    }
     Ok(out)
 }

@@ -17,6 +17,7 @@ pub mod error;
 pub mod files;
 pub mod gram;
 pub mod knn;
+pub mod knn_verify;
 pub mod limits;
 #[cfg(feature = "lua")]
 mod lua;

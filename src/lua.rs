@@ -1293,6 +1293,7 @@ fn rankings_options(call: &str, o: &Option<LuaTable>) -> LuaResult<RankingsOptio
         },
         subgroups: opt::<bool>(o, "subgroups")?,
         full_ranking: opt::<bool>(o, "full_ranking")?.unwrap_or(false),
+        ..RankingsOptions::default()
     })
 }
 

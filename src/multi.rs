@@ -302,6 +302,8 @@ impl IndexShards {
             subgroups: first.subgroups,
             query_tile: first.query_tile,
             gpu_ns: report.per_device_ns.iter().copied().max().unwrap_or(0),
+            // Every shard checked the same queries against its own rows.
+            verified: ran.iter().map(|(_, p)| p.verified).min().unwrap_or(0),
         };
         Ok((result, report))
     }
@@ -481,6 +483,7 @@ fn on_device(index: usize, name: &str, e: Error) -> Error {
     match e {
         Error::Invalid(s) => Error::Invalid(format!("{who}: {s}")),
         Error::Limit(s) => Error::Limit(format!("{who}: {s}")),
+        Error::Verification(s) => Error::Verification(format!("{who}: {s}")),
         Error::NoDevice(s) => Error::NoDevice(format!("{who}: {s}")),
         Error::DeviceLost(s) => Error::DeviceLost(format!("{s} on {who}")),
         Error::Unsupported { device, what } => Error::Unsupported {
@@ -597,6 +600,7 @@ mod tests {
             subgroups: false,
             query_tile: 1,
             gpu_ns: 0,
+            verified: 0,
         }
     }
 

@@ -52,6 +52,11 @@ pub struct RankingsOptions {
     pub subgroups: Option<bool>,
     /// Passed to [`KnnOptions::full_ranking`] (tests).
     pub full_ranking: bool,
+    /// Cross-check this many items (spread over all, first and last included) against a
+    /// float64 brute force over the table as stored on the device ([`crate::knn_verify`]);
+    /// a disagreement is an [`Error::Verification`] and nothing more reaches the sink.
+    /// 0 = off.
+    pub verify: usize,
 }
 
 impl Default for RankingsOptions {
@@ -63,6 +68,7 @@ impl Default for RankingsOptions {
             items: None,
             subgroups: None,
             full_ranking: false,
+            verify: 0,
         }
     }
 }
@@ -84,6 +90,8 @@ pub struct RankingsReport {
     pub path: Option<KnnPath>,
     /// Whether subgroup shuffles ran.
     pub subgroups: bool,
+    /// Items cross-checked against the float64 brute force ([`RankingsOptions::verify`]).
+    pub verified: usize,
     /// GPU nanoseconds, all batches (0 without timestamps).
     pub gpu_ns: u64,
 }
@@ -187,12 +195,20 @@ pub fn rankings_with_values(
         batches: 0,
         path: None,
         subgroups: false,
+        verified: 0,
         gpu_ns: 0,
+    };
+    let check = match opts.verify {
+        0 => None,
+        v => Some((
+            crate::knn_verify::stored_table(dt)?,
+            crate::knn_verify::verify_sample(items.len(), v),
+        )),
     };
     let mut queries = Vec::with_capacity(batch * d);
     let mut ids = Vec::with_capacity(batch * len);
     let mut values = Vec::with_capacity(batch * len);
-    for chunk in items.chunks(batch) {
+    for (b, chunk) in items.chunks(batch).enumerate() {
         queries.clear();
         for &i in chunk {
             queries.extend_from_slice(stored.row(i as usize));
@@ -202,6 +218,23 @@ pub fn rankings_with_values(
         report.gpu_ns += res.gpu_ns;
         report.path = Some(res.path);
         report.subgroups = res.subgroups;
+        if let Some((rows, sample)) = &check {
+            let at = b * batch;
+            let local: Vec<usize> = sample
+                .iter()
+                .filter(|&&i| i >= at && i < at + chunk.len())
+                .map(|&i| i - at)
+                .collect();
+            report.verified +=
+                crate::knn_verify::verify_result(rows, &queries, opts.metric, &res, &local)
+                    .map_err(|e| match e {
+                        Error::Verification(m) => Error::Verification(format!(
+                            "item {} (batch {b}): {m}",
+                            chunk[local.first().copied().unwrap_or(0)]
+                        )),
+                        e => e,
+                    })?;
+        }
         ids.clear();
         values.clear();
         for (q, &item) in chunk.iter().enumerate() {

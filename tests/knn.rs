@@ -624,3 +624,181 @@ fn warp_select_largest_bucket() {
     assert!(too_big.is_err());
     assert_clean(&ctx);
 }
+
+/// The rows `rows` of `table` as a query table.
+fn rows_of(table: &Table, rows: &[usize]) -> Table {
+    let d = table.d();
+    let data = rows.iter().flat_map(|&r| table.row(r).to_vec()).collect();
+    Table::new(data, rows.len(), d).unwrap()
+}
+
+/// Every selection path — WarpSelect over the product's tiles and with fused keys, the
+/// selection passes with and without subgroup shuffles, the full ranking — against the float64
+/// oracle, fp32 and fp16, random and real data, at sizes across every boundary the code has
+/// (the 1,024-row chunk and bucket multiples, the ~1,360 rows where lavapipe's loop cap cut the
+/// fused WarpSelect short, table tiles of 2¹², a random size). The subgroup size is the device's
+/// (CI runs this file at lavapipe's 8 and again at 4). Queries are table rows (the rankings
+/// workload: the row itself is among its neighbours) spread over the table, first and last
+/// included.
+#[test]
+fn every_path_against_the_oracle_across_size_boundaries() {
+    let ctx = ctx();
+    let seed: u64 = std::env::var("DIVERSITY_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+        });
+    let random_n = 1100 + (seed % 3900) as usize;
+    eprintln!("random size {random_n} (rerun with DIVERSITY_TEST_SEED={seed})");
+    let mut paths: Vec<(&str, KnnOptions)> = vec![
+        (
+            "selection, shared memory",
+            KnnOptions {
+                warp_select: Some(false),
+                subgroups: Some(false),
+                ..Default::default()
+            },
+        ),
+        (
+            "full ranking",
+            KnnOptions {
+                full_ranking: true,
+                ..Default::default()
+            },
+        ),
+    ];
+    if ctx.caps().subgroup_arithmetic {
+        paths.push((
+            "selection, subgroups",
+            KnnOptions {
+                warp_select: Some(false),
+                subgroups: Some(true),
+                ..Default::default()
+            },
+        ));
+    }
+    if warp_available(&ctx) {
+        for (name, fused) in [("WarpSelect, tiles", false), ("WarpSelect, fused", true)] {
+            paths.push((
+                name,
+                KnnOptions {
+                    warp_select: Some(true),
+                    fused_distances: Some(fused),
+                    ..Default::default()
+                },
+            ));
+        }
+    }
+    for n in [1023, 1024, 1025, 1400, 2049, 4097, random_n] {
+        let rows: Vec<usize> = (0..24).map(|i| i * (n - 1) / 23).collect();
+        for (data, table) in [
+            ("random", random_table(n, 384, n as u64)),
+            ("fortunes", fortunes(n)),
+        ] {
+            let queries = rows_of(&table, &rows);
+            for p in [Precision::Fp32, Precision::Fp16] {
+                let dt = DeviceTable::upload(&ctx, &table, p).unwrap();
+                let stored = table.as_stored(p);
+                for (name, base) in &paths {
+                    for k in [11, 33] {
+                        let opts = KnnOptions { k, ..base.clone() };
+                        let res = knn(&dt, &queries, &opts)
+                            .unwrap_or_else(|e| panic!("{data} N = {n} {p:?} {name} k {k}: {e}"));
+                        eprintln!("{data} N = {n} {p:?} {name} k {k}: {:?}", res.path);
+                        check(&stored, &queries, &opts, &res);
+                    }
+                }
+            }
+        }
+    }
+    assert_clean(&ctx);
+}
+
+/// A long thin table (300,000 rows: past WarpSelect's 2¹⁸-row tile, and at subgroup size 4
+/// past lavapipe's loop cap within one tile unless the planner bounds it) with the true
+/// neighbours planted where a cut-short loop would stop: each query is a copy of a row near
+/// the end of the first tile or of the table.
+#[test]
+fn long_table_neighbours_at_the_loop_cap() {
+    let ctx = ctx();
+    let n = 300_000;
+    let table = random_table(n, 3, 99);
+    let queries = rows_of(&table, &[262_143, 262_139, 131_071, n - 1, 0]);
+    for p in [Precision::Fp32, Precision::Fp16] {
+        let dt = DeviceTable::upload(&ctx, &table, p).unwrap();
+        for metric in [Metric::L2, Metric::Cosine] {
+            let opts = KnnOptions {
+                k: 11,
+                metric,
+                ..Default::default()
+            };
+            let res = knn(&dt, &queries, &opts).unwrap();
+            check(&table.as_stored(p), &queries, &opts, &res);
+        }
+    }
+    assert_clean(&ctx);
+}
+
+/// `KnnOptions::verify` checks real results and refuses wrong ones: a neighbour swapped for a
+/// far row, a true neighbour left out (the 12th best in place of the 11th), a repeated id —
+/// each named by query and rank.
+#[test]
+fn verify_accepts_right_and_refuses_wrong_neighbours() {
+    use diversity::knn_verify::{verify_result, verify_sample};
+    use diversity::Error;
+    let ctx = ctx();
+    let table = fortunes(300);
+    let dt = DeviceTable::upload(&ctx, &table, Precision::Fp16).unwrap();
+    let queries = rows_of(&table, &[0, 150, 299]);
+    let opts = KnnOptions {
+        k: 11,
+        verify: 3,
+        ..Default::default()
+    };
+    let res = knn(&dt, &queries, &opts).unwrap();
+    assert_eq!(res.verified, 3);
+    assert_eq!(verify_sample(3, 3), vec![0, 1, 2]);
+    assert_eq!(verify_sample(1000, 3), vec![0, 499, 999]);
+    assert_eq!(verify_sample(0, 3), Vec::<usize>::new());
+    let stored = table.as_stored(Precision::Fp16);
+    let m = Metric::Cosine;
+    verify_result(&stored, queries.data(), m, &res, &[0, 1, 2]).unwrap();
+    let far = knn(
+        &dt,
+        &queries,
+        &KnnOptions {
+            k: 300,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let (k, q) = (11, 1);
+    let mut swapped = res.clone();
+    swapped.ids[q * k + 3] = far.ids_of(q)[299];
+    let mut short = res.clone();
+    short.ids[q * k + 10] = far.ids_of(q)[11];
+    short.distances[q * k + 10] = far.distances_of(q)[11];
+    let mut repeated = res.clone();
+    repeated.ids[q * k + 4] = repeated.ids[q * k + 3];
+    repeated.distances[q * k + 4] = repeated.distances[q * k + 3];
+    for (name, bad, rank) in [
+        ("swapped", swapped, 3),
+        ("short", short, 10),
+        ("repeated", repeated, 4),
+    ] {
+        match verify_result(&stored, queries.data(), m, &bad, &[0, 1, 2]) {
+            Err(Error::Verification(msg)) => {
+                assert!(
+                    msg.contains(&format!("query {q}, rank {rank}")),
+                    "{name}: {msg}"
+                );
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+    assert_clean(&ctx);
+}

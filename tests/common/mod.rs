@@ -66,9 +66,15 @@ pub fn assert_clean(ctx: &diversity::Context) {
     assert!(msgs.is_empty(), "validation layers reported: {msgs:#?}");
 }
 
-/// The first `n` rows of the bundled real data (2,048 fortunes × 384, fp16 values).
+/// The first `n` rows of the bundled real data (2,048 fortunes × 384, fp16 values; up to
+/// 5,120 from `fortunes-5k.npy`).
 pub fn fortunes(n: usize) -> diversity::Table {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/fortunes-2k.npy");
+    let file = if n <= 2048 {
+        "data/fortunes-2k.npy"
+    } else {
+        "data/fortunes-5k.npy"
+    };
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
     diversity::files::load_npy(&path)
         .expect("bundled data")
         .head(n)
