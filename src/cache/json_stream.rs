@@ -1,0 +1,367 @@
+//! The streaming JSON writer shared by the sequence cache, the rankings cache and the shard
+//! merge: `{"metadata":{…},"<section>":{"<key>":[…], …}}`, rows formatted without per-number
+//! allocation (on several threads for large batches) and mapped through the table's row ids.
+
+use super::pending::{check_not_failed, io_err, PendingFile};
+use crate::error::{Error, Result};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+
+/// Append the decimal digits of `v` to `buf`, two digits at a time, without allocating.
+#[inline]
+fn push_u32(buf: &mut Vec<u8>, mut v: u32) {
+    const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+    let mut tmp = [0u8; 10];
+    let mut i = tmp.len();
+    while v >= 100 {
+        let p = (v % 100) as usize * 2;
+        v /= 100;
+        i -= 2;
+        tmp[i] = PAIRS[p];
+        tmp[i + 1] = PAIRS[p + 1];
+    }
+    if v >= 10 {
+        let p = v as usize * 2;
+        i -= 2;
+        tmp[i] = PAIRS[p];
+        tmp[i + 1] = PAIRS[p + 1];
+    } else {
+        i -= 1;
+        tmp[i] = b'0' + v as u8;
+    }
+    buf.extend_from_slice(&tmp[i..]);
+}
+
+/// The JSON text of every row id, encoded once so rows are formatted by copying bytes.
+#[derive(Debug)]
+pub(super) struct IdText {
+    /// Concatenated value texts: a string id JSON-quoted and escaped, a number id as its digits.
+    text: Vec<u8>,
+    /// Per id: the range of its value text in `text`, and whether it is a string (then the key is
+    /// the value text itself; a number's key is its digits in quotes).
+    spans: Vec<(usize, usize, bool)>,
+}
+
+impl IdText {
+    pub(super) fn new(path: &Path, ids: &[Value]) -> Result<IdText> {
+        let mut text = Vec::new();
+        let mut spans = Vec::with_capacity(ids.len());
+        let mut seen: HashMap<String, usize> = HashMap::with_capacity(ids.len());
+        for (i, id) in ids.iter().enumerate() {
+            let (key, is_string) = match id {
+                Value::String(s) => (s.clone(), true),
+                Value::Number(n) => (n.to_string(), false),
+                other => {
+                    return Err(Error::Invalid(format!(
+                        "{}: id of row {i} is {other}, not a string or a number",
+                        path.display()
+                    )))
+                }
+            };
+            let start = text.len();
+            if is_string {
+                serde_json::to_writer(&mut text, id).map_err(|e| {
+                    Error::Invalid(format!(
+                        "{}: id of row {i} cannot be encoded: {e}",
+                        path.display()
+                    ))
+                })?;
+            } else {
+                text.extend_from_slice(key.as_bytes());
+            }
+            spans.push((start, text.len(), is_string));
+            if let Some(first) = seen.insert(key, i) {
+                return Err(Error::Invalid(format!(
+                    "{}: rows {first} and {i} have the same id {id}; the cache is keyed \
+                     by id, so ids must be unique",
+                    path.display()
+                )));
+            }
+        }
+        Ok(IdText { text, spans })
+    }
+    pub(super) fn len(&self) -> usize {
+        self.spans.len()
+    }
+    fn push_value(&self, buf: &mut Vec<u8>, i: usize) {
+        let (a, b, _) = self.spans[i];
+        buf.extend_from_slice(&self.text[a..b]);
+    }
+    fn push_key(&self, buf: &mut Vec<u8>, i: usize) {
+        let (a, b, is_string) = self.spans[i];
+        if is_string {
+            buf.extend_from_slice(&self.text[a..b]);
+        } else {
+            buf.push(b'"');
+            buf.extend_from_slice(&self.text[a..b]);
+            buf.push(b'"');
+        }
+    }
+}
+
+/// Append `,"<key>":[v,…]` for one sequence to `buf`, mapping through `ids` when given; the
+/// caller has checked `start` and every entry against the id count.
+fn format_row(buf: &mut Vec<u8>, ids: Option<&IdText>, start: u32, seq: &[u32]) {
+    buf.push(b',');
+    match ids {
+        Some(ids) => {
+            ids.push_key(buf, start as usize);
+            buf.extend_from_slice(b":[");
+            for (j, &v) in seq.iter().enumerate() {
+                if j > 0 {
+                    buf.push(b',');
+                }
+                ids.push_value(buf, v as usize);
+            }
+        }
+        None => {
+            buf.push(b'"');
+            push_u32(buf, start);
+            buf.extend_from_slice(b"\":[");
+            for (j, &v) in seq.iter().enumerate() {
+                if j > 0 {
+                    buf.push(b',');
+                }
+                push_u32(buf, v);
+            }
+        }
+    }
+    buf.push(b']');
+}
+
+/// Batches with at least this many numbers are formatted on several threads.
+const PARALLEL_MIN_NUMBERS: usize = 1 << 15;
+/// Text each formatting thread produces per round (bounds host memory to threads × this).
+pub(super) const PIECE_BYTES: usize = 8 << 20;
+
+/// What kind of JSON value `v` is, for messages.
+pub(super) fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The streaming JSON machinery shared by [`JsonCacheWriter`] and [`RankingsWriter`]:
+/// `{"metadata":<metadata>,"<section>":{` written at creation, rows `"<key>":[value, …]`
+/// appended batch by batch (formatted on several threads when large), `}}` and a newline on
+/// [`finish`](Self::finish). Rows are formatted with [`format_row`], so keys and values go
+/// through the row ids when there are some; the callers check every index first.
+///
+/// [`JsonCacheWriter`]: super::JsonCacheWriter
+/// [`RankingsWriter`]: super::RankingsWriter
+#[derive(Debug)]
+pub(super) struct JsonStream {
+    // Declared before `pending` so the file is closed before the temporary file is removed.
+    out: Option<BufWriter<File>>,
+    pending: PendingFile,
+    pub(super) ids: Option<IdText>,
+    /// Names the file in messages: "cache", "rankings cache".
+    what: &'static str,
+    started: bool,
+    pub(super) failed: bool,
+    bufs: Vec<Vec<u8>>,
+    threads: usize,
+}
+
+impl JsonStream {
+    /// Create the temporary file (the output location check) and write the opening, with
+    /// `metadata` already serialized.
+    pub(super) fn create(
+        path: &Path,
+        what: &'static str,
+        metadata: &[u8],
+        section: &str,
+        ids: Option<IdText>,
+    ) -> Result<Self> {
+        let (pending, file) = PendingFile::create(path)?;
+        let mut out = BufWriter::with_capacity(1 << 20, file);
+        out.write_all(b"{\"metadata\":")
+            .and_then(|_| out.write_all(metadata))
+            .and_then(|_| write!(out, ",\"{section}\":{{"))
+            .map_err(io_err(path))?;
+        let threads = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        Ok(JsonStream {
+            out: Some(out),
+            pending,
+            ids,
+            what,
+            started: false,
+            failed: false,
+            bufs: Vec::new(),
+            threads,
+        })
+    }
+
+    pub(super) fn path(&self) -> &Path {
+        self.pending.path()
+    }
+
+    /// Set how many threads format large batches (at least 1).
+    pub(super) fn set_threads(&mut self, threads: usize) {
+        self.threads = threads.max(1);
+    }
+
+    /// Refuse further rows after an I/O error left part of a batch in the file.
+    pub(super) fn check_usable(&self) -> Result<()> {
+        check_not_failed(self.failed, self.path(), self.what, false)
+    }
+
+    /// Format and append rows (row `i` of `flat`, `len` entries, keyed by `starts[i]`), every
+    /// index already checked against the ids. An I/O error marks the stream failed.
+    pub(super) fn write_rows(&mut self, starts: &[u32], flat: &[u32], len: usize) -> Result<()> {
+        let result = self.format_and_write(starts, flat, len);
+        if let Err(Error::Io { .. }) = &result {
+            // Part of the batch may be in the file: it can no longer be finished.
+            self.failed = true;
+        }
+        result
+    }
+
+    fn format_and_write(&mut self, starts: &[u32], flat: &[u32], len: usize) -> Result<()> {
+        let rows = starts.len();
+        if rows == 0 {
+            return Ok(());
+        }
+        let ids = self.ids.as_ref();
+        let threads = self.threads.min(rows);
+        if self.bufs.is_empty() {
+            self.bufs.push(Vec::new());
+        }
+        if threads <= 1 || rows * len < PARALLEL_MIN_NUMBERS {
+            // Small: format whole, then one write.
+            let buf = &mut self.bufs[0];
+            buf.clear();
+            for (i, &s) in starts.iter().enumerate() {
+                format_row(buf, ids, s, &flat[i * len..(i + 1) * len]);
+            }
+            return Self::emit(
+                &mut self.out,
+                self.pending.path(),
+                self.what,
+                &mut self.started,
+                &self.bufs[..1],
+            );
+        }
+        // Two sets of per-thread buffers: the threads format round k + 1 into one while this
+        // thread writes round k from the other, so formatting and file I/O overlap.
+        self.bufs.resize_with(2 * threads, Vec::new);
+        let (mut next, mut ready) = self.bufs.split_at_mut(threads);
+        // Rows per thread per round: about PIECE_BYTES of text at ≤ 7 bytes a number.
+        let per_piece = (PIECE_BYTES / 7 / len.max(1)).max(1);
+        let (out, path, what, started) = (
+            &mut self.out,
+            self.pending.path(),
+            self.what,
+            &mut self.started,
+        );
+        let mut have_ready = false;
+        let mut first_row = 0;
+        while first_row < rows {
+            let round_rows = (rows - first_row).min(per_piece * threads);
+            let per_thread = round_rows.div_ceil(threads);
+            let written = std::thread::scope(|scope| {
+                for (t, buf) in next.iter_mut().enumerate() {
+                    buf.clear();
+                    let a = (first_row + t * per_thread).min(first_row + round_rows);
+                    let b = (a + per_thread).min(first_row + round_rows);
+                    if a < b {
+                        scope.spawn(move || {
+                            for i in a..b {
+                                format_row(buf, ids, starts[i], &flat[i * len..(i + 1) * len]);
+                            }
+                        });
+                    }
+                }
+                if have_ready {
+                    Self::emit(out, path, what, started, ready)
+                } else {
+                    Ok(())
+                }
+            });
+            written?;
+            std::mem::swap(&mut next, &mut ready);
+            have_ready = true;
+            first_row += round_rows;
+        }
+        Self::emit(out, path, what, started, ready)
+    }
+
+    /// Write formatted pieces in order; the very first row loses its leading comma.
+    fn emit(
+        out: &mut Option<BufWriter<File>>,
+        path: &Path,
+        what: &str,
+        started: &mut bool,
+        pieces: &[Vec<u8>],
+    ) -> Result<()> {
+        let io = io_err(path);
+        let out = out.as_mut().ok_or_else(|| {
+            Error::Invalid(format!("{}: the {what} writer is closed", path.display()))
+        })?;
+        for piece in pieces {
+            if piece.is_empty() {
+                continue;
+            }
+            let bytes = if *started { &piece[..] } else { &piece[1..] };
+            out.write_all(bytes).map_err(&io)?;
+            *started = true;
+        }
+        Ok(())
+    }
+
+    /// Close the JSON, flush, fsync and rename the file onto its destination.
+    pub(super) fn finish(mut self) -> Result<()> {
+        let path = self.pending.path().to_path_buf();
+        check_not_failed(self.failed, &path, self.what, true)?;
+        let io = io_err(&path);
+        let mut out = self.out.take().ok_or_else(|| {
+            Error::Invalid(format!(
+                "{}: the {} writer is closed",
+                path.display(),
+                self.what
+            ))
+        })?;
+        out.write_all(b"}}\n").map_err(&io)?;
+        let file = out.into_inner().map_err(|e| Error::Io {
+            path: path.clone(),
+            source: e.into_error(),
+        })?;
+        file.sync_all().map_err(&io)?;
+        drop(file);
+        let JsonStream { pending, .. } = self;
+        pending.commit()
+    }
+
+    /// Append rows already formatted as `,"<key>":[…]` each (the very first row loses its
+    /// comma), e.g. copied from another cache, and clear `rows`. An I/O error marks the stream
+    /// failed.
+    pub(super) fn write_formatted(&mut self, rows: &mut Vec<u8>) -> Result<()> {
+        self.check_usable()?;
+        let result = Self::emit(
+            &mut self.out,
+            self.pending.path(),
+            self.what,
+            &mut self.started,
+            std::slice::from_ref(rows),
+        );
+        if result.is_err() {
+            self.failed = true;
+        }
+        rows.clear();
+        result
+    }
+}

@@ -1,0 +1,496 @@
+//! Shards: partial caches of one run (`--shard i/n`), and [`merge_caches`] merging them back
+//! into the one-shot cache.
+
+use super::json_stream::{JsonStream, PIECE_BYTES};
+use super::pending::{io_err, PendingFile};
+use crate::error::{Error, Result};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// The metadata keys a shard — the partial cache of a `--shard i/n` run — carries on top of the
+/// run's own, all removed by [`merge_caches`]: `"shard":"i/n"` (1-based), `"shard_layout"`
+/// (`"contiguous"` or `"strided"`), `"shard_starts_total"` (starts in the whole run) and
+/// `"shard_starts_fingerprint"` (a checksum of the whole run's starts list).
+pub const SHARD_KEYS: [&str; 4] = [
+    "shard",
+    "shard_layout",
+    "shard_starts_total",
+    "shard_starts_fingerprint",
+];
+
+/// How a run's starts list is split into shards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShardLayout {
+    /// Shard i holds the i-th of n near-equal runs of consecutive positions (the first
+    /// `total mod n` shards one longer).
+    Contiguous,
+    /// Shard i holds the positions p (0-based) with p mod n = i − 1.
+    Strided,
+}
+
+impl ShardLayout {
+    /// `"contiguous"` or `"strided"`, as in the metadata.
+    pub fn name(self) -> &'static str {
+        match self {
+            ShardLayout::Contiguous => "contiguous",
+            ShardLayout::Strided => "strided",
+        }
+    }
+
+    /// The layout a metadata name means.
+    pub fn from_name(name: &str) -> Option<ShardLayout> {
+        match name {
+            "contiguous" => Some(ShardLayout::Contiguous),
+            "strided" => Some(ShardLayout::Strided),
+            _ => None,
+        }
+    }
+
+    /// The positions (0-based, in the whole run's starts list) of shard `index` (1-based) of
+    /// `count` over `total` starts, in the order the shard computes and writes them.
+    pub fn positions(self, index: usize, count: usize, total: usize) -> Vec<usize> {
+        assert!(
+            count >= 1 && (1..=count).contains(&index),
+            "shard {index}/{count}"
+        );
+        match self {
+            ShardLayout::Contiguous => {
+                let (base, rem) = (total / count, total % count);
+                let first = (index - 1) * base + (index - 1).min(rem);
+                (first..first + shard_len(index, count, total)).collect()
+            }
+            ShardLayout::Strided => (index - 1..total).step_by(count).collect(),
+        }
+    }
+}
+
+/// How many of `total` starts shard `index` (1-based) of `count` holds — the same in both
+/// layouts: `total / count`, plus one for the first `total mod count` shards.
+pub fn shard_len(index: usize, count: usize, total: usize) -> usize {
+    total / count + usize::from(index <= total % count)
+}
+
+/// What [`merge_caches`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MergeReport {
+    /// n, the number of shards merged.
+    pub shards: usize,
+    /// Their layout.
+    pub layout: ShardLayout,
+    /// Sequences in the merged cache (the whole run's starts).
+    pub sequences: usize,
+}
+
+/// A JSON object's members in file order, each value's text as it is in the file.
+struct RawEntries<'a>(Vec<(String, &'a serde_json::value::RawValue)>);
+
+impl<'de> serde::Deserialize<'de> for RawEntries<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = RawEntries<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Self::Value, A::Error> {
+                let mut out = Vec::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    out.push((key, map.next_value()?));
+                }
+                Ok(RawEntries(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// A diversity cache's members `metadata` and `sequences` (others skipped), read in one pass.
+struct CacheEntries<'a> {
+    metadata: Option<RawEntries<'a>>,
+    sequences: Option<RawEntries<'a>>,
+}
+
+impl<'de> serde::Deserialize<'de> for CacheEntries<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = CacheEntries<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object {\"metadata\":{…},\"sequences\":{…}}")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Self::Value, A::Error> {
+                let mut out = CacheEntries {
+                    metadata: None,
+                    sequences: None,
+                };
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "metadata" => out.metadata = Some(map.next_value()?),
+                        "sequences" => out.sequences = Some(map.next_value()?),
+                        _ => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(out)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// The number of elements of `text`, JSON the parser has already checked; None when it is not an
+/// array. Counts the commas at depth 1, outside strings, without parsing the elements again.
+fn array_len(text: &str) -> Option<usize> {
+    let bytes = text.as_bytes();
+    if bytes.first() != Some(&b'[') {
+        return None;
+    }
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    let (mut commas, mut any) = (0usize, false);
+    for &c in bytes {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if c == b'\\' {
+                escaped = true;
+            } else if c == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match c {
+            b' ' | b'\t' | b'\n' | b'\r' => {}
+            b'[' | b'{' => {
+                any |= depth == 1;
+                depth += 1;
+            }
+            b']' | b'}' => depth -= 1,
+            b',' if depth == 1 => commas += 1,
+            _ => {
+                any |= depth == 1;
+                in_string = c == b'"';
+            }
+        }
+    }
+    Some(if any { commas + 1 } else { 0 })
+}
+
+/// One input of [`merge_caches`], parsed: its metadata and rows as text borrowed from the file.
+struct ShardPart<'a> {
+    path: &'a Path,
+    index: usize,
+    count: usize,
+    layout: ShardLayout,
+    total: usize,
+    metadata: Vec<(String, &'a serde_json::value::RawValue)>,
+    rows: Vec<(String, &'a serde_json::value::RawValue)>,
+}
+
+impl<'a> ShardPart<'a> {
+    fn parse(path: &'a Path, text: &'a str) -> Result<ShardPart<'a>> {
+        let bad = |reason: String| Error::Format {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let top: CacheEntries =
+            serde_json::from_str(text).map_err(|e| bad(format!("not a diversity cache: {e}")))?;
+        let missing = |name: &str| bad(format!("not a diversity cache: it has no \"{name}\""));
+        let metadata = top.metadata.ok_or_else(|| missing("metadata"))?;
+        let rows = top.sequences.ok_or_else(|| missing("sequences"))?;
+        let field = |name: &str| -> Result<Value> {
+            let raw = metadata
+                .0
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| *v)
+                .ok_or_else(|| {
+                    bad(format!(
+                        "not a shard: its metadata has no \"{name}\" (only the partial caches \
+                         of --shard runs can be merged)"
+                    ))
+                })?;
+            serde_json::from_str(raw.get()).map_err(|e| bad(format!("metadata {name}: {e}")))
+        };
+        let shard = field("shard")?;
+        let (index, count) = shard
+            .as_str()
+            .and_then(|s| s.split_once('/'))
+            .and_then(|(i, n)| Some((i.parse::<usize>().ok()?, n.parse::<usize>().ok()?)))
+            .filter(|&(i, n)| n >= 1 && (1..=n).contains(&i))
+            .ok_or_else(|| {
+                bad(format!(
+                    "metadata shard is {shard}, not \"i/n\" with 1 <= i <= n"
+                ))
+            })?;
+        let layout = field("shard_layout")?;
+        let layout = layout
+            .as_str()
+            .and_then(ShardLayout::from_name)
+            .ok_or_else(|| {
+                bad(format!(
+                    "metadata shard_layout is {layout}, not \"contiguous\" or \"strided\""
+                ))
+            })?;
+        let total = field("shard_starts_total")?;
+        let total = total
+            .as_u64()
+            .and_then(|t| usize::try_from(t).ok())
+            .ok_or_else(|| {
+                bad(format!(
+                    "metadata shard_starts_total is {total}, not a non-negative integer"
+                ))
+            })?;
+        Ok(ShardPart {
+            path,
+            index,
+            count,
+            layout,
+            total,
+            metadata: metadata.0,
+            rows: rows.0,
+        })
+    }
+
+    /// The metadata value of `key` as text, if present.
+    fn meta(&self, key: &str) -> Option<&'a str> {
+        self.metadata
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.get())
+    }
+}
+
+/// Check that `part`'s metadata is `first`'s, but for `shard` and `generated_at` (shards run at
+/// different times; [`merge_caches`] keeps the latest): the same keys in the same order, the
+/// same values.
+fn check_same_run(first: &ShardPart, part: &ShardPart) -> Result<()> {
+    let skip = |k: &str| k == "shard" || k == "generated_at";
+    let a: Vec<_> = first.metadata.iter().filter(|(k, _)| !skip(k)).collect();
+    let b: Vec<_> = part.metadata.iter().filter(|(k, _)| !skip(k)).collect();
+    // Every difference, so one message says all that sets the runs apart.
+    let mut diffs = Vec::new();
+    for (ka, va) in &a {
+        match part.meta(ka) {
+            None => diffs.push(format!("{ka} = {} there, absent here", va.get())),
+            Some(vb) if vb != va.get() => {
+                diffs.push(format!("{ka} = {vb} here, {} there", va.get()))
+            }
+            _ => {}
+        }
+    }
+    for (kb, vb) in &b {
+        if first.meta(kb).is_none() {
+            diffs.push(format!("{kb} = {} here, absent there", vb.get()));
+        }
+    }
+    if diffs.is_empty() && a.iter().map(|(k, _)| k).ne(b.iter().map(|(k, _)| k)) {
+        diffs.push("the keys are in another order".to_string());
+    }
+    if part.meta("generated_at").is_some() != first.meta("generated_at").is_some() {
+        diffs.push("only one of them has generated_at".to_string());
+    }
+    if diffs.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Format {
+        path: part.path.to_path_buf(),
+        reason: format!(
+            "not a shard of the same run as {} (\"there\"): metadata {}",
+            first.path.display(),
+            diffs.join("; ")
+        ),
+    })
+}
+
+/// Merge the partial caches of a `--shard i/n` run (every shard 1..n, in any order) into the
+/// cache `out`, byte-identical to the cache a one-shot run with the same options writes.
+///
+/// Each input must be a diversity cache whose metadata carries [`SHARD_KEYS`]; they must be the
+/// shards of one run: the same metadata but for `shard` (and `generated_at`: the merged cache
+/// keeps the latest), the same n, every shard 1..n exactly once, each holding as many sequences
+/// as its slice of `shard_starts_total` starts, no start twice, every row as long. Otherwise the
+/// merge is refused ([`Error::Format`] naming the offending file, [`Error::Invalid`] for a
+/// missing shard) and `out` is untouched.
+///
+/// The output goes through a [`PendingFile`] (its location is checked before the inputs are
+/// read; nothing is left on error) and the same JSON stream as [`JsonCacheWriter`]: the
+/// metadata without the shard keys, then the rows in the one-shot run's order — the shards one
+/// after another (contiguous) or interleaved by position (strided) — each row's text copied
+/// through unchanged, so row ids come out as the shards wrote them. The inputs are read whole
+/// (the rows are not decoded), so memory is about the inputs' total size.
+///
+/// [`JsonCacheWriter`]: super::JsonCacheWriter
+pub fn merge_caches(inputs: &[PathBuf], out: &Path) -> Result<MergeReport> {
+    if inputs.is_empty() {
+        return Err(Error::Invalid(format!(
+            "{}: no shards to merge",
+            out.display()
+        )));
+    }
+    // The output location first (a temporary file created and removed).
+    drop(PendingFile::create(out)?);
+    let texts = inputs
+        .iter()
+        .map(|p| std::fs::read_to_string(p).map_err(io_err(p)))
+        .collect::<Result<Vec<_>>>()?;
+    let mut parts = inputs
+        .iter()
+        .zip(&texts)
+        .map(|(p, t)| ShardPart::parse(p, t))
+        .collect::<Result<Vec<_>>>()?;
+    let count = parts[0].count;
+    if let Some(p) = parts.iter().find(|p| p.count != count) {
+        return Err(Error::Format {
+            path: p.path.to_path_buf(),
+            reason: format!(
+                "shard {}/{} of a split into {}, but {} is shard {}/{count}",
+                p.index,
+                p.count,
+                p.count,
+                parts[0].path.display(),
+                parts[0].index
+            ),
+        });
+    }
+    let mut seen: Vec<Option<&Path>> = vec![None; count];
+    for p in &parts {
+        if let Some(other) = seen[p.index - 1] {
+            return Err(Error::Format {
+                path: p.path.to_path_buf(),
+                reason: format!(
+                    "shard {}/{count} is given twice (also {})",
+                    p.index,
+                    other.display()
+                ),
+            });
+        }
+        seen[p.index - 1] = Some(p.path);
+    }
+    for p in &parts[1..] {
+        check_same_run(&parts[0], p)?;
+    }
+    let missing: Vec<String> = (1..=count)
+        .filter(|&i| seen[i - 1].is_none())
+        .map(|i| format!("{i}/{count}"))
+        .collect();
+    if !missing.is_empty() {
+        return Err(Error::Invalid(format!(
+            "{}: cannot merge: shard(s) {} missing (given: {})",
+            out.display(),
+            missing.join(", "),
+            parts
+                .iter()
+                .map(|p| format!("{} = {}/{count}", p.path.display(), p.index))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    parts.sort_by_key(|p| p.index);
+    let (layout, total) = (parts[0].layout, parts[0].total);
+    let mut keys: HashMap<&str, &Path> = HashMap::with_capacity(total);
+    let mut row_len = None;
+    for p in &parts {
+        let want = shard_len(p.index, count, total);
+        let bad = |reason: String| Error::Format {
+            path: p.path.to_path_buf(),
+            reason,
+        };
+        if p.rows.len() != want {
+            return Err(bad(format!(
+                "shard {}/{count} holds {} sequences, but the {} shard {} of {count} of a run \
+                 of {total} starts holds {want}",
+                p.index,
+                p.rows.len(),
+                layout.name(),
+                p.index
+            )));
+        }
+        for (key, raw) in &p.rows {
+            // Keys as JSON strings in messages, as they are in the files.
+            let shown = Value::String(key.clone());
+            if let Some(other) = keys.insert(key, p.path) {
+                return Err(bad(format!(
+                    "start {shown} is also in {}{}",
+                    other.display(),
+                    if other == p.path {
+                        " (twice in this file)"
+                    } else {
+                        ""
+                    }
+                )));
+            }
+            let len = array_len(raw.get())
+                .ok_or_else(|| bad(format!("the sequence of {shown} is not an array")))?;
+            match row_len {
+                None => row_len = Some((len, p.path, shown)),
+                Some((l, path, ref k)) if l != len => {
+                    return Err(bad(format!(
+                        "the sequence of {shown} has {len} entries, but that of {k} in {} has \
+                         {l}",
+                        path.display()
+                    )))
+                }
+                _ => {}
+            }
+        }
+    }
+    // The run's metadata: the shard keys dropped, the latest generated_at.
+    let generated_at = parts.iter().filter_map(|p| p.meta("generated_at")).max();
+    let mut meta = Vec::from(&b"{"[..]);
+    for (k, v) in parts[0]
+        .metadata
+        .iter()
+        .filter(|(k, _)| !SHARD_KEYS.contains(&k.as_str()))
+    {
+        if meta.len() > 1 {
+            meta.push(b',');
+        }
+        serde_json::to_writer(&mut meta, k).map_err(|e| Error::Invalid(e.to_string()))?;
+        meta.push(b':');
+        let v = if k == "generated_at" {
+            generated_at.unwrap_or(v.get())
+        } else {
+            v.get()
+        };
+        meta.extend_from_slice(v.as_bytes());
+    }
+    meta.push(b'}');
+    let mut stream = JsonStream::create(out, "cache", &meta, "sequences", None)?;
+    // The one-shot run's order: the shards one after another, or position p from shard
+    // p mod n (its row p div n).
+    let order: Box<dyn Iterator<Item = (usize, usize)>> = match layout {
+        ShardLayout::Contiguous => Box::new(
+            parts
+                .iter()
+                .enumerate()
+                .flat_map(|(s, p)| (0..p.rows.len()).map(move |i| (s, i))),
+        ),
+        ShardLayout::Strided => Box::new((0..total).map(|pos| (pos % count, pos / count))),
+    };
+    let mut buf = Vec::with_capacity(PIECE_BYTES + (1 << 16));
+    for (s, i) in order {
+        let (key, raw) = &parts[s].rows[i];
+        buf.push(b',');
+        serde_json::to_writer(&mut buf, key).map_err(|e| Error::Invalid(e.to_string()))?;
+        buf.push(b':');
+        buf.extend_from_slice(raw.get().as_bytes());
+        if buf.len() >= PIECE_BYTES {
+            stream.write_formatted(&mut buf)?;
+        }
+    }
+    stream.write_formatted(&mut buf)?;
+    stream.finish()?;
+    Ok(MergeReport {
+        shards: count,
+        layout,
+        sequences: total,
+    })
+}

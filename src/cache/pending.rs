@@ -1,0 +1,156 @@
+//! [`PendingFile`]: the temporary file every writer here goes through, so that a failed run
+//! never leaves a partial or stale file behind; and the I/O error helpers the writers share.
+
+use crate::error::{Error, Result};
+use std::ffi::OsString;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A file being written: a temporary file `.<name>.tmp-<pid>-<counter>` beside its destination,
+/// renamed onto the destination by [`commit`](PendingFile::commit) and removed when dropped
+/// without a commit.
+///
+/// Creating it is the check that the output location works — the directory exists and is
+/// writable — so callers create it *before* any expensive work, and a failure at any later point
+/// (an error, a panic, a killed job's unwinding) leaves neither a partial file nor a stale one
+/// overwritten half-way: the destination is either untouched or replaced whole.
+#[derive(Debug)]
+pub struct PendingFile {
+    tmp: PathBuf,
+    out: PathBuf,
+    done: bool,
+}
+
+impl PendingFile {
+    /// Create the temporary file for `out` and return it with the open file to write into.
+    ///
+    /// Errors name `out` and the cause: [`Error::Io`] "output directory X does not exist" or
+    /// "cannot write here: …" (e.g. permission denied), [`Error::Invalid`] when `out` has no file
+    /// name or is an existing directory.
+    pub fn create(out: &Path) -> Result<(PendingFile, File)> {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let name = out.file_name().ok_or_else(|| {
+            Error::Invalid(format!(
+                "{}: not a file path (it has no file name)",
+                out.display()
+            ))
+        })?;
+        let dir = match out.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        if !dir.is_dir() {
+            return Err(Error::Io {
+                path: out.to_path_buf(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!("output directory {} does not exist", dir.display()),
+                ),
+            });
+        }
+        if out.is_dir() {
+            return Err(Error::Invalid(format!(
+                "{}: is a directory, not a file to write",
+                out.display()
+            )));
+        }
+        let mut tmp_name = OsString::from(".");
+        tmp_name.push(name);
+        tmp_name.push(format!(
+            ".tmp-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let tmp = dir.join(tmp_name);
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(|e| Error::Io {
+                path: out.to_path_buf(),
+                source: std::io::Error::new(
+                    e.kind(),
+                    format!("cannot write here: {e} (creating {})", tmp.display()),
+                ),
+            })?;
+        Ok((
+            PendingFile {
+                tmp,
+                out: out.to_path_buf(),
+                done: false,
+            },
+            file,
+        ))
+    }
+
+    /// The destination path.
+    pub fn path(&self) -> &Path {
+        &self.out
+    }
+
+    /// The temporary file's path (beside the destination).
+    pub fn temp_path(&self) -> &Path {
+        &self.tmp
+    }
+
+    /// Rename the temporary file onto the destination, replacing any file there in one step.
+    ///
+    /// The caller flushes (and, for durability, `sync_all`s) its file first. On error the
+    /// temporary file is removed and the destination is untouched.
+    pub fn commit(mut self) -> Result<()> {
+        std::fs::rename(&self.tmp, &self.out).map_err(|source| Error::Io {
+            path: self.out.clone(),
+            source,
+        })?;
+        self.done = true;
+        // Make the rename itself durable where the platform allows it; best effort.
+        #[cfg(unix)]
+        if let Some(dir) = self.out.parent() {
+            let dir = if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            };
+            if let Ok(d) = File::open(dir) {
+                let _ = d.sync_all();
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for PendingFile {
+    fn drop(&mut self) {
+        if !self.done {
+            // Best effort: the error that matters is whatever stopped the write.
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+/// An I/O error of `path`.
+pub(super) fn io_err(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
+    move |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Refuse a writer (of the file named `what`) whose earlier I/O error may have left part of a
+/// batch in its file: on `finish` the file "was not written", otherwise "start a new one".
+pub(super) fn check_not_failed(failed: bool, path: &Path, what: &str, finish: bool) -> Result<()> {
+    if !failed {
+        return Ok(());
+    }
+    let then = if finish {
+        format!("the {what} was not written")
+    } else {
+        "start a new one".to_string()
+    };
+    Err(Error::Invalid(format!(
+        "{}: the {what} writer failed earlier; {then}",
+        path.display()
+    )))
+}

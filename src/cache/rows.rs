@@ -1,0 +1,308 @@
+//! Row bookkeeping shared by the writers and readers: which rows were written, the checks of
+//! one item's list of other items, the pre-sized row file the binary cache and the k-NN graph
+//! are written through, and positioned reads of a row.
+
+use super::knn_graph::KNN_PAD;
+use super::pending::{check_not_failed, io_err, PendingFile};
+use crate::error::{Error, Result};
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::Path;
+
+/// Refuse a flat batch whose length is not `rows × len`.
+pub(super) fn check_flat_len(
+    path: &Path,
+    rows: usize,
+    flat: usize,
+    len: usize,
+    what: &str,
+) -> Result<()> {
+    let want = rows.checked_mul(len);
+    if want != Some(flat) {
+        return Err(Error::Invalid(format!(
+            "{}: {flat} values for {rows} {what} of length {len} (expected {})",
+            path.display(),
+            want.map_or_else(|| "an overflowing count".to_string(), |w| w.to_string())
+        )));
+    }
+    Ok(())
+}
+
+/// Which of N rows were written: a bitset and its count.
+#[derive(Debug)]
+pub(super) struct RowSet {
+    bits: Vec<u64>,
+    n: usize,
+    pub(super) count: usize,
+}
+
+impl RowSet {
+    pub(super) fn new(n: usize) -> RowSet {
+        RowSet {
+            bits: vec![0; n.div_ceil(64)],
+            n,
+            count: 0,
+        }
+    }
+    pub(super) fn contains(&self, i: usize) -> bool {
+        self.bits[i / 64] & (1u64 << (i % 64)) != 0
+    }
+    /// Mark row `i`; false when it was already marked.
+    pub(super) fn insert(&mut self, i: usize) -> bool {
+        if self.contains(i) {
+            return false;
+        }
+        self.bits[i / 64] |= 1u64 << (i % 64);
+        self.count += 1;
+        true
+    }
+    fn remove(&mut self, i: usize) {
+        if self.contains(i) {
+            self.bits[i / 64] &= !(1u64 << (i % 64));
+            self.count -= 1;
+        }
+    }
+    /// Mark every item of a batch of lists (a ranking, a neighbour list per item) written, or
+    /// none: an item not below N, one written before ("item X is repeated: `earlier` already
+    /// written", e.g. "its ranking was") or one twice in `items` is the error.
+    pub(super) fn claim_items(
+        &mut self,
+        items: &[u32],
+        earlier: &str,
+    ) -> std::result::Result<(), String> {
+        if let Some(&item) = items.iter().find(|&&i| i as usize >= self.n) {
+            return Err(item_out_of_range(item, self.n));
+        }
+        self.claim_all(items, |item, in_batch| {
+            if in_batch {
+                format!("item {item} appears twice in the batch")
+            } else {
+                format!("item {item} is repeated: {earlier} already written")
+            }
+        })
+    }
+    /// Mark every row of `rows` (each `< n`), or none: a row marked before or repeated in
+    /// `rows` is the error `repeated(row, earlier_in_rows)`.
+    fn claim_all(
+        &mut self,
+        rows: &[u32],
+        repeated: impl Fn(u32, bool) -> String,
+    ) -> std::result::Result<(), String> {
+        for (k, &r) in rows.iter().enumerate() {
+            if !self.insert(r as usize) {
+                let in_batch = rows[..k].contains(&r);
+                self.release(&rows[..k]);
+                return Err(repeated(r, in_batch));
+            }
+        }
+        Ok(())
+    }
+    /// Unmark rows claimed together (all distinct).
+    pub(super) fn release(&mut self, rows: &[u32]) {
+        for &r in rows {
+            self.remove(r as usize);
+        }
+    }
+    /// [`Error::Invalid`] "K of N rows are missing (the first is `unit` F); the `what` was not
+    /// written" unless every row is marked.
+    pub(super) fn check_complete(&self, path: &Path, unit: &str, what: &str) -> Result<()> {
+        if self.count == self.n {
+            return Ok(());
+        }
+        let first = (0..self.n).find(|&i| !self.contains(i)).unwrap_or(0);
+        Err(Error::Invalid(format!(
+            "{}: {} of {} rows are missing (the first is {unit} {first}); the {what} was not \
+             written",
+            path.display(),
+            self.n - self.count,
+            self.n
+        )))
+    }
+}
+
+/// `what`'s row count `n` as a u32 ≥ 1, else [`Error::Invalid`].
+pub(super) fn rows_u32(path: &Path, what: &str, n: usize) -> Result<u32> {
+    u32::try_from(n).ok().filter(|&v| v >= 1).ok_or_else(|| {
+        Error::Invalid(format!(
+            "{}: {what} of N = {n} rows: N must be 1..={}",
+            path.display(),
+            u32::MAX
+        ))
+    })
+}
+
+/// A pre-sized file of N fixed-size rows written in any order, through a [`PendingFile`]: the
+/// part the binary cache and the k-NN graph writers share. Rows are written at their offsets as
+/// batches finish; [`finish`](Self::finish) refuses a file with rows missing (instead of leaving
+/// zeros that look like data) and after an I/O error (part of a row may be in the file).
+#[derive(Debug)]
+pub(super) struct RowFile {
+    // Declared before `pending` so the file is closed before the temporary file is removed.
+    file: File,
+    pub(super) pending: PendingFile,
+    pub(super) rows: RowSet,
+    failed: bool,
+    /// Names the file in messages: "cache", "k-NN graph".
+    what: &'static str,
+}
+
+impl RowFile {
+    /// Create the temporary file beside `path`, sized to `size` bytes, starting with `header`.
+    pub(super) fn create(
+        path: &Path,
+        what: &'static str,
+        n: usize,
+        size: u64,
+        header: &[u8],
+    ) -> Result<RowFile> {
+        let (pending, mut file) = PendingFile::create(path)?;
+        let io = io_err(path);
+        file.set_len(size).map_err(&io)?;
+        file.write_all(header).map_err(&io)?;
+        Ok(RowFile {
+            file,
+            pending,
+            rows: RowSet::new(n),
+            failed: false,
+            what,
+        })
+    }
+
+    pub(super) fn path(&self) -> &Path {
+        self.pending.path()
+    }
+
+    pub(super) fn check_usable(&self) -> Result<()> {
+        check_not_failed(self.failed, self.path(), self.what, false)
+    }
+
+    /// Write `bytes` at `offset`; an I/O error marks the file failed.
+    pub(super) fn write_at(&mut self, offset: u64, bytes: &[u8]) -> Result<()> {
+        let result = self
+            .file
+            .seek(SeekFrom::Start(offset))
+            .and_then(|_| self.file.write_all(bytes));
+        result.map_err(|source| {
+            self.failed = true;
+            Error::Io {
+                path: self.pending.path().to_path_buf(),
+                source,
+            }
+        })
+    }
+
+    /// Check that every row was written (rows are named `unit` in the message), then fsync and
+    /// rename the file onto its destination.
+    pub(super) fn finish(self, unit: &str) -> Result<()> {
+        let path = self.pending.path().to_path_buf();
+        check_not_failed(self.failed, &path, self.what, true)?;
+        self.rows.check_complete(&path, unit, self.what)?;
+        self.file.sync_all().map_err(io_err(&path))?;
+        let RowFile { file, pending, .. } = self;
+        drop(file);
+        pending.commit()
+    }
+}
+
+/// Open `path` for reading; with its size.
+pub(super) fn open_with_size(path: &Path) -> Result<(File, u64)> {
+    let io = io_err(path);
+    let file = File::open(path).map_err(&io)?;
+    let size = file.metadata().map_err(&io)?.len();
+    Ok((file, size))
+}
+
+/// A format error of `path`.
+pub(super) fn format_err(path: &Path) -> impl Fn(String) -> Error + '_ {
+    move |reason| Error::Format {
+        path: path.to_path_buf(),
+        reason,
+    }
+}
+
+/// Read `bytes` bytes at `offset` of `file` into `buf`.
+pub(super) fn read_at(
+    file: &mut File,
+    path: &Path,
+    offset: u64,
+    bytes: usize,
+    buf: &mut Vec<u8>,
+) -> Result<()> {
+    let io = io_err(path);
+    buf.resize(bytes, 0);
+    file.seek(SeekFrom::Start(offset)).map_err(&io)?;
+    file.read_exact(buf).map_err(&io)
+}
+
+/// Little-endian uint32 values of `bytes`.
+pub(super) fn le_u32s(bytes: &[u8]) -> Vec<u32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// Checks one item's list of other items (a ranking, a neighbour list) in O(list): every entry
+/// below N, not the item itself, none twice, and — where padding is allowed — [`KNN_PAD`] only
+/// after the real entries. Repeats are found with a stamp per item (O(N) memory, never cleared
+/// between lists).
+#[derive(Debug)]
+pub(super) struct ListChecker {
+    marks: Vec<u32>,
+    stamp: u32,
+}
+
+impl ListChecker {
+    pub(super) fn new(n: usize) -> ListChecker {
+        ListChecker {
+            marks: vec![0; n],
+            stamp: 0,
+        }
+    }
+
+    /// The number of real (unpadded) entries of `item`'s `list`, or what is wrong with it.
+    pub(super) fn check(
+        &mut self,
+        item: u32,
+        list: &[u32],
+        pad: bool,
+    ) -> std::result::Result<usize, String> {
+        self.stamp = self.stamp.wrapping_add(1);
+        if self.stamp == 0 {
+            self.marks.fill(0);
+            self.stamp = 1;
+        }
+        let n = self.marks.len();
+        let mut real = list.len();
+        for (j, &v) in list.iter().enumerate() {
+            if pad && v == KNN_PAD {
+                real = real.min(j);
+                continue;
+            }
+            if real < list.len() {
+                return Err(format!(
+                    "entry {v} at position {j} follows padding (u32::MAX) at position {real}; \
+                     padding may only end a list"
+                ));
+            }
+            if v as usize >= n {
+                return Err(format!(
+                    "entry {v} at position {j} is out of range (valid 0..{n})"
+                ));
+            }
+            if v == item {
+                return Err(format!("entry at position {j} is the item {item} itself"));
+            }
+            if self.marks[v as usize] == self.stamp {
+                return Err(format!("entry {v} appears twice (again at position {j})"));
+            }
+            self.marks[v as usize] = self.stamp;
+        }
+        Ok(real)
+    }
+}
+
+/// An item out of range of N, as a message.
+pub(super) fn item_out_of_range(item: u32, n: usize) -> String {
+    format!("item {item} is out of range for N = {n} items (valid 0..{n})")
+}

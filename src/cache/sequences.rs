@@ -1,0 +1,162 @@
+//! [`JsonCacheWriter`]: the streaming writer of `diversity_cache.json`.
+
+use super::json_stream::{json_kind, IdText, JsonStream};
+use super::rows::check_flat_len;
+use crate::error::{Error, Result};
+use serde_json::Value;
+use std::collections::HashSet;
+use std::path::Path;
+
+/// Streaming writer of `diversity_cache.json` (SPEC §Files):
+/// `{"metadata":{…},"sequences":{"<key>":[value, …], …}}`.
+///
+/// Sequences are appended batch by batch as the device produces them and formatted straight to a
+/// [`PendingFile`], so host memory stays O(batch) however large N is; [`finish`](Self::finish)
+/// closes the JSON, fsyncs and renames it into place. Dropping an unfinished writer (an error, a
+/// panic) removes the temporary file, so no partial cache is ever left behind.
+///
+/// With row ids (from `embeddings.json`), a key is the id of the start row as a JSON string (a
+/// string id as is, a number id as its decimal text) and values are the rows' ids (strings quoted,
+/// numbers as numbers); an index with no id is [`Error::Invalid`]. Without ids, keys are 0-based
+/// starts as strings and values 0-based indices.
+///
+/// [`PendingFile`]: super::PendingFile
+#[derive(Debug)]
+pub struct JsonCacheWriter {
+    stream: JsonStream,
+    seen: HashSet<u32>,
+    written: usize,
+}
+
+impl JsonCacheWriter {
+    /// Start a cache at `path`: create the temporary file beside it (the output location check)
+    /// and write `{"metadata":<metadata>,"sequences":{`.
+    ///
+    /// `metadata` must be a JSON object (SPEC lists model, num_poems, algorithm, generated_at,
+    /// batch_size, top_k, space, precision, mode, device); `ids` are the table's row ids, strings
+    /// or numbers, unique.
+    pub fn create(path: &Path, metadata: &Value, ids: Option<Vec<Value>>) -> Result<Self> {
+        if !metadata.is_object() {
+            return Err(Error::Invalid(format!(
+                "{}: cache metadata must be a JSON object, got {}",
+                path.display(),
+                json_kind(metadata)
+            )));
+        }
+        let ids = ids
+            .as_deref()
+            .map(|ids| IdText::new(path, ids))
+            .transpose()?;
+        let metadata = metadata.to_string();
+        Ok(JsonCacheWriter {
+            stream: JsonStream::create(path, "cache", metadata.as_bytes(), "sequences", ids)?,
+            seen: HashSet::new(),
+            written: 0,
+        })
+    }
+
+    /// Set how many threads format large batches (default: the machine's available
+    /// parallelism; 1 formats on the calling thread, e.g. to leave cores to other work). The
+    /// bytes written do not depend on it.
+    pub fn set_threads(&mut self, threads: usize) {
+        self.stream.set_threads(threads);
+    }
+
+    /// Append the sequence of `start`.
+    pub fn write_sequence(&mut self, start: u32, seq: &[u32]) -> Result<()> {
+        self.write_batch(&[start], seq, seq.len())
+    }
+
+    /// Append a batch: row `i` of `flat` (length `len`) is the sequence of `starts[i]` — the
+    /// layout a scan job downloads.
+    ///
+    /// The batch is checked and formatted before anything is written, so a bad batch (a start
+    /// out of range or already written, an index with no id, a wrong `flat` length) is refused
+    /// with [`Error::Invalid`] and the writer can go on. Large batches are formatted on all cores,
+    /// a bounded piece at a time, and written in order; the bytes are the same as one row at a
+    /// time.
+    pub fn write_batch(&mut self, starts: &[u32], flat: &[u32], len: usize) -> Result<()> {
+        self.stream.check_usable()?;
+        check_flat_len(
+            self.stream.path(),
+            starts.len(),
+            flat.len(),
+            len,
+            "sequences",
+        )?;
+        self.claim_starts(starts)?;
+        let result = self
+            .check_ids(starts, flat, len)
+            .and_then(|()| self.stream.write_rows(starts, flat, len));
+        match &result {
+            Ok(()) => self.written += starts.len(),
+            Err(Error::Io { .. }) => {}
+            Err(_) => {
+                // Refused before anything was written: release the starts so the caller may
+                // retry.
+                for s in starts {
+                    self.seen.remove(s);
+                }
+            }
+        }
+        result
+    }
+
+    /// Check every start (in range of the ids, not written before, not repeated in the batch)
+    /// and mark them written; on error nothing is marked.
+    fn claim_starts(&mut self, starts: &[u32]) -> Result<()> {
+        for (k, &s) in starts.iter().enumerate() {
+            let problem = match &self.stream.ids {
+                Some(ids) if s as usize >= ids.len() => Some(format!(
+                    "start {s} is out of range: there are only {} ids (valid starts 0..{})",
+                    ids.len(),
+                    ids.len()
+                )),
+                _ if !self.seen.insert(s) => Some(format!(
+                    "start {s} is repeated: its sequence was already written"
+                )),
+                _ => None,
+            };
+            if let Some(p) = problem {
+                for s in &starts[..k] {
+                    self.seen.remove(s);
+                }
+                return Err(Error::Invalid(format!(
+                    "{}: {p}",
+                    self.stream.path().display()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// With ids, every index must have one.
+    fn check_ids(&self, starts: &[u32], flat: &[u32], len: usize) -> Result<()> {
+        if let Some(ids) = &self.stream.ids {
+            if let Some(pos) = flat.iter().position(|&v| v as usize >= ids.len()) {
+                return Err(Error::Invalid(format!(
+                    "{}: the sequence of start {} has index {} at position {}, but \
+                     there are only {} ids (valid indices 0..{})",
+                    self.stream.path().display(),
+                    starts[pos / len],
+                    flat[pos],
+                    pos % len,
+                    ids.len(),
+                    ids.len()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// How many sequences have been written so far.
+    pub fn sequences_written(&self) -> usize {
+        self.written
+    }
+
+    /// Close the JSON, flush, fsync and rename the file onto its destination. Until this
+    /// succeeds the destination is untouched.
+    pub fn finish(self) -> Result<()> {
+        self.stream.finish()
+    }
+}
