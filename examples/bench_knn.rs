@@ -6,7 +6,7 @@
 //! cargo run --release --example bench_knn -- --table FILE [--dim D] [--n N]
 //!     [--queries self|FILE] [--k 10,100,all] [--metric cosine|ip|l2] [--precisions fp32,fp16]
 //!     [--variants auto,tiles,fused,nowarp] [--label NAME] [--json OUT.json] [--md OUT.md]
-//!     [--ids OUT.u32] [--devices LIST] [--repeat R]
+//!     [--ids OUT.u32] [--devices LIST] [--repeat R] [--verify Q]
 //! ```
 //!
 //! `--devices LIST` (e.g. `0,0`: one device opened twice) also runs the device's choice on those
@@ -16,10 +16,11 @@
 //! to back and reports the fastest GPU and wall times (every repetition must give the same bits).
 //!
 //! Each k runs once per variant (default `auto,nowarp`): `auto` the device's choice of
-//! selection path (WarpSelect where it applies; over the blocked product's key tiles on GPUs,
-//! computing its keys itself on CPU devices), `tiles` WarpSelect over the key tiles, `fused`
-//! WarpSelect computing its keys itself, `nowarp` without WarpSelect; all are timed and their
-//! results compared bit for bit with the first ("same bits").
+//! selection path (WarpSelect over the blocked product's key tiles where it applies),
+//! `tiles` WarpSelect over the key tiles, `fused` WarpSelect computing its keys itself, `nowarp`
+//! without WarpSelect; all are timed and their results compared bit for bit with the first
+//! ("same bits"). `--verify Q` also cross-checks Q queries of every run against a float64
+//! brute force (`KnnOptions::verify`).
 //! `--queries self` (default) searches the table against itself (the rankings workload: k + 1
 //! neighbours, the item itself among them); `all` is k = N. `--ids` writes the first
 //! configuration's ids (little-endian i32, row-major, -1 for padding).
@@ -45,6 +46,7 @@ struct Args {
     variants: Vec<String>,
     devices: Option<String>,
     repeat: usize,
+    verify: usize,
 }
 
 fn parse() -> Result<Args, String> {
@@ -63,6 +65,7 @@ fn parse() -> Result<Args, String> {
         variants: vec!["auto".into(), "nowarp".into()],
         devices: None,
         repeat: 1,
+        verify: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(f) = it.next() {
@@ -97,6 +100,7 @@ fn parse() -> Result<Args, String> {
             "--ids" => a.ids = Some(val()?),
             "--devices" => a.devices = Some(val()?),
             "--repeat" => a.repeat = num(val()?)?.max(1),
+            "--verify" => a.verify = num(val()?)?,
             "--variants" => {
                 a.variants = val()?.split(',').map(String::from).collect();
                 if let Some(v) = a
@@ -183,6 +187,7 @@ fn run() -> Result<(), String> {
                         "tiles" => Some(false),
                         _ => None,
                     },
+                    verify: a.verify,
                     ..KnnOptions::default()
                 };
                 // --repeat R: R runs back to back, the fastest GPU and wall times reported (a GPU

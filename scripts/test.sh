@@ -18,10 +18,11 @@ cargo run --release --quiet --example bench_gram -- --table data/fortunes-2k.npy
   --steps 20 --wg 32,64 --placements registers,memory --compensated 1,0 --spd 0,1 --oracle 2 \
   --e2e "$(mktemp -d)/e2e.json" --label "CI smoke" >/dev/null
 cargo run --release --quiet --example bench_knn -- --table data/fortunes-2k.npy --n 300 \
-  --k 10,all --precisions fp32,fp16 --variants auto,tiles,fused,nowarp --devices 0,0 --repeat 2 --label "CI smoke" >/dev/null
+  --k 10,all --precisions fp32,fp16 --variants auto,tiles,fused,nowarp --devices 0,0 --repeat 2 --verify 8 \
+  --label "CI smoke" >/dev/null
 smoke=$(mktemp -d)
 cargo run --release --quiet --example rankings -- --table data/fortunes-300.embeddings.json \
-  --top-k 5 --out "$smoke/rankings.json" --graph "$smoke/graph.knn" >/dev/null
+  --top-k 5 --out "$smoke/rankings.json" --graph "$smoke/graph.knn" --verify 16 >/dev/null
 bash scripts/build-lua.sh
 log=$(mktemp)
 LUA_CPATH='target/lua/?.so;;' LUA_PATH='lua/?.lua;lua/?/init.lua;tests/lua/?.lua;;' \
