@@ -19,10 +19,9 @@
 //! One summary line goes to stdout.
 
 use diversity::cache::PendingFile;
-use diversity::gram::{self, Gram, GramJob, GramOptions, Mode, Placement};
-use diversity::{
-    files, Context, ContextOptions, DeviceTable, Precision, ScanJob, ScanOptions, Shape,
-};
+use diversity::engine::{self, Engine, JobOptions, ModeChoice};
+use diversity::gram::{GramOptions, Mode, Placement};
+use diversity::{files, Context, ContextOptions, DeviceTable, Precision, ScanOptions, Shape};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -171,18 +170,10 @@ fn run(a: Args) -> Result<(), String> {
     let (pending, file) = PendingFile::create(&a.out).map_err(|e| e.to_string())?;
     let caps = ctx.caps().clone();
     let steps = a.steps.unwrap_or(n - 1).min(n - 1);
-    let bpv = a.precision.bytes();
-    let mode = gram::mode_for(&caps, a.mode, n, table.d(), bpv);
-    let reason = match (a.mode, gram::gram_unfit(&caps, n, table.d(), bpv)) {
-        (Mode::Auto, None) => "auto: G fits the device memory budget".to_string(),
-        (Mode::Auto, Some(why)) => format!("auto: {why}"),
-        _ => "requested".to_string(),
-    };
-    eprintln!("mode {} ({reason})", mode.name());
-    let fit = match mode {
-        Mode::Gram => gram::max_batch(&caps, n, table.d(), bpv, steps),
-        _ => diversity::scan::max_batch(&caps, n, table.d(), a.precision, steps),
-    };
+    let choice = ModeChoice::new(&caps, a.mode, n, table.d(), a.precision);
+    let mode = choice.mode;
+    eprintln!("mode {} ({choice})", mode.name());
+    let fit = engine::max_batch(&caps, mode, n, table.d(), a.precision, steps);
     let batch = a
         .batch
         .unwrap_or(usize::MAX)
@@ -190,30 +181,30 @@ fn run(a: Args) -> Result<(), String> {
         .min(caps.max_workgroup_count as usize)
         .min(starts.len())
         .max(1);
-    let gopts = GramOptions {
-        chunk: a.chunk,
-        steps: Some(steps),
-        workgroup_size: a.workgroup,
-        placement: a.placement,
-        subgroups: None,
-        compensated: !a.plain_sums,
-        ..GramOptions::default()
-    };
-    let opts = ScanOptions {
-        shape: a.shape,
-        tile_size: a.tile,
-        pipelined: a.pipelined,
-        chunk: a.chunk,
-        steps: Some(steps),
-        workgroup_size: a.workgroup,
+    let opts = JobOptions {
+        mode,
+        scan: ScanOptions {
+            shape: a.shape,
+            tile_size: a.tile,
+            pipelined: a.pipelined,
+            chunk: a.chunk,
+            steps: Some(steps),
+            workgroup_size: a.workgroup,
+        },
+        gram: GramOptions {
+            chunk: a.chunk,
+            steps: Some(steps),
+            workgroup_size: a.workgroup,
+            placement: a.placement,
+            subgroups: None,
+            compensated: !a.plain_sums,
+            ..GramOptions::default()
+        },
     };
     let t0 = Instant::now();
     let dt = DeviceTable::upload(&ctx, &table, a.precision).map_err(|e| e.to_string())?;
-    // G is built once and shared by every batch.
-    let g = match mode {
-        Mode::Gram => Some(Gram::build(&dt).map_err(|e| e.to_string())?),
-        _ => None,
-    };
+    // G (gram mode) is built by the first job and shared by every batch.
+    let mut engine = Engine::new(dt);
     let mut placement = None;
     let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
     let io = |e: std::io::Error| format!("{}: {e}", a.out.display());
@@ -221,23 +212,12 @@ fn run(a: Args) -> Result<(), String> {
     let mut gpu_ns = 0u64;
     let mut first = true;
     for chunk in starts.chunks(batch) {
-        let (flat, len) = match &g {
-            Some(g) => {
-                let mut job = GramJob::new(g, chunk, &gopts).map_err(|e| e.to_string())?;
-                job.run().map_err(|e| e.to_string())?;
-                gpu_ns += job.gpu_ns();
-                placement = Some(job.placement());
-                let flat = job.sequences_flat().map_err(|e| e.to_string())?;
-                (flat, job.sequence_len())
-            }
-            None => {
-                let mut job = ScanJob::new(&dt, chunk, &opts).map_err(|e| e.to_string())?;
-                job.run().map_err(|e| e.to_string())?;
-                gpu_ns += job.gpu_ns();
-                let flat = job.sequences_flat().map_err(|e| e.to_string())?;
-                (flat, job.sequence_len())
-            }
-        };
+        let mut job = engine.job(chunk, &opts).map_err(|e| e.to_string())?;
+        job.run().map_err(|e| e.to_string())?;
+        gpu_ns += job.gpu_ns();
+        placement = job.placement();
+        let flat = job.sequences_flat().map_err(|e| e.to_string())?;
+        let len = job.sequence_len();
         for (row, &s) in flat.chunks_exact(len).zip(chunk) {
             if !first {
                 w.write_all(b",").map_err(io)?;
@@ -254,6 +234,11 @@ fn run(a: Args) -> Result<(), String> {
         }
     }
     let wall = t0.elapsed().as_secs_f64();
+    // The G the jobs shared (held by the engine since the first gram job).
+    let g = match mode {
+        Mode::Gram => Some(engine.gram().map_err(|e| e.to_string())?),
+        _ => None,
+    };
     let meta = serde_json::json!({
         "table": a.table.display().to_string(),
         "num_items": n,
@@ -261,7 +246,7 @@ fn run(a: Args) -> Result<(), String> {
         "center": a.center,
         "precision": a.precision.name(),
         "mode": mode.name(),
-        "mode_reason": reason,
+        "mode_reason": choice.to_string(),
         "placement": placement.map(|p| p.name()),
         "summation": g.as_ref().map(|_| if a.plain_sums { "plain" } else { "compensated" }),
         "gram_build_ns": g.as_ref().map(|g| g.build_ns()),

@@ -522,23 +522,7 @@ impl GramJob {
         let ctx = table.context().clone();
         let caps = ctx.caps().clone();
         let n = table.n();
-        if starts.is_empty() {
-            return Err(Error::Invalid("a batch needs at least one start".into()));
-        }
-        let mut seen = vec![false; n];
-        for &s in starts {
-            let s = s as usize;
-            if s >= n {
-                return Err(Error::Invalid(format!(
-                    "start {s} is out of range for N = {n} (0..{})",
-                    n - 1
-                )));
-            }
-            if seen[s] {
-                return Err(Error::Invalid(format!("start {s} is repeated")));
-            }
-            seen[s] = true;
-        }
+        crate::engine::check_starts(starts, n)?;
         let steps = opts.steps.unwrap_or(n - 1).min(n - 1);
         let seq_len = steps + 1;
         let batch = starts.len();

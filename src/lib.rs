@@ -4,15 +4,17 @@
 //!
 //! The data path reads top-down: [`device`] (instance, capabilities, memory) → [`table`] (the
 //! host table, centering, fp16 rounding) → [`scan`] (the table on the device and the scan engine
-//! in every shape) or [`gram`] (the Gram-matrix engine; [`gram::mode_for`] is the `auto` rule) →
-//! results, written by [`cache`]; [`knn`](mod@knn) (exact k-NN with GPU k-selection) →
-//! [`rankings`] (every item's ranking of the others, the k-NN graph);
-//! [`reference`](mod@reference) is the float64 CPU reference and the exactness oracle; [`files`]
-//! loads tables from disk.
+//! in every shape) or [`gram`] (the Gram-matrix engine), both reached through [`engine`] (the
+//! engine choice as data — `auto` is [`gram::mode_for`] — the one start check, a device table
+//! that runs jobs of either engine) → results, written by [`cache`]; [`knn`](mod@knn) (exact
+//! k-NN with GPU k-selection) → [`rankings`] (every item's ranking of the others, the k-NN
+//! graph); [`reference`](mod@reference) is the float64 CPU reference and the exactness oracle;
+//! [`files`] loads tables from disk.
 #![warn(missing_docs)]
 
 pub mod cache;
 pub mod device;
+pub mod engine;
 pub mod error;
 pub mod files;
 pub mod gram;
@@ -29,6 +31,7 @@ mod spirv;
 pub mod table;
 
 pub use device::{Capabilities, Context, ContextOptions};
+pub use engine::{Engine, Job, JobOptions, ModeChoice, ModeReason};
 pub use error::{Error, Result};
 pub use gram::{Gram, GramJob, GramOptions, Mode, Placement};
 pub use knn::{knn, KnnOptions, KnnResult, Metric};

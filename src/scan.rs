@@ -516,24 +516,7 @@ impl ScanJob {
         let ctx = table.context().clone();
         let caps = ctx.caps().clone();
         let (n, d) = (table.n(), table.d());
-        if starts.is_empty() {
-            return Err(Error::Invalid("the batch has no starts".into()));
-        }
-        let mut seen = vec![false; n];
-        for (i, &s) in starts.iter().enumerate() {
-            let s = s as usize;
-            if s >= n {
-                return Err(Error::Invalid(format!(
-                    "start {s} (position {i}) is out of range: the table has {n} rows (0-based)"
-                )));
-            }
-            if seen[s] {
-                return Err(Error::Invalid(format!(
-                    "start {s} is repeated (position {i})"
-                )));
-            }
-            seen[s] = true;
-        }
+        crate::engine::check_starts(starts, n)?;
         let batch = starts.len();
         if batch > caps.max_workgroup_count as usize {
             return Err(Error::Limit(format!(

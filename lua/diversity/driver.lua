@@ -304,18 +304,11 @@ function M.run(opts)
   local t, space, from_cache = M.load(opts)
   local n, dim = t:n(), t:dim()
   local starts = parse_starts(opts.starts, n)
-  local seen = {}
-  for i, s in ipairs(starts) do
-    if s < 0 or s >= n then
-      t:close(); close_devs()
-      error(("diversity: start %d (position %d) is out of range: the table has %d rows (0-based)")
-        :format(s, i, n), 0)
-    end
-    if seen[s] then
-      t:close(); close_devs()
-      error(("diversity: start %d is repeated (position %d)"):format(s, i), 0)
-    end
-    seen[s] = true
+  -- The one start check (the engines run it too), before any file or GPU work.
+  local ok_s, e_s = pcall(diversity.check_starts, starts, n)
+  if not ok_s then
+    t:close(); close_devs()
+    error("diversity: " .. diversity.message(e_s):gsub("^diversity%.check_starts: ", ""), 0)
   end
   if opts.binary and #starts ~= n then
     t:close(); close_devs()
@@ -327,14 +320,16 @@ function M.run(opts)
   local steps = math.min(opts.top_k or (n - 1), n - 1)
   local tile = M.tile_size(caps.l2_bytes, dim, opts.precision)
   -- The engine (SPEC §Modes: auto = gram when G fits the device's memory budget, else scan),
-  -- reported before any work and written into the metadata.
-  local mode, mode_reason = ctx:mode_for(n, dim, opts.precision, opts.mode)
+  -- chosen by the Rust side (mode, reason in words, reason code, why G does not fit), reported
+  -- before any work and written into the metadata.
+  local mode, mode_reason, mode_code, unfit = ctx:mode_for(n, dim, opts.precision, opts.mode)
   -- Several devices: gram only where G fits every one of them.
   for d = 2, #devs do
-    local m, r = devs[d]:mode_for(n, dim, opts.precision, opts.mode)
-    if m ~= mode or r:match("^requested, but ") then
-      mode, mode_reason = m, ("device %d of %d (%s): %s"):format(d, #devs, devs[d]:caps().name, r)
-      if r:match("^requested, but ") then mode_reason = r end
+    local m, r, c, u = devs[d]:mode_for(n, dim, opts.precision, opts.mode)
+    if m ~= mode or c == "requested_unfit" then
+      mode, mode_code, unfit = m, c, u
+      mode_reason = ("device %d of %d (%s): %s"):format(d, #devs, devs[d]:caps().name, r)
+      if c == "requested_unfit" then mode_reason = r end
       break
     end
   end
@@ -342,10 +337,9 @@ function M.run(opts)
     io.stderr:write(("mode %s (%s)\n"):format(mode, mode_reason))
     io.stderr:flush()
   end
-  if opts.mode == "gram" and mode_reason:match("^requested, but ") then
+  if mode_code == "requested_unfit" then
     t:close(); close_devs()
-    error("diversity: --mode gram: " .. mode_reason:gsub("^requested, but ", "")
-      .. " (--mode auto falls back to scan)", 0)
+    error("diversity: --mode gram: " .. unfit .. " (--mode auto falls back to scan)", 0)
   end
   -- Batches fit the device's buffer, dispatch and memory limits (gram: next to G; by default
   -- every sequence that fits, the whole cache in one batch on a GPU).

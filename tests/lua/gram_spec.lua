@@ -51,19 +51,31 @@ describe("gram mode", function()
   end
 
   it("mode_for: auto picks gram when G fits (lavapipe), with the reason; scan when asked", function()
-    local m, why = ctx:mode_for(N, t:dim(), "fp16")
+    -- (mode, reason in words, reason code, why G does not fit or nil)
+    local m, why, code, unfit = ctx:mode_for(N, t:dim(), "fp16")
     assert.are.equal("gram", m)
     assert.truthy(why:find("auto", 1, true), why)
     assert.truthy(why:find("fits", 1, true), why)
-    assert.are.same({ "scan", "requested" }, { ctx:mode_for(N, t:dim(), "fp16", "scan") })
-    assert.are.same({ "gram", "requested" }, { ctx:mode_for(N, t:dim(), "fp16", "gram") })
-    assert.are.same({ "gram", why }, { dt:mode_for() })
+    assert.are.equal("auto_fits", code)
+    assert.is_nil(unfit)
+    assert.are.same({ "scan", "requested", "requested" },
+      { ctx:mode_for(N, t:dim(), "fp16", "scan") })
+    assert.are.same({ "gram", "requested", "requested" },
+      { ctx:mode_for(N, t:dim(), "fp16", "gram") })
+    assert.are.same({ "gram", why, "auto_fits" }, { dt:mode_for() })
     H.assert_error({ "context:mode_for", "bogus", "scan, gram or auto" }, ctx.mode_for, ctx, N,
       t:dim(), "fp16", "bogus")
     -- G of a huge N does not fit: auto falls back to scan and says how much G needs
-    m, why = ctx:mode_for(1000000, 768, "fp16")
+    m, why, code, unfit = ctx:mode_for(1000000, 768, "fp16")
     assert.are.equal("scan", m)
     assert.truthy(why:find("MiB", 1, true), why)
+    assert.are.equal("auto_unfit", code)
+    assert.are.equal("auto: " .. unfit, why)
+    -- asked for gram where G does not fit: the mode stays gram, the code says it cannot run
+    m, why, code, unfit = ctx:mode_for(1000000, 768, "fp16", "gram")
+    assert.are.equal("gram", m)
+    assert.are.equal("requested_unfit", code)
+    assert.are.equal("requested, but " .. unfit, why)
     assert.are.equal(N * N * 4, diversity.gram_bytes(N))
   end)
 

@@ -1,0 +1,420 @@
+//! Engine choice (SPEC §Modes): the one place that turns a device table, a list of starts and
+//! options into a running job of either engine. The Lua binding, the Rust command line and the
+//! driver all come through here; none of them decides anything on its own.
+//!
+//! * [`ModeChoice`] — what `scan`, `gram` or `auto` resolves to on a device, and why, as data
+//!   ([`ModeReason`], with a short [`code`](ModeReason::code) for programs and a `Display` for
+//!   people).
+//! * [`check_starts`] — the one validation of a start list (range, repeats, emptiness), with the
+//!   one set of messages every engine and every caller reports.
+//! * [`Engine`] — a device table ready to run jobs of either engine: it builds G = E Eᵀ on the
+//!   first gram job and shares it with every later one.
+//! * [`Job`] — a job of either engine behind one set of methods.
+
+use crate::device::Capabilities;
+use crate::error::{Error, Result};
+use crate::gram::{self, Gram, GramJob, GramOptions, Mode, Placement};
+use crate::scan::{DeviceTable, ScanJob, ScanOptions, Shape, StepReport};
+use crate::table::{Precision, Table};
+use std::fmt;
+
+/// Why a [`ModeChoice`] came out the way it did.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ModeReason {
+    /// The caller named the engine (`scan`, or `gram` where G fits) and it is used as asked.
+    Requested,
+    /// The caller asked for `gram` but G does not fit the device (the cause, in words): a job in
+    /// this mode fails; `auto` would fall back to scan.
+    RequestedUnfit(String),
+    /// `auto` chose gram: G for N items fits the device's memory budget.
+    AutoFits {
+        /// Items in the table.
+        n: usize,
+        /// Bytes of G (N² × 4).
+        gram_bytes: u64,
+        /// The device's name.
+        device: String,
+        /// The device's memory budget in bytes.
+        budget_bytes: u64,
+    },
+    /// `auto` fell back to scan: G does not fit (the cause, in words).
+    AutoUnfit(String),
+}
+
+impl ModeReason {
+    /// A short stable code for programs (the driver branches on it, never on the prose):
+    /// `"requested"`, `"requested_unfit"`, `"auto_fits"` or `"auto_unfit"`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ModeReason::Requested => "requested",
+            ModeReason::RequestedUnfit(_) => "requested_unfit",
+            ModeReason::AutoFits { .. } => "auto_fits",
+            ModeReason::AutoUnfit(_) => "auto_unfit",
+        }
+    }
+
+    /// Why G does not fit the device, when that is the reason (`requested_unfit`, `auto_unfit`).
+    pub fn unfit(&self) -> Option<&str> {
+        match self {
+            ModeReason::RequestedUnfit(why) | ModeReason::AutoUnfit(why) => Some(why),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for ModeReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+        match self {
+            ModeReason::Requested => write!(f, "requested"),
+            ModeReason::RequestedUnfit(why) => write!(f, "requested, but {why}"),
+            ModeReason::AutoFits {
+                n,
+                gram_bytes,
+                device,
+                budget_bytes,
+            } => write!(
+                f,
+                "auto: G for N = {n} ({:.1} MiB) fits the memory budget of {device} ({:.0} MiB)",
+                mib(*gram_bytes),
+                mib(*budget_bytes)
+            ),
+            ModeReason::AutoUnfit(why) => write!(f, "auto: {why}"),
+        }
+    }
+}
+
+/// The engine a requested mode resolves to for an N × D table on one device (SPEC §Modes: `auto`
+/// is gram when G fits the device's memory budget, else scan), with the reason. `Display` gives
+/// the reason in words, as the driver reports it and writes it into summaries.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModeChoice {
+    /// The engine that runs: [`Mode::Scan`] or [`Mode::Gram`] (never `Auto`).
+    pub mode: Mode,
+    /// The mode the caller asked for.
+    pub requested: Mode,
+    /// Why.
+    pub reason: ModeReason,
+}
+
+impl ModeChoice {
+    /// Resolve `requested` for an N × D table stored at `precision` on `caps`.
+    pub fn new(
+        caps: &Capabilities,
+        requested: Mode,
+        n: usize,
+        d: usize,
+        precision: Precision,
+    ) -> ModeChoice {
+        let unfit = gram::gram_unfit(caps, n, d, precision.bytes());
+        let mode = gram::mode_for(caps, requested, n, d, precision.bytes());
+        let reason = match (requested, unfit) {
+            (Mode::Auto, None) => ModeReason::AutoFits {
+                n,
+                gram_bytes: gram::gram_bytes(n),
+                device: caps.name.clone(),
+                budget_bytes: caps.memory_budget_bytes,
+            },
+            (Mode::Auto, Some(why)) => ModeReason::AutoUnfit(why),
+            (Mode::Gram, Some(why)) => ModeReason::RequestedUnfit(why),
+            _ => ModeReason::Requested,
+        };
+        ModeChoice {
+            mode,
+            requested,
+            reason,
+        }
+    }
+
+    /// Resolve `requested` for a table already on its device.
+    pub fn for_table(table: &DeviceTable, requested: Mode) -> ModeChoice {
+        ModeChoice::new(
+            table.context().caps(),
+            requested,
+            table.n(),
+            table.d(),
+            table.precision(),
+        )
+    }
+}
+
+impl fmt::Display for ModeChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.reason.fmt(f)
+    }
+}
+
+/// The largest batch (sequences per job) the engine `requested` resolves to allows on `caps`
+/// for an N × D table at `precision` and `steps` steps ([`gram::max_batch`] next to G, or
+/// [`crate::scan::max_batch`]). At least 1.
+pub fn max_batch(
+    caps: &Capabilities,
+    requested: Mode,
+    n: usize,
+    d: usize,
+    precision: Precision,
+    steps: usize,
+) -> usize {
+    match gram::mode_for(caps, requested, n, d, precision.bytes()) {
+        Mode::Gram => gram::max_batch(caps, n, d, precision.bytes(), steps),
+        _ => crate::scan::max_batch(caps, n, d, precision, steps),
+    }
+}
+
+/// Check a batch's starts against a table of `n` rows: at least one, each below `n` (0-based),
+/// none repeated. Positions in the messages count from 1 ("position 2 of the 2 starts").
+pub fn check_starts(starts: &[u32], n: usize) -> Result<()> {
+    if starts.is_empty() {
+        return Err(Error::Invalid(
+            "the batch has no starts (a batch needs at least one start)".into(),
+        ));
+    }
+    let total = starts.len();
+    // Per row, the 1-based position of the start that took it (0: none yet).
+    let mut first = vec![0usize; n];
+    for (i, &s) in starts.iter().enumerate() {
+        let s = s as usize;
+        if s >= n {
+            return Err(Error::Invalid(format!(
+                "start {s} is out of range for N = {n}: the table has {n} rows, numbered from 0 \
+                 (position {} of the {total} starts)",
+                i + 1
+            )));
+        }
+        if first[s] != 0 {
+            return Err(Error::Invalid(format!(
+                "start {s} is repeated (positions {} and {} of the {total} starts)",
+                first[s],
+                i + 1
+            )));
+        }
+        first[s] = i + 1;
+    }
+    Ok(())
+}
+
+/// What a job of either engine is built with: the mode asked for and each engine's options
+/// (those of the engine not chosen are ignored). The shared settings (`chunk`, `steps`,
+/// `workgroup_size`) are set in both.
+#[derive(Clone, Debug)]
+pub struct JobOptions {
+    /// `scan`, `gram` or `auto` (the default).
+    pub mode: Mode,
+    /// The scan engine's options.
+    pub scan: ScanOptions,
+    /// The gram engine's options.
+    pub gram: GramOptions,
+}
+
+impl Default for JobOptions {
+    fn default() -> Self {
+        JobOptions {
+            mode: Mode::Auto,
+            scan: ScanOptions::default(),
+            gram: GramOptions::default(),
+        }
+    }
+}
+
+/// Sequences already computed, to continue from (a checkpoint): `rows` holds one row of `len`
+/// entries per start. The scan engine rebuilds its running sums from `host`, the table the
+/// device table was uploaded from; the gram engine replays the prefix on the device and needs no
+/// host table.
+#[derive(Clone, Copy, Debug)]
+pub struct Prefix<'a> {
+    /// The host table (required by the scan engine).
+    pub host: Option<&'a Table>,
+    /// Row-major prefixes, one row per start.
+    pub rows: &'a [u32],
+    /// Entries per row.
+    pub len: usize,
+}
+
+/// A device table ready to run jobs of either engine. G = E Eᵀ is built by the first gram job
+/// (or [`Engine::gram`]) and kept, so that every batch of a run shares one G.
+pub struct Engine {
+    table: DeviceTable,
+    gram: Option<Gram>,
+}
+
+impl Engine {
+    /// Wrap a device table (nothing is built yet).
+    pub fn new(table: DeviceTable) -> Engine {
+        Engine { table, gram: None }
+    }
+
+    /// The device table.
+    pub fn table(&self) -> &DeviceTable {
+        &self.table
+    }
+
+    /// G of the table, built on first use and shared with every later gram job.
+    pub fn gram(&mut self) -> Result<Gram> {
+        if let Some(g) = &self.gram {
+            return Ok(g.clone());
+        }
+        let g = Gram::build(&self.table)?;
+        self.gram = Some(g.clone());
+        Ok(g)
+    }
+
+    /// Whether G has been built and is held.
+    pub fn has_gram(&self) -> bool {
+        self.gram.is_some()
+    }
+
+    /// Drop the cached G (jobs and handles that hold it keep it alive).
+    pub fn release_gram(&mut self) {
+        self.gram = None;
+    }
+
+    /// The engine `requested` resolves to for this table, and why.
+    pub fn mode_for(&self, requested: Mode) -> ModeChoice {
+        ModeChoice::for_table(&self.table, requested)
+    }
+
+    /// A job for `starts` in the engine `opts.mode` resolves to (auto: gram when G fits the
+    /// device's budget); nothing is computed until [`Job::step`].
+    pub fn job(&mut self, starts: &[u32], opts: &JobOptions) -> Result<Job> {
+        self.start(starts, opts, None)
+    }
+
+    /// A job continuing from `prefix` (see [`Prefix`]), bit-identical to an uninterrupted run.
+    pub fn resume_job(&mut self, starts: &[u32], prefix: Prefix, opts: &JobOptions) -> Result<Job> {
+        self.start(starts, opts, Some(prefix))
+    }
+
+    fn start(&mut self, starts: &[u32], opts: &JobOptions, prefix: Option<Prefix>) -> Result<Job> {
+        // The engines check their starts too (the same function); checked here first so that a
+        // bad list fails before G is built.
+        check_starts(starts, self.table.n())?;
+        if self.mode_for(opts.mode).mode == Mode::Gram {
+            let g = self.gram()?;
+            return Job::gram(&g, starts, &opts.gram, prefix.map(|p| (p.rows, p.len)));
+        }
+        let job =
+            match prefix {
+                None => ScanJob::new(&self.table, starts, &opts.scan)?,
+                Some(Prefix { host: None, .. }) => return Err(Error::Invalid(
+                    "the scan engine resumes from the host table: pass it as the first argument"
+                        .into(),
+                )),
+                Some(Prefix {
+                    host: Some(host),
+                    rows,
+                    len,
+                }) => ScanJob::resume(&self.table, host, starts, rows, len, &opts.scan)?,
+            };
+        Ok(Job::Scan(Box::new(job)))
+    }
+}
+
+/// A job of either engine; every method behaves the same for both.
+pub enum Job {
+    /// A scan job.
+    Scan(Box<ScanJob>),
+    /// A gram job.
+    Gram(Box<GramJob>),
+}
+
+macro_rules! both {
+    ($self:expr, $j:ident => $e:expr) => {
+        match $self {
+            Job::Scan($j) => $e,
+            Job::Gram($j) => $e,
+        }
+    };
+}
+
+impl Job {
+    /// A gram job on an existing G, new or continuing from `(rows, len)`.
+    pub fn gram(
+        g: &Gram,
+        starts: &[u32],
+        opts: &GramOptions,
+        resume: Option<(&[u32], usize)>,
+    ) -> Result<Job> {
+        let job = match resume {
+            None => GramJob::new(g, starts, opts)?,
+            Some((rows, len)) => GramJob::resume(g, starts, rows, len, opts)?,
+        };
+        Ok(Job::Gram(Box::new(job)))
+    }
+
+    /// The engine this job runs on.
+    pub fn mode(&self) -> Mode {
+        match self {
+            Job::Scan(_) => Mode::Scan,
+            Job::Gram(_) => Mode::Gram,
+        }
+    }
+    /// Advance every sequence by up to `n` steps.
+    pub fn step(&mut self, n: usize) -> Result<StepReport> {
+        both!(self, j => j.step(n))
+    }
+    /// Step to the end.
+    pub fn run(&mut self) -> Result<StepReport> {
+        both!(self, j => j.run())
+    }
+    /// Steps per submission from now on.
+    pub fn set_chunk(&mut self, c: usize) {
+        both!(self, j => j.set_chunk(c))
+    }
+    /// The scan engine's candidate walk from now on; a gram step reads whole Gram rows and
+    /// ignores it.
+    pub fn set_tiling(&mut self, shape: Shape, tile_size: u32) {
+        if let Job::Scan(j) = self {
+            j.set_tiling(shape, tile_size);
+        }
+    }
+    /// Whether every step is computed.
+    pub fn done(&self) -> bool {
+        both!(self, j => j.done())
+    }
+    /// Steps computed so far.
+    pub fn steps_done(&self) -> usize {
+        both!(self, j => j.steps_done())
+    }
+    /// Steps the job computes in all.
+    pub fn total_steps(&self) -> usize {
+        both!(self, j => j.total_steps())
+    }
+    /// GPU time so far, nanoseconds.
+    pub fn gpu_ns(&self) -> u64 {
+        both!(self, j => j.gpu_ns())
+    }
+    /// The starts, in batch order.
+    pub fn starts(&self) -> &[u32] {
+        both!(self, j => j.starts())
+    }
+    /// Entries of each sequence so far (steps done + 1).
+    pub fn sequence_len(&self) -> usize {
+        both!(self, j => j.sequence_len())
+    }
+    /// Invocations per workgroup of the per-sequence dispatches.
+    pub fn workgroup_size(&self) -> u32 {
+        both!(self, j => j.workgroup_size())
+    }
+    /// Where a gram job keeps its state; `None` for a scan job.
+    pub fn placement(&self) -> Option<Placement> {
+        match self {
+            Job::Gram(j) => Some(j.placement()),
+            Job::Scan(_) => None,
+        }
+    }
+    /// Whether a gram job reduces with subgroup operations; `None` for a scan job.
+    pub fn uses_subgroups(&self) -> Option<bool> {
+        match self {
+            Job::Gram(j) => Some(j.uses_subgroups()),
+            Job::Scan(_) => None,
+        }
+    }
+    /// Every sequence so far, row-major, [`Job::sequence_len`] entries a row.
+    pub fn sequences_flat(&self) -> Result<Vec<u32>> {
+        self.sequence_columns(0, self.sequence_len())
+    }
+    /// Entries `from..to` of every sequence, row-major.
+    pub fn sequence_columns(&self, from: usize, to: usize) -> Result<Vec<u32>> {
+        both!(self, j => j.sequence_columns(from, to))
+    }
+}

@@ -1,0 +1,133 @@
+//! Lua arguments to Rust values: integers checked the way the errors promise (named, never
+//! truncated), index lists, option tables, the engine's enums, binary rows.
+
+use super::error::{msg, LuaCtx};
+use crate::gram::Mode;
+use crate::table::Precision;
+use mlua::prelude::*;
+use mlua::Value;
+
+/// Field `key` of an optional options table.
+pub(super) fn opt<T: FromLua>(t: &Option<LuaTable>, key: &str) -> LuaResult<Option<T>> {
+    match t {
+        Some(t) => t.get::<Option<T>>(key),
+        None => Ok(None),
+    }
+}
+
+/// A non-negative integer argument, refused with a named error when it is negative, fractional
+/// or not a number (mlua would truncate 1.5 to 1, or report a conversion in its own words).
+pub(super) fn int(call: &str, what: &str, v: &Value) -> LuaResult<u64> {
+    let x = match v {
+        Value::Integer(i) => *i as f64,
+        Value::Number(n) => *n,
+        other => {
+            return Err(msg(
+                call,
+                format!(
+                    "{what} must be a non-negative integer, got a {}",
+                    other.type_name()
+                ),
+            ))
+        }
+    };
+    if x < 0.0 {
+        return Err(msg(call, format!("{what} {x} is negative")));
+    }
+    if x.fract() != 0.0 || !x.is_finite() || x > 9.007_199_254_740_992e15 {
+        return Err(msg(call, format!("{what} must be an integer, got {x}")));
+    }
+    Ok(x as u64)
+}
+
+/// An optional integer field of an options table.
+pub(super) fn opt_int(call: &str, o: &Option<LuaTable>, key: &str) -> LuaResult<Option<u64>> {
+    match opt::<Value>(o, key)? {
+        None | Some(Value::Nil) => Ok(None),
+        Some(v) => int(call, key, &v).map(Some),
+    }
+}
+
+/// A u32 from an integer argument.
+pub(super) fn int_u32(call: &str, what: &str, v: &Value) -> LuaResult<u32> {
+    let x = int(call, what, v)?;
+    u32::try_from(x).map_err(|_| msg(call, format!("{what} {x} is too large")))
+}
+
+/// A Lua array of integers (0-based indices).
+pub(super) fn int_list(call: &str, what: &str, t: &LuaTable) -> LuaResult<Vec<u32>> {
+    t.sequence_values::<Value>()
+        .enumerate()
+        .map(|(i, v)| {
+            let v = v?;
+            int_u32(call, what, &v).map_err(|_| {
+                let (shown, why) = match &v {
+                    Value::Integer(x) if *x < 0 => (x.to_string(), "is out of range"),
+                    Value::Number(x) if *x < 0.0 => (x.to_string(), "is out of range"),
+                    Value::Integer(x) => (x.to_string(), "is too large"),
+                    Value::Number(x) => (x.to_string(), "is not an integer"),
+                    other => (format!("a {}", other.type_name()), "is not an integer"),
+                };
+                msg(
+                    call,
+                    format!(
+                        "{what} {shown} (position {}) {why}: indices are integers from 0",
+                        i + 1
+                    ),
+                )
+            })
+        })
+        .collect()
+}
+
+/// Little-endian uint32 rows from a binary string, checking the size.
+fn u32_rows(call: &str, b: &[u8], rows: usize, len: usize) -> LuaResult<Vec<u32>> {
+    if b.len() != rows * len * 4 {
+        return Err(msg(
+            call,
+            format!("{} bytes for {rows} rows of {len} uint32", b.len()),
+        ));
+    }
+    Ok(b.chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
+}
+
+/// "scan", "gram" or "auto" (`default` when absent).
+pub(super) fn parse_mode(call: &str, m: Option<&str>, default: Mode) -> LuaResult<Mode> {
+    match m {
+        None => Ok(default),
+        Some(s) => s.parse().lua_ctx(call),
+    }
+}
+
+/// "fp32" (the default) or "fp16".
+pub(super) fn parse_precision(call: &str, p: Option<String>) -> LuaResult<Precision> {
+    match p {
+        None => Ok(Precision::Fp32),
+        Some(s) => s.parse().lua_ctx(call),
+    }
+}
+
+/// `starts` (a Lua array of indices) or, when nil, every index below `n`.
+pub(super) fn starts_or_all(call: &str, starts: Option<LuaTable>, n: usize) -> LuaResult<Vec<u32>> {
+    match starts {
+        Some(s) => int_list(call, "start", &s),
+        None => Ok((0..n as u32).collect()),
+    }
+}
+
+/// Starts with their rows: a Lua array of indices (named `what` in errors) and a binary string
+/// of little-endian uint32, one row of `len` entries per start. Returns (starts, rows, len).
+pub(super) fn rows_of_starts(
+    call: &str,
+    what: &str,
+    starts: &LuaTable,
+    bytes: &LuaString,
+    len: &Value,
+) -> LuaResult<(Vec<u32>, Vec<u32>, usize)> {
+    let starts = int_list(call, what, starts)?;
+    let len = int(call, "len", len)? as usize;
+    let rows = u32_rows(call, &bytes.as_bytes(), starts.len(), len)?;
+    Ok((starts, rows, len))
+}

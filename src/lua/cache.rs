@@ -1,0 +1,175 @@
+//! The cache writers (JSON, binary) and the binary cache reader; `merge_caches`.
+
+use super::args::{int, int_list, int_u32, rows_of_starts};
+use super::error::{msg, LuaCtx};
+use super::handle::Handle;
+use super::job::LJob;
+use super::json::{json_list, lua_to_json};
+use crate::cache::{BinaryCache, BinaryCacheWriter, JsonCacheWriter};
+use mlua::prelude::*;
+use mlua::{UserData, UserDataMethods, Value};
+
+/// A JSON cache writer.
+pub(super) type LJsonWriter = Handle<JsonCacheWriter>;
+/// A binary cache writer.
+pub(super) type LBinWriter = Handle<BinaryCacheWriter>;
+/// An opened binary cache.
+pub(super) type LBinCache = Handle<BinaryCache>;
+
+impl UserData for LJsonWriter {
+    fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
+        m.add_method_mut("write_job", |_, this, job: LuaAnyUserData| {
+            let call = "json_cache:write_job";
+            let job = job.borrow::<LJob>()?;
+            let j = job.get(call)?;
+            let flat = j.sequences_flat().lua_ctx(call)?;
+            this.get_mut(call)?
+                .write_batch(j.starts(), &flat, j.sequence_len())
+                .lua_ctx(call)
+        });
+        m.add_method_mut("write", |_, this, (start, seq): (Value, LuaTable)| {
+            let call = "json_cache:write";
+            let (start, seq) = (
+                int_u32(call, "start", &start)?,
+                int_list(call, "seq", &seq)?,
+            );
+            this.get_mut(call)?
+                .write_sequence(start, &seq)
+                .lua_ctx(call)
+        });
+        m.add_method_mut(
+            "write_bytes",
+            |_, this, (starts, bytes, len): (LuaTable, LuaString, Value)| {
+                let call = "json_cache:write_bytes";
+                let (starts, flat, len) = rows_of_starts(call, "starts", &starts, &bytes, &len)?;
+                this.get_mut(call)?
+                    .write_batch(&starts, &flat, len)
+                    .lua_ctx(call)
+            },
+        );
+        m.add_method_mut("finish", |_, this, ()| {
+            let call = "json_cache:finish";
+            this.take(call)?.finish().lua_ctx(call)
+        });
+        // An unfinished writer removes its temporary file.
+        Handle::add_close(m);
+    }
+}
+
+impl UserData for LBinWriter {
+    fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
+        m.add_method_mut("write_job", |_, this, job: LuaAnyUserData| {
+            let call = "binary_cache:write_job";
+            let job = job.borrow::<LJob>()?;
+            let j = job.get(call)?;
+            let flat = j.sequences_flat().lua_ctx(call)?;
+            this.get_mut(call)?
+                .write_batch(j.starts(), &flat)
+                .lua_ctx(call)
+        });
+        m.add_method_mut(
+            "write_bytes",
+            |_, this, (starts, bytes, len): (LuaTable, LuaString, Value)| {
+                let call = "binary_cache:write_bytes";
+                let (starts, flat, _) = rows_of_starts(call, "starts", &starts, &bytes, &len)?;
+                this.get_mut(call)?
+                    .write_batch(&starts, &flat)
+                    .lua_ctx(call)
+            },
+        );
+        m.add_method_mut("write", |_, this, (start, seq): (Value, LuaTable)| {
+            let call = "binary_cache:write";
+            let (start, seq) = (
+                int_u32(call, "start", &start)?,
+                int_list(call, "seq", &seq)?,
+            );
+            this.get_mut(call)?.write_row(start, &seq).lua_ctx(call)
+        });
+        m.add_method_mut("finish", |_, this, ()| {
+            let call = "binary_cache:finish";
+            this.take(call)?.finish().lua_ctx(call)
+        });
+        Handle::add_close(m);
+    }
+}
+
+impl UserData for LBinCache {
+    fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
+        m.add_method("n", |_, this, ()| Ok(this.get("binary_cache:n")?.n()));
+        m.add_method("len", |_, this, ()| Ok(this.get("binary_cache:len")?.len()));
+        m.add_method_mut("sequence", |lua, this, start: i64| {
+            let call = "binary_cache:sequence";
+            let c = this.get_mut(call)?;
+            let s = u32::try_from(start)
+                .map_err(|_| msg(call, format!("start {start} out of range")))?;
+            let seq = c.sequence(s).lua_ctx(call)?;
+            lua.create_sequence_from(seq)
+        });
+        Handle::add_close(m);
+    }
+}
+
+/// `json_cache_writer`, `merge_caches`, `binary_cache_writer`, `open_binary_cache`.
+pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
+    m.set(
+        "json_cache_writer",
+        lua.create_function(
+            |_, (path, meta, ids): (String, Option<Value>, Option<LuaTable>)| {
+                let call = "json_cache_writer";
+                let meta = match meta {
+                    Some(v) => lua_to_json(call, v)?,
+                    None => serde_json::json!({}),
+                };
+                let ids = match ids {
+                    Some(t) => Some(json_list(call, &t)?),
+                    None => None,
+                };
+                let w = JsonCacheWriter::create(path.as_ref(), &meta, ids).lua_ctx(call)?;
+                Ok(LJsonWriter::new("json cache writer", w))
+            },
+        )?,
+    )?;
+    m.set(
+        "binary_cache_writer",
+        lua.create_function(|_, (path, n, len): (String, Value, Option<Value>)| {
+            let call = "binary_cache_writer";
+            let n = int(call, "n", &n)? as usize;
+            let len = match len.filter(|l| !l.is_nil()) {
+                Some(l) => int(call, "len", &l)? as usize,
+                None => n,
+            };
+            let w = BinaryCacheWriter::create(path.as_ref(), n, len).lua_ctx(call)?;
+            Ok(LBinWriter::new("binary cache writer", w))
+        })?,
+    )?;
+    m.set(
+        "open_binary_cache",
+        lua.create_function(|_, path: String| {
+            let c = BinaryCache::open(path.as_ref()).lua_ctx("open_binary_cache")?;
+            Ok(LBinCache::new("binary cache", c))
+        })?,
+    )?;
+    register_merge_caches(lua, m)
+}
+
+/// `diversity.merge_caches(out, {inputs…})`: merge the partial caches of a `--shard i/n` run
+/// into `out`, byte-identical to the one-shot run's cache (`cache::merge_caches`). Returns
+/// `{shards = n, layout = "contiguous" | "strided", sequences = count}`.
+fn register_merge_caches(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
+    m.set(
+        "merge_caches",
+        lua.create_function(|lua, (out, inputs): (String, LuaTable)| {
+            let call = "merge_caches";
+            let inputs = inputs
+                .sequence_values::<String>()
+                .map(|p| Ok(std::path::PathBuf::from(p?)))
+                .collect::<LuaResult<Vec<_>>>()?;
+            let r = crate::cache::merge_caches(&inputs, out.as_ref()).lua_ctx(call)?;
+            let t = lua.create_table()?;
+            t.set("shards", r.shards)?;
+            t.set("layout", r.layout.name())?;
+            t.set("sequences", r.sequences)?;
+            Ok(t)
+        })?,
+    )
+}
