@@ -2,10 +2,16 @@
 // G = E Eᵀ for the gram engine (SPEC §Modes, gram): rows [row0, row0 + rows) of G written into
 // slab `slab`, which holds the rows from slab_row0 on (G is split into slabs of whole rows: one
 // binding sees at most maxStorageBufferRange bytes; a slab may take several submissions).
-// Column j is stored scaled by 1/|e_j|: the engine then sums keys c·e_j/|e_j| directly. Each entry is one fused multiply-add chain over d in ascending order from 0, so
-// G[i][j] and G[j][i] have the same bits (fma(a, b, c) = fma(b, a, c)). The rows are the stored
-// table: fp16 rows are widened, so G comes from the rounded values. The scaling by 1/|e_j| is one
-// more rounding after the chain.
+// Column j is stored scaled by 1/|e_j|: the engine then sums keys c·e_j/|e_j| directly.
+// Each entry is a compensated dot product (Ogita, Rump and Oishi's Dot2) over d in ascending
+// order from 0: every product's rounding error comes exactly from fma(a, b, -a·b), every sum's
+// from Knuth's TwoSum, and both are gathered in a second float `lo`; the entry is hi + lo, then
+// scaled. Its error is |G|·u (the two final roundings, u = 2⁻²⁴) plus D²u²·Σ|a·b| — for
+// D = 384, ~1e-9 of Σ|a·b| — instead of the plain chain's up to D·u·Σ|a·b| (~√D·u typically).
+// A key sums t entries, so this is what keeps the gram engine's error small on long sequences
+// (see gram.comp for the whole bound). G[i][j] and G[j][i] have the same bits (every operation
+// is symmetric in a and b). The rows are the stored table: fp16 rows are widened, so G comes
+// from the rounded values.
 #ifdef FP16
 #extension GL_EXT_shader_16bit_storage : require
 #define STORED float16_t
@@ -40,8 +46,11 @@ void main() {
     const uint j0 = gl_WorkGroupID.x * BT;             // columns
     const uint i0 = pc.row0 + gl_WorkGroupID.y * BT;   // rows of G
     const uint iend = pc.row0 + pc.rows;
-    float acc[16];
-    for (uint q = 0u; q < 16u; ++q) acc[q] = 0.0;
+    float acc[16], lo[16];
+    for (uint q = 0u; q < 16u; ++q) {
+        acc[q] = 0.0;
+        lo[q] = 0.0;
+    }
     const uint lr = lid / 4u, lk = (lid % 4u) * 4u;
     for (uint k0 = 0u; k0 < pc.dim; k0 += BK) {
         for (uint q = 0u; q < 4u; ++q) {
@@ -51,15 +60,23 @@ void main() {
             Bs[(lk + q) * BT + lr] = (j < pc.n && k < pc.dim) ? float(table[j * pc.dim + k]) : 0.0;
         }
         barrier();
-        // Dims past D contribute fma(0, 0, acc) = acc: the chain is the same as over D alone.
+        // Dims past D contribute 0·0 with no error: the sums are the same as over D alone.
         for (uint kk = 0u; kk < BK; ++kk) {
             float a[4], b[4];
             for (uint q = 0u; q < 4u; ++q) a[q] = As[kk * BT + ty * 4u + q];
             for (uint q = 0u; q < 4u; ++q) b[q] = Bs[kk * BT + tx * 4u + q];
             for (uint u = 0u; u < 4u; ++u) {
                 for (uint v = 0u; v < 4u; ++v) {
-                    precise float r = fma(a[u], b[v], acc[u * 4u + v]);
-                    acc[u * 4u + v] = r;
+                    // TwoProduct and TwoSum: p + pe = a·b and s + se = acc + p exactly.
+                    precise float p = a[u] * b[v];
+                    precise float pe = fma(a[u], b[v], -p);
+                    const float h = acc[u * 4u + v];
+                    precise float s = h + p;
+                    precise float bp = s - h;
+                    precise float se = (h - (s - bp)) + (p - bp);
+                    precise float l = lo[u * 4u + v] + (pe + se);
+                    acc[u * 4u + v] = s;
+                    lo[u * 4u + v] = l;
                 }
             }
         }
@@ -71,7 +88,8 @@ void main() {
         for (uint v = 0u; v < 4u; ++v) {
             uint j = j0 + tx * 4u + v;
             if (j < pc.n) {
-                precise float scaled = acc[u * 4u + v] * inv_norm[j];
+                precise float dot = acc[u * 4u + v] + lo[u * 4u + v];
+                precise float scaled = dot * inv_norm[j];
                 G[pc.slab].g[(i - pc.slab_row0) * pc.n + j] = scaled;
             }
         }

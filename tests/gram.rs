@@ -585,3 +585,44 @@ fn many_steps_per_dispatch_stay_within_the_loop_cap() {
     }
     assert_clean(&ctx);
 }
+
+/// A table built to break a gram engine whose error grows with the sequence: 100 random
+/// directions in 2,048 dims, each repeated 12 times with a perturbation of 1e-3 of its length
+/// (near-duplicates whose distances to the centroid differ by ~1e-5), centred. Every key sums
+/// t rows of G, so an error per G entry of the plain fp32 dot (~√D·u) grows as √t past the
+/// gaps between the copies: the old arithmetic picked the wrong copy by up to 8.4e-5 (29 of
+/// 5,995 steps over ε on five starts). With compensated G entries (~u each) the oracle holds.
+#[test]
+fn near_duplicate_clusters_in_high_dimension_stay_within_eps() {
+    let ctx = ctx();
+    let (centers, copies, d) = (100usize, 12usize, 2048usize);
+    let base = random_table(centers, d, 17);
+    let noise = random_table(centers * copies, d, 18);
+    let mut data = Vec::with_capacity(centers * copies * d);
+    for c in 0..centers {
+        let row = base.row(c);
+        let norm = row.iter().map(|v| (*v as f64).powi(2)).sum::<f64>().sqrt();
+        let scale = 1e-3 * norm / (d as f64).sqrt();
+        for k in 0..copies {
+            let z = noise.row(c * copies + k);
+            data.extend(
+                row.iter()
+                    .zip(z)
+                    .map(|(a, b)| (*a as f64 + scale * *b as f64) as f32),
+            );
+        }
+    }
+    let table = Table::new(data, centers * copies, d).unwrap().centered();
+    let starts: Vec<u32> = vec![0, 600, 1199];
+    let got = run_gram(
+        &ctx,
+        &table,
+        Precision::Fp32,
+        &starts,
+        &GramOptions::default(),
+    );
+    let (worst, _) = check_all(&table, &starts, &got);
+    eprintln!("near-duplicate clusters, 1,200 × 2,048 centred: worst excess {worst:.3e}");
+    assert!(worst <= EPS);
+    assert_clean(&ctx);
+}

@@ -4,7 +4,7 @@
 --       [--precision fp16|fp32] [--mode scan|gram|auto] [--placement auto|registers|memory] [--plain-sums]
 --       [--top-k K] [--batch B] [--starts all|a,b,c] [--binary FILE.bin]
 --       [--dim D] [--device NAME] [--devices all|LIST] [--validation] [--resume] [--target-s S] [--safety F]
---       [--model NAME] [--quiet] [--shard i/n[:strided]]
+--       [--model NAME] [--quiet] [--shard i/n[:strided]] [--host-memory SIZE]
 --   luajit lua/diversity/cli.lua merge --out diversity_cache.json SHARD.json…
 --
 -- `--shard i/n` computes the i-th of n slices of the starts (1-based; contiguous, or every n-th
@@ -21,8 +21,10 @@ local USAGE = [=[usage: cli.lua --embeddings FILE --out diversity_cache.json [--
     [--precision fp16|fp32] [--mode scan|gram|auto] [--placement auto|registers|memory] [--plain-sums]
     [--top-k K] [--batch B] [--starts all|a,b,c] [--binary FILE.bin]
     [--dim D] [--device NAME] [--devices all|LIST] [--validation] [--resume] [--target-s S] [--safety F]
-    [--model NAME] [--quiet] [--shard i/n[:strided]]
+    [--model NAME] [--quiet] [--shard i/n[:strided]] [--host-memory SIZE]
        cli.lua merge --out diversity_cache.json SHARD.json...
+  --host-memory SIZE   host memory a batch's results may take (bytes, or with K, M or G):
+                    the batch shrinks to fit; default the smaller of 2G and a quarter of RAM
   --shard i/n       compute shard i of n (1-based) of the starts: a partial cache (not with --binary)
   --shard i/n:strided   the same, every n-th start from the i-th instead of the i-th slice
   merge             merge the n shards of one run (any order) into the one-shot cache]=]
@@ -75,6 +77,14 @@ local function parse(argv)
     elseif a == "--safety" then o.safety = number(a)
     elseif a == "--model" then o.model = value(a)
     elseif a == "--quiet" then o.quiet = true
+    elseif a == "--host-memory" then
+      local v = value(a)
+      local num, unit = v:match("^(%d+%.?%d*)([KMGkmg]?)$")
+      local scale = ({ [""] = 1, k = 2 ^ 10, m = 2 ^ 20, g = 2 ^ 30 })[(unit or ""):lower()]
+      if not num or tonumber(num) <= 0 then
+        error("diversity: --host-memory " .. v .. ": expected a size such as 2G, 512M or a byte count", 0)
+      end
+      o.host_memory = math.floor(tonumber(num) * scale)
     elseif a == "--shard" then
       o.shard = value(a)
       driver.parse_shard(o.shard) -- a bad spec is refused here, before anything else

@@ -15,7 +15,37 @@ M.defaults = {
   safety = 0.6,        -- fraction of the target a chunk may use
   probe_steps = 10,
   l2_headroom = 0.85,  -- share of L2 a tile may fill
+  host_memory = nil,   -- bytes of host memory a batch's results may take: nil = the smaller of
+                       -- 2 GiB and a quarter of the machine's memory (M.default_host_memory)
 }
+
+--- Host bytes a batch holds per entry (sequence step) at its peak: the downloaded uint32 rows,
+-- the checkpoint columns and the rows' JSON text while they stream to the cache. Measured: a
+-- 31,102-sequence whole-cache batch peaked at 9.1 GB resident, 2.35 × its 3.9 GB of rows.
+M.HOST_BYTES_PER_ENTRY = 10
+
+--- The default host budget: the smaller of 2 GiB and a quarter of MemTotal (/proc/meminfo;
+-- 2 GiB where it cannot be read).
+function M.default_host_memory()
+  local budget = 2 * 1024 ^ 3
+  local f = io.open("/proc/meminfo", "r")
+  if f then
+    for line in f:lines() do
+      local kb = line:match("^MemTotal:%s+(%d+) kB")
+      if kb then
+        budget = math.min(budget, tonumber(kb) * 1024 / 4)
+        break
+      end
+    end
+    f:close()
+  end
+  return math.floor(budget)
+end
+
+--- The most sequences of `steps` steps a batch may hold within `bytes` of host memory (≥ 1).
+function M.host_batch(bytes, steps)
+  return math.max(1, math.floor(bytes / ((steps + 1) * M.HOST_BYTES_PER_ENTRY)))
+end
 
 --- The user's tile formula: a tile of candidates fills 85% of L2.
 -- `tile_size = floor(L2_BYTES * 0.85 / (dim * bytes_per_value))`; fp32 tables hold 4 bytes a
@@ -266,7 +296,8 @@ M.PLACEMENTS = { auto = true, registers = true, memory = true }
 --- Run the whole job. `opts`: embeddings, out (diversity_cache.json), binary (optional uint32
 -- cache), center, precision, mode ("scan", "gram" or "auto"), placement (gram: "auto",
 -- "registers" or "memory"), plain_sums (gram: plain float32 sums instead of compensated), top_k, batch, starts ("all", "a,b,c" or a Lua array), device,
--- validation, resume, target_s, safety, quiet, model, dim, shard ("i/n" or "i/n:strided": compute
+-- validation, resume, target_s, safety, quiet, model, dim, host_memory (bytes a batch's results
+-- may take on the host; default M.default_host_memory()), shard ("i/n" or "i/n:strided": compute
 -- only that slice of the starts and write a partial cache for `M.merge`). Returns a summary table
 -- (with `mode`, the engine used, and `mode_reason`, why).
 function M.run(opts)
@@ -285,6 +316,12 @@ function M.run(opts)
   end
   if opts.batch < 1 or opts.batch ~= math.floor(opts.batch) then
     error("diversity: --batch must be a positive integer, got " .. tostring(opts.batch), 0)
+  end
+  if opts.host_memory ~= nil and (type(opts.host_memory) ~= "number"
+      or opts.host_memory ~= opts.host_memory or opts.host_memory < 1
+      or opts.host_memory == math.huge) then
+    error("diversity: --host-memory must be a positive number of bytes, got "
+      .. tostring(opts.host_memory), 0)
   end
   if opts.top_k and (opts.top_k < 0 or opts.top_k ~= math.floor(opts.top_k)) then
     error("diversity: --top-k must be a non-negative integer, got " .. tostring(opts.top_k), 0)
@@ -346,6 +383,16 @@ function M.run(opts)
   local fit = ctx:max_batch(n, dim, opts.precision, steps, mode)
   for d = 2, #devs do fit = math.min(fit, devs[d]:max_batch(n, dim, opts.precision, steps, mode)) end
   local batch = (mode == "gram" and not batch_given) and fit or math.max(1, math.min(opts.batch, fit))
+  -- … and the host's budget: the results of a batch stay in host memory until written, so a
+  -- whole cache of a large N goes in several batches rather than one of N² entries.
+  local host_memory = opts.host_memory or M.default_host_memory()
+  local host_fit = M.host_batch(host_memory, steps)
+  batch = math.min(batch, host_fit)
+  if not opts.quiet then
+    io.stderr:write(("batch %d sequences (the device fits %d; %d MiB of host memory fits %d)\n")
+      :format(batch, fit, math.floor(host_memory / 2 ^ 20), host_fit))
+    io.stderr:flush()
+  end
   -- Several devices share the batches as they become free: by default about four a device, so a
   -- faster device takes more of them. A shard sizes them to its own starts but records the whole
   -- run's batch size, the one-shot run's metadata.
