@@ -7,14 +7,16 @@
 //! ```text
 //! cargo run --release --example bench_gram -- --table FILE [--dim D] [--starts S] [--steps K]
 //!     [--precisions fp32,fp16] [--wg 256,512,1024] [--placements auto,registers,memory]
-//!     [--spd 0,1] [--compensated 1,0] [--chunk C] [--label NAME] [--json OUT.json] [--md OUT.md] [--seqs OUT.u32]
+//!     [--spd 0,1] [--compensated 1,0] [--judge 1,0] [--chunk C] [--label NAME] [--json OUT.json] [--md OUT.md] [--seqs OUT.u32]
 //!     [--e2e CACHE.json] [--center] [--oracle K]
 //! ```
 //!
 //! `--center` subtracts the column mean first (the user's `mean-centered-v1` space). `--oracle K`
 //! checks the first K sequences of the first configuration of each summation (`--compensated`) against float64
-//! distances along their own prefix (SPEC §Exactness 2, ε = 1e-5) on every CPU core, and prints
-//! the worst excess.
+//! distances along their own prefix (ε = 1e-5) on every CPU core, and prints the worst excess.
+//! `--judge 1,0` runs each configuration with and without the judge (`GramOptions::judge`: keys
+//! recomputed from the running sum when the best two are within their error bound); the line
+//! shows how many recomputes the batch made.
 //!
 //! `--spd` lists steps per dispatch (0 = the device default: the whole chunk in one in-shader
 //! loop on GPUs). `--starts S` takes the first S items as starts (default all N), `--steps K` the first K steps
@@ -42,6 +44,7 @@ struct Args {
     placements: Vec<Placement>,
     spds: Vec<usize>,
     comps: Vec<bool>,
+    judges: Vec<bool>,
     chunk: usize,
     label: String,
     json: Option<String>,
@@ -63,6 +66,7 @@ fn parse() -> Result<Args, String> {
         placements: vec![Placement::Auto],
         spds: vec![0],
         comps: vec![true],
+        judges: vec![true],
         chunk: 0,
         label: "workload".into(),
         json: None,
@@ -105,6 +109,16 @@ fn parse() -> Result<Args, String> {
                         "1" | "yes" | "true" => Ok(true),
                         "0" | "no" | "false" => Ok(false),
                         _ => Err(format!("--compensated {v}: expected 1 or 0")),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+            "--judge" => {
+                a.judges = val()?
+                    .split(',')
+                    .map(|v| match v {
+                        "1" | "yes" | "true" => Ok(true),
+                        "0" | "no" | "false" => Ok(false),
+                        _ => Err(format!("--judge {v}: expected 1 or 0")),
                     })
                     .collect::<Result<_, _>>()?
             }
@@ -188,14 +202,16 @@ fn run() -> Result<(), String> {
             for &pl in &a.placements {
                 for &spd in &a.spds {
                     for &comp in &a.comps {
-                        configs.push((wg, pl, spd, comp));
+                        for &judge in &a.judges {
+                            configs.push((wg, pl, spd, comp, judge));
+                        }
                     }
                 }
             }
         }
         // Same bits within a precision and summation (different tables or arithmetic may differ).
-        let mut hashes: Vec<(Precision, bool, u64)> = Vec::new();
-        for (wg, placement, spd, comp) in configs {
+        let mut hashes: Vec<(Precision, (bool, bool), u64)> = Vec::new();
+        for (wg, placement, spd, comp, judge) in configs {
             {
                 let o = GramOptions {
                     chunk: a.chunk,
@@ -205,6 +221,7 @@ fn run() -> Result<(), String> {
                     subgroups: None,
                     steps_per_dispatch: spd,
                     compensated: comp,
+                    judge,
                 };
                 let t = Instant::now();
                 let mut job = match GramJob::new(&gram, &starts, &o) {
@@ -218,15 +235,22 @@ fn run() -> Result<(), String> {
                 let wall_s = t.elapsed().as_secs_f64();
                 let flat = job.sequences_flat().map_err(|e| e.to_string())?;
                 let h = fnv(&flat);
-                let identical = match hashes.iter().find(|x| x.0 == precision && x.1 == comp) {
+                let arith = (comp, job.judge());
+                let identical = match hashes.iter().find(|x| x.0 == precision && x.1 == arith) {
                     Some(x) => x.2 == h,
                     None => {
-                        hashes.push((precision, comp, h));
+                        hashes.push((precision, arith, h));
                         true
                     }
                 };
-                if a.oracle > 0 && !checked.contains(&comp) {
-                    checked.push(comp);
+                let refreshes: u64 = job
+                    .refreshes()
+                    .map_err(|e| e.to_string())?
+                    .iter()
+                    .map(|&r| r as u64)
+                    .sum();
+                if a.oracle > 0 && !checked.contains(&arith) {
+                    checked.push(arith);
                     oracle(&table, precision, &starts, &flat, steps + 1, a.oracle);
                 }
                 if first_seqs.is_none() {
@@ -235,10 +259,11 @@ fn run() -> Result<(), String> {
                 let gpu_s = r.gpu_ns as f64 * 1e-9;
                 let bytes = s as f64 * steps as f64 * n as f64 * 4.0;
                 println!(
-                    "  {} wg {:>4} {:<9} spd {spd:<3} compensated {comp:<5} subgroups {:<5} GPU {:>8.4} s  wall {:>8.4} s  {:>10.0} steps/s  G rows {:>6.2} TB/s  same bits {}",
+                    "  {} wg {:>4} {:<9} spd {spd:<3} compensated {comp:<5} judge {:<5} ({refreshes} recomputes) subgroups {:<5} GPU {:>8.4} s  wall {:>8.4} s  {:>10.0} steps/s  G rows {:>6.2} TB/s  same bits {}",
                     precision.name(),
                     job.workgroup_size(),
                     job.placement().name(),
+                    job.judge(),
                     job.uses_subgroups(),
                     gpu_s,
                     wall_s,
@@ -414,6 +439,7 @@ fn end_to_end(
         placement: a.placements[0],
         steps_per_dispatch: a.spds[0],
         compensated: a.comps[0],
+        judge: a.judges[0],
         ..GramOptions::default()
     };
     let mut job = GramJob::new(&gram, &starts, &o).map_err(|e| e.to_string())?;

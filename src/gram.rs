@@ -128,14 +128,23 @@ pub struct GramOptions {
     pub subgroups: Option<bool>,
     /// Steps one dispatch loops over inside the shader (a submission records as many
     /// dispatches as its chunk needs, with barriers between); 0 = the device's default: every
-    /// step of the chunk on GPUs, 1 on CPU devices, where Mesa 22.3's lavapipe computes wrong
-    /// picks in long in-shader step loops (the same bug the scan engine avoids; measured: the
-    /// results then depend on the workgroup size, with one step per dispatch they do not).
+    /// step of the chunk on GPUs, 1 on CPU devices. On lavapipe a dispatch never runs more
+    /// steps than its loop cap allows ([`crate::device::Capabilities::loop_limit`]: past 65,535
+    /// loop iterations an invocation's loops stop silently, which once made long in-shader
+    /// step loops pick wrongly there).
     pub steps_per_dispatch: usize,
     /// Keep each key as a compensated pair (Knuth TwoSum; the default). `false` sums plain
     /// float32: fewer registers and operations, more rounding over long runs on centered data.
     /// The two settings give different bits; each is the same across every other option.
     pub compensated: bool,
+    /// The judge (the default): each step also finds the second best key, and when it is
+    /// within twice the keys' error bound of the best — the bound grows by about 2u·|e_p| a
+    /// step, see `shaders/gram.comp` — every key is recomputed from the running sum (the scan's
+    /// fp32 dot of the compensated c) and the pick made again, so the error does not grow with
+    /// the sequence. `false`: keys are only ever sums of G rows (the old arithmetic; other bits
+    /// on near-ties). Off where a step with a recompute would pass the device's loop cap or the
+    /// running sum does not fit shared memory ([`GramJob::judge`] says which ran).
+    pub judge: bool,
 }
 
 impl Default for GramOptions {
@@ -148,6 +157,7 @@ impl Default for GramOptions {
             subgroups: None,
             steps_per_dispatch: 0,
             compensated: true,
+            judge: true,
         }
     }
 }
@@ -160,6 +170,12 @@ pub fn gram_bytes(n: usize) -> u64 {
 /// Bytes of one batch's device state and output: (hi, lo) per candidate, the sequences, starts.
 pub fn batch_bytes(n: usize, batch: usize, steps: usize) -> u64 {
     (batch as u64) * ((n as u64) * 8 + (steps as u64 + 1) * 4 + 4)
+}
+
+/// Floats of one sequence's state in `gram.comp`: (hi, lo) per candidate, the judge's running
+/// sum (c_hi, c_lo) per dimension and eight scalars.
+fn state_floats(n: usize, d: usize) -> usize {
+    2 * n + 2 * d + 8
 }
 
 /// Rows of G per slab on `caps`: whole rows of at most `maxStorageBufferRange` bytes.
@@ -232,8 +248,11 @@ pub fn max_batch(
     bytes_per_value: usize,
     steps: usize,
 ) -> usize {
-    let per_seq = batch_bytes(n, 1, steps).max(1);
-    let by_range = caps.max_buffer_range / ((n as u64 * 8).max((steps as u64 + 1) * 4).max(1));
+    let per_seq = (batch_bytes(n, 1, steps) + (2 * d as u64 + 8) * 4).max(1);
+    let by_range = caps.max_buffer_range
+        / ((state_floats(n, d) as u64 * 4)
+            .max((steps as u64 + 1) * 4)
+            .max(1));
     let used = gram_bytes(n) + (n * d * bytes_per_value) as u64;
     let budget = (caps.memory_budget_bytes as f64 * BUDGET_FRACTION) as u64;
     let by_memory = budget.saturating_sub(used) / per_seq;
@@ -428,6 +447,8 @@ pub struct GramJob {
     subgroups: bool,
     /// Steps one dispatch may run within the device's loop budget.
     max_per_dispatch: usize,
+    /// Whether the judge runs ([`GramOptions::judge`] and the device allows it).
+    judge: bool,
     lost: bool,
     pipeline: Arc<Pipeline>,
     sub: Submitter,
@@ -548,7 +569,22 @@ impl GramJob {
         // lavapipe cuts an invocation's loops short after 65,535 iterations in all: a dispatch
         // runs only as many steps as fit the budget (same bits: steps per dispatch never
         // change them), and a step that alone does not fit is refused.
-        let (fixed, per_step) = gram_loop_iterations(n, wg, rper, placement, caps.subgroup_size);
+        let (fixed, mut per_step) =
+            gram_loop_iterations(n, wg, rper, placement, caps.subgroup_size);
+        let d = table.d();
+        // The judge: its running sum in shared memory next to the reduction's buffers, and a
+        // step that recomputes every key within the loop budget (items a lane × D).
+        let items = match placement {
+            Placement::Registers => rper,
+            _ => n.div_ceil(wg as usize),
+        } as u64;
+        let judge_loops = items * (d as u64 + 1) + 2 * (d as u64).div_ceil(wg as u64) + 2;
+        let judge = opts.judge
+            && (8 * d + 32 * wg as usize) as u64 <= caps.shared_memory_bytes as u64
+            && fixed + per_step + judge_loops <= crate::device::loop_budget(&caps);
+        if judge {
+            per_step += judge_loops;
+        }
         crate::device::check_loop_budget(
             &caps,
             &format!(
@@ -572,15 +608,23 @@ impl GramJob {
                 seq_len as u32,
                 gram.slab_rows as u32,
                 opts.compensated as u32,
+                d as u32,
+                judge as u32,
             ],
             push_bytes: checked_push::<GramPush>(shader)?,
         })?;
         let starts_buf = ctx.upload("starts", bytemuck::cast_slice(starts))?;
-        let state = Buffer::storage(&ctx, "gram state", (batch * n * 8) as u64)?;
+        let state = Buffer::storage(&ctx, "gram state", (batch * state_floats(n, d) * 4) as u64)?;
         let seqs = Buffer::storage(&ctx, "sequence output", (batch * seq_len * 4) as u64)?;
         let set = Set::new(
             &ctx,
-            &[(2, &starts_buf), (3, &state), (5, &seqs)],
+            &[
+                (0, table.data_buffer()),
+                (1, table.inv_norm_buffer()),
+                (2, &starts_buf),
+                (3, &state),
+                (5, &seqs),
+            ],
             &gram.slabs,
         )?;
         // Column 0 holds the starts from the beginning, before any step has run.
@@ -603,6 +647,7 @@ impl GramJob {
             placement,
             subgroups,
             max_per_dispatch,
+            judge,
             lost: false,
             pipeline,
             sub,
@@ -644,6 +689,27 @@ impl GramJob {
     /// Whether the reduction uses subgroup operations.
     pub fn uses_subgroups(&self) -> bool {
         self.subgroups
+    }
+    /// Whether the judge runs (see [`GramOptions::judge`]).
+    pub fn judge(&self) -> bool {
+        self.judge
+    }
+    /// Per sequence, how many times the judge recomputed every key so far (0s without it).
+    pub fn refreshes(&self) -> Result<Vec<u32>> {
+        let (n, d) = (self.gram.table.n(), self.gram.table.d());
+        let stride = state_floats(n, d);
+        let regions: Vec<(u64, u64)> = (0..self.starts.len())
+            .map(|i| (((i * stride + 2 * n + 2 * d + 3) * 4) as u64, 4))
+            .collect();
+        let bytes = self
+            .gram
+            .table
+            .context()
+            .download_regions(&self._state, &regions)?;
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u32)
+            .collect())
     }
     /// The options the job runs with.
     pub fn options(&self) -> &GramOptions {
