@@ -3,7 +3,7 @@
 //! ```text
 //! cargo run --release --example sequences -- --table FILE [--dim D] [--center]
 //!     [--precision fp32|fp16] [--mode scan|gram|auto] [--placement auto|registers|memory]
-//!     [--plain-sums]
+//!     [--plain-sums] [--no-judge]
 //!     [--shape untiled|tiled|per-tile] [--tile T] [--pipelined] [--starts all|a,b,c]
 //!     [--steps K] [--chunk C] [--batch B] [--workgroup W] [--device NAME] [--validation]
 //!     [--describe] [--out FILE.json]
@@ -34,6 +34,7 @@ struct Args {
     mode: Mode,
     placement: Placement,
     plain_sums: bool,
+    no_judge: bool,
     shape: Shape,
     tile: u32,
     pipelined: bool,
@@ -49,7 +50,7 @@ struct Args {
 }
 
 const USAGE: &str = "usage: sequences --table FILE [--dim D] [--center] [--precision fp32|fp16] \
-[--mode scan|gram|auto] [--placement auto|registers|memory] [--plain-sums] [--shape untiled|tiled|per-tile] [--tile T] [--pipelined] [--starts all|a,b,c] \
+[--mode scan|gram|auto] [--placement auto|registers|memory] [--plain-sums] [--no-judge] [--shape untiled|tiled|per-tile] [--tile T] [--pipelined] [--starts all|a,b,c] \
 [--steps K] [--chunk C] [--batch B] [--workgroup W] [--device NAME] [--validation] [--describe] \
 [--out FILE.json]";
 
@@ -63,6 +64,7 @@ fn parse() -> Result<Args, String> {
         mode: Mode::Auto,
         placement: Placement::Auto,
         plain_sums: false,
+        no_judge: false,
         shape: Shape::Untiled,
         tile: 0,
         pipelined: false,
@@ -108,6 +110,7 @@ fn parse() -> Result<Args, String> {
                     .map_err(|e: diversity::Error| format!("--placement: {e}"))?
             }
             "--plain-sums" => a.plain_sums = true,
+            "--no-judge" => a.no_judge = true,
             "--shape" => {
                 a.shape = it
                     .next()
@@ -198,6 +201,7 @@ fn run(a: Args) -> Result<(), String> {
             placement: a.placement,
             subgroups: None,
             compensated: !a.plain_sums,
+            judge: !a.no_judge,
             ..GramOptions::default()
         },
     };
@@ -248,7 +252,13 @@ fn run(a: Args) -> Result<(), String> {
         "mode": mode.name(),
         "mode_reason": choice.to_string(),
         "placement": placement.map(|p| p.name()),
-        "summation": g.as_ref().map(|_| if a.plain_sums { "plain" } else { "compensated" }),
+        "summation": match mode {
+            Mode::Gram => Some(
+                diversity::gram::summation(&caps, n, table.d(), &opts.gram)
+                    .map_err(|e| e.to_string())?,
+            ),
+            _ => None,
+        },
         "gram_build_ns": g.as_ref().map(|g| g.build_ns()),
         "shape": a.shape.name(),
         "tile_size": a.tile,

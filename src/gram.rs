@@ -172,6 +172,53 @@ pub fn batch_bytes(n: usize, batch: usize, steps: usize) -> u64 {
     (batch as u64) * ((n as u64) * 8 + (steps as u64 + 1) * 4 + 4)
 }
 
+/// The arithmetic a gram job with `opts` runs on `caps` for an N × D table, as written in a
+/// cache's metadata (`summation`): `"compensated"` or `"plain"` key sums, `"; G dot2"` (G's
+/// entries from a compensated dot product, since the judge was added) and `"; judge"` when the
+/// judge runs. Caches written before G's entries were compensated say only `"compensated"` or
+/// `"plain"`, so old and new caches (other bits at near-ties) are never mixed silently.
+pub fn summation(caps: &Capabilities, n: usize, d: usize, opts: &GramOptions) -> Result<String> {
+    let (wg, placement, rper) = plan(caps, n, opts)?;
+    let judge = judge_runs(caps, n, d, wg, placement, rper, opts);
+    Ok(format!(
+        "{}; G dot2{}",
+        if opts.compensated {
+            "compensated"
+        } else {
+            "plain"
+        },
+        if judge { "; judge" } else { "" }
+    ))
+}
+
+/// Loop iterations a step that recomputes every key adds (items a lane × D, the running sum's
+/// update and load).
+fn judge_loops(n: usize, d: usize, wg: u32, placement: Placement, rper: usize) -> u64 {
+    let items = match placement {
+        Placement::Registers => rper,
+        _ => n.div_ceil(wg as usize),
+    } as u64;
+    items * (d as u64 + 1) + 2 * (d as u64).div_ceil(wg as u64) + 2
+}
+
+/// Whether the judge runs: requested, the running sum fits shared memory next to the
+/// reduction's buffers, and a step with a recompute fits the device's loop budget.
+fn judge_runs(
+    caps: &Capabilities,
+    n: usize,
+    d: usize,
+    wg: u32,
+    placement: Placement,
+    rper: usize,
+    opts: &GramOptions,
+) -> bool {
+    let (fixed, per_step) = gram_loop_iterations(n, wg, rper, placement, caps.subgroup_size);
+    opts.judge
+        && (8 * d + 32 * wg as usize) as u64 <= caps.shared_memory_bytes as u64
+        && fixed + per_step + judge_loops(n, d, wg, placement, rper)
+            <= crate::device::loop_budget(caps)
+}
+
 /// Floats of one sequence's state in `gram.comp`: (hi, lo) per candidate, the judge's running
 /// sum (c_hi, c_lo) per dimension and eight scalars.
 fn state_floats(n: usize, d: usize) -> usize {
@@ -572,18 +619,9 @@ impl GramJob {
         let (fixed, mut per_step) =
             gram_loop_iterations(n, wg, rper, placement, caps.subgroup_size);
         let d = table.d();
-        // The judge: its running sum in shared memory next to the reduction's buffers, and a
-        // step that recomputes every key within the loop budget (items a lane × D).
-        let items = match placement {
-            Placement::Registers => rper,
-            _ => n.div_ceil(wg as usize),
-        } as u64;
-        let judge_loops = items * (d as u64 + 1) + 2 * (d as u64).div_ceil(wg as u64) + 2;
-        let judge = opts.judge
-            && (8 * d + 32 * wg as usize) as u64 <= caps.shared_memory_bytes as u64
-            && fixed + per_step + judge_loops <= crate::device::loop_budget(&caps);
+        let judge = judge_runs(&caps, n, d, wg, placement, rper, opts);
         if judge {
-            per_step += judge_loops;
+            per_step += judge_loops(n, d, wg, placement, rper);
         }
         crate::device::check_loop_budget(
             &caps,

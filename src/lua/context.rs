@@ -85,6 +85,19 @@ impl UserData for LContext {
                 Ok(mode_values(&ModeChoice::new(ctx.caps(), mode, n, d, p)))
             },
         );
+        // The gram arithmetic a job with `opts` (placement, workgroup, compensated, judge) runs
+        // for an N × D table on this device, as the cache metadata's `summation` names it.
+        m.add_method(
+            "gram_summation",
+            |_, this, (n, d, o): (Value, Value, Option<LuaTable>)| {
+                let call = "context:gram_summation";
+                let ctx = this.get(call)?;
+                let n = int(call, "n", &n)? as usize;
+                let d = int(call, "dim", &d)? as usize;
+                let g = super::job::gram_only_options(call, &o)?;
+                crate::gram::summation(ctx.caps(), n, d, &g).lua_ctx(call)
+            },
+        );
         m.add_method("validation_messages", |lua, this, ()| {
             lua.create_sequence_from(
                 this.get("context:validation_messages")?

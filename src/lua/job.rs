@@ -92,7 +92,7 @@ pub(super) fn job_options(call: &str, o: &Option<LuaTable>) -> LuaResult<JobOpti
 }
 
 /// The gram engine's options: `chunk`, `steps`, `workgroup`, `placement`, `subgroups`,
-/// `compensated`.
+/// `compensated`, `judge`.
 pub(super) fn gram_only_options(call: &str, o: &Option<LuaTable>) -> LuaResult<GramOptions> {
     let mut g = GramOptions::default();
     if let Some(c) = opt_int(call, o, "chunk")? {
@@ -111,6 +111,9 @@ pub(super) fn gram_only_options(call: &str, o: &Option<LuaTable>) -> LuaResult<G
     g.subgroups = opt::<bool>(o, "subgroups")?;
     if let Some(c) = opt::<bool>(o, "compensated")? {
         g.compensated = c;
+    }
+    if let Some(j) = opt::<bool>(o, "judge")? {
+        g.judge = j;
     }
     Ok(g)
 }
