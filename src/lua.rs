@@ -4,14 +4,16 @@
 //! name and the cause. No logic lives here that the Rust tests cannot reach, except the
 //! conversion of Lua values and FFI cdata.
 
+use crate::batch::StepReport;
 use crate::cache::{BinaryCache, BinaryCacheWriter, JsonCacheWriter, KnnGraph, KnnMetric, KNN_PAD};
 use crate::device::{Context, ContextOptions};
+use crate::device_table::DeviceTable;
 use crate::error::Error;
 use crate::files;
 use crate::gram::{self, Gram, GramJob, GramOptions, Mode, Placement};
 use crate::knn::{knn, KnnOptions, KnnPath, KnnResult, Metric, NO_ID};
 use crate::rankings::{self, RankingsOptions, RankingsReport};
-use crate::scan::{DeviceTable, ScanJob, ScanOptions, Shape, StepReport};
+use crate::scan::{ScanJob, ScanOptions, Shape};
 use crate::table::{Precision, Table};
 use half::f16;
 use mlua::prelude::*;
@@ -2029,7 +2031,7 @@ fn diversity(lua: &Lua) -> LuaResult<LuaTable> {
             Ok(LKnnGraph::new("knn graph", g))
         })?,
     )?;
-    m.set("ENV_FAIL_AFTER_CHUNKS", crate::scan::ENV_FAIL_AFTER_CHUNKS)?;
+    m.set("ENV_FAIL_AFTER_CHUNKS", crate::batch::ENV_FAIL_AFTER_CHUNKS)?;
     // `diversity.wait_any{job1, job2, …}`: block until one of the started jobs has finished its
     // step and return its position (1-based); nil when none is started.
     m.set(
