@@ -22,7 +22,7 @@
 //! candidate is scored every step) per second of GPU time.
 
 mod common;
-use diversity::scan::StepReport;
+use diversity::batch::StepReport;
 use diversity::{
     files, Context, ContextOptions, DeviceTable, Precision, ScanJob, ScanKernel, ScanOptions, Shape,
 };

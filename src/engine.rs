@@ -11,10 +11,12 @@
 //!   first gram job and shares it with every later one.
 //! * [`Job`] — a job of either engine behind one set of methods.
 
+use crate::batch::StepReport;
 use crate::device::Capabilities;
+use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
 use crate::gram::{self, Gram, GramJob, GramOptions, Mode, Placement};
-use crate::scan::{DeviceTable, ScanJob, ScanOptions, Shape, StepReport};
+use crate::scan::{ScanJob, ScanOptions, Shape};
 use crate::table::{Precision, Table};
 use std::fmt;
 
@@ -161,37 +163,7 @@ pub fn max_batch(
     }
 }
 
-/// Check a batch's starts against a table of `n` rows: at least one, each below `n` (0-based),
-/// none repeated. Positions in the messages count from 1 ("position 2 of the 2 starts").
-pub fn check_starts(starts: &[u32], n: usize) -> Result<()> {
-    if starts.is_empty() {
-        return Err(Error::Invalid(
-            "the batch has no starts (a batch needs at least one start)".into(),
-        ));
-    }
-    let total = starts.len();
-    // Per row, the 1-based position of the start that took it (0: none yet).
-    let mut first = vec![0usize; n];
-    for (i, &s) in starts.iter().enumerate() {
-        let s = s as usize;
-        if s >= n {
-            return Err(Error::Invalid(format!(
-                "start {s} is out of range for N = {n}: the table has {n} rows, numbered from 0 \
-                 (position {} of the {total} starts)",
-                i + 1
-            )));
-        }
-        if first[s] != 0 {
-            return Err(Error::Invalid(format!(
-                "start {s} is repeated (positions {} and {} of the {total} starts)",
-                first[s],
-                i + 1
-            )));
-        }
-        first[s] = i + 1;
-    }
-    Ok(())
-}
+pub use crate::batch::check_starts;
 
 /// What a job of either engine is built with: the mode asked for and each engine's options
 /// (those of the engine not chosen are ignored). The shared settings (`chunk`, `steps`,

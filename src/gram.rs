@@ -17,15 +17,13 @@
 //! [`mode_for`] is the `auto` rule: gram when G and one batch's state fit the device's memory
 //! budget, else scan.
 
-use crate::device::{
-    barrier, bind, Buffer, Capabilities, Pipeline, PipelineKey, Set, Submitter, G_SLABS,
-};
+use crate::batch::{batch_accessors, check_starts, sequence_length, Batch, StepReport};
+use crate::device::{Capabilities, Pipeline, PipelineKey, G_SLABS};
+use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
-use crate::scan::{
-    checked_push, download_columns, injected_loss, spirv_for, DeviceTable, StepReport,
-    ENV_FAIL_AFTER_CHUNKS,
-};
-use crate::spirv;
+use crate::memory::Buffer;
+use crate::spirv::{self, checked_push, spirv_for};
+use crate::submit::{barrier, bind, Set, Submitter};
 use std::sync::Arc;
 
 /// The most slabs G may be split into (one descriptor array of storage buffers).
@@ -401,7 +399,7 @@ impl Gram {
             &[(0, table.data_buffer()), (1, table.inv_norm_buffer())],
             &slabs,
         )?;
-        let sub = Submitter::new(&ctx)?;
+        let mut sub = Submitter::new(&ctx)?;
         let dev = ctx.device().clone();
         let mut build_ns = 0;
         for k in 0..slabs.len() {
@@ -485,10 +483,8 @@ impl Gram {
 pub struct GramJob {
     gram: Arc<GramInner>,
     opts: GramOptions,
-    starts: Vec<u32>,
-    seq_len: usize,
-    completed: usize,
-    gpu_ns: u64,
+    /// Starts, sequences, progress, GPU time, lost state.
+    batch: Batch,
     wg: u32,
     placement: Placement,
     subgroups: bool,
@@ -496,12 +492,10 @@ pub struct GramJob {
     max_per_dispatch: usize,
     /// Whether the judge runs ([`GramOptions::judge`] and the device allows it).
     judge: bool,
-    lost: bool,
     pipeline: Arc<Pipeline>,
     sub: Submitter,
     set: Set,
-    seqs: Buffer,
-    _starts: Buffer,
+    /// (hi, lo) per candidate per sequence; kept alive for the descriptor set.
     _state: Buffer,
 }
 
@@ -590,9 +584,9 @@ impl GramJob {
         let ctx = table.context().clone();
         let caps = ctx.caps().clone();
         let n = table.n();
-        crate::engine::check_starts(starts, n)?;
-        let steps = opts.steps.unwrap_or(n - 1).min(n - 1);
-        let seq_len = steps + 1;
+        check_starts(starts, n)?;
+        let seq_len = sequence_length(n, opts.steps);
+        let steps = seq_len - 1;
         let batch = starts.len();
         let limit = max_batch(&caps, n, table.d(), table.precision().bytes(), steps);
         if batch > limit {
@@ -651,71 +645,43 @@ impl GramJob {
             ],
             push_bytes: checked_push::<GramPush>(shader)?,
         })?;
-        let starts_buf = ctx.upload("starts", bytemuck::cast_slice(starts))?;
+        let rows = Batch::new(&ctx, starts, seq_len)?;
         let state = Buffer::storage(&ctx, "gram state", (batch * state_floats(n, d) * 4) as u64)?;
-        let seqs = Buffer::storage(&ctx, "sequence output", (batch * seq_len * 4) as u64)?;
         let set = Set::new(
             &ctx,
             &[
                 (0, table.data_buffer()),
                 (1, table.inv_norm_buffer()),
-                (2, &starts_buf),
+                (2, rows.starts_buffer()),
                 (3, &state),
-                (5, &seqs),
+                (5, rows.seqs_buffer()),
             ],
             &gram.slabs,
         )?;
         // Column 0 holds the starts from the beginning, before any step has run.
-        let col0: Vec<(u64, &[u8])> = starts
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (((i * seq_len) * 4) as u64, bytemuck::bytes_of(s)))
-            .collect();
-        ctx.write_regions(&seqs, &col0)?;
+        rows.write_starts_column()?;
         let sub = Submitter::new(&ctx)?;
         // The descriptor set points at G's slabs: the job shares them, so they outlive it.
         Ok(GramJob {
             gram: shared.clone(),
             opts: opts.clone(),
-            starts: starts.to_vec(),
-            seq_len,
-            completed: 0,
-            gpu_ns: 0,
+            batch: rows,
             wg,
             placement,
             subgroups,
             max_per_dispatch,
             judge,
-            lost: false,
             pipeline,
             sub,
             set,
-            seqs,
-            _starts: starts_buf,
             _state: state,
         })
     }
 
-    /// Steps each sequence will have when done (top_k, or N − 1).
-    pub fn total_steps(&self) -> usize {
-        self.seq_len - 1
-    }
-    /// Steps completed so far.
-    pub fn steps_done(&self) -> usize {
-        self.completed
-    }
-    /// Whether every step is computed.
-    pub fn done(&self) -> bool {
-        self.completed == self.total_steps()
-    }
-    /// The batch's starts, in order: row i of the results is the sequence of `starts()[i]`.
-    pub fn starts(&self) -> &[u32] {
-        &self.starts
-    }
-    /// Total GPU time so far, nanoseconds.
-    pub fn gpu_ns(&self) -> u64 {
-        self.gpu_ns
-    }
+    // total_steps, steps_done, done, starts, gpu_ns, sequence_len, sequences_flat,
+    // sequence_columns, sequences: the batch's, delegated (batch.rs).
+    batch_accessors!();
+
     /// Invocations per workgroup (one workgroup per sequence).
     pub fn workgroup_size(&self) -> u32 {
         self.wg
@@ -736,7 +702,7 @@ impl GramJob {
     pub fn refreshes(&self) -> Result<Vec<u32>> {
         let (n, d) = (self.gram.table.n(), self.gram.table.d());
         let stride = state_floats(n, d);
-        let regions: Vec<(u64, u64)> = (0..self.starts.len())
+        let regions: Vec<(u64, u64)> = (0..self.batch.starts().len())
             .map(|i| (((i * stride + 2 * n + 2 * d + 3) * 4) as u64, 4))
             .collect();
         let bytes = self
@@ -758,13 +724,10 @@ impl GramJob {
         self.opts.chunk = chunk;
     }
 
+    /// One submission of `count` steps from step `first` (`replay`: picks read from the
+    /// sequences buffer, for [`GramJob::resume`]); its GPU ns.
     fn dispatch(&mut self, first: usize, count: usize, replay: bool) -> Result<u64> {
-        if self.lost {
-            return Err(Error::DeviceLost(format!(
-                "an earlier submission of this batch of {}; the batch must be restarted",
-                self.starts.len()
-            )));
-        }
+        self.batch.check_live()?;
         let push = GramPush {
             n: self.gram.table.n() as u32,
             first: first as u32,
@@ -774,18 +737,22 @@ impl GramJob {
         let what = format!(
             "gram steps {first}..{} of a batch of {}",
             first + count - 1,
-            self.starts.len()
+            self.batch.starts().len()
         );
         let ctx = self.gram.table.context().clone();
         let dev = ctx.device().clone();
-        let (p, set, groups) = (&self.pipeline, self.set.set, self.starts.len() as u32);
+        let (p, set, groups) = (
+            &self.pipeline,
+            self.set.set,
+            self.batch.starts().len() as u32,
+        );
         let per = match self.opts.steps_per_dispatch {
             0 if crate::device::is_cpu_device(ctx.caps()) => 1,
             0 => count,
             k => k,
         }
         .min(self.max_per_dispatch);
-        let ns = match self.sub.run(&what, |cb| unsafe {
+        let waited = self.sub.run(&what, |cb| unsafe {
             let mut done = 0;
             while done < count {
                 let c = per.min(count - done);
@@ -801,26 +768,14 @@ impl GramJob {
                 dev.cmd_dispatch(cb, groups, 1, 1);
                 done += c;
             }
-        }) {
-            Ok(ns) => ns,
-            Err(e) => {
-                self.lost = true;
-                return Err(e);
-            }
-        };
-        if let Some(k) = injected_loss() {
-            self.lost = true;
-            return Err(Error::DeviceLost(format!(
-                "{what} (injected by {ENV_FAIL_AFTER_CHUNKS}={k})"
-            )));
-        }
-        Ok(ns)
+        });
+        self.batch.settle(&what, waited)
     }
 
     /// Advance every sequence by up to `n` steps (fewer at the end), in submissions of
     /// [`GramOptions::chunk`] steps. Returns when they are done.
     pub fn step(&mut self, n: usize) -> Result<StepReport> {
-        let n = n.min(self.total_steps() - self.completed);
+        let n = n.min(self.total_steps() - self.steps_done());
         let chunk = if self.opts.chunk == 0 {
             n.max(1)
         } else {
@@ -830,9 +785,8 @@ impl GramJob {
         let mut left = n;
         while left > 0 {
             let c = chunk.min(left);
-            let ns = self.dispatch(self.completed + 1, c, false)?;
-            self.completed += c;
-            self.gpu_ns += ns;
+            let ns = self.dispatch(self.steps_done() + 1, c, false)?;
+            self.batch.complete(c, ns);
             report.submissions += 1;
             report.add((c, ns));
             left -= c;
@@ -843,39 +797,7 @@ impl GramJob {
 
     /// Run every remaining step.
     pub fn run(&mut self) -> Result<StepReport> {
-        self.step(self.total_steps() - self.completed)
-    }
-
-    /// Length of each sequence computed so far (steps done + the start).
-    pub fn sequence_len(&self) -> usize {
-        self.completed + 1
-    }
-
-    /// Every sequence so far, row-major: `starts().len()` rows of [`GramJob::sequence_len`]
-    /// 0-based item indices; row i is the sequence of `starts()[i]`.
-    pub fn sequences_flat(&self) -> Result<Vec<u32>> {
-        self.sequence_columns(0, self.sequence_len())
-    }
-
-    /// Entries `from..to` of every sequence, row-major (`starts().len()` rows of `to - from`).
-    pub fn sequence_columns(&self, from: usize, to: usize) -> Result<Vec<u32>> {
-        download_columns(
-            self.gram.table.context(),
-            &self.seqs,
-            (self.starts.len(), self.seq_len, self.sequence_len()),
-            from,
-            to,
-        )
-    }
-
-    /// Every sequence so far, one `Vec` per start.
-    pub fn sequences(&self) -> Result<Vec<Vec<u32>>> {
-        let len = self.sequence_len();
-        Ok(self
-            .sequences_flat()?
-            .chunks_exact(len)
-            .map(|r| r.to_vec())
-            .collect())
+        self.step(self.total_steps() - self.steps_done())
     }
 
     /// A job that continues from sequences already computed (a checkpoint): `prefixes` holds
@@ -892,38 +814,7 @@ impl GramJob {
     ) -> Result<GramJob> {
         let n = gram.table().n();
         let mut job = GramJob::new(gram, starts, opts)?;
-        if len == 0 || len > job.seq_len || prefixes.len() != starts.len() * len {
-            return Err(Error::Invalid(format!(
-                "resume: {} entries for {} sequences of {len} (1..={} each)",
-                prefixes.len(),
-                starts.len(),
-                job.seq_len
-            )));
-        }
-        let mut seen = vec![u32::MAX; n];
-        for (i, row) in prefixes.chunks_exact(len).enumerate() {
-            if row[0] != starts[i] {
-                return Err(Error::Invalid(format!(
-                    "resume: sequence {i} begins with {}, its start is {}",
-                    row[0], starts[i]
-                )));
-            }
-            for (k, &p) in row.iter().enumerate() {
-                if p as usize >= n || seen[p as usize] == i as u32 {
-                    return Err(Error::Invalid(format!(
-                        "resume: sequence {i} has entry {p} at step {k}: out of range or repeated"
-                    )));
-                }
-                seen[p as usize] = i as u32;
-            }
-        }
-        let ctx = gram.table().context().clone();
-        let rows: Vec<(u64, &[u8])> = prefixes
-            .chunks_exact(len)
-            .enumerate()
-            .map(|(i, r)| (((i * job.seq_len) * 4) as u64, bytemuck::cast_slice(r)))
-            .collect();
-        ctx.write_regions(&job.seqs, &rows)?;
+        job.batch.resume(n, prefixes, len)?;
         let chunk = if opts.chunk == 0 { len } else { opts.chunk };
         let mut done = 0;
         while done < len - 1 {
@@ -931,7 +822,6 @@ impl GramJob {
             job.dispatch(done + 1, c, true)?;
             done += c;
         }
-        job.completed = len - 1;
         Ok(job)
     }
 }

@@ -58,10 +58,12 @@
 //! keeping the blocked product's tile on chip for the selection (the keys of a tile make one
 //! round trip through device memory, 8 bytes a (query, row) pair).
 
-use crate::device::{barrier, bind, Context, PipelineKey, Set, Submitter};
+use crate::device::{Context, PipelineKey};
+use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
-use crate::scan::{checked_push, spirv_for, DeviceTable};
-use crate::spirv;
+use crate::memory::Buffer;
+use crate::spirv::{self, checked_push, spirv_for};
+use crate::submit::{barrier, bind, Set, Submitter};
 use crate::table::Table;
 
 /// The id of a padding entry (k > N).
@@ -606,10 +608,10 @@ pub fn knn_flat(
     let qbuf = ctx.upload("k-NN queries", bytemuck::cast_slice(&qdata))?;
     let scratch = (qt * stride * 4) as u64;
     let bytes = |entries: usize| ((qt * entries * 4) as u64).max(16);
-    let keys_a = crate::device::Buffer::storage(&ctx, "k-NN keys A", bytes(a_keys))?;
-    let ids_a = crate::device::Buffer::storage(&ctx, "k-NN ids A", bytes(a_ids))?;
-    let keys_b = crate::device::Buffer::storage(&ctx, "k-NN keys B", scratch)?;
-    let ids_b = crate::device::Buffer::storage(&ctx, "k-NN ids B", scratch)?;
+    let keys_a = Buffer::storage(&ctx, "k-NN keys A", bytes(a_keys))?;
+    let ids_a = Buffer::storage(&ctx, "k-NN ids A", bytes(a_ids))?;
+    let keys_b = Buffer::storage(&ctx, "k-NN keys B", scratch)?;
+    let ids_b = Buffer::storage(&ctx, "k-NN ids B", scratch)?;
     let set = Set::new(
         &ctx,
         &[
@@ -648,7 +650,7 @@ pub fn knn_flat(
         spec: vec![],
         push_bytes: checked_push::<MergePush>(&spirv::KNN_MERGE)?,
     })?;
-    let sub = Submitter::new(&ctx)?;
+    let mut sub = Submitter::new(&ctx)?;
     let dev = ctx.device().clone();
     let metric = opts.metric.code();
 

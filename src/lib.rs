@@ -2,18 +2,21 @@
 //! compute shaders on any device — a discrete GPU or Mesa's lavapipe on a CPU — for a LuaJIT
 //! pipeline that loads this crate with `require "diversity"`.
 //!
-//! The data path reads top-down: [`device`] (instance, capabilities, memory) → [`table`] (the
-//! host table, centering, fp16 rounding) → [`scan`] (the table on the device and the scan engine
-//! in every shape) or [`gram`] (the Gram-matrix engine), both reached through [`engine`] (the
-//! engine choice as data — `auto` is [`gram::mode_for`] — the one start check, a device table
-//! that runs jobs of either engine) → results, written by [`cache`]; [`knn`](mod@knn) (exact
-//! k-NN with GPU k-selection) → [`rankings`] (every item's ranking of the others, the k-NN
-//! graph); [`reference`](mod@reference) is the float64 CPU reference and the exactness oracle;
-//! [`files`] loads tables from disk.
+//! The data path reads top-down: [`device`] (instance, capabilities, pipelines; with the private
+//! `memory` (buffers, transfers), `spirv` (the shaders, push-constant checks) and `submit`
+//! (command submission)) → [`table`] (the host table, centering, fp16 rounding) →
+//! [`device_table`] (the table on the device, which every engine reads) → the engines, peers over
+//! the per-batch scaffold of [`batch`]: [`scan`] (every candidate every step, in every shape) or
+//! [`gram`] (the Gram-matrix engine; [`gram::mode_for`] is the `auto` rule) → results, written by
+//! [`cache`]; [`knn`](mod@knn) (exact k-NN with GPU k-selection) → [`rankings`] (every item's
+//! ranking of the others, the k-NN graph); [`reference`](mod@reference) is the float64 CPU
+//! reference and the exactness oracle; [`files`] loads tables from disk.
 #![warn(missing_docs)]
 
+pub mod batch;
 pub mod cache;
 pub mod device;
+pub mod device_table;
 pub mod engine;
 pub mod error;
 pub mod files;
@@ -23,18 +26,22 @@ pub mod knn_verify;
 pub mod limits;
 #[cfg(feature = "lua")]
 mod lua;
+mod memory;
 pub mod multi;
 pub mod rankings;
 pub mod reference;
 pub mod scan;
 mod spirv;
+mod submit;
 pub mod table;
 
+pub use batch::StepReport;
 pub use device::{Capabilities, Context, ContextOptions};
+pub use device_table::DeviceTable;
 pub use engine::{Engine, Job, JobOptions, ModeChoice, ModeReason};
 pub use error::{Error, Result};
 pub use gram::{Gram, GramJob, GramOptions, Mode, Placement};
 pub use knn::{knn, KnnOptions, KnnResult, Metric};
 pub use multi::{open_devices, IndexReplicas, IndexShards};
-pub use scan::{DeviceTable, ScanJob, ScanKernel, ScanOptions, Shape};
+pub use scan::{ScanJob, ScanKernel, ScanOptions, Shape};
 pub use table::{Precision, Table};

@@ -8,10 +8,11 @@
 //! [`crate::device::loop_budget`] is what a planner may spend, and [`measure_loop_iterations`]
 //! lets a test check both against the driver in hand.
 
-use crate::device::{bind, Buffer, Context, PipelineKey, Set, Submitter};
+use crate::device::{Buffer, Context, PipelineKey};
 use crate::error::Result;
-use crate::scan::checked_push;
 use crate::spirv;
+use crate::spirv::checked_push;
+use crate::submit::{bind, Set, Submitter};
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]

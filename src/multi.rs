@@ -37,11 +37,11 @@
 //! [`knn_flat`]: crate::knn::knn_flat
 
 use crate::device::{Context, ContextOptions};
+use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
 // check_queries: the checks of `knn_flat`, run once for all devices so that a bad query is
 // named by its index in the whole batch, not in a device's block.
 use crate::knn::{check_queries, knn_flat, KnnOptions, KnnResult, Metric, NO_ID};
-use crate::scan::DeviceTable;
 use crate::table::{Precision, Table};
 use std::cmp::Ordering;
 use std::sync::Mutex;

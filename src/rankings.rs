@@ -24,9 +24,9 @@
 //!   the output does not depend on the batch size (the caches are byte-identical).
 
 use crate::cache::{KnnGraphWriter, KnnMetric, RankingsWriter, KNN_PAD};
+use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
 use crate::knn::{knn_flat, KnnOptions, KnnPath, Metric, NO_ID};
-use crate::scan::DeviceTable;
 use crate::table::Table;
 use serde_json::Value;
 use std::path::Path;

@@ -15,20 +15,17 @@
 //! Two kernels compute the candidate scan ([`ScanKernel`]): 64 candidates × 16/32/64 sequences
 //! per workgroup (the default) and 128 × 128 with compile-time sizes. They give the same bits.
 
-use crate::device::{barrier, Buffer, Capabilities, Context, Pipeline, PipelineKey, Set};
-use crate::error::{Error, Result, VkContext};
-use crate::spirv::{self, Shader};
+mod kernels;
+
+pub use kernels::{CommitPush, InitPush, ScanPush, TilePush};
+
+use crate::batch::{batch_accessors, sequence_length, Batch, StepReport};
+use crate::device::{Capabilities, Context};
+use crate::device_table::DeviceTable;
+use crate::error::{Error, Result};
+use crate::submit::Submitter;
 use crate::table::{Precision, Table};
-use ash::vk;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-
-/// Environment variable for fault-injection tests: after this many completed submissions in the
-/// process, the next one reports `VK_ERROR_DEVICE_LOST` (its work is discarded), as a driver reset
-/// would. Lets the checkpoint/resume path be tested on any device.
-pub const ENV_FAIL_AFTER_CHUNKS: &str = "DIVERSITY_FAIL_AFTER_CHUNKS";
-
-static CHUNKS_DONE: AtomicUsize = AtomicUsize::new(0);
+use kernels::{buffer_bytes, Pipelines, Plan, Recorder, State};
 
 /// Sequences per workgroup block of the scan (the shaders' BM): 16, 32 or 64, the smallest that
 /// holds the batch, so a small batch does not pay for 64.
@@ -147,15 +144,6 @@ impl std::str::FromStr for ScanKernel {
     }
 }
 
-pub(crate) fn injected_loss() -> Option<usize> {
-    let n: usize = std::env::var(ENV_FAIL_AFTER_CHUNKS)
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    (CHUNKS_DONE.fetch_add(1, Ordering::SeqCst) >= n).then_some(n)
-}
-
 /// How a scan step walks the candidates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shape {
@@ -240,260 +228,45 @@ pub fn max_batch(
     steps: usize,
 ) -> usize {
     let n = n.max(1);
-    let seq_len = steps.min(n - 1) + 1;
-    let per_buffer = [
-        seq_len * 4,             // sequence output
-        2 * d * 4,               // running sums
-        n.div_ceil(32) * 4,      // chosen masks
-        d * 4,                   // fp32 centroids
-        n.div_ceil(BLOCK_N) * 8, // block winners
-    ];
+    let per_buffer = buffer_bytes(n, d, sequence_length(n, Some(steps)), BLOCK_N, 1);
     let mut best = caps.max_workgroup_count as usize;
-    for bytes in per_buffer {
-        best = best.min((caps.max_buffer_range / bytes.max(1) as u64) as usize);
+    for (_, bytes) in per_buffer {
+        best = best.min((caps.max_buffer_range / bytes.max(1)) as usize);
     }
     // Scan dispatch: ceil(N / BN) × ceil(batch / 64) workgroups.
     let row_blocks = caps.max_workgroup_count as usize / n.div_ceil(BLOCK_N);
     best = best.min(row_blocks.saturating_mul(64));
     let table = (n * d * precision.bytes()) as u64;
-    let per_seq: u64 = per_buffer.iter().map(|&b| b as u64).sum();
+    let per_seq: u64 = per_buffer.iter().map(|b| b.1).sum();
     if let Some(room) = caps.memory_budget_bytes.checked_sub(table) {
         best = best.min((room / per_seq.max(1)) as usize);
     }
     best.max(1)
 }
 
-/// Push constants of `scan.comp` (untiled and in-shader tiles): the user's five fields.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct ScanPush {
-    /// N.
-    pub num_items: u32,
-    /// D.
-    pub dim: u32,
-    /// First step of the dispatch (≥ 1; step 0 is the start).
-    pub start_slot: u32,
-    /// Steps in the dispatch.
-    pub slot_count: u32,
-    /// Candidates per tile; 0 = untiled.
-    pub tile_size: u32,
-}
-
-/// Push constants of `scan_tile.comp`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct TilePush {
-    /// N.
-    pub num_items: u32,
-    /// D.
-    pub dim: u32,
-    /// The step being computed.
-    pub slot: u32,
-    /// First candidate of the tile.
-    pub tile_begin: u32,
-    /// One past the last candidate of the tile.
-    pub tile_end: u32,
-}
-
-/// Push constants of `scan_commit.comp`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct CommitPush {
-    /// N.
-    pub num_items: u32,
-    /// D.
-    pub dim: u32,
-    /// The step being committed.
-    pub slot: u32,
-}
-
-/// Push constants of `scan_init.comp`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
-pub struct InitPush {
-    /// N.
-    pub num_items: u32,
-    /// D.
-    pub dim: u32,
-}
-
-struct TableInner {
-    ctx: Context,
-    data: Buffer,
-    inv_norm: Buffer,
-    n: usize,
-    d: usize,
-    precision: Precision,
-}
-
-/// A table uploaded to a device at a storage precision, with its row norms. Cheap to clone;
-/// jobs keep it alive.
-#[derive(Clone)]
-pub struct DeviceTable {
-    inner: Arc<TableInner>,
-}
-
-impl DeviceTable {
-    /// Upload `table` at `precision`. Norms come from the stored (rounded) values in float64.
-    pub fn upload(ctx: &Context, table: &Table, precision: Precision) -> Result<DeviceTable> {
-        let caps = ctx.caps();
-        let mut f16_bits = None;
-        if precision == Precision::Fp16 {
-            if !caps.fp16_storage {
-                return Err(Error::Unsupported {
-                    device: caps.name.clone(),
-                    what: "16-bit storage buffers (storageBuffer16BitAccess) for an fp16 table; use fp32".into(),
-                });
-            }
-            // Refused before any device work: a value that would round to infinity.
-            f16_bits = Some(table.to_f16_bits_checked()?);
-        }
-        let (n, d) = (table.n(), table.d());
-        let bytes = (n as u64) * (d as u64) * precision.bytes() as u64;
-        if bytes > caps.max_buffer_range {
-            return Err(Error::Limit(format!(
-                "table of {n} × {d} {} needs a {bytes}-byte buffer; {} allows {} bytes (maxStorageBufferRange)",
-                precision.name(),
-                caps.name,
-                caps.max_buffer_range
-            )));
-        }
-        if n > u32::MAX as usize / 2 || d > u32::MAX as usize / 4 {
-            return Err(Error::Limit(format!(
-                "table of {n} × {d} exceeds 32-bit indexing"
-            )));
-        }
-        let stored = table.as_stored(precision);
-        let data = match &f16_bits {
-            None => ctx.upload("table", bytemuck::cast_slice(table.data()))?,
-            Some(bits) => ctx.upload("table", bytemuck::cast_slice(bits))?,
-        };
-        let inv_norm = ctx.upload(
-            "inverse norms",
-            bytemuck::cast_slice(&stored.inverse_norms()),
-        )?;
-        Ok(DeviceTable {
-            inner: Arc::new(TableInner {
-                ctx: ctx.clone(),
-                data,
-                inv_norm,
-                n,
-                d,
-                precision,
-            }),
-        })
-    }
-
-    /// Rows N.
-    pub fn n(&self) -> usize {
-        self.inner.n
-    }
-    /// Dimension D.
-    pub fn d(&self) -> usize {
-        self.inner.d
-    }
-    /// Storage precision.
-    pub fn precision(&self) -> Precision {
-        self.inner.precision
-    }
-    /// The context the table lives on.
-    pub fn context(&self) -> &Context {
-        &self.inner.ctx
-    }
-    /// The stored rows (fp32 or fp16) on the device.
-    pub(crate) fn data_buffer(&self) -> &Buffer {
-        &self.inner.data
-    }
-    /// 1 / |e_x| per row on the device.
-    pub(crate) fn inv_norm_buffer(&self) -> &Buffer {
-        &self.inner.inv_norm
-    }
-}
-
-/// What one [`ScanJob::step`] call did.
-#[derive(Clone, Debug, Default)]
-pub struct StepReport {
-    /// Steps advanced (for every sequence of the batch).
-    pub steps: usize,
-    /// Submissions made.
-    pub submissions: usize,
-    /// GPU time of those submissions from timestamp queries, nanoseconds (0 without timestamps).
-    pub gpu_ns: u64,
-    /// Per submission, in order: (steps, GPU ns) — the rate over the course of a run.
-    pub chunks: Vec<(usize, u64)>,
-}
-
-impl StepReport {
-    pub(crate) fn add(&mut self, (steps, ns): (usize, u64)) {
-        self.gpu_ns += ns;
-        self.chunks.push((steps, ns));
-    }
-}
-
-/// One command buffer with its fence and timestamp pair.
+/// One of the two submissions a job keeps in flight: a timed submitter and the steps it carries.
 struct Frame {
-    cb: vk::CommandBuffer,
-    fence: vk::Fence,
-    pending: Option<usize>, // steps it carries, while submitted and not yet waited for
+    sub: Submitter,
+    /// Steps of the submission in flight (meaningful while `sub` has one pending).
+    steps: usize,
 }
 
 /// A batch of diversity sequences advanced chunk by chunk on the device.
 pub struct ScanJob {
+    // Declared first, so dropped first: dropping a submitter waits for its work in flight, which
+    // reads and writes the buffers below.
+    frames: [Frame; 2],
+    next_frame: usize,
     table: DeviceTable,
     opts: ScanOptions,
-    starts: Vec<u32>,
-    seq_len: usize,
-    /// Steps submitted so far (slots 1..=submitted are recorded).
+    /// Starts, sequences, steps done, GPU time, lost state.
+    batch: Batch,
+    /// Steps submitted so far (slots 1..=submitted are recorded; ≥ steps done).
     submitted: usize,
-    /// Steps known complete.
-    completed: usize,
-    gpu_ns: u64,
     wg: u32,
-    /// The scan kernel (resolved) and its block sizes.
     kernel: ScanKernel,
-    bn: usize,
-    bm: usize,
-    /// Workgroups of one scan dispatch over all candidate blocks.
-    scan_groups: u32,
-    tiles: Vec<(u32, u32)>,
-    scan: Arc<Pipeline>,
-    tile: Arc<Pipeline>,
-    commit: Arc<Pipeline>,
-    frames: Vec<Frame>,
-    next_frame: usize,
-    /// A submission failed with device loss: nothing more may run.
-    lost: bool,
-    query_pool: vk::QueryPool,
-    set: Set,
-    seqs: Buffer,
-    // Kept alive for the descriptor set.
-    _starts: Buffer,
-    _state: Buffer,
-    _mask: Buffer,
-    _partial: Buffer,
-    _cen32: Buffer,
-}
-
-pub(crate) fn spirv_for(shader: &Shader, p: Precision) -> &'static [u8] {
-    match p {
-        Precision::Fp32 => shader.fp32,
-        Precision::Fp16 => shader.fp16,
-    }
-}
-
-/// Check a push struct against the shader block it feeds.
-pub(crate) fn checked_push<T>(shader: &Shader) -> Result<u32> {
-    let want = std::mem::size_of::<T>() as u32;
-    for spv in [shader.fp32, shader.fp16] {
-        let got = spirv::push_constant_size(spv);
-        if got != Some(want) {
-            return Err(Error::Invalid(format!(
-                "internal: push-constant block of {} is {got:?} bytes, the Rust struct {want}",
-                shader.name
-            )));
-        }
-    }
-    Ok(want)
+    rec: Recorder,
+    state: State,
 }
 
 impl ScanJob {
@@ -512,249 +285,31 @@ impl ScanJob {
         opts: &ScanOptions,
         kernel: ScanKernel,
     ) -> Result<ScanJob> {
-        let kernel = kernel.for_batch(starts.len());
-        let ctx = table.context().clone();
-        let caps = ctx.caps().clone();
-        let (n, d) = (table.n(), table.d());
-        crate::engine::check_starts(starts, n)?;
-        let batch = starts.len();
-        if batch > caps.max_workgroup_count as usize {
-            return Err(Error::Limit(format!(
-                "batch of {batch} sequences exceeds maxComputeWorkGroupCount[0] = {} on {}; use smaller batches",
-                caps.max_workgroup_count, caps.name
-            )));
-        }
-        let steps = opts.steps.unwrap_or(n - 1).min(n - 1);
-        let seq_len = steps + 1;
-        let wg = match opts.workgroup_size {
-            Some(w) => w,
-            None if crate::device::is_cpu_device(&caps) => 64,
-            None => 256,
-        }
-        .min(caps.max_workgroup_invocations);
-        if !wg.is_power_of_two() {
-            return Err(Error::Invalid(format!(
-                "workgroup size {wg} must be a power of two (at most {})",
-                caps.max_workgroup_invocations
-            )));
-        }
-        let mask_words = n.div_ceil(32);
-        // The scan is a blocked product: (N / BN) × (S / BM) workgroups per step.
-        let (bn, bm) = (kernel.block_n(), kernel.block_m(batch));
-        let scan_groups = n.div_ceil(bn) * batch.div_ceil(bm);
-        if scan_groups > caps.max_workgroup_count as usize {
-            return Err(Error::Limit(format!(
-                "N = {n} candidates × a batch of {batch} need {scan_groups} workgroups per dispatch; {} allows {} (maxComputeWorkGroupCount[0]); use smaller batches",
-                caps.name, caps.max_workgroup_count
-            )));
-        }
-        let shared = kernel.shared_bytes();
-        if shared > caps.shared_memory_bytes as usize
-            || (8 * wg as usize + 8) > caps.shared_memory_bytes as usize
-        {
-            return Err(Error::Limit(format!(
-                "the scan ({}) needs {shared} bytes of shared memory per workgroup; {} has {} (maxComputeSharedMemorySize)",
-                kernel.name(), caps.name, caps.shared_memory_bytes
-            )));
-        }
-        if caps.max_workgroup_invocations < GEMM_WORKGROUP {
-            return Err(Error::Limit(format!(
-                "the scan needs workgroups of {GEMM_WORKGROUP} invocations; {} allows {} (maxComputeWorkGroupInvocations)",
-                caps.name, caps.max_workgroup_invocations
-            )));
-        }
-        let sizes = [
-            ("sequence output", (batch * seq_len * 4) as u64),
-            ("running sums", (batch * 2 * d * 4) as u64),
-            ("chosen masks", (batch * mask_words * 4) as u64),
-            ("fp32 centroids", (batch * d * 4) as u64),
-            ("block winners", (batch * n.div_ceil(bn) * 8) as u64),
-        ];
-        for (what, bytes) in sizes {
-            if bytes > caps.max_buffer_range {
-                return Err(Error::Limit(format!(
-                    "{what} for a batch of {batch} × {seq_len} steps needs {bytes} bytes; {} allows {} per buffer (maxStorageBufferRange); use a smaller batch or top_k",
-                    caps.name, caps.max_buffer_range
-                )));
-            }
-        }
-        let need: u64 =
-            sizes.iter().map(|s| s.1).sum::<u64>() + (n * d * table.precision().bytes()) as u64;
-        if need > caps.memory_budget_bytes {
-            return Err(Error::Limit(format!(
-                "the job needs {need} bytes of device memory; {} has a budget of {}",
-                caps.name, caps.memory_budget_bytes
-            )));
-        }
-
-        let spec = vec![
-            wg,
-            d as u32,
-            mask_words as u32,
-            seq_len as u32,
-            batch as u32,
-            bm as u32,
-        ];
-        let mut gemm_spec = spec.clone();
-        gemm_spec[0] = GEMM_WORKGROUP;
-        let p = table.precision();
-        let make = |shader: &Shader, push: u32, spec: &Vec<u32>| {
-            ctx.pipeline(PipelineKey {
-                spirv: spirv_for(shader, p),
-                spec: spec.clone(),
-                push_bytes: push,
+        let plan = Plan::new(table, starts, opts, kernel)?;
+        let pipes = Pipelines::new(table, &plan)?;
+        let ctx = table.context();
+        let batch = Batch::new(ctx, starts, plan.seq_len)?;
+        let (state, set) = State::new(table, &batch, &plan)?;
+        let frame = || -> Result<Frame> {
+            Ok(Frame {
+                sub: Submitter::new(ctx)?,
+                steps: 0,
             })
         };
-        // The commit reduces ceil(N / BN) block winners, so it comes with the kernel.
-        let (scan_sh, tile_sh, commit_sh) = match kernel {
-            ScanKernel::Block128 => (
-                &spirv::SCAN_BIG,
-                &spirv::SCAN_BIG_TILE,
-                &spirv::SCAN_BIG_COMMIT,
-            ),
-            _ => (&spirv::SCAN, &spirv::SCAN_TILE, &spirv::SCAN_COMMIT),
-        };
-        let scan = make(scan_sh, checked_push::<ScanPush>(scan_sh)?, &gemm_spec)?;
-        let tile = make(tile_sh, checked_push::<TilePush>(tile_sh)?, &gemm_spec)?;
-        let commit = make(commit_sh, checked_push::<CommitPush>(commit_sh)?, &spec)?;
-        let init = make(
-            &spirv::SCAN_INIT,
-            checked_push::<InitPush>(&spirv::SCAN_INIT)?,
-            &spec,
-        )?;
-
-        let starts_buf = ctx.upload("starts", bytemuck::cast_slice(starts))?;
-        let state = Buffer::storage(&ctx, "running sums", sizes[1].1)?;
-        let mask = Buffer::storage(&ctx, "chosen masks", sizes[2].1)?;
-        let seqs = Buffer::storage(&ctx, "sequence output", sizes[0].1)?;
-        let partial = Buffer::storage(&ctx, "block winners", sizes[4].1)?;
-        let cen32 = Buffer::storage(&ctx, "fp32 centroids", sizes[3].1)?;
-
-        let dev = ctx.device().clone();
-        let set = Set::new(
-            &ctx,
-            &[
-                (0, &table.inner.data),
-                (1, &table.inner.inv_norm),
-                (2, &starts_buf),
-                (3, &state),
-                (4, &mask),
-                (5, &seqs),
-                (6, &partial),
-                (7, &cen32),
-            ],
-            &[],
-        )?;
-        // From here on the job owns what it creates: build it, and let Drop clean up on error.
-        let mut job = ScanJob {
+        let job = ScanJob {
+            frames: [frame()?, frame()?],
+            next_frame: 0,
             table: table.clone(),
             opts: opts.clone(),
-            starts: starts.to_vec(),
-            seq_len,
+            batch,
             submitted: 0,
-            completed: 0,
-            gpu_ns: 0,
-            wg,
-            kernel,
-            bn,
-            bm,
-            scan_groups: scan_groups as u32,
-            tiles: Vec::new(),
-            scan,
-            tile,
-            commit,
-            frames: Vec::new(),
-            next_frame: 0,
-            lost: false,
-            query_pool: vk::QueryPool::null(),
-            set,
-            seqs,
-            _starts: starts_buf,
-            _state: state,
-            _mask: mask,
-            _partial: partial,
-            _cen32: cen32,
+            wg: plan.wg,
+            kernel: plan.kernel,
+            rec: Recorder::new(table, &plan, pipes, set, opts),
+            state,
         };
-        job.tiles = job.tile_ranges();
-        if caps.timestamps {
-            job.query_pool = unsafe {
-                dev.create_query_pool(
-                    &vk::QueryPoolCreateInfo::default()
-                        .query_type(vk::QueryType::TIMESTAMP)
-                        .query_count(4),
-                    None,
-                )
-            }
-            .vk("vkCreateQueryPool")?;
-        }
-        for _ in 0..2 {
-            let cb = ctx.alloc_command_buffer()?;
-            let fence = match unsafe { dev.create_fence(&vk::FenceCreateInfo::default(), None) } {
-                Ok(f) => f,
-                Err(e) => {
-                    ctx.free_command_buffer(cb);
-                    return Err(Error::Vulkan {
-                        call: "vkCreateFence",
-                        result: e,
-                    });
-                }
-            };
-            job.frames.push(Frame {
-                cb,
-                fence,
-                pending: None,
-            });
-        }
-        // Step 0: starts, running sums, masks.
-        let push = InitPush {
-            num_items: n as u32,
-            dim: d as u32,
-        };
-        let set = job.set.set;
-        ctx.one_shot(|cb| unsafe {
-            barrier(&dev, cb);
-            dev.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, init.pipeline);
-            dev.cmd_bind_descriptor_sets(
-                cb,
-                vk::PipelineBindPoint::COMPUTE,
-                init.layout,
-                0,
-                &[set],
-                &[],
-            );
-            dev.cmd_push_constants(
-                cb,
-                init.layout,
-                vk::ShaderStageFlags::COMPUTE,
-                0,
-                bytemuck::bytes_of(&push),
-            );
-            dev.cmd_dispatch(cb, batch as u32, 1, 1);
-        })?;
+        job.rec.init(ctx)?;
         Ok(job)
-    }
-
-    /// Candidate ranges of the tiles (one range for untiled or `tile_size` 0).
-    fn tile_ranges(&self) -> Vec<(u32, u32)> {
-        let n = self.table.n() as u64;
-        let t = match self.opts.shape {
-            Shape::Untiled => 0,
-            _ => self.opts.tile_size as u64,
-        };
-        // Tiles are whole candidate blocks of the scan (the last one may be short).
-        let t = if t == 0 {
-            n
-        } else {
-            t.div_ceil(self.bn as u64) * self.bn as u64
-        };
-        let mut v = Vec::new();
-        let mut b = 0;
-        while b < n {
-            let e = (b + t).min(n);
-            v.push((b as u32, e as u32));
-            b = e;
-        }
-        v
     }
 
     /// Change the candidate walk for the following steps. Results do not depend on it (SPEC
@@ -762,7 +317,7 @@ impl ScanJob {
     pub fn set_tiling(&mut self, shape: Shape, tile_size: u32) {
         self.opts.shape = shape;
         self.opts.tile_size = tile_size;
-        self.tiles = self.tile_ranges();
+        self.rec.set_tiling(shape, tile_size);
     }
 
     /// Change the steps per submission for the following `step` calls (0 = all at once); the
@@ -771,26 +326,10 @@ impl ScanJob {
         self.opts.chunk = chunk;
     }
 
-    /// Steps each sequence will have when done (top_k, or N − 1).
-    pub fn total_steps(&self) -> usize {
-        self.seq_len - 1
-    }
-    /// Steps completed so far.
-    pub fn steps_done(&self) -> usize {
-        self.completed
-    }
-    /// Whether every step is computed.
-    pub fn done(&self) -> bool {
-        self.completed == self.total_steps()
-    }
-    /// The batch's starts, in order: row i of the results is the sequence of `starts()[i]`.
-    pub fn starts(&self) -> &[u32] {
-        &self.starts
-    }
-    /// Total GPU time so far, nanoseconds.
-    pub fn gpu_ns(&self) -> u64 {
-        self.gpu_ns
-    }
+    // total_steps, steps_done, done, starts, gpu_ns, sequence_len, sequences_flat,
+    // sequence_columns, sequences: the batch's, delegated (batch.rs).
+    batch_accessors!();
+
     /// The workgroup size in use.
     pub fn workgroup_size(&self) -> u32 {
         self.wg
@@ -819,10 +358,10 @@ impl ScanJob {
             while left > 0 {
                 let c = chunk.min(left);
                 let f = self.next_frame;
-                if self.frames[f].pending.is_some() {
+                if self.frames[f].sub.pending() {
                     report.add(self.finish(f)?);
                 }
-                self.record_and_submit(f, c)?;
+                self.submit(f, c)?;
                 report.submissions += 1;
                 left -= c;
                 if self.opts.pipelined {
@@ -837,7 +376,7 @@ impl ScanJob {
         let mut drain = Ok(());
         for k in 0..2 {
             let f = (self.next_frame + k) % 2;
-            if self.frames[f].pending.is_some() {
+            if self.frames[f].sub.pending() {
                 match self.finish(f) {
                     Ok(chunk) => report.add(chunk),
                     Err(e) => drain = drain.and(Err(e)),
@@ -855,204 +394,38 @@ impl ScanJob {
         self.step(self.total_steps() - self.submitted)
     }
 
-    fn record_and_submit(&mut self, f: usize, steps: usize) -> Result<()> {
-        if self.lost {
-            return Err(Error::DeviceLost(format!(
-                "an earlier submission of this batch of {}; the batch must be restarted",
-                self.starts.len()
-            )));
-        }
-        let ctx = self.table.context().clone();
-        let dev = ctx.device();
-        let cb = self.frames[f].cb;
+    /// Record the next `steps` steps on frame `f` (idle) and submit them without waiting.
+    fn submit(&mut self, f: usize, steps: usize) -> Result<()> {
+        self.batch.check_live()?;
         let first = self.submitted + 1;
-        let (n, d) = (self.table.n() as u32, self.table.d() as u32);
-        let batch = self.starts.len() as u32;
-        let scan_groups = self.scan_groups;
-        let row_blocks = (batch as usize).div_ceil(self.bm) as u32;
-        let bn = self.bn;
-        unsafe {
-            dev.reset_command_buffer(cb, vk::CommandBufferResetFlags::empty())
-                .vk("vkResetCommandBuffer")?;
-            dev.begin_command_buffer(
-                cb,
-                &vk::CommandBufferBeginInfo::default()
-                    .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT),
-            )
-            .vk("vkBeginCommandBuffer")?;
-            let q = 2 * f as u32;
-            if self.query_pool != vk::QueryPool::null() {
-                dev.cmd_reset_query_pool(cb, self.query_pool, q, 2);
-                dev.cmd_write_timestamp(
-                    cb,
-                    vk::PipelineStageFlags::TOP_OF_PIPE,
-                    self.query_pool,
-                    q,
-                );
-            }
-            // Earlier submissions (init, previous chunks) wrote what this one reads.
-            barrier(dev, cb);
-            let bind = |p: &Pipeline| {
-                dev.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, p.pipeline);
-                dev.cmd_bind_descriptor_sets(
-                    cb,
-                    vk::PipelineBindPoint::COMPUTE,
-                    p.layout,
-                    0,
-                    &[self.set.set],
-                    &[],
-                );
-            };
-            let push = |p: &Pipeline, bytes: &[u8]| {
-                dev.cmd_push_constants(cb, p.layout, vk::ShaderStageFlags::COMPUTE, 0, bytes);
-            };
-            // The winner of every sequence over all candidate blocks, then the next step.
-            let commit = |slot: usize| {
-                bind(&self.commit);
-                push(
-                    &self.commit,
-                    bytemuck::bytes_of(&CommitPush {
-                        num_items: n,
-                        dim: d,
-                        slot: slot as u32,
-                    }),
-                );
-                dev.cmd_dispatch(cb, batch, 1, 1);
-                barrier(dev, cb);
-            };
-            // One step per dispatch sequence, a barrier between: the shader's multi-step loop
-            // (slot_count > 1) gave wrong picks on Mesa 22.3 lavapipe after a few steps.
-            for slot in first..first + steps {
-                match self.opts.shape {
-                    Shape::Untiled | Shape::Tiled => {
-                        let tile = if self.opts.shape == Shape::Untiled {
-                            0
-                        } else {
-                            self.opts.tile_size
-                        };
-                        bind(&self.scan);
-                        push(
-                            &self.scan,
-                            bytemuck::bytes_of(&ScanPush {
-                                num_items: n,
-                                dim: d,
-                                start_slot: slot as u32,
-                                slot_count: 1,
-                                tile_size: tile,
-                            }),
-                        );
-                        dev.cmd_dispatch(cb, scan_groups, 1, 1);
-                        barrier(dev, cb);
-                    }
-                    Shape::PerTile => {
-                        bind(&self.tile);
-                        for &(b, e) in &self.tiles {
-                            push(
-                                &self.tile,
-                                bytemuck::bytes_of(&TilePush {
-                                    num_items: n,
-                                    dim: d,
-                                    slot: slot as u32,
-                                    tile_begin: b,
-                                    tile_end: e,
-                                }),
-                            );
-                            let blocks = (e as usize).div_ceil(bn) - b as usize / bn;
-                            dev.cmd_dispatch(cb, blocks as u32 * row_blocks, 1, 1);
-                            barrier(dev, cb);
-                        }
-                    }
-                }
-                commit(slot);
-            }
-            if self.query_pool != vk::QueryPool::null() {
-                dev.cmd_write_timestamp(
-                    cb,
-                    vk::PipelineStageFlags::BOTTOM_OF_PIPE,
-                    self.query_pool,
-                    q + 1,
-                );
-            }
-            dev.end_command_buffer(cb).vk("vkEndCommandBuffer")?;
-        }
-        ctx.submit(cb, self.frames[f].fence)?;
-        self.frames[f].pending = Some(steps);
+        let dev = self.table.context().device();
+        let (rec, opts) = (&self.rec, &self.opts);
+        self.frames[f]
+            .sub
+            .submit(|cb| unsafe { rec.record(dev, cb, opts, first, steps) })?;
+        self.frames[f].steps = steps;
         self.submitted += steps;
         Ok(())
     }
 
-    /// Wait for frame `f`, account its steps and GPU time: (steps, ns).
+    /// Wait for frame `f` if it has a submission in flight, account its steps and GPU time:
+    /// (steps, ns), (0, 0) when idle.
     fn finish(&mut self, f: usize) -> Result<(usize, u64)> {
-        let Some(steps) = self.frames[f].pending.take() else {
+        if !self.frames[f].sub.pending() {
             return Ok((0, 0));
-        };
-        let ctx = self.table.context().clone();
-        let dev = ctx.device();
+        }
+        let steps = self.frames[f].steps;
+        let done = self.batch.steps_done();
         let what = format!(
             "scan steps {}..{} of a batch of {}",
-            self.completed + 1,
-            self.completed + steps,
-            self.starts.len()
+            done + 1,
+            done + steps,
+            self.batch.starts().len()
         );
-        ctx.wait(self.frames[f].fence, &what)?;
-        unsafe { dev.reset_fences(&[self.frames[f].fence]) }.vk("vkResetFences")?;
-        if let Some(n) = injected_loss() {
-            self.lost = true;
-            return Err(Error::DeviceLost(format!(
-                "{what} (injected by {ENV_FAIL_AFTER_CHUNKS}={n})"
-            )));
-        }
-        self.completed += steps;
-        let mut ns = 0;
-        if self.query_pool != vk::QueryPool::null() {
-            let mut t = [0u64; 2];
-            unsafe {
-                dev.get_query_pool_results(
-                    self.query_pool,
-                    2 * f as u32,
-                    &mut t,
-                    vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
-                )
-            }
-            .vk("vkGetQueryPoolResults")?;
-            ns = ctx.ticks_to_ns(t[0], t[1]);
-        }
-        self.gpu_ns += ns;
+        let waited = self.frames[f].sub.wait(&what);
+        let ns = self.batch.settle(&what, waited)?;
+        self.batch.complete(steps, ns);
         Ok((steps, ns))
-    }
-
-    /// Length of each sequence computed so far (steps done + the start).
-    pub fn sequence_len(&self) -> usize {
-        self.completed + 1
-    }
-
-    /// Every sequence so far, row-major: `starts().len()` rows of [`ScanJob::sequence_len`]
-    /// 0-based item indices; row i is the sequence of `starts()[i]`.
-    pub fn sequences_flat(&self) -> Result<Vec<u32>> {
-        let ctx = self.table.context();
-        let bytes = ctx.download(&self.seqs, 0, (self.starts.len() * self.seq_len * 4) as u64)?;
-        let all: &[u32] = bytemuck::cast_slice(&bytes);
-        let len = self.sequence_len();
-        if len == self.seq_len {
-            return Ok(all.to_vec());
-        }
-        Ok(all
-            .chunks_exact(self.seq_len)
-            .flat_map(|r| r[..len].iter().copied())
-            .collect())
-    }
-
-    /// Steps `from..to` (entries of each sequence; `to` at most [`ScanJob::sequence_len`]) of
-    /// every sequence, row-major (`starts().len()` rows of `to - from`), downloaded in one
-    /// submission. The driver appends these to its checkpoint after each chunk.
-    pub fn sequence_columns(&self, from: usize, to: usize) -> Result<Vec<u32>> {
-        download_columns(
-            self.table.context(),
-            &self.seqs,
-            (self.starts.len(), self.seq_len, self.sequence_len()),
-            from,
-            to,
-        )
     }
 
     /// A job that continues from sequences already computed (a checkpoint): `prefixes` holds
@@ -1077,126 +450,11 @@ impl ScanJob {
             )));
         }
         let mut job = ScanJob::new(dtable, starts, opts)?;
-        if len == 0 || len > job.seq_len || prefixes.len() != starts.len() * len {
-            return Err(Error::Invalid(format!(
-                "resume: {} entries for {} sequences of {len} (1..={} each)",
-                prefixes.len(),
-                starts.len(),
-                job.seq_len
-            )));
-        }
-        let stored = table.as_stored(dtable.precision());
-        let words = n.div_ceil(32);
-        let mut state = vec![0f32; starts.len() * 2 * d];
-        let mut cen = vec![0f32; starts.len() * d];
-        let mut mask = vec![0u32; starts.len() * words];
-        for (i, row) in prefixes.chunks_exact(len).enumerate() {
-            if row[0] != starts[i] {
-                return Err(Error::Invalid(format!(
-                    "resume: sequence {i} begins with {}, its start is {}",
-                    row[0], starts[i]
-                )));
-            }
-            let (hi, lo) = state[i * 2 * d..(i + 1) * 2 * d].split_at_mut(d);
-            let m = &mut mask[i * words..(i + 1) * words];
-            for (k, &p) in row.iter().enumerate() {
-                let p = p as usize;
-                if p >= n || m[p >> 5] & (1 << (p & 31)) != 0 {
-                    return Err(Error::Invalid(format!(
-                        "resume: sequence {i} has entry {p} at step {k}: out of range or repeated"
-                    )));
-                }
-                m[p >> 5] |= 1 << (p & 31);
-                let e = stored.row(p);
-                if k == 0 {
-                    hi.copy_from_slice(e);
-                    continue;
-                }
-                // The shaders' centroid_add, operation for operation.
-                for ((h, l), &x) in hi.iter_mut().zip(lo.iter_mut()).zip(e) {
-                    let sum = *h + x;
-                    let bp = sum - *h;
-                    let err = (*h - (sum - bp)) + (x - bp);
-                    *l += err;
-                    *h = sum;
-                }
-            }
-            for ((c, h), l) in cen[i * d..(i + 1) * d].iter_mut().zip(&*hi).zip(&*lo) {
-                *c = *h + *l;
-            }
-        }
-        let ctx = dtable.context().clone();
-        ctx.write_regions(&job._state, &[(0, bytemuck::cast_slice(&state))])?;
-        ctx.write_regions(&job._cen32, &[(0, bytemuck::cast_slice(&cen))])?;
-        ctx.write_regions(&job._mask, &[(0, bytemuck::cast_slice(&mask))])?;
-        let rows: Vec<(u64, &[u8])> = prefixes
-            .chunks_exact(len)
-            .enumerate()
-            .map(|(i, r)| (((i * job.seq_len) * 4) as u64, bytemuck::cast_slice(r)))
-            .collect();
-        ctx.write_regions(&job.seqs, &rows)?;
+        // Checks the prefixes (each a prefix of its start's sequence, in range, no repeats).
+        job.batch.resume(n, prefixes, len)?;
+        job.state.resume(dtable, table, prefixes, len)?;
         job.submitted = len - 1;
-        job.completed = len - 1;
         Ok(job)
-    }
-
-    /// Every sequence so far, one `Vec` per start.
-    pub fn sequences(&self) -> Result<Vec<Vec<u32>>> {
-        let len = self.sequence_len();
-        Ok(self
-            .sequences_flat()?
-            .chunks_exact(len)
-            .map(|r| r.to_vec())
-            .collect())
-    }
-}
-
-/// Entries `from..to` of every row of a sequence buffer of `rows` rows of `stride` entries, of
-/// which `len` are computed so far: row-major, `rows` × (`to` − `from`), one submission.
-pub(crate) fn download_columns(
-    ctx: &Context,
-    seqs: &Buffer,
-    (rows, stride, len): (usize, usize, usize),
-    from: usize,
-    to: usize,
-) -> Result<Vec<u32>> {
-    if from > to || to > len {
-        return Err(Error::Invalid(format!(
-            "columns {from}..{to} of sequences that have {len} entries so far"
-        )));
-    }
-    if from == 0 && to == stride {
-        let bytes = ctx.download(seqs, 0, (rows * stride * 4) as u64)?;
-        return Ok(bytemuck::cast_slice(&bytes).to_vec());
-    }
-    let regions: Vec<(u64, u64)> = (0..rows)
-        .map(|s| (((s * stride + from) * 4) as u64, ((to - from) * 4) as u64))
-        .collect();
-    let bytes = ctx.download_regions(seqs, &regions)?;
-    Ok(bytes
-        .chunks_exact(4)
-        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect())
-}
-
-impl Drop for ScanJob {
-    fn drop(&mut self) {
-        let ctx = self.table.context().clone();
-        let dev = ctx.device();
-        for f in 0..self.frames.len() {
-            if self.frames[f].pending.is_some() {
-                let _ = ctx.wait(self.frames[f].fence, "drop");
-            }
-        }
-        unsafe {
-            for fr in self.frames.drain(..) {
-                dev.destroy_fence(fr.fence, None);
-                ctx.free_command_buffer(fr.cb);
-            }
-            if self.query_pool != vk::QueryPool::null() {
-                dev.destroy_query_pool(self.query_pool, None);
-            }
-        }
     }
 }
 

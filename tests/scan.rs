@@ -4,8 +4,9 @@
 
 mod common;
 use common::{assert_clean, ctx, fortunes, random_table};
+use diversity::batch::StepReport;
 use diversity::reference::{check_sequence, common_prefix, reference_sequence};
-use diversity::scan::{run_scan, StepReport};
+use diversity::scan::run_scan;
 use diversity::{
     Context, ContextOptions, DeviceTable, Error, Precision, ScanJob, ScanKernel, ScanOptions,
     Shape, Table,

@@ -5,9 +5,10 @@ use super::args::{int, int_list, int_u32, opt, opt_int, parse_mode};
 use super::cdata::copy_to;
 use super::error::{msg, LuaCtx};
 use super::multi::Stepping;
+use crate::batch::StepReport;
 use crate::engine::{Job, JobOptions};
 use crate::gram::{GramOptions, Mode, Placement};
-use crate::scan::{ScanOptions, Shape, StepReport};
+use crate::scan::{ScanOptions, Shape};
 use mlua::prelude::*;
 use mlua::{UserData, UserDataMethods, Value};
 

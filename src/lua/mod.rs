@@ -51,7 +51,7 @@ fn diversity(lua: &Lua) -> LuaResult<LuaTable> {
     cache::register(lua, &m)?;
     knn::register(lua, &m)?;
     multi::register(lua, &m)?;
-    m.set("ENV_FAIL_AFTER_CHUNKS", crate::scan::ENV_FAIL_AFTER_CHUNKS)?;
+    m.set("ENV_FAIL_AFTER_CHUNKS", crate::batch::ENV_FAIL_AFTER_CHUNKS)?;
     // The clean message of an error raised by this module (no "runtime error: " prefix, no
     // traceback): `diversity.message(err)`.
     let message: LuaFunction = lua

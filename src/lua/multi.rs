@@ -8,8 +8,8 @@ use super::handle::Handle;
 use super::job::LJob;
 use super::knn::{knn_options, knn_result};
 use super::table::LTable;
+use crate::batch::StepReport;
 use crate::engine::Job;
-use crate::scan::StepReport;
 use mlua::prelude::*;
 use mlua::{UserData, UserDataMethods};
 

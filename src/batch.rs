@@ -1,0 +1,350 @@
+//! What every sequence engine keeps per batch, written once: the starts, the sequences buffer on
+//! the device and its downloads, the steps done, the GPU time, and the lost-device state with its
+//! fault injection ([`ENV_FAIL_AFTER_CHUNKS`]). [`ScanJob`](crate::ScanJob) and
+//! [`GramJob`](crate::GramJob) each embed a `Batch` and delegate their progress and result
+//! accessors to it; they differ only in how a chunk of steps is computed.
+//!
+//! The sequences buffer holds `starts.len()` rows of `seq_len` entries (the start, then one
+//! entry per step); row i is the sequence of `starts[i]`. Entries past
+//! `Batch::sequence_len` are not computed yet and are never returned.
+
+use crate::device::Context;
+use crate::error::{Error, Result};
+use crate::memory::Buffer;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Environment variable for fault-injection tests: after this many completed submissions in the
+/// process, the next one reports `VK_ERROR_DEVICE_LOST` (its work is discarded), as a driver reset
+/// would. Lets the checkpoint/resume path be tested on any device.
+pub const ENV_FAIL_AFTER_CHUNKS: &str = "DIVERSITY_FAIL_AFTER_CHUNKS";
+
+/// Submissions completed in this process, counted only while [`ENV_FAIL_AFTER_CHUNKS`] is set.
+static CHUNKS_DONE: AtomicUsize = AtomicUsize::new(0);
+
+/// `Some(n)` when [`ENV_FAIL_AFTER_CHUNKS`]` = n` and this process has already completed `n`
+/// submissions: the caller must treat the submission it just waited for as lost.
+pub(crate) fn injected_loss() -> Option<usize> {
+    let n: usize = std::env::var(ENV_FAIL_AFTER_CHUNKS)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    (CHUNKS_DONE.fetch_add(1, Ordering::SeqCst) >= n).then_some(n)
+}
+
+/// What one `step` call of a job ([`ScanJob::step`](crate::ScanJob::step),
+/// [`GramJob::step`](crate::GramJob::step)) did.
+#[derive(Clone, Debug, Default)]
+pub struct StepReport {
+    /// Steps advanced (for every sequence of the batch).
+    pub steps: usize,
+    /// Submissions made.
+    pub submissions: usize,
+    /// GPU time of those submissions from timestamp queries, nanoseconds (0 without timestamps).
+    pub gpu_ns: u64,
+    /// Per submission, in order: (steps, GPU ns) — the rate over the course of a run.
+    pub chunks: Vec<(usize, u64)>,
+}
+
+impl StepReport {
+    /// Account one submission of `steps` steps that took `ns` GPU nanoseconds.
+    pub(crate) fn add(&mut self, (steps, ns): (usize, u64)) {
+        self.gpu_ns += ns;
+        self.chunks.push((steps, ns));
+    }
+}
+
+/// Check a batch's starts against a table of `n` rows: at least one, each below `n` (0-based),
+/// none repeated. Positions in the messages count from 1 ("position 2 of the 2 starts").
+pub fn check_starts(starts: &[u32], n: usize) -> Result<()> {
+    if starts.is_empty() {
+        return Err(Error::Invalid(
+            "the batch has no starts (a batch needs at least one start)".into(),
+        ));
+    }
+    let total = starts.len();
+    // Per row, the 1-based position of the start that took it (0: none yet).
+    let mut first = vec![0usize; n];
+    for (i, &s) in starts.iter().enumerate() {
+        let s = s as usize;
+        if s >= n {
+            return Err(Error::Invalid(format!(
+                "start {s} is out of range for N = {n}: the table has {n} rows, numbered from 0 \
+                 (position {} of the {total} starts)",
+                i + 1
+            )));
+        }
+        if first[s] != 0 {
+            return Err(Error::Invalid(format!(
+                "start {s} is repeated (positions {} and {} of the {total} starts)",
+                first[s],
+                i + 1
+            )));
+        }
+        first[s] = i + 1;
+    }
+    Ok(())
+}
+
+/// Entries per sequence for a table of `n` rows (≥ 1) and at most `steps` steps (top_k; `None` =
+/// all N − 1): the start plus the steps.
+pub(crate) fn sequence_length(n: usize, steps: Option<usize>) -> usize {
+    steps.unwrap_or(n - 1).min(n - 1) + 1
+}
+
+/// Entries `from..to` of every row of a sequence buffer of `rows` rows of `stride` entries, of
+/// which `len` are computed so far: row-major, `rows` × (`to` − `from`), one submission.
+pub(crate) fn download_columns(
+    ctx: &Context,
+    seqs: &Buffer,
+    (rows, stride, len): (usize, usize, usize),
+    from: usize,
+    to: usize,
+) -> Result<Vec<u32>> {
+    if from > to || to > len {
+        return Err(Error::Invalid(format!(
+            "columns {from}..{to} of sequences that have {len} entries so far"
+        )));
+    }
+    if from == 0 && to == stride {
+        let bytes = ctx.download(seqs, 0, (rows * stride * 4) as u64)?;
+        return Ok(bytemuck::cast_slice(&bytes).to_vec());
+    }
+    let regions: Vec<(u64, u64)> = (0..rows)
+        .map(|s| (((s * stride + from) * 4) as u64, ((to - from) * 4) as u64))
+        .collect();
+    let bytes = ctx.download_regions(seqs, &regions)?;
+    Ok(bytes
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
+}
+
+/// The progress and result accessors of a job that embeds a [`Batch`] in a field named `batch`,
+/// written once: expanded inside `impl ScanJob` and `impl GramJob`, so both keep them as inherent
+/// public methods (callers need no trait in scope).
+macro_rules! batch_accessors {
+    () => {
+        /// Steps each sequence will have when done (top_k, or N − 1).
+        pub fn total_steps(&self) -> usize {
+            self.batch.total_steps()
+        }
+        /// Steps completed so far.
+        pub fn steps_done(&self) -> usize {
+            self.batch.steps_done()
+        }
+        /// Whether every step is computed.
+        pub fn done(&self) -> bool {
+            self.batch.done()
+        }
+        /// The batch's starts, in order: row i of the results is the sequence of `starts()[i]`.
+        pub fn starts(&self) -> &[u32] {
+            self.batch.starts()
+        }
+        /// Total GPU time so far, nanoseconds.
+        pub fn gpu_ns(&self) -> u64 {
+            self.batch.gpu_ns()
+        }
+        /// Length of each sequence computed so far (steps done + the start).
+        pub fn sequence_len(&self) -> usize {
+            self.batch.sequence_len()
+        }
+        /// Every sequence so far, row-major: `starts().len()` rows of
+        /// [`sequence_len`](Self::sequence_len) 0-based item indices; row i is the sequence of
+        /// `starts()[i]`.
+        pub fn sequences_flat(&self) -> $crate::Result<Vec<u32>> {
+            self.batch.sequences_flat()
+        }
+        /// Entries `from..to` of every sequence (`to` at most
+        /// [`sequence_len`](Self::sequence_len)), row-major (`starts().len()` rows of
+        /// `to - from`), downloaded in one submission. The drivers append these to their
+        /// checkpoint after each chunk.
+        pub fn sequence_columns(&self, from: usize, to: usize) -> $crate::Result<Vec<u32>> {
+            self.batch.sequence_columns(from, to)
+        }
+        /// Every sequence so far, one `Vec` per start.
+        pub fn sequences(&self) -> $crate::Result<Vec<Vec<u32>>> {
+            self.batch.sequences()
+        }
+    };
+}
+pub(crate) use batch_accessors;
+
+/// The scaffold of one batch of sequences on a device: starts, sequences buffer, progress, GPU
+/// time and lost-device state. An engine's job embeds one and adds its own state and shaders.
+pub(crate) struct Batch {
+    ctx: Context,
+    starts: Vec<u32>,
+    /// Entries per sequence when done (the start + top_k or N − 1 steps): the buffer's stride.
+    seq_len: usize,
+    /// Steps known complete for every sequence.
+    completed: usize,
+    gpu_ns: u64,
+    /// A submission failed with device loss: nothing more may run.
+    lost: bool,
+    /// `starts.len()` rows of `seq_len` entries (binding 5 of the engines' shaders).
+    seqs: Buffer,
+    /// The starts on the device (binding 2).
+    starts_buf: Buffer,
+}
+
+impl Batch {
+    /// A batch of `starts` (checked with [`check_starts`] by the caller) whose sequences will
+    /// have `seq_len` entries: uploads the starts, allocates the sequences buffer.
+    pub(crate) fn new(ctx: &Context, starts: &[u32], seq_len: usize) -> Result<Batch> {
+        let starts_buf = ctx.upload("starts", bytemuck::cast_slice(starts))?;
+        let seqs = Buffer::storage(ctx, "sequence output", (starts.len() * seq_len * 4) as u64)?;
+        Ok(Batch {
+            ctx: ctx.clone(),
+            starts: starts.to_vec(),
+            seq_len,
+            completed: 0,
+            gpu_ns: 0,
+            lost: false,
+            seqs,
+            starts_buf,
+        })
+    }
+
+    /// Write the starts into column 0 of the sequences buffer (for engines whose shaders do not).
+    pub(crate) fn write_starts_column(&self) -> Result<()> {
+        let col0: Vec<(u64, &[u8])> = self
+            .starts
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (((i * self.seq_len) * 4) as u64, bytemuck::bytes_of(s)))
+            .collect();
+        self.ctx.write_regions(&self.seqs, &col0)
+    }
+
+    /// Continue from `prefixes` (`starts.len()` rows of `len` entries, row i beginning with
+    /// `starts[i]`, entries < `n` and distinct within a row): checked, written into the sequences
+    /// buffer, and counted as `len − 1` steps done. The engine rebuilds its own state from them.
+    pub(crate) fn resume(&mut self, n: usize, prefixes: &[u32], len: usize) -> Result<()> {
+        let count = self.starts.len();
+        if len == 0 || len > self.seq_len || prefixes.len() != count * len {
+            return Err(Error::Invalid(format!(
+                "resume: {} entries for {count} sequences of {len} (1..={} each)",
+                prefixes.len(),
+                self.seq_len
+            )));
+        }
+        let mut seen = vec![u32::MAX; n];
+        for (i, row) in prefixes.chunks_exact(len).enumerate() {
+            if row[0] != self.starts[i] {
+                return Err(Error::Invalid(format!(
+                    "resume: sequence {i} begins with {}, its start is {}",
+                    row[0], self.starts[i]
+                )));
+            }
+            for (k, &p) in row.iter().enumerate() {
+                if p as usize >= n || seen[p as usize] == i as u32 {
+                    return Err(Error::Invalid(format!(
+                        "resume: sequence {i} has entry {p} at step {k}: out of range or repeated"
+                    )));
+                }
+                seen[p as usize] = i as u32;
+            }
+        }
+        let rows: Vec<(u64, &[u8])> = prefixes
+            .chunks_exact(len)
+            .enumerate()
+            .map(|(i, r)| (((i * self.seq_len) * 4) as u64, bytemuck::cast_slice(r)))
+            .collect();
+        self.ctx.write_regions(&self.seqs, &rows)?;
+        self.completed = len - 1;
+        Ok(())
+    }
+
+    /// The sequences buffer (for the engine's descriptor set).
+    pub(crate) fn seqs_buffer(&self) -> &Buffer {
+        &self.seqs
+    }
+    /// The starts on the device (for the engine's descriptor set).
+    pub(crate) fn starts_buffer(&self) -> &Buffer {
+        &self.starts_buf
+    }
+
+    /// An error when an earlier submission of this batch was lost: its state on the device is
+    /// unknown, so it may not go on (the caller resumes from its checkpoint in a new batch).
+    pub(crate) fn check_live(&self) -> Result<()> {
+        if self.lost {
+            return Err(Error::DeviceLost(format!(
+                "an earlier submission of this batch of {}; the batch must be restarted",
+                self.starts.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The outcome of waiting for the submission `what`: its GPU ns, or the error. A failure, or
+    /// a loss injected by [`ENV_FAIL_AFTER_CHUNKS`], marks the batch lost.
+    pub(crate) fn settle(&mut self, what: &str, waited: Result<u64>) -> Result<u64> {
+        let ns = waited.inspect_err(|_| self.lost = true)?;
+        if let Some(k) = injected_loss() {
+            self.lost = true;
+            return Err(Error::DeviceLost(format!(
+                "{what} (injected by {ENV_FAIL_AFTER_CHUNKS}={k})"
+            )));
+        }
+        Ok(ns)
+    }
+
+    /// Count `steps` more steps done for every sequence, computed in `ns` GPU nanoseconds.
+    pub(crate) fn complete(&mut self, steps: usize, ns: u64) {
+        self.completed += steps;
+        self.gpu_ns += ns;
+    }
+
+    /// The batch's starts, in order: row i of the results is the sequence of `starts()[i]`.
+    pub(crate) fn starts(&self) -> &[u32] {
+        &self.starts
+    }
+    /// Steps each sequence will have when done (top_k, or N − 1).
+    pub(crate) fn total_steps(&self) -> usize {
+        self.seq_len - 1
+    }
+    /// Steps completed so far.
+    pub(crate) fn steps_done(&self) -> usize {
+        self.completed
+    }
+    /// Whether every step is computed.
+    pub(crate) fn done(&self) -> bool {
+        self.completed == self.total_steps()
+    }
+    /// Total GPU time so far, nanoseconds.
+    pub(crate) fn gpu_ns(&self) -> u64 {
+        self.gpu_ns
+    }
+    /// Length of each sequence computed so far (steps done + the start).
+    pub(crate) fn sequence_len(&self) -> usize {
+        self.completed + 1
+    }
+
+    /// Entries `from..to` of every sequence (`to` at most [`Batch::sequence_len`]), row-major:
+    /// `starts().len()` rows of `to − from`, downloaded in one submission.
+    pub(crate) fn sequence_columns(&self, from: usize, to: usize) -> Result<Vec<u32>> {
+        download_columns(
+            &self.ctx,
+            &self.seqs,
+            (self.starts.len(), self.seq_len, self.sequence_len()),
+            from,
+            to,
+        )
+    }
+
+    /// Every sequence so far, row-major: `starts().len()` rows of [`Batch::sequence_len`].
+    pub(crate) fn sequences_flat(&self) -> Result<Vec<u32>> {
+        self.sequence_columns(0, self.sequence_len())
+    }
+
+    /// Every sequence so far, one `Vec` per start.
+    pub(crate) fn sequences(&self) -> Result<Vec<Vec<u32>>> {
+        let len = self.sequence_len();
+        Ok(self
+            .sequences_flat()?
+            .chunks_exact(len)
+            .map(|r| r.to_vec())
+            .collect())
+    }
+}

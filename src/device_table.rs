@@ -1,0 +1,103 @@
+//! The table on the device: a host [`Table`] uploaded once at a storage precision (fp32, or fp16
+//! rounded on the host) with its inverse row norms. Every engine reads it — the scan, the gram
+//! matrix, k-NN and rankings — so it lives here, below them all, not in any one engine.
+
+use crate::device::Context;
+use crate::error::{Error, Result};
+use crate::memory::Buffer;
+use crate::table::{Precision, Table};
+use std::sync::Arc;
+
+/// What a [`DeviceTable`] shares between its clones: the buffers and the shape they hold.
+struct TableInner {
+    ctx: Context,
+    data: Buffer,
+    inv_norm: Buffer,
+    n: usize,
+    d: usize,
+    precision: Precision,
+}
+
+/// A table uploaded to a device at a storage precision, with its row norms. Cheap to clone;
+/// jobs keep it alive.
+#[derive(Clone)]
+pub struct DeviceTable {
+    inner: Arc<TableInner>,
+}
+
+impl DeviceTable {
+    /// Upload `table` at `precision`. Norms come from the stored (rounded) values in float64.
+    pub fn upload(ctx: &Context, table: &Table, precision: Precision) -> Result<DeviceTable> {
+        let caps = ctx.caps();
+        let mut f16_bits = None;
+        if precision == Precision::Fp16 {
+            if !caps.fp16_storage {
+                return Err(Error::Unsupported {
+                    device: caps.name.clone(),
+                    what: "16-bit storage buffers (storageBuffer16BitAccess) for an fp16 table; use fp32".into(),
+                });
+            }
+            // Refused before any device work: a value that would round to infinity.
+            f16_bits = Some(table.to_f16_bits_checked()?);
+        }
+        let (n, d) = (table.n(), table.d());
+        let bytes = (n as u64) * (d as u64) * precision.bytes() as u64;
+        if bytes > caps.max_buffer_range {
+            return Err(Error::Limit(format!(
+                "table of {n} × {d} {} needs a {bytes}-byte buffer; {} allows {} bytes (maxStorageBufferRange)",
+                precision.name(),
+                caps.name,
+                caps.max_buffer_range
+            )));
+        }
+        if n > u32::MAX as usize / 2 || d > u32::MAX as usize / 4 {
+            return Err(Error::Limit(format!(
+                "table of {n} × {d} exceeds 32-bit indexing"
+            )));
+        }
+        let stored = table.as_stored(precision);
+        let data = match &f16_bits {
+            None => ctx.upload("table", bytemuck::cast_slice(table.data()))?,
+            Some(bits) => ctx.upload("table", bytemuck::cast_slice(bits))?,
+        };
+        let inv_norm = ctx.upload(
+            "inverse norms",
+            bytemuck::cast_slice(&stored.inverse_norms()),
+        )?;
+        Ok(DeviceTable {
+            inner: Arc::new(TableInner {
+                ctx: ctx.clone(),
+                data,
+                inv_norm,
+                n,
+                d,
+                precision,
+            }),
+        })
+    }
+
+    /// Rows N.
+    pub fn n(&self) -> usize {
+        self.inner.n
+    }
+    /// Dimension D.
+    pub fn d(&self) -> usize {
+        self.inner.d
+    }
+    /// Storage precision.
+    pub fn precision(&self) -> Precision {
+        self.inner.precision
+    }
+    /// The context the table lives on.
+    pub fn context(&self) -> &Context {
+        &self.inner.ctx
+    }
+    /// The stored rows (fp32 or fp16) on the device.
+    pub(crate) fn data_buffer(&self) -> &Buffer {
+        &self.inner.data
+    }
+    /// 1 / |e_x| per row on the device.
+    pub(crate) fn inv_norm_buffer(&self) -> &Buffer {
+        &self.inner.inv_norm
+    }
+}

@@ -1,0 +1,341 @@
+//! Command submission: one-off submissions ([`Context::one_shot`]), the memory barrier between
+//! dispatches, descriptor sets ([`Set`]), timed submissions one or several in flight
+//! ([`Submitter`]), and the binding of a pipeline with its push constants ([`bind`]).
+
+use crate::device::{Context, Pipeline, BINDINGS, G_SLABS, SINGLE_BINDINGS};
+use crate::error::{Error, Result, VkContext};
+use crate::memory::Buffer;
+use ash::vk;
+
+/// A recorded-and-submitted command buffer with its fence: the unit of one-off transfers.
+impl Context {
+    /// Record `f` into a fresh command buffer, submit it and wait for it.
+    pub(crate) fn one_shot(&self, f: impl FnOnce(vk::CommandBuffer)) -> Result<()> {
+        let dev = self.device();
+        let cb = self.alloc_command_buffer()?;
+        let fence = match unsafe { dev.create_fence(&vk::FenceCreateInfo::default(), None) } {
+            Ok(f) => f,
+            Err(e) => {
+                self.free_command_buffer(cb);
+                return Err(Error::Vulkan {
+                    call: "vkCreateFence",
+                    result: e,
+                });
+            }
+        };
+        let run = (|| {
+            unsafe {
+                dev.begin_command_buffer(
+                    cb,
+                    &vk::CommandBufferBeginInfo::default()
+                        .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT),
+                )
+            }
+            .vk("vkBeginCommandBuffer")?;
+            f(cb);
+            unsafe { dev.end_command_buffer(cb) }.vk("vkEndCommandBuffer")?;
+            self.submit(cb, fence)?;
+            self.wait(fence, "a transfer")
+        })();
+        unsafe { dev.destroy_fence(fence, None) };
+        self.free_command_buffer(cb);
+        run
+    }
+
+    pub(crate) fn alloc_command_buffer(&self) -> Result<vk::CommandBuffer> {
+        let pool = self
+            .inner
+            .command_pool
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let v = unsafe {
+            self.device().allocate_command_buffers(
+                &vk::CommandBufferAllocateInfo::default()
+                    .command_pool(*pool)
+                    .level(vk::CommandBufferLevel::PRIMARY)
+                    .command_buffer_count(1),
+            )
+        }
+        .vk("vkAllocateCommandBuffers")?;
+        Ok(v[0])
+    }
+
+    pub(crate) fn free_command_buffer(&self, cb: vk::CommandBuffer) {
+        let pool = self
+            .inner
+            .command_pool
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        unsafe { self.device().free_command_buffers(*pool, &[cb]) };
+    }
+
+    pub(crate) fn submit(&self, cb: vk::CommandBuffer, fence: vk::Fence) -> Result<()> {
+        let cbs = [cb];
+        let info = [vk::SubmitInfo::default().command_buffers(&cbs)];
+        let q = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
+        unsafe { self.device().queue_submit(*q, &info, fence) }.vk("vkQueueSubmit")
+    }
+
+    /// Wait for `fence`; `what` names the work in a device-lost error.
+    pub(crate) fn wait(&self, fence: vk::Fence, what: &str) -> Result<()> {
+        unsafe { self.device().wait_for_fences(&[fence], true, u64::MAX) }.map_err(|e| {
+            if e == vk::Result::ERROR_DEVICE_LOST {
+                Error::DeviceLost(what.to_string())
+            } else {
+                Error::Vulkan {
+                    call: "vkWaitForFences",
+                    result: e,
+                }
+            }
+        })
+    }
+}
+
+/// A transfer/compute → compute memory barrier: everything written before is visible after.
+pub(crate) unsafe fn barrier(dev: &ash::Device, cb: vk::CommandBuffer) {
+    let src = vk::PipelineStageFlags::TRANSFER | vk::PipelineStageFlags::COMPUTE_SHADER;
+    let mb = [vk::MemoryBarrier::default()
+        .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
+        .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE)];
+    dev.cmd_pipeline_barrier(
+        cb,
+        src,
+        vk::PipelineStageFlags::COMPUTE_SHADER,
+        vk::DependencyFlags::empty(),
+        &mb,
+        &[],
+        &[],
+    );
+}
+
+/// A descriptor pool with one set of the context's layout, freed on drop.
+pub(crate) struct Set {
+    ctx: Context,
+    pool: vk::DescriptorPool,
+    pub(crate) set: vk::DescriptorSet,
+}
+
+impl Set {
+    /// Allocate a set and write `singles` (binding, buffer) and the G slabs (binding 8; unused
+    /// array entries repeat slab 0 so every descriptor is valid; no slabs: binding 8 is left
+    /// unwritten, for pipelines that do not use it).
+    pub(crate) fn new(ctx: &Context, singles: &[(u32, &Buffer)], slabs: &[Buffer]) -> Result<Set> {
+        let dev = ctx.device();
+        let sizes = [vk::DescriptorPoolSize {
+            ty: vk::DescriptorType::STORAGE_BUFFER,
+            descriptor_count: BINDINGS,
+        }];
+        let pool = unsafe {
+            dev.create_descriptor_pool(
+                &vk::DescriptorPoolCreateInfo::default()
+                    .max_sets(1)
+                    .pool_sizes(&sizes),
+                None,
+            )
+        }
+        .vk("vkCreateDescriptorPool")?;
+        let mut me = Set {
+            ctx: ctx.clone(),
+            pool,
+            set: vk::DescriptorSet::null(),
+        };
+        let layouts = [ctx.inner.set_layout];
+        me.set = unsafe {
+            dev.allocate_descriptor_sets(
+                &vk::DescriptorSetAllocateInfo::default()
+                    .descriptor_pool(pool)
+                    .set_layouts(&layouts),
+            )
+        }
+        .vk("vkAllocateDescriptorSets")?[0];
+        let info = |b: &Buffer| {
+            vk::DescriptorBufferInfo::default()
+                .buffer(b.buffer)
+                .offset(0)
+                .range(vk::WHOLE_SIZE)
+        };
+        let single_infos: Vec<[vk::DescriptorBufferInfo; 1]> =
+            singles.iter().map(|(_, b)| [info(b)]).collect();
+        let slab_infos: Vec<vk::DescriptorBufferInfo> = match slabs.first() {
+            Some(first) => (0..G_SLABS as usize)
+                .map(|i| info(slabs.get(i).unwrap_or(first)))
+                .collect(),
+            None => Vec::new(),
+        };
+        let mut writes: Vec<_> = singles
+            .iter()
+            .zip(&single_infos)
+            .map(|((binding, _), i)| {
+                vk::WriteDescriptorSet::default()
+                    .dst_set(me.set)
+                    .dst_binding(*binding)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .buffer_info(i)
+            })
+            .collect();
+        if !slabs.is_empty() {
+            writes.push(
+                vk::WriteDescriptorSet::default()
+                    .dst_set(me.set)
+                    .dst_binding(SINGLE_BINDINGS)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .buffer_info(&slab_infos),
+            );
+        }
+        unsafe { dev.update_descriptor_sets(&writes, &[]) };
+        Ok(me)
+    }
+}
+
+impl Drop for Set {
+    fn drop(&mut self) {
+        unsafe { self.ctx.device().destroy_descriptor_pool(self.pool, None) };
+    }
+}
+
+/// A command buffer with its fence and timestamp pair: timed submissions, one in flight at a
+/// time. [`Submitter::run`] submits and waits; [`Submitter::submit`] and [`Submitter::wait`]
+/// split the two, so a job can keep several submitters in flight (the scan keeps two, recording
+/// the next chunk while the device runs this one). Dropping a submitter waits for its work.
+pub(crate) struct Submitter {
+    ctx: Context,
+    cb: vk::CommandBuffer,
+    fence: vk::Fence,
+    query_pool: vk::QueryPool,
+    /// Submitted and not yet waited for.
+    pending: bool,
+}
+
+impl Submitter {
+    /// A submitter on `ctx`, with a timestamp pair when the device has timestamps.
+    pub(crate) fn new(ctx: &Context) -> Result<Submitter> {
+        let dev = ctx.device();
+        let cb = ctx.alloc_command_buffer()?;
+        let mut me = Submitter {
+            ctx: ctx.clone(),
+            cb,
+            fence: vk::Fence::null(),
+            query_pool: vk::QueryPool::null(),
+            pending: false,
+        };
+        me.fence = unsafe { dev.create_fence(&vk::FenceCreateInfo::default(), None) }
+            .vk("vkCreateFence")?;
+        if ctx.caps().timestamps {
+            me.query_pool = unsafe {
+                dev.create_query_pool(
+                    &vk::QueryPoolCreateInfo::default()
+                        .query_type(vk::QueryType::TIMESTAMP)
+                        .query_count(2),
+                    None,
+                )
+            }
+            .vk("vkCreateQueryPool")?;
+        }
+        Ok(me)
+    }
+
+    /// Record `f` between timestamps, submit, wait; GPU nanoseconds (0 without timestamps).
+    pub(crate) fn run(&mut self, what: &str, f: impl FnOnce(vk::CommandBuffer)) -> Result<u64> {
+        self.submit(f)?;
+        self.wait(what)
+    }
+
+    /// Whether a submission is in flight (submitted, not yet waited for).
+    pub(crate) fn pending(&self) -> bool {
+        self.pending
+    }
+
+    /// Record `f` between timestamps (after a barrier: earlier submissions wrote what it reads)
+    /// and submit it without waiting. Refused while a submission is in flight.
+    pub(crate) fn submit(&mut self, f: impl FnOnce(vk::CommandBuffer)) -> Result<()> {
+        if self.pending {
+            return Err(Error::Invalid(
+                "internal: a submitter was reused before its submission was waited for".into(),
+            ));
+        }
+        let dev = self.ctx.device();
+        let cb = self.cb;
+        let qp = self.query_pool;
+        unsafe {
+            dev.reset_command_buffer(cb, vk::CommandBufferResetFlags::empty())
+                .vk("vkResetCommandBuffer")?;
+            dev.begin_command_buffer(
+                cb,
+                &vk::CommandBufferBeginInfo::default()
+                    .flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT),
+            )
+            .vk("vkBeginCommandBuffer")?;
+            if qp != vk::QueryPool::null() {
+                dev.cmd_reset_query_pool(cb, qp, 0, 2);
+                dev.cmd_write_timestamp(cb, vk::PipelineStageFlags::TOP_OF_PIPE, qp, 0);
+            }
+            barrier(dev, cb);
+            f(cb);
+            if qp != vk::QueryPool::null() {
+                dev.cmd_write_timestamp(cb, vk::PipelineStageFlags::BOTTOM_OF_PIPE, qp, 1);
+            }
+            dev.end_command_buffer(cb).vk("vkEndCommandBuffer")?;
+        }
+        self.ctx.submit(cb, self.fence)?;
+        self.pending = true;
+        Ok(())
+    }
+
+    /// Wait for the submission in flight (`what` names it in a device-lost error); its GPU
+    /// nanoseconds (0 without timestamps, or when nothing is in flight).
+    pub(crate) fn wait(&mut self, what: &str) -> Result<u64> {
+        if !std::mem::take(&mut self.pending) {
+            return Ok(0);
+        }
+        let dev = self.ctx.device();
+        let qp = self.query_pool;
+        // A failed wait (a lost device) is the error to report, not a reset failing after it.
+        self.ctx.wait(self.fence, what)?;
+        unsafe { dev.reset_fences(&[self.fence]) }.vk("vkResetFences")?;
+        if qp == vk::QueryPool::null() {
+            return Ok(0);
+        }
+        let mut t = [0u64; 2];
+        unsafe {
+            dev.get_query_pool_results(
+                qp,
+                0,
+                &mut t,
+                vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
+            )
+        }
+        .vk("vkGetQueryPoolResults")?;
+        Ok(self.ctx.ticks_to_ns(t[0], t[1]))
+    }
+}
+
+impl Drop for Submitter {
+    fn drop(&mut self) {
+        if self.pending {
+            let _ = self.ctx.wait(self.fence, "dropping a submission in flight");
+        }
+        let dev = self.ctx.device();
+        unsafe {
+            if self.query_pool != vk::QueryPool::null() {
+                dev.destroy_query_pool(self.query_pool, None);
+            }
+            if self.fence != vk::Fence::null() {
+                dev.destroy_fence(self.fence, None);
+            }
+        }
+        self.ctx.free_command_buffer(self.cb);
+    }
+}
+
+/// Bind a compute pipeline, its descriptor set and its push constants on `cb`.
+pub(crate) unsafe fn bind(
+    dev: &ash::Device,
+    cb: vk::CommandBuffer,
+    p: &Pipeline,
+    set: vk::DescriptorSet,
+    push: &[u8],
+) {
+    dev.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, p.pipeline);
+    dev.cmd_bind_descriptor_sets(cb, vk::PipelineBindPoint::COMPUTE, p.layout, 0, &[set], &[]);
+    dev.cmd_push_constants(cb, p.layout, vk::ShaderStageFlags::COMPUTE, 0, push);
+}
