@@ -3,7 +3,7 @@
 //! ```text
 //! cargo run --release --example sequences -- --table FILE [--dim D] [--center]
 //!     [--precision fp32|fp16] [--mode scan|gram|auto] [--placement auto|registers|memory]
-//!     [--plain-sums] [--no-judge]
+//!     [--plain-sums] [--judge]
 //!     [--shape untiled|tiled|per-tile] [--tile T] [--pipelined] [--starts all|a,b,c]
 //!     [--steps K] [--chunk C] [--batch B] [--workgroup W] [--device NAME] [--validation]
 //!     [--describe] [--out FILE.json]
@@ -34,7 +34,7 @@ struct Args {
     mode: Mode,
     placement: Placement,
     plain_sums: bool,
-    no_judge: bool,
+    judge: bool,
     shape: Shape,
     tile: u32,
     pipelined: bool,
@@ -50,7 +50,7 @@ struct Args {
 }
 
 const USAGE: &str = "usage: sequences --table FILE [--dim D] [--center] [--precision fp32|fp16] \
-[--mode scan|gram|auto] [--placement auto|registers|memory] [--plain-sums] [--no-judge] [--shape untiled|tiled|per-tile] [--tile T] [--pipelined] [--starts all|a,b,c] \
+[--mode scan|gram|auto] [--placement auto|registers|memory] [--plain-sums] [--judge] [--shape untiled|tiled|per-tile] [--tile T] [--pipelined] [--starts all|a,b,c] \
 [--steps K] [--chunk C] [--batch B] [--workgroup W] [--device NAME] [--validation] [--describe] \
 [--out FILE.json]";
 
@@ -64,7 +64,7 @@ fn parse() -> Result<Args, String> {
         mode: Mode::Auto,
         placement: Placement::Auto,
         plain_sums: false,
-        no_judge: false,
+        judge: false,
         shape: Shape::Untiled,
         tile: 0,
         pipelined: false,
@@ -110,7 +110,7 @@ fn parse() -> Result<Args, String> {
                     .map_err(|e: diversity::Error| format!("--placement: {e}"))?
             }
             "--plain-sums" => a.plain_sums = true,
-            "--no-judge" => a.no_judge = true,
+            "--judge" => a.judge = true,
             "--shape" => {
                 a.shape = it
                     .next()
@@ -201,7 +201,7 @@ fn run(a: Args) -> Result<(), String> {
             placement: a.placement,
             subgroups: None,
             compensated: !a.plain_sums,
-            judge: !a.no_judge,
+            judge: a.judge,
             ..GramOptions::default()
         },
     };

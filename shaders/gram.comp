@@ -100,6 +100,30 @@ struct Pick {
 Pick workgroup_pick(float bk, uint bi, float b2, float km, uint t) {
     const uint lid = gl_LocalInvocationID.x;
     Pick r;
+    if (SUBGROUPS != 0u && JUDGE == 0u) {
+        // The best only (the engine before the judge, operation for operation).
+        float m = subgroupMin(bk);
+        uint mi = subgroupMin(bk == m ? bi : NO_INDEX);
+        uint b = (t & 1u) * WG;
+        if (subgroupElect()) {
+            red_key[b + gl_SubgroupID] = m;
+            red_idx[b + gl_SubgroupID] = mi;
+        }
+        barrier();
+        float wk = INF;
+        uint wi = NO_INDEX;
+        for (uint q = gl_SubgroupInvocationID; q < gl_NumSubgroups; q += gl_SubgroupSize) {
+            if (better(red_key[b + q], red_idx[b + q], wk, wi)) {
+                wk = red_key[b + q];
+                wi = red_idx[b + q];
+            }
+        }
+        r.key = subgroupMin(wk);
+        r.idx = subgroupMin(wk == r.key ? wi : NO_INDEX);
+        r.second = INF;
+        r.kmax = 0.0;
+        return r;
+    }
     if (SUBGROUPS != 0u) {
         float m = subgroupMin(bk);
         uint mi = subgroupMin(bk == m ? bi : NO_INDEX);
@@ -148,11 +172,11 @@ Pick workgroup_pick(float bk, uint bi, float b2, float km, uint t) {
             if (better(bk2, bi2, ak, ai)) {
                 red_key[lid] = bk2;
                 red_idx[lid] = bi2;
-                red_k2[lid] = min(b22, ak);
-            } else {
+                if (JUDGE != 0u) red_k2[lid] = min(b22, ak);
+            } else if (JUDGE != 0u) {
                 red_k2[lid] = min(a2, bk2);
             }
-            red_max[lid] = max(red_max[lid], red_max[lid + stride]);
+            if (JUDGE != 0u) red_max[lid] = max(red_max[lid], red_max[lid + stride]);
         }
         barrier();
     }
@@ -199,7 +223,16 @@ float fresh_key(uint x) {
 }
 
 // Track a lane's best, second best and largest |key|.
+// Without the judge only the best is tracked (no second key, no max: the step stays as cheap
+// as before the judge existed).
 void offer(float v, uint j, inout float bk, inout uint bi, inout float b2, inout float km) {
+    if (JUDGE == 0u) {
+        if (v < bk) {
+            bk = v;
+            bi = j;
+        }
+        return;
+    }
     km = max(km, abs(v));
     if (v < bk || (v == bk && j < bi)) {
         b2 = bk;

@@ -1,7 +1,7 @@
 --- Command line for the diversity-cache job (SPEC §Driver):
 --
 --   luajit lua/diversity/cli.lua --embeddings FILE --out diversity_cache.json [--center]
---       [--precision fp16|fp32] [--mode scan|gram|auto] [--placement auto|registers|memory] [--plain-sums] [--no-judge]
+--       [--precision fp16|fp32] [--mode scan|gram|auto] [--placement auto|registers|memory] [--plain-sums] [--judge]
 --       [--top-k K] [--batch B] [--starts all|a,b,c] [--binary FILE.bin]
 --       [--dim D] [--device NAME] [--devices all|LIST] [--validation] [--resume] [--target-s S] [--safety F]
 --       [--model NAME] [--quiet] [--shard i/n[:strided]] [--host-memory SIZE]
@@ -18,7 +18,7 @@
 local driver = require "diversity.driver"
 
 local USAGE = [=[usage: cli.lua --embeddings FILE --out diversity_cache.json [--center]
-    [--precision fp16|fp32] [--mode scan|gram|auto] [--placement auto|registers|memory] [--plain-sums] [--no-judge]
+    [--precision fp16|fp32] [--mode scan|gram|auto] [--placement auto|registers|memory] [--plain-sums] [--judge]
     [--top-k K] [--batch B] [--starts all|a,b,c] [--binary FILE.bin]
     [--dim D] [--device NAME] [--devices all|LIST] [--validation] [--resume] [--target-s S] [--safety F]
     [--model NAME] [--quiet] [--shard i/n[:strided]] [--host-memory SIZE]
@@ -65,7 +65,7 @@ local function parse(argv)
         error("diversity: --placement " .. o.placement .. ": expected auto, registers or memory", 0)
       end
     elseif a == "--plain-sums" then o.plain_sums = true
-    elseif a == "--no-judge" then o.no_judge = true
+    elseif a == "--judge" then o.judge = true
     elseif a == "--top-k" then o.top_k = number(a)
     elseif a == "--batch" then o.batch = number(a)
     elseif a == "--starts" then o.starts = value(a)

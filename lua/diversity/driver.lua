@@ -295,8 +295,8 @@ M.PLACEMENTS = { auto = true, registers = true, memory = true }
 
 --- Run the whole job. `opts`: embeddings, out (diversity_cache.json), binary (optional uint32
 -- cache), center, precision, mode ("scan", "gram" or "auto"), placement (gram: "auto",
--- "registers" or "memory"), plain_sums (gram: plain float32 sums instead of compensated), no_judge (gram: never
--- recompute the keys from the running sum; other bits at near-ties), top_k, batch, starts ("all", "a,b,c" or a Lua array), device,
+-- "registers" or "memory"), plain_sums (gram: plain float32 sums instead of compensated), judge (gram: recompute
+-- the keys from the running sum when the pick is uncertain; other bits at near-ties), top_k, batch, starts ("all", "a,b,c" or a Lua array), device,
 -- validation, resume, target_s, safety, quiet, model, dim, host_memory (bytes a batch's results
 -- may take on the host; default M.default_host_memory()), shard ("i/n" or "i/n:strided": compute
 -- only that slice of the starts and write a partial cache for `M.merge`). Returns a summary table
@@ -416,7 +416,7 @@ function M.run(opts)
   -- The gram arithmetic (key sums, G's entries, the judge): other values give other bits.
   if mode == "gram" then
     meta.summation = ctx:gram_summation(n, dim, { placement = opts.placement,
-      compensated = not opts.plain_sums, judge = not opts.no_judge })
+      compensated = not opts.plain_sums, judge = opts.judge or false })
   end
   if shard then
     meta.shard, meta.shard_layout = shard.spec, shard.layout
@@ -542,7 +542,7 @@ local function fingerprint(t, starts, run, opts)
   -- v3: the gram arithmetic changed (G from a compensated dot, the judge): a checkpoint of an
   -- earlier version is not resumed.
   return table.concat({ "v3", opts.embeddings, tostring(opts.center), opts.precision, run.mode,
-    tostring(opts.plain_sums or false), tostring(opts.no_judge or false),
+    tostring(opts.plain_sums or false), tostring(opts.judge or false),
     run.steps, run.batch, #starts, starts[1] or "", starts[#starts] or "", t:n(), t:dim() }, "|")
 end
 
@@ -654,7 +654,7 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
     s.have = have
     -- Gram jobs share the device table's G, built by the first one.
     local jopts = { mode = run.mode, tile = tile, chunk = 0, steps = steps,
-      placement = opts.placement, compensated = not opts.plain_sums, judge = not opts.no_judge }
+      placement = opts.placement, compensated = not opts.plain_sums, judge = opts.judge or false }
     if prefix then
       s.job = dts[d]:resume_job(t, s.list, prefix, have, jopts)
       progress:skip(have - 1)
