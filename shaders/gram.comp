@@ -44,9 +44,7 @@ const uint NO_INDEX = 0xffffffffu;
 const float INF = 1.0 / 0.0;
 const uint WG = gl_WorkGroupSize.x;
 
-bool better(float k, uint i, float bk, uint bi) {
-    return k < bk || (k == bk && i < bi);
-}
+#include "key_order.glsl"
 
 float grow(uint prev, uint j) {
     uint slab = prev / SLAB_ROWS;
@@ -72,7 +70,7 @@ uint workgroup_pick(float key, uint idx, uint t) {
         float bk = INF;
         uint bi = NO_INDEX;
         for (uint q = gl_SubgroupInvocationID; q < gl_NumSubgroups; q += gl_SubgroupSize) {
-            if (better(red_key[b + q], red_idx[b + q], bk, bi)) {
+            if (less(red_key[b + q], red_idx[b + q], bk, bi)) {
                 bk = red_key[b + q];
                 bi = red_idx[b + q];
             }
@@ -84,7 +82,7 @@ uint workgroup_pick(float key, uint idx, uint t) {
     red_idx[lid] = idx;
     barrier();
     for (uint stride = WG >> 1u; stride > 0u; stride >>= 1u) {
-        if (lid < stride && better(red_key[lid + stride], red_idx[lid + stride], red_key[lid], red_idx[lid])) {
+        if (lid < stride && less(red_key[lid + stride], red_idx[lid + stride], red_key[lid], red_idx[lid])) {
             red_key[lid] = red_key[lid + stride];
             red_idx[lid] = red_idx[lid + stride];
         }
