@@ -1,7 +1,21 @@
-//! Compiles every `shaders/*.comp` to SPIR-V at build time with shaderc, once per storage
-//! precision (`NAME.fp32.spv`, `NAME.fp16.spv` with `FP16` defined), into `OUT_DIR`.
+//! Compiles the compute shaders to SPIR-V at build time with shaderc, once per storage precision
+//! (`NAME.fp32.spv`, `NAME.fp16.spv` with `FP16` defined), into `OUT_DIR`: every
+//! `shaders/*.comp` under its own name, and the variants of [`VARIANTS`] (one source, several
+//! compiled shaders, as ggml's `vulkan-shaders-gen` does). `*.glsl` files are includes, resolved
+//! from `shaders/`, never compiled alone.
 
 use std::path::{Path, PathBuf};
+
+/// Preprocessor definitions of a variant: (name, value).
+type Defines = &'static [(&'static str, &'static str)];
+
+/// Extra compiled shaders: (output name, source in `shaders/`, defines). The 128 × 128 scan
+/// kernel (`ScanKernel::Block128`) is the Block64 entry points with `BIG`.
+const VARIANTS: &[(&str, &str, Defines)] = &[
+    ("scan_big", "scan.comp", &[("BIG", "1")]),
+    ("scan_big_tile", "scan_tile.comp", &[("BIG", "1")]),
+    ("scan_big_commit", "scan_commit.comp", &[("BIG", "1")]),
+];
 
 fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
@@ -13,13 +27,21 @@ fn main() {
         .map(|e| e.expect("dir entry").path())
         .collect();
     entries.sort();
+    let mut jobs: Vec<(String, PathBuf, Defines)> = Vec::new();
     for path in entries {
         println!("cargo:rerun-if-changed={}", path.display());
         if path.extension().and_then(|e| e.to_str()) != Some("comp") {
             continue;
         }
-        let source = std::fs::read_to_string(&path).expect("read shader");
         let stem = path.file_stem().unwrap().to_str().unwrap().to_string();
+        jobs.push((stem, path, &[]));
+    }
+    for &(name, source, defines) in VARIANTS {
+        jobs.push((name.to_string(), dir.join(source), defines));
+    }
+    for (name, path, defines) in jobs {
+        let source =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         for (suffix, fp16) in [("fp32", false), ("fp16", true)] {
             let mut opts = shaderc::CompileOptions::new().expect("shaderc options");
             opts.set_target_env(
@@ -29,6 +51,9 @@ fn main() {
             opts.set_optimization_level(shaderc::OptimizationLevel::Performance);
             if fp16 {
                 opts.add_macro_definition("FP16", Some("1"));
+            }
+            for &(macro_name, value) in defines {
+                opts.add_macro_definition(macro_name, Some(value));
             }
             opts.set_include_callback(|name, _ty, _from, _depth| {
                 let p = dir.join(name);
@@ -47,8 +72,8 @@ fn main() {
                     "main",
                     Some(&opts),
                 )
-                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            std::fs::write(out.join(format!("{stem}.{suffix}.spv")), spv.as_binary_u8())
+                .unwrap_or_else(|e| panic!("{name} ({}): {e}", path.display()));
+            std::fs::write(out.join(format!("{name}.{suffix}.spv")), spv.as_binary_u8())
                 .expect("write spv");
         }
     }

@@ -29,12 +29,6 @@
 // every step (IN_REGS = 0). Both run the same float operations per candidate in the same order,
 // and the (key, index) order is total, so every path, workgroup size, chunk and batch gives the
 // same bits (SPEC §Exactness 1), refreshes included (they depend only on keys and A).
-#ifdef FP16
-#extension GL_EXT_shader_16bit_storage : require
-#define STORED float16_t
-#else
-#define STORED float
-#endif
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 
@@ -48,8 +42,7 @@ layout(constant_id = 6) const uint COMPENSATED = 1u; // 1: acc as a TwoSum pair;
 layout(constant_id = 7) const uint DIM = 1u;       // D (the running sum's length)
 layout(constant_id = 8) const uint JUDGE = 1u;     // 1: refresh the keys when the pick is uncertain
 
-layout(std430, set = 0, binding = 0) readonly buffer Table { STORED table[]; };
-layout(std430, set = 0, binding = 1) readonly buffer InvNorm { float inv_norm[]; };
+#include "table.glsl"
 layout(std430, set = 0, binding = 2) readonly buffer Starts { uint starts[]; };
 // Per sequence (stride 2N + 2D + 8): hi[0..N), lo[0..N), c_hi[0..D), c_lo[0..D), then the judge's
 // S, r, Σ max|key|, the refresh count and the last max|key|.
@@ -69,9 +62,7 @@ const float INF = 1.0 / 0.0;
 const uint WG = gl_WorkGroupSize.x;
 const float U = 5.9604645e-8; // 2⁻²⁴
 
-bool better(float k, uint i, float bk, uint bi) {
-    return k < bk || (k == bk && i < bi);
-}
+#include "key_order.glsl"
 
 float grow(uint prev, uint j) {
     uint slab = prev / SLAB_ROWS;
@@ -113,7 +104,7 @@ Pick workgroup_pick(float bk, uint bi, float b2, float km, uint t) {
         float wk = INF;
         uint wi = NO_INDEX;
         for (uint q = gl_SubgroupInvocationID; q < gl_NumSubgroups; q += gl_SubgroupSize) {
-            if (better(red_key[b + q], red_idx[b + q], wk, wi)) {
+            if (less(red_key[b + q], red_idx[b + q], wk, wi)) {
                 wk = red_key[b + q];
                 wi = red_idx[b + q];
             }
@@ -144,7 +135,7 @@ Pick workgroup_pick(float bk, uint bi, float b2, float km, uint t) {
             float k = red_key[b + q], k2 = red_k2[b + q];
             uint i = red_idx[b + q];
             wm = max(wm, red_max[b + q]);
-            if (better(k, i, wk, wi)) {
+            if (less(k, i, wk, wi)) {
                 w2 = min(wk, k2);
                 wk = k;
                 wi = i;
@@ -169,7 +160,7 @@ Pick workgroup_pick(float bk, uint bi, float b2, float km, uint t) {
             float ak = red_key[lid], bk2 = red_key[lid + stride];
             uint ai = red_idx[lid], bi2 = red_idx[lid + stride];
             float a2 = red_k2[lid], b22 = red_k2[lid + stride];
-            if (better(bk2, bi2, ak, ai)) {
+            if (less(bk2, bi2, ak, ai)) {
                 red_key[lid] = bk2;
                 red_idx[lid] = bi2;
                 if (JUDGE != 0u) red_k2[lid] = min(b22, ak);

@@ -12,19 +12,11 @@
 // (see gram.comp for the whole bound). G[i][j] and G[j][i] have the same bits (every operation
 // is symmetric in a and b). The rows are the stored table: fp16 rows are widened, so G comes
 // from the rounded values.
-#ifdef FP16
-#extension GL_EXT_shader_16bit_storage : require
-#define STORED float16_t
-#else
-#define STORED float
-#endif
 #extension GL_EXT_nonuniform_qualifier : enable
 
 layout(local_size_x = 256) in;
 
-layout(std430, set = 0, binding = 0) readonly buffer Table { STORED table[]; };
-// 1 / |e_x| from float64, 0 for a zero row.
-layout(std430, set = 0, binding = 1) readonly buffer InvNorm { float inv_norm[]; };
+#include "table.glsl"
 layout(std430, set = 0, binding = 8) writeonly buffer GSlab { float g[]; } G[8];
 
 layout(push_constant) uniform Push {

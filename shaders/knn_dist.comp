@@ -1,6 +1,6 @@
 #version 450
 // Exact k-NN, step 1: keys of a query tile against a range of table rows, written as (key, id)
-// pairs into a scratch row (src/knn.rs). The key orders best first, ascending:
+// pairs into a scratch row (src/knn/). The key orders best first, ascending:
 //   metric 0 (inner product): key = -(q · e)
 //   metric 1 (cosine):        key = -(q̂ · e) / |e|   (q̂ normalised on the host; 0 for zero rows)
 //   metric 2 (L2):            key = Σ (q - e)²       (squared distance, no cancellation)
@@ -16,27 +16,15 @@
 // prefetched into registers while the current one is computed. Full stages run an unrolled loop;
 // the last, partial stage stops at the real dim (no padding enters a chain), so every key is
 // the same chain, bit for bit, as knn_warp.comp's.
-#ifdef FP16
-#extension GL_EXT_shader_16bit_storage : require
-#define STORED float16_t
-#else
-#define STORED float
-#endif
 #extension GL_EXT_control_flow_attributes : require
+#define KNN_INPUTS
+#include "knn_common.glsl"
 
 const uint BM = 128u;  // queries per workgroup
 const uint BN = 128u;  // table rows per workgroup
 const uint BK = 8u;    // dims per stage
 
 layout(local_size_x = 256) in;
-
-layout(std430, set = 0, binding = 0) readonly buffer Table { STORED table[]; };
-layout(std430, set = 0, binding = 1) readonly buffer InvNorm { float inv_norm[]; };
-layout(std430, set = 0, binding = 2) readonly buffer Queries { float queries[]; };
-layout(std430, set = 0, binding = 3) buffer KeysA { float keys_a[]; };
-layout(std430, set = 0, binding = 4) buffer IdsA { uint ids_a[]; };
-layout(std430, set = 0, binding = 5) buffer KeysB { float keys_b[]; };
-layout(std430, set = 0, binding = 6) buffer IdsB { uint ids_b[]; };
 
 layout(push_constant) uniform Push {
     uint dim;     // D
@@ -50,9 +38,6 @@ layout(push_constant) uniform Push {
     uint metric;  // 0 inner product, 1 cosine, 2 L2
     uint qn;      // queries in this tile
 } pc;
-
-const uint NO_ID = 0xffffffffu;
-const float INF = 1.0 / 0.0;
 
 shared vec4 As4[2u * BK * BM / 4u];  // [buffer][k][query / 4]
 shared vec4 Bs4[2u * BK * BN / 4u];  // [buffer][k][row / 4]

@@ -1,5 +1,5 @@
 #version 450
-// Exact k-NN, full-ranking path: one merge round of every scratch row (src/knn.rs). The row
+// Exact k-NN, full-ranking path: one merge round of every scratch row (src/knn/). The row
 // (`len` entries, a multiple of the chunk size) holds sorted runs of `width` entries (the last
 // one possibly shorter); runs 2m and 2m + 1 are merged into one sorted run of the destination
 // row. Each invocation places one entry: its position is its rank in its own run plus the number
@@ -7,12 +7,10 @@
 // smaller or equal for one of the right run (so equal pairs, only the (+inf, NO_ID) padding, keep
 // their order) — found by a binary search of the partner run. The order is the total order on
 // (key, id), so the result is the unique sorted row, the same as any other sort.
-layout(local_size_x = 256) in;
+#include "knn_common.glsl"
+#include "key_order.glsl"
 
-layout(std430, set = 0, binding = 3) buffer KeysA { float keys_a[]; };
-layout(std430, set = 0, binding = 4) buffer IdsA { uint ids_a[]; };
-layout(std430, set = 0, binding = 5) buffer KeysB { float keys_b[]; };
-layout(std430, set = 0, binding = 6) buffer IdsB { uint ids_b[]; };
+layout(local_size_x = 256) in;
 
 layout(push_constant) uniform Push {
     uint stride; // scratch row stride (entries)
@@ -20,10 +18,6 @@ layout(push_constant) uniform Push {
     uint width;  // sorted run length
     uint from_b; // 1: B → A, 0: A → B
 } pc;
-
-bool less(float a, uint ai, float b, uint bi) {
-    return a < b || (a == b && ai < bi);
-}
 
 float key_at(uint at) { return pc.from_b != 0u ? keys_b[at] : keys_a[at]; }
 uint id_at(uint at) { return pc.from_b != 0u ? ids_b[at] : ids_a[at]; }

@@ -1,5 +1,5 @@
 #version 450
-// Exact k-NN, k-selection (src/knn.rs): one workgroup sorts one chunk of S = WG × R (key, id)
+// Exact k-NN, k-selection (src/knn/): one workgroup sorts one chunk of S = WG × R (key, id)
 // pairs of one query's scratch row by a bitonic network, ascending by (key, id) — a total
 // order, so the result is unique: ties go to the lowest id.
 //
@@ -17,15 +17,12 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #extension GL_EXT_control_flow_attributes : require
+#include "knn_common.glsl"
+#include "key_order.glsl"
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint R = 8u;         // pairs per invocation (a power of two)
 layout(constant_id = 2) const uint SUBGROUPS = 1u; // 1: small strides by shuffles
-
-layout(std430, set = 0, binding = 3) buffer KeysA { float keys_a[]; };
-layout(std430, set = 0, binding = 4) buffer IdsA { uint ids_a[]; };
-layout(std430, set = 0, binding = 5) buffer KeysB { float keys_b[]; };
-layout(std430, set = 0, binding = 6) buffer IdsB { uint ids_b[]; };
 
 layout(push_constant) uniform Push {
     uint len;        // valid entries of the source row
@@ -37,18 +34,12 @@ layout(push_constant) uniform Push {
 
 const uint WG = gl_WorkGroupSize.x;
 const uint S = WG * R;
-const uint NO_ID = 0xffffffffu;
-const float INF = 1.0 / 0.0;
 
 shared float sk[S];
 shared uint si[S];
 
 float k[R];
 uint id[R];
-
-bool less(float a, uint ai, float b, uint bi) {
-    return a < b || (a == b && ai < bi);
-}
 
 // One compare-exchange of stride j within stage `size` (ascending where the index & size = 0).
 void cmpx(uint size, uint j, uint lane) {

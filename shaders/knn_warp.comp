@@ -1,5 +1,5 @@
 #version 450
-// Exact k-NN, WarpSelect-style k-selection (src/knn.rs; Johnson, Douze, Jégou, "Billion-scale
+// Exact k-NN, WarpSelect-style k-selection (src/knn/; Johnson, Douze, Jégou, "Billion-scale
 // similarity search with GPUs"). One subgroup per query, several subgroups (queries) per
 // workgroup, no shared memory and no barriers: only subgroup ops.
 //
@@ -21,17 +21,15 @@
 //     (strides K/2 … 1) sorts the queue again; then the thread queues are emptied.
 // The table is processed in ranges (dispatches); between them the queue lives in row q of the
 // B scratch (K pairs), read back when `first` is 0. The sorted queue is written there at the end.
-#ifdef FP16
-#extension GL_EXT_shader_16bit_storage : require
-#define STORED float16_t
-#else
-#define STORED float
-#endif
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_shuffle : require
 #extension GL_KHR_shader_subgroup_vote : require
 #extension GL_KHR_shader_subgroup_ballot : require
 #extension GL_EXT_control_flow_attributes : require
+#define KNN_INPUTS
+#define KNN_OWN_A
+#include "knn_common.glsl"
+#include "key_order.glsl"
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint SG = 32u;  // subgroup size (the device's)
@@ -40,12 +38,8 @@ layout(constant_id = 3) const uint T = 2u;    // thread queue length (power of t
 
 const uint KR = K / SG;
 
-layout(std430, set = 0, binding = 0) readonly buffer Table { STORED table[]; };
-layout(std430, set = 0, binding = 1) readonly buffer InvNorm { float inv_norm[]; };
-layout(std430, set = 0, binding = 2) readonly buffer Queries { float queries[]; };
+// A's keys only, read-only (the ids of a tile are its rows).
 layout(std430, set = 0, binding = 3) readonly buffer KeysA { float keys_a[]; };
-layout(std430, set = 0, binding = 5) buffer KeysB { float keys_b[]; };
-layout(std430, set = 0, binding = 6) buffer IdsB { uint ids_b[]; };
 
 layout(push_constant) uniform Push {
     uint dim;    // D
@@ -60,17 +54,10 @@ layout(push_constant) uniform Push {
     uint a_stride; // A scratch row stride (entries) when fused = 0
 } pc;
 
-const uint NO_ID = 0xffffffffu;
-const float INF = 1.0 / 0.0;
-
 float qk[KR];
 uint qi[KR];
 float tk[T];
 uint ti[T];
-
-bool less(float a, uint ai, float b, uint bi) {
-    return a < b || (a == b && ai < bi);
-}
 
 // Thread queues as one sequence of SG · T pairs: compare-exchange of stride j in stage `size`,
 // final order descending.

@@ -1,6 +1,8 @@
 #version 450
 // After every block of a step: per sequence, the winner over all candidate blocks; record it,
 // mark it chosen, add it to the running sum (compensated) and refresh the fp32 centroid.
+// Compiled twice (build.rs): `scan_commit` and, with BIG, `scan_big_commit` (ceil(N / 128)
+// block winners a sequence: scan_common.glsl's BN).
 #include "scan_common.glsl"
 
 layout(push_constant) uniform Push {
@@ -18,7 +20,7 @@ void main() {
     for (uint b = lid; b < nbx; b += gl_WorkGroupSize.x) {
         float k = uintBitsToFloat(partial[2u * (s * nbx + b)]);
         uint i = partial[2u * (s * nbx + b) + 1u];
-        if (better(k, i, bk, bi)) { bk = k; bi = i; }
+        if (less(k, i, bk, bi)) { bk = k; bi = i; }
     }
     workgroup_argmin(bk, bi);
     const uint p = red_pick;

@@ -1,12 +1,8 @@
 // Shared by every scan shader: bindings, specialization constants, the candidate key and the
-// (key, index) order. Every shape computes a candidate's key with this one function, so the bits
-// of the result do not depend on tiling, chunking or batching (SPEC §Exactness 1).
-#ifdef FP16
-#extension GL_EXT_shader_16bit_storage : require
-#define STORED float16_t
-#else
-#define STORED float
-#endif
+// (key, index) order (key_order.glsl). Every shape computes a candidate's key with this one
+// function, so the bits of the result do not depend on tiling, chunking or batching (SPEC
+// §Exactness 1).
+#include "key_order.glsl"
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint DIM = 1u;        // D (also in the push block; the host checks they agree)
@@ -15,10 +11,8 @@ layout(constant_id = 3) const uint SEQ_LEN = 1u;    // steps + 1: the row stride
 layout(constant_id = 4) const uint BATCH = 1u;      // sequences in the batch
 layout(constant_id = 5) const uint BM = 64u;        // sequences per scan block: 16, 32 or 64
 
-// The table, row-major; read-only everywhere.
-layout(std430, set = 0, binding = 0) readonly buffer Table { STORED table[]; };
-// 1 / |e_x| from float64, 0 for a zero row (so its key is 0, i.e. d = 1).
-layout(std430, set = 0, binding = 1) readonly buffer InvNorm { float inv_norm[]; };
+// The table and 1 / |e_x| (0 for a zero row, so its key is 0, i.e. d = 1): bindings 0 and 1.
+#include "table.glsl"
 // The batch's starts, one per workgroup row.
 layout(std430, set = 0, binding = 2) readonly buffer Starts { uint starts[]; };
 // Running sum per sequence as a compensated pair: [s][0..D) = hi, [s][D..2D) = lo.
@@ -34,8 +28,11 @@ layout(std430, set = 0, binding = 7) buffer Cen32 { float cen32[]; };
 
 // The candidate scan is a blocked matrix product (centroids × rowsᵀ): BM sequences × BN
 // candidates per workgroup of 256, BK dims per shared-memory stage, TM × TN per invocation.
-// A variant's entry points may define SCAN_BN (the 128 × 128 kernel: 128u) before including this.
-#ifndef SCAN_BN
+// BIG (build.rs's Block128 variants: scan_big, scan_big_tile, scan_big_commit) selects the
+// 128 × 128 kernel, 128 candidates a block (scan_gemm_big.glsl); else 64 (scan_gemm.glsl).
+#ifdef BIG
+#define SCAN_BN 128u
+#else
 #define SCAN_BN 64u
 #endif
 const uint BN = SCAN_BN, BK = 16u, TN = 4u;
@@ -68,12 +65,6 @@ float centroid_add(uint s, uint d, float e) {
     return v;
 }
 
-// Smaller key wins; equal keys go to the lower index. A total order, so any reduction tree
-// (subgroup size, tile partition, thread stride) picks the same winner.
-bool better(float k, uint i, float bk, uint bi) {
-    return k < bk || (k == bk && i < bi);
-}
-
 // Workgroup-wide argmin of (key, index) by a shared-memory tree (the workgroup size is a power of
 // two); every invocation then reads the winner from `red_pick` / `red_pick_key`. No subgroup
 // operations: Mesa 22.3's lavapipe gave wrong subgroup results inside the multi-step loop.
@@ -88,7 +79,7 @@ void workgroup_argmin(float key, uint idx) {
     red_idx[lid] = idx;
     barrier();
     for (uint stride = gl_WorkGroupSize.x >> 1u; stride > 0u; stride >>= 1u) {
-        if (lid < stride && better(red_key[lid + stride], red_idx[lid + stride], red_key[lid], red_idx[lid])) {
+        if (lid < stride && less(red_key[lid + stride], red_idx[lid + stride], red_key[lid], red_idx[lid])) {
             red_key[lid] = red_key[lid + stride];
             red_idx[lid] = red_idx[lid + stride];
         }

@@ -5,6 +5,9 @@
 // centroid gives every key ±0, so the lowest index wins. The block's winner per sequence, over
 // its unchosen candidates, goes to partial[s][bx].
 
+// Sequences a block (the entry points' workgroup numbering reads it).
+#define GEMM_M BM
+
 shared float As[BK * BM];      // [k][sequence]
 shared float Bs[BK * BN];      // [k][candidate]
 shared float red_k[BM * 16u];  // [sequence][tx]
@@ -53,7 +56,7 @@ void gemm_block(uint bx, uint by, uint n) {
                 uint x = x0 + tx * TN + j;
                 if (x < n && !is_chosen(s, x)) {
                     precise float key = acc[i * TN + j] * inv_norm[x];
-                    if (better(key, x, bk, bi)) { bk = key; bi = x; }
+                    if (less(key, x, bk, bi)) { bk = key; bi = x; }
                 }
             }
         }
@@ -68,7 +71,7 @@ void gemm_block(uint bx, uint by, uint n) {
         for (uint t = 0u; t < 16u; ++t) {
             float k = red_k[lid * 16u + t];
             uint i = red_i[lid * 16u + t];
-            if (better(k, i, bk, bi)) { bk = k; bi = i; }
+            if (less(k, i, bk, bi)) { bk = k; bi = i; }
         }
         if (s < BATCH) {
             uint nbx = (n + BN - 1u) / BN;

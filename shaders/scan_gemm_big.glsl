@@ -13,11 +13,12 @@
 // acc = fma(a_d, b_d, acc) for d = 0, 1, …, D−1 from 0.0, `precise`, then acc · inv_norm[x].
 // Dims past D (the last stage's padding) add fma(0, 0, acc) = acc (only the sign of a zero may
 // change, and keys compare as floats, −0 == +0), so the keys equal the 64 × 64 kernel's.
-// Requires SCAN_BN = 128u (scan_common.glsl's BN) and a workgroup of 256.
+// Requires BIG (scan_common.glsl's BN = 128u) and a workgroup of 256.
 #extension GL_EXT_control_flow_attributes : require
 
 const uint BIG_M = 128u;  // sequences per block
 const uint BIG_K = 8u;    // dims per shared stage
+#define GEMM_M BIG_M      // sequences a block (the entry points' workgroup numbering reads it)
 
 shared vec4 As4[2u * BIG_K * BIG_M / 4u];  // [buffer][k][sequence / 4]
 shared vec4 Bs4[2u * BIG_K * BN / 4u];     // [buffer][k][candidate / 4]
@@ -38,7 +39,7 @@ void row_winner(uint r, uint s0, uint x0, uint tx, uint n, float inv[8], float v
                 const uint x = xg + q;
                 if (x < n && (word & (1u << (x & 31u))) == 0u) {
                     precise float key = v[g * 4u + q] * inv[g * 4u + q];
-                    if (better(key, x, bk, bi)) { bk = key; bi = x; }
+                    if (less(key, x, bk, bi)) { bk = key; bi = x; }
                 }
             }
         }
@@ -130,7 +131,7 @@ void gemm_block(uint bx, uint by, uint n) {
         for (uint t = 0u; t < 16u; ++t) {
             float k = red_k[lid * 16u + t];
             uint i = red_i[lid * 16u + t];
-            if (better(k, i, bk, bi)) { bk = k; bi = i; }
+            if (less(k, i, bk, bi)) { bk = k; bi = i; }
         }
         if (s < BATCH) {
             uint nbx = (n + BN - 1u) / BN;

@@ -1,6 +1,7 @@
 #version 450
 // Scan shape "dispatch per tile": one dispatch per (step, tile) computes the tile's blocks; a
-// compute→compute barrier separates tiles; a commit dispatch follows the last.
+// compute→compute barrier separates tiles; a commit dispatch follows the last. Compiled twice
+// (build.rs): `scan_tile` and, with BIG (the 128 × 128 kernel), `scan_big_tile`.
 #include "scan_common.glsl"
 
 layout(push_constant) uniform Push {
@@ -11,7 +12,11 @@ layout(push_constant) uniform Push {
     uint tile_end;
 } pc;
 
+#ifdef BIG
+#include "scan_gemm_big.glsl"
+#else
 #include "scan_gemm.glsl"
+#endif
 
 void main() {
     const uint b0 = pc.tile_begin / BN;

@@ -22,7 +22,10 @@ pub mod error;
 pub mod files;
 pub mod gram;
 pub mod knn;
-pub mod knn_verify;
+/// The k-NN cross-check ([`knn::verify`]), at its old path.
+pub mod knn_verify {
+    pub use crate::knn::verify::*;
+}
 pub mod limits;
 #[cfg(feature = "lua")]
 mod lua;

@@ -63,7 +63,8 @@ pub enum ScanKernel {
     Block64,
     /// 128 sequences × 128 candidates per workgroup, 8 × 8 pairs per invocation with
     /// compile-time sizes, `vec4` shared-memory reads, double-buffered stages of 8 dims
-    /// (`scan_big*.comp`). Meant for batches of hundreds of sequences on a GPU; a small batch
+    /// (`scan.comp`, `scan_tile.comp`, `scan_commit.comp` compiled with `BIG`: `scan_big*`,
+    /// `scan_gemm_big.glsl`). Meant for batches of hundreds of sequences on a GPU; a small batch
     /// still pays for 128 sequences.
     Block128,
 }

@@ -1,0 +1,220 @@
+//! What the three selection recorders share: the push blocks of the four k-NN shaders (each
+//! checked against its shader), their pipelines specialised by the [`Plan`], and [`Launch`],
+//! which records the blocked distance product and submits.
+
+use super::plan::Plan;
+use crate::device::{Context, Pipeline, PipelineKey};
+use crate::error::Result;
+use crate::spirv;
+use crate::spirv::{checked_push, spirv_for};
+use crate::submit::{bind, Submitter};
+use crate::table::Precision;
+use ash::vk;
+use std::sync::Arc;
+
+/// Queries and table rows of one workgroup of the blocked distance product (`knn_dist.comp`).
+pub(super) const DIST_BLOCK: usize = 128;
+
+/// Which scratch buffer pair a row is in (the shaders' `dst` / `flip` / `from_b` codes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Side {
+    /// Keys A (binding 3), ids A (binding 4).
+    A = 0,
+    /// Keys B (binding 5), ids B (binding 6).
+    B = 1,
+}
+
+impl Side {
+    /// The other buffer pair.
+    pub fn other(self) -> Side {
+        match self {
+            Side::A => Side::B,
+            Side::B => Side::A,
+        }
+    }
+}
+
+/// `knn_dist.comp`'s push block.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+pub(crate) struct DistPush {
+    pub dim: u32,
+    pub q0: u32,
+    pub t0: u32,
+    pub cols: u32,
+    pub off: u32,
+    pub pad_to: u32,
+    pub stride: u32,
+    /// 0: A, 1: B, 2: A's keys only.
+    pub dst: u32,
+    pub metric: u32,
+    pub qn: u32,
+}
+
+/// `knn_warp.comp`'s push block.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+pub(crate) struct WarpPush {
+    pub dim: u32,
+    pub q0: u32,
+    pub qn: u32,
+    pub t0: u32,
+    pub cols: u32,
+    pub first: u32,
+    pub stride: u32,
+    pub metric: u32,
+    pub fused: u32,
+    pub a_stride: u32,
+}
+
+/// `knn_sort.comp`'s push block.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+pub(crate) struct SortPush {
+    pub len: u32,
+    pub src_stride: u32,
+    pub dst_stride: u32,
+    pub keep: u32,
+    /// 0: A → B, 1: B → A.
+    pub flip: u32,
+}
+
+/// `knn_merge.comp`'s push block.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+pub(crate) struct MergePush {
+    pub stride: u32,
+    pub len: u32,
+    pub width: u32,
+    /// 1: B → A, 0: A → B.
+    pub from_b: u32,
+}
+
+/// The k-NN pipelines of one call: the distance product, the chunk sort (the plan's chunk,
+/// workgroup and subgroup choice), the merge, and WarpSelect (its bucket) when it runs.
+pub(super) struct Pipelines {
+    pub dist: Arc<Pipeline>,
+    pub sort: Arc<Pipeline>,
+    pub merge: Arc<Pipeline>,
+    pub warp: Option<Arc<Pipeline>>,
+}
+
+impl Pipelines {
+    pub fn new(ctx: &Context, prec: Precision, plan: &Plan) -> Result<Pipelines> {
+        let dist = ctx.pipeline(PipelineKey {
+            spirv: spirv_for(&spirv::KNN_DIST, prec),
+            spec: vec![],
+            push_bytes: checked_push::<DistPush>(&spirv::KNN_DIST)?,
+        })?;
+        let sort = ctx.pipeline(PipelineKey {
+            spirv: spirv_for(&spirv::KNN_SORT, prec),
+            spec: vec![
+                plan.sort_wg as u32,
+                plan.sort_regs as u32,
+                plan.subgroups as u32,
+            ],
+            push_bytes: checked_push::<SortPush>(&spirv::KNN_SORT)?,
+        })?;
+        let warp = match plan.path {
+            super::KnnPath::WarpSelect {
+                k_bucket,
+                thread_queue,
+                ..
+            } => Some(ctx.pipeline(PipelineKey {
+                spirv: spirv_for(&spirv::KNN_WARP, prec),
+                spec: vec![
+                    plan.warp_wg as u32,
+                    plan.sg as u32,
+                    k_bucket as u32,
+                    thread_queue as u32,
+                ],
+                push_bytes: checked_push::<WarpPush>(&spirv::KNN_WARP)?,
+            })?),
+            _ => None,
+        };
+        let merge = ctx.pipeline(PipelineKey {
+            spirv: spirv_for(&spirv::KNN_MERGE, prec),
+            spec: vec![],
+            push_bytes: checked_push::<MergePush>(&spirv::KNN_MERGE)?,
+        })?;
+        Ok(Pipelines {
+            dist,
+            sort,
+            merge,
+            warp,
+        })
+    }
+}
+
+/// One query tile's recording context: the plan, the pipelines, the scratch's descriptor set,
+/// the submitter, and the tile's first query and size.
+pub(super) struct Launch<'a> {
+    pub plan: &'a Plan,
+    pub pipes: &'a Pipelines,
+    pub set: vk::DescriptorSet,
+    pub sub: &'a std::cell::RefCell<Submitter>,
+    pub dev: &'a ash::Device,
+    /// The metric's shader code.
+    pub metric: u32,
+    pub q0: usize,
+    pub qn: usize,
+}
+
+impl Launch<'_> {
+    /// A distance-product push block for this query tile, its range fields zero.
+    pub fn dist_push(&self) -> DistPush {
+        DistPush {
+            dim: self.plan.d as u32,
+            q0: self.q0 as u32,
+            t0: 0,
+            cols: 0,
+            off: 0,
+            pad_to: 0,
+            stride: 0,
+            dst: 0,
+            metric: self.metric,
+            qn: self.qn as u32,
+        }
+    }
+
+    /// Records the blocked distance product over `entries` entries of the rows (`dp.pad_to`
+    /// rounded up to whole blocks) of this query tile.
+    ///
+    /// # Safety
+    /// `cb` is recording.
+    pub unsafe fn record_dist(&self, cb: vk::CommandBuffer, dp: &DistPush, entries: usize) {
+        bind(
+            self.dev,
+            cb,
+            &self.pipes.dist,
+            self.set,
+            bytemuck::bytes_of(dp),
+        );
+        self.dev.cmd_dispatch(
+            cb,
+            entries.div_ceil(DIST_BLOCK) as u32,
+            self.qn.div_ceil(DIST_BLOCK) as u32,
+            1,
+        );
+    }
+
+    /// Binds `pipe` with `push` and dispatches `groups` (x, y) workgroups.
+    ///
+    /// # Safety
+    /// `cb` is recording.
+    pub unsafe fn dispatch<P: bytemuck::Pod>(
+        &self,
+        cb: vk::CommandBuffer,
+        pipe: &Pipeline,
+        push: &P,
+        groups: (u32, u32),
+    ) {
+        bind(self.dev, cb, pipe, self.set, bytemuck::bytes_of(push));
+        self.dev.cmd_dispatch(cb, groups.0, groups.1, 1);
+    }
+
+    /// Records `f`, submits and waits; GPU nanoseconds.
+    pub fn run(&self, what: &str, f: impl FnOnce(vk::CommandBuffer)) -> Result<u64> {
+        self.sub.borrow_mut().run(what, f)
+    }
+}

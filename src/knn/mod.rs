@@ -1,0 +1,374 @@
+//! Exact k-nearest-neighbour search on the device: a batch of queries against a [`DeviceTable`]
+//! (fp32 or fp16 storage: distances are against the stored, rounded rows), by inner product,
+//! cosine similarity or squared L2 distance, with the k-selection done by bitonic networks on
+//! the device.
+//!
+//! # Results
+//! [`KnnResult`] holds, per query (row-major), the k best table rows sorted best first: largest
+//! similarity first for [`Metric::InnerProduct`] and [`Metric::Cosine`], smallest squared
+//! distance first for [`Metric::L2`]. Ties are broken by the lowest id: the device orders
+//! `(key, id)` pairs totally, so the result is deterministic and the same on every path, tile
+//! size and subgroup size. When k > N the entries after the N-th are padding: id [`NO_ID`]
+//! (−1) and distance −∞ (inner product, cosine) or +∞ (L2). (A [`crate::Table`] has N ≥ 1, so
+//! an empty table cannot be uploaded; an empty query batch gives an empty result.)
+//!
+//! # How
+//! Keys are computed so that smaller is better (`-q·e`, `-q̂·e/|e|`, `Σ(q-e)²`; one fused
+//! multiply-add chain over d from the stored row) by `knn_dist.comp` into a scratch row per
+//! query (a blocked product, 128 queries × 128 rows a workgroup), then selected:
+//! * **selection path** (k ≤ [`max_select_k`], 2,048 with 32 KiB of shared memory): the table
+//!   is processed in tiles of `table_tile` rows; each tile's keys are appended to the query's
+//!   running k best and `knn_sort.comp` passes shrink the row — one workgroup sorts a chunk of S
+//!   pairs (S = the power of two ≥ 2k, at least 256: the k bucket, compiled through the
+//!   workgroup-size and registers-per-lane specialization constants) and keeps its first k —
+//!   until one chunk remains, which leaves the k best sorted.
+//! * **full-ranking path** (larger k, up to N): every key of a query tile in one scratch row
+//!   padded to P, a whole number of chunks of S; each chunk sorted by one workgroup
+//!   (`knn_sort.comp`), then merge rounds (`knn_merge.comp`: each entry placed by its rank in
+//!   its run plus a binary search of the partner run) double the sorted runs until one is left.
+//!
+//! Inside a workgroup each invocation holds R pairs in registers; compare-exchanges of strides
+//! ≥ the workgroup size run between registers, strides below the subgroup size by
+//! `subgroupShuffleXor` (the subgroup path, the device's subgroup size read at run time), the
+//! rest through shared memory. [`KnnOptions::subgroups`] `= Some(false)` (or
+//! `DIVERSITY_DISABLE=subgroups`) runs every stride below the workgroup size through shared
+//! memory. Queries are tiled so the scratch (four `query_tile × row` buffers) fits
+//! `maxStorageBufferRange` and a share of the memory budget.
+//!
+//! * **WarpSelect path** (auto where subgroups are used and k ≤ [`max_warp_k`]; forced or off by
+//!   [`KnnOptions::warp_select`]): the table in tiles of `table_tile` rows (by default what
+//!   leaves up to 16,384 queries a tile in the scratch budget, 2¹²–2¹⁸ rows);
+//!   per tile the blocked product writes the query tile's keys into scratch and
+//!   `knn_warp.comp` — one subgroup a query, reading its keys coalesced — keeps per-lane thread
+//!   queues of T pairs and a sorted subgroup queue of K pairs (K = [`warp_bucket`]) merged by
+//!   bitonic shuffle networks when any lane's queue fills; no shared memory, no barriers. The
+//!   queues persist in scratch between tiles. [`KnnOptions::fused_distances`] computes the
+//!   keys inside `knn_warp.comp` instead (one row a lane; no scratch; only on request). Same
+//!   results, bit for bit, as the selection path.
+//!
+//! # The loop cap of CPU devices
+//! lavapipe stops every shader invocation's loops, silently, once 65,535 iterations have run
+//! in all ([`crate::device::Capabilities::loop_limit`]). The WarpSelect loop runs once per
+//! subgroup-size rows of a table tile (and the fused key's loop over d once per row), so its
+//! table tiles are bounded by [`crate::device::loop_budget`] through a count of its loop
+//! iterations from above (`warp_loop_iterations`); the distance product's loop (d / 8 stages)
+//! is checked the same way. The sort and merge passes loop log₂ of their sizes.
+//!
+//! Not here: odd-size merging networks (the merges use power-of-two bitonic networks) and
+//! keeping the blocked product's tile on chip for the selection (the keys of a tile make one
+//! round trip through device memory, 8 bytes a (query, row) pair).
+//!
+//! # Layout
+//! Like Faiss GPU's launchers, one file a piece: `plan.rs` (the pure plan: path, chunk, tiles,
+//! strides, scratch sizes, the loop budget and every refusal), `launch.rs` (the pipelines, push
+//! blocks and the distance product's dispatch the recorders share), one recorder a selection
+//! path (`warp.rs` WarpSelect, `select.rs` the tiled selection passes, `full.rs` the full
+//! ranking), `scratch.rs` (queries, scratch buffers, the download of the k best) and
+//! `verify.rs` (the float64 cross-check, [`crate::knn_verify`]). The shaders share
+//! `knn_common.glsl` (bindings, the padding pair) and `key_order.glsl` (the `(key, id)` order).
+
+mod full;
+mod launch;
+mod plan;
+mod scratch;
+mod select;
+pub mod verify;
+mod warp;
+
+use crate::device::Context;
+use crate::device_table::DeviceTable;
+use crate::error::{Error, Result};
+use crate::submit::Submitter;
+use crate::table::Table;
+use launch::{Launch, Pipelines};
+use scratch::Scratch;
+
+/// The id of a padding entry (k > N).
+pub const NO_ID: i64 = -1;
+/// Largest k (bucket) of the WarpSelect path.
+pub const MAX_WARP_K: usize = 1024;
+/// Subgroup-queue registers a lane at most (K / subgroup size). On lavapipe (Mesa 22.3.6)
+/// 64 is right at subgroup sizes 4 and 8; 128 gave wrong results at size 4 (right at 8), 256
+/// at both — cause not found (a miscompile of large private arrays is suspected).
+pub const MAX_WARP_REGS: usize = 64;
+
+/// Similarity or distance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Metric {
+    /// `q · e`, largest first.
+    InnerProduct,
+    /// `q · e / (|q| |e|)`, largest first; 0 against a zero row or for a zero query.
+    Cosine,
+    /// Squared Euclidean distance `|q - e|²`, smallest first.
+    L2,
+}
+
+impl Metric {
+    /// `ip`, `cosine` or `l2`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::InnerProduct => "ip",
+            Metric::Cosine => "cosine",
+            Metric::L2 => "l2",
+        }
+    }
+    fn code(self) -> u32 {
+        match self {
+            Metric::InnerProduct => 0,
+            Metric::Cosine => 1,
+            Metric::L2 => 2,
+        }
+    }
+}
+
+impl std::str::FromStr for Metric {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "ip" | "inner_product" | "dot" => Ok(Metric::InnerProduct),
+            "cosine" | "cos" => Ok(Metric::Cosine),
+            "l2" | "L2" => Ok(Metric::L2),
+            _ => Err(Error::Invalid(format!(
+                "metric '{s}': expected ip, cosine or l2"
+            ))),
+        }
+    }
+}
+
+/// How [`knn`] runs.
+#[derive(Clone, Debug)]
+pub struct KnnOptions {
+    /// Neighbours per query (≥ 1; more than N pads with [`NO_ID`]).
+    pub k: usize,
+    /// Similarity or distance.
+    pub metric: Metric,
+    /// Queries per tile; `None` = as many as the scratch bounds allow.
+    pub query_tile: Option<usize>,
+    /// Table rows per tile on the selection path; `None` = 16 chunks.
+    pub table_tile: Option<usize>,
+    /// Compare-exchanges below the subgroup size by shuffles: `None` = when the device has
+    /// subgroup operations; `Some(false)` = shared memory only.
+    pub subgroups: Option<bool>,
+    /// Force the full-ranking path even for small k (tests).
+    pub full_ranking: bool,
+    /// The WarpSelect path (one subgroup a query, thread queues + a subgroup queue):
+    /// `None` = when subgroups are used and k ≤ [`MAX_WARP_K`]; `Some(true)` = required
+    /// (an error where it cannot run); `Some(false)` = never.
+    pub warp_select: Option<bool>,
+    /// `Some(true)`: WarpSelect computes the keys itself, one table row a lane (no distance
+    /// scratch), instead of reading the blocked product's tile. Same bits. `None` or
+    /// `Some(false)`: the blocked product, on every device (fused was 2× slower on lavapipe at
+    /// 1,500 rows and 30–50× slower on the H200: fused lanes stream their own rows,
+    /// uncoalesced, and every query reads the whole table).
+    pub fused_distances: Option<bool>,
+    /// Cross-check this many queries (spread over the batch, first and last included) against
+    /// a float64 brute force on the host over the table as stored
+    /// ([`crate::knn_verify`]); a disagreement is an [`Error::Verification`]. 0 = off.
+    pub verify: usize,
+}
+
+impl Default for KnnOptions {
+    fn default() -> Self {
+        KnnOptions {
+            k: 10,
+            metric: Metric::Cosine,
+            query_tile: None,
+            table_tile: None,
+            subgroups: None,
+            full_ranking: false,
+            warp_select: None,
+            fused_distances: None,
+            verify: 0,
+        }
+    }
+}
+
+/// Which selection ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KnnPath {
+    /// Tiled selection passes with chunks of `chunk` pairs.
+    Select {
+        /// S: pairs one workgroup sorts.
+        chunk: usize,
+    },
+    /// Full ranking: rows padded to `padded` pairs, chunks sorted, then merged.
+    FullRanking {
+        /// P: the padded row length (a multiple of the chunk a workgroup sorts).
+        padded: usize,
+    },
+    /// WarpSelect: one subgroup a query, a sorted subgroup queue of `k_bucket` pairs and
+    /// thread queues of `thread_queue` pairs a lane, over the keys of table tiles from the
+    /// blocked distance product (or computed on the fly: [`KnnOptions::fused_distances`]).
+    WarpSelect {
+        /// K: the k bucket (a power of two ≥ k and ≥ the subgroup size).
+        k_bucket: usize,
+        /// T: thread-queue pairs a lane.
+        thread_queue: usize,
+        /// Whether the keys were computed inside the selection ([`KnnOptions::fused_distances`]).
+        fused: bool,
+    },
+}
+
+/// The k best rows per query, row-major (`ids[q * k + i]`).
+#[derive(Clone, Debug)]
+pub struct KnnResult {
+    /// Neighbours per query.
+    pub k: usize,
+    /// Number of queries.
+    pub queries: usize,
+    /// Table row indices, [`NO_ID`] for padding.
+    pub ids: Vec<i64>,
+    /// Similarities (inner product, cosine; largest first) or squared distances (L2; smallest
+    /// first); −∞ / +∞ for padding.
+    pub distances: Vec<f32>,
+    /// The selection that ran.
+    pub path: KnnPath,
+    /// Whether the subgroup shuffles ran.
+    pub subgroups: bool,
+    /// Query tile used.
+    pub query_tile: usize,
+    /// GPU nanoseconds (0 without timestamps).
+    pub gpu_ns: u64,
+    /// Queries cross-checked against the float64 brute force ([`KnnOptions::verify`]).
+    pub verified: usize,
+}
+
+impl KnnResult {
+    /// Ids of query `q`.
+    pub fn ids_of(&self, q: usize) -> &[i64] {
+        &self.ids[q * self.k..(q + 1) * self.k]
+    }
+    /// Distances of query `q`.
+    pub fn distances_of(&self, q: usize) -> &[f32] {
+        &self.distances[q * self.k..(q + 1) * self.k]
+    }
+}
+
+/// The largest chunk (pairs) one workgroup sorts on this device: a power of two with 8 bytes a
+/// pair in shared memory, at most 4,096.
+pub fn max_chunk(ctx: &Context) -> usize {
+    plan::chunk_limit(ctx.caps())
+}
+
+/// The largest k the selection path takes on this device (half the largest chunk); larger k
+/// use the full ranking.
+pub fn max_select_k(ctx: &Context) -> usize {
+    max_chunk(ctx) / 2
+}
+
+/// The WarpSelect bucket for `k` pairs at subgroup size `sg`: (K, T) — K the power of two ≥ k
+/// and ≥ sg, T the thread-queue length (Faiss's table with powers of two: 2 up to K = 32, 4 up
+/// to 256, 8 above), at most K / sg.
+pub fn warp_bucket(k: usize, sg: usize) -> (usize, usize) {
+    let kb = k.next_power_of_two().max(sg).max(1);
+    let t = match kb {
+        0..=32 => 2,
+        33..=256 => 4,
+        _ => 8,
+    };
+    (kb, t.min(kb / sg.max(1)).max(1))
+}
+
+/// The largest k the WarpSelect path takes on this device: [`MAX_WARP_K`], at most
+/// [`MAX_WARP_REGS`] × the subgroup size (0 without subgroup operations).
+pub fn max_warp_k(ctx: &Context) -> usize {
+    plan::warp_k_limit(ctx.caps())
+}
+
+/// The checks of a k-NN call on a table of dimension `d`: k ≥ 1, the queries' dimension, whole
+/// rows, finite values. Returns the number of queries.
+pub(crate) fn check_queries(
+    d: usize,
+    queries: &[f32],
+    dim: usize,
+    opts: &KnnOptions,
+) -> Result<usize> {
+    if opts.k == 0 {
+        return Err(Error::Invalid("k-NN needs k ≥ 1".into()));
+    }
+    if dim != d {
+        return Err(Error::Invalid(format!(
+            "queries have dimension {dim}, the table {d}"
+        )));
+    }
+    if !queries.len().is_multiple_of(d) {
+        return Err(Error::Invalid(format!(
+            "{} query values are not a whole number of rows of dimension {d}",
+            queries.len()
+        )));
+    }
+    if let Some(pos) = queries.iter().position(|v| !v.is_finite()) {
+        return Err(Error::Invalid(format!(
+            "query {} has a non-finite value ({}) at column {}",
+            pos / d,
+            queries[pos],
+            pos % d
+        )));
+    }
+    Ok(queries.len() / d)
+}
+
+/// k-NN of `queries` (D columns, like the table) against `table`.
+pub fn knn(table: &DeviceTable, queries: &Table, opts: &KnnOptions) -> Result<KnnResult> {
+    knn_flat(table, queries.data(), queries.d(), opts)
+}
+
+/// [`knn`] of row-major queries `queries` of dimension `dim` (may be empty: no queries).
+pub fn knn_flat(
+    table: &DeviceTable,
+    queries: &[f32],
+    dim: usize,
+    opts: &KnnOptions,
+) -> Result<KnnResult> {
+    let ctx = table.context();
+    let (n, d) = (table.n(), table.d());
+    let nq = check_queries(d, queries, dim, opts)?;
+    let plan = plan::plan(ctx.caps(), n, d, nq, opts)?;
+    let k = opts.k;
+    let mut out = KnnResult {
+        k,
+        queries: nq,
+        ids: Vec::with_capacity(nq * k),
+        distances: Vec::with_capacity(nq * k),
+        path: plan.path,
+        subgroups: plan.subgroups,
+        query_tile: plan.query_tile,
+        gpu_ns: 0,
+        verified: 0,
+    };
+    if nq == 0 {
+        return Ok(out);
+    }
+    let scratch = Scratch::new(table, &plan, &scratch::query_rows(queries, d, opts.metric))?;
+    let pipes = Pipelines::new(ctx, table.precision(), &plan)?;
+    let sub = std::cell::RefCell::new(Submitter::new(ctx)?);
+    let mut q0 = 0;
+    while q0 < nq {
+        let qn = plan.query_tile.min(nq - q0);
+        let l = Launch {
+            plan: &plan,
+            pipes: &pipes,
+            set: scratch.set.set,
+            sub: &sub,
+            dev: ctx.device(),
+            metric: opts.metric.code(),
+            q0,
+            qn,
+        };
+        let (gpu_ns, side) = match plan.path {
+            KnnPath::WarpSelect { fused, .. } => warp::record(&l, fused)?,
+            KnnPath::Select { chunk } => select::record(&l, chunk)?,
+            KnnPath::FullRanking { padded } => full::record(&l, padded)?,
+        };
+        out.gpu_ns += gpu_ns;
+        scratch.download_into(table, &plan, side, qn, opts.metric, &mut out)?;
+        q0 += qn;
+    }
+    drop(scratch);
+    if opts.verify > 0 {
+        let stored = verify::stored_table(table)?;
+        let sample = verify::verify_sample(nq, opts.verify);
+        out.verified = verify::verify_result(&stored, queries, opts.metric, &out, &sample)?;
+    }
+    Ok(out)
+}
