@@ -37,6 +37,9 @@ pub const BUDGET_FRACTION: f64 = 0.9;
 const GPU_REGISTER_ITEMS: usize = 36;
 /// On CPU devices (lavapipe) "registers" are stack arrays: allow more per lane.
 const CPU_REGISTER_ITEMS: usize = 512;
+/// Items a lane the register placement may hold on a GPU beyond what its register file keeps
+/// (the rest spills; still faster than device memory where measured).
+const MAX_SPILL_ITEMS: usize = 32;
 
 /// Which engine computes the sequences (SPEC §Modes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -535,9 +538,14 @@ fn plan(caps: &Capabilities, n: usize, opts: &GramOptions) -> Result<(u32, Place
         GPU_REGISTER_ITEMS * 3 / regs
     };
     let max_wg = caps.max_workgroup_invocations.min(1024);
+    // Registers while the register file holds the state, and on GPUs up to 32 items a lane even
+    // past it: measured on an H200 at N = 31,102 (31 items a lane at 1,024 invocations), the
+    // spilling register placement still ran 2.0× faster than device memory with compensated
+    // sums and 1.4× with plain ones (BENCHMARKS.md, 2026-11-30). Larger N is unmeasured.
     let fits = |wg: u32| {
         let per = n.div_ceil(wg as usize);
-        per <= max_items && (cpu || wg as usize * (regs * per + 24) <= 65536)
+        per <= max_items
+            && (cpu || wg as usize * (regs * per + 24) <= 65536 || per <= MAX_SPILL_ITEMS)
     };
     let wg = match opts.workgroup_size {
         Some(w) => {
