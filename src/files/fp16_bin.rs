@@ -1,0 +1,241 @@
+//! The fp16 `.bin` cache beside an input: halves, row-major, no header, and a JSON sidecar
+//! (N, D, space, the source's checksum) so a stale or foreign file is refused.
+
+use super::{format_err, kind, read, table};
+use crate::cache::PendingFile;
+use crate::error::{Error, Result};
+use crate::table::Table;
+use half::f16;
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+/// The `format` value of an fp16 `.bin` sidecar.
+const FP16_BIN_FORMAT: &str = "fp16-le-rowmajor";
+
+/// The sidecar of an fp16 `.bin` file: `<path>.json` (e.g. `embeddings_fp16.bin.json`).
+pub fn fp16_bin_sidecar(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".json");
+    PathBuf::from(s)
+}
+
+/// A checksum of a file's bytes, `"fnv1a64:<16 hex digits>"` (64-bit FNV-1a, read in 1 MiB
+/// blocks so any size streams).
+///
+/// It identifies the source an fp16 `.bin` was converted from, so a cache made from another or
+/// an older input is refused. It guards against staleness and mix-ups, not tampering.
+pub fn file_checksum(path: &Path) -> Result<String> {
+    let io = |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut f = std::fs::File::open(path).map_err(io)?;
+    let mut block = vec![0u8; 1 << 20];
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    loop {
+        let k = match f.read(&mut block) {
+            Ok(0) => break,
+            Ok(k) => k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(io(e)),
+        };
+        for &b in &block[..k] {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    Ok(format!("fnv1a64:{h:016x}"))
+}
+
+/// Write `table` as an fp16 `.bin` (N × D little-endian halves, row-major, no header, each value
+/// rounded to nearest-even as the device's fp16 storage does) and its sidecar `<path>.json`:
+/// `{"format":"fp16-le-rowmajor","n":N,"dim":D,"space":space,"source_checksum":…}`.
+///
+/// `space` names the transform applied (e.g. `"raw"`, `"mean-centered-v1"`) and
+/// `source_checksum` the input it came from (see [`file_checksum`]), so [`load_fp16_bin`] can
+/// refuse a stale or foreign file. A value beyond float16's range (±65504) is [`Error::Invalid`]
+/// naming its row. Both files go through a temporary file and a rename; the old sidecar is
+/// removed before the new `.bin` lands, so no crash leaves a sidecar vouching for the wrong data.
+pub fn save_fp16_bin(path: &Path, table: &Table, space: &str, source_checksum: &str) -> Result<()> {
+    let bits = table.to_f16_bits_checked().map_err(|e| match e {
+        Error::Invalid(m) => Error::Invalid(format!("{}: {m}", path.display())),
+        other => other,
+    })?;
+    let sidecar = fp16_bin_sidecar(path);
+    let (bin_pending, bin_file) = PendingFile::create(path)?;
+    let (side_pending, mut side_file) = PendingFile::create(&sidecar)?;
+    let io = |p: &Path| {
+        let p = p.to_path_buf();
+        move |source| Error::Io { path: p, source }
+    };
+
+    let mut w = std::io::BufWriter::with_capacity(1 << 20, bin_file);
+    let mut row = Vec::with_capacity(table.d() * 2);
+    for r in bits.chunks_exact(table.d()) {
+        row.clear();
+        for b in r {
+            row.extend_from_slice(&b.to_le_bytes());
+        }
+        w.write_all(&row).map_err(io(path))?;
+    }
+    let bin_file = w.into_inner().map_err(|e| Error::Io {
+        path: path.to_path_buf(),
+        source: e.into_error(),
+    })?;
+    bin_file.sync_all().map_err(io(path))?;
+    drop(bin_file);
+
+    let meta = serde_json::json!({
+        "format": FP16_BIN_FORMAT,
+        "n": table.n(),
+        "dim": table.d(),
+        "space": space,
+        "source_checksum": source_checksum,
+    });
+    let mut text = serde_json::to_vec_pretty(&meta).map_err(|e| Error::Io {
+        path: sidecar.clone(),
+        source: e.into(),
+    })?;
+    text.push(b'\n');
+    side_file.write_all(&text).map_err(io(&sidecar))?;
+    side_file.sync_all().map_err(io(&sidecar))?;
+    drop(side_file);
+
+    match std::fs::remove_file(&sidecar) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(source) => {
+            return Err(Error::Io {
+                path: sidecar,
+                source,
+            })
+        }
+    }
+    bin_pending.commit()?;
+    side_pending.commit()
+}
+
+/// Load an fp16 `.bin` written by [`save_fp16_bin`] (or any N × D little-endian halves with a
+/// matching sidecar), widening halves to float32.
+///
+/// The sidecar `<path>.json` must exist and give `format`, `n`, `dim`, `space` and
+/// `source_checksum`; the file must be exactly `n × dim × 2` bytes. With `expect = Some((space,
+/// source_checksum))` the sidecar must match both, else the file is stale (made from an older
+/// input) or foreign (another input or transform) and is refused: the caller regenerates it.
+/// Every refusal is [`Error::Format`] naming the file and what disagrees.
+pub fn load_fp16_bin(path: &Path, expect: Option<(&str, &str)>) -> Result<Table> {
+    let size = std::fs::metadata(path)
+        .map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?
+        .len();
+    let sidecar = fp16_bin_sidecar(path);
+    let text = match std::fs::read(&sidecar) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(format_err(
+                path,
+                format!(
+                    "missing sidecar {}: an fp16 .bin has no header, so its N, D, space and \
+                     source checksum come from the sidecar; regenerate the .bin",
+                    sidecar.display()
+                ),
+            ))
+        }
+        Err(source) => {
+            return Err(Error::Io {
+                path: sidecar,
+                source,
+            })
+        }
+    };
+    let meta: Value = serde_json::from_slice(&text)
+        .map_err(|e| format_err(&sidecar, format!("malformed sidecar JSON: {e}")))?;
+    let field = |key: &str| {
+        meta.get(key).ok_or_else(|| {
+            format_err(
+                &sidecar,
+                format!(
+                    "sidecar has no \"{key}\"; expected {{\"format\":\"{FP16_BIN_FORMAT}\", \
+                     \"n\", \"dim\", \"space\", \"source_checksum\"}}"
+                ),
+            )
+        })
+    };
+    let text_field = |key: &str| -> Result<String> {
+        let v = field(key)?;
+        v.as_str().map(str::to_string).ok_or_else(|| {
+            format_err(
+                &sidecar,
+                format!("sidecar \"{key}\" is {}, not a string", kind(v)),
+            )
+        })
+    };
+    let count_field = |key: &str| -> Result<usize> {
+        let v = field(key)?;
+        v.as_u64()
+            .filter(|&x| x >= 1)
+            .and_then(|x| usize::try_from(x).ok())
+            .ok_or_else(|| {
+                format_err(
+                    &sidecar,
+                    format!("sidecar \"{key}\" is {}, not a positive integer", kind(v)),
+                )
+            })
+    };
+    let format = text_field("format")?;
+    if format != FP16_BIN_FORMAT {
+        return Err(format_err(
+            &sidecar,
+            format!("sidecar format is \"{format}\", expected \"{FP16_BIN_FORMAT}\""),
+        ));
+    }
+    let n = count_field("n")?;
+    let d = count_field("dim")?;
+    let space = text_field("space")?;
+    let checksum = text_field("source_checksum")?;
+    if let Some((want_space, want_checksum)) = expect {
+        if want_space != space || want_checksum != checksum {
+            return Err(format_err(
+                path,
+                format!(
+                    "stale or foreign fp16 file: expected space \"{want_space}\" and source \
+                     checksum {want_checksum}, found space \"{space}\" and source checksum \
+                     {checksum} in {}; regenerate it from the source",
+                    sidecar.display()
+                ),
+            ));
+        }
+    }
+    let want = (n as u64)
+        .checked_mul(d as u64)
+        .and_then(|v| v.checked_mul(2))
+        .ok_or_else(|| format_err(&sidecar, format!("shape {n} × {d} is too large")))?;
+    if size != want {
+        return Err(format_err(
+            path,
+            format!(
+                "size {size} bytes disagrees with its sidecar {}: n × dim × 2 = {n} × {d} × 2 = \
+                 {want} bytes",
+                sidecar.display()
+            ),
+        ));
+    }
+    let bytes = read(path)?;
+    if bytes.len() as u64 != want {
+        return Err(format_err(
+            path,
+            format!(
+                "read {} bytes, expected {want} (did the file change while loading?)",
+                bytes.len()
+            ),
+        ));
+    }
+    let data = bytes
+        .chunks_exact(2)
+        .map(|c| f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
+        .collect();
+    table(path, data, n, d)
+}

@@ -1,0 +1,277 @@
+//! `embeddings.json`: rows in `poem_index` order, ids kept, bare NaN/Infinity tokens named.
+
+use super::{format_err, in_file, kind, read, table};
+use crate::error::Result;
+use crate::table::Table;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Load an `embeddings.json` file: `{metadata:{…}, embeddings:[{poem_index, id, embedding:[D
+/// floats]}, …]}` (SPEC §Files).
+///
+/// Rows come out sorted by `poem_index` (file order when no entry has one), because that is the
+/// row numbering the user's tools use. Each row's id is its `id`, or its `poem_index` when it has
+/// no `id`; with neither anywhere the table has no ids. `metadata` is not needed and not read.
+/// Numbers are stored as float32, so a value beyond float32's range is refused, naming its row.
+pub fn load_embeddings_json(path: &Path) -> Result<Table> {
+    let bytes = read(path)?;
+    let root: Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        // Python's json.dump writes NaN / Infinity, which JSON does not allow. Parse again with
+        // those tokens as strings, so the row check below can name the row that holds one.
+        Err(e) => match quote_non_finite(&bytes) {
+            Some(fixed) => serde_json::from_slice(&fixed)
+                .map_err(|_| format_err(path, format!("malformed JSON: {e}")))?,
+            None => return Err(format_err(path, format!("malformed JSON: {e}"))),
+        },
+    };
+    drop(bytes);
+    let shape_hint =
+        "expected {\"metadata\": {…}, \"embeddings\": [{\"poem_index\": …, \"id\": …, \
+                      \"embedding\": [numbers]}, …]}";
+    let obj = root.as_object().ok_or_else(|| {
+        format_err(
+            path,
+            format!(
+                "the top level is {}, not an object; {shape_hint}",
+                kind(&root)
+            ),
+        )
+    })?;
+    let entries = match obj.get("embeddings") {
+        None => {
+            return Err(format_err(
+                path,
+                format!("missing \"embeddings\"; {shape_hint}"),
+            ))
+        }
+        Some(Value::Array(a)) => a,
+        Some(other) => {
+            return Err(format_err(
+                path,
+                format!(
+                    "\"embeddings\" is {}, not an array; {shape_hint}",
+                    kind(other)
+                ),
+            ))
+        }
+    };
+    if entries.is_empty() {
+        return Err(format_err(
+            path,
+            "\"embeddings\" is empty (no rows, N = 0)".into(),
+        ));
+    }
+
+    let mut d = 0usize;
+    let mut data: Vec<f32> = Vec::new();
+    let mut indices: Vec<Option<u64>> = Vec::with_capacity(entries.len());
+    let mut ids: Vec<Option<Value>> = Vec::with_capacity(entries.len());
+    for (i, entry) in entries.iter().enumerate() {
+        let entry = entry.as_object().ok_or_else(|| {
+            format_err(
+                path,
+                format!(
+                    "embeddings[{i}] is {}, not an object with \"embedding\"",
+                    kind(entry)
+                ),
+            )
+        })?;
+        let poem_index = match entry.get("poem_index") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(v.as_u64().ok_or_else(|| {
+                format_err(
+                    path,
+                    format!("embeddings[{i}].poem_index is {v}, not a non-negative integer"),
+                )
+            })?),
+        };
+        let row_name = match poem_index {
+            Some(p) => format!("embeddings[{i}] (poem_index {p})"),
+            None => format!("embeddings[{i}]"),
+        };
+        let id = match entry.get("id") {
+            None | Some(Value::Null) => poem_index.map(Value::from),
+            Some(v @ (Value::String(_) | Value::Number(_))) => Some(v.clone()),
+            Some(v) => {
+                return Err(format_err(
+                    path,
+                    format!("{row_name}.id is {}, not a string or a number", kind(v)),
+                ))
+            }
+        };
+        let values = match entry.get("embedding") {
+            None => return Err(format_err(path, format!("{row_name} has no \"embedding\""))),
+            Some(Value::Array(a)) => a,
+            Some(v) => {
+                return Err(format_err(
+                    path,
+                    format!("{row_name}.embedding is {}, not an array", kind(v)),
+                ))
+            }
+        };
+        if i == 0 {
+            if values.is_empty() {
+                return Err(format_err(
+                    path,
+                    format!("{row_name}.embedding is empty (dimension D = 0)"),
+                ));
+            }
+            d = values.len();
+            data.reserve_exact(entries.len().saturating_mul(d));
+        } else if values.len() != d {
+            return Err(format_err(
+                path,
+                format!(
+                    "ragged rows: {row_name}.embedding has {} values but embeddings[0] has {d}",
+                    values.len()
+                ),
+            ));
+        }
+        for (j, v) in values.iter().enumerate() {
+            if let Some(tok @ ("NaN" | "Infinity" | "-Infinity")) = v.as_str() {
+                return Err(format_err(
+                    path,
+                    format!("{row_name}.embedding[{j}] is {tok}, not a number: embeddings must be finite"),
+                ));
+            }
+            let x = v.as_f64().ok_or_else(|| {
+                format_err(
+                    path,
+                    format!("{row_name}.embedding[{j}] is {}, not a number", kind(v)),
+                )
+            })?;
+            let x32 = x as f32;
+            if !x32.is_finite() {
+                return Err(format_err(
+                    path,
+                    format!(
+                        "{row_name}.embedding[{j}] = {v} is outside the float32 range (non-finite \
+                         as float32)"
+                    ),
+                ));
+            }
+            data.push(x32);
+        }
+        indices.push(poem_index);
+        ids.push(id);
+    }
+
+    // Row order: by poem_index when every entry has one; file order when none has.
+    let n = entries.len();
+    let order: Vec<usize> = match indices.iter().copied().collect::<Option<Vec<u64>>>() {
+        Some(indices) => {
+            let mut seen: HashMap<u64, usize> = HashMap::with_capacity(n);
+            for (i, &p) in indices.iter().enumerate() {
+                if let Some(first) = seen.insert(p, i) {
+                    return Err(format_err(
+                        path,
+                        format!(
+                            "duplicate poem_index {p} in embeddings[{first}] and embeddings[{i}]"
+                        ),
+                    ));
+                }
+            }
+            let mut order: Vec<usize> = (0..n).collect();
+            order.sort_by_key(|&i| indices[i]);
+            order
+        }
+        None => {
+            let missing = indices.iter().position(Option::is_none).unwrap_or(0);
+            if let Some(has) = indices.iter().position(Option::is_some) {
+                return Err(format_err(
+                    path,
+                    format!(
+                        "embeddings[{missing}] has no poem_index but embeddings[{has}] has one; \
+                         give every entry a poem_index or none"
+                    ),
+                ));
+            }
+            (0..n).collect()
+        }
+    };
+    if order.iter().enumerate().any(|(k, &i)| k != i) {
+        let mut sorted = Vec::with_capacity(data.len());
+        for &i in &order {
+            sorted.extend_from_slice(&data[i * d..(i + 1) * d]);
+        }
+        data = sorted;
+    }
+
+    // Ids: all or none, and unique (results are keyed by them).
+    let has_id = ids.iter().position(Option::is_some);
+    let no_id = ids.iter().position(Option::is_none);
+    let ids = match ids.into_iter().collect::<Option<Vec<Value>>>() {
+        Some(ids) => {
+            let mut seen: HashMap<String, usize> = HashMap::with_capacity(n);
+            for (i, id) in ids.iter().enumerate() {
+                let key = match id {
+                    Value::String(s) => s.clone(),
+                    v => v.to_string(),
+                };
+                if let Some(first) = seen.insert(key, i) {
+                    return Err(format_err(
+                        path,
+                        format!("duplicate id {id} in embeddings[{first}] and embeddings[{i}]"),
+                    ));
+                }
+            }
+            Some(order.iter().map(|&i| ids[i].clone()).collect::<Vec<_>>())
+        }
+        None if has_id.is_some() => {
+            return Err(format_err(
+                path,
+                format!(
+                    "embeddings[{}] has neither id nor poem_index but embeddings[{}] has one; \
+                     give every entry an id or none",
+                    no_id.unwrap_or(0),
+                    has_id.unwrap_or(0)
+                ),
+            ))
+        }
+        None => None,
+    };
+
+    let t = table(path, data, n, d)?;
+    match ids {
+        Some(ids) => t.with_ids(ids).map_err(|e| in_file(path, e)),
+        None => Ok(t),
+    }
+}
+
+/// The JSON text with bare `NaN`, `Infinity` and `-Infinity` tokens (outside strings) quoted,
+/// or `None` when there are none.
+fn quote_non_finite(bytes: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(bytes.len() + 64);
+    let (mut i, mut in_str, mut changed) = (0, false, false);
+    while i < bytes.len() {
+        let c = bytes[i];
+        if in_str {
+            out.push(c);
+            if c == b'\\' && i + 1 < bytes.len() {
+                out.push(bytes[i + 1]);
+                i += 1;
+            } else if c == b'"' {
+                in_str = false;
+            }
+        } else if c == b'"' {
+            in_str = true;
+            out.push(c);
+        } else if let Some(tok) = [&b"-Infinity"[..], b"Infinity", b"NaN"]
+            .into_iter()
+            .find(|t| bytes[i..].starts_with(t))
+        {
+            out.push(b'"');
+            out.extend_from_slice(tok);
+            out.push(b'"');
+            i += tok.len();
+            changed = true;
+            continue;
+        } else {
+            out.push(c);
+        }
+        i += 1;
+    }
+    changed.then_some(out)
+}

@@ -1,0 +1,220 @@
+//! Reading embedding tables from files, and writing `.npy` arrays.
+//!
+//! The input formats, all ending up as a validated [`Table`]:
+//!
+//! - `.npy`: a NumPy 2-D array of little-endian float32 (`'<f4'`) or float16 (`'<f2'`); the header
+//!   is parsed here by hand, halves are widened to float32 on load.
+//! - `embeddings.json` (any `.json`): `{metadata:{…}, embeddings:[{poem_index, id, embedding:[…]}, …]}`;
+//!   rows are put in `poem_index` order and the ids are kept so results can be keyed by them.
+//! - `.f32`: raw little-endian float32, row-major, no header; the dimension has to be given.
+//! - `.bin` (`embeddings_fp16.bin`): little-endian IEEE halves, row-major, no header, with a JSON
+//!   sidecar `<file>.json` giving N, D, the space (e.g. `mean-centered-v1`) and the source file's
+//!   checksum, so a stale or foreign file is refused instead of silently used (the driver's
+//!   one-time fp16 conversion cached beside the input).
+//!
+//! Every error names the file: [`Error::Io`] when it cannot be read, [`Error::Format`] when its
+//! contents are wrong (with the row, column or byte count at fault), so the message can go to the
+//! user unchanged.
+//!
+//! One file per format: `npy.rs`, `json.rs` (`embeddings.json`), `fp16_bin.rs` (the fp16 `.bin`
+//! with its sidecar); this file holds the entry point, `.f32`, the ids sidecar and the helpers
+//! they share (atomic writes, errors that name the file).
+
+mod fp16_bin;
+mod json;
+mod npy;
+
+pub use fp16_bin::{file_checksum, fp16_bin_sidecar, load_fp16_bin, save_fp16_bin};
+pub use json::load_embeddings_json;
+pub use npy::{load_npy, save_npy_f16, save_npy_f32};
+
+use crate::cache::PendingFile;
+use crate::error::{Error, Result};
+use crate::table::Table;
+use serde_json::Value;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Load any supported table file, choosing the format by extension: `.npy`, `.json`
+/// (`embeddings.json`), `.bin` (fp16 with its `<file>.json` sidecar, see [`load_fp16_bin`]; no
+/// staleness check here) or `.f32` (which needs `dim`, the command line's `--dim`, because the
+/// file has no header).
+///
+/// This is the one entry point the driver and the Lua binding use, so that every format gives the
+/// same kind of errors: [`Error::Io`] for a missing or unreadable file, [`Error::Format`] for bad
+/// contents or an unknown extension, [`Error::Invalid`] for a `.f32` file without a dimension.
+pub fn load_table(path: &Path, dim: Option<usize>) -> Result<Table> {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    match ext.as_deref() {
+        Some("npy") => load_npy(path),
+        Some("json") => load_embeddings_json(path),
+        Some("bin") => load_fp16_bin(path, None),
+        Some("f32") => match dim {
+            Some(dim) => load_f32(path, dim),
+            None => Err(Error::Invalid(format!(
+                "{}: a .f32 file has no header, so its dimension is required (--dim)",
+                path.display()
+            ))),
+        },
+        other => Err(format_err(
+            path,
+            format!(
+                "unsupported file type {}: expected .npy (float32 or float16, 2-D), .json \
+                 (embeddings.json), .bin (fp16 with its .json sidecar) or .f32 (raw float32, \
+                 with --dim)",
+                match other {
+                    Some(e) => format!("'.{e}'"),
+                    None => "(no extension)".to_string(),
+                }
+            ),
+        )),
+    }
+}
+
+/// Load a raw `.f32` file: little-endian float32 values, row-major, `dim` values per row, no
+/// header. The row count is the file size divided by `4 × dim`.
+///
+/// The format carries no shape, so a size that is not a whole number of rows is refused rather
+/// than silently truncated (it usually means the wrong `dim`).
+pub fn load_f32(path: &Path, dim: usize) -> Result<Table> {
+    if dim == 0 {
+        return Err(Error::Invalid(format!(
+            "{}: dimension 0 for a .f32 file (D must be at least 1)",
+            path.display()
+        )));
+    }
+    let row_bytes = dim.checked_mul(4).ok_or_else(|| {
+        Error::Invalid(format!("{}: dimension {dim} is too large", path.display()))
+    })?;
+    let bytes = read(path)?;
+    if bytes.is_empty() {
+        return Err(format_err(path, "empty file (no rows, N = 0)".into()));
+    }
+    if !bytes.len().is_multiple_of(row_bytes) {
+        return Err(format_err(
+            path,
+            format!(
+                "size {} bytes is not a multiple of a row of dim {dim} (4 × {dim} = {row_bytes} \
+                 bytes); is the dimension right?",
+                bytes.len()
+            ),
+        ));
+    }
+    let n = bytes.len() / row_bytes;
+    let data = bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    table(path, data, n, dim)
+}
+
+/// Write `bytes` to a temporary file beside `path`, then rename it over `path`; on failure the
+/// temporary file is removed and the destination is untouched.
+pub(super) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| Error::Invalid(format!("{}: not a file path", path.display())))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".tmp{}", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    let io = |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        // Best effort: the error that matters is the write's, not the clean-up's.
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.map_err(io)
+}
+
+/// Read a whole file, naming it in the error.
+pub(super) fn read(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Build the table, reporting a bad value (NaN, Inf) as a format error of this file.
+pub(super) fn table(path: &Path, data: Vec<f32>, n: usize, d: usize) -> Result<Table> {
+    Table::new(data, n, d).map_err(|e| in_file(path, e))
+}
+
+/// Turn a table's `Invalid` error into a `Format` error of `path`.
+pub(super) fn in_file(path: &Path, e: Error) -> Error {
+    match e {
+        Error::Invalid(reason) => format_err(path, reason),
+        other => other,
+    }
+}
+
+/// A `Format` error of `path`.
+pub(super) fn format_err(path: &Path, reason: String) -> Error {
+    Error::Format {
+        path: PathBuf::from(path),
+        reason,
+    }
+}
+
+/// A JSON value's kind with a short excerpt, for "X is …, not a number" messages.
+pub(super) fn kind(v: &Value) -> String {
+    match v {
+        Value::Null => "null".into(),
+        Value::Bool(b) => format!("a boolean ({b})"),
+        Value::Number(n) => format!("a number ({n})"),
+        Value::String(s) if s.chars().count() > 20 => {
+            format!("a string (\"{}…\")", s.chars().take(20).collect::<String>())
+        }
+        Value::String(s) => format!("a string (\"{s}\")"),
+        Value::Array(a) => format!("an array of {}", a.len()),
+        Value::Object(_) => "an object".into(),
+    }
+}
+
+/// Write row ids as a JSON array (beside an fp16 `.bin`, which has no room for them), through a
+/// temporary file and a rename.
+pub fn save_ids(path: &Path, ids: &[Value]) -> Result<()> {
+    let (pending, mut file) = PendingFile::create(path)?;
+    let text = serde_json::to_vec(ids).map_err(|e| Error::Io {
+        path: path.to_path_buf(),
+        source: e.into(),
+    })?;
+    file.write_all(&text)
+        .and_then(|_| file.sync_all())
+        .map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    drop(file);
+    pending.commit()
+}
+
+/// Read row ids written by [`save_ids`].
+pub fn load_ids(path: &Path) -> Result<Vec<Value>> {
+    let text = std::fs::read(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    match serde_json::from_slice(&text) {
+        Ok(Value::Array(ids)) => Ok(ids),
+        Ok(_) => Err(Error::Format {
+            path: path.to_path_buf(),
+            reason: "expected a JSON array of ids".into(),
+        }),
+        Err(e) => Err(Error::Format {
+            path: path.to_path_buf(),
+            reason: format!("malformed JSON: {e}"),
+        }),
+    }
+}
