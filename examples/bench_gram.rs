@@ -249,6 +249,12 @@ fn run() -> Result<(), String> {
                     .iter()
                     .map(|&r| r as u64)
                     .sum();
+                let bands: u64 = job
+                    .band_rescores()
+                    .map_err(|e| e.to_string())?
+                    .iter()
+                    .map(|&r| r as u64)
+                    .sum();
                 if a.oracle > 0 && !checked.contains(&arith) {
                     checked.push(arith);
                     oracle(&table, precision, &starts, &flat, steps + 1, a.oracle);
@@ -259,7 +265,7 @@ fn run() -> Result<(), String> {
                 let gpu_s = r.gpu_ns as f64 * 1e-9;
                 let bytes = s as f64 * steps as f64 * n as f64 * 4.0;
                 println!(
-                    "  {} wg {:>4} {:<9} spd {spd:<3} compensated {comp:<5} judge {:<5} ({refreshes} recomputes) subgroups {:<5} GPU {:>8.4} s  wall {:>8.4} s  {:>10.0} steps/s  G rows {:>6.2} TB/s  same bits {}",
+                    "  {} wg {:>4} {:<9} spd {spd:<3} compensated {comp:<5} judge {:<5} ({bands} band re-scores, {refreshes} recomputes) subgroups {:<5} GPU {:>8.4} s  wall {:>8.4} s  {:>10.0} steps/s  G rows {:>6.2} TB/s  same bits {}",
                     precision.name(),
                     job.workgroup_size(),
                     job.placement().name(),

@@ -19,10 +19,12 @@
 // sums u·max|key| a step. So since the last refresh every key is within
 //   A = (2.01·u + (D·u)² + (r·u)²)·S  (+ u·Σ_steps max|key| for plain sums),  S = Σ |e_p| of the r rows
 // added, of the key a fresh dot with the compensated c gives. Each step finds the best key and
-// the second best; when they are within 2A the order of the two is not certain, and every key
-// is recomputed from c (two fp32 fused multiply-add chains over d, c's high and low parts, then
-// · 1/|e_x|: the scan engine's arithmetic), A = 0, and the pick is made again. A pick is thus
-// always the pick of keys within A of fresh ones, and the error no longer grows with N.
+// the second best; when they are within 2A the order of the two is not certain: the band of keys
+// within 2A of the best is re-scored from c (two fp32 fused multiply-add chains over d, c's high
+// and low parts, then · 1/|e_x|: the scan engine's arithmetic) and the pick made from it — no
+// key outside the band can win — or, when the band holds more than BAND_MAX candidates, every
+// key is recomputed that way and A = 0. A pick is thus always the pick of fresh keys, and the
+// error no longer grows with N.
 //
 // State lives in registers as a lane-stride array (item lid + r·WG in register r), loaded at the
 // start of a dispatch and stored at its end (IN_REGS = 1), or in device memory, read and written
@@ -45,7 +47,7 @@ layout(constant_id = 8) const uint JUDGE = 1u;     // 1: refresh the keys when t
 #include "table.glsl"
 layout(std430, set = 0, binding = 2) readonly buffer Starts { uint starts[]; };
 // Per sequence (stride 2N + 2D + 8): hi[0..N), lo[0..N), c_hi[0..D), c_lo[0..D), then the judge's
-// S, r, Σ max|key|, the refresh count and the last max|key|.
+// S, r, Σ max|key|, the full-recompute count, the last max|key| and the band re-score count.
 layout(std430, set = 0, binding = 3) buffer State { float state[]; };
 layout(std430, set = 0, binding = 5) buffer Seqs { uint seqs[]; };
 layout(std430, set = 0, binding = 8) readonly buffer GSlab { float g[]; } G[8];
@@ -75,6 +77,9 @@ shared float red_k2[2 * WG];
 shared float red_max[2 * WG];
 shared float c_hi[JUDGE != 0u ? DIM : 1u];
 shared float c_lo[JUDGE != 0u ? DIM : 1u];
+shared uint band_count;
+// The widest band of candidates re-scored from c; wider ones recompute every key.
+const uint BAND_MAX = 64u;
 
 // The workgroup's result of a step: the best (key, index), the second best key, the largest
 // |key|; every invocation gets it.
@@ -264,7 +269,7 @@ void main() {
     }
     // The judge's running sum (c = e_start at the start) and bound terms: S = Σ|e_p| and r rows
     // added since the last refresh, Σ over those steps of max|key| (plain sums).
-    float jS = 0.0, jr = 0.0, jK = 0.0, refreshes = 0.0;
+    float jS = 0.0, jr = 0.0, jK = 0.0, refreshes = 0.0, bands = 0.0;
     if (JUDGE != 0u) {
         for (uint d = lid; d < DIM; d += WG) {
             c_hi[d] = fresh ? float(table[prev * DIM + d]) : state[cbase + d];
@@ -275,6 +280,7 @@ void main() {
             jr = state[jbase + 1u];
             jK = state[jbase + 2u];
             refreshes = state[jbase + 3u];
+            bands = state[jbase + 5u];
         }
         barrier();
     }
@@ -332,8 +338,61 @@ void main() {
             const float du = float(DIM) * U;
             const float a = (2.01 * U + du * du + (jr * U) * (jr * U)) * jS + U * jK;
             kmax = w.kmax;
+            bool full = false;
             if (w.second - w.key <= 2.0 * a) {
-                // Uncertain: recompute every live key from c, then pick again.
+                // Uncertain. Only keys within 2A of the best can win under fresh keys (any other
+                // is > best + 2A, so its fresh key > best + A ≥ the best's fresh key): re-score
+                // that band from c and pick from it; a band wider than BAND_MAX recomputes every
+                // key instead and resets A.
+                const float tau = w.key + 2.0 * a;
+                uint cnt = 0u;
+                if (IN_REGS != 0u) {
+                    for (uint r = 0u; r < RPER; ++r) {
+                        uint j = lid + r * WG;
+                        precise float v = hi[r] + lo[r];
+                        if (j < n && hi[r] != INF && v <= tau) cnt += 1u;
+                    }
+                } else {
+                    for (uint j = lid; j < n; j += WG) {
+                        const float h = state[base + j];
+                        precise float v = h + (COMPENSATED != 0u ? state[base + n + j] : 0.0);
+                        if (h != INF && v <= tau) cnt += 1u;
+                    }
+                }
+                if (lid == 0u) band_count = 0u;
+                barrier();
+                atomicAdd(band_count, cnt);
+                barrier();
+                const uint band = band_count;
+                barrier();
+                if (band <= BAND_MAX) {
+                    float fk = INF, f2 = INF, fm = 0.0;
+                    uint fi = NO_INDEX;
+                    if (IN_REGS != 0u) {
+                        for (uint r = 0u; r < RPER; ++r) {
+                            uint j = lid + r * WG;
+                            precise float v = hi[r] + lo[r];
+                            if (j < n && hi[r] != INF && v <= tau) {
+                                offer(fresh_key(j), j, fk, fi, f2, fm);
+                            }
+                        }
+                    } else {
+                        for (uint j = lid; j < n; j += WG) {
+                            const float h = state[base + j];
+                            precise float v = h + (COMPENSATED != 0u ? state[base + n + j] : 0.0);
+                            if (h != INF && v <= tau) offer(fresh_key(j), j, fk, fi, f2, fm);
+                        }
+                    }
+                    Pick f = workgroup_pick(fk, fi, f2, fm, t + 1u);
+                    w.key = f.key;
+                    w.idx = f.idx;
+                    bands += 1.0;
+                } else {
+                    full = true;
+                }
+            }
+            if (full) {
+                // Recompute every live key from c, then pick again.
                 bk = INF; b2 = INF; km = 0.0; bi = NO_INDEX;
                 if (IN_REGS != 0u) {
                     for (uint r = 0u; r < RPER; ++r) {
@@ -406,6 +465,7 @@ void main() {
             state[jbase + 2u] = jK;
             state[jbase + 3u] = refreshes;
             state[jbase + 4u] = kmax;
+            state[jbase + 5u] = bands;
         }
     }
 }

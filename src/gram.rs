@@ -202,7 +202,9 @@ fn judge_loops(n: usize, d: usize, wg: u32, placement: Placement, rper: usize) -
         Placement::Registers => rper,
         _ => n.div_ceil(wg as usize),
     } as u64;
-    items * (d as u64 + 1) + 2 * (d as u64).div_ceil(wg as u64) + 2
+    // The band's count, then its re-score or a full recompute (either up to every item of a
+    // lane, D each).
+    items * (d as u64 + 2) + 2 * (d as u64).div_ceil(wg as u64) + 2
 }
 
 /// Whether the judge runs: requested, the running sum fits shared memory next to the
@@ -711,10 +713,18 @@ impl GramJob {
     }
     /// Per sequence, how many times the judge recomputed every key so far (0s without it).
     pub fn refreshes(&self) -> Result<Vec<u32>> {
+        self.judge_slot(3)
+    }
+    /// Per sequence, how many uncertain steps the judge settled by re-scoring only the band of
+    /// keys within twice their bound of the best (0s without it).
+    pub fn band_rescores(&self) -> Result<Vec<u32>> {
+        self.judge_slot(5)
+    }
+    fn judge_slot(&self, slot: usize) -> Result<Vec<u32>> {
         let (n, d) = (self.gram.table.n(), self.gram.table.d());
         let stride = state_floats(n, d);
         let regions: Vec<(u64, u64)> = (0..self.batch.starts().len())
-            .map(|i| (((i * stride + 2 * n + 2 * d + 3) * 4) as u64, 4))
+            .map(|i| (((i * stride + 2 * n + 2 * d + slot) * 4) as u64, 4))
             .collect();
         let bytes = self
             .gram
