@@ -28,7 +28,6 @@
 mod common;
 use diversity::cache::JsonCacheWriter;
 use diversity::gram::{Gram, GramJob, GramOptions, Placement};
-use diversity::reference::check_sequence;
 use diversity::{files, Context, ContextOptions, DeviceTable, Precision};
 use std::fmt::Write as _;
 use std::path::Path;
@@ -257,7 +256,7 @@ fn run() -> Result<(), String> {
                     .sum();
                 if a.oracle > 0 && !checked.contains(&arith) {
                     checked.push(arith);
-                    oracle(&table, precision, &starts, &flat, steps + 1, a.oracle);
+                    oracle(&table, precision, &starts, &flat, steps + 1, a.oracle)?;
                 }
                 if first_seqs.is_none() {
                     first_seqs = Some(flat);
@@ -356,7 +355,8 @@ fn run() -> Result<(), String> {
     Ok(())
 }
 
-/// SPEC §Exactness 2 on the first `k` sequences, in parallel over the CPU cores.
+/// SPEC §Exactness 2 on the first `k` sequences, in parallel over the CPU cores: a violation, a
+/// failed worker thread or nothing checked is an error.
 fn oracle(
     table: &diversity::Table,
     p: Precision,
@@ -364,50 +364,37 @@ fn oracle(
     flat: &[u32],
     len: usize,
     k: usize,
-) {
+) -> Result<(), String> {
     let stored = table.as_stored(p);
-    let rows: Vec<(u32, &[u32])> = starts
+    let rows: Vec<(String, u32, Vec<u32>)> = starts
         .iter()
         .copied()
         .zip(flat.chunks_exact(len))
         .take(k)
+        .map(|(s, seq)| (format!("start {s}"), s, seq.to_vec()))
         .collect();
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let t = Instant::now();
-    let results: Vec<_> = std::thread::scope(|sc| {
-        let hs: Vec<_> = rows
-            .chunks(rows.len().div_ceil(threads).max(1))
-            .map(|part| {
-                let stored = &stored;
-                sc.spawn(move || {
-                    part.iter()
-                        .map(|(s, seq)| (*s, check_sequence(stored, *s, seq, 1e-5)))
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        hs.into_iter()
-            .flat_map(|h| h.join().unwrap_or_default())
-            .collect()
-    });
-    let (mut worst, mut ties, mut bad) = (0f64, 0usize, Vec::new());
-    for (s, r) in &results {
-        match r {
-            Ok(c) => {
-                worst = worst.max(c.worst_excess);
-                ties += c.near_ties;
-            }
-            Err(v) => bad.push(format!("start {s}: {v:?}")),
-        }
-    }
+    let r = common::check_all(&stored, &rows, 1e-5).map_err(|e| format!("--oracle: {e}"))?;
     println!(
-        "  oracle {}: {} sequences of {len}, worst excess {worst:.3e} (eps 1e-5), {ties} near-tie picks, {} violations {:?} ({:.1} s)",
+        "  oracle {}: {} sequences of {len}, worst excess {:.3e} (eps 1e-5), {} near-tie picks, {} violations {:?} ({:.1} s)",
         p.name(),
-        results.len(),
-        bad.len(),
-        bad.iter().take(3).collect::<Vec<_>>(),
+        rows.len(),
+        r.worst,
+        r.ties,
+        r.violations.len(),
+        r.violations.iter().take(3).collect::<Vec<_>>(),
         t.elapsed().as_secs_f64()
     );
+    if !r.violations.is_empty() {
+        return Err(format!(
+            "--oracle {}: {} of {} sequences violate the oracle; the first: {}",
+            p.name(),
+            r.violations.len(),
+            rows.len(),
+            r.violations[0]
+        ));
+    }
+    Ok(())
 }
 
 /// The user's whole job in the first configuration, wall-clock per phase.

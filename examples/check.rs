@@ -1,13 +1,20 @@
 //! The SPEC §Exactness 2 oracle as a command: checks every sequence of a `sequences` output JSON
 //! against float64 distances along its own prefix, and prints the worst excess.
 //!
+//! Keys and entries are row indices, or the table's ids when it has them (an `embeddings.json`
+//! with ids, as the driver writes its cache). A key or entry that maps to no row, a violation, a
+//! check that fails in a worker thread, and a cache with nothing to check are errors (exit 1).
+//!
 //! ```text
 //! cargo run --release --example check -- --table FILE [--dim D] [--center]
 //!     [--precision fp32|fp16] --seqs OUT.json [--eps 1e-5] [--limit K]
 //! ```
 
-use diversity::reference::check_sequence;
+mod common;
+
 use diversity::{files, Precision};
+use serde_json::Value;
+use std::collections::HashMap;
 
 fn main() {
     if let Err(e) = run() {
@@ -55,54 +62,101 @@ fn run() -> Result<(), String> {
     let json: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
     let map = json["sequences"].as_object().ok_or("no sequences object")?;
-    let items: Vec<(u32, Vec<u32>)> = map
+    // With ids (embeddings.json), keys and values are the rows' ids: map them back to indices.
+    let index = Index::new(&t, &table_path);
+    let n = stored.n();
+    let items = map
         .iter()
         .take(limit)
         .map(|(k, v)| {
-            let s = k.parse().unwrap_or(u32::MAX);
+            let s = index.key(k).map_err(|e| format!("{path}: {e}"))?;
+            if s as usize >= n {
+                return Err(format!(
+                    "{path}: sequence {k:?}: start {s} is out of range (the table has {n} rows)"
+                ));
+            }
             let seq = v
                 .as_array()
-                .map(|a| {
-                    a.iter()
-                        .map(|x| x.as_u64().unwrap_or(u64::MAX) as u32)
-                        .collect()
+                .ok_or(format!("{path}: sequence {k:?} is not an array"))?
+                .iter()
+                .map(|x| {
+                    index
+                        .value(x)
+                        .map_err(|e| format!("{path}: sequence {k:?}: {e}"))
                 })
-                .unwrap_or_default();
-            (s, seq)
+                .collect::<Result<Vec<u32>, String>>()?;
+            Ok((k.clone(), s, seq))
         })
-        .collect();
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let results: Vec<_> = std::thread::scope(|sc| {
-        let handles: Vec<_> = items
-            .chunks(items.len().div_ceil(threads).max(1))
-            .map(|part| {
-                let stored = &stored;
-                sc.spawn(move || {
-                    part.iter()
-                        .map(|(s, seq)| (*s, check_sequence(stored, *s, seq, eps)))
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_default())
-            .collect()
-    });
-    let (mut worst, mut ties, mut steps) = (0f64, 0usize, 0usize);
-    for (s, r) in &results {
-        match r {
-            Ok(c) => {
-                worst = worst.max(c.worst_excess);
-                ties += c.near_ties;
-                steps += c.steps;
-            }
-            Err(v) => return Err(format!("start {s}: {v:?}")),
-        }
+        .collect::<Result<Vec<_>, String>>()?;
+    let r = common::check_all(&stored, &items, eps).map_err(|e| format!("{path}: {e}"))?;
+    if let Some(v) = r.violations.first() {
+        return Err(format!(
+            "{path}: {} of {} sequences violate the oracle; the first: {v}",
+            r.violations.len(),
+            items.len()
+        ));
     }
     println!(
-        "ok: {} sequences, {steps} steps checked, worst excess {worst:.3e} (eps {eps:.0e}), {ties} near-tie picks",
-        results.len()
+        "ok: {} sequences, {} steps checked, worst excess {:.3e} (eps {eps:.0e}), {} near-tie picks",
+        r.sequences, r.steps, r.worst, r.ties
     );
     Ok(())
+}
+
+/// Cache keys and values to row indices: through the table's ids when it has them (a string id
+/// as is, a number id as its decimal text), else 0-based indices.
+struct Index {
+    ids: Option<HashMap<String, u32>>,
+    table: String,
+}
+
+impl Index {
+    fn new(t: &diversity::Table, table: &str) -> Self {
+        let ids = t.ids().map(|ids| {
+            ids.iter()
+                .enumerate()
+                .map(|(i, id)| (id_text(id), i as u32))
+                .collect()
+        });
+        Index {
+            ids,
+            table: table.to_string(),
+        }
+    }
+
+    fn key(&self, k: &str) -> Result<u32, String> {
+        match &self.ids {
+            Some(m) => m
+                .get(k)
+                .copied()
+                .ok_or_else(|| format!("key {k:?} is not an id of {}", self.table)),
+            None => k.parse().map_err(|_| {
+                format!(
+                    "key {k:?} is not a row index, and {} has no ids to map it through",
+                    self.table
+                )
+            }),
+        }
+    }
+
+    fn value(&self, v: &Value) -> Result<u32, String> {
+        match (&self.ids, v) {
+            (Some(m), Value::String(_) | Value::Number(_)) => m
+                .get(&id_text(v))
+                .copied()
+                .ok_or_else(|| format!("entry {v} is not an id of {}", self.table)),
+            (None, Value::Number(x)) => x
+                .as_u64()
+                .and_then(|x| u32::try_from(x).ok())
+                .ok_or_else(|| format!("entry {v} is not a row index")),
+            _ => Err(format!("entry {v} is not a row index or id")),
+        }
+    }
+}
+
+fn id_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
 }

@@ -244,7 +244,8 @@ end
 -- is nil or 0).
 --
 -- The cache goes to `output_file` when given (a sixth argument the old wrapper did not have),
--- else beside the embeddings file as `similarity_rankings_<model>.json` (`M.rankings_path`). An
+-- else beside the embeddings file as `similarity_rankings_<model>.json` (`M.rankings_path`); an
+-- output that is the embeddings file itself (`diversity.same_file`) is refused. An
 -- existing cache is reused (nothing computed) unless `force`, when its metadata records the same
 -- source checksum (`diversity.file_checksum` of the embeddings file: its bytes, not its mtime),
 -- the same model and the same top_k; otherwise it is recomputed and replaced (temp file +
@@ -266,6 +267,10 @@ function M.generate_similarity_matrix_gpu_parallel(embeddings_file, model_name, 
     fail(call, "output_file must be a path or nil, got " .. type(output_file))
   end
   local out = output_file or rankings_path(embeddings_file, model_name)
+  if diversity.same_file(out, embeddings_file) then
+    fail(call, ("output_file %s is also an input (embeddings_file): refusing to overwrite it")
+      :format(out))
+  end
   local checksum = guarded(call, diversity.file_checksum, embeddings_file)
   if not force then
     local meta = cache_metadata(out)

@@ -1845,3 +1845,50 @@ fn merge_refuses_incomplete_or_foreign_parts() {
     // And the real parts still merge.
     merge_caches(&p, &dir.path("ok.json")).unwrap();
 }
+
+/// `same_file`: one file under any name (relative, `..`, symlink, hard link) is itself; a file
+/// not yet written is the same as another name for where it would be written.
+#[test]
+fn same_file_resolves_identity() {
+    use diversity::files::same_file;
+    let dir = TempDir::new("same-file");
+    let a = dir.file("a.json", b"{}");
+    let b = dir.file("b.json", b"{}");
+    std::fs::create_dir(dir.path("sub")).unwrap();
+    let dotted = dir.path("sub/../a.json");
+    let link = dir.path("link.json");
+    std::os::unix::fs::symlink(&a, &link).unwrap();
+    let hard = dir.path("hard.json");
+    std::fs::hard_link(&a, &hard).unwrap();
+    assert!(same_file(&a, &a));
+    assert!(same_file(&a, &dotted));
+    assert!(same_file(&a, &link));
+    assert!(same_file(&a, &hard));
+    assert!(!same_file(&a, &b));
+    assert!(same_file(
+        &dir.path("new.json"),
+        &dir.path("sub/../new.json")
+    ));
+    assert!(!same_file(&dir.path("new.json"), &a));
+}
+
+/// `merge_caches` refuses an output that is one of its inputs, before creating anything: the
+/// input is byte-identical afterwards and no temporary file is left.
+#[test]
+fn merge_refuses_an_output_that_is_an_input() {
+    let dir = TempDir::new("merge-self");
+    let a = dir.file("s1.json", b"{\"metadata\":{},\"sequences\":{}}");
+    let b = dir.file("s2.json", b"{\"metadata\":{},\"sequences\":{}}");
+    std::fs::create_dir(dir.path("sub")).unwrap();
+    let before = dir.entries();
+    let e = merge_caches(&[a.clone(), b.clone()], &dir.path("sub/../s2.json"))
+        .expect_err("merging into an input");
+    assert!(is_invalid(&e), "{e}");
+    let m = e.to_string();
+    assert!(m.contains("also an input") && m.contains("s2.json"), "{m}");
+    assert_eq!(
+        std::fs::read(&b).unwrap(),
+        b"{\"metadata\":{},\"sequences\":{}}"
+    );
+    assert_eq!(dir.entries(), before);
+}

@@ -130,6 +130,50 @@ local function basename(path)
   return path:match("([^/]*)$")
 end
 
+--- Where `M.load` caches the fp16 conversion of `path` in `space`.
+function M.fp16_cache_path(path, space)
+  return dirname(path) .. "/" .. basename(path):gsub("%.[^.]*$", "") .. "." .. space .. ".fp16.bin"
+end
+
+--- The files a run reads: {label, path} for the embeddings, and for an fp16 `.bin` its sidecar,
+-- else the fp16 cache beside it and the cache's sidecars (whether or not they exist yet: the run
+-- may write them before it reads them back).
+function M.input_files(opts)
+  local path = opts.embeddings
+  local list = { { "--embeddings", path } }
+  if path:match("%.bin$") then
+    list[#list + 1] = { "--embeddings' sidecar", path .. ".json" }
+  elseif opts.fp16_cache ~= false and opts.precision == "fp16" and not path:match("%.f32$") then
+    local c = M.fp16_cache_path(path, opts.center and "mean-centered-v1" or "raw")
+    for _, f in ipairs({ c, c .. ".json", c .. ".ids.json" }) do
+      list[#list + 1] = { "the fp16 cache of --embeddings", f }
+    end
+  end
+  return list
+end
+
+--- An output may never be an input: every {label, path} of `outputs` against every one of
+-- `inputs` (and each output against the others), by `diversity.same_file` (the same file under
+-- any name). Raises "diversity: <prefix>--out X is also an input (--embeddings): refusing to
+-- overwrite it"; call it before any file or GPU work.
+function M.check_outputs(outputs, inputs, prefix)
+  prefix = prefix or ""
+  for k, o in ipairs(outputs) do
+    for _, i in ipairs(inputs) do
+      if diversity.same_file(o[2], i[2]) then
+        error(("diversity: %s%s %s is also an input (%s): refusing to overwrite it")
+          :format(prefix, o[1], o[2], i[1]), 0)
+      end
+    end
+    for j = 1, k - 1 do
+      if diversity.same_file(o[2], outputs[j][2]) then
+        error(("diversity: %s%s %s is also %s: refusing to write one file twice")
+          :format(prefix, o[1], o[2], outputs[j][1]), 0)
+      end
+    end
+  end
+end
+
 --- Load the embeddings: `.json` (ids kept), `.npy`, `.f32` (needs dim), or an fp16 `.bin` with
 -- its sidecar. With fp16 precision and a JSON/npy input, the centred fp16 conversion is cached
 -- beside the input (`<name>.<space>.fp16.bin` + sidecar) and reused while the source is unchanged.
@@ -147,7 +191,7 @@ function M.load(opts)
     return t, stored_space, false
   end
   local cache = opts.fp16_cache ~= false and opts.precision == "fp16" and not path:match("%.f32$")
-  local cache_path = dirname(path) .. "/" .. basename(path):gsub("%.[^.]*$", "") .. "." .. space .. ".fp16.bin"
+  local cache_path = M.fp16_cache_path(path, space)
   local checksum
   if cache then
     checksum = diversity.file_checksum(path)
@@ -285,6 +329,9 @@ function M.merge(opts)
   if not opts.inputs or #opts.inputs == 0 then
     error("diversity: merge: no shard files given", 0)
   end
+  local inputs = {}
+  for _, f in ipairs(opts.inputs) do inputs[#inputs + 1] = { "shard file", f } end
+  M.check_outputs({ { "--out", opts.out } }, inputs, "merge: ")
   local ok, r = pcall(diversity.merge_caches, opts.out, opts.inputs)
   if not ok then error("diversity: merge: " .. diversity.message(r):gsub("^diversity%.merge_caches: ", ""), 0) end
   return r
@@ -333,6 +380,21 @@ function M.run(opts)
     error("diversity: --binary cannot be combined with --shard: the binary cache holds a row "
       .. "for every item and is not split into shards; leave --binary out of sharded runs", 0)
   end
+  -- An empty job is an error, not an empty cache over an existing one.
+  if opts.starts ~= nil and opts.starts ~= "all" then
+    local none
+    if type(opts.starts) == "table" then none = #opts.starts == 0
+    else none = not tostring(opts.starts):find("[^,]") end
+    if none then
+      error(("diversity: --starts gave no starts (%q): name at least one, or leave --starts out "
+        .. "for all"):format(type(opts.starts) == "table" and "{}" or tostring(opts.starts)), 0)
+    end
+  end
+  -- An output is never an input: checked before any device, file or GPU work.
+  local outputs = { { "--out", opts.out } }
+  if opts.binary then outputs[#outputs + 1] = { "--binary", opts.binary } end
+  outputs[#outputs + 1] = { "the checkpoint directory of --out", opts.out .. ".partial" }
+  M.check_outputs(outputs, M.input_files(opts))
   local devs = M.open_devices(opts.devices, opts.device, opts.validation)
   local ctx = devs[1]
   local caps = ctx:caps()

@@ -318,7 +318,8 @@ fn check_same_run(first: &ShardPart, part: &ShardPart) -> Result<()> {
 /// keeps the latest), the same n, every shard 1..n exactly once, each holding as many sequences
 /// as its slice of `shard_starts_total` starts, no start twice, every row as long. Otherwise the
 /// merge is refused ([`Error::Format`] naming the offending file, [`Error::Invalid`] for a
-/// missing shard) and `out` is untouched.
+/// missing shard) and `out` is untouched. An `out` that is one of the inputs
+/// ([`crate::files::same_file`]) is refused ([`Error::Invalid`]) before anything is created.
 ///
 /// The output goes through a [`PendingFile`] (its location is checked before the inputs are
 /// read; nothing is left on error) and the same JSON stream as [`JsonCacheWriter`]: the
@@ -333,6 +334,14 @@ pub fn merge_caches(inputs: &[PathBuf], out: &Path) -> Result<MergeReport> {
         return Err(Error::Invalid(format!(
             "{}: no shards to merge",
             out.display()
+        )));
+    }
+    // An output is never an input: refused before anything is created.
+    if let Some(p) = inputs.iter().find(|p| crate::files::same_file(p, out)) {
+        return Err(Error::Invalid(format!(
+            "the output {} is also an input ({}): refusing to overwrite it",
+            out.display(),
+            p.display()
         )));
     }
     // The output location first (a temporary file created and removed).

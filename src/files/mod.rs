@@ -218,3 +218,34 @@ pub fn load_ids(path: &Path) -> Result<Vec<Value>> {
         }),
     }
 }
+
+/// A path made absolute and free of symlinks, `.` and `..`: [`std::fs::canonicalize`] when it
+/// exists, else its parent's canonical form joined with its file name (an output not yet
+/// written still resolves to where it would be written).
+fn resolve(path: &Path) -> Option<PathBuf> {
+    if let Ok(p) = std::fs::canonicalize(path) {
+        return Some(p);
+    }
+    let name = path.file_name()?;
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    Some(resolve(parent)?.join(name))
+}
+
+/// Whether `a` and `b` name the same file: the same device and inode when both exist (hard links
+/// and symlinks included), else the same resolved location ([`std::fs::canonicalize`] of what
+/// exists). The one identity check behind "an output may never be an input": the driver, the
+/// command line, [`crate::cache::merge_caches`] and the compatibility shim all ask it (in Lua,
+/// `diversity.same_file`).
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    if let (Ok(ma), Ok(mb)) = (std::fs::metadata(a), std::fs::metadata(b)) {
+        use std::os::unix::fs::MetadataExt;
+        return ma.dev() == mb.dev() && ma.ino() == mb.ino();
+    }
+    match (resolve(a), resolve(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => false,
+    }
+}

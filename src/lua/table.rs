@@ -185,7 +185,7 @@ fn make_table(lua: &Lua, (src, o): (Value, Option<LuaTable>)) -> LuaResult<LTabl
     Ok(LTable::new("table", t))
 }
 
-/// `table`, `load`, `load_fp16_bin`, `save_ids`, `load_ids`, `file_checksum`.
+/// `table`, `load`, `load_fp16_bin`, `save_ids`, `load_ids`, `file_checksum`, `same_file`.
 pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
     m.set("table", lua.create_function(make_table)?)?;
     m.set(
@@ -226,6 +226,12 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
         lua.create_function(|lua, path: String| {
             let ids = files::load_ids(path.as_ref()).lua_ctx("load_ids")?;
             lua_list(lua, &ids)
+        })?,
+    )?;
+    m.set(
+        "same_file",
+        lua.create_function(|_, (a, b): (String, String)| {
+            Ok(files::same_file(a.as_ref(), b.as_ref()))
         })?,
     )?;
     m.set(

@@ -694,6 +694,70 @@ describe("command line", function()
   end)
   end
 
+  describe("an output is never an input; an empty job is an error", function()
+    -- Run the command line in a fresh copy of the fortunes (e.json); it must be refused with
+    -- every word of `words`, and the directory must be exactly as before: every input
+    -- byte-identical, no output, temporary file, fp16 cache or checkpoint created.
+    local function refused(args, words, prepare)
+      local dir = fortunes_dir()
+      if prepare then prepare(dir) end
+      local before = H.snapshot(dir)
+      local a = {}
+      for _, x in ipairs(args) do a[#a + 1] = (x:gsub("^DIR", dir)) end
+      local rc, out, err = H.cli(a, EPOCH)
+      assert.are.equal(1, rc, "exit status " .. tostring(rc) .. ": " .. out .. err)
+      for _, w in ipairs(words) do
+        assert.truthy(err:find(w, 1, true), ("stderr %q does not contain %q"):format(err, w))
+      end
+      assert.falsy(err:find("stack traceback", 1, true), err)
+      assert.are.same(before, H.snapshot(dir), "the refused run changed the directory")
+    end
+
+    it("--out naming the embeddings file, under its own name or another", function()
+      refused({ "--embeddings", "DIR/e.json", "--out", "DIR/e.json" },
+        { "--out", "e.json is also an input (--embeddings): refusing to overwrite it" })
+      refused({ "--embeddings", "DIR/e.json", "--out", "DIR/./sub/../e.json" },
+        { "is also an input (--embeddings)" }, function(dir) os.execute("mkdir " .. H.q(dir .. "/sub")) end)
+      refused({ "--embeddings", "DIR/e.json", "--out", "DIR/link.json" },
+        { "link.json is also an input (--embeddings)" },
+        function(dir) os.execute("ln -s e.json " .. H.q(dir .. "/link.json")) end)
+      refused({ "--embeddings", "DIR/e.json", "--out", "DIR/hard.json", "--precision", "fp32" },
+        { "hard.json is also an input (--embeddings)" },
+        function(dir) os.execute("ln " .. H.q(dir .. "/e.json") .. " " .. H.q(dir .. "/hard.json")) end)
+    end)
+
+    it("--binary naming the embeddings file", function()
+      refused({ "--embeddings", "DIR/e.json", "--out", "DIR/out.json", "--binary", "DIR/e.json" },
+        { "--binary", "is also an input (--embeddings): refusing to overwrite it" })
+    end)
+
+    it("--out naming the fp16 cache of the embeddings or its sidecars", function()
+      refused({ "--embeddings", "DIR/e.json", "--out", "DIR/e.raw.fp16.bin" },
+        { "is also an input (the fp16 cache of --embeddings)" })
+      refused({ "--embeddings", "DIR/e.json", "--center", "--out", "DIR/e.mean-centered-v1.fp16.bin.json" },
+        { "is also an input (the fp16 cache of --embeddings)" })
+    end)
+
+    it("--out whose checkpoint directory is the embeddings file", function()
+      refused({ "--embeddings", "DIR/e.json.partial", "--out", "DIR/e.json" },
+        { "the checkpoint directory of --out", "is also an input (--embeddings)" },
+        function(dir) H.write(dir .. "/e.json.partial", H.read(dir .. "/e.json")) end)
+    end)
+
+    it("--out and --binary naming one file", function()
+      refused({ "--embeddings", "DIR/e.json", "--out", "DIR/o.json", "--binary", "DIR/o.json" },
+        { "--binary", "is also --out" })
+    end)
+
+    it("an empty --starts list leaves an existing cache alone", function()
+      local keep = function(dir) H.write(dir .. "/out.json", '{"metadata":{},"sequences":{"fortune-0":[]}}') end
+      for _, spec in ipairs({ "", ",,,", "," }) do
+        refused({ "--embeddings", "DIR/e.json", "--out", "DIR/out.json", "--starts", spec },
+          { "--starts gave no starts" }, keep)
+      end
+    end)
+  end)
+
   it("left no validation messages", function()
     H.assert_no_validation(ctx)
   end)

@@ -230,6 +230,19 @@ function H.temp_files(dir, name)
   return out
 end
 
+--- Every name in `dir` (hidden ones included) with its bytes ("<dir>" for a directory): compare
+-- two snapshots to check that a refused run created, removed and changed nothing.
+function H.snapshot(dir)
+  local snap = {}
+  for _, n in ipairs(H.ls(dir)) do
+    local f = io.open(dir .. "/" .. n, "rb")
+    local ok, d = pcall(f and f.read or function() end, f, "*a")
+    if f then f:close() end
+    snap[n] = (ok and d) or "<dir>"
+  end
+  return snap
+end
+
 --- `stat` of a file: inode and modification time with nanoseconds, as one string.
 function H.stat(path)
   local p = io.popen("stat -c '%i %y' " .. H.q(path) .. " 2>/dev/null")

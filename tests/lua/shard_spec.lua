@@ -306,4 +306,24 @@ print("fnv1a32:%08x" % h)
       assert_refused(rc, out, err, { "nope.json" }, dir, "x.json")
     end)
   end)
+
+  it("merge --out naming one of its own inputs is refused; the input is untouched", function()
+    local d = H.tmpdir()
+    local shard = '{"metadata":{"shard":"1/2"},"sequences":{}}'
+    H.write(d .. "/s1.json", shard)
+    H.write(d .. "/s2.json", shard)
+    os.execute("ln -s s2.json " .. H.q(d .. "/link.json"))
+    for _, out in ipairs({ "s1.json", "./s2.json", "link.json" }) do
+      local before = H.snapshot(d)
+      local rc, o, err = H.cli({ "merge", "--out", d .. "/" .. out, d .. "/s1.json", d .. "/s2.json" })
+      assert.are.equal(1, rc, o .. err)
+      assert.truthy(err:find("diversity: merge: --out " .. d .. "/" .. out
+        .. " is also an input (shard file): refusing to overwrite it", 1, true), err)
+      assert.are.same(before, H.snapshot(d), "the refused merge changed the directory")
+    end
+    -- the Rust function refuses too (the API, without the driver)
+    H.assert_error({ "also an input", "s1.json" }, diversity.merge_caches, d .. "/s1.json",
+      { d .. "/s1.json", d .. "/s2.json" })
+    assert.are.equal(shard, H.read(d .. "/s1.json"))
+  end)
 end)

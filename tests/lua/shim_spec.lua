@@ -318,6 +318,19 @@ describe("vk_compute shim", function()
     end)
   end)
 
+  it("generate_similarity_matrix_gpu_parallel refuses an output_file that is the input", function()
+    local d = H.tmpdir()
+    H.write(d .. "/e.json", H.read(H.DATA_JSON))
+    os.execute("ln -s e.json " .. H.q(d .. "/link.json"))
+    local before = H.snapshot(d)
+    for _, out in ipairs({ "e.json", "./e.json", "link.json" }) do
+      H.assert_error({ "vk_compute.generate_similarity_matrix_gpu_parallel", "output_file",
+        "is also an input (embeddings_file): refusing to overwrite it" },
+        vk.generate_similarity_matrix_gpu_parallel, d .. "/e.json", "m", true, nil, 3, d .. "/" .. out)
+      assert.are.same(before, H.snapshot(d), "the refused call changed the directory")
+    end
+  end)
+
   it("left no validation messages; shutdown closes the context", function()
     H.assert_no_validation(ctx)
     H.assert_no_validation(dctx)

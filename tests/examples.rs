@@ -1,0 +1,130 @@
+//! The example commands that check things must be able to fail: `examples/check` (the float64
+//! oracle as a command) run as a user runs it, on a cache keyed by ids (as the driver writes one
+//! when the input has ids), on an empty cache, and on keys the table does not have.
+//!
+//! The examples are built by `cargo build --release --all-targets` (or `cargo test` without
+//! `--test` filters); the binary is looked up beside this test's own profile directory.
+
+use diversity::files::load_table;
+use diversity::reference::reference_sequence;
+use diversity::table::Precision;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+mod common;
+use common::TempDir;
+
+const DATA: &str = "data/fortunes-300.embeddings.json";
+
+fn example(name: &str) -> PathBuf {
+    // target/<profile>/deps/examples-<hash> → target/<profile>/examples/<name>
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe.parent().and_then(Path::parent).expect("profile dir");
+    let p = dir.join("examples").join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: build the examples first (cargo build --release --all-targets)",
+        p.display()
+    );
+    p
+}
+
+fn data() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(DATA)
+}
+
+/// Run `check --table DATA --seqs cache`: exit status, stdout, stderr.
+fn check(cache: &Path) -> (i32, String, String) {
+    let out = Command::new(example("check"))
+        .arg("--table")
+        .arg(data())
+        .arg("--seqs")
+        .arg(cache)
+        .output()
+        .expect("run examples/check");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A cache keyed by the fortunes' ids, with the float64 reference's sequences as ids.
+fn id_cache(dir: &TempDir, starts: &[u32], steps: usize) -> PathBuf {
+    let t = load_table(&data(), None).expect("load");
+    let ids = t.ids().expect("the fortunes have ids").to_vec();
+    let stored = t.as_stored(Precision::Fp32);
+    let mut seqs = serde_json::Map::new();
+    for &s in starts {
+        let seq = reference_sequence(&stored, s, steps);
+        let key = ids[s as usize].as_str().expect("string ids").to_string();
+        seqs.insert(key, seq.iter().map(|&i| ids[i as usize].clone()).collect());
+    }
+    let j = serde_json::json!({ "metadata": {}, "sequences": seqs });
+    dir.file("ids.json", &serde_json::to_vec(&j).unwrap())
+}
+
+#[test]
+fn check_maps_id_keys_through_the_tables_ids() {
+    let dir = TempDir::new("check-ids");
+    let cache = id_cache(&dir, &[0, 17, 299], 5);
+    let (rc, out, err) = check(&cache);
+    assert_eq!(rc, 0, "stdout {out}\nstderr {err}");
+    assert!(
+        out.contains("ok: 3 sequences, 15 steps checked"),
+        "stdout {out}\nstderr {err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn check_fails_on_a_wrong_pick_named_by_its_key() {
+    let dir = TempDir::new("check-wrong");
+    let j = r#"{"metadata":{},"sequences":{"fortune-3":["fortune-3","fortune-7"]}}"#;
+    let (rc, out, err) = check(&dir.file("wrong.json", j.as_bytes()));
+    assert_eq!(rc, 1, "stdout {out}\nstderr {err}");
+    assert!(
+        err.contains("fortune-3") && err.contains("NotArgmax"),
+        "{err}"
+    );
+    assert!(!out.contains("ok:"), "{out}");
+}
+
+#[test]
+fn check_fails_when_it_checks_nothing() {
+    let dir = TempDir::new("check-empty");
+    for (name, text) in [
+        ("empty.json", r#"{"metadata":{},"sequences":{}}"#),
+        (
+            "no-steps.json",
+            r#"{"metadata":{},"sequences":{"fortune-3":["fortune-3"]}}"#,
+        ),
+    ] {
+        let (rc, out, err) = check(&dir.file(name, text.as_bytes()));
+        assert_eq!(rc, 1, "{name}: stdout {out}\nstderr {err}");
+        assert!(err.contains("nothing"), "{name}: {err}");
+        assert!(!out.contains("ok:"), "{name}: {out}");
+    }
+}
+
+#[test]
+fn check_fails_on_a_key_the_table_does_not_have() {
+    let dir = TempDir::new("check-unknown");
+    for (name, text, word) in [
+        (
+            "unknown.json",
+            r#"{"metadata":{},"sequences":{"nope":["nope","fortune-7"]}}"#,
+            "\"nope\"",
+        ),
+        (
+            "index.json",
+            r#"{"metadata":{},"sequences":{"3":[3,7]}}"#,
+            "\"3\"",
+        ),
+    ] {
+        let (rc, out, err) = check(&dir.file(name, text.as_bytes()));
+        assert_eq!(rc, 1, "{name}: stdout {out}\nstderr {err}");
+        assert!(err.contains(word), "{name}: {err}");
+        assert!(!err.contains("panicked"), "{name}: {err}");
+    }
+}
