@@ -142,9 +142,10 @@ pub struct GramOptions {
     /// twice the keys' error bound of the best — the bound grows by about 2u·|e_p| a step, see
     /// `shaders/gram.comp` — every key is recomputed from the running sum (the scan's fp32 dot
     /// of the compensated c) and the pick made again, so the error does not grow with the
-    /// sequence. Measured on the H200 it costs 2.4–3× the GPU time of a whole cache (a
-    /// recompute reads the whole table; real data triggers one every ~100–250 steps), so it is
-    /// off by default: keys are sums of G rows whose entries come from a compensated dot
+    /// sequence (only the keys within 2A of the best are re-scored; past 64 of them every key is
+    /// recomputed). Measured on the H200 it costs 2.2–4.5× the GPU time of the default (the
+    /// bound is a worst case, so real data is uncertain on a fifth of the steps or more), so it
+    /// is off by default: keys are sums of G rows whose entries come from a compensated dot
     /// (worst excess 1.8e-7 over 16 full sequences of a 31,102-row real table). Other bits on
     /// near-ties. Off where a step with a recompute would pass the device's loop cap or the
     /// running sum does not fit shared memory ([`GramJob::judge`] says which ran).
