@@ -704,3 +704,26 @@ fn judge_same_bits_across_shapes_and_resume() {
     assert_eq!(resumed.sequences().unwrap(), base, "resume");
     assert_clean(&ctx);
 }
+
+/// The ε-oracle on every sequence of a whole cache (not a sample), centred fp16 real data — the
+/// user's settings — with the default arithmetic and with the judge.
+#[test]
+fn whole_cache_every_sequence_passes_the_oracle() {
+    let ctx = ctx();
+    let table = fortunes(320).centered();
+    let stored = table.as_stored(Precision::Fp16);
+    let dt = DeviceTable::upload(&ctx, &table, Precision::Fp16).unwrap();
+    let gram = Gram::build(&dt).unwrap();
+    let starts: Vec<u32> = (0..320).collect();
+    for judge in [false, true] {
+        let o = GramOptions {
+            judge,
+            ..GramOptions::default()
+        };
+        let seqs = run(&gram, &starts, starts.len(), &o);
+        let (worst, ties) = check_all(&stored, &starts, &seqs);
+        eprintln!("whole cache of 320 centred fortunes, judge {judge}: worst excess {worst:.3e}, near-ties {ties}");
+        assert!(worst <= EPS);
+    }
+    assert_clean(&ctx);
+}
