@@ -729,6 +729,12 @@ impl Context {
         if let Some(p) = cache.get(&key) {
             return Ok(p.clone());
         }
+        // Constant i is the list's i-th value: the list must cover exactly the shader's ids.
+        crate::spirv::check_spec_constants(
+            crate::spirv::shader_name(key.spirv),
+            key.spirv,
+            &key.spec,
+        )?;
         let dev = self.device();
         let words: Vec<u32> = key
             .spirv

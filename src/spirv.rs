@@ -72,6 +72,8 @@ const OP_TYPE_STRUCT: u32 = 30;
 const OP_TYPE_POINTER: u32 = 32;
 const OP_VARIABLE: u32 = 59;
 const OP_MEMBER_DECORATE: u32 = 72;
+const OP_DECORATE: u32 = 71;
+const DECORATION_SPEC_ID: u32 = 1;
 const DECORATION_OFFSET: u32 = 35;
 const STORAGE_PUSH_CONSTANT: u32 = 9;
 
@@ -129,6 +131,72 @@ pub(crate) fn push_constant_size(spirv: &[u8]) -> Option<u32> {
     Some(off + sizes.get(&members[last])?)
 }
 
+/// Every shader, for naming a module in an error.
+const ALL: [Shader; 14] = [
+    SCAN,
+    SCAN_TILE,
+    SCAN_COMMIT,
+    SCAN_INIT,
+    GRAM_MATRIX,
+    GRAM,
+    SCAN_BIG,
+    SCAN_BIG_TILE,
+    SCAN_BIG_COMMIT,
+    KNN_DIST,
+    KNN_SORT,
+    KNN_MERGE,
+    KNN_WARP,
+    LOOP_PROBE,
+];
+
+/// The name of the shader whose SPIR-V `spirv` is (either precision), or `"a shader"`.
+pub(crate) fn shader_name(spirv: &[u8]) -> &'static str {
+    ALL.iter()
+        .find(|s| s.fp32 == spirv || s.fp16 == spirv)
+        .map_or("a shader", |s| s.name)
+}
+
+/// The specialization-constant ids `spirv` declares (`OpDecorate … SpecId n`, the workgroup
+/// size's `local_size_x_id` included; a constant the shader does not use may be optimised away),
+/// sorted. [`crate::device::Context::pipeline`] passes constant i as the i-th value of its list,
+/// so it checks the list against these: a shader that gains a constant its host does not set
+/// (it would silently keep its default) is an error, not a wrong result.
+pub(crate) fn spec_constant_ids(spirv: &[u8]) -> Vec<u32> {
+    let words: Vec<u32> = spirv
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    let mut ids = Vec::new();
+    let mut i = 5;
+    while i < words.len() {
+        let (count, op) = ((words[i] >> 16) as usize, words[i] & 0xffff);
+        if count == 0 || i + count > words.len() {
+            break;
+        }
+        if op == OP_DECORATE && count >= 4 && words[i + 2] == DECORATION_SPEC_ID {
+            ids.push(words[i + 3]);
+        }
+        i += count;
+    }
+    ids.sort_unstable();
+    ids
+}
+
+/// Checks the values a pipeline passes (constant i = `values[i]`) against the ids the shader
+/// declares: every declared id must get a value.
+pub(crate) fn check_spec_constants(name: &str, spirv: &[u8], values: &[u32]) -> Result<()> {
+    let ids = spec_constant_ids(spirv);
+    if ids.iter().any(|&id| id as usize >= values.len()) {
+        return Err(Error::Invalid(format!(
+            "internal: {name} declares specialization constants {ids:?}; the host passes {} \
+             values (ids 0..{})",
+            values.len(),
+            values.len()
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,5 +209,21 @@ mod tests {
         assert_eq!(push_constant_size(SCAN.fp32), Some(20));
         assert!(checked_push::<[u32; 5]>(&SCAN).is_ok());
         assert!(checked_push::<[u32; 4]>(&SCAN).is_err());
+    }
+
+    #[test]
+    fn spec_constants() {
+        assert_eq!(spec_constant_ids(b"not spir-v"), Vec::<u32>::new());
+        assert_eq!(spec_constant_ids(GRAM.fp32), (0..9).collect::<Vec<u32>>());
+        assert_eq!(spec_constant_ids(KNN_SORT.fp16), vec![0, 1, 2]);
+        // scan.comp does not read SEQ_LEN (id 3): the compiler drops its decoration.
+        assert_eq!(spec_constant_ids(SCAN.fp32), vec![0, 1, 2, 4, 5]);
+        assert!(check_spec_constants("scan", SCAN.fp32, &[0; 6]).is_ok());
+        assert_eq!(spec_constant_ids(KNN_DIST.fp32), Vec::<u32>::new());
+        assert!(check_spec_constants("gram", GRAM.fp32, &[0; 9]).is_ok());
+        assert!(check_spec_constants("gram", GRAM.fp32, &[0; 8]).is_err());
+        assert!(check_spec_constants("knn_warp", KNN_WARP.fp32, &[0; 3]).is_err());
+        let e = check_spec_constants(shader_name(GRAM.fp16), GRAM.fp16, &[0; 7]).unwrap_err();
+        assert!(e.to_string().contains("gram declares"), "{e}");
     }
 }
