@@ -196,9 +196,8 @@ function M.batch_download_sequences(b, out)
     fail(call, ("the batch has computed %d of %d slots"):format(done, total))
   end
   if type(out) ~= "cdata" then fail(call, "out must be a uint32_t[?] cdata") end
-  local size = ffi.sizeof(out)
-  if not size then fail(call, "out must be an array cdata (its size must be known)") end
-  guarded(call, b.job.download, b.job, tonumber(ffi.cast("uintptr_t", out)), size)
+  if not ffi.sizeof(out) then fail(call, "out must be an array cdata (its size must be known)") end
+  guarded(call, b.job.download, b.job, out)
 end
 
 --- Free the batch.

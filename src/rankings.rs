@@ -356,8 +356,8 @@ pub fn write_rankings_cache_threads(
 /// The k-NN graph of the table — each item's `k` (default [`DEFAULT_GRAPH_K`]) nearest other
 /// items and their similarities (cosine, inner product) or squared L2 distances — written to
 /// `path` through [`KnnGraphWriter`] (created first: a bad location fails before device work).
-/// Self is excluded by id, ties go to the lowest index; when k > N − 1 rows end with
-/// [`KNN_PAD`] padding. `batch`: items per batch, `None` = from the memory budget.
+/// Self is excluded by id, ties go to the lowest index; k must be ≤ N (the default is
+/// min([`DEFAULT_GRAPH_K`], N)); when k = N rows end with one [`KNN_PAD`]. `batch`: items per batch, `None` = from the memory budget.
 pub fn write_knn_graph(
     dt: &DeviceTable,
     table: &Table,
@@ -366,8 +366,9 @@ pub fn write_knn_graph(
     metric: Metric,
     batch: Option<usize>,
 ) -> Result<RankingsReport> {
-    let k = k.unwrap_or(DEFAULT_GRAPH_K);
     let n = dt.n();
+    // The default is clamped to N; a k given is checked (1..=N) by the writer, before any file.
+    let k = k.unwrap_or(DEFAULT_GRAPH_K.min(n));
     let kmetric = match metric {
         Metric::InnerProduct => KnnMetric::InnerProduct,
         Metric::Cosine => KnnMetric::Cosine,

@@ -1322,7 +1322,7 @@ fn knn_graph_round_trip_in_any_order() {
     let dir = TempDir::new("knn");
     for (n, k, metric) in [
         (9u32, 3usize, KnnMetric::Cosine),
-        (5, 10, KnnMetric::L2),
+        (5, 5, KnnMetric::L2),
         (1, 1, KnnMetric::InnerProduct),
         (40, 4, KnnMetric::L2),
     ] {
@@ -1496,6 +1496,17 @@ fn knn_graph_bad_rows_are_refused_and_leave_nothing() {
         is_invalid,
         &["N = 0"],
     );
+    expect_err(
+        KnnGraphWriter::create(&out, 12, (1 << 31) - 1, KnnMetric::L2),
+        is_invalid,
+        &["k = 2147483647", "1..=N = 12"],
+    );
+    expect_err(
+        BinaryCacheWriter::create(&out, 1, 1 << 38),
+        is_invalid,
+        &["length 274877906944", "at most N entries"],
+    );
+    assert!(dir.entries().is_empty(), "left: {:?}", dir.entries());
     expect_err(
         KnnGraphWriter::create(&out, 3, 0, KnnMetric::L2),
         is_invalid,

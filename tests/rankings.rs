@@ -336,17 +336,27 @@ fn knn_graph_round_trip() {
         assert_eq!(ids, got.ids[i * 10..(i + 1) * 10], "item {i}");
         assert_eq!(values, got.values[i * 10..(i + 1) * 10], "item {i}");
     }
-    // k > N − 1: rows padded; L2 distances.
+    // k = N: rows padded by one (k > N is refused before any file); L2 distances.
     let small = random_table(6, 5, 3);
     let ds = upload(&ctx, &small, Precision::Fp32);
     let p2 = dir.path("small.dknn");
-    write_knn_graph(&ds, &small, &p2, Some(8), Metric::L2, None).unwrap();
+    write_knn_graph(&ds, &small, &p2, Some(6), Metric::L2, None).unwrap();
+    assert!(write_knn_graph(
+        &ds,
+        &small,
+        &dir.path("big.dknn"),
+        Some(7),
+        Metric::L2,
+        None
+    )
+    .is_err());
+    assert!(!dir.path("big.dknn").exists());
     let mut g = KnnGraph::open(&p2).unwrap();
-    assert_eq!((g.n(), g.k(), g.metric()), (6, 8, KnnMetric::L2));
+    assert_eq!((g.n(), g.k(), g.metric()), (6, 6, KnnMetric::L2));
     for i in 0..6u32 {
         let (ids, values) = g.row(i).unwrap();
         assert!(!ids[..5].contains(&i) && ids[..5].iter().all(|&j| j < 6));
-        assert_eq!(ids[5..], [KNN_PAD; 3]);
+        assert_eq!(ids[5..], [KNN_PAD; 1]);
         assert!(values[5..].iter().all(|&v| v == f32::INFINITY));
         assert!(values[..5].windows(2).all(|w| w[0] <= w[1]));
     }

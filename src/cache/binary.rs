@@ -34,12 +34,19 @@ pub struct BinaryCacheWriter {
 
 impl BinaryCacheWriter {
     /// Create the temporary file beside `path`, sized to `4 + n·len·4` bytes, and write the
-    /// header `n`. `n` must be 1..=u32::MAX and `len` at least 1.
+    /// header `n`. `n` must be 1..=u32::MAX and `len` 1..=n (a sequence has at most N entries);
+    /// nothing is created when either is refused.
     pub fn create(path: &Path, n: usize, len: usize) -> Result<Self> {
         let n32 = rows_u32(path, "binary cache", n)?;
         if len == 0 {
             return Err(Error::Invalid(format!(
                 "{}: binary cache rows of length 0 (each row needs at least the start)",
+                path.display()
+            )));
+        }
+        if len > n {
+            return Err(Error::Invalid(format!(
+                "{}: binary cache rows of length {len} for N = {n} items (a sequence has at most N entries)",
                 path.display()
             )));
         }

@@ -113,16 +113,20 @@ pub struct KnnGraphWriter {
 
 impl KnnGraphWriter {
     /// Create the temporary file beside `path`, sized to `24 + n·k·8` bytes, with its header.
-    /// `n` and `k` must be 1..=u32::MAX (k may exceed N − 1: rows are then padded).
+    /// `n` must be 1..=u32::MAX and `k` 1..=n (a row holds at most N − 1 neighbours; k = N pads
+    /// each row by one); nothing is created when either is refused.
     pub fn create(path: &Path, n: usize, k: usize, metric: KnnMetric) -> Result<Self> {
         let n32 = rows_u32(path, "k-NN graph", n)?;
-        let k32 = u32::try_from(k).ok().filter(|&v| v >= 1).ok_or_else(|| {
-            Error::Invalid(format!(
-                "{}: k-NN graph with k = {k}: k must be 1..={}",
-                path.display(),
-                u32::MAX
-            ))
-        })?;
+        let k32 = u32::try_from(k)
+            .ok()
+            .filter(|&v| v >= 1 && k <= n)
+            .ok_or_else(|| {
+                Error::Invalid(format!(
+                    "{}: k-NN graph with k = {k}: k must be 1..=N = {n} (a row holds at most \
+                     N − 1 neighbours)",
+                    path.display()
+                ))
+            })?;
         let size = (n as u64)
             .checked_mul(k as u64)
             .and_then(|v| v.checked_mul(8))

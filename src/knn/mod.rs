@@ -305,7 +305,42 @@ pub(crate) fn check_queries(
             pos % d
         )));
     }
-    Ok(queries.len() / d)
+    let nq = queries.len() / d;
+    check_result_size(nq, opts.k)?;
+    Ok(nq)
+}
+
+/// Host bytes one result entry takes (an i64 id and an f32 distance).
+const RESULT_ENTRY_BYTES: usize = 12;
+
+/// The most host memory a k-NN result may take: half the machine's memory (`MemTotal` of
+/// /proc/meminfo), or 16 GiB where that cannot be read.
+fn result_budget() -> u64 {
+    let total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kb| kb.saturating_mul(1024))
+    });
+    total.map_or(16 << 30, |b| b / 2)
+}
+
+/// The result of `nq` queries × `k` (padding past N included: the device work is clamped to N,
+/// the result is not) must fit the host budget; refused before anything is allocated.
+pub(crate) fn check_result_size(nq: usize, k: usize) -> Result<()> {
+    let budget = result_budget();
+    let bytes = nq
+        .checked_mul(k)
+        .and_then(|e| e.checked_mul(RESULT_ENTRY_BYTES))
+        .and_then(|b| u64::try_from(b).ok());
+    match bytes {
+        Some(b) if b <= budget => Ok(()),
+        _ => Err(Error::Invalid(format!(
+            "k-NN result of {nq} queries × k = {k} needs {} bytes, over the host budget of \
+             {budget} bytes (half of MemTotal); lower k (ids past N are only -1 padding)",
+            (nq as u128) * (k as u128) * RESULT_ENTRY_BYTES as u128
+        ))),
+    }
 }
 
 /// k-NN of `queries` (D columns, like the table) against `table`.
@@ -328,6 +363,7 @@ pub fn knn_flat(
     let mut out = KnnResult {
         k,
         queries: nq,
+        // check_queries checked nq × k against the host budget.
         ids: Vec::with_capacity(nq * k),
         distances: Vec::with_capacity(nq * k),
         path: plan.path,

@@ -8,30 +8,31 @@ use half::f16;
 use mlua::prelude::*;
 use mlua::Value;
 
-/// What a cdata is, from the FFI helper: its address, its byte size when it is an array, and its
-/// element type as LuaJIT prints it.
+/// What a cdata array is, from the FFI helper: its address, its byte size (`ffi.sizeof`) and its
+/// element type as LuaJIT prints it. Only arrays are accepted: a pointer's size cannot be known.
 struct CData {
     address: usize,
-    bytes: Option<usize>,
+    bytes: usize,
     elem: String,
 }
 
 const CDATA_HELPER: &str = r#"
 local ffi = require "ffi"
 return function(x)
+  if type(x) ~= "cdata" then return nil, nil, type(x), "none" end
   local t = tostring(ffi.typeof(x))
   local elem, kind = t:match("^ctype<(.-)%s*([%[%*&].*)>$")
-  if not elem then return nil, nil, t end
-  local addr = tonumber(ffi.cast("uintptr_t", x))
-  local bytes = nil
-  if kind:sub(1, 1) == "[" then bytes = ffi.sizeof(x) end
-  return addr, bytes, elem
+  if not elem then return nil, nil, t, "other" end
+  if kind:sub(1, 1) ~= "[" then return nil, nil, t, "pointer" end
+  local bytes = ffi.sizeof(x)
+  if not bytes then return nil, nil, t, "pointer" end
+  return tonumber(ffi.cast("uintptr_t", x)), bytes, elem, "array"
 end
 "#;
 
-/// What `v` is, through the FFI helper (loaded once per Lua state); refused unless an array or a
-/// pointer.
-fn cdata_info(lua: &Lua, call: &str, v: Value) -> LuaResult<CData> {
+/// What `v` (the argument `what`) is, through the FFI helper (loaded once per Lua state);
+/// refused unless a cdata array whose size `ffi.sizeof` knows.
+fn cdata_info(lua: &Lua, call: &str, what: &str, v: Value) -> LuaResult<CData> {
     let helper: LuaFunction =
         match lua.named_registry_value::<Option<LuaFunction>>("diversity.cdata")? {
             Some(f) => f,
@@ -44,21 +45,29 @@ fn cdata_info(lua: &Lua, call: &str, v: Value) -> LuaResult<CData> {
                 f
             }
         };
-    let (addr, bytes, elem): (Option<f64>, Option<f64>, String) = helper.call(v)?;
-    let address = match addr {
-        Some(a) => checked_address(call, a)?,
-        None => {
-            return Err(msg(
-                call,
-                format!("unsupported cdata type {elem}: pass an array or a pointer"),
-            ))
-        }
-    };
-    Ok(CData {
-        address,
-        bytes: bytes.map(|b| b as usize),
-        elem: elem.replace("const ", "").trim().to_string(),
-    })
+    let (addr, bytes, elem, kind): (Option<f64>, Option<f64>, String, String) = helper.call(v)?;
+    match (kind.as_str(), addr, bytes) {
+        ("array", Some(a), Some(b)) => Ok(CData {
+            address: checked_address(call, a)?,
+            bytes: b as usize,
+            elem: elem.replace("const ", "").trim().to_string(),
+        }),
+        ("none", ..) => Err(msg(
+            call,
+            format!("{what} must be a cdata array (e.g. ffi.new(\"float[?]\", n)), got a {elem}"),
+        )),
+        ("pointer", ..) => Err(msg(
+            call,
+            format!(
+                "{what} is a pointer cdata ({elem}) whose size cannot be known: pass an array \
+                 cdata (ffi.new(\"T[?]\", n)), a string or a table"
+            ),
+        )),
+        _ => Err(msg(
+            call,
+            format!("{what}: unsupported cdata type {elem}: pass an array cdata"),
+        )),
+    }
 }
 
 /// An element type of table data.
@@ -129,8 +138,9 @@ pub(super) fn values_from_memory(
     })
 }
 
-/// Rows from a cdata array or pointer of float, double or fp16 bits: `n` rows of `dim` values
-/// (both required), read from at most its size (arrays) or `o.count` elements (pointers).
+/// Rows from a cdata array of float, double or fp16 bits: `n` rows of `dim` values (both
+/// required), read from at most its `ffi.sizeof` (and `o.count` elements when given); a pointer
+/// cdata is refused, its size cannot be known.
 pub(super) fn rows_from_cdata(
     lua: &Lua,
     call: &str,
@@ -139,21 +149,18 @@ pub(super) fn rows_from_cdata(
     dim: Option<usize>,
     o: &Option<LuaTable>,
 ) -> LuaResult<(Vec<f32>, usize, usize)> {
-    let cd = cdata_info(lua, call, v)?;
+    let cd = cdata_info(lua, call, "the data", v)?;
     let dtype = dtype_of(call, &cd.elem)?;
     let size = dtype.bytes();
     let d = dim.ok_or_else(|| msg(call, "a cdata needs {n = N, dim = D}"))?;
     let n = n.ok_or_else(|| msg(call, "a cdata needs {n = N, dim = D}"))?;
-    let bytes = match (cd.bytes, opt_int(call, o, "count")?) {
-        (Some(b), Some(c)) => b.min(c as usize * size),
-        (Some(b), None) => b,
-        (None, Some(c)) => c as usize * size,
-        (None, None) => {
-            return Err(msg(
-                call,
-                "a pointer cdata needs {count = elements} (its length)",
-            ))
-        }
+    // `count` may only narrow what ffi.sizeof reports, never widen it.
+    let bytes = match opt_int(call, o, "count")? {
+        Some(c) => (c as usize)
+            .checked_mul(size)
+            .ok_or_else(|| msg(call, "count overflows"))?
+            .min(cd.bytes),
+        None => cd.bytes,
     };
     let count = n
         .checked_mul(d)
@@ -173,15 +180,43 @@ fn checked_address(call: &str, a: f64) -> LuaResult<usize> {
     Ok(a as usize)
 }
 
-/// Copy `data` to `address` (a cdata array of at least `data.len()` elements of `T`).
-///
-/// # Safety
-/// `address` and the caller's size check come from one live cdata object of that many `T`.
-pub(super) unsafe fn copy_to<T: Copy>(call: &str, address: f64, data: &[T]) -> LuaResult<()> {
-    let ptr = checked_address(call, address)? as *mut T;
-    // SAFETY: the caller's promise above.
-    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr, data.len()) };
-    Ok(())
+/// Copy `data` into the cdata array `dst` (the argument `what`), which must hold at least its
+/// bytes (by `ffi.sizeof`) and have elements of one of the type names `elems`. Returns the
+/// number of elements copied.
+pub(super) fn copy_to_cdata<T: bytemuck::Pod>(
+    lua: &Lua,
+    call: &str,
+    what: &str,
+    elems: &[&str],
+    dst: Value,
+    data: &[T],
+) -> LuaResult<usize> {
+    let cd = cdata_info(lua, call, what, dst)?;
+    if !elems.contains(&cd.elem.as_str()) {
+        return Err(msg(
+            call,
+            format!(
+                "{what} must be a {}[?] cdata, got one of {}",
+                elems[0], cd.elem
+            ),
+        ));
+    }
+    let bytes: &[u8] = bytemuck::cast_slice(data);
+    if cd.bytes < bytes.len() {
+        return Err(msg(
+            call,
+            format!(
+                "the {what} buffer of {} bytes is smaller than the {} bytes of {} entries",
+                cd.bytes,
+                bytes.len(),
+                data.len()
+            ),
+        ));
+    }
+    // SAFETY: address and size come from one live cdata array (ffi.sizeof, checked above to hold
+    // all of `bytes`); the copy is bytewise, so alignment does not matter.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), cd.address as *mut u8, bytes.len()) };
+    Ok(data.len())
 }
 
 /// `f32_to_f16`, `f16_to_f32` and `convert_f32_to_f16` (cdata to cdata).
@@ -200,8 +235,8 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
         lua.create_function(|lua, (src, dst, count): (Value, Value, Value)| {
             let call = "convert_f32_to_f16";
             let count = int(call, "count", &count)? as usize;
-            let s = cdata_info(lua, call, src)?;
-            let d = cdata_info(lua, call, dst)?;
+            let s = cdata_info(lua, call, "src", src)?;
+            let d = cdata_info(lua, call, "dst", dst)?;
             if s.elem != "float" || !matches!(d.elem.as_str(), "unsigned short" | "uint16_t") {
                 return Err(msg(
                     call,
@@ -211,12 +246,19 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
                     ),
                 ));
             }
-            if s.bytes.is_some_and(|b| b < count * 4) || d.bytes.is_some_and(|b| b < count * 2) {
-                return Err(msg(call, format!("{count} values do not fit the buffers")));
+            let (sb, db) = (count.checked_mul(4), count.checked_mul(2));
+            if sb.is_none_or(|b| b > s.bytes) || db.is_none_or(|b| b > d.bytes) {
+                return Err(msg(
+                    call,
+                    format!(
+                        "{count} values do not fit the buffers (src {} bytes, dst {} bytes)",
+                        s.bytes, d.bytes
+                    ),
+                ));
             }
             let vals = values_from_memory(call, s.address, count * 4, &Dtype::F32, count)?;
-            // SAFETY: the destination cdata holds at least count halves (checked for arrays; a
-            // pointer's length is the caller's promise, as in C).
+            // SAFETY: the destination is a live cdata array of at least count halves (its
+            // ffi.sizeof, checked above).
             let out = unsafe { std::slice::from_raw_parts_mut(d.address as *mut u16, count) };
             for (o, v) in out.iter_mut().zip(vals) {
                 *o = f16::from_f32(v).to_bits();

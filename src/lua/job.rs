@@ -2,7 +2,7 @@
 //! own) and the job options of `dtable:job` and `gram:job`.
 
 use super::args::{int, int_list, int_u32, opt, opt_int, parse_mode};
-use super::cdata::copy_to;
+use super::cdata::copy_to_cdata;
 use super::error::{msg, LuaCtx};
 use super::multi::Stepping;
 use crate::batch::StepReport;
@@ -226,20 +226,12 @@ impl UserData for LJob {
                 .lua_ctx("job:sequences_bytes")?;
             lua.create_string(bytemuck::cast_slice::<u32, u8>(&flat))
         });
-        // FFI-friendly: fill `bytes` bytes at `address` (a uint32_t array) with the rows.
-        m.add_method("download", |_, this, (address, bytes): (f64, f64)| {
+        // FFI-friendly: fill `out`, a uint32_t[?] cdata of at least rows × len entries (its size
+        // read with ffi.sizeof), with the rows; returns the number of entries written.
+        m.add_method("download", |lua, this, out: Value| {
             let call = "job:download";
             let flat = this.get(call)?.sequences_flat().lua_ctx(call)?;
-            let need = flat.len() * 4;
-            if bytes < need as f64 {
-                return Err(msg(
-                    call,
-                    format!("output buffer of {bytes} bytes is smaller than the {need} bytes of {} uint32", flat.len()),
-                ));
-            }
-            // SAFETY: the caller (the Lua wrapper) took address and size from the same cdata.
-            unsafe { copy_to(call, address, &flat)? };
-            Ok(flat.len())
+            copy_to_cdata(lua, call, "out", &["uint32_t", "unsigned int"], out, &flat)
         });
         m.add_method_mut("close", |_, this, ()| {
             let _ = this.join();

@@ -2,7 +2,7 @@
 //! `dtable:rankings` and the rankings cache writers, and those device table methods.
 
 use super::args::{int, int_list, int_u32, opt, opt_int};
-use super::cdata::copy_to;
+use super::cdata::copy_to_cdata;
 use super::device_table::LDeviceTable;
 use super::error::{msg, LuaCtx};
 use super::handle::Handle;
@@ -340,43 +340,20 @@ impl UserData for LKnn {
             let r = this.get("knn:distances_bytes")?;
             lua.create_string(bytemuck::cast_slice::<f32, u8>(&r.distances))
         });
-        // FFI-friendly: fill an int32_t[?] (ids) and/or a float[?] (distances) of at least
-        // queries × k entries each; pass nil for either address to skip it.
-        m.add_method(
-            "download",
-            |_, this, (ia, ib, da, db): (Option<f64>, Option<f64>, Option<f64>, Option<f64>)| {
-                let call = "knn:download";
-                let r = this.get(call)?;
-                let need = r.ids.len() * 4;
-                let check = |bytes: Option<f64>, what: &str| -> LuaResult<()> {
-                    if bytes.unwrap_or(0.0) < need as f64 {
-                        return Err(msg(
-                            call,
-                            format!(
-                                "the {what} buffer of {} bytes is smaller than the {need} bytes \
-                                 of {} × {} entries",
-                                bytes.unwrap_or(0.0),
-                                r.queries,
-                                r.k
-                            ),
-                        ));
-                    }
-                    Ok(())
-                };
-                if let Some(a) = ia {
-                    check(ib, "ids")?;
-                    let ids: Vec<i32> = r.ids.iter().map(|&i| i as i32).collect();
-                    // SAFETY: the caller took address and size from the same cdata (checked).
-                    unsafe { copy_to(call, a, &ids)? };
-                }
-                if let Some(a) = da {
-                    check(db, "distances")?;
-                    // SAFETY: as above.
-                    unsafe { copy_to(call, a, &r.distances)? };
-                }
-                Ok(r.ids.len())
-            },
-        );
+        // FFI-friendly: fill `ids`, an int32_t[?] cdata, and/or `distances`, a float[?] cdata, of
+        // at least queries × k entries each (sizes read with ffi.sizeof); nil skips either.
+        m.add_method("download", |lua, this, (ids, dist): (Value, Value)| {
+            let call = "knn:download";
+            let r = this.get(call)?;
+            if !ids.is_nil() {
+                let v: Vec<i32> = r.ids.iter().map(|&i| i as i32).collect();
+                copy_to_cdata(lua, call, "ids", &["int32_t", "int"], ids, &v)?;
+            }
+            if !dist.is_nil() {
+                copy_to_cdata(lua, call, "distances", &["float"], dist, &r.distances)?;
+            }
+            Ok(r.ids.len())
+        });
         Handle::add_close(m);
     }
 }

@@ -148,15 +148,18 @@ describe("diversity (idiomatic API)", function()
       assert.is_nil(H.diff_rows(ref32, seq_of(t, "fp32")))
     end)
 
-    it("a float* pointer with {count =}", function()
-      local buf = ffi.new("float[?]", N * D)
-      for k = 1, N * D do buf[k - 1] = flat[k] end
-      local ptr = ffi.cast("float *", buf)
-      local t = diversity.table(ptr, { n = N, dim = D, count = N * D })
-      check_values(t, f32_value)
-      assert.is_nil(H.diff_rows(ref32, seq_of(t, "fp32")))
-      assert.are.equal(buf[0], buf[0]) -- keep buf alive past the call
-    end)
+    it("a float* pointer is refused, with or without a {count =} (its size cannot be known)",
+      function()
+        local buf = ffi.new("float[?]", N * D)
+        local ptr = ffi.cast("float *", buf)
+        H.assert_error({ "diversity.table", "pointer cdata" }, diversity.table, ptr,
+          { n = N, dim = D, count = N * D })
+        -- a pointer whose count lies (10× the 1-element array): refused, nothing read
+        local one = ffi.new("float[1]")
+        H.assert_error({ "diversity.table", "size cannot be known" }, diversity.table,
+          ffi.cast("float *", one), { n = N, dim = D, count = N * D })
+        assert.are.equal(buf[0], buf[0]) -- keep buf alive past the calls
+      end)
 
     it("an FFI uint16_t[?] of fp16 bits, and a binary string with {dtype = 'f16'}", function()
       local bits = ffi.new("uint16_t[?]", N * D)
@@ -193,15 +196,34 @@ describe("diversity (idiomatic API)", function()
         { n = N, dim = D, count = 10 * N * D })
       local small16 = ffi.new("uint16_t[?]", 5)
       H.assert_error("smaller than N × D", diversity.table, small16, { n = N, dim = D })
-      local ptr = ffi.cast("float *", small)
-      H.assert_error("smaller than N × D", diversity.table, ptr,
+      -- a count smaller than the array narrows it
+      local buf = ffi.new("float[?]", N * D)
+      H.assert_error("smaller than N × D", diversity.table, buf,
         { n = N, dim = D, count = N * D - 1 })
     end)
 
     it("a pointer without {count =} is an error", function()
       local buf = ffi.new("float[?]", N * D)
-      H.assert_error({ "diversity.table", "count" }, diversity.table, ffi.cast("float *", buf),
+      H.assert_error({ "diversity.table", "pointer" }, diversity.table, ffi.cast("float *", buf),
         { n = N, dim = D })
+    end)
+
+    it("convert_f32_to_f16 checks count against both arrays and refuses pointers", function()
+      local src, dst = ffi.new("float[?]", 4), ffi.new("uint16_t[?]", 4)
+      for i = 0, 3 do src[i] = i + 0.5 end
+      diversity.convert_f32_to_f16(src, dst, 4)
+      assert.are.equal(diversity.f32_to_f16(3.5), dst[3])
+      local big = ffi.new("uint16_t[?]", 1000)
+      for i = 0, 999 do big[i] = 7 end
+      H.assert_error({ "diversity.convert_f32_to_f16", "do not fit" },
+        diversity.convert_f32_to_f16, src, big, 1000)
+      for i = 0, 999 do assert.are.equal(7, big[i]) end
+      H.assert_error({ "diversity.convert_f32_to_f16", "do not fit" },
+        diversity.convert_f32_to_f16, ffi.new("float[?]", 1000), dst, 1000)
+      H.assert_error({ "diversity.convert_f32_to_f16", "pointer cdata" },
+        diversity.convert_f32_to_f16, ffi.cast("float *", src), dst, 4)
+      H.assert_error({ "diversity.convert_f32_to_f16", "pointer cdata" },
+        diversity.convert_f32_to_f16, src, ffi.cast("uint16_t *", big), 4)
     end)
 
     it("a cdata without {n =, dim =} or of another element type is an error", function()
@@ -211,7 +233,7 @@ describe("diversity (idiomatic API)", function()
       local ints = ffi.new("uint32_t[?]", N * D)
       H.assert_error("expected float, double or uint16_t", diversity.table, ints,
         { n = N, dim = D })
-      H.assert_error("invalid address", diversity.table, ffi.cast("float *", nil),
+      H.assert_error("pointer cdata", diversity.table, ffi.cast("float *", nil),
         { n = N, dim = D, count = N * D })
     end)
 
@@ -370,12 +392,12 @@ describe("diversity (idiomatic API)", function()
       job:close()
     end)
 
-    it("download(address, bytes) fills a uint32_t[?]", function()
+    it("download(out) fills a uint32_t[?]", function()
       local job = dt:job({ 9, 2 })
       job:step(N)
       local s = job:sequences()
       local buf = ffi.new("uint32_t[?]", 2 * N)
-      local count = job:download(tonumber(ffi.cast("uintptr_t", buf)), ffi.sizeof(buf))
+      local count = job:download(buf)
       assert.are.equal(2 * N, count)
       local flat = {}
       for k = 0, 2 * N - 1 do flat[k + 1] = tonumber(buf[k]) end
@@ -388,11 +410,30 @@ describe("diversity (idiomatic API)", function()
       job:step(N)
       local buf = ffi.new("uint32_t[?]", 2 * N - 1)
       for k = 0, 2 * N - 2 do buf[k] = 0xFFFFFFFF end
-      H.assert_error({ "job:download", "smaller" }, job.download, job,
-        tonumber(ffi.cast("uintptr_t", buf)), ffi.sizeof(buf))
+      H.assert_error({ "job:download", "smaller" }, job.download, job, buf)
       for k = 0, 2 * N - 2 do assert.are.equal(0xFFFFFFFF, tonumber(buf[k])) end
-      H.assert_error("invalid address", job.download, job, 0, 1e6)
       job:close()
+    end)
+
+    it("download refuses integer addresses, pointers and other element types", function()
+      local job = dt:job({ 9, 2 })
+      job:step(N)
+      local buf = ffi.new("uint32_t[?]", 2 * N)
+      H.assert_error({ "job:download", "must be a cdata array", "number" }, job.download, job,
+        tonumber(ffi.cast("uintptr_t", buf)), 1e9)
+      H.assert_error({ "job:download", "pointer cdata" }, job.download, job,
+        ffi.cast("uint32_t *", buf))
+      H.assert_error({ "job:download", "uint32_t[?]" }, job.download, job,
+        ffi.new("float[?]", 2 * N))
+      job:close()
+      -- Today's crash: an integer "address" given to download, in a child process.
+      local cmd = [[luajit -e 'local d = require "diversity"; local t = d.table({{1,0},{0,1},{1,1}}); ]]
+        .. [[local dt = d.open():upload(t, "fp32"); local j = dt:job({0}); j:step(3); ]]
+        .. [[local ok, e = pcall(j.download, j, 4096, 36); ]]
+        .. [[os.exit((not ok and tostring(e):find("job:download", 1, true)) and 0 or 3)' 2>/dev/null]]
+      local ok, how, code = os.execute(cmd)
+      assert.are.equal(0, type(ok) == "number" and ok or code,
+        "download(4096, 36) must be refused, not crash or write to address 4096")
     end)
 
     it("{steps = K} computes the first K steps of the full sequences", function()

@@ -162,8 +162,7 @@ describe("k-NN from Lua", function()
     ffi.copy(ids32, bytes, #bytes)
     local fromstr = ffi.new("float[?]", 28)
     ffi.copy(fromstr, r:distances_bytes(), 28 * 4)
-    assert.are.equal(28, r:download(tonumber(ffi.cast("uintptr_t", ids32)), ffi.sizeof(ids32),
-      tonumber(ffi.cast("uintptr_t", dist)), ffi.sizeof(dist)))
+    assert.are.equal(28, r:download(ids32, dist))
     for q = 0, 3 do
       local ids, d = r:ids(q), r:distances(q)
       for i = 1, 7 do
@@ -172,8 +171,15 @@ describe("k-NN from Lua", function()
         assert.are.equal(d[i], fromstr[q * 7 + i - 1])
       end
     end
-    H.assert_error({ "knn:download", "smaller" }, r.download, r,
-      tonumber(ffi.cast("uintptr_t", ids32)), 8)
+    H.assert_error({ "knn:download", "smaller" }, r.download, r, ffi.new("int32_t[?]", 2))
+    -- raw addresses and inflated byte counts are refused, nothing written
+    local guard = ffi.new("int32_t[?]", 2, 77, 77)
+    H.assert_error({ "knn:download", "must be a cdata array", "number" }, r.download, r,
+      tonumber(ffi.cast("uintptr_t", guard)), 1e6)
+    H.assert_error({ "knn:download", "pointer cdata" }, r.download, r,
+      ffi.cast("int32_t *", guard))
+    H.assert_error({ "knn:download", "float[?]" }, r.download, r, nil, ffi.new("int32_t[?]", 28))
+    assert.are.same({ 77, 77 }, { guard[0], guard[1] })
     H.assert_error({ "knn:ids", "query 4 is out of range" }, r.ids, r, 4)
     local l2 = dt:knn(t, { k = 5, metric = "l2" })
     assert.are.same({ -1 }, { l2:ids(1)[5] })
@@ -282,12 +288,12 @@ describe("k-NN from Lua", function()
     H.assert_error({ "knn_graph:row", "out of range" }, g.row, g, 12)
     g:close()
     local p2 = dir .. "/g2.knn"
-    dt:write_knn_graph(t, p2, { k = 14 })
+    dt:write_knn_graph(t, p2, { k = 12 })
     local g2 = diversity.knn_graph(p2)
     assert.are.equal("cosine", g2:metric())
     local ids, vals = g2:row(3)
-    assert.are.equal(14, #ids)
-    for j = 12, 14 do
+    assert.are.equal(12, #ids)
+    for j = 12, 12 do
       assert.are.equal(-1, ids[j])
       assert.are.equal(-math.huge, vals[j])
     end
@@ -310,6 +316,20 @@ describe("k-NN from Lua", function()
     H.assert_error({ "device_table:rankings", "host table" }, dt.rankings, dt, q3)
     H.assert_error({ "device_table:write_knn_graph", "k = 0" }, dt.write_knn_graph, dt, t,
       dir .. "/k0.knn", { k = 0 })
+    -- sizes from user input are checked before allocating or creating anything
+    local sub = H.tmpdir()
+    H.assert_error({ "device_table:write_knn_graph", "k = 2147483647", "1..=N = 6" },
+      dt.write_knn_graph, dt, t, sub .. "/big.knn", { k = 2 ^ 31 - 1 })
+    H.assert_error({ "device_table:write_knn_graph", "k = 7" },
+      dt.write_knn_graph, dt, t, sub .. "/seven.knn", { k = 7 })
+    H.assert_error({ "device_table:knn", "host budget" }, dt.knn, dt, t, { k = 2 ^ 50 })
+    H.assert_error({ "diversity.binary_cache_writer", "at most N entries" },
+      diversity.binary_cache_writer, sub .. "/b.bin", 1, 2 ^ 38)
+    assert.are.same({}, H.ls(sub))
+    -- k = 2^31 on 6 rows: device work clamped to N, the result padded with -1
+    local r = dt:knn(t, { k = 2 ^ 31 / 2 ^ 20 })
+    assert.are.equal(2 ^ 11, r:k())
+    assert.are.equal(-1, r:ids(0)[7])
     local missing = dir .. "/no/such/dir"
     H.assert_error({ "device_table:write_rankings_cache", missing },
       dt.write_rankings_cache, dt, t, missing .. "/r.json", { top_k = 2 })

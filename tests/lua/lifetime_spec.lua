@@ -80,7 +80,7 @@ describe("lifetimes", function()
     check_closed(job, {
       step = { 1 }, set_chunk = { 1 }, done = {}, progress = {}, gpu_ns = {}, batch_size = {},
       sequence_len = {}, starts = {}, sequences = {}, sequences_bytes = {},
-      download = { tonumber(ffi.cast("uintptr_t", buf)), ffi.sizeof(buf) },
+      download = { buf },
     })
   end)
 
