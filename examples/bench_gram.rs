@@ -101,26 +101,8 @@ fn parse() -> Result<Args, String> {
             }
             "--placements" => a.placements = common::list(&f, &val()?)?,
             "--spd" => a.spds = common::list(&f, &val()?)?,
-            "--compensated" => {
-                a.comps = val()?
-                    .split(',')
-                    .map(|v| match v {
-                        "1" | "yes" | "true" => Ok(true),
-                        "0" | "no" | "false" => Ok(false),
-                        _ => Err(format!("--compensated {v}: expected 1 or 0")),
-                    })
-                    .collect::<Result<_, _>>()?
-            }
-            "--judge" => {
-                a.judges = val()?
-                    .split(',')
-                    .map(|v| match v {
-                        "1" | "yes" | "true" => Ok(true),
-                        "0" | "no" | "false" => Ok(false),
-                        _ => Err(format!("--judge {v}: expected 1 or 0")),
-                    })
-                    .collect::<Result<_, _>>()?
-            }
+            "--compensated" => a.comps = common::switches(&f, &val()?)?,
+            "--judge" => a.judges = common::switches(&f, &val()?)?,
             "--json" => a.json = Some(val()?),
             "--md" => a.md = Some(val()?),
             "--seqs" => a.seqs = Some(val()?),

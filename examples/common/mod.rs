@@ -19,6 +19,19 @@ where
         .collect()
 }
 
+/// A comma-separated list of switches of a flag (`1,0`; also `yes`/`no`, `true`/`false`): the
+/// first bad one is an error naming the flag and the value.
+#[allow(dead_code)]
+pub fn switches(flag: &str, v: &str) -> Result<Vec<bool>, String> {
+    v.split(',')
+        .map(|x| match x {
+            "1" | "yes" | "true" => Ok(true),
+            "0" | "no" | "false" => Ok(false),
+            _ => Err(format!("{flag} {x}: expected 1 or 0")),
+        })
+        .collect()
+}
+
 /// The oracle's account of many sequences (see [`check_all`]).
 #[allow(dead_code)]
 pub struct OracleReport {
