@@ -150,6 +150,18 @@ fn l2_for(name: &str, device_type: vk::PhysicalDeviceType) -> (u64, &'static str
     (DEFAULT_L2, "default")
 }
 
+/// The host's memory (`MemTotal` of /proc/meminfo), `None` where it cannot be read. The budgets
+/// of host-side results derive from it: a k-NN result (half of it) and the Lua driver's batches
+/// (`diversity.host_memory()`: the smaller of 2 GiB and a quarter).
+pub fn host_memory_bytes() -> Option<u64> {
+    std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kb| kb.saturating_mul(1024))
+    })
+}
+
 /// The host CPU's L2 from sysfs (`index2/size`, e.g. `1024K`).
 fn cpu_l2_bytes() -> Option<u64> {
     let s = std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cache/index2/size").ok()?;

@@ -25,21 +25,12 @@ M.defaults = {
 -- 3.8 GB resident (about 20 bytes an entry), so 24 keeps the default budget.
 M.HOST_BYTES_PER_ENTRY = 24
 
---- The default host budget: the smaller of 2 GiB and a quarter of MemTotal (/proc/meminfo;
--- 2 GiB where it cannot be read).
+--- The default host budget: the smaller of 2 GiB and a quarter of the host's memory
+-- (`diversity.host_memory()`; 2 GiB where it cannot be read).
 function M.default_host_memory()
   local budget = 2 * 1024 ^ 3
-  local f = io.open("/proc/meminfo", "r")
-  if f then
-    for line in f:lines() do
-      local kb = line:match("^MemTotal:%s+(%d+) kB")
-      if kb then
-        budget = math.min(budget, tonumber(kb) * 1024 / 4)
-        break
-      end
-    end
-    f:close()
-  end
+  local total = diversity.host_memory()
+  if total then budget = math.min(budget, total / 4) end
   return math.floor(budget)
 end
 

@@ -316,13 +316,7 @@ const RESULT_ENTRY_BYTES: usize = 12;
 /// The most host memory a k-NN result may take: half the machine's memory (`MemTotal` of
 /// /proc/meminfo), or 16 GiB where that cannot be read.
 fn result_budget() -> u64 {
-    let total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
-        s.lines()
-            .find_map(|l| l.strip_prefix("MemTotal:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map(|kb| kb.saturating_mul(1024))
-    });
-    total.map_or(16 << 30, |b| b / 2)
+    crate::device::host_memory_bytes().map_or(16 << 30, |b| b / 2)
 }
 
 /// The result of `nq` queries × `k` (padding past N included: the device work is clamped to N,

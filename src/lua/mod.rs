@@ -52,6 +52,11 @@ fn diversity(lua: &Lua) -> LuaResult<LuaTable> {
     knn::register(lua, &m)?;
     multi::register(lua, &m)?;
     m.set("ENV_FAIL_AFTER_CHUNKS", crate::batch::ENV_FAIL_AFTER_CHUNKS)?;
+    // The host's memory in bytes (MemTotal), nil where it cannot be read.
+    m.set(
+        "host_memory",
+        lua.create_function(|_, ()| Ok(crate::device::host_memory_bytes()))?,
+    )?;
     // The clean message of an error raised by this module (no "runtime error: " prefix, no
     // traceback): `diversity.message(err)`.
     let message: LuaFunction = lua
