@@ -10,11 +10,17 @@ use std::path::{Path, PathBuf};
 type Defines = &'static [(&'static str, &'static str)];
 
 /// Extra compiled shaders: (output name, source in `shaders/`, defines). The 128 × 128 scan
-/// kernel (`ScanKernel::Block128`) is the Block64 entry points with `BIG`.
+/// kernel (`ScanKernel::Block128`) is the Block64 entry points with `BIG`; the tensor-core
+/// filter-and-judge scan (`ScanKernel::Coopmat`) is its scalar stand-in's with `COOPMAT`.
 const VARIANTS: &[(&str, &str, Defines)] = &[
     ("scan_big", "scan.comp", &[("BIG", "1")]),
     ("scan_big_tile", "scan_tile.comp", &[("BIG", "1")]),
     ("scan_big_commit", "scan_commit.comp", &[("BIG", "1")]),
+    ("scan_filter_tc", "scan_filter.comp", &[("COOPMAT", "1")]),
+    ("scan_filter_tc_tile", "scan_filter_tile.comp", &[("COOPMAT", "1")]),
+    ("scan_judge_tc", "scan_judge.comp", &[("COOPMAT", "1")]),
+    ("scan_prep_tc", "scan_prep.comp", &[("COOPMAT", "1")]),
+    ("scan_ftable_tc", "scan_ftable.comp", &[("COOPMAT", "1")]),
 ];
 
 fn main() {

@@ -30,10 +30,13 @@ layout(std430, set = 0, binding = 7) buffer Cen32 { float cen32[]; };
 // candidates per workgroup of 256, BK dims per shared-memory stage, TM × TN per invocation.
 // BIG (build.rs's Block128 variants: scan_big, scan_big_tile, scan_big_commit) selects the
 // 128 × 128 kernel, 128 candidates a block (scan_gemm_big.glsl); else 64 (scan_gemm.glsl).
+// The tensor-core filter shaders (filter_common.glsl) define SCAN_BN themselves.
+#ifndef SCAN_BN
 #ifdef BIG
 #define SCAN_BN 128u
 #else
 #define SCAN_BN 64u
+#endif
 #endif
 const uint BN = SCAN_BN, BK = 16u, TN = 4u;
 const uint TM = BM / 16u;

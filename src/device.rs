@@ -21,7 +21,8 @@ pub const ENV_DEVICE: &str = "DIVERSITY_DEVICE";
 /// Environment variable overriding the L2 size in bytes (Vulkan cannot query it).
 pub const ENV_L2_BYTES: &str = "DIVERSITY_L2_BYTES";
 /// Environment variable turning optional features off, comma separated: `fp16`, `timestamps`,
-/// `subgroups` (the gram engine then reduces through shared memory).
+/// `subgroups` (the gram engine then reduces through shared memory), `coopmat` (the scan then
+/// runs its fp32 kernels, not the tensor-core filter).
 /// Every fallback path can so be tested on any machine.
 pub const ENV_DISABLE: &str = "DIVERSITY_DISABLE";
 /// Environment variable that turns validation layers on (`1`) for every context.
@@ -88,6 +89,11 @@ pub struct Capabilities {
     /// [`loop_budget`] of it; `tests/limits.rs` measures the cap with a one-loop shader.
     /// `None`: no known cap.
     pub loop_limit: Option<u64>,
+    /// Cooperative matrices the tensor-core scan can use (`ScanKernel::Coopmat`):
+    /// `VK_NV_cooperative_matrix` with 16 × 16 × 16 fp16 × fp16 → fp32 at subgroup scope, 32-lane
+    /// subgroups, `shaderFloat16`, `vulkanMemoryModel` and fp16 storage; off with
+    /// `DIVERSITY_DISABLE=coopmat`.
+    pub coopmat: bool,
 }
 
 /// lavapipe's per-invocation loop-iteration cap (see [`Capabilities::loop_limit`]).
@@ -174,6 +180,35 @@ fn cpu_l2_bytes() -> Option<u64> {
     num.parse::<u64>().ok().map(|v| v * mul)
 }
 
+/// Whether `pd` lists the one cooperative-matrix shape the tensor-core scan uses: 16 × 16 × 16,
+/// fp16 × fp16 + fp32 → fp32, subgroup scope (`vkGetPhysicalDeviceCooperativeMatrixPropertiesNV`).
+fn coopmat_shape_supported(
+    entry: &ash::Entry,
+    instance: &ash::Instance,
+    pd: vk::PhysicalDevice,
+) -> bool {
+    let cm = ash::nv::cooperative_matrix::Instance::new(entry, instance);
+    let get = cm.fp().get_physical_device_cooperative_matrix_properties_nv;
+    let mut count = 0u32;
+    if unsafe { get(pd, &mut count, std::ptr::null_mut()) } != vk::Result::SUCCESS || count == 0 {
+        return false;
+    }
+    let mut props = vec![vk::CooperativeMatrixPropertiesNV::default(); count as usize];
+    if unsafe { get(pd, &mut count, props.as_mut_ptr()) } != vk::Result::SUCCESS {
+        return false;
+    }
+    props.iter().take(count as usize).any(|p| {
+        p.m_size == 16
+            && p.n_size == 16
+            && p.k_size == 16
+            && p.a_type == vk::ComponentTypeNV::FLOAT16
+            && p.b_type == vk::ComponentTypeNV::FLOAT16
+            && p.c_type == vk::ComponentTypeNV::FLOAT32
+            && p.d_type == vk::ComponentTypeNV::FLOAT32
+            && p.scope == vk::ScopeNV::SUBGROUP
+    })
+}
+
 fn disabled(feature: &str) -> bool {
     std::env::var(ENV_DISABLE)
         .map(|v| v.split(',').any(|f| f.trim().eq_ignore_ascii_case(feature)))
@@ -223,8 +258,13 @@ pub(crate) const SINGLE_BINDINGS: u32 = 8;
 /// Binding 8 is an array of this many storage buffers: the slabs of the Gram matrix (one buffer
 /// binding may see only `maxStorageBufferRange` bytes, 4 GiB on most GPUs, 128 MiB on lavapipe).
 pub(crate) const G_SLABS: u32 = 8;
+/// Bindings 9 to 13, after the slab array: the tensor-core scan's filter buffers
+/// (`filter_common.glsl`).
+pub(crate) const FILTER_BINDING: u32 = SINGLE_BINDINGS + 1;
+/// Single bindings after the slab array.
+pub(crate) const FILTER_BINDINGS: u32 = 5;
 /// Storage-buffer descriptors in one set of that layout.
-pub(crate) const BINDINGS: u32 = SINGLE_BINDINGS + G_SLABS;
+pub(crate) const BINDINGS: u32 = SINGLE_BINDINGS + G_SLABS + FILTER_BINDINGS;
 
 /// An open Vulkan device with its queue, allocator and pipelines. Cloning shares it.
 #[derive(Clone)]
@@ -470,7 +510,7 @@ impl Context {
             unsafe { inner.device.create_command_pool(&pool_info, None) }
                 .vk("vkCreateCommandPool")?,
         );
-        let bindings: Vec<_> = (0..=SINGLE_BINDINGS)
+        let bindings: Vec<_> = (0..FILTER_BINDING + FILTER_BINDINGS)
             .map(|b| {
                 vk::DescriptorSetLayoutBinding::default()
                     .binding(b)
@@ -538,12 +578,24 @@ impl Context {
         unsafe { instance.get_physical_device_properties2(pd, &mut props2) };
         let mut f11 = vk::PhysicalDeviceVulkan11Features::default();
         let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
+        let mut fcm = vk::PhysicalDeviceCooperativeMatrixFeaturesNV::default();
         let mut feats2 = vk::PhysicalDeviceFeatures2::default()
             .push_next(&mut f11)
             .push_next(&mut f12);
+        let exts = unsafe { instance.enumerate_device_extension_properties(pd) }
+            .vk("vkEnumerateDeviceExtensionProperties")?;
+        let has_ext = |name: &std::ffi::CStr| {
+            exts.iter()
+                .any(|e| e.extension_name_as_c_str().ok() == Some(name))
+        };
+        let has_coopmat_ext = has_ext(ash::nv::cooperative_matrix::NAME);
+        if has_coopmat_ext {
+            feats2 = feats2.push_next(&mut fcm);
+        }
         unsafe { instance.get_physical_device_features2(pd, &mut feats2) };
         let buffer_array_indexing =
             feats2.features.shader_storage_buffer_array_dynamic_indexing == vk::TRUE;
+        let coopmat_feature = fcm.cooperative_matrix == vk::TRUE;
         let qfs = unsafe { instance.get_physical_device_queue_family_properties(pd) };
         // Prefer a compute-only queue family (async compute on GPUs), else any with compute.
         let qf = qfs
@@ -558,11 +610,7 @@ impl Context {
             })
             .unwrap_or(0) as u32;
         let valid_bits = qfs[qf as usize].timestamp_valid_bits;
-        let exts = unsafe { instance.enumerate_device_extension_properties(pd) }
-            .vk("vkEnumerateDeviceExtensionProperties")?;
-        let has_budget = exts
-            .iter()
-            .any(|e| e.extension_name_as_c_str().ok() == Some(ash::ext::memory_budget::NAME));
+        let has_budget = has_ext(ash::ext::memory_budget::NAME);
         let mem = unsafe { instance.get_physical_device_memory_properties(pd) };
         let mut budget_props = vk::PhysicalDeviceMemoryBudgetPropertiesEXT::default();
         let mut mem2 = vk::PhysicalDeviceMemoryProperties2::default();
@@ -599,6 +647,14 @@ impl Context {
             .driver_info_as_c_str()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
+        let coopmat = has_coopmat_ext
+            && coopmat_feature
+            && fp16_storage
+            && f12.shader_float16 == vk::TRUE
+            && f12.vulkan_memory_model == vk::TRUE
+            && subgroup.subgroup_size == 32
+            && !disabled("coopmat")
+            && coopmat_shape_supported(entry, instance, pd);
         let loop_limit = (driver.driver_id == vk::DriverId::MESA_LLVMPIPE
             || name.contains("llvmpipe"))
         .then_some(LLVMPIPE_LOOP_LIMIT);
@@ -627,6 +683,7 @@ impl Context {
             l2_bytes,
             l2_source,
             loop_limit,
+            coopmat,
         };
         let priorities = [1.0f32];
         let queue_info = [vk::DeviceQueueCreateInfo::default()
@@ -634,10 +691,18 @@ impl Context {
             .queue_priorities(&priorities)];
         let mut en11 =
             vk::PhysicalDeviceVulkan11Features::default().storage_buffer16_bit_access(fp16_storage);
-        let mut en12 = vk::PhysicalDeviceVulkan12Features::default().host_query_reset(timestamps);
+        let mut en12 = vk::PhysicalDeviceVulkan12Features::default()
+            .host_query_reset(timestamps)
+            .shader_float16(coopmat)
+            .vulkan_memory_model(coopmat);
+        let mut en_cm = vk::PhysicalDeviceCooperativeMatrixFeaturesNV::default()
+            .cooperative_matrix(true);
         let mut dev_exts = Vec::new();
         if has_budget {
             dev_exts.push(ash::ext::memory_budget::NAME.as_ptr());
+        }
+        if coopmat {
+            dev_exts.push(ash::nv::cooperative_matrix::NAME.as_ptr());
         }
         let base_features = vk::PhysicalDeviceFeatures::default()
             .shader_storage_buffer_array_dynamic_indexing(caps.buffer_array_indexing);
@@ -647,6 +712,11 @@ impl Context {
             .enabled_extension_names(&dev_exts)
             .push_next(&mut en11)
             .push_next(&mut en12);
+        let info = if coopmat {
+            info.push_next(&mut en_cm)
+        } else {
+            info
+        };
         let device = unsafe { instance.create_device(pd, &info, None) }.vk("vkCreateDevice")?;
         let mask = if valid_bits >= 64 {
             u64::MAX
@@ -692,6 +762,15 @@ impl Context {
             c.timestamps, c.timestamp_period_ns
         );
         let _ = writeln!(s, "memory budget:   {:.0} MiB", mib(c.memory_budget_bytes));
+        let _ = writeln!(
+            s,
+            "coop. matrix:    {}",
+            if c.coopmat {
+                "VK_NV_cooperative_matrix 16x16x16 fp16 -> fp32 (scan kernel: coopmat, tensor-core filter + fp32 judge)"
+            } else {
+                "no (scan kernel: block64 / block128, fp32 FMA)"
+            }
+        );
         if let Some(l) = c.loop_limit {
             let _ = writeln!(s, "loop limit:      {l} iterations an invocation (driver)");
         }

@@ -43,19 +43,22 @@ const GEMM_SHARED_BYTES: usize = 2 * 16 * 64 * 4 + 2 * 64 * 16 * 4;
 /// reduction.
 const GEMM_BIG_SHARED_BYTES: usize = 2 * 2 * 8 * 128 * 4 + 2 * 128 * 16 * 4;
 
-/// Environment variable read by [`ScanKernel::Auto`]: `block64` or `block128` picks that kernel
-/// for every job that does not name one (the Lua binding and the drivers included); unset or
-/// anything else keeps the default rule ([`ScanKernel::for_batch`]).
+/// Environment variable read by [`ScanKernel::Auto`]: a kernel's name (`block64`, `block128`,
+/// `coopmat`, `filter`) picks that kernel for every job that does not name one (the Lua binding
+/// and the drivers included); unset or anything else keeps the default rule
+/// ([`ScanKernel::for_batch`]).
 pub const ENV_SCAN_KERNEL: &str = "DIVERSITY_SCAN_KERNEL";
 
-/// Which shader computes the candidate scan. Both compute every key with the same fused
-/// multiply-add chain, so the sequences are bit-identical whichever runs (SPEC §Exactness 1);
-/// only speed differs.
+/// Which shader computes the candidate scan. All compute the pick from the same fused
+/// multiply-add chain per key, so the sequences are bit-identical whichever runs (SPEC
+/// §Exactness 1); only speed differs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ScanKernel {
-    /// [`ENV_SCAN_KERNEL`] if set to a kernel's name, else [`ScanKernel::Block128`] for batches
-    /// of at least 128 sequences and [`ScanKernel::Block64`] below (measured: Block128 was 1.34×
-    /// faster on an H200 at 3,584 sequences and 1.72× on lavapipe at 256; BENCHMARKS.md).
+    /// [`ENV_SCAN_KERNEL`] if set to a kernel's name, else [`ScanKernel::Coopmat`] on a device
+    /// with cooperative matrices ([`Capabilities::coopmat`]), else [`ScanKernel::Block128`] for
+    /// batches of at least 128 sequences and [`ScanKernel::Block64`] below (measured: Block128
+    /// was 1.34× faster on an H200 at 3,584 sequences and 1.72× on lavapipe at 256;
+    /// BENCHMARKS.md).
     #[default]
     Auto,
     /// 16, 32 or 64 sequences (the smallest that holds the batch) × 64 candidates per workgroup,
@@ -67,50 +70,70 @@ pub enum ScanKernel {
     /// `scan_gemm_big.glsl`). Meant for batches of hundreds of sequences on a GPU; a small batch
     /// still pays for 128 sequences.
     Block128,
+    /// Filter and judge on tensor cores: every step, cooperative matrices score all pairs in
+    /// fp16 (64 sequences × 128 candidates a workgroup), a rigorous bound γ on the distance to
+    /// the fp32 key keeps the few candidates that could win, and the judge re-scores exactly
+    /// those with the fp32 chain of the other kernels (`filter_common.glsl` has the derivation).
+    /// Needs [`Capabilities::coopmat`].
+    Coopmat,
+    /// [`ScanKernel::Coopmat`]'s filter and judge with the cooperative-matrix products replaced
+    /// by plain fp32 arithmetic on the same fp16 operands (16 sequences × 64 candidates a
+    /// workgroup): the same bound, bands, fallback and judge on any device with fp16 storage, so
+    /// that everything but the tensor-core instructions runs in CI. Slower than Block64.
+    Filter,
 }
 
 impl ScanKernel {
-    /// `auto`, `block64` or `block128`.
+    /// `auto`, `block64`, `block128`, `coopmat` or `filter`.
     pub fn name(self) -> &'static str {
         match self {
             ScanKernel::Auto => "auto",
             ScanKernel::Block64 => "block64",
             ScanKernel::Block128 => "block128",
+            ScanKernel::Coopmat => "coopmat",
+            ScanKernel::Filter => "filter",
         }
+    }
+
+    /// The kernel named by [`ENV_SCAN_KERNEL`], if any.
+    fn from_env() -> Option<ScanKernel> {
+        std::env::var(ENV_SCAN_KERNEL)
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .filter(|k| *k != ScanKernel::Auto)
     }
 
     /// The kernel [`ScanKernel::Auto`] names through [`ENV_SCAN_KERNEL`] alone (Block64 when
     /// unset); a named kernel is returned as it is. Jobs resolve with [`ScanKernel::for_batch`].
     pub fn resolve(self) -> ScanKernel {
         match self {
-            ScanKernel::Auto => std::env::var(ENV_SCAN_KERNEL)
-                .ok()
-                .and_then(|v| v.trim().parse().ok())
-                .filter(|k| *k != ScanKernel::Auto)
-                .unwrap_or(ScanKernel::Block64),
+            ScanKernel::Auto => ScanKernel::from_env().unwrap_or(ScanKernel::Block64),
             k => k,
         }
     }
 
-    /// The kernel a job of `batch` sequences runs: a named kernel as it is; [`ScanKernel::Auto`]
-    /// through [`ENV_SCAN_KERNEL`] when set, else Block128 for `batch` ≥ 128, Block64 below.
-    pub fn for_batch(self, batch: usize) -> ScanKernel {
-        let from_env = std::env::var(ENV_SCAN_KERNEL)
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .filter(|k| *k != ScanKernel::Auto);
-        match (self, from_env) {
+    /// The kernel a job of `batch` sequences runs on a device with `caps`: a named kernel as it
+    /// is; [`ScanKernel::Auto`] through [`ENV_SCAN_KERNEL`] when set, else Coopmat where the
+    /// device has cooperative matrices, else Block128 for `batch` ≥ 128, Block64 below.
+    pub fn for_batch(self, caps: &Capabilities, batch: usize) -> ScanKernel {
+        match (self, ScanKernel::from_env()) {
             (ScanKernel::Auto, Some(k)) => k,
+            (ScanKernel::Auto, None) if caps.coopmat => ScanKernel::Coopmat,
             (ScanKernel::Auto, None) if batch >= 128 => ScanKernel::Block128,
             (ScanKernel::Auto, None) => ScanKernel::Block64,
             (k, _) => k,
         }
     }
 
+    /// Whether the kernel is a filter and judge ([`ScanKernel::Coopmat`], [`ScanKernel::Filter`]).
+    pub fn is_filter(self) -> bool {
+        matches!(self.resolve(), ScanKernel::Coopmat | ScanKernel::Filter)
+    }
+
     /// Candidates per workgroup block (tiles are rounded up to whole blocks): 64 or 128.
     pub fn block_n(self) -> usize {
         match self.resolve() {
-            ScanKernel::Block128 => 128,
+            ScanKernel::Block128 | ScanKernel::Coopmat => 128,
             _ => BLOCK_N,
         }
     }
@@ -119,13 +142,31 @@ impl ScanKernel {
     pub fn block_m(self, batch: usize) -> usize {
         match self.resolve() {
             ScanKernel::Block128 => 128,
+            ScanKernel::Coopmat => 64,
+            ScanKernel::Filter => 16,
             _ => block_m(batch),
         }
     }
 
+    /// Invocations of one candidate-scan workgroup.
+    fn scan_workgroup(self) -> u32 {
+        match self.resolve() {
+            ScanKernel::Coopmat => 128,
+            ScanKernel::Filter => 64,
+            _ => GEMM_WORKGROUP,
+        }
+    }
+
     fn shared_bytes(self) -> usize {
+        let (bm, bn, w) = (
+            self.block_m(64),
+            self.block_n(),
+            self.scan_workgroup() as usize,
+        );
         match self.resolve() {
             ScanKernel::Block128 => GEMM_BIG_SHARED_BYTES,
+            // scores, per-invocation minima, row counts and overflow rows, the argmin arrays.
+            ScanKernel::Coopmat | ScanKernel::Filter => 4 * (bm * bn + w + 2 * bm + 1 + 2 * w + 2),
             _ => GEMM_SHARED_BYTES,
         }
     }
@@ -138,8 +179,10 @@ impl std::str::FromStr for ScanKernel {
             "auto" => Ok(ScanKernel::Auto),
             "block64" | "64" => Ok(ScanKernel::Block64),
             "block128" | "128" => Ok(ScanKernel::Block128),
+            "coopmat" | "tensor" => Ok(ScanKernel::Coopmat),
+            "filter" => Ok(ScanKernel::Filter),
             _ => Err(Error::Invalid(format!(
-                "scan kernel '{s}': expected auto, block64 or block128"
+                "scan kernel '{s}': expected auto, block64, block128, coopmat or filter"
             ))),
         }
     }
@@ -199,6 +242,52 @@ pub struct ScanOptions {
     /// picks one for the device (64 on CPU devices, 256 on GPUs). The candidate scan itself
     /// always runs 256-invocation blocks.
     pub workgroup_size: Option<u32>,
+    /// Knobs of the filter-and-judge kernels ([`ScanKernel::Coopmat`], [`ScanKernel::Filter`]);
+    /// the other kernels ignore them.
+    pub filter: FilterTuning,
+}
+
+/// Knobs of the filter-and-judge scan. The results do not depend on `capacity`; they do on
+/// `gamma_scale`, which exists so tests can show that the bound matters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FilterTuning {
+    /// Band entries kept per (sequence, block of candidates) (≥ 1, default 8); a block with
+    /// more candidates in its band re-scores all of them exactly (slower, same result).
+    pub capacity: u32,
+    /// Multiplies the bound γ (default 1). Values above 1 only widen the band (slower, same
+    /// result); values below 1 void the guarantee: for tests that must see it fail.
+    pub gamma_scale: f32,
+}
+
+impl Default for FilterTuning {
+    fn default() -> Self {
+        FilterTuning {
+            capacity: 8,
+            gamma_scale: 1.0,
+        }
+    }
+}
+
+/// What the judge of a filter-and-judge scan did, summed over a job's sequences and steps
+/// ([`ScanJob::filter_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FilterStats {
+    /// Sequence-steps judged.
+    pub steps: u64,
+    /// Candidates re-scored with the exact fp32 chain (the band), all steps; blocks that fell
+    /// back count once each (their exact winner).
+    pub rescored: u64,
+    /// The most candidates re-scored in one step of one sequence.
+    pub rescored_max: u32,
+    /// Blocks whose band did not fit and which were re-scored whole in the filter.
+    pub overflows: u64,
+}
+
+impl FilterStats {
+    /// Mean candidates re-scored per sequence-step.
+    pub fn mean_rescored(&self) -> f64 {
+        self.rescored as f64 / self.steps.max(1) as f64
+    }
 }
 
 impl Default for ScanOptions {
@@ -210,6 +299,7 @@ impl Default for ScanOptions {
             chunk: 64,
             steps: None,
             workgroup_size: None,
+            filter: FilterTuning::default(),
         }
     }
 }
@@ -309,7 +399,7 @@ impl ScanJob {
             rec: Recorder::new(table, &plan, pipes, set, opts),
             state,
         };
-        job.rec.init(ctx)?;
+        job.rec.init(ctx, &job.state)?;
         Ok(job)
     }
 
@@ -342,6 +432,13 @@ impl ScanJob {
     /// The scan kernel in use (never [`ScanKernel::Auto`]).
     pub fn kernel(&self) -> ScanKernel {
         self.kernel
+    }
+
+    /// What the judge of a filter-and-judge kernel ([`ScanKernel::Coopmat`],
+    /// [`ScanKernel::Filter`]) did so far, summed over the batch (since the job began or
+    /// resumed); `None` for the other kernels.
+    pub fn filter_stats(&self) -> Result<Option<FilterStats>> {
+        self.state.filter_stats(self.table.context())
     }
 
     /// Advance every sequence by up to `n` steps (fewer at the end), in submissions of
@@ -454,6 +551,7 @@ impl ScanJob {
         // Checks the prefixes (each a prefix of its start's sequence, in range, no repeats).
         job.batch.resume(n, prefixes, len)?;
         job.state.resume(dtable, table, prefixes, len)?;
+        job.rec.prepare(dtable.context())?;
         job.submitted = len - 1;
         Ok(job)
     }

@@ -3,9 +3,9 @@
 //! ([`Recorder`]) — the push constants each dispatch carries included. [`ScanJob`](super::ScanJob)
 //! puts these together and schedules the chunks.
 
-use super::{ScanKernel, ScanOptions, Shape, GEMM_WORKGROUP};
+use super::{ScanKernel, ScanOptions, Shape};
 use crate::batch::{check_starts, sequence_length, Batch};
-use crate::device::{Context, Pipeline, PipelineKey};
+use crate::device::{Context, Pipeline, PipelineKey, FILTER_BINDING};
 use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
 use crate::memory::Buffer;
@@ -69,6 +69,18 @@ pub struct InitPush {
     pub dim: u32,
 }
 
+/// Push constants of `scan_ftable.comp`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct FTablePush {
+    /// N.
+    pub num_items: u32,
+    /// D.
+    pub dim: u32,
+    /// Rows to write: N rounded up to whole filter blocks.
+    pub rows: u32,
+}
+
 /// Bytes of each per-batch buffer of a scan job for `batch` sequences of `seq_len` entries over N
 /// candidates of D dims in blocks of `bn`, with its name for error messages. The job's descriptor
 /// set binds them at 5, 3, 4, 7 and 6.
@@ -85,6 +97,41 @@ pub(super) fn buffer_bytes(
         ("chosen masks", (batch * n.div_ceil(32) * 4) as u64),
         ("fp32 centroids", (batch * d * 4) as u64),
         ("block winners", (batch * n.div_ceil(bn) * 8) as u64),
+    ]
+}
+
+/// Words of one band record (per sequence and candidate block) for a band `capacity`:
+/// `filter_common.glsl`'s BAND_WORDS.
+fn band_words(capacity: u32) -> u64 {
+    2 + 2 * capacity as u64
+}
+
+/// D rounded up to 16: the row stride of the filter's fp16 operands.
+fn padded_dim(d: usize) -> usize {
+    d.div_ceil(16) * 16
+}
+
+/// Bytes of the filter-and-judge buffers (binding 9 to 13) for `batch` sequences over N
+/// candidates of D dims in blocks of `bn` × `bm` sequences, with their names.
+pub(super) fn filter_buffer_bytes(
+    n: usize,
+    d: usize,
+    bn: usize,
+    bm: usize,
+    batch: usize,
+    capacity: u32,
+) -> [(&'static str, u64); 5] {
+    let (rows, dp) = ((n.div_ceil(bn) * bn) as u64, padded_dim(d) as u64);
+    let spad = (batch.div_ceil(bm) * bm) as u64;
+    [
+        ("filter table", rows * dp * 2),
+        ("filter constants", 16 + rows * 4),
+        ("fp16 centroids", spad * dp * 2),
+        ("filter state", batch as u64 * 32),
+        (
+            "band lists",
+            batch as u64 * n.div_ceil(bn) as u64 * band_words(capacity) * 4,
+        ),
     ]
 }
 
@@ -106,6 +153,11 @@ pub(super) struct Plan {
     scan_groups: u32,
     /// The per-batch buffers: [`buffer_bytes`].
     sizes: [(&'static str, u64); 5],
+    /// The filter's buffers ([`filter_buffer_bytes`]) for the filter-and-judge kernels.
+    filter_sizes: Option<[(&'static str, u64); 5]>,
+    /// Band capacity and γ scale of the filter-and-judge kernels.
+    capacity: u32,
+    gamma_scale: f32,
 }
 
 impl Plan {
@@ -116,8 +168,8 @@ impl Plan {
         opts: &ScanOptions,
         kernel: ScanKernel,
     ) -> Result<Plan> {
-        let kernel = kernel.for_batch(starts.len());
         let caps = table.context().caps();
+        let kernel = kernel.for_batch(caps, starts.len());
         let (n, d) = (table.n(), table.d());
         check_starts(starts, n)?;
         let batch = starts.len();
@@ -149,6 +201,33 @@ impl Plan {
                 caps.name, caps.max_workgroup_count
             )));
         }
+        if kernel.is_filter() {
+            if !caps.fp16_storage {
+                return Err(Error::Limit(format!(
+                    "the {} scan needs fp16 storage (storageBuffer16BitAccess); {} has none (or DIVERSITY_DISABLE=fp16)",
+                    kernel.name(),
+                    caps.name
+                )));
+            }
+            if kernel == ScanKernel::Coopmat && !caps.coopmat {
+                return Err(Error::Limit(format!(
+                    "the coopmat scan needs cooperative matrices (VK_NV_cooperative_matrix, 16x16x16 fp16 -> fp32, 32-lane subgroups); {} has none usable (or DIVERSITY_DISABLE=coopmat)",
+                    caps.name
+                )));
+            }
+            if opts.filter.capacity == 0 || opts.filter.capacity > 64 {
+                return Err(Error::Invalid(format!(
+                    "filter band capacity {} must be 1 to 64",
+                    opts.filter.capacity
+                )));
+            }
+            if !(opts.filter.gamma_scale >= 0.0 && opts.filter.gamma_scale.is_finite()) {
+                return Err(Error::Invalid(format!(
+                    "filter gamma scale {} must be finite and ≥ 0",
+                    opts.filter.gamma_scale
+                )));
+            }
+        }
         let shared = kernel.shared_bytes();
         if shared > caps.shared_memory_bytes as usize
             || (8 * wg as usize + 8) > caps.shared_memory_bytes as usize
@@ -158,14 +237,21 @@ impl Plan {
                 kernel.name(), caps.name, caps.shared_memory_bytes
             )));
         }
-        if caps.max_workgroup_invocations < GEMM_WORKGROUP {
+        let scan_wg = kernel.scan_workgroup();
+        if caps.max_workgroup_invocations < scan_wg {
             return Err(Error::Limit(format!(
-                "the scan needs workgroups of {GEMM_WORKGROUP} invocations; {} allows {} (maxComputeWorkGroupInvocations)",
+                "the scan needs workgroups of {scan_wg} invocations; {} allows {} (maxComputeWorkGroupInvocations)",
                 caps.name, caps.max_workgroup_invocations
             )));
         }
         let sizes = buffer_bytes(n, d, seq_len, bn, batch);
-        for (what, bytes) in sizes {
+        let filter_sizes = kernel
+            .is_filter()
+            .then(|| filter_buffer_bytes(n, d, bn, bm, batch, opts.filter.capacity));
+        if kernel.is_filter() {
+            check_filter_loops(caps, n, d, bn, bm, scan_wg, wg, opts.filter.capacity)?;
+        }
+        for (what, bytes) in sizes.iter().chain(filter_sizes.iter().flatten()).copied() {
             if bytes > caps.max_buffer_range {
                 return Err(Error::Limit(format!(
                     "{what} for a batch of {batch} × {seq_len} steps needs {bytes} bytes; {} allows {} per buffer (maxStorageBufferRange); use a smaller batch or top_k",
@@ -173,8 +259,12 @@ impl Plan {
                 )));
             }
         }
-        let need: u64 =
-            sizes.iter().map(|s| s.1).sum::<u64>() + (n * d * table.precision().bytes()) as u64;
+        let need: u64 = sizes
+            .iter()
+            .chain(filter_sizes.iter().flatten())
+            .map(|s| s.1)
+            .sum::<u64>()
+            + (n * d * table.precision().bytes()) as u64;
         if need > caps.memory_budget_bytes {
             return Err(Error::Limit(format!(
                 "the job needs {need} bytes of device memory; {} has a budget of {}",
@@ -190,24 +280,73 @@ impl Plan {
             bm,
             scan_groups: scan_groups as u32,
             sizes,
+            filter_sizes,
+            capacity: opts.filter.capacity,
+            gamma_scale: opts.filter.gamma_scale,
         })
     }
 }
 
+/// The filter-and-judge kernels' loops per invocation, from above, against a device that caps
+/// them ([`crate::device::check_loop_budget`]): the filter (scores, band, fallback), the judge
+/// (rounds of band entries, each re-scored over D) and the preparation of ĉ.
+#[allow(clippy::too_many_arguments)]
+fn check_filter_loops(
+    caps: &crate::device::Capabilities,
+    n: usize,
+    d: usize,
+    bn: usize,
+    bm: usize,
+    scan_wg: u32,
+    wg: u32,
+    capacity: u32,
+) -> Result<()> {
+    let (n, d, bn, bm, sw, w, cap) = (
+        n as u64,
+        d as u64,
+        bn as u64,
+        bm as u64,
+        scan_wg as u64,
+        wg as u64,
+        capacity as u64,
+    );
+    let dp = padded_dim(d as usize) as u64;
+    let log = |x: u64| 64 - x.leading_zeros() as u64;
+    let reduce = 2 * log(w) + 4;
+    let prepare = 3 * dp.div_ceil(w) + 3 * reduce;
+    // Scores (the stand-in's dims × sequences), two passes over a row's candidates, the
+    // fallback of every row of the block (its candidates over D, then an argmin).
+    let tpr = (sw / bm).max(1);
+    let filter = dp * (bm + 1) + 2 * (bn / tpr) + tpr + bm * (bn.div_ceil(sw) * (d + 1) + reduce);
+    crate::device::check_loop_budget(caps, "the scan's filter", filter)?;
+    // Rounds of one block header an invocation; each round re-scores up to CAP entries an
+    // invocation over D.
+    let rounds = n.div_ceil(bn).div_ceil(w);
+    let judge = rounds * (1 + 2 * cap + cap * (d + 1)) + rounds + d.div_ceil(w) + reduce + prepare;
+    crate::device::check_loop_budget(caps, "the scan's judge", judge)?;
+    let rows = n.div_ceil(bn) * bn;
+    let groups = rows.min(caps.max_workgroup_count as u64);
+    let ftable = rows.div_ceil(groups) * (d.div_ceil(w) + dp.div_ceil(w) + 3 * reduce + 2);
+    crate::device::check_loop_budget(caps, "the scan's filter table", ftable)
+}
+
 /// The scan's pipelines for one plan: step 0, the candidate scan (one dispatch or per tile) and
-/// the commit that reduces the block winners of a step.
+/// the commit that reduces the block winners of a step. For the filter-and-judge kernels the
+/// scan is the filter, the commit is the judge, and two more prepare the filter's operands.
 pub(super) struct Pipelines {
     init: Arc<Pipeline>,
     scan: Arc<Pipeline>,
     tile: Arc<Pipeline>,
     commit: Arc<Pipeline>,
+    /// The filter table (`scan_ftable`) and the per-sequence preparation (`scan_prep`).
+    filter: Option<(Arc<Pipeline>, Arc<Pipeline>)>,
 }
 
 impl Pipelines {
     /// Create (or take from the context's cache) the pipelines `plan` runs on `table`.
     pub(super) fn new(table: &DeviceTable, plan: &Plan) -> Result<Pipelines> {
         let ctx = table.context();
-        let spec = vec![
+        let mut spec = vec![
             plan.wg,
             table.d() as u32,
             table.n().div_ceil(32) as u32,
@@ -215,8 +354,15 @@ impl Pipelines {
             plan.batch as u32,
             plan.bm as u32,
         ];
+        if plan.kernel.is_filter() {
+            spec.extend([
+                padded_dim(table.d()) as u32,
+                plan.capacity,
+                plan.gamma_scale.to_bits(),
+            ]);
+        }
         let mut gemm_spec = spec.clone();
-        gemm_spec[0] = GEMM_WORKGROUP;
+        gemm_spec[0] = plan.kernel.scan_workgroup();
         let p = table.precision();
         let make = |shader: &Shader, push: u32, spec: &Vec<u32>| {
             ctx.pipeline(PipelineKey {
@@ -232,7 +378,29 @@ impl Pipelines {
                 &spirv::SCAN_BIG_TILE,
                 &spirv::SCAN_BIG_COMMIT,
             ),
+            ScanKernel::Coopmat => (
+                &spirv::SCAN_FILTER_TC,
+                &spirv::SCAN_FILTER_TC_TILE,
+                &spirv::SCAN_JUDGE_TC,
+            ),
+            ScanKernel::Filter => (
+                &spirv::SCAN_FILTER,
+                &spirv::SCAN_FILTER_TILE,
+                &spirv::SCAN_JUDGE,
+            ),
             _ => (&spirv::SCAN, &spirv::SCAN_TILE, &spirv::SCAN_COMMIT),
+        };
+        let filter = match plan.kernel {
+            ScanKernel::Coopmat => Some((&spirv::SCAN_FTABLE_TC, &spirv::SCAN_PREP_TC)),
+            ScanKernel::Filter => Some((&spirv::SCAN_FTABLE, &spirv::SCAN_PREP)),
+            _ => None,
+        };
+        let filter = match filter {
+            Some((ft, prep)) => Some((
+                make(ft, checked_push::<FTablePush>(ft)?, &spec)?,
+                make(prep, checked_push::<InitPush>(prep)?, &spec)?,
+            )),
+            None => None,
         };
         Ok(Pipelines {
             scan: make(scan_sh, checked_push::<ScanPush>(scan_sh)?, &gemm_spec)?,
@@ -241,10 +409,21 @@ impl Pipelines {
             init: make(
                 &spirv::SCAN_INIT,
                 checked_push::<InitPush>(&spirv::SCAN_INIT)?,
-                &spec,
+                &spec[..6].to_vec(),
             )?,
+            filter,
         })
     }
+}
+
+/// The filter-and-judge kernels' buffers (bindings 9 to 13; `filter_common.glsl`).
+pub(super) struct FilterState {
+    ftab: Buffer,
+    fconst: Buffer,
+    c16: Buffer,
+    fseq: Buffer,
+    fseq_bytes: u64,
+    _bands: Buffer,
 }
 
 /// The scan's own per-batch state on the device (the batch's starts and sequences are in its
@@ -258,6 +437,8 @@ pub(super) struct State {
     cen32: Buffer,
     /// The winner of each candidate block, per sequence.
     _partial: Buffer,
+    /// The filter's buffers, for the filter-and-judge kernels.
+    pub(super) filter: Option<FilterState>,
 }
 
 impl State {
@@ -271,22 +452,56 @@ impl State {
             mask: Buffer::storage(ctx, mask.0, mask.1)?,
             cen32: Buffer::storage(ctx, cen32.0, cen32.1)?,
             _partial: Buffer::storage(ctx, partial.0, partial.1)?,
+            filter: match plan.filter_sizes {
+                Some([ftab, fconst, c16, fseq, bands]) => Some(FilterState {
+                    ftab: Buffer::storage(ctx, ftab.0, ftab.1)?,
+                    fconst: Buffer::storage(ctx, fconst.0, fconst.1)?,
+                    c16: Buffer::storage(ctx, c16.0, c16.1)?,
+                    fseq: Buffer::storage(ctx, fseq.0, fseq.1)?,
+                    fseq_bytes: fseq.1,
+                    _bands: Buffer::storage(ctx, bands.0, bands.1)?,
+                }),
+                None => None,
+            },
         };
-        let set = Set::new(
-            ctx,
-            &[
-                (0, table.data_buffer()),
-                (1, table.inv_norm_buffer()),
-                (2, batch.starts_buffer()),
-                (3, &state.sums),
-                (4, &state.mask),
-                (5, batch.seqs_buffer()),
-                (6, &state._partial),
-                (7, &state.cen32),
-            ],
-            &[],
-        )?;
+        let mut singles = vec![
+            (0, table.data_buffer()),
+            (1, table.inv_norm_buffer()),
+            (2, batch.starts_buffer()),
+            (3, &state.sums),
+            (4, &state.mask),
+            (5, batch.seqs_buffer()),
+            (6, &state._partial),
+            (7, &state.cen32),
+        ];
+        if let Some(f) = &state.filter {
+            singles.extend([
+                (FILTER_BINDING, &f.ftab),
+                (FILTER_BINDING + 1, &f.fconst),
+                (FILTER_BINDING + 2, &f.c16),
+                (FILTER_BINDING + 3, &f.fseq),
+                (FILTER_BINDING + 4, &f._bands),
+            ]);
+        }
+        let set = Set::new(ctx, &singles, &[])?;
         Ok((state, set))
+    }
+
+    /// The judge's counters summed over the batch (filter-and-judge kernels only).
+    pub(super) fn filter_stats(&self, ctx: &Context) -> Result<Option<super::FilterStats>> {
+        let Some(f) = &self.filter else {
+            return Ok(None);
+        };
+        let bytes = ctx.download(&f.fseq, 0, f.fseq_bytes)?;
+        let words: &[u32] = bytemuck::cast_slice(&bytes);
+        let mut st = super::FilterStats::default();
+        for e in words.chunks_exact(8) {
+            st.rescored += e[2] as u64;
+            st.rescored_max = st.rescored_max.max(e[3]);
+            st.overflows += e[4] as u64;
+            st.steps += e[5] as u64;
+        }
+        Ok(Some(st))
     }
 
     /// Load the state that `prefixes` (`len` entries per sequence, checked by
@@ -351,6 +566,8 @@ pub(super) struct Recorder {
     scan_groups: u32,
     /// Candidate ranges of the tiles for the current shape and tile size.
     tiles: Vec<(u32, u32)>,
+    /// maxComputeWorkGroupCount[0].
+    max_groups: u32,
 }
 
 impl Recorder {
@@ -373,12 +590,14 @@ impl Recorder {
             bm: plan.bm,
             scan_groups: plan.scan_groups,
             tiles: tile_ranges(table.n(), opts.shape, opts.tile_size, plan.bn),
+            max_groups: table.context().caps().max_workgroup_count,
         }
     }
 
     /// Step 0 on the device, in one submission: the starts into column 0, the running sums,
-    /// the masks.
-    pub(super) fn init(&self, ctx: &Context) -> Result<()> {
+    /// the masks; for the filter-and-judge kernels first the filter's table and then each
+    /// sequence's fp16 centroid, scale and bound.
+    pub(super) fn init(&self, ctx: &Context, state: &State) -> Result<()> {
         let dev = ctx.device();
         let push = InitPush {
             num_items: self.n,
@@ -386,8 +605,45 @@ impl Recorder {
         };
         let (init, set) = (&self.pipes.init, self.set.set);
         ctx.one_shot(|cb| unsafe {
+            if let (Some((ftable, _)), Some(f)) = (&self.pipes.filter, &state.filter) {
+                // ρ_max, σ_max start at 0 (raised with atomicMax); padded fp16 centroids at 0.
+                dev.cmd_fill_buffer(cb, f.fconst.buffer, 0, 16, 0);
+                dev.cmd_fill_buffer(cb, f.c16.buffer, 0, vk::WHOLE_SIZE, 0);
+                barrier(dev, cb);
+                let rows = (self.n as usize).div_ceil(self.bn) * self.bn;
+                let fpush = FTablePush {
+                    num_items: self.n,
+                    dim: self.d,
+                    rows: rows as u32,
+                };
+                bind(dev, cb, ftable, set, bytemuck::bytes_of(&fpush));
+                dev.cmd_dispatch(cb, (rows as u32).min(self.max_groups), 1, 1);
+            }
             barrier(dev, cb);
             bind(dev, cb, init, set, bytemuck::bytes_of(&push));
+            dev.cmd_dispatch(cb, self.batch, 1, 1);
+            if let Some((_, prep)) = &self.pipes.filter {
+                barrier(dev, cb);
+                bind(dev, cb, prep, set, bytemuck::bytes_of(&push));
+                dev.cmd_dispatch(cb, self.batch, 1, 1);
+            }
+        })
+    }
+
+    /// For the filter-and-judge kernels, each sequence's fp16 centroid, scale and bound from
+    /// the fp32 centroids as they are now (after a resume wrote them); nothing for the others.
+    pub(super) fn prepare(&self, ctx: &Context) -> Result<()> {
+        let Some((_, prep)) = &self.pipes.filter else {
+            return Ok(());
+        };
+        let dev = ctx.device();
+        let push = InitPush {
+            num_items: self.n,
+            dim: self.d,
+        };
+        ctx.one_shot(|cb| unsafe {
+            barrier(dev, cb);
+            bind(dev, cb, prep, self.set.set, bytemuck::bytes_of(&push));
             dev.cmd_dispatch(cb, self.batch, 1, 1);
         })
     }

@@ -1,0 +1,178 @@
+// Shared by the filter-and-judge scan (ScanKernel::Coopmat, and ScanKernel::Filter, its scalar
+// stand-in): a cheap fp16 filter scores every (sequence, candidate) pair, and the judge re-scores
+// with the exact fp32 chain of scan_gemm*.glsl only the candidates the filter cannot rule out,
+// so the sequences are the same bits as the Block64 / Block128 kernels' (SPEC §Exactness 1).
+//
+// THE BOUND. Notation: c = the fp32 centroid (cen32), e = a stored row, inv = inv_norm[x] (so
+// |e|·inv ≤ 1 + 2u, u = 2^-24). Today's key is K = fl(chain(c·e) · inv), chain = the fused
+// multiply-add chain over d = 0 … D−1. The filter's key is F = fl(fl(tc(ĉ·ê) · 2^-k) · finv) with
+// ĉ = fp16(c · 2^k) (k: a power of two per sequence so that max|c_d|·2^k ∈ [2^13, 2^14)),
+// ê = fp16(e · 2^j) (j per row likewise in fp32 mode; j = 0 and ê = e·1 exactly in fp16 mode),
+// finv = inv · 2^-j (exact), tc = the filter's fp32 accumulation of the exact fp16 × fp16
+// products (tensor cores: any order, truncating). Write δc = ĉ − c·2^k and δe = ê − e·2^j,
+// measured, not assumed (so the bound holds whatever rounding the fp16 conversion uses), and per
+// row ρ = |δe| / (2^j |e|), σ = |ê| / (2^j |e|), with ρ_max and σ_max over the table. Then
+//   |chain(c·e) − c·e|            ≤ γ_D |c||e|,   γ_D = D·u / (1 − D·u)            (FMA chain)
+//   |c·e − 2^-(k+j) ĉ·ê|          ≤ 2^-k |δc| σ |e| + |c| ρ |e|                    (Cauchy–Schwarz)
+//   |ĉ·ê − tc(ĉ·ê)|               ≤ 8·D·u · |ĉ||ê| ≤ 8·D·u (|c|2^k + |δc|) σ 2^j |e|
+// (the last budgets two units of 2^-23 of the running magnitude per product for accumulation that
+// truncates and aligns to the largest term; a scalar fp32 sum, the stand-in's, is within D·u), and
+// the two final products each add u·|key|. Multiplying by inv (|e|·inv ≤ 1 + 2u):
+//   |F − K| ≤ γ = 1.01 · [ (γ_D + 2u + 8·D·u·σ_max + ρ_max) |c| + (1 + 8·D·u) σ_max 2^-k |δc| ].
+// The factor 1.01 covers the 1 + 2u's, the fp32 evaluation of |c|, |δc| and γ themselves (each
+// norm is inflated by 1 + 4u(D + 8) first) and the rounding of the band threshold below, which is
+// far below 0.01·γ. An absolute 2^-100 covers underflow in the scaling of tiny centroids.
+//
+// THE BAND. If |F_x − K_x| ≤ γ for every x, the exact winner w (smallest K, lowest index on
+// ties) has F_w ≤ K_w + γ ≤ K_y + γ ≤ F_y + 2γ for the y with the smallest F: w lies within 2γ of
+// the best filter key, and so does every candidate tied with it. The filter keeps, per sequence
+// and block of FBN candidates, up to CAP candidates within 2γ of the block's best filter key (a
+// superset of those within 2γ of the global best); a block with more re-scores all its
+// candidates exactly in the filter itself (the fallback) and passes on its exact winner. The
+// judge re-scores the band with the exact chain and takes the (key, index) minimum: today's pick.
+#extension GL_EXT_shader_16bit_storage : require
+// Only the filter itself (FILTER_BLOCK) uses cooperative matrices and their memory model.
+#if defined(COOPMAT) && defined(FILTER_BLOCK)
+#extension GL_NV_cooperative_matrix : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_KHR_shader_subgroup_basic : require
+#endif
+
+#ifdef COOPMAT
+#define FBM 64u   // sequences per filter block
+#define FBN 128u  // candidates per filter block
+#define FW 128u   // invocations of a filter workgroup: four subgroups of 32
+#else
+#define FBM 16u
+#define FBN 64u
+#define FW 64u
+#endif
+#define SCAN_BN FBN
+#include "scan_common.glsl"
+
+layout(constant_id = 6) const uint DP = 16u;           // D rounded up to 16: the fp16 row stride
+layout(constant_id = 7) const uint CAP = 8u;           // band entries per (sequence, block)
+layout(constant_id = 8) const float GAMMA_SCALE = 1.0; // 1; other values only in tests
+const uint BAND_WORDS = 2u + 2u * CAP;                 // [best F, count, CAP × (F, index)]
+const uint OVERFLOW = 0xffffffffu;                     // count of a block that fell back
+
+// The filter's copy of the table: ê rows (fp16, DP wide, rows padded with zeros to whole blocks).
+layout(std430, set = 0, binding = 9) buffer FTable { float16_t ftab[]; };
+// ρ_max and σ_max (float bits, raised with atomicMax: non-negative floats order as their bits),
+// then finv = inv_norm · 2^-j per (padded) row.
+layout(std430, set = 0, binding = 10) buffer FConst {
+    uint rho_bits;
+    uint sigma_bits;
+    uint fconst_pad0;
+    uint fconst_pad1;
+    float finv[];
+};
+// ĉ per sequence (fp16, DP wide, the batch padded with zero rows to whole blocks of FBM).
+layout(std430, set = 0, binding = 11) buffer C16 { float16_t c16[]; };
+// Per sequence: the filter scale 2^-k, γ, and counters for the report.
+struct FSeqEntry {
+    float gscale;
+    float gamma;
+    uint rescored;      // candidates re-scored exactly by the judge, all steps
+    uint rescored_max;  // the most in one step
+    uint overflows;     // blocks that fell back to exact scoring, all steps
+    uint steps;         // steps judged
+    uint pad0;
+    uint pad1;
+};
+layout(std430, set = 0, binding = 12) buffer FSeq { FSeqEntry fseq[]; };
+// Per (sequence, block): BAND_WORDS words (see BAND_WORDS; a fallen-back block: count OVERFLOW
+// and entry 0 = its exact winner's (key, index)).
+layout(std430, set = 0, binding = 13) buffer Bands { uint bands[]; };
+
+bool chosen(uint s, uint x) {
+    return (mask_g[s * MASK_WORDS + (x >> 5u)] & (1u << (x & 31u))) != 0u;
+}
+
+// Today's key of candidate x for sequence s, operation for operation as scan_gemm*.glsl computes
+// it: one fused multiply-add chain over d = 0 … D−1 from 0.0, then · inv_norm[x].
+float exact_key(uint s, uint x) {
+    float acc = 0.0;
+    for (uint d = 0u; d < DIM; ++d) {
+        precise float v = fma(cen32[s * DIM + d], float(table[x * DIM + d]), acc);
+        acc = v;
+    }
+    precise float key = acc * inv_norm[x];
+    return key;
+}
+
+// Workgroup-wide max and sum through scan_common's red_key (every invocation gets the result).
+float wg_max(float v) {
+    const uint lid = gl_LocalInvocationID.x;
+    barrier();
+    red_key[lid] = v;
+    barrier();
+    for (uint stride = gl_WorkGroupSize.x >> 1u; stride > 0u; stride >>= 1u) {
+        if (lid < stride) red_key[lid] = max(red_key[lid], red_key[lid + stride]);
+        barrier();
+    }
+    const float r = red_key[0];
+    barrier();
+    return r;
+}
+float wg_min(float v) {
+    return -wg_max(-v);
+}
+float wg_sum(float v) {
+    const uint lid = gl_LocalInvocationID.x;
+    barrier();
+    red_key[lid] = v;
+    barrier();
+    for (uint stride = gl_WorkGroupSize.x >> 1u; stride > 0u; stride >>= 1u) {
+        if (lid < stride) red_key[lid] = red_key[lid] + red_key[lid + stride];
+        barrier();
+    }
+    const float r = red_key[0];
+    barrier();
+    return r;
+}
+
+// The power of two k with max·2^k ∈ [2^13, 2^14) (0 for max = 0), clamped so 2^±k stays normal.
+int scale_exponent(float m) {
+    if (m <= 0.0) return 0;
+    int e;
+    frexp(m, e);  // m = f · 2^e, f ∈ [0.5, 1)
+    return clamp(14 - e, -120, 120);
+}
+
+// 1 + 4u(D + 8): the inflation of a norm computed in fp32 over D terms.
+float norm_inflation() {
+    return 1.0 + 2.384185791e-7 * float(DIM + 8u);
+}
+
+// ĉ, 2^-k and γ of sequence s from its fp32 centroid (cen32), by the whole workgroup.
+void filter_prepare(uint s) {
+    const uint lid = gl_LocalInvocationID.x;
+    float m = 0.0;
+    for (uint d = lid; d < DIM; d += gl_WorkGroupSize.x) m = max(m, abs(cen32[s * DIM + d]));
+    m = wg_max(m);
+    const int k = scale_exponent(m);
+    float c2 = 0.0, dl2 = 0.0;
+    for (uint d = lid; d < DP; d += gl_WorkGroupSize.x) {
+        const float v = d < DIM ? ldexp(cen32[s * DIM + d], k) : 0.0;
+        c16[s * DP + d] = float16_t(v);
+        precise float dd = float(c16[s * DP + d]) - v;  // the stored value, read back
+        c2 += v * v;
+        dl2 += dd * dd;
+    }
+    c2 = wg_sum(c2);
+    dl2 = wg_sum(dl2);
+    if (lid == 0u) {
+        const float u = 5.9604644775390625e-8;  // 2^-24
+        const float dim = float(DIM);
+        const float gd = dim * u / (1.0 - dim * u);
+        const float rho = uintBitsToFloat(rho_bits), sigma = uintBitsToFloat(sigma_bits);
+        const float cn = sqrt(c2) * norm_inflation();   // |c|·2^k
+        const float dn = sqrt(dl2) * norm_inflation();  // |δc|
+        const float g = (gd + 2.0 * u + 8.0 * dim * u * sigma + rho) * cn
+                      + (1.0 + 8.0 * dim * u) * sigma * dn;
+        fseq[s].gscale = ldexp(1.0, -k);
+        fseq[s].gamma = GAMMA_SCALE * (1.01 * ldexp(g, -k) + ldexp(1.0, -100));
+    }
+}

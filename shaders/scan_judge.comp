@@ -1,0 +1,90 @@
+#version 450
+// The judge and commit of the filter-and-judge scan, one workgroup per sequence: the best filter
+// key over all blocks, then every band entry within 2γ of it re-scored with today's exact fp32
+// chain (fallen-back blocks bring their exact winner), the (key, index) minimum is the pick;
+// record it, mark it chosen, add it to the running sum as scan_commit does, and prepare the
+// next step's ĉ, 2^-k and γ (filter_common.glsl). Compiled twice (build.rs): `scan_judge`
+// (blocks of 64 candidates) and, with COOPMAT, `scan_judge_tc` (blocks of 128).
+#include "filter_common.glsl"
+
+layout(push_constant) uniform Push {
+    uint num_items;
+    uint dim;
+    uint slot;
+} pc;
+
+shared uint cand[gl_WorkGroupSize.x * CAP];
+shared uint cand_n;
+shared uint ovf_seen;
+
+void main() {
+    const uint s = sequence_slot();
+    const uint lid = gl_LocalInvocationID.x;
+    const uint n = pc.num_items;
+    const uint nb = (n + FBN - 1u) / FBN;
+    float m = INF;
+    for (uint b = lid; b < nb; b += gl_WorkGroupSize.x) {
+        m = min(m, uintBitsToFloat(bands[(s * nb + b) * BAND_WORDS]));
+    }
+    m = wg_min(m);
+    const float limit = m + 2.0 * fseq[s].gamma;
+    float bk = INF;
+    uint bi = NO_INDEX;
+    uint rescored = 0u;
+    if (lid == 0u) {
+        cand_n = 0u;
+        ovf_seen = 0u;
+    }
+    barrier();
+    // Rounds of one block header an invocation: at most CAP entries each, so `cand` never
+    // overflows; the gathered candidates are then scored in parallel.
+    for (uint b0 = 0u; b0 < nb; b0 += gl_WorkGroupSize.x) {
+        const uint b = b0 + lid;
+        if (b < nb) {
+            const uint base = (s * nb + b) * BAND_WORDS;
+            if (uintBitsToFloat(bands[base]) <= limit) {
+                const uint cnt = bands[base + 1u];
+                if (cnt == OVERFLOW) {
+                    atomicAdd(ovf_seen, 1u);
+                    const float k = uintBitsToFloat(bands[base + 2u]);
+                    const uint x = bands[base + 3u];
+                    if (less(k, x, bk, bi)) { bk = k; bi = x; }
+                } else {
+                    for (uint i = 0u; i < cnt; ++i) {
+                        if (uintBitsToFloat(bands[base + 2u + 2u * i]) <= limit) {
+                            cand[atomicAdd(cand_n, 1u)] = bands[base + 3u + 2u * i];
+                        }
+                    }
+                }
+            }
+        }
+        barrier();
+        const uint cn = cand_n;
+        for (uint i = lid; i < cn; i += gl_WorkGroupSize.x) {
+            const uint x = cand[i];
+            const float k = exact_key(s, x);
+            if (less(k, x, bk, bi)) { bk = k; bi = x; }
+        }
+        rescored += cn;
+        barrier();
+        if (lid == 0u) cand_n = 0u;
+        barrier();
+    }
+    workgroup_argmin(bk, bi);
+    const uint p = red_pick;
+    if (lid == 0u) {
+        mask_g[s * MASK_WORDS + (p >> 5u)] |= 1u << (p & 31u);
+        seqs[s * SEQ_LEN + pc.slot] = p;
+        const uint seen = rescored + ovf_seen;
+        fseq[s].rescored += seen;
+        fseq[s].rescored_max = max(fseq[s].rescored_max, seen);
+        fseq[s].overflows += ovf_seen;
+        fseq[s].steps += 1u;
+    }
+    for (uint d = lid; d < DIM; d += gl_WorkGroupSize.x) {
+        cen32[s * DIM + d] = centroid_add(s, d, float(table[p * DIM + d]));
+    }
+    memoryBarrierBuffer();
+    barrier();
+    filter_prepare(s);
+}
