@@ -220,7 +220,7 @@ fn run() -> Result<(), String> {
         tables.push((p, DeviceTable::upload(&ctx, &table, p).map_err(s)?));
     }
     for &kernel in &a.kernels {
-        let kernel = kernel.for_batch(starts.len());
+        let kernel = kernel.for_batch(&caps, starts.len());
         for (p, dt) in &tables {
             let p = *p;
             let formula = ((caps.l2_bytes as f64 * 0.85) / (d * p.bytes()) as f64)
@@ -265,8 +265,17 @@ fn run() -> Result<(), String> {
                         Some(r) => r.1 == seqs,
                     };
                     let gpu_s = report.gpu_ns as f64 / 1e9;
+                    let band = job.filter_stats().map_err(s)?;
+                    let band_text = band.map_or(String::new(), |b| {
+                        format!(
+                            "  band mean {:.2} max {} overflows {}",
+                            b.mean_rescored(),
+                            b.rescored_max,
+                            b.overflows
+                        )
+                    });
                     eprintln!(
-                        "  {:8} {:4} {:8} tile {:>6} {:9}  GPU {:8.3} s  wall {:8.3} s  {:6.2} TFMA/s  same bits: {}",
+                        "  {:8} {:4} {:8} tile {:>6} {:9}  GPU {:8.3} s  wall {:8.3} s  {:6.2} TFMA/s  same bits: {}{band_text}",
                         kernel.name(),
                         p.name(),
                         shape.name(),
@@ -277,6 +286,7 @@ fn run() -> Result<(), String> {
                         fma / gpu_s.max(1e-12) / 1e12,
                         if identical { "yes" } else { "NO" }
                     );
+                    let _ = band;
                     runs.push(Run {
                         kernel,
                         precision: p,

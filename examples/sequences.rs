@@ -193,6 +193,7 @@ fn run(a: Args) -> Result<(), String> {
             chunk: a.chunk,
             steps: Some(steps),
             workgroup_size: a.workgroup,
+            ..ScanOptions::default()
         },
         gram: GramOptions {
             chunk: a.chunk,

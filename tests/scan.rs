@@ -45,7 +45,7 @@ fn run_batched_with(
     let mut out = Vec::new();
     for b in starts.chunks(batch) {
         let mut job = ScanJob::with_kernel(dt, b, o, kernel).unwrap();
-        assert_eq!(job.kernel(), kernel.for_batch(b.len()));
+        assert_eq!(job.kernel(), kernel.for_batch(dt.context().caps(), b.len()));
         job.run().unwrap();
         assert!(job.done());
         out.extend(job.sequences().unwrap());
@@ -673,16 +673,30 @@ fn block128_kernel_passes_the_exactness_oracle() {
 
 #[test]
 fn scan_kernel_names_parse() {
-    for k in [ScanKernel::Auto, ScanKernel::Block64, ScanKernel::Block128] {
+    for k in [
+        ScanKernel::Auto,
+        ScanKernel::Block64,
+        ScanKernel::Block128,
+        ScanKernel::Coopmat,
+        ScanKernel::Filter,
+    ] {
         assert_eq!(k.name().parse::<ScanKernel>().unwrap(), k);
     }
     assert!("block32".parse::<ScanKernel>().is_err());
     assert_eq!(ScanKernel::Block128.block_n(), 128);
     assert_eq!(ScanKernel::Block64.block_n(), 64);
-    // The auto rule (unless DIVERSITY_SCAN_KERNEL names a kernel): 128-blocks from 128 sequences.
+    assert_eq!(ScanKernel::Coopmat.block_n(), 128);
+    assert_eq!(ScanKernel::Filter.block_n(), 64);
+    let ctx = ctx();
+    let mut caps = ctx.caps().clone();
+    // The auto rule (unless DIVERSITY_SCAN_KERNEL names a kernel): the tensor-core filter where
+    // the device has cooperative matrices, else 128-blocks from 128 sequences.
     if std::env::var(diversity::scan::ENV_SCAN_KERNEL).is_err() {
-        assert_eq!(ScanKernel::Auto.for_batch(127), ScanKernel::Block64);
-        assert_eq!(ScanKernel::Auto.for_batch(128), ScanKernel::Block128);
+        caps.coopmat = false;
+        assert_eq!(ScanKernel::Auto.for_batch(&caps, 127), ScanKernel::Block64);
+        assert_eq!(ScanKernel::Auto.for_batch(&caps, 128), ScanKernel::Block128);
+        caps.coopmat = true;
+        assert_eq!(ScanKernel::Auto.for_batch(&caps, 5), ScanKernel::Coopmat);
     }
-    assert_eq!(ScanKernel::Block64.for_batch(5000), ScanKernel::Block64);
+    assert_eq!(ScanKernel::Block64.for_batch(&caps, 5000), ScanKernel::Block64);
 }

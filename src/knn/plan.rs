@@ -342,6 +342,7 @@ mod tests {
             l2_bytes: 4 << 20,
             l2_source: "default",
             loop_limit,
+            coopmat: false,
         }
     }
 
