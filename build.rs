@@ -21,6 +21,7 @@ const VARIANTS: &[(&str, &str, Defines)] = &[
     ("scan_judge_tc", "scan_judge.comp", &[("COOPMAT", "1")]),
     ("scan_prep_tc", "scan_prep.comp", &[("COOPMAT", "1")]),
     ("scan_ftable_tc", "scan_ftable.comp", &[("COOPMAT", "1")]),
+    ("scan_filter_probe_tc", "scan_filter_probe.comp", &[("COOPMAT", "1")]),
 ];
 
 fn main() {

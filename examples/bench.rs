@@ -8,6 +8,7 @@
 //! cargo run --release --example bench -- --table FILE [--dim D] [--center] [--starts S]
 //!     [--steps K] [--chunk C] [--label NAME] [--precisions fp32,fp16] [--quick]
 //!     [--shapes untiled,tiled,per-tile] [--kernels block64,block128] [--budget-s S]
+//!     [--capacity C] [--gamma-scale G]
 //!     [--device NAME] [--json OUT.json] [--md OUT.md] [--plot OUT.png] [--best OUT.txt]
 //! cargo run --release --example bench -- --replot RUN.json --plot OUT.png
 //! ```
@@ -23,6 +24,7 @@
 
 mod common;
 use diversity::batch::StepReport;
+use diversity::scan::FilterTuning;
 use diversity::{
     files, Context, ContextOptions, DeviceTable, Precision, ScanJob, ScanKernel, ScanOptions, Shape,
 };
@@ -48,6 +50,8 @@ struct Args {
     md: Option<String>,
     plot: Option<String>,
     replot: Option<String>,
+    filter: FilterTuning,
+    probe: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -70,6 +74,8 @@ fn parse() -> Result<Args, String> {
         md: None,
         plot: None,
         replot: None,
+        filter: FilterTuning::default(),
+        probe: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(f) = it.next() {
@@ -84,6 +90,12 @@ fn parse() -> Result<Args, String> {
             "--label" => a.label = val()?,
             "--precisions" => a.precisions = common::list(&f, &val()?)?,
             "--quick" => a.quick = true,
+            "--probe" => a.probe = true,
+            "--capacity" => a.filter.capacity = num(val()?)? as u32,
+            "--gamma-scale" => {
+                let v = val()?;
+                a.filter.gamma_scale = v.parse().map_err(|_| format!("{v}: not a number"))?
+            }
             "--shapes" => a.shapes = Some(val()?.split(',').map(str::to_string).collect()),
             "--kernels" => a.kernels = common::list(&f, &val()?)?,
             "--center" => a.center = true,
@@ -250,9 +262,27 @@ fn run() -> Result<(), String> {
                         pipelined,
                         chunk: a.chunk,
                         steps: Some(steps),
+                        filter: a.filter,
                         ..ScanOptions::default()
                     };
                     let mut job = ScanJob::with_kernel(dt, &starts, &opts, kernel).map_err(s)?;
+                    if a.probe && kernel.is_filter() {
+                        // The filter's products against plain fp32 on the same fp16 operands.
+                        let pairs = job.filter_probe().map_err(s)?;
+                        let scale = pairs.iter().fold(0f32, |m, p| m.max(p.1.abs()));
+                        let worst = pairs.iter().fold(0f32, |m, p| m.max((p.0 - p.1).abs()));
+                        let bad = pairs
+                            .iter()
+                            .filter(|p| (p.0 - p.1).abs() > 1e-3 * scale)
+                            .count();
+                        eprintln!(
+                            "  probe {} {}: {} pairs, max |ref| {scale:e}, max |filter - ref| {worst:e}, {bad} beyond 1e-3; first {:?}",
+                            kernel.name(),
+                            p.name(),
+                            pairs.len(),
+                            &pairs[..4.min(pairs.len())]
+                        );
+                    }
                     let t0 = Instant::now();
                     let report = job.run().map_err(s)?;
                     let wall_s = t0.elapsed().as_secs_f64();
@@ -262,7 +292,23 @@ fn run() -> Result<(), String> {
                             reference.push((p, seqs));
                             true
                         }
-                        Some(r) => r.1 == seqs,
+                        Some(r) => {
+                            if r.1 != seqs {
+                                let len = steps + 1;
+                                let mut differ = 0;
+                                let mut first = usize::MAX;
+                                for (a, b) in r.1.chunks(len).zip(seqs.chunks(len)) {
+                                    if let Some(k) = a.iter().zip(b).position(|(x, y)| x != y) {
+                                        differ += 1;
+                                        first = first.min(k);
+                                    }
+                                }
+                                eprintln!(
+                                    "  differs from the reference: {differ} sequences, first at step {first}"
+                                );
+                            }
+                            r.1 == seqs
+                        }
                     };
                     let gpu_s = report.gpu_ns as f64 / 1e9;
                     let band = job.filter_stats().map_err(s)?;

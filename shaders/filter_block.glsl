@@ -12,6 +12,12 @@ shared uint ovf_rows[FBM];
 shared uint ovf_n;
 
 #ifdef COOPMAT
+#ifndef A_COLMAJOR
+#define A_COLMAJOR false
+#endif
+#ifndef B_COLMAJOR
+#define B_COLMAJOR true
+#endif
 // Four subgroups, each 32 sequences × 64 candidates: 2 × 4 tiles of 16 × 16, fp16 × fp16 → fp32.
 // ĉ (row-major, stride DP) is the left operand, ê (rows of the table = columns of the right
 // operand, stride DP) the right; both padded with zero rows to whole blocks, DP a multiple of 16.
@@ -24,12 +30,12 @@ void block_scores(uint s0, uint x0) {
     const uint abase = (s0 + r0) * DP, bbase = (x0 + cb) * DP;
     for (uint k = 0u; k < DP; k += 16u) {
         fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> a0, a1, b0, b1, b2, b3;
-        coopMatLoadNV(a0, c16, abase + k, DP, false);
-        coopMatLoadNV(a1, c16, abase + 16u * DP + k, DP, false);
-        coopMatLoadNV(b0, ftab, bbase + k, DP, true);
-        coopMatLoadNV(b1, ftab, bbase + 16u * DP + k, DP, true);
-        coopMatLoadNV(b2, ftab, bbase + 32u * DP + k, DP, true);
-        coopMatLoadNV(b3, ftab, bbase + 48u * DP + k, DP, true);
+        coopMatLoadNV(a0, c16, abase + k, DP, A_COLMAJOR);
+        coopMatLoadNV(a1, c16, abase + 16u * DP + k, DP, A_COLMAJOR);
+        coopMatLoadNV(b0, ftab, bbase + k, DP, B_COLMAJOR);
+        coopMatLoadNV(b1, ftab, bbase + 16u * DP + k, DP, B_COLMAJOR);
+        coopMatLoadNV(b2, ftab, bbase + 32u * DP + k, DP, B_COLMAJOR);
+        coopMatLoadNV(b3, ftab, bbase + 48u * DP + k, DP, B_COLMAJOR);
         acc00 = coopMatMulAddNV(a0, b0, acc00);
         acc01 = coopMatMulAddNV(a0, b1, acc01);
         acc02 = coopMatMulAddNV(a0, b2, acc02);
@@ -48,22 +54,23 @@ void block_scores(uint s0, uint x0) {
     coopMatStoreNV(acc11, scores, o + 16u * FBN + 16u, FBN, false);
     coopMatStoreNV(acc12, scores, o + 16u * FBN + 32u, FBN, false);
     coopMatStoreNV(acc13, scores, o + 16u * FBN + 48u, FBN, false);
-    barrier();
+    WG_BARRIER();
 }
 #else
-// The stand-in: invocation i scores candidate x0 + i against the block's FBM sequences with
-// plain fp32 arithmetic on the same fp16 operands (each product is exact in fp32).
+// The stand-in: invocation i scores candidates x0 + i, + FW, … against the block's FBM
+// sequences with plain fp32 arithmetic on the same fp16 operands (each product exact in fp32).
 void block_scores(uint s0, uint x0) {
-    const uint lid = gl_LocalInvocationID.x;
-    float acc[FBM];
-    for (uint r = 0u; r < FBM; ++r) acc[r] = 0.0;
-    const uint xb = (x0 + lid) * DP;
-    for (uint d = 0u; d < DP; ++d) {
-        const float e = float(ftab[xb + d]);
-        for (uint r = 0u; r < FBM; ++r) acc[r] += float(c16[(s0 + r) * DP + d]) * e;
+    for (uint c = gl_LocalInvocationID.x; c < FBN; c += FW) {
+        float acc[FBM];
+        for (uint r = 0u; r < FBM; ++r) acc[r] = 0.0;
+        const uint xb = (x0 + c) * DP;
+        for (uint d = 0u; d < DP; ++d) {
+            const float e = float(ftab[xb + d]);
+            for (uint r = 0u; r < FBM; ++r) acc[r] += float(c16[(s0 + r) * DP + d]) * e;
+        }
+        for (uint r = 0u; r < FBM; ++r) scores[r * FBN + c] = acc[r];
     }
-    for (uint r = 0u; r < FBM; ++r) scores[r * FBN + lid] = acc[r];
-    barrier();
+    WG_BARRIER();
 }
 #endif
 
@@ -94,7 +101,7 @@ void filter_block(uint bx, uint by, uint n) {
     part_min[lid] = m;
     if (lid < FBM) row_cnt[lid] = 0u;
     if (lid == 0u) ovf_n = 0u;
-    barrier();
+    WG_BARRIER();
     float bmin = INF;
     for (uint t = 0u; t < TPR; ++t) bmin = min(bmin, part_min[r * TPR + t]);
     const uint nb = (n + FBN - 1u) / FBN;
@@ -115,7 +122,7 @@ void filter_block(uint bx, uint by, uint n) {
             }
         }
     }
-    barrier();
+    WG_BARRIER();
     if (live && lid % TPR == 0u) {
         const uint cnt = row_cnt[r];
         bands[base] = floatBitsToUint(bmin);
@@ -126,7 +133,7 @@ void filter_block(uint bx, uint by, uint n) {
             bands[base + 1u] = cnt;
         }
     }
-    barrier();
+    WG_BARRIER();
     // Fallback: the block's exact winner for every sequence whose band did not fit.
     const uint novf = ovf_n;
     for (uint i = 0u; i < novf; ++i) {

@@ -37,6 +37,12 @@
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
 #extension GL_KHR_shader_subgroup_basic : require
+// Under the Vulkan memory model (which the cooperative-matrix instructions bring), barrier()
+// orders only non-private accesses: plain shared-memory loads after it may see stale values.
+// Every workgroup barrier of the filter makes shared and buffer writes available and visible.
+#define WG_BARRIER() controlBarrier(gl_ScopeWorkgroup, gl_ScopeWorkgroup, \
+    gl_StorageSemanticsShared | gl_StorageSemanticsBuffer, \
+    gl_SemanticsAcquireRelease | gl_SemanticsMakeAvailable | gl_SemanticsMakeVisible)
 #endif
 
 #ifdef COOPMAT
@@ -84,7 +90,14 @@ struct FSeqEntry {
 layout(std430, set = 0, binding = 12) buffer FSeq { FSeqEntry fseq[]; };
 // Per (sequence, block): BAND_WORDS words (see BAND_WORDS; a fallen-back block: count OVERFLOW
 // and entry 0 = its exact winner's (key, index)).
-layout(std430, set = 0, binding = 13) buffer Bands { uint bands[]; };
+// Under the Vulkan memory model (the tensor-core filter) the filter's writes must be
+// non-private to be made available to the judge's dispatch: coherent there.
+#if defined(COOPMAT) && defined(FILTER_BLOCK)
+#define FILTER_OUT coherent
+#else
+#define FILTER_OUT
+#endif
+layout(std430, set = 0, binding = 13) FILTER_OUT buffer Bands { uint bands[]; };
 
 bool chosen(uint s, uint x) {
     return (mask_g[s * MASK_WORDS + (x >> 5u)] & (1u << (x & 31u))) != 0u;
@@ -105,15 +118,15 @@ float exact_key(uint s, uint x) {
 // Workgroup-wide max and sum through scan_common's red_key (every invocation gets the result).
 float wg_max(float v) {
     const uint lid = gl_LocalInvocationID.x;
-    barrier();
+    WG_BARRIER();
     red_key[lid] = v;
-    barrier();
+    WG_BARRIER();
     for (uint stride = gl_WorkGroupSize.x >> 1u; stride > 0u; stride >>= 1u) {
         if (lid < stride) red_key[lid] = max(red_key[lid], red_key[lid + stride]);
-        barrier();
+        WG_BARRIER();
     }
     const float r = red_key[0];
-    barrier();
+    WG_BARRIER();
     return r;
 }
 float wg_min(float v) {
@@ -121,15 +134,15 @@ float wg_min(float v) {
 }
 float wg_sum(float v) {
     const uint lid = gl_LocalInvocationID.x;
-    barrier();
+    WG_BARRIER();
     red_key[lid] = v;
-    barrier();
+    WG_BARRIER();
     for (uint stride = gl_WorkGroupSize.x >> 1u; stride > 0u; stride >>= 1u) {
         if (lid < stride) red_key[lid] = red_key[lid] + red_key[lid + stride];
-        barrier();
+        WG_BARRIER();
     }
     const float r = red_key[0];
-    barrier();
+    WG_BARRIER();
     return r;
 }
 

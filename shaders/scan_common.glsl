@@ -71,6 +71,9 @@ float centroid_add(uint s, uint d, float e) {
 // Workgroup-wide argmin of (key, index) by a shared-memory tree (the workgroup size is a power of
 // two); every invocation then reads the winner from `red_pick` / `red_pick_key`. No subgroup
 // operations: Mesa 22.3's lavapipe gave wrong subgroup results inside the multi-step loop.
+#ifndef WG_BARRIER
+#define WG_BARRIER() barrier()
+#endif
 shared float red_key[gl_WorkGroupSize.x];
 shared uint red_idx[gl_WorkGroupSize.x];
 shared uint red_pick;
@@ -80,17 +83,17 @@ void workgroup_argmin(float key, uint idx) {
     const uint lid = gl_LocalInvocationID.x;
     red_key[lid] = key;
     red_idx[lid] = idx;
-    barrier();
+    WG_BARRIER();
     for (uint stride = gl_WorkGroupSize.x >> 1u; stride > 0u; stride >>= 1u) {
         if (lid < stride && less(red_key[lid + stride], red_idx[lid + stride], red_key[lid], red_idx[lid])) {
             red_key[lid] = red_key[lid + stride];
             red_idx[lid] = red_idx[lid + stride];
         }
-        barrier();
+        WG_BARRIER();
     }
     if (lid == 0u) {
         red_pick = red_idx[0];
         red_pick_key = red_key[0];
     }
-    barrier();
+    WG_BARRIER();
 }

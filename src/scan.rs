@@ -376,8 +376,8 @@ impl ScanJob {
         opts: &ScanOptions,
         kernel: ScanKernel,
     ) -> Result<ScanJob> {
-        let plan = Plan::new(table, starts, opts, kernel)?;
-        let pipes = Pipelines::new(table, &plan)?;
+        let mut plan = Plan::new(table, starts, opts, kernel)?;
+        let pipes = Pipelines::new(table, &mut plan)?;
         let ctx = table.context();
         let batch = Batch::new(ctx, starts, plan.seq_len)?;
         let (state, set) = State::new(table, &batch, &plan)?;
@@ -439,6 +439,28 @@ impl ScanJob {
     /// resumed); `None` for the other kernels.
     pub fn filter_stats(&self) -> Result<Option<FilterStats>> {
         self.state.filter_stats(self.table.context())
+    }
+
+    /// A check of a filter-and-judge kernel's products: filter block (0, 0) of the current
+    /// step scores its pairs as the filter does and, beside each, with plain fp32 arithmetic on
+    /// the same fp16 operands; returns the (filter, reference) pairs, sequences × candidates of
+    /// one block, row-major (empty for the other kernels). It overwrites band records the next
+    /// step rewrites; call it between steps. Needs a batch of at least 16 sequences (the band
+    /// buffer holds the pairs).
+    #[doc(hidden)]
+    pub fn filter_probe(&mut self) -> Result<Vec<(f32, f32)>> {
+        if !self.kernel.is_filter() {
+            return Ok(Vec::new());
+        }
+        let pairs = self.kernel.block_m(0) * self.kernel.block_n();
+        if !self.state.probe_fits(pairs) {
+            return Err(Error::Invalid(format!(
+                "filter probe: the band buffer of this job is smaller than {pairs} pairs; use more sequences"
+            )));
+        }
+        let ctx = self.table.context().clone();
+        self.rec.probe(&ctx, &self.table, &self.rec.scan_spec.clone(), self.kernel)?;
+        self.state.probe_pairs(&ctx, pairs)
     }
 
     /// Advance every sequence by up to `n` steps (fewer at the end), in submissions of

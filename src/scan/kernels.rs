@@ -157,6 +157,8 @@ pub(super) struct Plan {
     filter_sizes: Option<[(&'static str, u64); 5]>,
     /// Band capacity and γ scale of the filter-and-judge kernels.
     capacity: u32,
+    /// The candidate scan's specialization constants (set by [`Pipelines::new`]).
+    scan_spec: Vec<u32>,
     gamma_scale: f32,
 }
 
@@ -282,6 +284,7 @@ impl Plan {
             sizes,
             filter_sizes,
             capacity: opts.filter.capacity,
+            scan_spec: Vec::new(),
             gamma_scale: opts.filter.gamma_scale,
         })
     }
@@ -344,7 +347,7 @@ pub(super) struct Pipelines {
 
 impl Pipelines {
     /// Create (or take from the context's cache) the pipelines `plan` runs on `table`.
-    pub(super) fn new(table: &DeviceTable, plan: &Plan) -> Result<Pipelines> {
+    pub(super) fn new(table: &DeviceTable, plan: &mut Plan) -> Result<Pipelines> {
         let ctx = table.context();
         let mut spec = vec![
             plan.wg,
@@ -363,6 +366,7 @@ impl Pipelines {
         }
         let mut gemm_spec = spec.clone();
         gemm_spec[0] = plan.kernel.scan_workgroup();
+        plan.scan_spec = gemm_spec.clone();
         let p = table.precision();
         let make = |shader: &Shader, push: u32, spec: &Vec<u32>| {
             ctx.pipeline(PipelineKey {
@@ -424,6 +428,7 @@ pub(super) struct FilterState {
     fseq: Buffer,
     fseq_bytes: u64,
     _bands: Buffer,
+    bands_bytes: u64,
 }
 
 /// The scan's own per-batch state on the device (the batch's starts and sequences are in its
@@ -460,6 +465,7 @@ impl State {
                     fseq: Buffer::storage(ctx, fseq.0, fseq.1)?,
                     fseq_bytes: fseq.1,
                     _bands: Buffer::storage(ctx, bands.0, bands.1)?,
+                    bands_bytes: bands.1,
                 }),
                 None => None,
             },
@@ -485,6 +491,23 @@ impl State {
         }
         let set = Set::new(ctx, &singles, &[])?;
         Ok((state, set))
+    }
+
+    /// The probe's (score, fp32 reference) pairs: `pairs` of them from the band buffer.
+    pub(super) fn probe_pairs(&self, ctx: &Context, pairs: usize) -> Result<Vec<(f32, f32)>> {
+        let Some(f) = &self.filter else {
+            return Ok(Vec::new());
+        };
+        let bytes = ctx.download(&f._bands, 0, (pairs as u64 * 8).min(f.bands_bytes))?;
+        let v: &[f32] = bytemuck::cast_slice(&bytes);
+        Ok(v.chunks_exact(2).map(|p| (p[0], p[1])).collect())
+    }
+
+    /// Whether the band buffer holds `pairs` probe pairs.
+    pub(super) fn probe_fits(&self, pairs: usize) -> bool {
+        self.filter
+            .as_ref()
+            .is_some_and(|f| f.bands_bytes >= pairs as u64 * 8)
     }
 
     /// The judge's counters summed over the batch (filter-and-judge kernels only).
@@ -568,6 +591,8 @@ pub(super) struct Recorder {
     tiles: Vec<(u32, u32)>,
     /// maxComputeWorkGroupCount[0].
     max_groups: u32,
+    /// The candidate scan's specialization constants (the filter probe's too).
+    pub(super) scan_spec: Vec<u32>,
 }
 
 impl Recorder {
@@ -591,6 +616,7 @@ impl Recorder {
             scan_groups: plan.scan_groups,
             tiles: tile_ranges(table.n(), opts.shape, opts.tile_size, plan.bn),
             max_groups: table.context().caps().max_workgroup_count,
+            scan_spec: plan.scan_spec.clone(),
         }
     }
 
@@ -645,6 +671,32 @@ impl Recorder {
             barrier(dev, cb);
             bind(dev, cb, prep, self.set.set, bytemuck::bytes_of(&push));
             dev.cmd_dispatch(cb, self.batch, 1, 1);
+        })
+    }
+
+    /// Run the filter probe (`scan_filter_probe.comp`) of `kernel` once; `table` is the job's.
+    pub(super) fn probe(&self, ctx: &Context, table: &DeviceTable, plan_spec: &[u32], kernel: ScanKernel) -> Result<()> {
+        let sh = match kernel {
+            ScanKernel::Coopmat => &spirv::SCAN_FILTER_PROBE_TC,
+            _ => &spirv::SCAN_FILTER_PROBE,
+        };
+        let pipe = ctx.pipeline(PipelineKey {
+            spirv: spirv_for(sh, table.precision()),
+            spec: plan_spec.to_vec(),
+            push_bytes: checked_push::<ScanPush>(sh)?,
+        })?;
+        let dev = ctx.device();
+        let push = ScanPush {
+            num_items: self.n,
+            dim: self.d,
+            start_slot: 0,
+            slot_count: 0,
+            tile_size: 0,
+        };
+        ctx.one_shot(|cb| unsafe {
+            barrier(dev, cb);
+            bind(dev, cb, &pipe, self.set.set, bytemuck::bytes_of(&push));
+            dev.cmd_dispatch(cb, 1, 1, 1);
         })
     }
 

@@ -1,0 +1,29 @@
+#version 450
+// A check of the filter's products, not part of a scan: filter block (0, 0) of the current step
+// computes its scores as the filter does (tensor cores with COOPMAT) and, beside each, the same
+// product ĉ·ê in plain fp32 arithmetic; (score, reference) pairs go to the band buffer, which
+// the next filter dispatch overwrites. ScanJob::filter_probe reads them back.
+#define FILTER_BLOCK 1
+#include "filter_common.glsl"
+
+layout(push_constant) uniform Push {
+    uint num_items;
+    uint dim;
+    uint start_slot;
+    uint slot_count;
+    uint tile_size;
+} pc;
+
+#include "filter_block.glsl"
+
+void main() {
+    if (pc.dim != DIM) return;  // the host validated it; never taken
+    block_scores(0u, 0u);
+    for (uint i = gl_LocalInvocationID.x; i < FBM * FBN; i += FW) {
+        const uint r = i / FBN, c = i % FBN;
+        float acc = 0.0;
+        for (uint d = 0u; d < DP; ++d) acc += float(c16[r * DP + d]) * float(ftab[c * DP + d]);
+        bands[2u * i] = floatBitsToUint(scores[i]);
+        bands[2u * i + 1u] = floatBitsToUint(acc);
+    }
+}
