@@ -282,6 +282,43 @@ fn run() -> Result<(), String> {
                             pairs.len(),
                             &pairs[..4.min(pairs.len())]
                         );
+                        // Block 0's band records against float64 keys of the first step.
+                        let recs = job.filter_probe_bands().map_err(s)?;
+                        let bw = 2 + 2 * a.filter.capacity as usize;
+                        let stored = table.as_stored(p);
+                        let bn = kernel.block_n().min(n);
+                        let (mut missing, mut checked) = (0, 0);
+                        for (i, rec) in recs.chunks(bw).enumerate() {
+                            let c = stored.row(starts[i] as usize);
+                            let key = |x: usize| {
+                                let e = stored.row(x);
+                                let dot: f64 = c.iter().zip(e).map(|(a, b)| *a as f64 * *b as f64).sum();
+                                let norm: f64 = e.iter().map(|v| (*v as f64).powi(2)).sum::<f64>().sqrt();
+                                if norm == 0.0 { 0.0 } else { dot / norm }
+                            };
+                            let best = (0..bn)
+                                .filter(|&x| x != starts[i] as usize)
+                                .min_by(|&x, &y| key(x).total_cmp(&key(y)))
+                                .unwrap();
+                            let cnt = rec[1];
+                            let listed = cnt == u32::MAX
+                                || (0..cnt.min(a.filter.capacity) as usize).any(|j| rec[3 + 2 * j] as usize == best);
+                            checked += 1;
+                            if !listed {
+                                missing += 1;
+                                if missing <= 3 {
+                                    eprintln!(
+                                        "    seq {i}: best {best} key {:e} not in band; bmin {:e} count {cnt} entries {:?}",
+                                        key(best),
+                                        f32::from_bits(rec[0]),
+                                        (0..cnt.min(a.filter.capacity) as usize)
+                                            .map(|j| (f32::from_bits(rec[2 + 2 * j]), rec[3 + 2 * j], key(rec[3 + 2 * j] as usize)))
+                                            .collect::<Vec<_>>()
+                                    );
+                                }
+                            }
+                        }
+                        eprintln!("  probe bands: {missing} of {checked} sequences miss block 0's best");
                     }
                     let t0 = Instant::now();
                     let report = job.run().map_err(s)?;

@@ -2,7 +2,8 @@
 // A check of the filter's products, not part of a scan: filter block (0, 0) of the current step
 // computes its scores as the filter does (tensor cores with COOPMAT) and, beside each, the same
 // product ĉ·ê in plain fp32 arithmetic; (score, reference) pairs go to the band buffer, which
-// the next filter dispatch overwrites. ScanJob::filter_probe reads them back.
+// the next filter dispatch overwrites. ScanJob::filter_probe reads them back. With slot_count 1
+// it runs filter block (0, 0) instead and leaves its band records (ScanJob::filter_probe_bands).
 #define FILTER_BLOCK 1
 #include "filter_common.glsl"
 
@@ -18,6 +19,11 @@ layout(push_constant) uniform Push {
 
 void main() {
     if (pc.dim != DIM) return;  // the host validated it; never taken
+    if (pc.slot_count == 1u) {
+        // Mode 1: filter block (0, 0) as a step would, leaving its band records in place.
+        filter_block(0u, 0u, pc.num_items);
+        return;
+    }
     block_scores(0u, 0u);
     for (uint i = gl_LocalInvocationID.x; i < FBM * FBN; i += FW) {
         const uint r = i / FBN, c = i % FBN;

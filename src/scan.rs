@@ -459,8 +459,31 @@ impl ScanJob {
             )));
         }
         let ctx = self.table.context().clone();
-        self.rec.probe(&ctx, &self.table, &self.rec.scan_spec.clone(), self.kernel)?;
+        self.rec
+            .probe(&ctx, &self.table, &self.rec.scan_spec.clone(), self.kernel, 0)?;
         self.state.probe_pairs(&ctx, pairs)
+    }
+
+    /// Run filter block (0, 0) of the current step as the filter does and return the band
+    /// records of candidate block 0 for the block's sequences (`filter_common.glsl`'s layout:
+    /// best F bits, count, then (F bits, index) pairs). For checking a device; call between
+    /// steps.
+    #[doc(hidden)]
+    pub fn filter_probe_bands(&mut self) -> Result<Vec<u32>> {
+        if !self.kernel.is_filter() {
+            return Ok(Vec::new());
+        }
+        let ctx = self.table.context().clone();
+        self.rec
+            .probe(&ctx, &self.table, &self.rec.scan_spec.clone(), self.kernel, 1)?;
+        let rows = self.kernel.block_m(0).min(self.batch.starts().len());
+        self.state.block0_records(
+            &ctx,
+            rows,
+            self.table.n(),
+            self.kernel.block_n(),
+            self.opts.filter.capacity,
+        )
     }
 
     /// Advance every sequence by up to `n` steps (fewer at the end), in submissions of

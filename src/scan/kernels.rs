@@ -503,6 +503,28 @@ impl State {
         Ok(v.chunks_exact(2).map(|p| (p[0], p[1])).collect())
     }
 
+    /// The band records of block 0 for the first `rows` sequences (N candidates in blocks of
+    /// `bn`, `capacity` entries a record): `rows` × (2 + 2·capacity) words.
+    pub(super) fn block0_records(
+        &self,
+        ctx: &Context,
+        rows: usize,
+        n: usize,
+        bn: usize,
+        capacity: u32,
+    ) -> Result<Vec<u32>> {
+        let Some(f) = &self.filter else {
+            return Ok(Vec::new());
+        };
+        let bw = band_words(capacity);
+        let nb = n.div_ceil(bn) as u64;
+        let regions: Vec<(u64, u64)> = (0..rows as u64)
+            .map(|s| (s * nb * bw * 4, bw * 4))
+            .collect();
+        let bytes = ctx.download_regions(&f._bands, &regions)?;
+        Ok(bytemuck::cast_slice(&bytes).to_vec())
+    }
+
     /// Whether the band buffer holds `pairs` probe pairs.
     pub(super) fn probe_fits(&self, pairs: usize) -> bool {
         self.filter
@@ -675,7 +697,14 @@ impl Recorder {
     }
 
     /// Run the filter probe (`scan_filter_probe.comp`) of `kernel` once; `table` is the job's.
-    pub(super) fn probe(&self, ctx: &Context, table: &DeviceTable, plan_spec: &[u32], kernel: ScanKernel) -> Result<()> {
+    pub(super) fn probe(
+        &self,
+        ctx: &Context,
+        table: &DeviceTable,
+        plan_spec: &[u32],
+        kernel: ScanKernel,
+        mode: u32,
+    ) -> Result<()> {
         let sh = match kernel {
             ScanKernel::Coopmat => &spirv::SCAN_FILTER_PROBE_TC,
             _ => &spirv::SCAN_FILTER_PROBE,
@@ -690,7 +719,7 @@ impl Recorder {
             num_items: self.n,
             dim: self.d,
             start_slot: 0,
-            slot_count: 0,
+            slot_count: mode,
             tile_size: 0,
         };
         ctx.one_shot(|cb| unsafe {
