@@ -5,11 +5,12 @@
 // the block's best F, up to CAP) in `bands`, and re-scores exactly the blocks whose band does not
 // fit (filter_common.glsl has the bound and the argument).
 
-shared float scores[FBM * FBN];  // [sequence][candidate]
+float score_at(uint i) { return scores[i]; }
 shared float part_min[FW];
 shared uint row_cnt[FBM];
 shared uint ovf_rows[FBM];
-shared uint ovf_n;
+shared uint ovf_n4[4];  // ovf_n; 16 bytes like every shared variable here
+#define ovf_n ovf_n4[0]
 
 #ifdef COOPMAT
 #ifndef A_COLMAJOR
@@ -93,7 +94,7 @@ void filter_block(uint bx, uint by, uint n) {
         for (uint j = 0u; j < CPT; ++j) {
             const uint x = x0 + c0 + j;
             if (x < n && !chosen(s, x)) {
-                precise float f = (scores[r * FBN + c0 + j] * gs) * finv[x];
+                precise float f = (score_at(r * FBN + c0 + j) * gs) * finv[x];
                 m = min(m, f);
             }
         }
@@ -111,7 +112,7 @@ void filter_block(uint bx, uint by, uint n) {
         for (uint j = 0u; j < CPT; ++j) {
             const uint x = x0 + c0 + j;
             if (x < n && !chosen(s, x)) {
-                precise float f = (scores[r * FBN + c0 + j] * gs) * finv[x];
+                precise float f = (score_at(r * FBN + c0 + j) * gs) * finv[x];
                 if (f <= limit) {
                     const uint slot = atomicAdd(row_cnt[r], 1u);
                     if (slot < CAP) {

@@ -55,6 +55,14 @@
 #define FW 64u
 #endif
 #define SCAN_BN FBN
+#ifdef FILTER_BLOCK
+// The block's products [sequence][candidate]. NVIDIA's cooperative-matrix stores to shared
+// memory need a 16-byte aligned array (behind 8 bytes of other variables the stored tiles came
+// back shifted), and the driver packs shared variables in an order of its own: so every shared
+// variable of the filter is a multiple of 16 bytes (scan_common.glsl, filter_block.glsl; the
+// workgroup sizes are multiples of 4). ScanJob::filter_probe checks the products on a device.
+shared float scores[FBM * FBN];
+#endif
 #include "scan_common.glsl"
 
 layout(constant_id = 6) const uint DP = 16u;           // D rounded up to 16: the fp16 row stride

@@ -76,8 +76,13 @@ float centroid_add(uint s, uint d, float e) {
 #endif
 shared float red_key[gl_WorkGroupSize.x];
 shared uint red_idx[gl_WorkGroupSize.x];
-shared uint red_pick;
-shared float red_pick_key;
+// Arrays of 4 so that every shared variable is a multiple of 16 bytes: the tensor-core filter's
+// cooperative-matrix stores need a 16-byte aligned array, and the driver packs shared variables
+// in an order of its own (filter_common.glsl).
+shared uint red_pick4[4];
+shared float red_pick_key4[4];
+#define red_pick red_pick4[0]
+#define red_pick_key red_pick_key4[0]
 
 void workgroup_argmin(float key, uint idx) {
     const uint lid = gl_LocalInvocationID.x;

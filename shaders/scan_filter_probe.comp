@@ -29,7 +29,7 @@ void main() {
         const uint r = i / FBN, c = i % FBN;
         float acc = 0.0;
         for (uint d = 0u; d < DP; ++d) acc += float(c16[r * DP + d]) * float(ftab[c * DP + d]);
-        bands[2u * i] = floatBitsToUint(scores[i]);
+        bands[2u * i] = floatBitsToUint(score_at(i));
         bands[2u * i + 1u] = floatBitsToUint(acc);
     }
 }
