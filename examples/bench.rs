@@ -8,7 +8,7 @@
 //! cargo run --release --example bench -- --table FILE [--dim D] [--center] [--starts S]
 //!     [--steps K] [--chunk C] [--label NAME] [--precisions fp32,fp16] [--quick]
 //!     [--shapes untiled,tiled,per-tile] [--kernels block64,block128] [--budget-s S]
-//!     [--capacity C] [--gamma-scale G]
+//!     [--capacity C] [--gamma-scale G] [--probe]
 //!     [--device NAME] [--json OUT.json] [--md OUT.md] [--plot OUT.png] [--best OUT.txt]
 //! cargo run --release --example bench -- --replot RUN.json --plot OUT.png
 //! ```
@@ -370,6 +370,17 @@ fn run() -> Result<(), String> {
                         if identical { "yes" } else { "NO" }
                     );
                     let _ = band;
+                    if a.probe {
+                        // Last: it corrupts the job's state.
+                        let (scan_ns, commit_ns) = job.profile_phases(20).map_err(s)?;
+                        eprintln!(
+                            "  phases: scan/filter {:.1} µs, commit/judge {:.1} µs a step ({:.3} s and {:.3} s over {steps} steps)",
+                            scan_ns / 1e3,
+                            commit_ns / 1e3,
+                            scan_ns * steps as f64 / 1e9,
+                            commit_ns * steps as f64 / 1e9
+                        );
+                    }
                     runs.push(Run {
                         kernel,
                         precision: p,

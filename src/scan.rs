@@ -486,6 +486,26 @@ impl ScanJob {
         )
     }
 
+    /// Where a step's time goes: GPU nanoseconds per dispatch of the candidate scan (or filter)
+    /// and of the commit (or judge), each timed over `reps` back-to-back dispatches at the last
+    /// step. It re-runs the last step's phases on the current state and so corrupts the job
+    /// (later picks would be wrong): call it last, after reading the sequences. For benchmarks.
+    #[doc(hidden)]
+    pub fn profile_phases(&mut self, reps: u32) -> Result<(f64, f64)> {
+        let slot = self.total_steps().max(1) as u32;
+        let dev = self.table.context().device().clone();
+        let rec = &self.rec;
+        let mut out = [0f64; 2];
+        for (phase, o) in out.iter_mut().enumerate() {
+            let sub = &mut self.frames[0].sub;
+            let ns = sub.run("profiling the scan's phases", |cb| unsafe {
+                rec.record_phase(&dev, cb, phase as u32, slot, reps)
+            })?;
+            *o = ns as f64 / reps.max(1) as f64;
+        }
+        Ok((out[0], out[1]))
+    }
+
     /// Advance every sequence by up to `n` steps (fewer at the end), in submissions of
     /// [`ScanOptions::chunk`] steps, two in flight when pipelined. Returns when they are done.
     pub fn step(&mut self, n: usize) -> Result<StepReport> {

@@ -729,6 +729,43 @@ impl Recorder {
         })
     }
 
+    /// Record `reps` dispatches of one phase of a step at `slot` (0: the candidate scan or
+    /// filter, untiled; 1: the commit or judge), barriers between: for timing the phases apart.
+    ///
+    /// # Safety
+    /// `cb` is recording, on the device of this recorder's pipelines.
+    pub(super) unsafe fn record_phase(
+        &self,
+        dev: &ash::Device,
+        cb: vk::CommandBuffer,
+        phase: u32,
+        slot: u32,
+        reps: u32,
+    ) {
+        for _ in 0..reps {
+            if phase == 0 {
+                let push = ScanPush {
+                    num_items: self.n,
+                    dim: self.d,
+                    start_slot: slot,
+                    slot_count: 1,
+                    tile_size: 0,
+                };
+                bind(dev, cb, &self.pipes.scan, self.set.set, bytemuck::bytes_of(&push));
+                dev.cmd_dispatch(cb, self.scan_groups, 1, 1);
+            } else {
+                let push = CommitPush {
+                    num_items: self.n,
+                    dim: self.d,
+                    slot,
+                };
+                bind(dev, cb, &self.pipes.commit, self.set.set, bytemuck::bytes_of(&push));
+                dev.cmd_dispatch(cb, self.batch, 1, 1);
+            }
+            barrier(dev, cb);
+        }
+    }
+
     /// The tiles of `shape` and `tile_size` for the following chunks.
     pub(super) fn set_tiling(&mut self, shape: Shape, tile_size: u32) {
         self.tiles = tile_ranges(self.n as usize, shape, tile_size, self.bn);
