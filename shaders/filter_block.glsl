@@ -6,37 +6,59 @@
 // fit (filter_common.glsl has the bound and the argument).
 
 float score_at(uint i) { return scores[i]; }
-shared float part_min[FW];
-shared uint row_cnt[FBM];
 shared uint ovf_rows[FBM];
+// What the epilogue reads per row and candidate, fetched before the products so that its
+// latency hides behind them: 2^-k and γ per row, finv per candidate, the rows' mask words.
+shared float row_gs[FBM];
+shared float row_g[FBM];
+shared float cand_finv[FBN];
+shared uint row_mask[FBM * (FBN / 32u)];
 shared uint ovf_n4[4];  // ovf_n; 16 bytes like every shared variable here
 #define ovf_n ovf_n4[0]
 
 #ifdef COOPMAT
-#ifndef A_COLMAJOR
-#define A_COLMAJOR false
-#endif
-#ifndef B_COLMAJOR
-#define B_COLMAJOR true
-#endif
-// Four subgroups, each 32 sequences × 64 candidates: 2 × 4 tiles of 16 × 16, fp16 × fp16 → fp32.
-// ĉ (row-major, stride DP) is the left operand, ê (rows of the table = columns of the right
-// operand, stride DP) the right; both padded with zero rows to whole blocks, DP a multiple of 16.
+// Tensor cores: four subgroups, each 32 sequences × 64 candidates (2 × 4 tiles of 16 × 16,
+// fp16 × fp16 → fp32; ĉ the left operand, row-major, ê rows the columns of the right). 16 dims
+// at a time of the block's ĉ rows (64) and ê rows (128) go through shared memory, copied by the whole workgroup with 16-byte loads that are issued one stage ahead
+// (registers), rows padded to 48 bytes so that tile loads hit distinct banks; each subgroup then
+// loads its 2 + 4 tiles of 16 × 16 from there.
+const uint SROW = 3u;  // uvec4s a staged row: 2 of data (16 fp16 values), 1 of padding
+shared uvec4 As4[FBM * SROW];
+shared uvec4 Bs4[FBN * SROW];
+
 void block_scores(uint s0, uint x0) {
+    // The copy duties below are for 128 invocations, 64 × 128 blocks.
+    const uint lid = gl_LocalInvocationID.x;
     const uint sg = gl_SubgroupID;
     const uint r0 = (sg >> 1u) * 32u, cb = (sg & 1u) * 64u;
     fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc00 = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
     fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc01 = acc00, acc02 = acc00, acc03 = acc00;
     fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc10 = acc00, acc11 = acc00, acc12 = acc00, acc13 = acc00;
-    const uint abase = (s0 + r0) * DP, bbase = (x0 + cb) * DP;
+    // Copy duties: A has FBM × 2 uvec4s a stage (one an invocation), B FBN × 2 (two).
+    const uint arow = lid >> 1u, ahalf = lid & 1u;
+    const uint abase = (s0 + arow) * (DP / 8u) + ahalf;
+    const uint bbase0 = (x0 + arow) * (DP / 8u) + ahalf;
+    const uint bbase1 = (x0 + 64u + arow) * (DP / 8u) + ahalf;
+    uvec4 ra = c16_v[abase], rb0 = ftab_v[bbase0], rb1 = ftab_v[bbase1];
     for (uint k = 0u; k < DP; k += 16u) {
+        WG_BARRIER();
+        As4[arow * SROW + ahalf] = ra;
+        Bs4[arow * SROW + ahalf] = rb0;
+        Bs4[(64u + arow) * SROW + ahalf] = rb1;
+        WG_BARRIER();
+        if (k + 16u < DP) {
+            const uint q = (k + 16u) / 8u;
+            ra = c16_v[abase + q];
+            rb0 = ftab_v[bbase0 + q];
+            rb1 = ftab_v[bbase1 + q];
+        }
         fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> a0, a1, b0, b1, b2, b3;
-        coopMatLoadNV(a0, c16, abase + k, DP, A_COLMAJOR);
-        coopMatLoadNV(a1, c16, abase + 16u * DP + k, DP, A_COLMAJOR);
-        coopMatLoadNV(b0, ftab, bbase + k, DP, B_COLMAJOR);
-        coopMatLoadNV(b1, ftab, bbase + 16u * DP + k, DP, B_COLMAJOR);
-        coopMatLoadNV(b2, ftab, bbase + 32u * DP + k, DP, B_COLMAJOR);
-        coopMatLoadNV(b3, ftab, bbase + 48u * DP + k, DP, B_COLMAJOR);
+        coopMatLoadNV(a0, As4, r0 * SROW, SROW, false);
+        coopMatLoadNV(a1, As4, (r0 + 16u) * SROW, SROW, false);
+        coopMatLoadNV(b0, Bs4, cb * SROW, SROW, true);
+        coopMatLoadNV(b1, Bs4, (cb + 16u) * SROW, SROW, true);
+        coopMatLoadNV(b2, Bs4, (cb + 32u) * SROW, SROW, true);
+        coopMatLoadNV(b3, Bs4, (cb + 48u) * SROW, SROW, true);
         acc00 = coopMatMulAddNV(a0, b0, acc00);
         acc01 = coopMatMulAddNV(a0, b1, acc01);
         acc02 = coopMatMulAddNV(a0, b2, acc02);
@@ -75,63 +97,76 @@ void block_scores(uint s0, uint x0) {
 }
 #endif
 
-// Filter block (bx, by) of a step over n candidates: scores, band lists, fallback.
+// Filter block (bx, by) of a step over n candidates: scores, band lists, fallback. One subgroup
+// per sequence row at a time; lane l reads candidates l, l + SG, … (consecutive lanes,
+// consecutive addresses: no shared-memory bank conflicts), the row's best F by subgroupMin, the
+// band's slots by ballot.
 void filter_block(uint bx, uint by, uint n) {
     const uint lid = gl_LocalInvocationID.x;
     const uint s0 = by * FBM, x0 = bx * FBN;
-    block_scores(s0, x0);
-    const uint TPR = FW / FBM, CPT = FBN / TPR;  // invocations a sequence, candidates each
-    const uint r = lid / TPR, c0 = (lid % TPR) * CPT;
-    const uint s = s0 + r;
-    const bool live = s < BATCH;
-    float gs = 0.0, g = 0.0;
-    if (live) {
-        gs = fseq[s].gscale;
-        g = fseq[s].gamma;
+    if (lid == 0u) ovf_n = 0u;
+    const uint MW = FBN / 32u;  // mask words of a block's candidates (x0 is a multiple of 32)
+    for (uint i = lid; i < FBM; i += FW) {
+        const bool ok = s0 + i < BATCH;
+        row_gs[i] = ok ? fseq[s0 + i].gscale : 0.0;
+        row_g[i] = ok ? fseq[s0 + i].gamma : 0.0;
     }
-    float m = INF;
-    if (live) {
-        for (uint j = 0u; j < CPT; ++j) {
-            const uint x = x0 + c0 + j;
-            if (x < n && !chosen(s, x)) {
-                precise float f = (score_at(r * FBN + c0 + j) * gs) * finv[x];
+    for (uint i = lid; i < FBN; i += FW) cand_finv[i] = x0 + i < n ? finv[x0 + i] : 0.0;
+    for (uint i = lid; i < FBM * MW; i += FW) {
+        const uint r = i / MW, w = x0 / 32u + i % MW;
+        // Past the batch or the table: every candidate counts as chosen.
+        row_mask[i] = (s0 + r < BATCH && w < MASK_WORDS) ? mask_g[(s0 + r) * MASK_WORDS + w] : 0xffffffffu;
+    }
+    block_scores(s0, x0);  // ends with a workgroup barrier
+    const uint lane = gl_SubgroupInvocationID, sgs = gl_SubgroupSize;
+    const uint nb = (n + FBN - 1u) / FBN;
+#ifdef FILTER_PROFILE_SCORES_ONLY
+    if (lid < FBM && s0 + lid < BATCH) {
+        bands[((s0 + lid) * nb + bx) * BAND_WORDS] = floatBitsToUint(score_at(lid));
+        bands[((s0 + lid) * nb + bx) * BAND_WORDS + 1u] = 0u;
+    }
+    return;
+#endif
+    for (uint r = gl_SubgroupID; r < FBM; r += gl_NumSubgroups) {
+        const uint s = s0 + r;
+        if (s >= BATCH) break;  // the same r in every lane: uniform in the subgroup
+        const float gs = row_gs[r], g = row_g[r];
+        float m = INF;
+        for (uint c = lane; c < FBN; c += sgs) {
+            const uint x = x0 + c;
+            if (x < n && (row_mask[r * MW + (c >> 5u)] & (1u << (c & 31u))) == 0u) {
+                precise float f = (score_at(r * FBN + c) * gs) * cand_finv[c];
                 m = min(m, f);
             }
         }
-    }
-    part_min[lid] = m;
-    if (lid < FBM) row_cnt[lid] = 0u;
-    if (lid == 0u) ovf_n = 0u;
-    WG_BARRIER();
-    float bmin = INF;
-    for (uint t = 0u; t < TPR; ++t) bmin = min(bmin, part_min[r * TPR + t]);
-    const uint nb = (n + FBN - 1u) / FBN;
-    const uint base = (s * nb + bx) * BAND_WORDS;
-    if (live && bmin < INF) {
+        const float bmin = subgroupMin(m);
         const float limit = bmin + 2.0 * g;
-        for (uint j = 0u; j < CPT; ++j) {
-            const uint x = x0 + c0 + j;
-            if (x < n && !chosen(s, x)) {
-                precise float f = (score_at(r * FBN + c0 + j) * gs) * finv[x];
-                if (f <= limit) {
-                    const uint slot = atomicAdd(row_cnt[r], 1u);
-                    if (slot < CAP) {
-                        bands[base + 2u + 2u * slot] = floatBitsToUint(f);
-                        bands[base + 3u + 2u * slot] = x;
-                    }
-                }
+        const uint base = (s * nb + bx) * BAND_WORDS;
+        uint cnt = 0u;
+        for (uint c = lane; c < FBN; c += sgs) {
+            const uint x = x0 + c;
+            float f = INF;
+            if (x < n && (row_mask[r * MW + (c >> 5u)] & (1u << (c & 31u))) == 0u) {
+                precise float v = (score_at(r * FBN + c) * gs) * cand_finv[c];
+                f = v;
             }
+            const bool in_band = bmin < INF && f <= limit;
+            const uvec4 votes = subgroupBallot(in_band);
+            const uint slot = cnt + subgroupBallotExclusiveBitCount(votes);
+            if (in_band && slot < CAP) {
+                bands[base + 2u + 2u * slot] = floatBitsToUint(f);
+                bands[base + 3u + 2u * slot] = x;
+            }
+            cnt += subgroupBallotBitCount(votes);
         }
-    }
-    WG_BARRIER();
-    if (live && lid % TPR == 0u) {
-        const uint cnt = row_cnt[r];
-        bands[base] = floatBitsToUint(bmin);
-        if (cnt > CAP) {
-            bands[base + 1u] = OVERFLOW;
-            ovf_rows[atomicAdd(ovf_n, 1u)] = r;
-        } else {
-            bands[base + 1u] = cnt;
+        if (lane == 0u) {
+            bands[base] = floatBitsToUint(bmin);
+            if (cnt > CAP) {
+                bands[base + 1u] = OVERFLOW;
+                ovf_rows[atomicAdd(ovf_n, 1u)] = r;
+            } else {
+                bands[base + 1u] = cnt;
+            }
         }
     }
     WG_BARRIER();

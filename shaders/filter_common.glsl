@@ -31,6 +31,10 @@
 // candidates exactly in the filter itself (the fallback) and passes on its exact winner. The
 // judge re-scores the band with the exact chain and takes the (key, index) minimum: today's pick.
 #extension GL_EXT_shader_16bit_storage : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_ballot : require
+#extension GL_EXT_control_flow_attributes : require
 // Only the filter itself (FILTER_BLOCK) uses cooperative matrices and their memory model.
 #if defined(COOPMAT) && defined(FILTER_BLOCK)
 #extension GL_NV_cooperative_matrix : require
@@ -84,6 +88,12 @@ layout(std430, set = 0, binding = 10) buffer FConst {
 };
 // ĉ per sequence (fp16, DP wide, the batch padded with zero rows to whole blocks of FBM).
 layout(std430, set = 0, binding = 11) buffer C16 { float16_t c16[]; };
+#if defined(COOPMAT) && defined(FILTER_BLOCK)
+// The same two buffers seen 16 bytes (8 values) at a time, for the tensor-core filter's copies
+// (DP is a multiple of 16, so rows start on 16-byte boundaries).
+layout(std430, set = 0, binding = 9) readonly buffer FTableV { uvec4 ftab_v[]; };
+layout(std430, set = 0, binding = 11) readonly buffer C16V { uvec4 c16_v[]; };
+#endif
 // Per sequence: the filter scale 2^-k, γ, and counters for the report.
 struct FSeqEntry {
     float gscale;
@@ -123,36 +133,24 @@ float exact_key(uint s, uint x) {
     return key;
 }
 
-// Workgroup-wide max and sum through scan_common's red_key (every invocation gets the result).
-float wg_max(float v) {
-    const uint lid = gl_LocalInvocationID.x;
-    WG_BARRIER();
-    red_key[lid] = v;
-    WG_BARRIER();
-    for (uint stride = gl_WorkGroupSize.x >> 1u; stride > 0u; stride >>= 1u) {
-        if (lid < stride) red_key[lid] = max(red_key[lid], red_key[lid + stride]);
-        WG_BARRIER();
-    }
-    const float r = red_key[0];
-    WG_BARRIER();
-    return r;
+// Workgroup-wide max, min and sum (every invocation gets the result): within each subgroup by
+// subgroup arithmetic, then across subgroups through scan_common's red_key.
+#define WG_REDUCE(NAME, SG_OP, COMBINE) \
+float NAME(float v) { \
+    const uint lid = gl_LocalInvocationID.x; \
+    v = SG_OP(v); \
+    WG_BARRIER(); \
+    if (gl_SubgroupInvocationID == 0u) red_key[gl_SubgroupID] = v; \
+    WG_BARRIER(); \
+    float r = red_key[0]; \
+    for (uint i = 1u; i < gl_NumSubgroups; ++i) r = COMBINE(r, red_key[i]); \
+    WG_BARRIER(); \
+    return r; \
 }
-float wg_min(float v) {
-    return -wg_max(-v);
-}
-float wg_sum(float v) {
-    const uint lid = gl_LocalInvocationID.x;
-    WG_BARRIER();
-    red_key[lid] = v;
-    WG_BARRIER();
-    for (uint stride = gl_WorkGroupSize.x >> 1u; stride > 0u; stride >>= 1u) {
-        if (lid < stride) red_key[lid] = red_key[lid] + red_key[lid + stride];
-        WG_BARRIER();
-    }
-    const float r = red_key[0];
-    WG_BARRIER();
-    return r;
-}
+float add2(float a, float b) { return a + b; }
+WG_REDUCE(wg_max, subgroupMax, max)
+WG_REDUCE(wg_min, subgroupMin, min)
+WG_REDUCE(wg_sum, subgroupAdd, add2)
 
 // The power of two k with max·2^k ∈ [2^13, 2^14) (0 for max = 0), clamped so 2^±k stays normal.
 int scale_exponent(float m) {

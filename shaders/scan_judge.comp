@@ -16,12 +16,58 @@ layout(push_constant) uniform Push {
 shared uint cand[gl_WorkGroupSize.x * CAP];
 shared uint cand_n;
 shared uint ovf_seen;
+shared float cen_s[DIM];  // this sequence's fp32 centroid
+
+// exact_key with the centroid staged in shared memory and the row read eight values ahead of
+// the chain: the same fused multiply-adds in the same order, so the same key.
+float judge_key(uint x) {
+    float acc = 0.0;
+    const uint base = x * DIM;
+    uint d = 0u;
+    for (; d + 8u <= DIM; d += 8u) {
+        float e[8], c[8];
+        [[unroll]] for (uint q = 0u; q < 8u; ++q) {
+            e[q] = float(table[base + d + q]);
+            c[q] = cen_s[d + q];
+        }
+        [[unroll]] for (uint q = 0u; q < 8u; ++q) {
+            precise float v = fma(c[q], e[q], acc);
+            acc = v;
+        }
+    }
+    for (; d < DIM; ++d) {
+        precise float v = fma(cen_s[d], float(table[base + d]), acc);
+        acc = v;
+    }
+    precise float key = acc * inv_norm[x];
+    return key;
+}
+
+// The (key, index) minimum over the workgroup, every invocation gets it: by subgroups, then
+// across subgroups through scan_common's red_key / red_idx.
+void judge_argmin(inout float k, inout uint i) {
+    float mk = subgroupMin(k);
+    uint mi = subgroupMin(k == mk ? i : NO_INDEX);
+    barrier();
+    if (gl_SubgroupInvocationID == 0u) {
+        red_key[gl_SubgroupID] = mk;
+        red_idx[gl_SubgroupID] = mi;
+    }
+    barrier();
+    k = red_key[0];
+    i = red_idx[0];
+    for (uint t = 1u; t < gl_NumSubgroups; ++t) {
+        if (less(red_key[t], red_idx[t], k, i)) { k = red_key[t]; i = red_idx[t]; }
+    }
+    barrier();
+}
 
 void main() {
     const uint s = sequence_slot();
     const uint lid = gl_LocalInvocationID.x;
     const uint n = pc.num_items;
     const uint nb = (n + FBN - 1u) / FBN;
+    for (uint d = lid; d < DIM; d += gl_WorkGroupSize.x) cen_s[d] = cen32[s * DIM + d];
     float m = INF;
     for (uint b = lid; b < nb; b += gl_WorkGroupSize.x) {
         m = min(m, uintBitsToFloat(bands[(s * nb + b) * BAND_WORDS]));
@@ -62,7 +108,7 @@ void main() {
         const uint cn = cand_n;
         for (uint i = lid; i < cn; i += gl_WorkGroupSize.x) {
             const uint x = cand[i];
-            const float k = exact_key(s, x);
+            const float k = judge_key(x);
             if (less(k, x, bk, bi)) { bk = k; bi = x; }
         }
         rescored += cn;
@@ -70,8 +116,8 @@ void main() {
         if (lid == 0u) cand_n = 0u;
         barrier();
     }
-    workgroup_argmin(bk, bi);
-    const uint p = red_pick;
+    judge_argmin(bk, bi);
+    const uint p = bi;
     if (lid == 0u) {
         mask_g[s * MASK_WORDS + (p >> 5u)] |= 1u << (p & 31u);
         seqs[s * SEQ_LEN + pc.slot] = p;

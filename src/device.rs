@@ -647,7 +647,19 @@ impl Context {
             .driver_info_as_c_str()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
+        let subgroup_arithmetic = subgroup
+            .supported_operations
+            .contains(vk::SubgroupFeatureFlags::ARITHMETIC)
+            && subgroup
+                .supported_stages
+                .contains(vk::ShaderStageFlags::COMPUTE)
+            && !disabled("subgroups");
+        // The tensor-core filter also reduces with subgroup arithmetic and ballots.
         let coopmat = has_coopmat_ext
+            && subgroup_arithmetic
+            && subgroup
+                .supported_operations
+                .contains(vk::SubgroupFeatureFlags::BALLOT)
             && coopmat_feature
             && fp16_storage
             && f12.shader_float16 == vk::TRUE
@@ -665,13 +677,7 @@ impl Context {
             api_version: version_string(props.api_version),
             fp16_storage,
             subgroup_size: subgroup.subgroup_size,
-            subgroup_arithmetic: subgroup
-                .supported_operations
-                .contains(vk::SubgroupFeatureFlags::ARITHMETIC)
-                && subgroup
-                    .supported_stages
-                    .contains(vk::ShaderStageFlags::COMPUTE)
-                && !disabled("subgroups"),
+            subgroup_arithmetic,
             buffer_array_indexing,
             shared_memory_bytes: props.limits.max_compute_shared_memory_size,
             max_buffer_range: props.limits.max_storage_buffer_range as u64,

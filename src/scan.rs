@@ -165,8 +165,12 @@ impl ScanKernel {
         );
         match self.resolve() {
             ScanKernel::Block128 => GEMM_BIG_SHARED_BYTES,
-            // scores, per-invocation minima, row counts and overflow rows, the argmin arrays.
-            ScanKernel::Coopmat | ScanKernel::Filter => 4 * (bm * bn + w + 2 * bm + 1 + 2 * w + 2),
+            // scores, overflow rows and count, row scales, bounds and mask words, candidate
+            // finv, the argmin arrays and picks (+ the staged operands of the tensor-core filter).
+            ScanKernel::Coopmat | ScanKernel::Filter => {
+                4 * (bm * bn + bm + 4 + 2 * bm + bm * bn / 32 + bn + 2 * w + 8)
+                    + if self.resolve() == ScanKernel::Coopmat { (bm + bn) * 48 } else { 0 }
+            }
             _ => GEMM_SHARED_BYTES,
         }
     }

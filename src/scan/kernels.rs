@@ -211,6 +211,13 @@ impl Plan {
                     caps.name
                 )));
             }
+            if !caps.subgroup_arithmetic {
+                return Err(Error::Limit(format!(
+                    "the {} scan needs subgroup arithmetic and ballots; {} has none (or DIVERSITY_DISABLE=subgroups)",
+                    kernel.name(),
+                    caps.name
+                )));
+            }
             if kernel == ScanKernel::Coopmat && !caps.coopmat {
                 return Err(Error::Limit(format!(
                     "the coopmat scan needs cooperative matrices (VK_NV_cooperative_matrix, 16x16x16 fp16 -> fp32, 32-lane subgroups); {} has none usable (or DIVERSITY_DISABLE=coopmat)",
