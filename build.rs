@@ -17,11 +17,19 @@ const VARIANTS: &[(&str, &str, Defines)] = &[
     ("scan_big_tile", "scan_tile.comp", &[("BIG", "1")]),
     ("scan_big_commit", "scan_commit.comp", &[("BIG", "1")]),
     ("scan_filter_tc", "scan_filter.comp", &[("COOPMAT", "1")]),
-    ("scan_filter_tc_tile", "scan_filter_tile.comp", &[("COOPMAT", "1")]),
+    (
+        "scan_filter_tc_tile",
+        "scan_filter_tile.comp",
+        &[("COOPMAT", "1")],
+    ),
     ("scan_judge_tc", "scan_judge.comp", &[("COOPMAT", "1")]),
     ("scan_prep_tc", "scan_prep.comp", &[("COOPMAT", "1")]),
     ("scan_ftable_tc", "scan_ftable.comp", &[("COOPMAT", "1")]),
-    ("scan_filter_probe_tc", "scan_filter_probe.comp", &[("COOPMAT", "1")]),
+    (
+        "scan_filter_probe_tc",
+        "scan_filter_probe.comp",
+        &[("COOPMAT", "1")],
+    ),
 ];
 
 fn main() {

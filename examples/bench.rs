@@ -292,9 +292,15 @@ fn run() -> Result<(), String> {
                             let c = stored.row(starts[i] as usize);
                             let key = |x: usize| {
                                 let e = stored.row(x);
-                                let dot: f64 = c.iter().zip(e).map(|(a, b)| *a as f64 * *b as f64).sum();
-                                let norm: f64 = e.iter().map(|v| (*v as f64).powi(2)).sum::<f64>().sqrt();
-                                if norm == 0.0 { 0.0 } else { dot / norm }
+                                let dot: f64 =
+                                    c.iter().zip(e).map(|(a, b)| *a as f64 * *b as f64).sum();
+                                let norm: f64 =
+                                    e.iter().map(|v| (*v as f64).powi(2)).sum::<f64>().sqrt();
+                                if norm == 0.0 {
+                                    0.0
+                                } else {
+                                    dot / norm
+                                }
                             };
                             let best = (0..bn)
                                 .filter(|&x| x != starts[i] as usize)
@@ -302,7 +308,8 @@ fn run() -> Result<(), String> {
                                 .unwrap();
                             let cnt = rec[1];
                             let listed = cnt == u32::MAX
-                                || (0..cnt.min(a.filter.capacity) as usize).any(|j| rec[3 + 2 * j] as usize == best);
+                                || (0..cnt.min(a.filter.capacity) as usize)
+                                    .any(|j| rec[3 + 2 * j] as usize == best);
                             checked += 1;
                             if !listed {
                                 missing += 1;
@@ -318,7 +325,9 @@ fn run() -> Result<(), String> {
                                 }
                             }
                         }
-                        eprintln!("  probe bands: {missing} of {checked} sequences miss block 0's best");
+                        eprintln!(
+                            "  probe bands: {missing} of {checked} sequences miss block 0's best"
+                        );
                     }
                     let t0 = Instant::now();
                     let report = job.run().map_err(s)?;

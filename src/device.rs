@@ -701,8 +701,8 @@ impl Context {
             .host_query_reset(timestamps)
             .shader_float16(coopmat)
             .vulkan_memory_model(coopmat);
-        let mut en_cm = vk::PhysicalDeviceCooperativeMatrixFeaturesNV::default()
-            .cooperative_matrix(true);
+        let mut en_cm =
+            vk::PhysicalDeviceCooperativeMatrixFeaturesNV::default().cooperative_matrix(true);
         let mut dev_exts = Vec::new();
         if has_budget {
             dev_exts.push(ash::ext::memory_budget::NAME.as_ptr());

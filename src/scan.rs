@@ -169,7 +169,11 @@ impl ScanKernel {
             // finv, the argmin arrays and picks (+ the staged operands of the tensor-core filter).
             ScanKernel::Coopmat | ScanKernel::Filter => {
                 4 * (bm * bn + bm + 4 + 2 * bm + bm * bn / 32 + bn + 2 * w + 8)
-                    + if self.resolve() == ScanKernel::Coopmat { (bm + bn) * 48 } else { 0 }
+                    + if self.resolve() == ScanKernel::Coopmat {
+                        (bm + bn) * 48
+                    } else {
+                        0
+                    }
             }
             _ => GEMM_SHARED_BYTES,
         }
@@ -463,8 +467,13 @@ impl ScanJob {
             )));
         }
         let ctx = self.table.context().clone();
-        self.rec
-            .probe(&ctx, &self.table, &self.rec.scan_spec.clone(), self.kernel, 0)?;
+        self.rec.probe(
+            &ctx,
+            &self.table,
+            &self.rec.scan_spec.clone(),
+            self.kernel,
+            0,
+        )?;
         self.state.probe_pairs(&ctx, pairs)
     }
 
@@ -478,8 +487,13 @@ impl ScanJob {
             return Ok(Vec::new());
         }
         let ctx = self.table.context().clone();
-        self.rec
-            .probe(&ctx, &self.table, &self.rec.scan_spec.clone(), self.kernel, 1)?;
+        self.rec.probe(
+            &ctx,
+            &self.table,
+            &self.rec.scan_spec.clone(),
+            self.kernel,
+            1,
+        )?;
         let rows = self.kernel.block_m(0).min(self.batch.starts().len());
         self.state.block0_records(
             &ctx,
@@ -608,6 +622,20 @@ impl ScanJob {
         len: usize,
         opts: &ScanOptions,
     ) -> Result<ScanJob> {
+        ScanJob::resume_with_kernel(dtable, table, starts, prefixes, len, opts, ScanKernel::Auto)
+    }
+
+    /// [`ScanJob::resume`] with a chosen scan kernel (the continued sequences are the same bits
+    /// whichever kernel computed the prefixes and whichever continues them).
+    pub fn resume_with_kernel(
+        dtable: &DeviceTable,
+        table: &Table,
+        starts: &[u32],
+        prefixes: &[u32],
+        len: usize,
+        opts: &ScanOptions,
+        kernel: ScanKernel,
+    ) -> Result<ScanJob> {
         let (n, d) = (dtable.n(), dtable.d());
         if table.n() != n || table.d() != d {
             return Err(Error::Invalid(format!(
@@ -616,7 +644,7 @@ impl ScanJob {
                 table.d()
             )));
         }
-        let mut job = ScanJob::new(dtable, starts, opts)?;
+        let mut job = ScanJob::with_kernel(dtable, starts, opts, kernel)?;
         // Checks the prefixes (each a prefix of its start's sequence, in range, no repeats).
         job.batch.resume(n, prefixes, len)?;
         job.state.resume(dtable, table, prefixes, len)?;

@@ -698,5 +698,8 @@ fn scan_kernel_names_parse() {
         caps.coopmat = true;
         assert_eq!(ScanKernel::Auto.for_batch(&caps, 5), ScanKernel::Coopmat);
     }
-    assert_eq!(ScanKernel::Block64.for_batch(&caps, 5000), ScanKernel::Block64);
+    assert_eq!(
+        ScanKernel::Block64.for_batch(&caps, 5000),
+        ScanKernel::Block64
+    );
 }

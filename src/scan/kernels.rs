@@ -758,7 +758,13 @@ impl Recorder {
                     slot_count: 1,
                     tile_size: 0,
                 };
-                bind(dev, cb, &self.pipes.scan, self.set.set, bytemuck::bytes_of(&push));
+                bind(
+                    dev,
+                    cb,
+                    &self.pipes.scan,
+                    self.set.set,
+                    bytemuck::bytes_of(&push),
+                );
                 dev.cmd_dispatch(cb, self.scan_groups, 1, 1);
             } else {
                 let push = CommitPush {
@@ -766,7 +772,13 @@ impl Recorder {
                     dim: self.d,
                     slot,
                 };
-                bind(dev, cb, &self.pipes.commit, self.set.set, bytemuck::bytes_of(&push));
+                bind(
+                    dev,
+                    cb,
+                    &self.pipes.commit,
+                    self.set.set,
+                    bytemuck::bytes_of(&push),
+                );
                 dev.cmd_dispatch(cb, self.batch, 1, 1);
             }
             barrier(dev, cb);
