@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The test command (README.md, .ci/run): installs what is missing, checks formatting and lints,
 # runs every Rust test on the machine's Vulkan device (lavapipe without a GPU) with validation
-# layers on, the scan and filter tests once more with lavapipe's subgroup size at 4, then builds the LuaJIT
-# module and runs the busted specs under LuaJIT against it.
+# layers on, the scan and filter tests once more with lavapipe's subgroup size at 4, then builds
+# the LuaJIT module and runs the busted specs under LuaJIT against it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup-debian.sh
@@ -14,9 +14,11 @@ LP_NATIVE_VECTOR_WIDTH=128 cargo test --release --test scan --test filter --test
 # The benchmark program must keep working: a tiny run on the bundled data.
 cargo run --release --quiet --example bench -- --table data/fortunes-2k.npy --starts 16 \
   --steps 2 --chunk 1 --quick --label "CI smoke" --plot "$(mktemp -d)/smoke.png" >/dev/null
+smoke_log=$(mktemp)
 cargo run --release --quiet --example bench -- --table data/fortunes-2k.npy --starts 16 \
-  --steps 2 --chunk 1 --quick --kernels block64,filter --probe --label "CI smoke" 2>&1 |
-  grep -q "same bits: yes  band mean" || { echo "bench --kernels filter: no band statistics" >&2; exit 1; }
+  --steps 2 --chunk 1 --quick --kernels block64,filter --probe --label "CI smoke" >"$smoke_log" 2>&1
+grep -q "same bits: yes  band mean" "$smoke_log" || { cat "$smoke_log" >&2; echo "bench --kernels filter: no same-bits band line" >&2; exit 1; }
+rm -f "$smoke_log"
 cargo run --release --quiet --example bench_gram -- --table data/fortunes-2k.npy --starts 8 \
   --steps 20 --wg 32,64 --placements registers,memory --compensated 1,0 --spd 0,1 --oracle 2 \
   --e2e "$(mktemp -d)/e2e.json" --label "CI smoke" >/dev/null
