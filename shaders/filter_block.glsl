@@ -127,45 +127,56 @@ void filter_block(uint bx, uint by, uint n) {
     }
     return;
 #endif
-    for (uint r = gl_SubgroupID; r < FBM; r += gl_NumSubgroups) {
-        const uint s = s0 + r;
-        if (s >= BATCH) break;  // the same r in every lane: uniform in the subgroup
-        const float gs = row_gs[r], g = row_g[r];
-        float m = INF;
-        for (uint c = lane; c < FBN; c += sgs) {
-            const uint x = x0 + c;
-            if (x < n && (row_mask[r * MW + (c >> 5u)] & (1u << (c & 31u))) == 0u) {
-                precise float f = (score_at(r * FBN + c) * gs) * cand_finv[c];
-                m = min(m, f);
+    // RG rows a subgroup at a time: their loads and reductions are independent, so their
+    // latencies overlap.
+    const uint RG = 4u;
+    for (uint rb = gl_SubgroupID * RG; rb < FBM; rb += gl_NumSubgroups * RG) {
+        float bmin[RG];
+        [[unroll]] for (uint q = 0u; q < RG; ++q) {
+            const uint r = rb + q;
+            float m = INF;
+            if (s0 + r < BATCH) {
+                const float gs = row_gs[r];
+                for (uint c = lane; c < FBN; c += sgs) {
+                    if (x0 + c < n && (row_mask[r * MW + (c >> 5u)] & (1u << (c & 31u))) == 0u) {
+                        precise float f = (score_at(r * FBN + c) * gs) * cand_finv[c];
+                        m = min(m, f);
+                    }
+                }
             }
+            bmin[q] = subgroupMin(m);
         }
-        const float bmin = subgroupMin(m);
-        const float limit = bmin + 2.0 * g;
-        const uint base = (s * nb + bx) * BAND_WORDS;
-        uint cnt = 0u;
-        for (uint c = lane; c < FBN; c += sgs) {
-            const uint x = x0 + c;
-            float f = INF;
-            if (x < n && (row_mask[r * MW + (c >> 5u)] & (1u << (c & 31u))) == 0u) {
-                precise float v = (score_at(r * FBN + c) * gs) * cand_finv[c];
-                f = v;
+        [[unroll]] for (uint q = 0u; q < RG; ++q) {
+            const uint r = rb + q, s = s0 + r;
+            if (s >= BATCH) continue;  // the same in every lane
+            const float gs = row_gs[r];
+            const float limit = bmin[q] + 2.0 * row_g[r];
+            const uint base = (s * nb + bx) * BAND_WORDS;
+            uint cnt = 0u;
+            for (uint c = lane; c < FBN; c += sgs) {
+                const uint x = x0 + c;
+                float f = INF;
+                if (x < n && (row_mask[r * MW + (c >> 5u)] & (1u << (c & 31u))) == 0u) {
+                    precise float v = (score_at(r * FBN + c) * gs) * cand_finv[c];
+                    f = v;
+                }
+                const bool in_band = bmin[q] < INF && f <= limit;
+                const uvec4 votes = subgroupBallot(in_band);
+                const uint slot = cnt + subgroupBallotExclusiveBitCount(votes);
+                if (in_band && slot < CAP) {
+                    bands[base + 2u + 2u * slot] = floatBitsToUint(f);
+                    bands[base + 3u + 2u * slot] = x;
+                }
+                cnt += subgroupBallotBitCount(votes);
             }
-            const bool in_band = bmin < INF && f <= limit;
-            const uvec4 votes = subgroupBallot(in_band);
-            const uint slot = cnt + subgroupBallotExclusiveBitCount(votes);
-            if (in_band && slot < CAP) {
-                bands[base + 2u + 2u * slot] = floatBitsToUint(f);
-                bands[base + 3u + 2u * slot] = x;
-            }
-            cnt += subgroupBallotBitCount(votes);
-        }
-        if (lane == 0u) {
-            bands[base] = floatBitsToUint(bmin);
-            if (cnt > CAP) {
-                bands[base + 1u] = OVERFLOW;
-                ovf_rows[atomicAdd(ovf_n, 1u)] = r;
-            } else {
-                bands[base + 1u] = cnt;
+            if (lane == 0u) {
+                bands[base] = floatBitsToUint(bmin[q]);
+                if (cnt > CAP) {
+                    bands[base + 1u] = OVERFLOW;
+                    ovf_rows[atomicAdd(ovf_n, 1u)] = r;
+                } else {
+                    bands[base + 1u] = cnt;
+                }
             }
         }
     }

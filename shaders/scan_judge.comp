@@ -17,6 +17,33 @@ shared uint cand[gl_WorkGroupSize.x * CAP];
 shared uint cand_n;
 shared uint ovf_seen;
 shared float cen_s[DIM];  // this sequence's fp32 centroid
+// Candidate rows staged JR at a time (the host sizes JR to the shared memory; 0: read in place).
+layout(constant_id = 9) const uint JR = 4u;
+shared float rows_s[(JR + (JR == 0u ? 1u : 0u)) * DIM];
+
+// judge_key for the row staged at rows_s[j]: both operands in shared memory.
+float staged_key(uint j, uint x) {
+    float acc = 0.0;
+    const uint base = j * DIM;
+    uint d = 0u;
+    for (; d + 8u <= DIM; d += 8u) {
+        float e[8], c[8];
+        [[unroll]] for (uint q = 0u; q < 8u; ++q) {
+            e[q] = rows_s[base + d + q];
+            c[q] = cen_s[d + q];
+        }
+        [[unroll]] for (uint q = 0u; q < 8u; ++q) {
+            precise float v = fma(c[q], e[q], acc);
+            acc = v;
+        }
+    }
+    for (; d < DIM; ++d) {
+        precise float v = fma(cen_s[d], rows_s[base + d], acc);
+        acc = v;
+    }
+    precise float key = acc * inv_norm[x];
+    return key;
+}
 
 // exact_key with the centroid staged in shared memory and the row read eight values ahead of
 // the chain: the same fused multiply-adds in the same order, so the same key.
@@ -106,10 +133,28 @@ void main() {
         }
         barrier();
         const uint cn = cand_n;
-        for (uint i = lid; i < cn; i += gl_WorkGroupSize.x) {
-            const uint x = cand[i];
-            const float k = judge_key(x);
-            if (less(k, x, bk, bi)) { bk = k; bi = x; }
+        if (JR == 0u) {
+            for (uint i = lid; i < cn; i += gl_WorkGroupSize.x) {
+                const uint x = cand[i];
+                const float k = judge_key(x);
+                if (less(k, x, bk, bi)) { bk = k; bi = x; }
+            }
+        } else {
+            // JR rows at a time: copied by the whole workgroup (coalesced), then one chain each.
+            for (uint g0 = 0u; g0 < cn; g0 += JR) {
+                const uint g = min(JR, cn - g0);
+                for (uint i = lid; i < g * DIM; i += gl_WorkGroupSize.x) {
+                    const uint j = i / DIM;
+                    rows_s[i] = float(table[cand[g0 + j] * DIM + (i - j * DIM)]);
+                }
+                barrier();
+                if (lid < g) {
+                    const uint x = cand[g0 + lid];
+                    const float k = staged_key(lid, x);
+                    if (less(k, x, bk, bi)) { bk = k; bi = x; }
+                }
+                barrier();
+            }
         }
         rescored += cn;
         barrier();

@@ -157,6 +157,8 @@ pub(super) struct Plan {
     filter_sizes: Option<[(&'static str, u64); 5]>,
     /// Band capacity and γ scale of the filter-and-judge kernels.
     capacity: u32,
+    /// Candidate rows the judge stages in shared memory at a time (0: read in place).
+    judge_staged_rows: u32,
     /// The candidate scan's specialization constants (set by [`Pipelines::new`]).
     scan_spec: Vec<u32>,
     gamma_scale: f32,
@@ -171,7 +173,17 @@ impl Plan {
         kernel: ScanKernel,
     ) -> Result<Plan> {
         let caps = table.context().caps();
-        let kernel = kernel.for_batch(caps, starts.len());
+        let asked = kernel;
+        let mut kernel = kernel.for_batch(caps, starts.len());
+        // Auto falls back to the fp32 kernels where the filter kernels cannot run this table.
+        if asked == ScanKernel::Auto
+            && kernel.is_filter()
+            && judge_rows(caps, table.d(), 128, opts.filter.capacity).is_err()
+        {
+            let mut plain = caps.clone();
+            plain.coopmat = false;
+            kernel = ScanKernel::Auto.for_batch(&plain, starts.len());
+        }
         let (n, d) = (table.n(), table.d());
         check_starts(starts, n)?;
         let batch = starts.len();
@@ -185,6 +197,8 @@ impl Plan {
         let wg = match opts.workgroup_size {
             Some(w) => w,
             None if crate::device::is_cpu_device(caps) => 64,
+            // The judge: one sequence a workgroup, mostly reductions and a few serial chains.
+            None if kernel.is_filter() => 128,
             None => 256,
         }
         .min(caps.max_workgroup_invocations);
@@ -257,8 +271,10 @@ impl Plan {
         let filter_sizes = kernel
             .is_filter()
             .then(|| filter_buffer_bytes(n, d, bn, bm, batch, opts.filter.capacity));
+        let mut judge_staged_rows = 0;
         if kernel.is_filter() {
             check_filter_loops(caps, n, d, bn, bm, scan_wg, wg, opts.filter.capacity)?;
+            judge_staged_rows = judge_rows(caps, d, wg, opts.filter.capacity)?;
         }
         for (what, bytes) in sizes.iter().chain(filter_sizes.iter().flatten()).copied() {
             if bytes > caps.max_buffer_range {
@@ -291,10 +307,40 @@ impl Plan {
             sizes,
             filter_sizes,
             capacity: opts.filter.capacity,
+            judge_staged_rows,
             scan_spec: Vec::new(),
             gamma_scale: opts.filter.gamma_scale,
         })
     }
+}
+
+/// The candidate rows the judge (`scan_judge.comp`, `wg` invocations) stages in shared memory at
+/// a time for D dims: up to 4 where they fit beside the centroid, its candidate list and the
+/// reductions; 0 (read in place, one chain an invocation) on a device that caps loop iterations,
+/// where staging would put every chain of a round on a few invocations. An error when even the
+/// centroid does not fit.
+fn judge_rows(
+    caps: &crate::device::Capabilities,
+    d: usize,
+    wg: u32,
+    capacity: u32,
+) -> Result<u32> {
+    let (d, w) = (d as u64, wg as u64);
+    let fixed = 4 * d + 4 * w * capacity as u64 + 8 * w + 64;
+    let room = (caps.shared_memory_bytes as u64).saturating_sub(fixed) / (4 * d);
+    if room == 0 {
+        return Err(Error::Limit(format!(
+            "the filter scan's judge needs {} bytes of shared memory for D = {d}; {} has {} (maxComputeSharedMemorySize)",
+            fixed + 4 * d,
+            caps.name,
+            caps.shared_memory_bytes
+        )));
+    }
+    Ok(if caps.loop_limit.is_some() {
+        0
+    } else {
+        room.min(4) as u32
+    })
 }
 
 /// The filter-and-judge kernels' loops per invocation, from above, against a device that caps
@@ -369,6 +415,7 @@ impl Pipelines {
                 padded_dim(table.d()) as u32,
                 plan.capacity,
                 plan.gamma_scale.to_bits(),
+                plan.judge_staged_rows,
             ]);
         }
         let mut gemm_spec = spec.clone();
