@@ -1,11 +1,11 @@
 // One block of the filter (after filter_common.glsl): sequences [by·FBM, +FBM) × candidates
-// [bx·FBN, +FBN). block_scores() puts the products ĉ·ê of the block into `scores` (tensor cores
+// [bx·FBN, +FBN). block_scores() puts the products ĉ·ê of the block into `smem` (tensor cores
 // with COOPMAT, plain fp32 arithmetic in the stand-in); filter_block() turns them into filter keys
 // F = (score · 2^-k) · finv, keeps each sequence's band (every unchosen candidate within 2γ of
 // the block's best F, up to CAP) in `bands`, and re-scores exactly the blocks whose band does not
 // fit (filter_common.glsl has the bound and the argument).
 
-float score_at(uint i) { return scores[i]; }
+float score_at(uint i) { return uintBitsToFloat(smem[i >> 2u][i & 3u]); }
 shared uint ovf_rows[FBM];
 // What the epilogue reads per row and candidate, fetched before the products so that its
 // latency hides behind them: 2^-k and γ per row, finv per candidate, the rows' mask words.
@@ -18,65 +18,82 @@ shared uint ovf_n4[4];  // ovf_n; 16 bytes like every shared variable here
 
 #ifdef COOPMAT
 // Tensor cores: four subgroups, each 32 sequences × 64 candidates (2 × 4 tiles of 16 × 16,
-// fp16 × fp16 → fp32; ĉ the left operand, row-major, ê rows the columns of the right). 16 dims
-// at a time of the block's ĉ rows (64) and ê rows (128) go through shared memory, copied by the whole workgroup with 16-byte loads that are issued one stage ahead
-// (registers), rows padded to 48 bytes so that tile loads hit distinct banks; each subgroup then
-// loads its 2 + 4 tiles of 16 × 16 from there.
-const uint SROW = 3u;  // uvec4s a staged row: 2 of data (16 fp16 values), 1 of padding
-shared uvec4 As4[FBM * SROW];
-shared uvec4 Bs4[FBN * SROW];
+// fp16 × fp16 → fp32; ĉ the left operand, row-major, ê rows the columns of the right). SK dims
+// at a time of the block's ĉ rows (64) and ê rows (128) go through `smem`, copied by the whole
+// workgroup with 16-byte loads issued one stage ahead (registers); rows are padded to 144 bytes
+// so that the tile loads of a subgroup hit distinct banks. After the last stage the same
+// memory takes the scores.
+const uint SK = 64u;                 // dims a stage
+const uint SROW = SK / 8u + 1u;      // uvec4s a staged row: 8 of data, 1 of padding
+const uint A_OFF = 0u, B_OFF = FBM * SROW;
 
 void block_scores(uint s0, uint x0) {
-    // The copy duties below are for 128 invocations, 64 × 128 blocks.
+    // The copy duties below are for 128 invocations and 64 × 128 blocks: A has 64 × 8 uvec4s a
+    // stage (4 an invocation), B 128 × 8 (8 an invocation).
     const uint lid = gl_LocalInvocationID.x;
     const uint sg = gl_SubgroupID;
     const uint r0 = (sg >> 1u) * 32u, cb = (sg & 1u) * 64u;
+    const uint DQ = DP / 8u;  // uvec4s a row in device memory
     fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc00 = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
     fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc01 = acc00, acc02 = acc00, acc03 = acc00;
     fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc10 = acc00, acc11 = acc00, acc12 = acc00, acc13 = acc00;
-    // Copy duties: A has FBM × 2 uvec4s a stage (one an invocation), B FBN × 2 (two).
-    const uint arow = lid >> 1u, ahalf = lid & 1u;
-    const uint abase = (s0 + arow) * (DP / 8u) + ahalf;
-    const uint bbase0 = (x0 + arow) * (DP / 8u) + ahalf;
-    const uint bbase1 = (x0 + 64u + arow) * (DP / 8u) + ahalf;
-    uvec4 ra = c16_v[abase], rb0 = ftab_v[bbase0], rb1 = ftab_v[bbase1];
-    for (uint k = 0u; k < DP; k += 16u) {
-        WG_BARRIER();
-        As4[arow * SROW + ahalf] = ra;
-        Bs4[arow * SROW + ahalf] = rb0;
-        Bs4[(64u + arow) * SROW + ahalf] = rb1;
-        WG_BARRIER();
-        if (k + 16u < DP) {
-            const uint q = (k + 16u) / 8u;
-            ra = c16_v[abase + q];
-            rb0 = ftab_v[bbase0 + q];
-            rb1 = ftab_v[bbase1 + q];
-        }
-        fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> a0, a1, b0, b1, b2, b3;
-        coopMatLoadNV(a0, As4, r0 * SROW, SROW, false);
-        coopMatLoadNV(a1, As4, (r0 + 16u) * SROW, SROW, false);
-        coopMatLoadNV(b0, Bs4, cb * SROW, SROW, true);
-        coopMatLoadNV(b1, Bs4, (cb + 16u) * SROW, SROW, true);
-        coopMatLoadNV(b2, Bs4, (cb + 32u) * SROW, SROW, true);
-        coopMatLoadNV(b3, Bs4, (cb + 48u) * SROW, SROW, true);
-        acc00 = coopMatMulAddNV(a0, b0, acc00);
-        acc01 = coopMatMulAddNV(a0, b1, acc01);
-        acc02 = coopMatMulAddNV(a0, b2, acc02);
-        acc03 = coopMatMulAddNV(a0, b3, acc03);
-        acc10 = coopMatMulAddNV(a1, b0, acc10);
-        acc11 = coopMatMulAddNV(a1, b1, acc11);
-        acc12 = coopMatMulAddNV(a1, b2, acc12);
-        acc13 = coopMatMulAddNV(a1, b3, acc13);
+    uvec4 ra[4], rb[8];
+    // Stage t's values of this invocation's copy duties into ra / rb (zeros past DP).
+#define FETCH(K0) \
+    [[unroll]] for (uint t = 0u; t < 4u; ++t) { \
+        const uint i = lid + 128u * t, row = i >> 3u, q = i & 7u; \
+        ra[t] = (K0) / 8u + q < DQ ? c16_v[(s0 + row) * DQ + (K0) / 8u + q] : uvec4(0u); \
+    } \
+    [[unroll]] for (uint t = 0u; t < 8u; ++t) { \
+        const uint i = lid + 128u * t, row = i >> 3u, q = i & 7u; \
+        rb[t] = (K0) / 8u + q < DQ ? ftab_v[(x0 + row) * DQ + (K0) / 8u + q] : uvec4(0u); \
     }
-    const uint o = r0 * FBN + cb;
-    coopMatStoreNV(acc00, scores, o, FBN, false);
-    coopMatStoreNV(acc01, scores, o + 16u, FBN, false);
-    coopMatStoreNV(acc02, scores, o + 32u, FBN, false);
-    coopMatStoreNV(acc03, scores, o + 48u, FBN, false);
-    coopMatStoreNV(acc10, scores, o + 16u * FBN, FBN, false);
-    coopMatStoreNV(acc11, scores, o + 16u * FBN + 16u, FBN, false);
-    coopMatStoreNV(acc12, scores, o + 16u * FBN + 32u, FBN, false);
-    coopMatStoreNV(acc13, scores, o + 16u * FBN + 48u, FBN, false);
+    FETCH(0u)
+    for (uint k0 = 0u; k0 < DP; k0 += SK) {
+        WG_BARRIER();
+        [[unroll]] for (uint t = 0u; t < 4u; ++t) {
+            const uint i = lid + 128u * t;
+            smem[A_OFF + (i >> 3u) * SROW + (i & 7u)] = ra[t];
+        }
+        [[unroll]] for (uint t = 0u; t < 8u; ++t) {
+            const uint i = lid + 128u * t;
+            smem[B_OFF + (i >> 3u) * SROW + (i & 7u)] = rb[t];
+        }
+        WG_BARRIER();
+        if (k0 + SK < DP) {
+            FETCH(k0 + SK)
+        }
+        for (uint kk = 0u; kk < SK && k0 + kk < DP; kk += 16u) {
+            const uint kq = kk / 8u;  // in uvec4s
+            fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> a0, a1, b0, b1, b2, b3;
+            coopMatLoadNV(a0, smem, A_OFF + r0 * SROW + kq, SROW, false);
+            coopMatLoadNV(a1, smem, A_OFF + (r0 + 16u) * SROW + kq, SROW, false);
+            coopMatLoadNV(b0, smem, B_OFF + cb * SROW + kq, SROW, true);
+            coopMatLoadNV(b1, smem, B_OFF + (cb + 16u) * SROW + kq, SROW, true);
+            coopMatLoadNV(b2, smem, B_OFF + (cb + 32u) * SROW + kq, SROW, true);
+            coopMatLoadNV(b3, smem, B_OFF + (cb + 48u) * SROW + kq, SROW, true);
+            acc00 = coopMatMulAddNV(a0, b0, acc00);
+            acc01 = coopMatMulAddNV(a0, b1, acc01);
+            acc02 = coopMatMulAddNV(a0, b2, acc02);
+            acc03 = coopMatMulAddNV(a0, b3, acc03);
+            acc10 = coopMatMulAddNV(a1, b0, acc10);
+            acc11 = coopMatMulAddNV(a1, b1, acc11);
+            acc12 = coopMatMulAddNV(a1, b2, acc12);
+            acc13 = coopMatMulAddNV(a1, b3, acc13);
+        }
+    }
+#undef FETCH
+    WG_BARRIER();  // every subgroup is done with the staged operands
+    // The scores, row-major FBN wide, in uvec4s (4 floats).
+    const uint o = (r0 * FBN + cb) / 4u, st = FBN / 4u;
+    coopMatStoreNV(acc00, smem, o, st, false);
+    coopMatStoreNV(acc01, smem, o + 4u, st, false);
+    coopMatStoreNV(acc02, smem, o + 8u, st, false);
+    coopMatStoreNV(acc03, smem, o + 12u, st, false);
+    coopMatStoreNV(acc10, smem, o + 16u * st, st, false);
+    coopMatStoreNV(acc11, smem, o + 16u * st + 4u, st, false);
+    coopMatStoreNV(acc12, smem, o + 16u * st + 8u, st, false);
+    coopMatStoreNV(acc13, smem, o + 16u * st + 12u, st, false);
     WG_BARRIER();
 }
 #else
@@ -91,7 +108,10 @@ void block_scores(uint s0, uint x0) {
             const float e = float(ftab[xb + d]);
             for (uint r = 0u; r < FBM; ++r) acc[r] += float(c16[(s0 + r) * DP + d]) * e;
         }
-        for (uint r = 0u; r < FBM; ++r) scores[r * FBN + c] = acc[r];
+        for (uint r = 0u; r < FBM; ++r) {
+            const uint i = r * FBN + c;
+            smem[i >> 2u][i & 3u] = floatBitsToUint(acc[r]);
+        }
     }
     WG_BARRIER();
 }
@@ -152,22 +172,32 @@ void filter_block(uint bx, uint by, uint n) {
             const float gs = row_gs[r];
             const float limit = bmin[q] + 2.0 * row_g[r];
             const uint base = (s * nb + bx) * BAND_WORDS;
-            uint cnt = 0u;
-            for (uint c = lane; c < FBN; c += sgs) {
-                const uint x = x0 + c;
-                float f = INF;
-                if (x < n && (row_mask[r * MW + (c >> 5u)] & (1u << (c & 31u))) == 0u) {
-                    precise float v = (score_at(r * FBN + c) * gs) * cand_finv[c];
-                    f = v;
+            // Count this lane's band entries, place them after the lower lanes' (few lanes
+            // have any), then write them.
+            uint mine = 0u;
+            if (bmin[q] < INF) {
+                for (uint c = lane; c < FBN; c += sgs) {
+                    if (x0 + c < n && (row_mask[r * MW + (c >> 5u)] & (1u << (c & 31u))) == 0u) {
+                        precise float f = (score_at(r * FBN + c) * gs) * cand_finv[c];
+                        if (f <= limit) ++mine;
+                    }
                 }
-                const bool in_band = bmin[q] < INF && f <= limit;
-                const uvec4 votes = subgroupBallot(in_band);
-                const uint slot = cnt + subgroupBallotExclusiveBitCount(votes);
-                if (in_band && slot < CAP) {
-                    bands[base + 2u + 2u * slot] = floatBitsToUint(f);
-                    bands[base + 3u + 2u * slot] = x;
+            }
+            const uint cnt = subgroupAdd(mine);
+            uint slot = subgroupExclusiveAdd(mine);
+            if (mine > 0u) {
+                for (uint c = lane; c < FBN; c += sgs) {
+                    if (x0 + c < n && (row_mask[r * MW + (c >> 5u)] & (1u << (c & 31u))) == 0u) {
+                        precise float f = (score_at(r * FBN + c) * gs) * cand_finv[c];
+                        if (f <= limit) {
+                            if (slot < CAP) {
+                                bands[base + 2u + 2u * slot] = floatBitsToUint(f);
+                                bands[base + 3u + 2u * slot] = x0 + c;
+                            }
+                            ++slot;
+                        }
+                    }
                 }
-                cnt += subgroupBallotBitCount(votes);
             }
             if (lane == 0u) {
                 bands[base] = floatBitsToUint(bmin[q]);

@@ -60,12 +60,14 @@
 #endif
 #define SCAN_BN FBN
 #ifdef FILTER_BLOCK
-// The block's products [sequence][candidate]. NVIDIA's cooperative-matrix stores to shared
-// memory need a 16-byte aligned array (behind 8 bytes of other variables the stored tiles came
-// back shifted), and the driver packs shared variables in an order of its own: so every shared
-// variable of the filter is a multiple of 16 bytes (scan_common.glsl, filter_block.glsl; the
-// workgroup sizes are multiples of 4). ScanJob::filter_probe checks the products on a device.
-shared float scores[FBM * FBN];
+// The block's products [sequence][candidate] as float bits, 4 a uvec4 (and, in the tensor-core
+// filter, first the staged operands). NVIDIA's cooperative-matrix loads and stores in shared
+// memory need 16-byte alignment (a float array behind 8 bytes of other variables came back
+// shifted by one element), which a uvec4 array has; and since the driver packs shared
+// variables in an order of its own, every shared variable of the filter is a multiple of 16
+// bytes anyway (scan_common.glsl, filter_block.glsl; the workgroup sizes are multiples of 4).
+// ScanJob::filter_probe checks the products on a device.
+shared uvec4 smem[FBM * FBN / 4u];
 #endif
 #include "scan_common.glsl"
 

@@ -319,12 +319,7 @@ impl Plan {
 /// reductions; 0 (read in place, one chain an invocation) on a device that caps loop iterations,
 /// where staging would put every chain of a round on a few invocations. An error when even the
 /// centroid does not fit.
-fn judge_rows(
-    caps: &crate::device::Capabilities,
-    d: usize,
-    wg: u32,
-    capacity: u32,
-) -> Result<u32> {
+fn judge_rows(caps: &crate::device::Capabilities, d: usize, wg: u32, capacity: u32) -> Result<u32> {
     let (d, w) = (d as u64, wg as u64);
     let fixed = 4 * d + 4 * w * capacity as u64 + 8 * w + 64;
     let room = (caps.shared_memory_bytes as u64).saturating_sub(fixed) / (4 * d);
@@ -370,10 +365,13 @@ fn check_filter_loops(
     let log = |x: u64| 64 - x.leading_zeros() as u64;
     let reduce = 2 * log(w) + 4;
     let prepare = 3 * dp.div_ceil(w) + 3 * reduce;
-    // Scores (the stand-in's dims × sequences), two passes over a row's candidates, the
-    // fallback of every row of the block (its candidates over D, then an argmin).
-    let tpr = (sw / bm).max(1);
-    let filter = dp * (bm + 1) + 2 * (bn / tpr) + tpr + bm * (bn.div_ceil(sw) * (d + 1) + reduce);
+    // Scores (the stand-in's dims × sequences), the epilogue, the fallback of every row of the
+    // block (its candidates over D, then an argmin).
+    // The epilogue: up to every row by one subgroup, three passes over its candidates.
+    let lanes = (caps.subgroup_size as u64 / 2).max(1);
+    let _ = sw;
+    let filter =
+        dp * (bm + 1) + 3 * bm * bn.div_ceil(lanes) + bm * (bn.div_ceil(sw) * (d + 1) + reduce);
     crate::device::check_loop_budget(caps, "the scan's filter", filter)?;
     // Rounds of one block header an invocation; each round re-scores up to CAP entries an
     // invocation over D.
