@@ -117,6 +117,23 @@ void block_scores(uint s0, uint x0) {
 }
 #endif
 
+// The filter keys F = (score · 2^-k) · finv of row r's candidates 4cq … 4cq + 3 (INF for a
+// chosen candidate or one past n), from one 16-byte read of the scores.
+vec4 filter_keys(uint r, uint cq, uint x0, uint n) {
+    const uint MW = FBN / 32u;
+    const vec4 sc = uintBitsToFloat(smem[r * (FBN / 4u) + cq]);
+    const uint word = row_mask[r * MW + (cq >> 3u)] >> ((4u * cq) & 31u);
+    const float gs = row_gs[r];
+    vec4 f = vec4(INF);
+    [[unroll]] for (uint j = 0u; j < 4u; ++j) {
+        if (x0 + 4u * cq + j < n && (word & (1u << j)) == 0u) {
+            precise float v = (sc[j] * gs) * cand_finv[4u * cq + j];
+            f[j] = v;
+        }
+    }
+    return f;
+}
+
 // Filter block (bx, by) of a step over n candidates: scores, band lists, fallback. One subgroup
 // per sequence row at a time; lane l reads candidates l, l + SG, … (consecutive lanes,
 // consecutive addresses: no shared-memory bank conflicts), the row's best F by subgroupMin, the
@@ -147,8 +164,8 @@ void filter_block(uint bx, uint by, uint n) {
     }
     return;
 #endif
-    // RG rows a subgroup at a time: their loads and reductions are independent, so their
-    // latencies overlap.
+    // RG rows a subgroup at a time (their loads and reductions are independent, so their
+    // latencies overlap); lane l takes candidates 4l … 4l + 3, 4(l + SG) …: one 16-byte read.
     const uint RG = 4u;
     for (uint rb = gl_SubgroupID * RG; rb < FBM; rb += gl_NumSubgroups * RG) {
         float bmin[RG];
@@ -156,12 +173,9 @@ void filter_block(uint bx, uint by, uint n) {
             const uint r = rb + q;
             float m = INF;
             if (s0 + r < BATCH) {
-                const float gs = row_gs[r];
-                for (uint c = lane; c < FBN; c += sgs) {
-                    if (x0 + c < n && (row_mask[r * MW + (c >> 5u)] & (1u << (c & 31u))) == 0u) {
-                        precise float f = (score_at(r * FBN + c) * gs) * cand_finv[c];
-                        m = min(m, f);
-                    }
+                for (uint cq = lane; cq < FBN / 4u; cq += sgs) {
+                    const vec4 f = filter_keys(r, cq, x0, n);
+                    m = min(m, min(min(f.x, f.y), min(f.z, f.w)));
                 }
             }
             bmin[q] = subgroupMin(m);
@@ -169,30 +183,27 @@ void filter_block(uint bx, uint by, uint n) {
         [[unroll]] for (uint q = 0u; q < RG; ++q) {
             const uint r = rb + q, s = s0 + r;
             if (s >= BATCH) continue;  // the same in every lane
-            const float gs = row_gs[r];
             const float limit = bmin[q] + 2.0 * row_g[r];
             const uint base = (s * nb + bx) * BAND_WORDS;
             // Count this lane's band entries, place them after the lower lanes' (few lanes
             // have any), then write them.
             uint mine = 0u;
             if (bmin[q] < INF) {
-                for (uint c = lane; c < FBN; c += sgs) {
-                    if (x0 + c < n && (row_mask[r * MW + (c >> 5u)] & (1u << (c & 31u))) == 0u) {
-                        precise float f = (score_at(r * FBN + c) * gs) * cand_finv[c];
-                        if (f <= limit) ++mine;
-                    }
+                for (uint cq = lane; cq < FBN / 4u; cq += sgs) {
+                    const vec4 f = filter_keys(r, cq, x0, n);
+                    mine += uint(f.x <= limit) + uint(f.y <= limit) + uint(f.z <= limit) + uint(f.w <= limit);
                 }
             }
             const uint cnt = subgroupAdd(mine);
             uint slot = subgroupExclusiveAdd(mine);
             if (mine > 0u) {
-                for (uint c = lane; c < FBN; c += sgs) {
-                    if (x0 + c < n && (row_mask[r * MW + (c >> 5u)] & (1u << (c & 31u))) == 0u) {
-                        precise float f = (score_at(r * FBN + c) * gs) * cand_finv[c];
-                        if (f <= limit) {
+                for (uint cq = lane; cq < FBN / 4u; cq += sgs) {
+                    const vec4 f = filter_keys(r, cq, x0, n);
+                    [[unroll]] for (uint j = 0u; j < 4u; ++j) {
+                        if (f[j] <= limit) {
                             if (slot < CAP) {
-                                bands[base + 2u + 2u * slot] = floatBitsToUint(f);
-                                bands[base + 3u + 2u * slot] = x0 + c;
+                                bands[base + 2u + 2u * slot] = floatBitsToUint(f[j]);
+                                bands[base + 3u + 2u * slot] = x0 + 4u * cq + j;
                             }
                             ++slot;
                         }
