@@ -167,15 +167,24 @@ float norm_inflation() {
     return 1.0 + 2.384185791e-7 * float(DIM + 8u);
 }
 
-// Per-invocation register slices: invocation lid holds d = lid + t·W for t < PT, when
-// PT·W ≥ DP; the loads of a slice are unrolled, so they are in flight together (loops over D
-// with one load an iteration wait for each in turn).
-const uint PT = 8u;
-bool slices_fit() { return DP <= PT * gl_WorkGroupSize.x; }
-
-// γ and 2^-k of sequence s from Σ(2^k c)² and Σ δc² (filter_common's bound), by invocation 0.
-void filter_finish(uint s, int k, float c2, float dl2) {
-    if (gl_LocalInvocationID.x == 0u) {
+// ĉ, 2^-k and γ of sequence s from its fp32 centroid (cen32), by the whole workgroup.
+void filter_prepare(uint s) {
+    const uint lid = gl_LocalInvocationID.x;
+    float m = 0.0;
+    for (uint d = lid; d < DIM; d += gl_WorkGroupSize.x) m = max(m, abs(cen32[s * DIM + d]));
+    m = wg_max(m);
+    const int k = scale_exponent(m);
+    float c2 = 0.0, dl2 = 0.0;
+    for (uint d = lid; d < DP; d += gl_WorkGroupSize.x) {
+        const float v = d < DIM ? ldexp(cen32[s * DIM + d], k) : 0.0;
+        c16[s * DP + d] = float16_t(v);
+        precise float dd = float(c16[s * DP + d]) - v;  // the stored value, read back
+        c2 += v * v;
+        dl2 += dd * dd;
+    }
+    c2 = wg_sum(c2);
+    dl2 = wg_sum(dl2);
+    if (lid == 0u) {
         const float u = 5.9604644775390625e-8;  // 2^-24
         const float dim = float(DIM);
         const float gd = dim * u / (1.0 - dim * u);
@@ -187,57 +196,4 @@ void filter_finish(uint s, int k, float c2, float dl2) {
         fseq[s].gscale = ldexp(1.0, -k);
         fseq[s].gamma = GAMMA_SCALE * (1.01 * ldexp(g, -k) + ldexp(1.0, -100));
     }
-}
-
-// filter_prepare with the centroid already in this invocation's slice (cv[t] = c at
-// d = lid + t·W, 0 past DIM); needs slices_fit().
-void filter_prepare_slice(uint s, float cv[PT]) {
-    const uint lid = gl_LocalInvocationID.x, W = gl_WorkGroupSize.x;
-    float m = 0.0;
-    [[unroll]] for (uint t = 0u; t < PT; ++t) m = max(m, abs(cv[t]));
-    m = wg_max(m);
-    const int k = scale_exponent(m);
-    float v[PT];
-    [[unroll]] for (uint t = 0u; t < PT; ++t) {
-        const uint d = lid + t * W;
-        v[t] = ldexp(cv[t], k);
-        if (d < DP) c16[s * DP + d] = float16_t(v[t]);
-    }
-    float c2 = 0.0, dl2 = 0.0;
-    [[unroll]] for (uint t = 0u; t < PT; ++t) {
-        const uint d = lid + t * W;
-        if (d < DP) {
-            precise float dd = float(c16[s * DP + d]) - v[t];  // the stored value, read back
-            c2 += v[t] * v[t];
-            dl2 += dd * dd;
-        }
-    }
-    filter_finish(s, k, wg_sum(c2), wg_sum(dl2));
-}
-
-// ĉ, 2^-k and γ of sequence s from its fp32 centroid (cen32), by the whole workgroup.
-void filter_prepare(uint s) {
-    const uint lid = gl_LocalInvocationID.x, W = gl_WorkGroupSize.x;
-    if (slices_fit()) {
-        float cv[PT];
-        [[unroll]] for (uint t = 0u; t < PT; ++t) {
-            const uint d = lid + t * W;
-            cv[t] = d < DIM ? cen32[s * DIM + d] : 0.0;
-        }
-        filter_prepare_slice(s, cv);
-        return;
-    }
-    float m = 0.0;
-    for (uint d = lid; d < DIM; d += W) m = max(m, abs(cen32[s * DIM + d]));
-    m = wg_max(m);
-    const int k = scale_exponent(m);
-    float c2 = 0.0, dl2 = 0.0;
-    for (uint d = lid; d < DP; d += W) {
-        const float v = d < DIM ? ldexp(cen32[s * DIM + d], k) : 0.0;
-        c16[s * DP + d] = float16_t(v);
-        precise float dd = float(c16[s * DP + d]) - v;  // the stored value, read back
-        c2 += v * v;
-        dl2 += dd * dd;
-    }
-    filter_finish(s, k, wg_sum(c2), wg_sum(dl2));
 }

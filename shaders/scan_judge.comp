@@ -94,14 +94,7 @@ void main() {
     const uint lid = gl_LocalInvocationID.x;
     const uint n = pc.num_items;
     const uint nb = (n + FBN - 1u) / FBN;
-    if (slices_fit()) {
-        [[unroll]] for (uint t = 0u; t < PT; ++t) {
-            const uint d = lid + t * gl_WorkGroupSize.x;
-            if (d < DIM) cen_s[d] = cen32[s * DIM + d];
-        }
-    } else {
-        for (uint d = lid; d < DIM; d += gl_WorkGroupSize.x) cen_s[d] = cen32[s * DIM + d];
-    }
+    for (uint d = lid; d < DIM; d += gl_WorkGroupSize.x) cen_s[d] = cen32[s * DIM + d];
     float m = INF;
     for (uint b = lid; b < nb; b += gl_WorkGroupSize.x) {
         m = min(m, uintBitsToFloat(bands[(s * nb + b) * BAND_WORDS]));
@@ -150,14 +143,9 @@ void main() {
             // JR rows at a time: copied by the whole workgroup (coalesced), then one chain each.
             for (uint g0 = 0u; g0 < cn; g0 += JR) {
                 const uint g = min(JR, cn - g0);
-                for (uint i0 = 0u; i0 < g * DIM; i0 += 8u * gl_WorkGroupSize.x) {
-                    [[unroll]] for (uint t = 0u; t < 8u; ++t) {
-                        const uint i = i0 + lid + t * gl_WorkGroupSize.x;
-                        if (i < g * DIM) {
-                            const uint j = i / DIM;
-                            rows_s[i] = float(table[cand[g0 + j] * DIM + (i - j * DIM)]);
-                        }
-                    }
+                for (uint i = lid; i < g * DIM; i += gl_WorkGroupSize.x) {
+                    const uint j = i / DIM;
+                    rows_s[i] = float(table[cand[g0 + j] * DIM + (i - j * DIM)]);
                 }
                 barrier();
                 if (lid < g) {
@@ -184,44 +172,10 @@ void main() {
         fseq[s].overflows += ovf_seen;
         fseq[s].steps += 1u;
     }
-    if (slices_fit()) {
-        // centroid_add on this invocation's slice: every load first, then the same TwoSum
-        // operations, so the running sums and cen32 are those of scan_commit, bit for bit.
-        const uint W = gl_WorkGroupSize.x;
-        float hi[PT], lo[PT], e[PT], cv[PT];
-        [[unroll]] for (uint t = 0u; t < PT; ++t) {
-            const uint d = lid + t * W;
-            hi[t] = 0.0;
-            lo[t] = 0.0;
-            e[t] = 0.0;
-            if (d < DIM) {
-                hi[t] = state[s * 2u * DIM + d];
-                lo[t] = state[s * 2u * DIM + DIM + d];
-                e[t] = float(table[p * DIM + d]);
-            }
-        }
-        [[unroll]] for (uint t = 0u; t < PT; ++t) {
-            const uint d = lid + t * W;
-            cv[t] = 0.0;
-            if (d < DIM) {
-                precise float sum = hi[t] + e[t];
-                precise float bp = sum - hi[t];
-                precise float err = (hi[t] - (sum - bp)) + (e[t] - bp);
-                precise float l = lo[t] + err;
-                state[s * 2u * DIM + d] = sum;
-                state[s * 2u * DIM + DIM + d] = l;
-                precise float v = sum + l;
-                cen32[s * DIM + d] = v;
-                cv[t] = v;
-            }
-        }
-        filter_prepare_slice(s, cv);
-    } else {
-        for (uint d = lid; d < DIM; d += gl_WorkGroupSize.x) {
-            cen32[s * DIM + d] = centroid_add(s, d, float(table[p * DIM + d]));
-        }
-        memoryBarrierBuffer();
-        barrier();
-        filter_prepare(s);
+    for (uint d = lid; d < DIM; d += gl_WorkGroupSize.x) {
+        cen32[s * DIM + d] = centroid_add(s, d, float(table[p * DIM + d]));
     }
+    memoryBarrierBuffer();
+    barrier();
+    filter_prepare(s);
 }
