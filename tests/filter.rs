@@ -48,6 +48,7 @@ fn filter_gives_the_fp32_kernels_bits() {
         ("fortunes", real.clone()),
         ("fortunes centered", real.centered()),
         ("random d=100", random_table(333, 100, 7)),
+        ("random d=600", random_table(260, 600, 5)),
     ];
     for (name, table) in &tables {
         for p in [Precision::Fp32, Precision::Fp16] {
