@@ -167,6 +167,52 @@ void filter_block(uint bx, uint by, uint n) {
     // RG rows a subgroup at a time (their loads and reductions are independent, so their
     // latencies overlap); lane l takes candidates 4l … 4l + 3, 4(l + SG) …: one 16-byte read.
     const uint RG = 4u;
+    if (FBN / 4u <= sgs) {
+        // One 16-byte group of four candidates a lane: the keys stay in registers between the
+        // block minimum and the band.
+        const uint cq = lane;
+        const bool has = cq < FBN / 4u;
+        for (uint rb = gl_SubgroupID * RG; rb < FBM; rb += gl_NumSubgroups * RG) {
+            vec4 f[RG];
+            float bmin[RG];
+            [[unroll]] for (uint q = 0u; q < RG; ++q) {
+                const uint r = rb + q;
+                f[q] = (has && s0 + r < BATCH) ? filter_keys(r, cq, x0, n) : vec4(INF);
+                bmin[q] = subgroupMin(min(min(f[q].x, f[q].y), min(f[q].z, f[q].w)));
+            }
+            [[unroll]] for (uint q = 0u; q < RG; ++q) {
+                const uint r = rb + q, s = s0 + r;
+                if (s >= BATCH) continue;  // the same in every lane
+                const float limit = bmin[q] + 2.0 * row_g[r];
+                // A row with no candidate left (bmin = INF) has an empty band.
+                const bvec4 in_band = bmin[q] < INF ? lessThanEqual(f[q], vec4(limit)) : bvec4(false);
+                const uint mine = uint(in_band.x) + uint(in_band.y) + uint(in_band.z) + uint(in_band.w);
+                const uint cnt = subgroupAdd(mine);
+                uint slot = subgroupExclusiveAdd(mine);
+                const uint base = (s * nb + bx) * BAND_WORDS;
+                if (mine > 0u) {
+                    [[unroll]] for (uint j = 0u; j < 4u; ++j) {
+                        if (in_band[j]) {
+                            if (slot < CAP) {
+                                bands[base + 2u + 2u * slot] = floatBitsToUint(f[q][j]);
+                                bands[base + 3u + 2u * slot] = x0 + 4u * cq + j;
+                            }
+                            ++slot;
+                        }
+                    }
+                }
+                if (lane == 0u) {
+                    bands[base] = floatBitsToUint(bmin[q]);
+                    if (cnt > CAP) {
+                        bands[base + 1u] = OVERFLOW;
+                        ovf_rows[atomicAdd(ovf_n, 1u)] = r;
+                    } else {
+                        bands[base + 1u] = cnt;
+                    }
+                }
+            }
+        }
+    } else
     for (uint rb = gl_SubgroupID * RG; rb < FBM; rb += gl_NumSubgroups * RG) {
         float bmin[RG];
         [[unroll]] for (uint q = 0u; q < RG; ++q) {

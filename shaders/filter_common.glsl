@@ -54,8 +54,11 @@
 #define FBN 128u  // candidates per filter block
 #define FW 128u   // invocations of a filter workgroup: four subgroups of 32
 #else
+// The stand-in: blocks of 32 candidates, so that a subgroup of 8 (lavapipe's) takes one group
+// of four candidates a lane, as the tensor-core filter's 32 lanes do with 128, and a subgroup
+// of 4 two groups (the epilogue's two paths).
 #define FBM 16u
-#define FBN 64u
+#define FBN 32u
 #define FW 64u
 #endif
 #define SCAN_BN FBN

@@ -143,9 +143,15 @@ void main() {
             // JR rows at a time: copied by the whole workgroup (coalesced), then one chain each.
             for (uint g0 = 0u; g0 < cn; g0 += JR) {
                 const uint g = min(JR, cn - g0);
-                for (uint i = lid; i < g * DIM; i += gl_WorkGroupSize.x) {
-                    const uint j = i / DIM;
-                    rows_s[i] = float(table[cand[g0 + j] * DIM + (i - j * DIM)]);
+                // Eight loads an invocation in flight at a time.
+                for (uint i0 = 0u; i0 < g * DIM; i0 += 8u * gl_WorkGroupSize.x) {
+                    [[unroll]] for (uint t = 0u; t < 8u; ++t) {
+                        const uint i = i0 + lid + t * gl_WorkGroupSize.x;
+                        if (i < g * DIM) {
+                            const uint j = i / DIM;
+                            rows_s[i] = float(table[cand[g0 + j] * DIM + (i - j * DIM)]);
+                        }
+                    }
                 }
                 barrier();
                 if (lid < g) {

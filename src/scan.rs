@@ -77,7 +77,7 @@ pub enum ScanKernel {
     /// Needs [`Capabilities::coopmat`].
     Coopmat,
     /// [`ScanKernel::Coopmat`]'s filter and judge with the cooperative-matrix products replaced
-    /// by plain fp32 arithmetic on the same fp16 operands (16 sequences × 64 candidates a
+    /// by plain fp32 arithmetic on the same fp16 operands (16 sequences × 32 candidates a
     /// workgroup): the same bound, bands, fallback and judge on any device with fp16 storage, so
     /// that everything but the tensor-core instructions runs in CI. Slower than Block64.
     Filter,
@@ -130,10 +130,12 @@ impl ScanKernel {
         matches!(self.resolve(), ScanKernel::Coopmat | ScanKernel::Filter)
     }
 
-    /// Candidates per workgroup block (tiles are rounded up to whole blocks): 64 or 128.
+    /// Candidates per workgroup block (tiles are rounded up to whole blocks): 32 (the filter
+    /// stand-in), 64 or 128.
     pub fn block_n(self) -> usize {
         match self.resolve() {
             ScanKernel::Block128 | ScanKernel::Coopmat => 128,
+            ScanKernel::Filter => 32,
             _ => BLOCK_N,
         }
     }

@@ -116,9 +116,11 @@ pub(crate) fn push_constant_size(spirv: &[u8]) -> Option<u32> {
             OP_TYPE_INT | OP_TYPE_FLOAT => {
                 sizes.insert(w[1], w[2] / 8);
             }
+            // Vectors of a sized component (a vector of bools has no size and is skipped).
             OP_TYPE_VECTOR => {
-                let s = *sizes.get(&w[2])?;
-                sizes.insert(w[1], s * w[3]);
+                if let Some(&s) = sizes.get(&w[2]) {
+                    sizes.insert(w[1], s * w[3]);
+                }
             }
             OP_TYPE_STRUCT => {
                 structs.insert(w[1], w[2..].to_vec());

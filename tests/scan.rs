@@ -686,7 +686,7 @@ fn scan_kernel_names_parse() {
     assert_eq!(ScanKernel::Block128.block_n(), 128);
     assert_eq!(ScanKernel::Block64.block_n(), 64);
     assert_eq!(ScanKernel::Coopmat.block_n(), 128);
-    assert_eq!(ScanKernel::Filter.block_n(), 64);
+    assert_eq!(ScanKernel::Filter.block_n(), 32);
     let ctx = ctx();
     let mut caps = ctx.caps().clone();
     // The auto rule (unless DIVERSITY_SCAN_KERNEL names a kernel): the tensor-core filter where
