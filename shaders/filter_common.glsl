@@ -15,9 +15,11 @@
 //   |chain(c·e) − c·e|            ≤ γ_D |c||e|,   γ_D = D·u / (1 − D·u)            (FMA chain)
 //   |c·e − 2^-(k+j) ĉ·ê|          ≤ 2^-k |δc| σ |e| + |c| ρ |e|                    (Cauchy–Schwarz)
 //   |ĉ·ê − tc(ĉ·ê)|               ≤ 8·D·u · |ĉ||ê| ≤ 8·D·u (|c|2^k + |δc|) σ 2^j |e|
-// (the last budgets two units of 2^-23 of the running magnitude per product for accumulation that
-// truncates and aligns to the largest term; a scalar fp32 sum, the stand-in's, is within D·u), and
-// the two final products each add u·|key|. Multiplying by inv (|e|·inv ≤ 1 + 2u):
+// (an fp32 accumulation that truncates instead of rounding loses up to 2^-23 of the running sum of
+// magnitudes per addition, and as much again where it aligns a block of products to the largest
+// before adding: 2^-22·D; NVIDIA does not document its tensor cores' accumulation, so the bound
+// takes twice that. A scalar fp32 sum, the stand-in's, is within D·u), and the two final products
+// each add u·|key|. Multiplying by inv (|e|·inv ≤ 1 + 2u):
 //   |F − K| ≤ γ = 1.01 · [ (γ_D + 2u + 8·D·u·σ_max + ρ_max) |c| + (1 + 8·D·u) σ_max 2^-k |δc| ].
 // The factor 1.01 covers the 1 + 2u's, the fp32 evaluation of |c|, |δc| and γ themselves (each
 // norm is inflated by 1 + 4u(D + 8) first) and the rounding of the band threshold below, which is
@@ -40,7 +42,6 @@
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
-#extension GL_KHR_shader_subgroup_basic : require
 // Under the Vulkan memory model (which the cooperative-matrix instructions bring), barrier()
 // orders only non-private accesses: plain shared-memory loads after it may see stale values.
 // Every workgroup barrier of the filter makes shared and buffer writes available and visible.

@@ -4,7 +4,7 @@
 // chain (fallen-back blocks bring their exact winner), the (key, index) minimum is the pick;
 // record it, mark it chosen, add it to the running sum as scan_commit does, and prepare the
 // next step's ĉ, 2^-k and γ (filter_common.glsl). Compiled twice (build.rs): `scan_judge`
-// (blocks of 64 candidates) and, with COOPMAT, `scan_judge_tc` (blocks of 128).
+// (the stand-in's blocks of 32 candidates) and, with COOPMAT, `scan_judge_tc` (blocks of 128).
 #include "filter_common.glsl"
 
 layout(push_constant) uniform Push {
@@ -169,6 +169,12 @@ void main() {
     }
     judge_argmin(bk, bi);
     const uint p = bi;
+    // Some unchosen candidate always has a finite filter key (steps ≤ N − 1 and finite tables),
+    // so the band is never empty; were it, nothing is written past the buffers.
+    if (p >= n) {
+        if (lid == 0u) seqs[s * SEQ_LEN + pc.slot] = NO_INDEX;
+        return;
+    }
     if (lid == 0u) {
         mask_g[s * MASK_WORDS + (p >> 5u)] |= 1u << (p & 31u);
         seqs[s * SEQ_LEN + pc.slot] = p;
