@@ -169,7 +169,8 @@ impl Default for GramOptions {
 
 /// Bytes of G for N items.
 pub fn gram_bytes(n: usize) -> u64 {
-    (n as u64) * (n as u64) * 4
+    // Saturates: past 2^64 bytes no device holds it anyway (2^31 items wrapped to 0 before).
+    (n as u64).saturating_mul(n as u64).saturating_mul(4)
 }
 
 /// Bytes of one batch's device state and output: (hi, lo) per candidate, the sequences, starts.

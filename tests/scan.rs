@@ -356,6 +356,16 @@ fn bad_starts_are_refused_with_clear_errors() {
         },
     ));
     assert!(m.contains("power of two"), "{m}");
+    // A size past the device's limit is refused, not silently lowered (2^31 ran as 1,024).
+    let m = msg(ScanJob::new(
+        &dt,
+        &[0],
+        &ScanOptions {
+            workgroup_size: Some(1 << 31),
+            ..o.clone()
+        },
+    ));
+    assert!(m.contains("2147483648") && m.contains("at most"), "{m}");
     assert_clean(&ctx);
 }
 

@@ -41,6 +41,10 @@ local function parse(argv)
     local v = value(flag)
     local x = tonumber(v)
     if not x then error("diversity: " .. flag .. " " .. v .. ": not a number", 0) end
+    -- LuaJIT reads "nan" and "inf" as numbers: no option takes them.
+    if x ~= x or x == math.huge or x == -math.huge then
+      error("diversity: " .. flag .. " " .. v .. ": not a finite number", 0)
+    end
     return x
   end
   while i <= #argv do

@@ -266,8 +266,10 @@ function M.parse_shard(spec)
       end
     end
   end
-  if type(n) ~= "number" or n ~= math.floor(n) or n < 1 then
-    bad("the number of shards must be a positive integer")
+  -- Past 2^31 a count is no longer an exact integer everywhere it goes (it printed as
+  -- "1/-9223372036854775808" once): refused, as no run has that many starts to share out.
+  if type(n) ~= "number" or n ~= math.floor(n) or n < 1 or n > 2 ^ 31 then
+    bad("the number of shards must be an integer from 1 to 2^31")
   end
   if type(i) ~= "number" or i ~= math.floor(i) or i < 1 or i > n then
     bad(("the shard must be between 1 and %d (1-based)"):format(n))
@@ -362,6 +364,14 @@ function M.run(opts)
       or opts.host_memory == math.huge) then
     error("diversity: --host-memory must be a positive number of bytes, got "
       .. tostring(opts.host_memory), 0)
+  end
+  -- The watchdog knobs: positive finite numbers (a NaN once passed here and failed only after
+  -- the first probe had run on the device).
+  for _, k in ipairs({ { "target_s", "--target-s" }, { "safety", "--safety" } }) do
+    local v = opts[k[1]]
+    if type(v) ~= "number" or v ~= v or v <= 0 or v == math.huge then
+      error(("diversity: %s must be a positive number, got %s"):format(k[2], tostring(v)), 0)
+    end
   end
   if opts.top_k and (opts.top_k < 0 or opts.top_k ~= math.floor(opts.top_k)) then
     error("diversity: --top-k must be a non-negative integer, got " .. tostring(opts.top_k), 0)

@@ -54,8 +54,48 @@ pub(super) fn int_u32(call: &str, what: &str, v: &Value) -> LuaResult<u32> {
     u32::try_from(x).map_err(|_| msg(call, format!("{what} {x} is too large")))
 }
 
+/// Refuses a Lua table used as an array that is not one: every key an integer 1 … n with no
+/// hole (a `nil` in the middle would silently end `ipairs`-style reading there and drop the
+/// rest). `what` names the array in the error.
+pub(super) fn dense(call: &str, what: &str, t: &LuaTable) -> LuaResult<()> {
+    let len = t.raw_len();
+    let mut count = 0usize;
+    for pair in t.clone().pairs::<Value, Value>() {
+        let (k, _) = pair?;
+        let ok = match k {
+            Value::Integer(i) => i >= 1 && (i as usize) <= len,
+            Value::Number(x) => x >= 1.0 && x.fract() == 0.0 && (x as usize) <= len,
+            _ => false,
+        };
+        if !ok {
+            let shown = match &k {
+                Value::String(s) => format!("{:?}", s.to_string_lossy()),
+                Value::Integer(i) => i.to_string(),
+                Value::Number(x) => x.to_string(),
+                other => format!("a {}", other.type_name()),
+            };
+            return Err(msg(
+                call,
+                format!(
+                    "{what} is not an array: key {shown} (after {len} values, or a hole: a nil \
+                     inside an array ends it early and the values after it would be lost)"
+                ),
+            ));
+        }
+        count += 1;
+    }
+    if count != len {
+        return Err(msg(
+            call,
+            format!("{what} has a hole: {count} values under keys 1 … {len}"),
+        ));
+    }
+    Ok(())
+}
+
 /// A Lua array of integers (0-based indices).
 pub(super) fn int_list(call: &str, what: &str, t: &LuaTable) -> LuaResult<Vec<u32>> {
+    dense(call, what, t)?;
     t.sequence_values::<Value>()
         .enumerate()
         .map(|(i, v)| {

@@ -160,6 +160,7 @@ fn register_merge_caches(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
         "merge_caches",
         lua.create_function(|lua, (out, inputs): (String, LuaTable)| {
             let call = "merge_caches";
+            super::args::dense(call, "the inputs", &inputs)?;
             let inputs = inputs
                 .sequence_values::<String>()
                 .map(|p| Ok(std::path::PathBuf::from(p?)))

@@ -3,7 +3,7 @@
 //! the device table live with their family in `knn.rs`.
 
 use super::args::{int, parse_mode, rows_of_starts, starts_or_all};
-use super::error::LuaCtx;
+use super::error::{msg, LuaCtx};
 use super::handle::Handle;
 use super::job::{gram_only_options, job_options, LJob};
 use super::table::LTable;
@@ -163,7 +163,15 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
     m.set(
         "gram_bytes",
         lua.create_function(|_, n: Value| {
-            Ok(gram::gram_bytes(int("gram_bytes", "n", &n)? as usize))
+            let items = int("gram_bytes", "n", &n)?;
+            match items.checked_mul(items).and_then(|b| b.checked_mul(4)) {
+                // Past 2^53 bytes a Lua number would not hold the size exactly either.
+                Some(b) if b < 1u64 << 53 => Ok(b),
+                _ => Err(msg(
+                    "gram_bytes",
+                    format!("n = {items}: the Gram matrix would need 4·n² bytes, past 2^53"),
+                )),
+            }
         })?,
     )?;
     Ok(())

@@ -61,6 +61,7 @@ pub(super) fn lua_to_json(call: &str, v: Value) -> LuaResult<serde_json::Value> 
 
 /// A Lua array of ids (or any values) as JSON values.
 pub(super) fn json_list(call: &str, t: &LuaTable) -> LuaResult<Vec<serde_json::Value>> {
+    super::args::dense(call, "the list", t)?;
     t.sequence_values::<Value>()
         .map(|v| lua_to_json(call, v?))
         .collect()

@@ -132,6 +132,7 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
                 Option<LuaTable>,
             )| {
                 let call = "knn_index";
+                super::args::dense(call, "the contexts", &ctxs)?;
                 let mut list = Vec::new();
                 for u in ctxs.sequence_values::<LuaAnyUserData>() {
                     let u = u?;

@@ -89,10 +89,12 @@ fn make_table(lua: &Lua, (src, o): (Value, Option<LuaTable>)) -> LuaResult<LTabl
         Value::Table(t) => {
             let first: Value = t.raw_get(1)?;
             if let Value::Table(_) = first {
+                super::args::dense(call, "the rows", &t)?;
                 let mut data = Vec::new();
                 let mut d0 = None;
                 for (i, row) in t.sequence_values::<LuaTable>().enumerate() {
                     let row = row.map_err(|_| msg(call, format!("row {i} is not a table")))?;
+                    super::args::dense(call, &format!("row {i}"), &row)?;
                     let vals: Vec<f32> = row
                         .sequence_values::<f64>()
                         .map(|v| {
@@ -120,6 +122,7 @@ fn make_table(lua: &Lua, (src, o): (Value, Option<LuaTable>)) -> LuaResult<LTabl
                 (data, n, d)
             } else {
                 let d = dim.ok_or_else(|| msg(call, "a flat Lua table needs {dim = D}"))?;
+                super::args::dense(call, "the values", &t)?;
                 let data: Vec<f32> = t
                     .sequence_values::<f64>()
                     .enumerate()

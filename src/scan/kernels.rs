@@ -195,14 +195,14 @@ impl Plan {
         }
         let seq_len = sequence_length(n, opts.steps);
         let wg = match opts.workgroup_size {
+            // A size asked for is used or refused, never changed.
             Some(w) => w,
-            None if crate::device::is_cpu_device(caps) => 64,
+            None if crate::device::is_cpu_device(caps) => 64.min(caps.max_workgroup_invocations),
             // The judge: one sequence a workgroup, mostly reductions and a few serial chains.
-            None if kernel.is_filter() => 128,
-            None => 256,
-        }
-        .min(caps.max_workgroup_invocations);
-        if !wg.is_power_of_two() {
+            None if kernel.is_filter() => 128.min(caps.max_workgroup_invocations),
+            None => 256.min(caps.max_workgroup_invocations),
+        };
+        if !wg.is_power_of_two() || wg > caps.max_workgroup_invocations {
             return Err(Error::Invalid(format!(
                 "workgroup size {wg} must be a power of two (at most {})",
                 caps.max_workgroup_invocations

@@ -118,6 +118,21 @@ describe("diversity (idiomatic API)", function()
       end
     end)
 
+    it("a Lua array with a hole (nil) is refused, not cut short at the hole", function()
+      local holed = { { 1, 2 }, { 3, 4 }, { 5, 6 } }
+      holed[2] = nil
+      H.assert_error({ "rows", "hole" }, diversity.table, holed)
+      local row_hole = { { 1, 2, 3 }, { 4, 5, 6 } }
+      row_hole[1][2] = nil
+      H.assert_error({ "row 0" }, diversity.table, row_hole)
+      local flat_hole = { 1, 2, 3, 4, 5, 6 }
+      flat_hole[3] = nil
+      H.assert_error({ "values" }, diversity.table, flat_hole, { dim = 2 })
+      local with_key = { { 1, 2 }, { 3, 4 } }
+      with_key.extra = { 5, 6 }
+      H.assert_error({ "not an array", "extra" }, diversity.table, with_key)
+    end)
+
     it("a flat Lua array with {dim =}", function()
       local t = diversity.table(flat, { dim = D })
       check_values(t, f32_value)

@@ -77,6 +77,9 @@ describe("gram mode", function()
     assert.are.equal("requested_unfit", code)
     assert.are.equal("requested, but " .. unfit, why)
     assert.are.equal(N * N * 4, diversity.gram_bytes(N))
+    -- 2^31 items once wrapped to 0 bytes; past 2^53 bytes the size is refused, not wrapped.
+    assert.are.equal(4 * 2 ^ 50, diversity.gram_bytes(2 ^ 25))
+    H.assert_error({ "gram_bytes", "2147483648" }, diversity.gram_bytes, 2 ^ 31)
   end)
 
   it("max_batch(..., 'gram') sizes gram batches (the whole table here)", function()

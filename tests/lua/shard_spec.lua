@@ -61,11 +61,15 @@ describe("--shard and merge", function()
     it("parse_shard refuses 0/4, 5/4, 1/0 and junk", function()
       H.assert_error({ "--shard 0/4", "between 1 and 4" }, driver.parse_shard, "0/4")
       H.assert_error({ "--shard 5/4", "between 1 and 4" }, driver.parse_shard, "5/4")
-      H.assert_error({ "--shard 1/0", "positive integer" }, driver.parse_shard, "1/0")
+      H.assert_error({ "--shard 1/0", "integer from 1" }, driver.parse_shard, "1/0")
       H.assert_error({ "--shard junk", "expected i/n" }, driver.parse_shard, "junk")
       H.assert_error({ "--shard 1/2:zigzag", ":strided" }, driver.parse_shard, "1/2:zigzag")
       H.assert_error({ "--shard -1/2", "expected i/n" }, driver.parse_shard, "-1/2")
       H.assert_error({ "--shard 1.5/2", "expected i/n" }, driver.parse_shard, "1.5/2")
+      -- Once written as "1/-9223372036854775808": counts past 2^31 are refused.
+      H.assert_error({ "--shard 1/99999999999999999999", "2^31" }, driver.parse_shard,
+        "1/99999999999999999999")
+      H.assert_error({ "2^31" }, driver.parse_shard, { index = 1, count = 2 ^ 40 })
     end)
 
     it("shard_starts: near-equal consecutive slices, or every n-th position", function()
@@ -227,7 +231,7 @@ print("fnv1a32:%08x" % h)
       for spec, words in pairs {
         ["0/4"] = { "--shard 0/4", "between 1 and 4" },
         ["5/4"] = { "--shard 5/4", "between 1 and 4" },
-        ["1/0"] = { "--shard 1/0", "positive integer" },
+        ["1/0"] = { "--shard 1/0", "integer from 1" },
         ["junk"] = { "--shard junk", "expected i/n" },
         ["2/4:diagonal"] = { "--shard 2/4:diagonal", ":strided" },
       } do
