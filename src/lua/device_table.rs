@@ -8,7 +8,7 @@ use super::handle::Handle;
 use super::job::{gram_only_options, job_options, LJob};
 use super::table::LTable;
 use crate::engine::{Engine, Job, ModeChoice, Prefix};
-use crate::gram::{self, Gram, Mode};
+use crate::gram::{Gram, Mode};
 use mlua::prelude::*;
 use mlua::{UserData, UserDataMethods, Value};
 
