@@ -374,6 +374,38 @@ fn unfinished_writers_leave_nothing_behind() {
     assert_eq!(dir.entries(), vec!["c.json"]);
 }
 
+/// A writer killed outright leaves its temporary file; the next writer of the same destination
+/// removes those of dead processes of this host, and only those.
+#[test]
+fn stale_temp_files_of_dead_processes_are_removed() {
+    let dir = TempDir::new("stale");
+    let out = dir.path("c.json");
+    let (p, _f) = PendingFile::create(&out).unwrap();
+    let mine = p
+        .temp_path()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    drop(p);
+    // The same name with another pid: one that cannot exist (past pid_max), one alive (1).
+    let me = format!("-{}-", std::process::id());
+    let dead = mine.replace(&me, "-4294967295-");
+    let alive = mine.replace(&me, "-1-");
+    let other_host = ".c.json.tmp-otherhost-4294967295-0".to_string();
+    let unrelated = ".d.json.tmp-x-4294967295-0".to_string();
+    for f in [&dead, &alive, &other_host, &unrelated] {
+        std::fs::write(dir.path(f), b"partial").unwrap();
+    }
+    let before = diversity::cache::stale_removed();
+    let w = JsonCacheWriter::create(&out, &metadata(), None).unwrap();
+    w.finish().unwrap();
+    assert_eq!(diversity::cache::stale_removed(), before + 1);
+    let mut want = vec!["c.json".to_string(), alive, other_host, unrelated];
+    want.sort();
+    assert_eq!(dir.entries(), want);
+}
+
 #[test]
 fn pending_file_commits_or_cleans_up() {
     let dir = TempDir::new("pending");
@@ -383,7 +415,8 @@ fn pending_file_commits_or_cleans_up() {
     let tmp = p.temp_path().to_path_buf();
     let tmp_name = tmp.file_name().unwrap().to_string_lossy().into_owned();
     assert!(
-        tmp_name.starts_with(&format!(".out.txt.tmp-{}-", std::process::id())),
+        tmp_name.starts_with(".out.txt.tmp-")
+            && tmp_name.contains(&format!("-{}-", std::process::id())),
         "{tmp_name}"
     );
     assert_eq!(tmp.parent(), out.parent());

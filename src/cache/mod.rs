@@ -24,6 +24,6 @@ pub use knn_graph::{
     KnnGraph, KnnGraphWriter, KnnMetric, KNN_HEADER, KNN_MAGIC, KNN_PAD, KNN_VERSION,
 };
 pub use merge::{merge_caches, shard_len, MergeReport, ShardLayout, SHARD_KEYS};
-pub use pending::PendingFile;
+pub use pending::{stale_removed, PendingFile};
 pub use rankings::RankingsWriter;
 pub use sequences::JsonCacheWriter;

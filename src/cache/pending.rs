@@ -7,9 +7,75 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// A file being written: a temporary file `.<name>.tmp-<pid>-<counter>` beside its destination,
-/// renamed onto the destination by [`commit`](PendingFile::commit) and removed when dropped
-/// without a commit.
+/// Stale temporary files removed so far by this process (see [`PendingFile`]).
+pub fn stale_removed() -> u64 {
+    STALE_REMOVED.load(Ordering::Relaxed)
+}
+
+static STALE_REMOVED: AtomicU64 = AtomicU64::new(0);
+
+/// This host's name as it may appear in a file name (`-` and anything but letters, digits, `.`
+/// and `_` replaced by `_`); `host` when unknown.
+fn host_tag() -> String {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let tag: String = name
+        .trim()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if tag.is_empty() {
+        "host".into()
+    } else {
+        tag
+    }
+}
+
+/// Remove the temporary files `.<name>.tmp-<host>-<pid>-<n>` in `dir` left by processes of this
+/// host that no longer run (a pid with no `/proc/<pid>`). Files of other hosts (a shared file
+/// system) and of running processes are left alone; where `/proc` is missing nothing is removed.
+fn remove_stale(dir: &Path, name: &std::ffi::OsStr) {
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let prefix = format!(".{}.tmp-{}-", name.to_string_lossy(), host_tag());
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let me = std::process::id();
+    for e in entries.flatten() {
+        let file = e.file_name();
+        let Some(rest) = file.to_str().and_then(|f| f.strip_prefix(&prefix)) else {
+            continue;
+        };
+        let Some((pid, counter)) = rest.split_once('-') else {
+            continue;
+        };
+        let (Ok(pid), true) = (
+            pid.parse::<u32>(),
+            !counter.is_empty() && counter.bytes().all(|b| b.is_ascii_digit()),
+        ) else {
+            continue;
+        };
+        if pid != me
+            && !Path::new(&format!("/proc/{pid}")).exists()
+            && std::fs::remove_file(e.path()).is_ok()
+        {
+            STALE_REMOVED.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A file being written: a temporary file `.<name>.tmp-<host>-<pid>-<counter>` beside its
+/// destination, renamed onto the destination by [`commit`](PendingFile::commit) and removed when
+/// dropped without a commit. A process killed outright (`kill -9`, the OOM killer) cannot remove
+/// its temporary file: the next [`create`](PendingFile::create) for the same destination removes
+/// those of processes of this host that no longer run ([`stale_removed`]).
 ///
 /// Creating it is the check that the output location works — the directory exists and is
 /// writable — so callers create it *before* any expensive work, and a failure at any later point
@@ -55,10 +121,12 @@ impl PendingFile {
                 out.display()
             )));
         }
+        remove_stale(&dir, name);
         let mut tmp_name = OsString::from(".");
         tmp_name.push(name);
         tmp_name.push(format!(
-            ".tmp-{}-{}",
+            ".tmp-{}-{}-{}",
+            host_tag(),
             std::process::id(),
             COUNTER.fetch_add(1, Ordering::Relaxed)
         ));
