@@ -1886,6 +1886,58 @@ fn merge_refuses_incomplete_or_foreign_parts() {
         is_io,
         &["does not exist"],
     );
+    // Sizes in the metadata that the files do not hold: refused, nothing allocated from them
+    // (these aborted the merge allocating petabytes, or panicked with "capacity overflow").
+    for (shard, total, words) in [
+        (
+            "1/100000000000000",
+            json!(7),
+            vec!["missing", "of 100000000000000"],
+        ),
+        (
+            "1/18446744073709551615",
+            json!(7),
+            vec!["missing", "of 18446744073709551615"],
+        ),
+        (
+            "1/3",
+            json!(100000000000000u64),
+            vec!["holds 3 sequences", "100000000000000"],
+        ),
+        (
+            "1/3",
+            json!(u64::MAX),
+            vec!["holds 3 sequences", "18446744073709551615"],
+        ),
+    ] {
+        // Every part says the same (so that no same-run check catches it first).
+        let parts: Vec<PathBuf> = (1..=3)
+            .map(|i| {
+                let path = dir.path(&format!("huge-{i}.json"));
+                let mut m = shard_meta(i, 3, layout, 7);
+                m["shard_starts_total"] = total.clone();
+                if i == 1 {
+                    m["shard"] = json!(shard);
+                }
+                let rows: Vec<u32> = layout
+                    .positions(i, 3, 7)
+                    .into_iter()
+                    .map(|q| SHARD_STARTS[q])
+                    .collect();
+                write_cache(&path, &m, Some(shard_ids()), &rows, 4);
+                path
+            })
+            .collect();
+        let given = if shard == "1/3" {
+            parts.clone()
+        } else {
+            vec![parts[0].clone()]
+        };
+        merge_refused(&dir, &given, |_| true, &words);
+        for f in parts {
+            std::fs::remove_file(f).unwrap();
+        }
+    }
     // And the real parts still merge.
     merge_caches(&p, &dir.path("ok.json")).unwrap();
 }

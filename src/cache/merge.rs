@@ -369,9 +369,11 @@ pub fn merge_caches(inputs: &[PathBuf], out: &Path) -> Result<MergeReport> {
             ),
         });
     }
-    let mut seen: Vec<Option<&Path>> = vec![None; count];
+    // Sizes from the files are never allocated from before they are checked against what the
+    // files hold ("1/100000000000000" once aborted the merge allocating 1.6e15 bytes).
+    let mut seen: HashMap<usize, &Path> = HashMap::with_capacity(parts.len());
     for p in &parts {
-        if let Some(other) = seen[p.index - 1] {
+        if let Some(other) = seen.insert(p.index, p.path) {
             return Err(Error::Format {
                 path: p.path.to_path_buf(),
                 reason: format!(
@@ -381,20 +383,24 @@ pub fn merge_caches(inputs: &[PathBuf], out: &Path) -> Result<MergeReport> {
                 ),
             });
         }
-        seen[p.index - 1] = Some(p.path);
     }
     for p in &parts[1..] {
         check_same_run(&parts[0], p)?;
     }
-    let missing: Vec<String> = (1..=count)
-        .filter(|&i| seen[i - 1].is_none())
-        .map(|i| format!("{i}/{count}"))
-        .collect();
-    if !missing.is_empty() {
+    if count > parts.len() {
+        let absent = count - parts.len();
+        let named = if absent <= 16 {
+            (1..=count)
+                .filter(|i| !seen.contains_key(i))
+                .map(|i| format!("{i}/{count}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        } else {
+            format!("{absent} of {count}")
+        };
         return Err(Error::Invalid(format!(
-            "{}: cannot merge: shard(s) {} missing (given: {})",
+            "{}: cannot merge: shard(s) {named} missing (given: {})",
             out.display(),
-            missing.join(", "),
             parts
                 .iter()
                 .map(|p| format!("{} = {}/{count}", p.path.display(), p.index))
@@ -404,7 +410,10 @@ pub fn merge_caches(inputs: &[PathBuf], out: &Path) -> Result<MergeReport> {
     }
     parts.sort_by_key(|p| p.index);
     let (layout, total) = (parts[0].layout, parts[0].total);
-    let mut keys: HashMap<&str, &Path> = HashMap::with_capacity(total);
+    // Not more than the rows present: `total` comes from the files (checked shard by shard
+    // below against the rows each holds).
+    let held: usize = parts.iter().map(|p| p.rows.len()).sum();
+    let mut keys: HashMap<&str, &Path> = HashMap::with_capacity(total.min(held));
     let mut row_len = None;
     for p in &parts {
         let want = shard_len(p.index, count, total);
