@@ -532,27 +532,42 @@ end
 
 --- Append one chunk to a batch's in-progress checkpoint: entries from..from+count-1 of every
 -- sequence, as a block [from, count, rows × count uint32], written and closed at once.
+-- A block's checksum as two u32 words (the 64-bit FNV-1a of `diversity.checksum`).
+local function checksum_words(bytes)
+  local hex = diversity.checksum(bytes):match("^fnv1a64:(%x+)$")
+  return tonumber(hex:sub(9, 16), 16), tonumber(hex:sub(1, 8), 16)
+end
+
 function M.append_part(path, from, count, bytes)
   local f, e = io.open(path, "ab")
   if not f then error("diversity: checkpoint " .. path .. ": " .. tostring(e), 0) end
-  f:write(u32le(from), u32le(count), bytes)
+  local lo, hi = checksum_words(bytes)
+  f:write(u32le(from), u32le(count), u32le(lo), u32le(hi), bytes)
   f:close()
 end
 
 --- Read a batch's in-progress checkpoint back: the rows' first `len` entries, row-major, as a
--- binary string, and `len`; nil when there is none. A torn last block (a crash mid-write) and
--- anything after a gap are ignored.
+-- binary string, and `len`; nil when there is none. Each block carries its checksum: a torn
+-- last block (a crash mid-write) and anything after a gap are ignored; a whole block that fails
+-- its checksum is an error.
 function M.read_part(path, rows)
   local s = read_file(path)
   if not s then return nil end
   local blocks, pos, len = {}, 1, 0
-  while pos + 8 <= #s + 1 do
+  while pos + 16 <= #s + 1 do
     local from, count = read_u32(s, pos), read_u32(s, pos + 4)
     local size = rows * count * 4
-    if from ~= len or count == 0 or pos + 8 + size > #s + 1 then break end
-    blocks[#blocks + 1] = { pos = pos + 8, count = count }
+    if from ~= len or count == 0 or pos + 16 + size > #s + 1 then break end
+    -- A whole block whose bytes are not the ones written: the checkpoint was changed.
+    local lo, hi = checksum_words(s:sub(pos + 16, pos + 15 + size))
+    if lo ~= read_u32(s, pos + 8) or hi ~= read_u32(s, pos + 12) then
+      error(("diversity: --resume: checkpoint %s was changed after it was written (steps "
+        .. "%d..%d fail their checksum); remove %s to start over"):format(path, from + 1,
+        from + count, path), 0)
+    end
+    blocks[#blocks + 1] = { pos = pos + 16, count = count }
     len = len + count
-    pos = pos + 8 + size
+    pos = pos + 16 + size
   end
   if len == 0 then return nil end
   local out = {}
@@ -569,6 +584,7 @@ end
 function M.remove_checkpoint(ckdir, nbatches)
   for b = 1, nbatches do
     os.remove(("%s/batch-%05d.u32"):format(ckdir, b))
+    os.remove(("%s/batch-%05d.u32.sum"):format(ckdir, b))
     os.remove(("%s/batch-%05d.part"):format(ckdir, b))
   end
   os.remove(ckdir .. "/run.txt")
@@ -602,12 +618,46 @@ function M.device_names(devs)
   return table.concat(names, " + ")
 end
 
+-- What a checkpoint belongs to, as "key=value" lines: every input and option that changes the
+-- bytes of the output. v4: the input's content checksum, the whole starts list and checksummed
+-- checkpoint files (v3 had the path and the starts' count, first and last only).
 local function fingerprint(t, starts, run, opts)
-  -- v3: the gram arithmetic changed (G from a compensated dot, the judge): a checkpoint of an
-  -- earlier version is not resumed.
-  return table.concat({ "v3", opts.embeddings, tostring(opts.center), opts.precision, run.mode,
-    tostring(opts.plain_sums or false), tostring(opts.judge or false),
-    run.steps, run.batch, #starts, starts[1] or "", starts[#starts] or "", t:n(), t:dim() }, "|")
+  local lines = {
+    { "version", "v4" },
+    { "input", opts.embeddings },
+    { "input_checksum", opts.embeddings and diversity.file_checksum(opts.embeddings) or "none" },
+    { "center", tostring(opts.center or false) },
+    { "precision", opts.precision },
+    { "mode", run.mode },
+    { "plain_sums", tostring(opts.plain_sums or false) },
+    { "judge", tostring(opts.judge or false) },
+    { "steps", tostring(run.steps) },
+    { "batch", tostring(run.batch) },
+    { "starts", ("%d, %s"):format(#starts, M.starts_fingerprint(starts)) },
+    { "table", ("%d x %d"):format(t:n(), t:dim()) },
+  }
+  local out = {}
+  for _, kv in ipairs(lines) do out[#out + 1] = kv[1] .. "=" .. kv[2] end
+  return table.concat(out, "\n") .. "\n"
+end
+
+-- The keys whose values differ between two fingerprints, as "key: here vs checkpoint".
+local function fingerprint_diff(now, saved)
+  local function parse(text)
+    local m = {}
+    for k, v in text:gmatch("([%w_]+)=([^\n]*)") do m[k] = v end
+    return m
+  end
+  local a, b = parse(now), parse(saved)
+  local diffs = {}
+  for _, k in ipairs({ "version", "input", "input_checksum", "center", "precision", "mode",
+    "plain_sums", "judge", "steps", "batch", "starts", "table" }) do
+    if a[k] ~= b[k] then
+      diffs[#diffs + 1] = ("%s: %s now, %s in the checkpoint"):format(k, tostring(a[k]),
+        tostring(b[k] or "(missing: an older checkpoint format)"))
+    end
+  end
+  return table.concat(diffs, "; ")
 end
 
 --- Compute every batch (`run`: steps, tile, mode — "scan" or "gram", already resolved — and
@@ -640,7 +690,20 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
     local saved = read_file(ckdir .. "/run.txt")
     if saved and saved ~= fp then
       close_all()
-      error("diversity: --resume: the checkpoint in " .. ckdir .. " belongs to another run", 0)
+      error("diversity: --resume: the checkpoint in " .. ckdir .. " belongs to another run ("
+        .. fingerprint_diff(fp, saved) .. ")", 0)
+    end
+    if not saved then
+      -- Batch files without run.txt: nothing says which run they belong to.
+      for b = 1, nbatches do
+        local f = ("%s/batch-%05d"):format(ckdir, b)
+        if read_file(f .. ".u32") or read_file(f .. ".part") then
+          close_all()
+          error("diversity: --resume: the checkpoint in " .. ckdir .. " has batch files but no "
+            .. "run.txt, so nothing says which run they belong to; remove " .. ckdir
+            .. " to start over", 0)
+        end
+      end
     end
   end
   os.execute("mkdir -p '" .. ckdir:gsub("'", "'\\''") .. "'")
@@ -662,7 +725,17 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
     for i = first, math.min(first + batch - 1, #starts) do list[#list + 1] = starts[i] end
     lists[b] = list
     local saved = opts.resume and read_file(ckfile(b))
-    if saved and #saved == #list * (steps + 1) * 4 then
+    if saved then
+      -- A finished batch is used only as written: its checksum, written beside it, must match.
+      local sum = read_file(ckfile(b) .. ".sum")
+      if sum ~= diversity.checksum(saved) or #saved ~= #list * (steps + 1) * 4 then
+        close_all()
+        error(("diversity: --resume: checkpoint %s was changed after it was written (%s); "
+          .. "remove %s to start over"):format(ckfile(b), sum and "its checksum differs"
+          or "its checksum file is missing", ckfile(b)), 0)
+      end
+    end
+    if saved then
       done_bytes[b] = saved
       if bin then bin:write_bytes(list, saved, steps + 1) end
       resumed = resumed + 1
@@ -771,6 +844,7 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
       if s.job:done() then
         local bytes = s.job:sequences_bytes()
         write_file(ckfile(s.b), bytes)
+        write_file(ckfile(s.b) .. ".sum", diversity.checksum(bytes))
         os.remove(s.partfile)
         done_bytes[s.b] = bytes
         if bin then bin:write_job(s.job) end

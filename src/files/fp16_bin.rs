@@ -32,7 +32,7 @@ pub fn file_checksum(path: &Path) -> Result<String> {
     };
     let mut f = std::fs::File::open(path).map_err(io)?;
     let mut block = vec![0u8; 1 << 20];
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut h = FNV64_START;
     loop {
         let k = match f.read(&mut block) {
             Ok(0) => break,
@@ -40,12 +40,26 @@ pub fn file_checksum(path: &Path) -> Result<String> {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(io(e)),
         };
-        for &b in &block[..k] {
-            h ^= b as u64;
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
+        h = fnv1a64(h, &block[..k]);
     }
     Ok(format!("fnv1a64:{h:016x}"))
+}
+
+const FNV64_START: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// FNV-1a, 64 bits, continued from `h` over `bytes`.
+fn fnv1a64(mut h: u64, bytes: &[u8]) -> u64 {
+    for &b in bytes {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// [`file_checksum`] of bytes in memory: `"fnv1a64:<16 hex digits>"`, the same value the
+/// bytes have as a file (the driver checksums its checkpoint files with it as it writes them).
+pub fn bytes_checksum(bytes: &[u8]) -> String {
+    format!("fnv1a64:{:016x}", fnv1a64(FNV64_START, bytes))
 }
 
 /// Write `table` as an fp16 `.bin` (N × D little-endian halves, row-major, no header, each value

@@ -188,7 +188,8 @@ fn make_table(lua: &Lua, (src, o): (Value, Option<LuaTable>)) -> LuaResult<LTabl
     Ok(LTable::new("table", t))
 }
 
-/// `table`, `load`, `load_fp16_bin`, `save_ids`, `load_ids`, `file_checksum`, `same_file`.
+/// `table`, `load`, `load_fp16_bin`, `save_ids`, `load_ids`, `file_checksum`, `checksum`,
+/// `same_file`.
 pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
     m.set("table", lua.create_function(make_table)?)?;
     m.set(
@@ -241,6 +242,12 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
         "file_checksum",
         lua.create_function(|_, path: String| {
             files::file_checksum(path.as_ref()).lua_ctx("file_checksum")
+        })?,
+    )?;
+    m.set(
+        "checksum",
+        lua.create_function(|_, bytes: mlua::LuaString| {
+            Ok(files::bytes_checksum(&bytes.as_bytes()))
         })?,
     )?;
     Ok(())

@@ -697,6 +697,78 @@ describe("command line", function()
       assert.truthy(err:find("belongs to another run", 1, true), err)
     end)
 
+    it("--resume checks what it trusts: the input's content, every start, run.txt, each file",
+      function()
+      -- A run lost after its first batch: batch 1 complete (batch-00001.u32 + .sum), batch 2 in
+      -- progress (a .part of checksummed blocks), run.txt.
+      local d = H.tmpdir()
+      H.first_fortunes(d .. "/e.json", N)
+      local function a(extra)
+        local x = { "--embeddings", d .. "/e.json", "--out", d .. "/r.json", "--top-k", "12",
+          "--batch", "40", "--starts", starts, "--mode", MODE, "--target-s", "0.000001" }
+        for _, v in ipairs(extra or {}) do x[#x + 1] = v end
+        return x
+      end
+      local function lose()
+        local rc, _, err = H.cli(a(), EPOCH .. " DIVERSITY_FAIL_AFTER_CHUNKS=4")
+        assert.are.equal(1, rc, err)
+        assert.is_true(H.exists(d .. "/r.json.partial/batch-00001.u32"))
+        assert.is_true(H.exists(d .. "/r.json.partial/batch-00001.u32.sum"))
+        assert.is_true(H.exists(d .. "/r.json.partial/run.txt"))
+      end
+      local function refused(extra, words)
+        local rc, out, err = H.cli(a(extra), EPOCH)
+        assert.are.equal(1, rc, out .. err)
+        for _, w in ipairs(words) do
+          assert.truthy(err:find(w, 1, true), ("stderr %q lacks %q"):format(err, w))
+        end
+        assert.is_false(H.exists(d .. "/r.json"), "a refused resume wrote the output")
+      end
+      lose()
+      -- The input edited in place (same path, same size): its checksum differs.
+      local text = H.read(d .. "/e.json")
+      local edited = text:gsub("0%.1", "0.2", 1)
+      assert.are_not.equal(text, edited)
+      H.write(d .. "/e.json", edited)
+      refused({ "--resume" }, { "another run", "input_checksum" })
+      H.write(d .. "/e.json", text)
+      -- Other starts with the same count, first and last.
+      local other = starts:gsub("^0,1,2,", "0,2,1,")
+      refused({ "--resume", "--starts", other }, { "another run", "starts" })
+      -- Another option that changes the bits.
+      refused({ "--resume", "--center" }, { "another run", "center" })
+      -- A finished batch edited (a value changed, the size kept), or its checksum removed.
+      local ck = d .. "/r.json.partial/batch-00001.u32"
+      local bytes = H.read(ck)
+      H.write(ck, bytes:sub(1, 8) .. string.char((bytes:byte(9) + 1) % 256) .. bytes:sub(10))
+      refused({ "--resume" }, { "batch-00001.u32", "changed", "checksum" })
+      H.write(ck, bytes)
+      local sum = H.read(ck .. ".sum")
+      os.remove(ck .. ".sum")
+      refused({ "--resume" }, { "batch-00001.u32", "checksum file is missing" })
+      H.write(ck .. ".sum", sum)
+      -- An in-progress batch's block edited.
+      local part = d .. "/r.json.partial/batch-00002.part"
+      if H.exists(part) then
+        local p = H.read(part)
+        H.write(part, p:sub(1, 20) .. string.char((p:byte(21) + 1) % 256) .. p:sub(22))
+        refused({ "--resume" }, { "batch-00002.part", "checksum" })
+        H.write(part, p)
+      end
+      -- No run.txt: nothing says whose checkpoint this is.
+      local run = H.read(d .. "/r.json.partial/run.txt")
+      os.remove(d .. "/r.json.partial/run.txt")
+      refused({ "--resume" }, { "no run.txt" })
+      H.write(d .. "/r.json.partial/run.txt", run)
+      -- Put back as written, it resumes to the one-shot output.
+      local rc, _, err = H.cli(a({ "--resume" }), EPOCH)
+      assert.are.equal(0, rc, err)
+      rc, _, err = H.cli({ "--embeddings", d .. "/e.json", "--out", d .. "/whole.json",
+        "--top-k", "12", "--batch", "40", "--starts", starts, "--mode", MODE }, EPOCH)
+      assert.are.equal(0, rc, err)
+      assert.are.equal(H.read(d .. "/whole.json"), H.read(d .. "/r.json"))
+    end)
+
     it("the output says the mode", function()
       local j = H.json_file(dir .. "/full.json")
       assert.are.equal(MODE == "scan" and "scan" or "gram", j.metadata.mode)
