@@ -1886,6 +1886,56 @@ fn merge_refuses_incomplete_or_foreign_parts() {
         is_io,
         &["does not exist"],
     );
+    // Rows are copied through as text, so each is checked: an entry that is no index or id, a
+    // row that does not start with its start, an entry twice, a row of another kind.
+    let good = std::fs::read_to_string(&p[1]).unwrap();
+    let seq = |k: usize| {
+        let v: Value = serde_json::from_str(&good).unwrap();
+        let (key, row) = v["sequences"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .nth(k)
+            .map(|(a, b)| (a.clone(), b.clone()))
+            .unwrap();
+        (key, row)
+    };
+    let (key, row) = seq(0);
+    let row_text = serde_json::to_string(&row).unwrap();
+    let arr = row.as_array().unwrap();
+    let edits: Vec<(String, Vec<&str>)> = vec![
+        (
+            row_text.replacen(&arr[1].to_string(), "{\"x\":1}", 1),
+            vec!["neither a row index nor an id"],
+        ),
+        (
+            serde_json::to_string(&json!([arr[1], arr[0], arr[2], arr[3]])).unwrap(),
+            vec!["does not start with its start"],
+        ),
+        (
+            serde_json::to_string(&json!([arr[0], arr[1], arr[1], arr[3]])).unwrap(),
+            vec!["twice"],
+        ),
+        ("[0,1,2,3]".to_string(), vec!["row indices", "ids"]),
+    ];
+    for (edited, words) in edits {
+        let text = good.replacen(&row_text, &edited, 1);
+        assert_ne!(text, good, "the edit did not apply");
+        let f = dir.file("edited.json", text.as_bytes());
+        let mut w = words.clone();
+        let shown = format!("{key:?}");
+        if !edited.starts_with("[0") {
+            w.push(&shown);
+        }
+        merge_refused(
+            &dir,
+            &[p[0].clone(), f.clone(), p[2].clone()],
+            is_format,
+            &w,
+        );
+        std::fs::remove_file(&f).unwrap();
+    }
+
     // Sizes in the metadata that the files do not hold: refused, nothing allocated from them
     // (these aborted the merge allocating petabytes, or panicked with "capacity overflow").
     for (shard, total, words) in [

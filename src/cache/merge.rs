@@ -148,6 +148,99 @@ impl<'de> serde::Deserialize<'de> for CacheEntries<'de> {
 
 /// The number of elements of `text`, JSON the parser has already checked; None when it is not an
 /// array. Counts the commas at depth 1, outside strings, without parsing the elements again.
+/// Whether a merge's rows hold row indices or ids (every row must hold the same kind).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum RowKind {
+    Indices,
+    Ids,
+}
+
+/// Entries seen in the row being checked: a bitset over indices, a set of ids.
+#[derive(Default)]
+struct Marks {
+    bits: Vec<u64>,
+    ids: std::collections::HashSet<String>,
+}
+
+/// Check the sequence text `raw` of start `key` before it is copied into a merged cache: every
+/// entry a row index (a non-negative integer) or every entry an id (a string), the same kind as
+/// every row before (`kind`), the first entry the start itself, no entry twice.
+fn check_row(
+    key: &str,
+    raw: &str,
+    kind: &mut Option<RowKind>,
+    marks: &mut Marks,
+) -> std::result::Result<(), String> {
+    let (this, first) = if let Ok(v) = serde_json::from_str::<Vec<u64>>(raw) {
+        let first = v.first().map(|x| x.to_string());
+        let max = v.iter().copied().max().unwrap_or(0);
+        if max > u32::MAX as u64 {
+            return Err(format!("has entry {max}, not a row index (past 2^32)"));
+        }
+        let mut twice = None;
+        if (max as usize) / 64 <= 16 * v.len() + 1024 {
+            // A bitset no larger than a small multiple of the row, cleared after use.
+            if marks.bits.len() * 64 <= max as usize {
+                marks.bits.resize(max as usize / 64 + 1, 0);
+            }
+            for &x in &v {
+                let (w, b) = (x as usize / 64, x % 64);
+                if marks.bits[w] & (1 << b) != 0 {
+                    twice = Some(x);
+                    break;
+                }
+                marks.bits[w] |= 1 << b;
+            }
+            for &x in &v {
+                marks.bits[x as usize / 64] = 0;
+            }
+        } else {
+            // Sparse entries (a short row of large indices): sort a copy.
+            let mut sorted = v.clone();
+            sorted.sort_unstable();
+            twice = sorted.windows(2).find(|w| w[0] == w[1]).map(|w| w[0]);
+        }
+        if let Some(x) = twice {
+            return Err(format!("has entry {x} twice"));
+        }
+        (RowKind::Indices, first)
+    } else if let Ok(v) = serde_json::from_str::<Vec<String>>(raw) {
+        marks.ids.clear();
+        if let Some(x) = v.iter().find(|x| !marks.ids.insert((*x).clone())) {
+            return Err(format!("has entry {} twice", Value::String(x.clone())));
+        }
+        (RowKind::Ids, v.first().cloned())
+    } else {
+        return Err("has an entry that is neither a row index nor an id".into());
+    };
+    match *kind {
+        None => *kind = Some(this),
+        Some(k) if k != this => {
+            return Err(format!(
+                "holds {}, but the rows before it hold {}",
+                if this == RowKind::Ids {
+                    "ids"
+                } else {
+                    "row indices"
+                },
+                if k == RowKind::Ids {
+                    "ids"
+                } else {
+                    "row indices"
+                }
+            ))
+        }
+        _ => {}
+    }
+    match first {
+        Some(f) if f == key => Ok(()),
+        Some(f) => Err(format!(
+            "does not start with its start (its first entry is {f})"
+        )),
+        None => Err("is empty".into()),
+    }
+}
+
 fn array_len(text: &str) -> Option<usize> {
     let bytes = text.as_bytes();
     if bytes.first() != Some(&b'[') {
@@ -415,6 +508,9 @@ pub fn merge_caches(inputs: &[PathBuf], out: &Path) -> Result<MergeReport> {
     let held: usize = parts.iter().map(|p| p.rows.len()).sum();
     let mut keys: HashMap<&str, &Path> = HashMap::with_capacity(total.min(held));
     let mut row_len = None;
+    // Rows are copied through as text, so each is checked first (check_row): the kind of its
+    // entries, its start, no entry twice.
+    let (mut kind, mut marks) = (None, Marks::default());
     for p in &parts {
         let want = shard_len(p.index, count, total);
         let bad = |reason: String| Error::Format {
@@ -447,6 +543,8 @@ pub fn merge_caches(inputs: &[PathBuf], out: &Path) -> Result<MergeReport> {
             }
             let len = array_len(raw.get())
                 .ok_or_else(|| bad(format!("the sequence of {shown} is not an array")))?;
+            check_row(key, raw.get(), &mut kind, &mut marks)
+                .map_err(|why| bad(format!("the sequence of {shown} {why}")))?;
             match row_len {
                 None => row_len = Some((len, p.path, shown)),
                 Some((l, path, ref k)) if l != len => {
