@@ -117,6 +117,26 @@ void block_scores(uint s0, uint x0) {
 }
 #endif
 
+// Band slot `slot` of the record at `base`: filter key f of candidate x (kept if it fits).
+void band_entry(uint base, uint slot, float f, uint x) {
+    if (slot < CAP) {
+        bands[base + 2u + 2u * slot] = floatBitsToUint(f);
+        bands[base + 3u + 2u * slot] = x;
+    }
+}
+
+// The record's header: the block's best filter key and the band's size, or OVERFLOW (row r of
+// the block then goes to the exact fallback).
+void band_header(uint base, float bmin, uint cnt, uint r) {
+    bands[base] = floatBitsToUint(bmin);
+    if (cnt > CAP) {
+        bands[base + 1u] = OVERFLOW;
+        ovf_rows[atomicAdd(ovf_n, 1u)] = r;
+    } else {
+        bands[base + 1u] = cnt;
+    }
+}
+
 // The filter keys F = (score · 2^-k) · finv of row r's candidates 4cq … 4cq + 3 (INF for a
 // chosen candidate or one past n), from one 16-byte read of the scores.
 vec4 filter_keys(uint r, uint cq, uint x0, uint n) {
@@ -192,24 +212,10 @@ void filter_block(uint bx, uint by, uint n) {
                 const uint base = (s * nb + bx) * BAND_WORDS;
                 if (mine > 0u) {
                     [[unroll]] for (uint j = 0u; j < 4u; ++j) {
-                        if (in_band[j]) {
-                            if (slot < CAP) {
-                                bands[base + 2u + 2u * slot] = floatBitsToUint(f[q][j]);
-                                bands[base + 3u + 2u * slot] = x0 + 4u * cq + j;
-                            }
-                            ++slot;
-                        }
+                        if (in_band[j]) band_entry(base, slot++, f[q][j], x0 + 4u * cq + j);
                     }
                 }
-                if (lane == 0u) {
-                    bands[base] = floatBitsToUint(bmin[q]);
-                    if (cnt > CAP) {
-                        bands[base + 1u] = OVERFLOW;
-                        ovf_rows[atomicAdd(ovf_n, 1u)] = r;
-                    } else {
-                        bands[base + 1u] = cnt;
-                    }
-                }
+                if (lane == 0u) band_header(base, bmin[q], cnt, r);
             }
         }
     } else
@@ -246,25 +252,11 @@ void filter_block(uint bx, uint by, uint n) {
                 for (uint cq = lane; cq < FBN / 4u; cq += sgs) {
                     const vec4 f = filter_keys(r, cq, x0, n);
                     [[unroll]] for (uint j = 0u; j < 4u; ++j) {
-                        if (f[j] <= limit) {
-                            if (slot < CAP) {
-                                bands[base + 2u + 2u * slot] = floatBitsToUint(f[j]);
-                                bands[base + 3u + 2u * slot] = x0 + 4u * cq + j;
-                            }
-                            ++slot;
-                        }
+                        if (f[j] <= limit) band_entry(base, slot++, f[j], x0 + 4u * cq + j);
                     }
                 }
             }
-            if (lane == 0u) {
-                bands[base] = floatBitsToUint(bmin[q]);
-                if (cnt > CAP) {
-                    bands[base + 1u] = OVERFLOW;
-                    ovf_rows[atomicAdd(ovf_n, 1u)] = r;
-                } else {
-                    bands[base + 1u] = cnt;
-                }
-            }
+            if (lane == 0u) band_header(base, bmin[q], cnt, r);
         }
     }
     WG_BARRIER();

@@ -468,15 +468,16 @@ impl ScanJob {
                 "filter probe: the band buffer of this job is smaller than {pairs} pairs; use more sequences"
             )));
         }
-        let ctx = self.table.context().clone();
-        self.rec.probe(
-            &ctx,
-            &self.table,
-            &self.rec.scan_spec.clone(),
-            self.kernel,
-            0,
-        )?;
+        let ctx = self.run_probe(0)?;
         self.state.probe_pairs(&ctx, pairs)
+    }
+
+    /// Dispatch the filter probe in `mode` (0: products, 1: block (0, 0) as a step); its context.
+    fn run_probe(&self, mode: u32) -> Result<Context> {
+        let ctx = self.table.context().clone();
+        self.rec
+            .probe(&ctx, &self.table, &self.rec.scan_spec, self.kernel, mode)?;
+        Ok(ctx)
     }
 
     /// Run filter block (0, 0) of the current step as the filter does and return the band
@@ -488,14 +489,7 @@ impl ScanJob {
         if !self.kernel.is_filter() {
             return Ok(Vec::new());
         }
-        let ctx = self.table.context().clone();
-        self.rec.probe(
-            &ctx,
-            &self.table,
-            &self.rec.scan_spec.clone(),
-            self.kernel,
-            1,
-        )?;
+        let ctx = self.run_probe(1)?;
         let rows = self.kernel.block_m(0).min(self.batch.starts().len());
         self.state.block0_records(
             &ctx,
