@@ -337,8 +337,18 @@ pub fn max_batch(
     // Scan dispatch: ceil(N / BN) × ceil(batch / 64) workgroups.
     let row_blocks = caps.max_workgroup_count as usize / n.div_ceil(BLOCK_N);
     best = best.min(row_blocks.saturating_mul(64));
-    let table = (n * d * precision.bytes()) as u64;
-    let per_seq: u64 = per_buffer.iter().map(|b| b.1).sum();
+    let mut table = (n * d * precision.bytes()) as u64;
+    let mut per_seq: u64 = per_buffer.iter().map(|b| b.1).sum();
+    // Where `auto` runs the tensor-core filter, its per-sequence buffers (the band lists above
+    // all) and its fp16 copy of the table count too.
+    if caps.coopmat {
+        let k = ScanKernel::Coopmat;
+        let [ftab, fconst, c16, fseq, bands] =
+            kernels::filter_buffer_bytes(n, d, k.block_n(), 1, 1, FilterTuning::default().capacity);
+        best = best.min((caps.max_buffer_range / bands.1.max(1)) as usize);
+        per_seq += c16.1 + fseq.1 + bands.1;
+        table += ftab.1 + fconst.1;
+    }
     if let Some(room) = caps.memory_budget_bytes.checked_sub(table) {
         best = best.min((room / per_seq.max(1)) as usize);
     }

@@ -681,6 +681,23 @@ fn block128_kernel_passes_the_exactness_oracle() {
     assert_clean(&ctx);
 }
 
+/// Where `auto` runs the tensor-core filter, the batch sizes the drivers use leave room for its
+/// band lists (otherwise a large N failed at job creation instead of taking smaller batches).
+#[test]
+fn max_batch_counts_the_filter_buffers_where_auto_runs_it() {
+    let ctx = ctx();
+    let mut caps = ctx.caps().clone();
+    caps.max_buffer_range = 64 << 20;
+    caps.memory_budget_bytes = 64 << 30;
+    caps.coopmat = false;
+    let plain = diversity::scan::max_batch(&caps, 65_536, 768, Precision::Fp16, 500);
+    caps.coopmat = true;
+    let filter = diversity::scan::max_batch(&caps, 65_536, 768, Precision::Fp16, 500);
+    // 512 blocks of 128 candidates × 18 words: 36,864 bytes of band lists a sequence.
+    assert!(filter <= (64 << 20) / 36_864, "{filter}");
+    assert!(filter < plain, "{filter} vs {plain}");
+}
+
 #[test]
 fn scan_kernel_names_parse() {
     for k in [

@@ -113,7 +113,7 @@ fn padded_dim(d: usize) -> usize {
 
 /// Bytes of the filter-and-judge buffers (binding 9 to 13) for `batch` sequences over N
 /// candidates of D dims in blocks of `bn` × `bm` sequences, with their names.
-pub(super) fn filter_buffer_bytes(
+pub(crate) fn filter_buffer_bytes(
     n: usize,
     d: usize,
     bn: usize,
