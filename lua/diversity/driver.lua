@@ -190,10 +190,15 @@ function M.load(opts)
     if file_exists(cache_path) and file_exists(cache_path .. ".json") then
       local ok, t = pcall(diversity.load_fp16_bin, cache_path, space, checksum)
       if ok then
-        -- ids are not in the .bin: take them from the ids sidecar when the source had them.
-        local ok_ids, ids = pcall(diversity.load_ids, cache_path .. ".ids.json")
-        if ok_ids then t = t:with_ids(ids) end
-        return t, space, true
+        -- ids are not in the .bin: the ids sidecar says whether the source had them, for this
+        -- source and size. Missing, stale or edited, the cache is not used (its keys would
+        -- silently become indices or other rows' ids): the source is read again below.
+        local ok_ids, ids = pcall(diversity.load_ids, cache_path .. ".ids.json", t:n(), checksum)
+        if ok_ids then
+          if ids then t = t:with_ids(ids) end
+          return t, space, true
+        end
+        t:close()
       end
     end
   end
@@ -205,8 +210,10 @@ function M.load(opts)
   end
   if cache then
     -- A cache that cannot be written (read-only input directory) is not an error.
-    local ok = pcall(t.save_fp16_bin, t, cache_path, space, checksum)
-    if ok and t:ids() then pcall(diversity.save_ids, cache_path .. ".ids.json", t) end
+    -- The ids sidecar first: a cache whose sidecar could not be written is never used.
+    if pcall(diversity.save_ids, cache_path .. ".ids.json", t, checksum) then
+      pcall(t.save_fp16_bin, t, cache_path, space, checksum)
+    end
   end
   return t, space, false
 end

@@ -182,14 +182,30 @@ pub(super) fn kind(v: &Value) -> String {
     }
 }
 
-/// Write row ids as a JSON array (beside an fp16 `.bin`, which has no room for them), through a
-/// temporary file and a rename.
-pub fn save_ids(path: &Path, ids: &[Value]) -> Result<()> {
+/// The format tag of an ids sidecar ([`save_ids`]).
+pub const IDS_FORMAT: &str = "diversity-ids-v1";
+
+/// Write the row ids of a table of `n` rows (`None`: it has none) beside an fp16 `.bin`, which
+/// has no room for them, through a temporary file and a rename, as a JSON object that lets
+/// [`load_ids`] refuse a stale, foreign or edited copy:
+/// `{"format":"diversity-ids-v1","source_checksum":…,"n":N,"ids":[…] | null,"ids_checksum":…}`
+/// — `source_checksum` the input the table came from ([`file_checksum`]), `ids_checksum` the
+/// checksum of the `ids` array's JSON text ([`bytes_checksum`]).
+pub fn save_ids(path: &Path, ids: Option<&[Value]>, n: usize, source_checksum: &str) -> Result<()> {
     let (pending, mut file) = PendingFile::create(path)?;
-    let text = serde_json::to_vec(ids).map_err(|e| Error::Io {
+    let json_err = |e: serde_json::Error| Error::Io {
         path: path.to_path_buf(),
         source: e.into(),
-    })?;
+    };
+    let ids_text = serde_json::to_string(&ids).map_err(json_err)?;
+    let doc = serde_json::json!({
+        "format": IDS_FORMAT,
+        "source_checksum": source_checksum,
+        "n": n,
+        "ids": ids,
+        "ids_checksum": bytes_checksum(ids_text.as_bytes()),
+    });
+    let text = serde_json::to_vec(&doc).map_err(json_err)?;
     file.write_all(&text)
         .and_then(|_| file.sync_all())
         .map_err(|source| Error::Io {
@@ -200,22 +216,54 @@ pub fn save_ids(path: &Path, ids: &[Value]) -> Result<()> {
     pending.commit()
 }
 
-/// Read row ids written by [`save_ids`].
-pub fn load_ids(path: &Path) -> Result<Vec<Value>> {
+/// Read the ids written by [`save_ids`] for a table of `n` rows from the input whose checksum is
+/// `source_checksum`: `Some(ids)`, or `None` for a table without ids. A sidecar of another input
+/// or size, an edited one (its ids no longer match their checksum), an old plain-array one or
+/// malformed JSON is an [`Error::Format`] naming the file and the cause.
+pub fn load_ids(path: &Path, n: usize, source_checksum: &str) -> Result<Option<Vec<Value>>> {
+    let bad = |reason: String| Error::Format {
+        path: path.to_path_buf(),
+        reason,
+    };
     let text = std::fs::read(path).map_err(|source| Error::Io {
         path: path.to_path_buf(),
         source,
     })?;
-    match serde_json::from_slice(&text) {
-        Ok(Value::Array(ids)) => Ok(ids),
-        Ok(_) => Err(Error::Format {
-            path: path.to_path_buf(),
-            reason: "expected a JSON array of ids".into(),
-        }),
-        Err(e) => Err(Error::Format {
-            path: path.to_path_buf(),
-            reason: format!("malformed JSON: {e}"),
-        }),
+    let doc: Value =
+        serde_json::from_slice(&text).map_err(|e| bad(format!("malformed JSON: {e}")))?;
+    if doc.get("format").and_then(Value::as_str) != Some(IDS_FORMAT) {
+        return Err(bad(format!(
+            "not an ids sidecar of this version (expected \"format\":\"{IDS_FORMAT}\")"
+        )));
+    }
+    let saved = doc
+        .get("source_checksum")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if saved != source_checksum {
+        return Err(bad(format!(
+            "written for another input (source checksum {saved}, the input's is {source_checksum})"
+        )));
+    }
+    let ids = doc.get("ids").cloned().unwrap_or(Value::Null);
+    let ids_text = serde_json::to_string(&ids).map_err(|e| bad(e.to_string()))?;
+    if doc.get("ids_checksum").and_then(Value::as_str) != Some(&bytes_checksum(ids_text.as_bytes()))
+    {
+        return Err(bad(
+            "its ids were changed after it was written (checksum)".into()
+        ));
+    }
+    if doc.get("n").and_then(Value::as_u64) != Some(n as u64) {
+        return Err(bad(format!(
+            "written for a table of {} rows, not {n}",
+            doc["n"]
+        )));
+    }
+    match ids {
+        Value::Null => Ok(None),
+        Value::Array(ids) if ids.len() == n => Ok(Some(ids)),
+        Value::Array(ids) => Err(bad(format!("{} ids for {n} rows", ids.len()))),
+        other => Err(bad(format!("ids is {}, not an array", kind(&other)))),
     }
 }
 

@@ -215,21 +215,24 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
     )?;
     m.set(
         "save_ids",
-        lua.create_function(|_, (path, table): (String, LuaAnyUserData)| {
-            let call = "save_ids";
-            let t = table.borrow::<LTable>()?;
-            let ids = t
-                .get(call)?
-                .ids()
-                .ok_or_else(|| msg(call, "the table has no ids"))?;
-            files::save_ids(path.as_ref(), ids).lua_ctx(call)
-        })?,
+        lua.create_function(
+            |_, (path, table, source_checksum): (String, LuaAnyUserData, String)| {
+                let call = "save_ids";
+                let t = table.borrow::<LTable>()?;
+                let t = t.get(call)?;
+                files::save_ids(path.as_ref(), t.ids(), t.n(), &source_checksum).lua_ctx(call)
+            },
+        )?,
     )?;
     m.set(
         "load_ids",
-        lua.create_function(|lua, path: String| {
-            let ids = files::load_ids(path.as_ref()).lua_ctx("load_ids")?;
-            lua_list(lua, &ids)
+        lua.create_function(|lua, (path, n, source_checksum): (String, Value, String)| {
+            let call = "load_ids";
+            let n = int(call, "n", &n)? as usize;
+            match files::load_ids(path.as_ref(), n, &source_checksum).lua_ctx(call)? {
+                Some(ids) => Ok(Value::Table(lua_list(lua, &ids)?)),
+                None => Ok(Value::Boolean(false)),
+            }
         })?,
     )?;
     m.set(

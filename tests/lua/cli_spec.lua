@@ -285,6 +285,38 @@ describe("command line", function()
       assert.are.equal(#bin, #H.read(dir .. "/e.raw.fp16.bin"), "the cache was not regenerated")
     end)
 
+    it("the fp16 cache's ids sidecar deleted, edited or stale: the cache is not used", function()
+      local dir = fortunes_dir()
+      local args = { "--embeddings", dir .. "/e.json", "--out", dir .. "/1.json", "--top-k", "4",
+        "--starts", "7,8" }
+      local rc, _, err = H.cli(args, EPOCH)
+      assert.are.equal(0, rc, err)
+      local ids = dir .. "/e.raw.fp16.bin.ids.json"
+      local side = H.read(ids)
+      assert.truthy(side and side:find('"format":"diversity-ids-v1"', 1, true), side)
+      local n = 1
+      local function again(what)
+        n = n + 1
+        args[4] = ("%s/%d.json"):format(dir, n)
+        local rc2, _, err2 = H.cli(args, EPOCH)
+        assert.are.equal(0, rc2, err2)
+        -- the keys are the fortunes' ids, never indices or other rows' ids
+        assert.are.equal(H.read(dir .. "/1.json"), H.read(args[4]), what)
+        -- and the sidecar is whole again
+        assert.are.equal(side, H.read(ids), what .. ": the sidecar was not rewritten")
+      end
+      os.remove(ids)
+      again("deleted")
+      -- two ids swapped (the checksum no longer matches)
+      local first, second = side:match('"ids":%["([^"]*)","([^"]*)"')
+      assert.truthy(first and second, side)
+      H.write(ids, (side:gsub('"ids":%["[^"]*","[^"]*"', ('"ids":["%s","%s"'):format(second, first), 1)))
+      again("swapped")
+      -- an ids sidecar of another input
+      H.write(ids, (side:gsub('"source_checksum":"[^"]*"', '"source_checksum":"fnv1a64:0000000000000000"', 1)))
+      again("stale")
+    end)
+
     it("an fp16 .bin input with --center is centered (or refused), never mislabelled", function()
       local dir = fortunes_dir()
       local rc, _, err = H.cli({ "--embeddings", dir .. "/e.json", "--out", dir .. "/raw.json",
