@@ -302,10 +302,13 @@ fn run() -> Result<(), String> {
                                     dot / norm
                                 }
                             };
-                            let best = (0..bn)
+                            // A block with no candidate but the start: nothing to check.
+                            let Some(best) = (0..bn)
                                 .filter(|&x| x != starts[i] as usize)
                                 .min_by(|&x, &y| key(x).total_cmp(&key(y)))
-                                .unwrap();
+                            else {
+                                continue;
+                            };
                             let cnt = rec[1];
                             let listed = cnt == u32::MAX
                                 || (0..cnt.min(a.filter.capacity) as usize)
@@ -467,7 +470,7 @@ fn run() -> Result<(), String> {
     let best = runs
         .iter()
         .min_by(|x, y| x.gpu_s.total_cmp(&y.gpu_s))
-        .expect("runs");
+        .ok_or("no configuration ran (all skipped by --budget-s or --shapes)")?;
     let line = format!(
         "{} {} {} {:.3} {:.3}",
         best.kernel.name(),
