@@ -1453,7 +1453,8 @@ fn npy_deeply_nested_header_is_refused() {
     assert!(msg.contains("shape entries must be integers"), "{msg}");
 }
 
-/// A header dict with a key twice was read by its first occurrence; it is now refused.
+/// A header dict with a key twice was read by its first occurrence; it is now refused (keys must
+/// be strings, kept in a set: the first fix compared every pair, quadratic in the keys).
 #[test]
 fn npy_duplicate_header_key_is_refused() {
     let s = Scratch::new("dupkey");
@@ -1467,6 +1468,26 @@ fn npy_duplicate_header_key_is_refused() {
         let msg = format_message(load_npy(&p), &p);
         assert!(msg.contains("duplicate key '"), "{msg}");
     }
+    // Keys are strings, and a header of many keys is checked in linear time.
+    let p = s.file(
+        "intkey.npy",
+        &npy_with_header("{1: 2, 'descr': '<f4'}\n", &body),
+    );
+    let msg = format_message(load_npy(&p), &p);
+    assert!(msg.contains("a dict key that is not a string"), "{msg}");
+    let mut many = String::from("{");
+    for i in 0..200_000 {
+        let _ = write!(many, "'k{i}': 0, ");
+    }
+    many.push_str("'k7': 1}\n");
+    let mut v = b"\x93NUMPY\x02\x00".to_vec();
+    v.extend_from_slice(&u32::try_from(many.len()).unwrap().to_le_bytes());
+    v.extend_from_slice(many.as_bytes());
+    let p = s.file("many.npy", &v);
+    let t = Instant::now();
+    let msg = format_message(load_npy(&p), &p);
+    assert!(msg.contains("duplicate key 'k7'"), "{msg}");
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
     let p = s.file(
         "fine.npy",
         &npy_with_header(

@@ -284,18 +284,6 @@ enum PyLit {
 }
 
 impl PyLit {
-    /// A short rendering for messages: strings quoted, anything else by kind.
-    fn show(&self) -> String {
-        match self {
-            PyLit::Str(s) => format!("'{}'", excerpt(s)),
-            PyLit::Int(i) => i.to_string(),
-            PyLit::Bool(b) => if *b { "True" } else { "False" }.into(),
-            PyLit::None => "None".into(),
-            PyLit::Tuple(_) => "(a tuple)".into(),
-            PyLit::Dict(_) => "(a dict)".into(),
-        }
-    }
-
     /// Parse one literal spanning all of `text` (surrounding whitespace allowed).
     fn parse(text: &str) -> std::result::Result<PyLit, String> {
         let chars: Vec<char> = text.chars().collect();
@@ -352,17 +340,27 @@ impl LitParser<'_> {
             None => Err("unexpected end".into()),
             Some('{') => {
                 self.open()?;
-                let mut items: Vec<(PyLit, PyLit)> = Vec::new();
+                let mut items = Vec::new();
+                let mut keys = std::collections::HashSet::new();
                 loop {
                     if self.peek() == Some('}') {
                         self.i += 1;
                         self.depth -= 1;
                         return Ok(PyLit::Dict(items));
                     }
+                    self.ws();
                     let key_at = self.i;
                     let k = self.value()?;
-                    if items.iter().any(|(old, _)| *old == k) {
-                        return Err(format!("duplicate key {} at character {key_at}", k.show()));
+                    let PyLit::Str(name) = &k else {
+                        return Err(format!(
+                            "a dict key that is not a string at character {key_at}"
+                        ));
+                    };
+                    if !keys.insert(name.clone()) {
+                        return Err(format!(
+                            "duplicate key '{}' at character {key_at}",
+                            excerpt(name)
+                        ));
                     }
                     if self.peek() != Some(':') {
                         return Err(format!("expected ':' at character {}", self.i));
