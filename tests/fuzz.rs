@@ -19,7 +19,8 @@
 //!
 //! The loop runs in a child process (this test binary again, running `fuzz_child`) so that an
 //! abort is reported and the run goes on from the next input. `DIVERSITY_FUZZ_ITERS` sets the
-//! number of generated inputs (default [`DEFAULT_ITERS`], sized for CI);
+//! number of generated inputs (default [`DEFAULT_ITERS`], sized for CI, and then cut off after
+//! [`CI_SECS`] whatever it reached);
 //! `DIVERSITY_FUZZ_ONLY=<iteration>` runs that one input alone, printing what it is.
 
 use diversity::cache::{BinaryCache, BinaryCacheWriter, KnnGraph, KnnGraphWriter, KnnMetric};
@@ -49,6 +50,17 @@ const BASE_SEED: u64 = 0xD1CE_5EED_0016_F022;
 const HARD_CAP: usize = 1 << 30;
 /// Seconds one input may take before the parent calls it a hang.
 const HANG_SECS: u64 = 20;
+/// Seconds after which a default-sized run stops generating inputs, whatever it reached (a slow
+/// disk or a busy machine must not push CI past its budget); a run sized by
+/// `DIVERSITY_FUZZ_ITERS` has no limit.
+const CI_SECS: u64 = 150;
+
+/// Seconds since the Unix epoch.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
 
 // ---------------------------------------------------------------------------------------------
 // The counting allocator: per-thread live bytes and their peak while armed.
@@ -1106,7 +1118,7 @@ fn counts_line(c: &Counts) -> String {
 
 /// The child's loop; `work` is its directory (`current/` for the input under test,
 /// `current.txt` saying which it is, `report.txt` for crashes and the final counts).
-fn child(work: &Path, start: u64, iters: u64, only: Option<u64>) {
+fn child(work: &Path, start: u64, iters: u64, only: Option<u64>, deadline: Option<u64>) {
     quiet_panics();
     let seeds = seeds(&work.join("seeds"));
     let corpus = corpus();
@@ -1119,6 +1131,13 @@ fn child(work: &Path, start: u64, iters: u64, only: Option<u64>) {
         None => Box::new(start..corpus.len() as u64 + iters),
     };
     for item in items {
+        if item >= corpus.len() as u64
+            && item % 1024 == 0
+            && deadline.is_some_and(|d| unix_now() >= d)
+        {
+            let _ = writeln!(report, "STOPPED");
+            break;
+        }
         let (case, how, label, iter) = match corpus.get(item as usize) {
             Some((name, case)) => (case.clone(), String::new(), format!("corpus {name}"), None),
             None => {
@@ -1176,6 +1195,7 @@ fn fuzz_child() {
         num("DIVERSITY_FUZZ_START").unwrap_or(0),
         num("DIVERSITY_FUZZ_ITERS").unwrap_or(DEFAULT_ITERS),
         num("DIVERSITY_FUZZ_ONLY"),
+        num("DIVERSITY_FUZZ_DEADLINE"),
     );
 }
 
@@ -1186,10 +1206,12 @@ fn fuzz_loaders() {
     if std::env::var("DIVERSITY_FUZZ_CHILD").is_ok() {
         return;
     }
-    let iters = std::env::var("DIVERSITY_FUZZ_ITERS")
+    let asked = std::env::var("DIVERSITY_FUZZ_ITERS")
         .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(DEFAULT_ITERS);
+        .and_then(|v| v.parse::<u64>().ok());
+    let iters = asked.unwrap_or(DEFAULT_ITERS);
+    let deadline = asked.is_none().then(|| unix_now() + CI_SECS);
+    let mut stopped = false;
     let only = std::env::var("DIVERSITY_FUZZ_ONLY").ok();
     // Every input is written to a file: in memory (/dev/shm) where there is one.
     let name = format!("diversity-fuzz-{}", std::process::id());
@@ -1223,6 +1245,9 @@ fn fuzz_loaders() {
         if let Some(o) = &only {
             cmd.env("DIVERSITY_FUZZ_ONLY", o);
         }
+        if let Some(d) = deadline {
+            cmd.env("DIVERSITY_FUZZ_DEADLINE", d.to_string());
+        }
         let mut child = cmd.spawn().expect("start the fuzz child");
         // Poll: the child is hung when one input has taken HANG_SECS.
         let mut hung = false;
@@ -1254,6 +1279,8 @@ fn fuzz_loaders() {
                     total.clean += c.clean;
                     total.accepted += c.accepted;
                     total.crashes += c.crashes;
+                } else if line == "STOPPED" {
+                    stopped = true;
                 } else if line.starts_with("CRASH") {
                     failures.push(line.to_string());
                 } else if let Some(last) = failures.last_mut() {
@@ -1336,7 +1363,11 @@ fn fuzz_loaders() {
             }
         }
     }
-    let replayed = corpus_len_of(&work);
+    let replayed = if only.is_some() {
+        0
+    } else {
+        corpus_len_of(&work)
+    };
     let _ = std::fs::remove_dir_all(&work);
     let secs = started.elapsed().as_secs_f64();
     // Straight to stdout, past the test harness's capture: CI shows the counts of a passing run.
@@ -1344,9 +1375,19 @@ fn fuzz_loaders() {
     let mut out = std::io::stdout();
     let _ = writeln!(
         out,
-        "fuzz: {} inputs tried ({} replayed from tests/fuzz-corpus, {iters} generated), {} \
+        "fuzz: {} inputs tried ({} replayed from tests/fuzz-corpus, {} generated{}), {} \
          clean errors, {} accepted, {} crashes, {secs:.1} s",
-        total.tried, replayed, total.clean, total.accepted, total.crashes
+        total.tried,
+        replayed,
+        total.tried.saturating_sub(replayed as u64),
+        if stopped {
+            format!(" of {iters}: stopped at the {CI_SECS} s limit")
+        } else {
+            String::new()
+        },
+        total.clean,
+        total.accepted,
+        total.crashes
     );
     for f in &failures {
         let _ = writeln!(out, "{f}");
