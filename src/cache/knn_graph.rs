@@ -297,7 +297,17 @@ impl KnnGraph {
                  1, reserved 0)"
             )));
         }
-        let expected = KNN_HEADER + n as u64 * k as u64 * 8;
+        // N·k·8 can pass u64 (N = 2^31, k = 2^30 wraps to 0): such a header fits no file.
+        let expected = (n as u64)
+            .checked_mul(k as u64)
+            .and_then(|v| v.checked_mul(8))
+            .and_then(|v| v.checked_add(KNN_HEADER))
+            .ok_or_else(|| {
+                format(format!(
+                    "the header's N = {n}, k = {k} need {KNN_HEADER} + N × k × 8 bytes, more than \
+                     any file holds ({size} bytes here); the file is corrupt or not a k-NN graph"
+                ))
+            })?;
         if size != expected {
             return Err(format(format!(
                 "size {size} bytes does not match the header's N = {n}, k = {k}: a k-NN graph \

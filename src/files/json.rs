@@ -26,6 +26,7 @@ pub fn load_embeddings_json(path: &Path) -> Result<Table> {
             None => return Err(format_err(path, format!("malformed JSON: {e}"))),
         },
     };
+    let text_len = bytes.len();
     drop(bytes);
     let shape_hint =
         "expected {\"metadata\": {…}, \"embeddings\": [{\"poem_index\": …, \"id\": …, \
@@ -119,7 +120,10 @@ pub fn load_embeddings_json(path: &Path) -> Result<Table> {
                 ));
             }
             d = values.len();
-            data.reserve_exact(entries.len().saturating_mul(d));
+            // Reserve for every row only as far as the text could hold it (a value takes at
+            // least two bytes, "0,"): a long first row among many short ones is refused below as
+            // ragged, and must not reserve N × D first.
+            data.reserve_exact(entries.len().saturating_mul(d).min(text_len / 2));
         } else if values.len() != d {
             return Err(format_err(
                 path,

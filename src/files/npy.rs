@@ -167,14 +167,19 @@ fn parse_npy_header(bytes: &[u8]) -> std::result::Result<NpyHeader, String> {
 
     let dict = match PyLit::parse(&text) {
         Ok(PyLit::Dict(d)) => d,
-        Ok(_) => return Err(format!(".npy header is not a dict: {}", text.trim())),
-        Err(e) => return Err(format!("cannot parse .npy header {:?}: {e}", text.trim())),
+        Ok(_) => return Err(format!(".npy header is not a dict: {}", excerpt(&text))),
+        Err(e) => {
+            return Err(format!(
+                "cannot parse .npy header {:?}: {e}",
+                excerpt(&text)
+            ))
+        }
     };
     let get = |key: &str| {
         dict.iter()
             .find(|(k, _)| matches!(k, PyLit::Str(s) if s == key))
             .map(|(_, v)| v)
-            .ok_or_else(|| format!(".npy header has no '{key}': {}", text.trim()))
+            .ok_or_else(|| format!(".npy header has no '{key}': {}", excerpt(&text)))
     };
 
     let dtype = match get("descr")? {
@@ -182,14 +187,16 @@ fn parse_npy_header(bytes: &[u8]) -> std::result::Result<NpyHeader, String> {
         PyLit::Str(s) if s == "<f2" => NpyDtype::F16,
         PyLit::Str(s) if s.starts_with('>') => {
             return Err(format!(
-                "unsupported dtype '{s}' (big-endian): expected '<f4' (float32) or '<f2' \
-                 (float16); convert with arr.astype('<f4')"
+                "unsupported dtype '{}' (big-endian): expected '<f4' (float32) or '<f2' \
+                 (float16); convert with arr.astype('<f4')",
+                excerpt(s)
             ))
         }
         PyLit::Str(s) => {
             return Err(format!(
-                "unsupported dtype '{s}': expected '<f4' (float32) or '<f2' (float16); convert \
-                 with arr.astype(np.float32)"
+                "unsupported dtype '{}': expected '<f4' (float32) or '<f2' (float16); convert \
+                 with arr.astype(np.float32)",
+                excerpt(s)
             ))
         }
         _ => {
@@ -255,6 +262,16 @@ fn parse_npy_header(bytes: &[u8]) -> std::result::Result<NpyHeader, String> {
     })
 }
 
+/// `text` trimmed, and cut to its first 120 characters (with `…`) so a huge header cannot flood
+/// a message.
+fn excerpt(text: &str) -> String {
+    let t = text.trim();
+    match t.char_indices().nth(120) {
+        Some((at, _)) => format!("{}…", &t[..at]),
+        None => t.to_string(),
+    }
+}
+
 /// The subset of Python literals a `.npy` header uses.
 #[derive(Debug, PartialEq)]
 enum PyLit {
@@ -270,7 +287,11 @@ impl PyLit {
     /// Parse one literal spanning all of `text` (surrounding whitespace allowed).
     fn parse(text: &str) -> std::result::Result<PyLit, String> {
         let chars: Vec<char> = text.chars().collect();
-        let mut p = LitParser { s: &chars, i: 0 };
+        let mut p = LitParser {
+            s: &chars,
+            i: 0,
+            depth: 0,
+        };
         let v = p.value()?;
         p.ws();
         if p.i != chars.len() {
@@ -280,10 +301,16 @@ impl PyLit {
     }
 }
 
+/// How deep dicts, tuples and lists may nest in a `.npy` header (NumPy writes 2 levels); the
+/// parser recurses once a level, so a deeper header is refused rather than overflowing the stack.
+const MAX_DEPTH: usize = 32;
+
 /// Recursive-descent parser behind [`PyLit::parse`].
 struct LitParser<'a> {
     s: &'a [char],
     i: usize,
+    /// Dicts, tuples and lists open around the current position.
+    depth: usize,
 }
 
 impl LitParser<'_> {
@@ -296,18 +323,45 @@ impl LitParser<'_> {
         self.ws();
         self.s.get(self.i).copied()
     }
+    /// Enter a dict, tuple or list at the current character, refusing one level too deep.
+    fn open(&mut self) -> std::result::Result<(), String> {
+        if self.depth == MAX_DEPTH {
+            return Err(format!(
+                "nested more than {MAX_DEPTH} levels deep at character {}",
+                self.i
+            ));
+        }
+        self.depth += 1;
+        self.i += 1;
+        Ok(())
+    }
     fn value(&mut self) -> std::result::Result<PyLit, String> {
         match self.peek() {
             None => Err("unexpected end".into()),
             Some('{') => {
-                self.i += 1;
+                self.open()?;
                 let mut items = Vec::new();
+                let mut keys = std::collections::HashSet::new();
                 loop {
                     if self.peek() == Some('}') {
                         self.i += 1;
+                        self.depth -= 1;
                         return Ok(PyLit::Dict(items));
                     }
+                    self.ws();
+                    let key_at = self.i;
                     let k = self.value()?;
+                    let PyLit::Str(name) = &k else {
+                        return Err(format!(
+                            "a dict key that is not a string at character {key_at}"
+                        ));
+                    };
+                    if !keys.insert(name.clone()) {
+                        return Err(format!(
+                            "duplicate key '{}' at character {key_at}",
+                            excerpt(name)
+                        ));
+                    }
                     if self.peek() != Some(':') {
                         return Err(format!("expected ':' at character {}", self.i));
                     }
@@ -323,11 +377,12 @@ impl LitParser<'_> {
             }
             Some(open @ ('(' | '[')) => {
                 let close = if open == '(' { ')' } else { ']' };
-                self.i += 1;
+                self.open()?;
                 let mut items = Vec::new();
                 loop {
                     if self.peek() == Some(close) {
                         self.i += 1;
+                        self.depth -= 1;
                         return Ok(PyLit::Tuple(items));
                     }
                     items.push(self.value()?);
@@ -376,7 +431,7 @@ impl LitParser<'_> {
                 digits
                     .parse::<i128>()
                     .map(PyLit::Int)
-                    .map_err(|_| format!("bad integer '{digits}'"))
+                    .map_err(|_| format!("bad integer '{}'", excerpt(&digits)))
             }
             Some(c) if c.is_ascii_alphabetic() => {
                 let start = self.i;
@@ -390,7 +445,7 @@ impl LitParser<'_> {
                     "True" => Ok(PyLit::Bool(true)),
                     "False" => Ok(PyLit::Bool(false)),
                     "None" => Ok(PyLit::None),
-                    _ => Err(format!("unexpected name '{word}'")),
+                    _ => Err(format!("unexpected name '{}'", excerpt(&word))),
                 }
             }
             Some(c) => Err(format!("unexpected '{c}' at character {}", self.i)),
