@@ -338,7 +338,7 @@ fn call_reader(dir: &Path, case: &Case) -> Checked {
             let expect = case.expect.then_some((FP16_SPACE, FP16_CHECKSUM));
             table_result(dir, load_fp16_bin(&path, expect))
         }
-        Target::Ids => match load_ids(&path) {
+        Target::Ids => match load_ids(&path, 3, IDS_SOURCE) {
             Ok(_) => Ok(true),
             Err(e) => check_error(dir, &e).map(|_| false),
         },
@@ -564,7 +564,9 @@ fn seeds(dir: &Path) -> Vec<Case> {
     // ids.
     save_ids(
         &dir.join("x.ids.json"),
-        &[1.into(), "two".into(), serde_json::json!(3.5)],
+        Some(&[1.into(), "two".into(), serde_json::json!(3.5)]),
+        3,
+        IDS_SOURCE,
     )
     .unwrap();
     out.push(one(Target::Ids, "x.ids.json", read("x.ids.json")));
@@ -1183,8 +1185,13 @@ fn child(work: &Path, start: u64, iters: u64, only: Option<u64>, deadline: Optio
     std::fs::write(work.join("report.txt"), report).expect("write report");
 }
 
-/// Runs only when the parent starts this binary with `DIVERSITY_FUZZ_CHILD` set.
+/// The source checksum the seed ids sidecar names (any string: load_ids compares it).
+const IDS_SOURCE: &str = "fnv1a64:00000000000000aa";
+
+/// The fuzzer's child process, not a test of its own: ignored in a plain run, started by the
+/// parent with `--ignored --exact fuzz_child` and `DIVERSITY_FUZZ_CHILD` set.
 #[test]
+#[ignore = "started by fuzz_loaders as its child process"]
 fn fuzz_child() {
     let Ok(work) = std::env::var("DIVERSITY_FUZZ_CHILD") else {
         return;
@@ -1232,16 +1239,22 @@ fn fuzz_loaders() {
         let _ = std::fs::remove_file(work.join("report.txt"));
         let _ = std::fs::remove_file(work.join("current.txt"));
         let mut cmd = Command::new(&exe);
-        cmd.args(["fuzz_child", "--exact", "--nocapture", "--test-threads=1"])
-            .env("DIVERSITY_FUZZ_CHILD", &work)
-            .env("DIVERSITY_FUZZ_START", start.to_string())
-            .env("DIVERSITY_FUZZ_ITERS", iters.to_string())
-            .stdout(if only.is_some() {
-                Stdio::inherit()
-            } else {
-                Stdio::null()
-            })
-            .stderr(Stdio::piped());
+        cmd.args([
+            "fuzz_child",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("DIVERSITY_FUZZ_CHILD", &work)
+        .env("DIVERSITY_FUZZ_START", start.to_string())
+        .env("DIVERSITY_FUZZ_ITERS", iters.to_string())
+        .stdout(if only.is_some() {
+            Stdio::inherit()
+        } else {
+            Stdio::null()
+        })
+        .stderr(Stdio::piped());
         if let Some(o) = &only {
             cmd.env("DIVERSITY_FUZZ_ONLY", o);
         }
