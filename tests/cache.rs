@@ -602,8 +602,36 @@ fn binary_sequence_reads_only_its_row() {
     expect_err(
         BinaryCache::read_all(&out),
         is_format,
-        &[&p, "row 0", "not an index below N = 6"],
+        &[&p, "row 0", "3735928559", "corrupt"],
     );
+    // Rows that are no sequence of their start: another first entry, an entry twice, one past
+    // N (what the writer refuses, the reader refuses).
+    let good: Vec<u32> = (0..n).flat_map(|s| synthetic_row(s, n, len)).collect();
+    for (name, at, v, words) in [
+        (
+            "first",
+            2 * len,
+            5u32,
+            vec!["row 2", "starts with 5", "its start 2"],
+        ),
+        (
+            "twice",
+            2 * len + 2,
+            good[2 * len + 1],
+            vec!["row 2", "twice"],
+        ),
+        ("past-n", 2 * len + 3, 6, vec!["row 2", "out of range"]),
+    ] {
+        let mut flat = good.clone();
+        flat[at] = v;
+        let mut b = n.to_le_bytes().to_vec();
+        b.extend(flat.iter().flat_map(|v| v.to_le_bytes()));
+        let f = dir.file(name, &b);
+        let mut c = BinaryCache::open(&f).unwrap();
+        assert_eq!(c.sequence(1).unwrap(), synthetic_row(1, n, len), "{name}");
+        expect_err(c.sequence(2), is_format, &words);
+        expect_err(BinaryCache::read_all(&f), is_format, &words);
+    }
 }
 
 #[test]
@@ -1608,8 +1636,34 @@ fn knn_graph_foreign_or_truncated_files_are_refused() {
     expect_err(
         g.row(1),
         is_format,
-        &["row 1", "id 77", "position 1", "corrupt"],
+        &["row 1", "entry 77", "position 1", "out of range", "corrupt"],
     );
+    // What the writer refuses, the reader refuses too: a self-neighbour, an id twice, padding
+    // before a real id, a NaN value, values not closest first (rows: 24-byte header, ids of
+    // row r at 24 + 8r, values at 48 + 8r).
+    let nan = f32::NAN.to_bits();
+    for (name, at, v, words) in [
+        ("self", 24 + 8, 1u32, vec!["row 1", "itself"]),
+        ("twice", 24 + 8, 2, vec!["row 1", "twice"]),
+        (
+            "pad-first",
+            24 + 8,
+            u32::MAX,
+            vec!["row 1", "follows padding"],
+        ),
+        ("nan", 48 + 8 + 4, nan, vec!["row 1", "NaN"]),
+        (
+            "order",
+            48 + 8,
+            3.0f32.to_bits(),
+            vec!["row 1", "closest first"],
+        ),
+    ] {
+        let path = dir.file(name, &with(at, v));
+        let mut g = KnnGraph::open(&path).unwrap();
+        assert_eq!(g.row(0).unwrap(), (vec![1, 2], vec![1.0, 2.0]), "{name}");
+        expect_err(g.row(1), is_format, &words);
+    }
     let missing = dir.path("missing.dknn");
     expect_err(
         KnnGraph::open(&missing),

@@ -3,7 +3,7 @@
 
 use super::pending::io_err;
 use super::rows::{
-    check_flat_len, format_err, le_u32s, open_with_size, read_at, rows_u32, RowFile,
+    check_flat_len, format_err, le_u32s, open_with_size, read_at, rows_u32, ListChecker, RowFile,
 };
 use crate::error::{Error, Result};
 use std::fs::File;
@@ -152,6 +152,8 @@ pub struct BinaryCache {
     n: usize,
     len: usize,
     buf: Vec<u8>,
+    /// Row checks, made on the first row read (N marks; N is bounded by the file's size).
+    check: Option<ListChecker>,
 }
 
 impl BinaryCache {
@@ -197,6 +199,7 @@ impl BinaryCache {
             n,
             len,
             buf: Vec::new(),
+            check: None,
         })
     }
 
@@ -242,7 +245,8 @@ impl BinaryCache {
             &mut self.buf,
         )?;
         let row = le_u32s(&self.buf);
-        check_entries(&self.path, self.n, self.len, s, &row)?;
+        let check = self.check.get_or_insert_with(|| ListChecker::new(self.n));
+        check_entries(&self.path, self.n, self.len, s, &row, check)?;
         Ok(row)
     }
 
@@ -270,23 +274,39 @@ impl BinaryCache {
         }
         let flat = le_u32s(&bytes);
         drop(bytes);
-        if let Some(pos) = flat.iter().position(|&v| v as usize >= n) {
-            check_entries(path, n, len, pos / len, &flat[pos / len * len..][..len])?;
+        let mut check = ListChecker::new(n);
+        for (s, row) in flat.chunks_exact(len).enumerate() {
+            check_entries(path, n, len, s, row, &mut check)?;
         }
         Ok((n, flat))
     }
 }
 
-/// Refuse a row holding an index not below N: the file is corrupt or not a cache.
-fn check_entries(path: &Path, n: usize, len: usize, start: usize, row: &[u32]) -> Result<()> {
-    match row.iter().position(|&v| v as usize >= n) {
+/// Refuse a row that is not the sequence of its start: its first entry another item, an entry
+/// not below N, one twice (what the writer refuses): the file is corrupt or not a cache.
+fn check_entries(
+    path: &Path,
+    n: usize,
+    len: usize,
+    start: usize,
+    row: &[u32],
+    check: &mut ListChecker,
+) -> Result<()> {
+    let why = match row.first() {
+        Some(&first) if first as usize != start => {
+            Some(format!("starts with {first}, not with its start {start}"))
+        }
+        _ => check
+            .check(start as u32, &row[1.min(row.len())..], false)
+            .err(),
+    };
+    match why {
         None => Ok(()),
-        Some(j) => Err(Error::Format {
+        Some(why) => Err(Error::Format {
             path: path.to_path_buf(),
             reason: format!(
-                "row {start} (of {n} rows × {len}) has entry {} at position {j}, not an index \
-                 below N = {n}; the file is corrupt or not a binary cache",
-                row[j]
+                "row {start} (of {n} rows × {len}): {why}; the file is corrupt or not a binary \
+                 cache"
             ),
         }),
     }

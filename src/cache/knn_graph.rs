@@ -254,6 +254,9 @@ pub struct KnnGraph {
     k: usize,
     metric: KnnMetric,
     buf: Vec<u8>,
+    /// The writer's list checks, made on the first row read (N marks; N is bounded by the
+    /// file's size, checked when it was opened).
+    check: Option<ListChecker>,
 }
 
 impl KnnGraph {
@@ -327,6 +330,7 @@ impl KnnGraph {
             k: k as usize,
             metric,
             buf: Vec::new(),
+            check: None,
         })
     }
 
@@ -371,16 +375,18 @@ impl KnnGraph {
             &mut self.buf,
         )?;
         let ids = le_u32s(&self.buf);
-        if let Some(j) = ids.iter().position(|&v| v != KNN_PAD && v as usize >= n) {
-            return Err(Error::Format {
-                path: self.path.clone(),
-                reason: format!(
-                    "row {item} (of {n} × k = {k}) has id {} at position {j}, neither an item \
-                     below N = {n} nor padding; the file is corrupt",
-                    ids[j]
-                ),
-            });
-        }
+        // What the writer refuses, the reader refuses: an id neither below N nor padding, the
+        // item itself, an id twice, padding before a real id; then NaN or values not closest
+        // first.
+        let corrupt = |why: String| Error::Format {
+            path: self.path.clone(),
+            reason: format!("row {item} (of {n} × k = {k}): {why}; the file is corrupt"),
+        };
+        let real = self
+            .check
+            .get_or_insert_with(|| ListChecker::new(n))
+            .check(item, &ids, true)
+            .map_err(corrupt)?;
         let section = KNN_HEADER + n as u64 * k as u64 * 4;
         read_at(
             &mut self.file,
@@ -389,7 +395,11 @@ impl KnnGraph {
             k * 4,
             &mut self.buf,
         )?;
-        let values = le_u32s(&self.buf).into_iter().map(f32::from_bits).collect();
+        let values: Vec<f32> = le_u32s(&self.buf).into_iter().map(f32::from_bits).collect();
+        check_knn_values(self.metric, &values[..real]).map_err(|why| Error::Format {
+            path: self.path.clone(),
+            reason: format!("row {item} (of {n} × k = {k}): {why}; the file is corrupt"),
+        })?;
         Ok((ids, values))
     }
 }
