@@ -23,7 +23,10 @@
 //! [`CI_SECS`] whatever it reached);
 //! `DIVERSITY_FUZZ_ONLY=<iteration>` runs that one input alone, printing what it is.
 
-use diversity::cache::{BinaryCache, BinaryCacheWriter, KnnGraph, KnnGraphWriter, KnnMetric};
+use diversity::cache::{
+    merge_caches, BinaryCache, BinaryCacheWriter, JsonCacheWriter, KnnGraph, KnnGraphWriter,
+    KnnMetric,
+};
 use diversity::cache::{KNN_HEADER, KNN_PAD};
 use diversity::error::Error;
 use diversity::files::{
@@ -144,6 +147,12 @@ fn budget(input: usize) -> usize {
     input.saturating_mul(64) + (1 << 20)
 }
 
+/// [`budget`] for `target`: a merge also writes its output through a fixed 1 MiB buffer (a
+/// constant, not a size read from the input).
+fn budget_for(target: Target, input: usize) -> usize {
+    budget(input) + if target == Target::Merge { 2 << 20 } else { 0 }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Randomness: splitmix64 for per-input seeds, xorshift64* for the stream.
 
@@ -198,9 +207,10 @@ enum Target {
     Table,
     BinCache,
     Knn,
+    Merge,
 }
 
-const TARGETS: [Target; 8] = [
+const TARGETS: [Target; 9] = [
     Target::Npy,
     Target::Json,
     Target::F32,
@@ -209,6 +219,7 @@ const TARGETS: [Target; 8] = [
     Target::Table,
     Target::BinCache,
     Target::Knn,
+    Target::Merge,
 ];
 
 impl Target {
@@ -222,6 +233,7 @@ impl Target {
             Target::Table => "table",
             Target::BinCache => "bincache",
             Target::Knn => "knn",
+            Target::Merge => "merge",
         }
     }
     fn from_name(s: &str) -> Option<Target> {
@@ -387,6 +399,27 @@ fn call_reader(dir: &Path, case: &Case) -> Checked {
                 Err(e) => check_error(dir, &e).map(|_| false),
             }
         }
+        Target::Merge => {
+            // Both shard files of the case are the inputs; the merged cache must be JSON.
+            let inputs: Vec<PathBuf> = case.files.iter().map(|(n, _)| dir.join(n)).collect();
+            let out = dir.join("merged.json");
+            match merge_caches(&inputs, &out) {
+                Ok(r) => {
+                    let text = std::fs::read(&out).map_err(|e| e.to_string())?;
+                    let v: serde_json::Value = serde_json::from_slice(&text).map_err(|e| {
+                        format!("merged {} sequences into invalid JSON: {e}", r.sequences)
+                    })?;
+                    if v["sequences"].as_object().map(|m| m.len()) != Some(r.sequences) {
+                        return Err(format!(
+                            "merged {} sequences, the file holds others",
+                            r.sequences
+                        ));
+                    }
+                    Ok(true)
+                }
+                Err(e) => check_error(dir, &e).map(|_| false),
+            }
+        }
         Target::Knn => {
             let mut g = match KnnGraph::open(&path) {
                 Ok(g) => g,
@@ -440,9 +473,9 @@ fn run_case(dir: &Path, case: &Case) -> Outcome {
             let m = PANIC_MSG.lock().unwrap_or_else(|e| e.into_inner()).clone();
             Outcome::Crash(format!("panic: {m}"))
         }
-        Ok(_) if peak > budget(input) => Outcome::Crash(format!(
+        Ok(_) if peak > budget_for(case.target, input) => Outcome::Crash(format!(
             "allocated {peak} bytes at once for {input} bytes of input (budget {})",
-            budget(input)
+            budget_for(case.target, input)
         )),
         Ok(Err(why)) => Outcome::Crash(why),
         Ok(Ok(true)) => Outcome::Accepted,
@@ -594,6 +627,40 @@ fn seeds(dir: &Path) -> Vec<Case> {
         }
         w.finish().unwrap();
         out.push(one(Target::BinCache, "x.cache", read("x.cache")));
+    }
+
+    // Shards of a --shard run, as merge_caches reads them: 5 starts in 2 contiguous shards, with
+    // row indices and with ids.
+    for ids in [None, Some(vec!["a", "b", "c", "d", "e", "f"])] {
+        let ids: Option<Vec<serde_json::Value>> =
+            ids.map(|v| v.into_iter().map(serde_json::Value::from).collect());
+        let starts = [4u32, 0, 2, 5, 1];
+        let mut files = Vec::new();
+        for (i, part) in [(1usize, &starts[..3]), (2, &starts[3..])] {
+            let name = format!("s{i}.json");
+            let meta = serde_json::json!({
+                "generated_at": "2026-01-01T00:00:00Z",
+                "top_k": 2,
+                "shard": format!("{i}/2"),
+                "shard_layout": "contiguous",
+                "shard_starts_total": 5,
+                "shard_starts_fingerprint": "fnv1a32:00000000",
+            });
+            let mut w = JsonCacheWriter::create(&dir.join(&name), &meta, ids.clone()).unwrap();
+            for &st in part {
+                w.write_sequence(st, &[st, (st + 1) % 6, (st + 3) % 6])
+                    .unwrap();
+            }
+            w.finish().unwrap();
+            files.push((name.clone(), read(&name)));
+        }
+        out.push(Case {
+            target: Target::Merge,
+            files,
+            main: "s1.json".into(),
+            dim: None,
+            expect: false,
+        });
     }
 
     // k-NN graphs: cosine without padding, L2 with.

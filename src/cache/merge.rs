@@ -591,7 +591,9 @@ pub fn merge_caches(inputs: &[PathBuf], out: &Path) -> Result<MergeReport> {
         ),
         ShardLayout::Strided => Box::new((0..total).map(|pos| (pos % count, pos / count))),
     };
-    let mut buf = Vec::with_capacity(PIECE_BYTES + (1 << 16));
+    // A piece of output at a time, never more than the inputs hold.
+    let input_bytes: usize = texts.iter().map(|t| t.len()).sum();
+    let mut buf = Vec::with_capacity(PIECE_BYTES.min(input_bytes) + (1 << 16));
     for (s, i) in order {
         let (key, raw) = &parts[s].rows[i];
         buf.push(b',');
