@@ -17,11 +17,13 @@ shared uint cand[gl_WorkGroupSize.x * CAP];
 shared uint cand_n;
 shared uint ovf_seen;
 shared float cen_s[DIM];  // this sequence's fp32 centroid
-// Candidate rows staged JR at a time (the host sizes JR to the shared memory; 0: read in place).
+// Candidate rows staged JR at a time (the host sizes JR to the shared memory; 0: read in place
+// with filter_common's exact_key, one chain an invocation).
 layout(constant_id = 9) const uint JR = 4u;
 shared float rows_s[(JR + (JR == 0u ? 1u : 0u)) * DIM];
 
-// judge_key for the row staged at rows_s[j]: both operands in shared memory.
+// exact_key (filter_common.glsl) for the row staged at rows_s[j], both operands in shared memory
+// and read eight values ahead of the chain: the same fused multiply-adds in the same order.
 float staged_key(uint j, uint x) {
     float acc = 0.0;
     const uint base = j * DIM;
@@ -39,31 +41,6 @@ float staged_key(uint j, uint x) {
     }
     for (; d < DIM; ++d) {
         precise float v = fma(cen_s[d], rows_s[base + d], acc);
-        acc = v;
-    }
-    precise float key = acc * inv_norm[x];
-    return key;
-}
-
-// exact_key with the centroid staged in shared memory and the row read eight values ahead of
-// the chain: the same fused multiply-adds in the same order, so the same key.
-float judge_key(uint x) {
-    float acc = 0.0;
-    const uint base = x * DIM;
-    uint d = 0u;
-    for (; d + 8u <= DIM; d += 8u) {
-        float e[8], c[8];
-        [[unroll]] for (uint q = 0u; q < 8u; ++q) {
-            e[q] = float(table[base + d + q]);
-            c[q] = cen_s[d + q];
-        }
-        [[unroll]] for (uint q = 0u; q < 8u; ++q) {
-            precise float v = fma(c[q], e[q], acc);
-            acc = v;
-        }
-    }
-    for (; d < DIM; ++d) {
-        precise float v = fma(cen_s[d], float(table[base + d]), acc);
         acc = v;
     }
     precise float key = acc * inv_norm[x];
@@ -136,7 +113,7 @@ void main() {
         if (JR == 0u) {
             for (uint i = lid; i < cn; i += gl_WorkGroupSize.x) {
                 const uint x = cand[i];
-                const float k = judge_key(x);
+                const float k = exact_key(s, x);
                 if (less(k, x, bk, bi)) { bk = k; bi = x; }
             }
         } else {

@@ -657,8 +657,8 @@ local function fingerprint_diff(now, saved)
   end
   local a, b = parse(now), parse(saved)
   local diffs = {}
-  for _, k in ipairs({ "version", "input", "input_checksum", "center", "precision", "mode",
-    "plain_sums", "judge", "steps", "batch", "starts", "table" }) do
+  -- The keys in the order the fingerprint writes them.
+  for k in now:gmatch("([%w_]+)=") do
     if a[k] ~= b[k] then
       diffs[#diffs + 1] = ("%s: %s now, %s in the checkpoint"):format(k, tostring(a[k]),
         tostring(b[k] or "(missing: an older checkpoint format)"))
@@ -704,7 +704,7 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
       -- Batch files without run.txt: nothing says which run they belong to.
       for b = 1, nbatches do
         local f = ("%s/batch-%05d"):format(ckdir, b)
-        if read_file(f .. ".u32") or read_file(f .. ".part") then
+        if file_exists(f .. ".u32") or file_exists(f .. ".part") then
           close_all()
           error("diversity: --resume: the checkpoint in " .. ckdir .. " has batch files but no "
             .. "run.txt, so nothing says which run they belong to; remove " .. ckdir

@@ -16,7 +16,13 @@ static STALE_REMOVED: AtomicU64 = AtomicU64::new(0);
 
 /// This host's name as it may appear in a file name (`-` and anything but letters, digits, `.`
 /// and `_` replaced by `_`); `host` when unknown.
-fn host_tag() -> String {
+fn host_tag() -> &'static str {
+    static TAG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TAG.get_or_init(read_host_tag)
+}
+
+/// [`host_tag`], read once from `/proc/sys/kernel/hostname`.
+fn read_host_tag() -> String {
     let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let tag: String = name
         .trim()
