@@ -26,15 +26,22 @@ python3 bench/make-real31k.py "$FORT" "$R31" | tee "$OUT/real31k.txt"
 timeout 60 python3 bench/peer/torch_diversity.py --dump "$T/seed.f32"
 python3 -c "import numpy as np; np.save('$T/seed.npy', np.fromfile('$T/seed.f32', dtype='<f4').reshape(-1, 768))"
 timeout 60 $B/bench_gram --table "$R31" --starts 4096 --steps 500 --label warm-up > /dev/null 2>&1
-[ -n "${SKIP_SPEED:-}" ] || timeout 240 $B/bench_gram --table "$R31" --center --precisions fp16 --starts 2048 --wg 1024 \
-  --placements registers --compensated 1,0 --judge 0,1 --loads 0,32 \
-  --label "real31k centred fp16, 2048 x full" 2>&1 | tee "$OUT/r31k_speed.log"
+[ -n "${SKIP_SPEED:-}" ] || {
+timeout 200 $B/bench_gram --table "$R31" --center --precisions fp16 --starts 2048 --wg 1024 \
+  --placements registers --compensated 0 --judge 0 --loads 0,0,31,16 \
+  --label "real31k centred fp16, 2048 x full, loads (0 twice: run to run)" 2>&1 | tee "$OUT/r31k_speed.log"
+timeout 200 $B/bench_gram --table "$R31" --center --precisions fp16 --starts 2048 --wg 1024 \
+  --placements registers --compensated 0 --judge 1 --refresh 0,1024,4096 \
+  --label "real31k centred fp16, 2048 x full, plain + judge" 2>&1 | tee -a "$OUT/r31k_speed.log"
+timeout 100 $B/bench_gram --table "$R31" --center --precisions fp16 --starts 2048 --wg 1024 \
+  --placements registers --compensated 1 --judge 1 --refresh 4096 \
+  --label "real31k centred fp16, 2048 x full, compensated + judge" 2>&1 | tee -a "$OUT/r31k_speed.log"
+}
 [ -n "${SKIP_SMALL:-}" ] || {
-timeout 120 $B/bench_gram --table "$T/seed.npy" --precisions fp32 --compensated 1,0 --judge 0,1 \
+timeout 120 $B/bench_gram --table "$T/seed.npy" --precisions fp32 --compensated 1,0 --judge 1 --refresh 0,1024 \
   --label "peer 8359x768 whole cache" 2>&1 | tee "$OUT/small.log"
-timeout 150 $B/bench_gram --table "$FORT" --center --precisions fp16 --compensated 1,0 --judge 0,1 \
+timeout 150 $B/bench_gram --table "$FORT" --center --precisions fp16 --compensated 1,0 --judge 1 --refresh 0,2048 \
   --label "fortunes 14943 centred whole cache" 2>&1 | tee -a "$OUT/small.log"
-timeout 60 python3 bench/peer/torch_diversity.py --parts none --full-gram 2>&1 | tee -a "$OUT/small.log"
 }
 oracle() { # table n label flags...
   local tab=$1 n=$2 label=$3; shift 3
@@ -45,6 +52,7 @@ oracle() { # table n label flags...
   timeout 300 python3 bench/seq_oracle.py "$tab" "$T/o.json" $cf --device cuda --batch 16 2>&1 | tee -a "$OUT/oracle.log"
 }
 [ -n "${SKIP_ORACLE:-}" ] || {
+oracle "$R31" 31102 "real31k centred fp16, plain sums + judge" --center --precision fp16 --judge --plain-sums
 oracle "$R31" 31102 "real31k centred fp16, judge" --center --precision fp16 --judge ${ORACLE_FLAGS:-}
 oracle "$FORT" 14943 "fortunes centred fp16, judge" --center --precision fp16 --judge ${ORACLE_FLAGS:-}
 oracle "$FORT" 14943 "fortunes centred fp32, judge" --center --precision fp32 --judge ${ORACLE_FLAGS:-}

@@ -63,6 +63,7 @@ layout(constant_id = 8) const uint JUDGE = 1u;     // 1: settle uncertain picks 
 layout(constant_id = 9) const uint LOADS = 1u;     // register path: row loads issued per group
 layout(constant_id = 10) const uint ROUND = 64u;   // candidates scored per round of fresh keys
 layout(constant_id = 11) const uint BAND = 64u;    // the widest band re-scored (0: always refresh)
+layout(constant_id = 12) const uint REFRESH = 0u;  // recompute every key after this many steps (0: never)
 
 #include "table.glsl"
 layout(std430, set = 0, binding = 2) readonly buffer Starts { uint starts[]; };
@@ -87,7 +88,7 @@ const float U = 5.9604645e-8; // 2⁻²⁴
 // The judge's scalars after the vectors: S, L (or plain sums' Σ), E0, full refreshes, the last
 // step's max |key|, band re-scores, the largest E_F seen (a report).
 const uint JS_S = 0u, JS_L = 1u, JS_E0 = 2u, JS_FULL = 3u, JS_KMAX = 4u, JS_BANDS = 5u,
-           JS_EF = 6u;
+           JS_EF = 6u, JS_AGE = 7u;
 
 #include "key_order.glsl"
 
@@ -265,6 +266,28 @@ void offer(float v, float l, uint j, inout float bk, inout uint bi, inout float 
     }
 }
 
+// Chain q of candidate x's fresh key: over d ≡ q (mod 32) ascending, TwoProduct c_hi·e = p + pe,
+// TwoSum h + p = sh + se, and c_lo·e joins the low part. (h, l).
+vec2 chain(uint x, uint q) {
+    precise float h = 0.0;
+    precise float l = 0.0;
+    const uint eb = x * DIM;
+    for (uint k = 0u; k < (DIM + CHAINS - 1u) / CHAINS; ++k) {
+        const uint d = q + k * CHAINS;
+        if (d >= DIM) break;
+        const float e = float(table[eb + d]);
+        precise float p = c_hi[d] * e;
+        precise float pe = fma(c_hi[d], e, -p);
+        precise float sh = h + p;
+        precise float bp = sh - h;
+        precise float se = (h - (sh - bp)) + (p - bp);
+        precise float nl = fma(c_lo[d], e, l + (pe + se));
+        h = sh;
+        l = nl;
+    }
+    return vec2(h, l);
+}
+
 // Fresh keys F of the `count` (≤ ROUND) candidates cand[first..first + count) (NO_INDEX:
 // skipped), left in part_hi[k·32] (hi + lo, scaled) for candidate first + k; every invocation
 // calls it (barriers inside). Slot s = k·32 + q: candidate k, chain q over d ≡ q (mod 32), so 32
@@ -274,23 +297,9 @@ void fresh_keys(uint first, uint count) {
     for (uint s = lid; s < count * CHAINS; s += WG) {
         const uint x = cand[first + s / CHAINS];
         if (x == NO_INDEX) continue;
-        precise float h = 0.0;
-        precise float l = 0.0;
-        const uint eb = x * DIM;
-        for (uint d = s % CHAINS; d < DIM; d += CHAINS) {
-            const float e = float(table[eb + d]);
-            // TwoProduct c_hi·e = p + pe, TwoSum h + p = sh + se; c_lo·e joins the low part.
-            precise float p = c_hi[d] * e;
-            precise float pe = fma(c_hi[d], e, -p);
-            precise float sh = h + p;
-            precise float bp = sh - h;
-            precise float se = (h - (sh - bp)) + (p - bp);
-            precise float nl = fma(c_lo[d], e, l + (pe + se));
-            h = sh;
-            l = nl;
-        }
-        part_hi[s] = h;
-        part_lo[s] = l;
+        const vec2 hl = chain(x, s % CHAINS);
+        part_hi[s] = hl.x;
+        part_lo[s] = hl.y;
     }
     barrier();
     // The fixed tree: chain q += chain q + w for w = 16, 8, 4, 2, 1 (TwoSum of the highs).
@@ -372,7 +381,7 @@ void main() {
     }
     // The judge's running sum (c = e_start at the start; each invocation owns the dimensions
     // lid + k·WG) and bound terms (see the top).
-    float jS = 0.0, jL = 0.0, jE0 = 0.0, fulls = 0.0, bands = 0.0, efmax = 0.0;
+    float jS = 0.0, jL = 0.0, jE0 = 0.0, fulls = 0.0, bands = 0.0, efmax = 0.0, age = 0.0;
     if (JUDGE != 0u) {
         for (uint d = lid; d < DIM; d += WG) {
             c_hi[d] = fresh ? float(table[prev * DIM + d]) : state[cbase + d];
@@ -386,6 +395,7 @@ void main() {
             fulls = state[jbase + JS_FULL];
             bands = state[jbase + JS_BANDS];
             efmax = state[jbase + JS_EF];
+            age = state[jbase + JS_AGE];
         }
         barrier();
     }
@@ -450,18 +460,29 @@ void main() {
             const float a = jE0 + (2.01 * U + du * du) * jS
                             + U * (COMPENSATED != 0u ? jL + w.kmax : jL);
             kmax = w.kmax;
-            if (w.second - w.key <= 2.0 * a) {
-                // Uncertain: gather the band of live keys within 2A of the best.
-                const float tau = w.key + 2.0 * a;
-                if (lid == 0u) band_count = 0u;
+            age += 1.0;
+            const bool due = REFRESH != 0u && age >= float(REFRESH);
+            if (due || w.second - w.key <= 2.0 * a) {
+                // Uncertain: gather the band of live keys within 2A of the best (a refresh that
+                // is due skips the band).
+                const float tau = due ? -INF : w.key + 2.0 * a;
+                if (lid == 0u) band_count = due ? BAND + 1u : 0u;
                 barrier();
                 if (IN_REGS != 0u) {
+                    // One atomic a lane for its whole share of the band.
+                    uint mine = 0u;
                     for (uint r = 0u; r < RPER; ++r) {
                         uint j = lid + r * WG;
                         precise float v = hi[r] + lo[r];
+                        if (j < n && hi[r] != INF && v <= tau) mine += 1u;
+                    }
+                    uint slot = mine > 0u ? atomicAdd(band_count, mine) : 0u;
+                    for (uint r = 0u; r < RPER && mine > 0u; ++r) {
+                        uint j = lid + r * WG;
+                        precise float v = hi[r] + lo[r];
                         if (j < n && hi[r] != INF && v <= tau) {
-                            uint slot = atomicAdd(band_count, 1u);
                             if (slot < BAND) cand[slot] = j;
+                            slot += 1u;
                         }
                     }
                 } else {
@@ -545,6 +566,7 @@ void main() {
                     efmax = max(efmax, jE0);
                     jS = 0.0;
                     jL = 0.0;
+                    age = 0.0;
                     fulls += 1.0;
                 }
             }
@@ -596,6 +618,7 @@ void main() {
             state[jbase + JS_KMAX] = kmax;
             state[jbase + JS_BANDS] = bands;
             state[jbase + JS_EF] = efmax;
+            state[jbase + JS_AGE] = age;
         }
     }
 }

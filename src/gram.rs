@@ -159,7 +159,15 @@ pub struct GramOptions {
     /// recomputes every key). For tests and benchmarks: the results differ only at near-ties.
     #[doc(hidden)]
     pub judge_band: Option<usize>,
+    /// The judge recomputes every key after this many steps without one (`None` = the
+    /// default, [`JUDGE_REFRESH`]; `Some(0)`: only when a band overflows). Bounds the keys'
+    /// error growth, so uncertain steps stay rare. Other bits at near-ties.
+    #[doc(hidden)]
+    pub judge_refresh: Option<usize>,
 }
+
+/// Steps between the judge's full recomputes by default ([`GramOptions::judge_refresh`]).
+pub const JUDGE_REFRESH: usize = 0;
 
 impl Default for GramOptions {
     fn default() -> Self {
@@ -174,6 +182,7 @@ impl Default for GramOptions {
             judge: false,
             loads: 0,
             judge_band: None,
+            judge_refresh: None,
         }
     }
 }
@@ -735,6 +744,7 @@ impl GramJob {
                 loads_in_flight(&caps, n, wg, rper, opts) as u32,
                 judge_round(&caps, d, wg).max(1) as u32,
                 opts.judge_band.unwrap_or(BAND).min(BAND) as u32,
+                opts.judge_refresh.unwrap_or(JUDGE_REFRESH).min(1 << 24) as u32,
             ],
             push_bytes: checked_push::<GramPush>(shader)?,
         })?;

@@ -667,10 +667,11 @@ fn judge_same_bits_across_shapes_and_resume() {
     let dt = DeviceTable::upload(&ctx, &table, Precision::Fp16).unwrap();
     let gram = Gram::build(&dt).unwrap();
     let starts: Vec<u32> = vec![0, 77, 160, 319, 5];
-    for band in [None, Some(0)] {
+    for (band, refresh) in [(None, None), (Some(0), None), (None, Some(37))] {
         let base_opts = GramOptions {
             judge: true,
             judge_band: band,
+            judge_refresh: refresh,
             ..GramOptions::default()
         };
         let base = run(&gram, &starts, starts.len(), &base_opts);
@@ -682,9 +683,14 @@ fn judge_same_bits_across_shapes_and_resume() {
             job.refreshes().unwrap().iter().sum::<u32>(),
             job.band_rescores().unwrap().iter().sum::<u32>(),
         );
-        eprintln!("judge band {band:?}: {fulls} full recomputes, {bands} band re-scores, worst {worst:.3e}");
-        match band {
-            Some(0) => assert!(fulls > 0 && bands == 0, "{fulls} {bands}"),
+        eprintln!(
+            "judge band {band:?} refresh {refresh:?}: {fulls} full recomputes, {bands} band \
+             re-scores, worst {worst:.3e}"
+        );
+        match (band, refresh) {
+            (Some(0), _) => assert!(fulls > 0 && bands == 0, "{fulls} {bands}"),
+            // 319 steps: a refresh every 37 steps (at least 8) and bands between them.
+            (_, Some(_)) => assert!(fulls >= 8 && bands > 0, "{fulls} {bands}"),
             _ => assert!(bands > 0, "the judge re-scored"),
         }
         let ef = job.fresh_error_max().unwrap();
