@@ -18,6 +18,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// would. Lets the checkpoint/resume path be tested on any device.
 pub const ENV_FAIL_AFTER_CHUNKS: &str = "DIVERSITY_FAIL_AFTER_CHUNKS";
 
+/// Environment variable for tests of the panic path: while it is set, every job step panics (as
+/// a bug would) before any work, so that the bindings can show a panic becomes an error.
+pub const ENV_INJECT_PANIC: &str = "DIVERSITY_INJECT_PANIC";
+
 /// Submissions completed in this process, counted only while [`ENV_FAIL_AFTER_CHUNKS`] is set.
 static CHUNKS_DONE: AtomicUsize = AtomicUsize::new(0);
 
