@@ -867,7 +867,8 @@ describe("diversity (idiomatic API)", function()
       local out = p:read("*a")
       p:close()
       assert.are.equal("string|diversity.job:step: injected panic (DIVERSITY_INJECT_PANIC)\n"
-        .. "string|diversity.job:wait: the job's stepping thread panicked; the job is lost\n"
+        .. "string|diversity.job:wait: the job's stepping thread panicked (injected panic "
+        .. "(DIVERSITY_INJECT_PANIC)); the job is lost\n"
         .. "alive\n", out)
     end)
   end)

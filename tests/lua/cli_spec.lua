@@ -609,6 +609,14 @@ describe("command line", function()
       assert_failed_cleanly(rc, out, err, { "t.bin", "missing sidecar" }, dir)
     end)
 
+    it("a panic in the Rust code (injected) is a clean failure, not an abort or a Lua traceback", function()
+      local dir = input(good)
+      local rc, out, err = H.cli({ "--embeddings", dir .. "/e.json", "--out", dir .. "/out.json" },
+        "RUST_BACKTRACE=0 " .. diversity.ENV_INJECT_PANIC .. "=1")
+      assert_failed_cleanly(rc, out, err,
+        { "diversity: batch 1 of 1", "panicked (injected panic", "the job is lost" }, dir)
+    end)
+
     it("--binary with a --starts subset fails without leaving the JSON output behind", function()
       -- the binary cache has one row per item, so a subset cannot fill it: refusing is fine,
       -- but a failed run must not leave its JSON output (and should fail before the GPU work)
