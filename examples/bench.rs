@@ -91,7 +91,11 @@ fn parse() -> Result<Args, String> {
             "--precisions" => a.precisions = common::list(&f, &val()?)?,
             "--quick" => a.quick = true,
             "--probe" => a.probe = true,
-            "--capacity" => a.filter.capacity = num(val()?)? as u32,
+            "--capacity" => {
+                let c: usize = num(val()?)?;
+                a.filter.capacity =
+                    u32::try_from(c).map_err(|_| format!("--capacity {c}: at most 2^32 - 1"))?
+            }
             "--gamma-scale" => {
                 let v = val()?;
                 a.filter.gamma_scale = v.parse().map_err(|_| format!("{v}: not a number"))?

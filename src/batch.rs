@@ -18,6 +18,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// would. Lets the checkpoint/resume path be tested on any device.
 pub const ENV_FAIL_AFTER_CHUNKS: &str = "DIVERSITY_FAIL_AFTER_CHUNKS";
 
+/// Environment variable for tests of the panic path: while it is set, every job step panics (as
+/// a bug would) before any work, so that the bindings can show a panic becomes an error.
+pub const ENV_INJECT_PANIC: &str = "DIVERSITY_INJECT_PANIC";
+
 /// Submissions completed in this process, counted only while [`ENV_FAIL_AFTER_CHUNKS`] is set.
 static CHUNKS_DONE: AtomicUsize = AtomicUsize::new(0);
 
@@ -63,8 +67,9 @@ pub fn check_starts(starts: &[u32], n: usize) -> Result<()> {
         ));
     }
     let total = starts.len();
-    // Per row, the 1-based position of the start that took it (0: none yet).
-    let mut first = vec![0usize; n];
+    // Per start seen, the 1-based position that took it: sized by the starts, not by `n` (a
+    // caller's N of 2^32 or 2^53 must not allocate N words before anything is checked).
+    let mut first = std::collections::HashMap::with_capacity(total);
     for (i, &s) in starts.iter().enumerate() {
         let s = s as usize;
         if s >= n {
@@ -74,14 +79,12 @@ pub fn check_starts(starts: &[u32], n: usize) -> Result<()> {
                 i + 1
             )));
         }
-        if first[s] != 0 {
+        if let Some(p) = first.insert(s, i + 1) {
             return Err(Error::Invalid(format!(
-                "start {s} is repeated (positions {} and {} of the {total} starts)",
-                first[s],
+                "start {s} is repeated (positions {p} and {} of the {total} starts)",
                 i + 1
             )));
         }
-        first[s] = i + 1;
     }
     Ok(())
 }

@@ -322,6 +322,9 @@ impl Job {
     }
     /// Advance every sequence by up to `n` steps.
     pub fn step(&mut self, n: usize) -> Result<StepReport> {
+        if std::env::var_os(crate::batch::ENV_INJECT_PANIC).is_some() {
+            panic!("injected panic ({})", crate::batch::ENV_INJECT_PANIC);
+        }
         both!(self, j => j.step(n))
     }
     /// Step to the end.

@@ -8,7 +8,9 @@ use diversity::cache::{
     KnnGraphWriter, KnnMetric, MergeReport, PendingFile, RankingsWriter, ShardLayout, KNN_PAD,
 };
 use diversity::error::Error;
-use diversity::files::{file_checksum, fp16_bin_sidecar, load_fp16_bin, load_table, save_fp16_bin};
+use diversity::files::{
+    bytes_checksum, file_checksum, fp16_bin_sidecar, load_fp16_bin, load_table, save_fp16_bin,
+};
 use diversity::table::{Precision, Table};
 use serde_json::{json, Value};
 use std::io::Write;
@@ -766,7 +768,8 @@ fn fp16_bin_round_trip() {
     assert_eq!(
         read_json(&side),
         json!({"format": "fp16-le-rowmajor", "n": 37, "dim": 19,
-               "space": "mean-centered-v1", "source_checksum": sum})
+               "space": "mean-centered-v1", "source_checksum": sum,
+               "checksum": bytes_checksum(&std::fs::read(&out).unwrap())})
     );
     let want = t.as_stored(Precision::Fp16);
     for loaded in [
@@ -850,6 +853,76 @@ fn fp16_bin_size_mismatch_is_refused() {
             &[&p, "size 22 bytes", "sidecar", "4 × 3 × 2 = 24"],
         );
     }
+}
+
+/// The sidecar carries the `.bin`'s own checksum: a file of the right size whose bytes were
+/// edited, or another table's `.bin` of the same shape copied over it, is refused naming both
+/// files; a sidecar without a checksum is accepted for a `.bin` given as input (other tools
+/// write none) but not for a cache this crate wrote (`expect`), which is then regenerated.
+#[test]
+fn fp16_bin_edited_or_replaced_is_refused() {
+    let dir = TempDir::new("fp16-edited");
+    let out = dir.path("e.bin");
+    let other = dir.path("other.bin");
+    save_fp16_bin(&out, &sample(4, 3), "raw", "fnv1a64:00000000000000aa").unwrap();
+    let mut shifted = sample(4, 3).data().to_vec();
+    shifted[5] += 1.0;
+    let shifted = Table::new(shifted, 4, 3).unwrap();
+    save_fp16_bin(&other, &shifted, "raw", "fnv1a64:00000000000000aa").unwrap();
+    let good = std::fs::read(&out).unwrap();
+    let p = out.display().to_string();
+    let s = fp16_bin_sidecar(&out).display().to_string();
+    let expect = Some(("raw", "fnv1a64:00000000000000aa"));
+    // One byte edited in place: same size, same sidecar.
+    let mut edited = good.clone();
+    edited[7] ^= 0x40;
+    std::fs::write(&out, &edited).unwrap();
+    for r in [
+        load_fp16_bin(&out, None),
+        load_fp16_bin(&out, expect),
+        load_table(&out, None),
+    ] {
+        expect_err(
+            r,
+            is_format,
+            &[
+                &p,
+                "checksum",
+                "disagrees with its sidecar",
+                &s,
+                "regenerate",
+            ],
+        );
+    }
+    // Another table's .bin of the same shape (and the same source) copied over it.
+    std::fs::copy(&other, &out).unwrap();
+    expect_err(
+        load_fp16_bin(&out, expect),
+        is_format,
+        &[&p, "disagrees with its sidecar"],
+    );
+    std::fs::write(&out, &good).unwrap();
+    assert_eq!(load_fp16_bin(&out, expect).unwrap().n(), 4);
+    // A sidecar without "checksum": fine for an input, refused for a cache.
+    let side = fp16_bin_sidecar(&out);
+    let mut meta = read_json(&side);
+    meta.as_object_mut().unwrap().remove("checksum");
+    std::fs::write(&side, serde_json::to_vec(&meta).unwrap()).unwrap();
+    assert_eq!(load_fp16_bin(&out, None).unwrap().n(), 4);
+    assert_eq!(load_table(&out, None).unwrap().n(), 4);
+    expect_err(
+        load_fp16_bin(&out, expect),
+        is_format,
+        &[&s, "no \"checksum\""],
+    );
+    // A checksum that is not a string.
+    meta["checksum"] = json!(7);
+    std::fs::write(&side, serde_json::to_vec(&meta).unwrap()).unwrap();
+    expect_err(
+        load_fp16_bin(&out, None),
+        is_format,
+        &[&s, "\"checksum\" is a number (7), not a string"],
+    );
 }
 
 #[test]

@@ -29,6 +29,17 @@ fn start_check_messages() {
     );
 }
 
+/// The check costs what the starts cost, whatever N the caller names: an N of 2^32 allocated
+/// 32 GiB, and 2^53 (the largest integer Lua passes) panicked with "capacity overflow".
+#[test]
+fn start_check_allocates_by_the_starts_not_by_n() {
+    for n in [1usize << 32, 1 << 53, usize::MAX] {
+        assert!(check_starts(&[0, 7, u32::MAX], n).is_ok());
+        let e = check_starts(&[7, 0, 7], n).unwrap_err().to_string();
+        assert!(e.contains("start 7 is repeated (positions 1 and 3"), "{e}");
+    }
+}
+
 #[test]
 fn mode_choice_is_data_with_todays_prose() {
     let ctx = ctx();

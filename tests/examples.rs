@@ -128,3 +128,22 @@ fn check_fails_on_a_key_the_table_does_not_have() {
         assert!(!err.contains("panicked"), "{name}: {err}");
     }
 }
+
+/// A size given to an example is used or refused, never cut to 32 bits: `bench --capacity 2^32
+/// + 64` once ran with a capacity of 64.
+#[test]
+fn bench_refuses_a_capacity_past_32_bits() {
+    let out = Command::new(example("bench"))
+        .args(["--table"])
+        .arg(data())
+        .args(["--capacity", "4294967360", "--quick"])
+        .output()
+        .expect("run examples/bench");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("--capacity 4294967360: at most 2^32 - 1"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}

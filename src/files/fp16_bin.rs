@@ -1,5 +1,6 @@
 //! The fp16 `.bin` cache beside an input: halves, row-major, no header, and a JSON sidecar
-//! (N, D, space, the source's checksum) so a stale or foreign file is refused.
+//! (N, D, space, the source's checksum, the `.bin`'s own checksum) so a truncated, stale,
+//! foreign or edited file is refused.
 
 use super::{format_err, kind, read, table};
 use crate::cache::PendingFile;
@@ -64,11 +65,13 @@ pub fn bytes_checksum(bytes: &[u8]) -> String {
 
 /// Write `table` as an fp16 `.bin` (N × D little-endian halves, row-major, no header, each value
 /// rounded to nearest-even as the device's fp16 storage does) and its sidecar `<path>.json`:
-/// `{"format":"fp16-le-rowmajor","n":N,"dim":D,"space":space,"source_checksum":…}`.
+/// `{"format":"fp16-le-rowmajor","n":N,"dim":D,"space":space,"source_checksum":…,
+/// "checksum":…}`.
 ///
-/// `space` names the transform applied (e.g. `"raw"`, `"mean-centered-v1"`) and
-/// `source_checksum` the input it came from (see [`file_checksum`]), so [`load_fp16_bin`] can
-/// refuse a stale or foreign file. A value beyond float16's range (±65504) is [`Error::Invalid`]
+/// `space` names the transform applied (e.g. `"raw"`, `"mean-centered-v1"`),
+/// `source_checksum` the input it came from (see [`file_checksum`]) and `checksum` the `.bin`'s
+/// own bytes ([`bytes_checksum`]), so [`load_fp16_bin`] can refuse a stale, foreign or edited
+/// file. A value beyond float16's range (±65504) is [`Error::Invalid`]
 /// naming its row. Both files go through a temporary file and a rename; the old sidecar is
 /// removed before the new `.bin` lands, so no crash leaves a sidecar vouching for the wrong data.
 pub fn save_fp16_bin(path: &Path, table: &Table, space: &str, source_checksum: &str) -> Result<()> {
@@ -86,11 +89,13 @@ pub fn save_fp16_bin(path: &Path, table: &Table, space: &str, source_checksum: &
 
     let mut w = std::io::BufWriter::with_capacity(1 << 20, bin_file);
     let mut row = Vec::with_capacity(table.d() * 2);
+    let mut h = FNV64_START;
     for r in bits.chunks_exact(table.d()) {
         row.clear();
         for b in r {
             row.extend_from_slice(&b.to_le_bytes());
         }
+        h = fnv1a64(h, &row);
         w.write_all(&row).map_err(io(path))?;
     }
     let bin_file = w.into_inner().map_err(|e| Error::Io {
@@ -106,6 +111,7 @@ pub fn save_fp16_bin(path: &Path, table: &Table, space: &str, source_checksum: &
         "dim": table.d(),
         "space": space,
         "source_checksum": source_checksum,
+        "checksum": format!("fnv1a64:{h:016x}"),
     });
     let mut text = serde_json::to_vec_pretty(&meta).map_err(|e| Error::Io {
         path: sidecar.clone(),
@@ -134,10 +140,14 @@ pub fn save_fp16_bin(path: &Path, table: &Table, space: &str, source_checksum: &
 /// matching sidecar), widening halves to float32.
 ///
 /// The sidecar `<path>.json` must exist and give `format`, `n`, `dim`, `space` and
-/// `source_checksum`; the file must be exactly `n × dim × 2` bytes. With `expect = Some((space,
-/// source_checksum))` the sidecar must match both, else the file is stale (made from an older
-/// input) or foreign (another input or transform) and is refused: the caller regenerates it.
-/// Every refusal is [`Error::Format`] naming the file and what disagrees.
+/// `source_checksum`; the file must be exactly `n × dim × 2` bytes, and its bytes must have the
+/// sidecar's `checksum` (checked once, as the file is read). With `expect = Some((space,
+/// source_checksum))` (a cache this crate wrote) the sidecar must match both and must carry a
+/// `checksum`, else the file is stale (made from an older input), foreign (another input or
+/// transform) or from before checksums, and is refused: the caller regenerates it. Without
+/// `expect` (a `.bin` given as input) a sidecar without `checksum` is accepted, as sidecars
+/// written by other tools have none. Every refusal is [`Error::Format`] naming the file and
+/// what disagrees.
 pub fn load_fp16_bin(path: &Path, expect: Option<(&str, &str)>) -> Result<Table> {
     let size = std::fs::metadata(path)
         .map_err(|source| Error::Io {
@@ -173,7 +183,7 @@ pub fn load_fp16_bin(path: &Path, expect: Option<(&str, &str)>) -> Result<Table>
                 &sidecar,
                 format!(
                     "sidecar has no \"{key}\"; expected {{\"format\":\"{FP16_BIN_FORMAT}\", \
-                     \"n\", \"dim\", \"space\", \"source_checksum\"}}"
+                     \"n\", \"dim\", \"space\", \"source_checksum\", \"checksum\"}}"
                 ),
             )
         })
@@ -210,6 +220,10 @@ pub fn load_fp16_bin(path: &Path, expect: Option<(&str, &str)>) -> Result<Table>
     let d = count_field("dim")?;
     let space = text_field("space")?;
     let checksum = text_field("source_checksum")?;
+    let own = match meta.get("checksum") {
+        None if expect.is_none() => None,
+        _ => Some(text_field("checksum")?),
+    };
     if let Some((want_space, want_checksum)) = expect {
         if want_space != space || want_checksum != checksum {
             return Err(format_err(
@@ -246,6 +260,19 @@ pub fn load_fp16_bin(path: &Path, expect: Option<(&str, &str)>) -> Result<Table>
                 bytes.len()
             ),
         ));
+    }
+    if let Some(own) = own {
+        let got = bytes_checksum(&bytes);
+        if got != own {
+            return Err(format_err(
+                path,
+                format!(
+                    "checksum {got} disagrees with its sidecar {} ({own}): the .bin was edited, \
+                     damaged or replaced after it was written; regenerate it from the source",
+                    sidecar.display()
+                ),
+            ));
+        }
     }
     let data = bytes
         .chunks_exact(2)

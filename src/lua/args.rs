@@ -122,7 +122,8 @@ pub(super) fn int_list(call: &str, what: &str, t: &LuaTable) -> LuaResult<Vec<u3
 
 /// Little-endian uint32 rows from a binary string, checking the size.
 fn u32_rows(call: &str, b: &[u8], rows: usize, len: usize) -> LuaResult<Vec<u32>> {
-    if b.len() != rows * len * 4 {
+    // Checked: rows × len × 4 wrapping to the string's length would accept it.
+    if rows.checked_mul(len).and_then(|v| v.checked_mul(4)) != Some(b.len()) {
         return Err(msg(
             call,
             format!("{} bytes for {rows} rows of {len} uint32", b.len()),

@@ -21,6 +21,13 @@ impl<T> Handle<T> {
             inner: Some(v),
         }
     }
+    /// A closed handle (what `close()` leaves), for reaching the type's methods table.
+    pub(super) fn new_closed() -> Self {
+        Handle {
+            what: "handle",
+            inner: None,
+        }
+    }
     /// The value, or an error naming `call` after `close()`.
     pub(super) fn get(&self, call: &str) -> LuaResult<&T> {
         self.inner

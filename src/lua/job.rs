@@ -29,6 +29,14 @@ impl LJob {
             running: None,
         }
     }
+    /// A closed handle (what `close()` leaves), for reaching the type's methods table.
+    pub(super) fn closed() -> Self {
+        LJob {
+            what: "job",
+            inner: None,
+            running: None,
+        }
+    }
     /// Refuse while stepping on its thread.
     fn idle(&self, call: &str) -> LuaResult<()> {
         match self.running {

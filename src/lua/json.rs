@@ -17,8 +17,26 @@ pub(super) fn json_to_lua(lua: &Lua, v: &serde_json::Value) -> LuaResult<Value> 
     })
 }
 
-/// A Lua value as JSON: tables with a sequence part become arrays, others objects.
+/// How deep tables may nest in a value written as JSON: metadata and ids are shallow, and a
+/// table that contains itself must be an error, not a recursion that overflows the stack.
+const MAX_DEPTH: usize = 64;
+
+/// A Lua value as JSON: tables with a sequence part become arrays, others objects; nesting
+/// deeper than [`MAX_DEPTH`] (a table that contains itself, say) is refused.
 pub(super) fn lua_to_json(call: &str, v: Value) -> LuaResult<serde_json::Value> {
+    to_json(call, v, 0)
+}
+
+fn to_json(call: &str, v: Value, depth: usize) -> LuaResult<serde_json::Value> {
+    if depth > MAX_DEPTH {
+        return Err(msg(
+            call,
+            format!(
+                "tables nested more than {MAX_DEPTH} deep cannot be written as JSON (does a \
+                 table contain itself?)"
+            ),
+        ));
+    }
     Ok(match v {
         Value::Nil => serde_json::Value::Null,
         Value::Boolean(b) => serde_json::Value::Bool(b),
@@ -38,14 +56,14 @@ pub(super) fn lua_to_json(call: &str, v: Value) -> LuaResult<serde_json::Value> 
             if len > 0 {
                 serde_json::Value::Array(
                     t.sequence_values::<Value>()
-                        .map(|v| lua_to_json(call, v?))
+                        .map(|v| to_json(call, v?, depth + 1))
                         .collect::<LuaResult<_>>()?,
                 )
             } else {
                 let mut m = serde_json::Map::new();
                 for pair in t.pairs::<String, Value>() {
                     let (k, v) = pair?;
-                    m.insert(k, lua_to_json(call, v)?);
+                    m.insert(k, to_json(call, v, depth + 1)?);
                 }
                 serde_json::Value::Object(m)
             }

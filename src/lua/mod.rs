@@ -37,6 +37,7 @@ mod multi;
 mod table;
 
 use mlua::prelude::*;
+use mlua::Value;
 
 /// The module table.
 #[mlua::lua_module]
@@ -52,6 +53,7 @@ fn diversity(lua: &Lua) -> LuaResult<LuaTable> {
     knn::register(lua, &m)?;
     multi::register(lua, &m)?;
     m.set("ENV_FAIL_AFTER_CHUNKS", crate::batch::ENV_FAIL_AFTER_CHUNKS)?;
+    m.set("ENV_INJECT_PANIC", crate::batch::ENV_INJECT_PANIC)?;
     // The host's memory in bytes (MemTotal), nil where it cannot be read.
     m.set(
         "host_memory",
@@ -69,6 +71,107 @@ fn diversity(lua: &Lua) -> LuaResult<LuaTable> {
         )
         .set_name("=diversity.message")
         .call(())?;
-    m.set("message", message)?;
+    m.set("message", message.clone())?;
+    string_errors(lua, &m, message)?;
     Ok(m)
+}
+
+/// Makes every error a plain Lua string `"diversity.<call>: <cause>"`. mlua raises a Rust
+/// callback's error (and a caught panic) as a userdata whose `tostring` adds "runtime error: "
+/// and a traceback; each module function and each handle method is wrapped once, at load, in a
+/// Lua function that catches that value and raises its clean message instead (argument
+/// conversion errors get the call's name, and methods count arguments after `self`, as Lua
+/// does). A panic that escapes a call becomes a Lua error like any other, never an abort.
+fn string_errors(lua: &Lua, m: &LuaTable, message: LuaFunction) -> LuaResult<()> {
+    let wrap: LuaFunction = lua
+        .load(
+            r#"local message = ...
+               local error, pcall, tonumber = error, pcall, tonumber
+               return function(call, f, method)
+                 local function fail(e)
+                   local s = message(e)
+                   s = s:gsub("^(bad argument [^ ]+) to `[^`]*`", "%1")
+                   s = s:gsub("^bad argument `self`", "bad self")
+                   s = s:gsub(" %(expected userdata of type '[^']*'%)", "")
+                   if method then
+                     s = s:gsub("^bad argument #(%d+)", function(n)
+                       n = tonumber(n)
+                       return n == 1 and "bad self" or "bad argument #" .. (n - 1)
+                     end)
+                   end
+                   if not s:find("^diversity[.:]") then s = "diversity." .. call .. ": " .. s end
+                   error(s, 0)
+                 end
+                 local function finish(ok, ...)
+                   if ok then return ... end
+                   return fail((...))
+                 end
+                 return function(...) return finish(pcall(f, ...)) end
+               end"#,
+        )
+        .set_name("=diversity")
+        .call(message)?;
+    let functions = m
+        .pairs::<String, Value>()
+        .filter_map(|p| match p {
+            Ok((k, Value::Function(f))) if k != "message" => Some(Ok((k, f))),
+            Ok(_) => None,
+            Err(e) => Some(Err(e)),
+        })
+        .collect::<LuaResult<Vec<_>>>()?;
+    for (name, f) in functions {
+        m.raw_set(
+            name.as_str(),
+            wrap.call::<LuaFunction>((name.as_str(), f, false))?,
+        )?;
+    }
+    // The methods tables are one per handle type and per Lua state: wrap them once.
+    const DONE: &str = "diversity.string_errors";
+    if lua.named_registry_value::<Option<bool>>(DONE)? == Some(true) {
+        return Ok(());
+    }
+    wrap_methods(lua, &wrap, "context", context::LContext::new_closed())?;
+    wrap_methods(lua, &wrap, "table", table::LTable::new_closed())?;
+    wrap_methods(
+        lua,
+        &wrap,
+        "device_table",
+        device_table::LDeviceTable::new_closed(),
+    )?;
+    wrap_methods(lua, &wrap, "gram", device_table::LGram::new_closed())?;
+    wrap_methods(lua, &wrap, "job", job::LJob::closed())?;
+    wrap_methods(lua, &wrap, "knn", knn::LKnn::new_closed())?;
+    wrap_methods(lua, &wrap, "knn_graph", knn::LKnnGraph::new_closed())?;
+    wrap_methods(lua, &wrap, "json_cache", cache::LJsonWriter::new_closed())?;
+    wrap_methods(lua, &wrap, "binary_cache", cache::LBinWriter::new_closed())?;
+    wrap_methods(lua, &wrap, "binary_cache", cache::LBinCache::new_closed())?;
+    wrap_methods(lua, &wrap, "multi_knn", multi::LMultiKnn::new_closed())?;
+    lua.set_named_registry_value(DONE, true)
+}
+
+/// Wrap every method of the handle type of `empty` (see [`string_errors`]), naming calls
+/// `"<prefix>:<method>"`.
+fn wrap_methods<T: mlua::UserData + 'static>(
+    lua: &Lua,
+    wrap: &LuaFunction,
+    prefix: &str,
+    empty: T,
+) -> LuaResult<()> {
+    let ud = lua.create_userdata(empty)?;
+    // With methods only (no fields, no __index of its own), mlua makes the methods table the
+    // metatable's __index; a handle that gains fields must keep its errors strings some other
+    // way, so refuse to load rather than let them become userdata again.
+    let Value::Table(methods) = ud.metatable()?.get::<Value>("__index")? else {
+        return Err(LuaError::RuntimeError(format!(
+            "diversity: the {prefix} handle's methods are not a table"
+        )));
+    };
+    let all = methods
+        .pairs::<String, LuaFunction>()
+        .collect::<LuaResult<Vec<_>>>()?;
+    for (name, f) in all {
+        let call = format!("{prefix}:{name}");
+        methods.raw_set(name, wrap.call::<LuaFunction>((call, f, true))?)?;
+    }
+    Ok(())
 }

@@ -45,12 +45,19 @@ impl Stepping {
     pub(super) fn join(self) -> (Option<Job>, crate::Result<StepReport>) {
         match self.0.join() {
             Ok((job, r)) => (Some(job.0), r),
-            Err(_) => (
-                None,
-                Err(crate::Error::Invalid(
-                    "the job's stepping thread panicked; the job is lost".into(),
-                )),
-            ),
+            Err(p) => {
+                let why = p
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| p.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "no message".into());
+                (
+                    None,
+                    Err(crate::Error::Invalid(format!(
+                        "the job's stepping thread panicked ({why}); the job is lost"
+                    ))),
+                )
+            }
         }
     }
 }

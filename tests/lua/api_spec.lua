@@ -786,6 +786,93 @@ describe("diversity (idiomatic API)", function()
     end)
   end)
 
+  -------------------------------------------------------------------------------------------------
+  describe("errors are plain strings", function()
+    -- What pcall returns must be a string "diversity.<call>: <cause>": no userdata, no
+    -- "runtime error: " prefix, no traceback, no Rust type names.
+    local function assert_string_error(prefix, f, ...)
+      local ok, e = pcall(f, ...)
+      assert.is_false(ok, prefix .. ": the call succeeded")
+      assert.are.equal("string", type(e), prefix .. ": the error is a " .. type(e))
+      assert.are.equal(1, e:find(prefix, 1, true), ("%q does not start with %q"):format(e, prefix))
+      for _, w in ipairs({ "runtime error", "stack traceback", "Handle<", "userdata of type" }) do
+        assert.falsy(e:find(w, 1, true), ("%q contains %q"):format(e, w))
+      end
+    end
+
+    it("from module functions and every kind of handle, argument errors included", function()
+      local d = H.tmpdir()
+      local t = diversity.table({ { 1, 0 }, { 0, 1 }, { 1, 1 } })
+      local dt = ctx:upload(t, "fp32")
+      local j = dt:job({ 0 })
+      local r = dt:knn(t, { k = 1 })
+      local g = dt:gram()
+      local jw = diversity.json_cache_writer(d .. "/c.json", {})
+      local bw = diversity.binary_cache_writer(d .. "/c.bin", 3, 1)
+      local cases = {
+        -- the crate's errors
+        { "diversity.gram_bytes: n = 2147483648", diversity.gram_bytes, 2 ^ 31 },
+        { "diversity.load: /no/such/file.json", diversity.load, "/no/such/file.json" },
+        { "diversity.open_binary_cache: " .. d .. "/no.bin", diversity.open_binary_cache, d .. "/no.bin" },
+        { "diversity.knn_graph: " .. d .. "/no.knn", diversity.knn_graph, d .. "/no.knn" },
+        { "diversity.table:row: row 9 out of range", t.row, t, 9 },
+        { "diversity.device_table:knn: k-NN needs k ≥ 1", dt.knn, dt, t, { k = 0 } },
+        { "diversity.gram:row: row 99", g.row, g, 99 },
+        { "diversity.job:step: step count -1 is negative", j.step, j, -1 },
+        { "diversity.knn:ids: query 5 is out of range", r.ids, r, 5 },
+        { "diversity.binary_cache:write: ", bw.write, bw, 9, { 9 } },
+        { "diversity.json_cache:write: seq is not an array", jw.write, jw, 0, { x = 1 } },
+        -- argument conversions (mlua's own), counted after self for methods
+        { "diversity.f16_to_f32: bad argument #1: error converting Lua integer to u16",
+          diversity.f16_to_f32, 2 ^ 20 },
+        { "diversity.context:upload: bad argument #1: error converting Lua ",
+          ctx.upload, ctx, 5 },
+        { "diversity.device_table:job: bad argument #1: error converting Lua ",
+          dt.job, dt, 5 },
+        { "diversity.knn_index: bad argument #3", diversity.knn_index, { ctx }, t, { layout = {} } },
+        { "diversity.table:row: bad self: error converting Lua ", t.row, 5, 0 },
+      }
+      for _, c in ipairs(cases) do assert_string_error(unpack(c)) end
+      -- use after close, on each handle
+      for _, h in ipairs({
+        { "job:step", j, "step", 1 }, { "knn:ids", r, "ids", 0 }, { "gram:row", g, "row", 0 },
+        { "device_table:n", dt, "n" }, { "table:n", t, "n" },
+        { "json_cache:finish", jw, "finish" }, { "binary_cache:finish", bw, "finish" },
+      }) do
+        local obj = h[2]
+        obj:close()
+        assert_string_error("diversity." .. h[1] .. ": ", obj[h[3]], obj, h[4])
+      end
+    end)
+
+    it("a panic in a Rust call is a Lua error, not an abort", function()
+      -- In a child process: the panic is injected into every job step, on the calling thread
+      -- (job:step) and on a job's own thread (job:start, then job:wait).
+      local script = H.tmpdir() .. "/panic.lua"
+      H.write(script, [[
+        local ffi = require "ffi"
+        ffi.cdef "int setenv(const char *, const char *, int);"
+        local d = require "diversity"
+        local dt = d.open():upload(d.table({ { 1, 0 }, { 0, 1 }, { 1, 1 } }), "fp32")
+        local j, j2 = dt:job({ 0 }), dt:job({ 1 })
+        ffi.C.setenv(d.ENV_INJECT_PANIC, "1", 1)
+        local ok, e = pcall(j.step, j, 1)
+        io.write(type(e), "|", tostring(e), "\n")
+        j2:start(1)
+        ok, e = pcall(j2.wait, j2)
+        io.write(type(e), "|", tostring(e), "\n")
+        io.write("alive\n")
+      ]])
+      local p = io.popen("luajit " .. H.q(script) .. " 2>/dev/null")
+      local out = p:read("*a")
+      p:close()
+      assert.are.equal("string|diversity.job:step: injected panic (DIVERSITY_INJECT_PANIC)\n"
+        .. "string|diversity.job:wait: the job's stepping thread panicked (injected panic "
+        .. "(DIVERSITY_INJECT_PANIC)); the job is lost\n"
+        .. "alive\n", out)
+    end)
+  end)
+
   it("left no validation messages", function()
     H.assert_no_validation(ctx)
   end)

@@ -198,10 +198,26 @@ describe("cache writers", function()
         H.assert_error({ "json_cache_writer", "does not exist" }, diversity.json_cache_writer,
           dir .. "/no/such/dir/x.json", {})
         H.assert_error({ "json_cache_writer", "directory" }, diversity.json_cache_writer, dir, {})
+        -- metadata that contains itself, or nests past 64 tables: refused, not a stack overflow
+        local loop = { model = "m" }
+        loop.self = loop
+        H.assert_error({ "json_cache_writer", "nested more than 64 deep", "contain itself" },
+          diversity.json_cache_writer, dir .. "/loop.json", loop)
+        local deep = {}
+        for _ = 1, 100000 do deep = { deep } end
+        H.assert_error({ "json_cache_writer", "nested more than 64 deep" },
+          diversity.json_cache_writer, dir .. "/deep.json", { x = deep })
+        local ok_deep = {}
+        for _ = 1, 60 do ok_deep = { ok_deep } end
+        diversity.json_cache_writer(dir .. "/ok.json", { x = ok_deep }):close()
         assert.is_false(H.exists(dir .. "/dup.json"))
         assert.is_false(H.exists(dir .. "/meta.json"))
+        assert.is_false(H.exists(dir .. "/loop.json"))
+        assert.is_false(H.exists(dir .. "/deep.json"))
         assert.are.same({}, H.temp_files(dir, "dup.json"))
         assert.are.same({}, H.temp_files(dir, "meta.json"))
+        assert.are.same({}, H.temp_files(dir, "loop.json"))
+        assert.are.same({}, H.temp_files(dir, "deep.json"))
       end)
 
     it("an unfinished writer (close or GC) leaves no file and no temporary file", function()

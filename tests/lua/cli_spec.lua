@@ -283,6 +283,13 @@ describe("command line", function()
       assert.are.equal(0, rc, err)
       assert.are.equal(H.read(dir .. "/1.json"), H.read(dir .. "/2.json"))
       assert.are.equal(#bin, #H.read(dir .. "/e.raw.fp16.bin"), "the cache was not regenerated")
+      -- edit it in place (same size): its own checksum in the sidecar no longer matches
+      H.write(dir .. "/e.raw.fp16.bin", bin:sub(1, 100) .. "\0\64" .. bin:sub(103))
+      args[4] = dir .. "/3.json"
+      rc, _, err = H.cli(args, EPOCH)
+      assert.are.equal(0, rc, err)
+      assert.are.equal(H.read(dir .. "/1.json"), H.read(dir .. "/3.json"))
+      assert.are.equal(bin, H.read(dir .. "/e.raw.fp16.bin"), "the cache was not regenerated")
     end)
 
     it("the fp16 cache's ids sidecar deleted, edited or stale: the cache is not used", function()
@@ -590,10 +597,24 @@ describe("command line", function()
       H.write(dir .. "/t.bin", H.read(dir .. "/t.bin"):sub(1, -7)) -- one row short
       local rc, out, err = H.cli({ "--embeddings", dir .. "/t.bin", "--out", dir .. "/out.json" })
       assert_failed_cleanly(rc, out, err, { "t.bin", "disagrees with its sidecar" }, dir)
+      -- a .bin of the right size whose bytes were edited after it was written
+      t:save_fp16_bin(dir .. "/t.bin", "raw", "fnv1a64:0123456789abcdef")
+      local b = H.read(dir .. "/t.bin")
+      H.write(dir .. "/t.bin", "\0\64" .. b:sub(3))
+      rc, out, err = H.cli({ "--embeddings", dir .. "/t.bin", "--out", dir .. "/out.json" })
+      assert_failed_cleanly(rc, out, err, { "t.bin", "checksum", "disagrees with its sidecar" }, dir)
       -- and a .bin without its sidecar
       os.remove(dir .. "/t.bin.json")
       rc, out, err = H.cli({ "--embeddings", dir .. "/t.bin", "--out", dir .. "/out.json" })
       assert_failed_cleanly(rc, out, err, { "t.bin", "missing sidecar" }, dir)
+    end)
+
+    it("a panic in the Rust code (injected) is a clean failure, not an abort or a Lua traceback", function()
+      local dir = input(good)
+      local rc, out, err = H.cli({ "--embeddings", dir .. "/e.json", "--out", dir .. "/out.json" },
+        "RUST_BACKTRACE=0 " .. diversity.ENV_INJECT_PANIC .. "=1")
+      assert_failed_cleanly(rc, out, err,
+        { "diversity: batch 1 of 1", "panicked (injected panic", "the job is lost" }, dir)
     end)
 
     it("--binary with a --starts subset fails without leaving the JSON output behind", function()
