@@ -68,8 +68,10 @@ layout(constant_id = 12) const uint REFRESH = 0u;  // recompute every key after 
 #include "table.glsl"
 layout(std430, set = 0, binding = 2) readonly buffer Starts { uint starts[]; };
 // Per sequence (stride 2N + 3D + 16): hi[0..N), lo[0..N), c_hi[0..D), c_lo[0..D), r[0..D), then
-// the judge's scalars (JS_*). Coherent: a full refresh passes keys between invocations here.
-layout(std430, set = 0, binding = 3) coherent buffer State { float state[]; };
+// the judge's scalars (JS_*). StateC is the same buffer, coherent: a full refresh passes keys
+// between invocations through it (the per-step path keeps plain accesses).
+layout(std430, set = 0, binding = 3) buffer State { float state[]; };
+layout(std430, set = 0, binding = 3) coherent buffer StateC { float state_c[]; };
 layout(std430, set = 0, binding = 5) buffer Seqs { uint seqs[]; };
 layout(std430, set = 0, binding = 8) readonly buffer GSlab { float g[]; } G[8];
 
@@ -97,8 +99,11 @@ float grow(uint prev, uint j) {
     return G[slab].g[(prev - slab * SLAB_ROWS) * pc.n + j];
 }
 
-shared float red_key[WG];
-shared uint red_idx[WG];
+// Two halves of slots for the subgroups' results (alternate steps): WG each without the judge
+// (as before it existed), WG / 2 each with it (shared memory is needed for its rounds).
+const uint HALF = JUDGE != 0u ? WG / 2u : WG;
+shared float red_key[2u * HALF];
+shared uint red_idx[2u * HALF];
 shared float red_k2[JUDGE != 0u ? WG : 1u];
 shared float red_max[JUDGE != 0u ? WG : 1u];
 shared float red_lmax[JUDGE != 0u ? WG : 1u];
@@ -132,7 +137,7 @@ Pick workgroup_pick(float bk, uint bi, float b2, float km, float lm, uint t) {
         // The best only (the engine before the judge, operation for operation).
         float m = subgroupMin(bk);
         uint mi = subgroupMin(bk == m ? bi : NO_INDEX);
-        uint b = (t & 1u) * (WG / 2u);
+        uint b = (t & 1u) * HALF;
         if (subgroupElect()) {
             red_key[b + gl_SubgroupID] = m;
             red_idx[b + gl_SubgroupID] = mi;
@@ -160,7 +165,7 @@ Pick workgroup_pick(float bk, uint bi, float b2, float km, float lm, uint t) {
         float s2 = subgroupMin((bk == m && bi == mi) ? b2 : bk);
         float mx = subgroupMax(km);
         float ml = subgroupMax(lm);
-        uint b = (t & 1u) * (WG / 2u);
+        uint b = (t & 1u) * HALF;
         if (subgroupElect()) {
             red_key[b + gl_SubgroupID] = m;
             red_idx[b + gl_SubgroupID] = mi;
@@ -522,7 +527,7 @@ void main() {
                     if (IN_REGS != 0u) {
                         for (uint r = 0u; r < RPER; ++r) {
                             uint j = lid + r * WG;
-                            if (j < n) state[base + j] = hi[r];
+                            if (j < n) state_c[base + j] = hi[r];
                         }
                     }
                     memoryBarrierBuffer();
@@ -530,14 +535,14 @@ void main() {
                     for (uint x0 = 0u; x0 < n; x0 += ROUND) {
                         const uint cnt = min(ROUND, n - x0);
                         for (uint k = lid; k < cnt; k += WG) {
-                            cand[k] = state[base + x0 + k] != INF ? x0 + k : NO_INDEX;
+                            cand[k] = state_c[base + x0 + k] != INF ? x0 + k : NO_INDEX;
                         }
                         barrier();
                         fresh_keys(0u, cnt);
                         for (uint k = lid; k < cnt; k += WG) {
                             if (cand[k] != NO_INDEX) {
-                                state[base + x0 + k] = part_hi[k * CHAINS];
-                                state[base + n + x0 + k] = 0.0;
+                                state_c[base + x0 + k] = part_hi[k * CHAINS];
+                                state_c[base + n + x0 + k] = 0.0;
                             }
                         }
                         barrier();
@@ -549,14 +554,14 @@ void main() {
                         for (uint r = 0u; r < RPER; ++r) {
                             uint j = lid + r * WG;
                             if (j < n) {
-                                hi[r] = state[base + j];
+                                hi[r] = state_c[base + j];
                                 lo[r] = 0.0;
                                 if (hi[r] != INF) offer(hi[r], 0.0, j, bk, bi, b2, km, lm);
                             }
                         }
                     } else {
                         for (uint j = lid; j < n; j += WG) {
-                            const float h = state[base + j];
+                            const float h = state_c[base + j];
                             if (h != INF) offer(h, 0.0, j, bk, bi, b2, km, lm);
                         }
                     }

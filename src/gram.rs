@@ -139,20 +139,20 @@ pub struct GramOptions {
     /// The two settings give different bits; each is the same across every other option.
     pub compensated: bool,
     /// The judge (opt-in): each step also finds the second best key, and when it is within
-    /// twice the keys' error bound of the best — the bound grows by about 2u·|e_p| a step, see
-    /// `shaders/gram.comp` — every key is recomputed from the running sum (the scan's fp32 dot
-    /// of the compensated c) and the pick made again, so the error does not grow with the
-    /// sequence (only the keys within 2A of the best are re-scored; past 64 of them every key is
-    /// recomputed). Measured on the H200 it costs 2.2–4.5× the GPU time of the default (the
-    /// bound is a worst case, so real data is uncertain on a fifth of the steps or more), so it
-    /// is off by default: keys are sums of G rows whose entries come from a compensated dot
-    /// (worst excess 1.8e-7 over 16 full sequences of a 31,102-row real table). Other bits on
-    /// near-ties. Off where a step with a recompute would pass the device's loop cap or the
-    /// running sum does not fit shared memory ([`GramJob::judge`] says which ran).
+    /// twice the keys' rigorous error bound of the best (see `shaders/gram.comp`), the keys that
+    /// could be the exact best are re-scored from the compensated running sum (a compensated
+    /// dot product in 32 chains) and the pick made from them; past 64 of them every key is
+    /// recomputed. Every pick is then within about 6u (u = 2⁻²⁴) of the exact best, whatever
+    /// N. Measured on an H200 it costs 2–3× the GPU time of the default (real data is
+    /// uncertain every 2–60 steps), so it is off by default; the default keys are sums of G
+    /// rows whose entries come from a compensated dot (worst excess 1.8e-7 over 16 full
+    /// sequences of a 31,102-row real table, but a bound that grows with the sequence). Other
+    /// bits at near-ties. Off where a step with a recompute would pass the device's loop cap
+    /// or its buffers do not fit shared memory ([`GramJob::judge`] says which ran).
     pub judge: bool,
-    /// Register placement: Gram row loads a lane issues before using them (0 = the device's
-    /// choice: every item's at once where the registers hold them, else 8 at a time). The same
-    /// bits for every value; a tuning knob for benchmarks.
+    /// Register placement: Gram row loads a lane issues before using them (0 = every item's at
+    /// once). The same bits for every value on lavapipe; a benchmark knob (see
+    /// `loads_in_flight`).
     #[doc(hidden)]
     pub loads: usize,
     /// The judge's widest band re-scored alone (`None` = 64; `Some(0)`: every uncertain step
@@ -649,26 +649,15 @@ fn plan(caps: &Capabilities, n: usize, opts: &GramOptions) -> Result<(u32, Place
     Ok((wg, placement, rper))
 }
 
-/// Row loads a lane of the register placement issues before using them: every item's where the
-/// register file holds (hi, lo, the loaded value) for every item, else 8 at a time so that the
-/// state itself does not spill (on GPUs; CPU devices take them all).
-fn loads_in_flight(
-    caps: &Capabilities,
-    n: usize,
-    wg: u32,
-    rper: usize,
-    opts: &GramOptions,
-) -> usize {
+/// Row loads a lane of the register placement issues before using them: every item's at once
+/// (the engine as measured deterministic; `opts.loads` groups them for benchmarks only — on an
+/// H200 at N = 31,102, groups of 8 ran plain sums 1.2× faster but gave other bits from one run
+/// to the next, unexplained, BENCHMARKS.md 2026-11-30).
+fn loads_in_flight(rper: usize, opts: &GramOptions) -> usize {
     let rper = rper.max(1);
-    if opts.loads > 0 {
-        return opts.loads.min(rper);
-    }
-    let regs = if opts.compensated { 3 } else { 2 };
-    let per = n.div_ceil(wg.max(1) as usize);
-    if crate::device::is_cpu_device(caps) || wg as usize * (regs * per + 24) <= 65536 {
-        rper
-    } else {
-        8.min(rper)
+    match opts.loads {
+        0 => rper,
+        k => k.min(rper),
     }
 }
 
@@ -741,7 +730,7 @@ impl GramJob {
                 opts.compensated as u32,
                 d as u32,
                 judge as u32,
-                loads_in_flight(&caps, n, wg, rper, opts) as u32,
+                loads_in_flight(rper, opts) as u32,
                 judge_round(&caps, d, wg).max(1) as u32,
                 opts.judge_band.unwrap_or(BAND).min(BAND) as u32,
                 opts.judge_refresh.unwrap_or(JUDGE_REFRESH).min(1 << 24) as u32,

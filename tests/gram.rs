@@ -695,7 +695,7 @@ fn judge_same_bits_across_shapes_and_resume() {
         }
         let ef = job.fresh_error_max().unwrap();
         assert!(
-            ef.iter().all(|&e| e >= 0.0 && e < 1e-5),
+            ef.iter().all(|&e| (0.0..1e-5).contains(&e)),
             "fresh keys' bound {ef:?}"
         );
         for placement in [Placement::Registers, Placement::Memory] {
