@@ -1,5 +1,4 @@
 #!/usr/bin/env bash
-# Needs the bench_gram of commits 6cd9123..a51e321 (--loads, --refresh; reverted on main since).
 # The rebuilt judge (cooperative fresh keys, the bound against exact keys) and register loads in
 # groups, on the GPU machine from the repo root with .gl/ carried (bench/prepare-gl.sh: bin/,
 # data/fortunes-minilm.npy, the Vulkan loader .debs). real31k is made here by

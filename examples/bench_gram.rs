@@ -7,7 +7,7 @@
 //! ```text
 //! cargo run --release --example bench_gram -- --table FILE [--dim D] [--starts S] [--steps K]
 //!     [--precisions fp32,fp16] [--wg 256,512,1024] [--placements auto,registers,memory]
-//!     [--spd 0,1] [--compensated 1,0] [--judge 1,0] [--chunk C] [--label NAME] [--json OUT.json] [--md OUT.md] [--seqs OUT.u32]
+//!     [--spd 0,1] [--compensated 1,0] [--judge 1,0] [--loads 0,8] [--refresh 0,2048] [--chunk C] [--label NAME] [--json OUT.json] [--md OUT.md] [--seqs OUT.u32]
 //!     [--e2e CACHE.json] [--center] [--oracle K]
 //! ```
 //!
@@ -44,6 +44,8 @@ struct Args {
     spds: Vec<usize>,
     comps: Vec<bool>,
     judges: Vec<bool>,
+    loads: Vec<usize>,
+    refreshes: Vec<usize>,
     chunk: usize,
     label: String,
     json: Option<String>,
@@ -66,6 +68,8 @@ fn parse() -> Result<Args, String> {
         spds: vec![0],
         comps: vec![true],
         judges: vec![true],
+        loads: vec![0],
+        refreshes: vec![0],
         chunk: 0,
         label: "workload".into(),
         json: None,
@@ -103,6 +107,24 @@ fn parse() -> Result<Args, String> {
             "--spd" => a.spds = common::list(&f, &val()?)?,
             "--compensated" => a.comps = common::switches(&f, &val()?)?,
             "--judge" => a.judges = common::switches(&f, &val()?)?,
+            "--refresh" => {
+                a.refreshes = val()?
+                    .split(',')
+                    .map(|v| {
+                        v.parse()
+                            .map_err(|_| format!("--refresh: {v} is not a count"))
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+            "--loads" => {
+                a.loads = val()?
+                    .split(',')
+                    .map(|v| {
+                        v.parse()
+                            .map_err(|_| format!("--loads: {v} is not a count"))
+                    })
+                    .collect::<Result<_, _>>()?
+            }
             "--json" => a.json = Some(val()?),
             "--md" => a.md = Some(val()?),
             "--seqs" => a.seqs = Some(val()?),
@@ -184,7 +206,11 @@ fn run() -> Result<(), String> {
                 for &spd in &a.spds {
                     for &comp in &a.comps {
                         for &judge in &a.judges {
-                            configs.push((wg, pl, spd, comp, judge));
+                            for &loads in &a.loads {
+                                for &refresh in &a.refreshes {
+                                    configs.push((wg, pl, spd, comp, judge, loads, refresh));
+                                }
+                            }
                         }
                     }
                 }
@@ -192,7 +218,7 @@ fn run() -> Result<(), String> {
         }
         // Same bits within a precision and summation (different tables or arithmetic may differ).
         let mut hashes: Vec<(Precision, (bool, bool), u64)> = Vec::new();
-        for (wg, placement, spd, comp, judge) in configs {
+        for (wg, placement, spd, comp, judge, loads, refresh) in configs {
             {
                 let o = GramOptions {
                     chunk: a.chunk,
@@ -203,6 +229,9 @@ fn run() -> Result<(), String> {
                     steps_per_dispatch: spd,
                     compensated: comp,
                     judge,
+                    loads,
+                    judge_refresh: Some(refresh),
+                    ..GramOptions::default()
                 };
                 let t = Instant::now();
                 let mut job = match GramJob::new(&gram, &starts, &o) {
@@ -236,6 +265,11 @@ fn run() -> Result<(), String> {
                     .iter()
                     .map(|&r| r as u64)
                     .sum();
+                let ef = job
+                    .fresh_error_max()
+                    .map_err(|e| e.to_string())?
+                    .into_iter()
+                    .fold(0.0f32, f32::max);
                 if a.oracle > 0 && !checked.contains(&arith) {
                     checked.push(arith);
                     oracle(&table, precision, &starts, &flat, steps + 1, a.oracle)?;
@@ -246,7 +280,7 @@ fn run() -> Result<(), String> {
                 let gpu_s = r.gpu_ns as f64 * 1e-9;
                 let bytes = s as f64 * steps as f64 * n as f64 * 4.0;
                 println!(
-                    "  {} wg {:>4} {:<9} spd {spd:<3} compensated {comp:<5} judge {:<5} ({bands} band re-scores, {refreshes} recomputes) subgroups {:<5} GPU {:>8.4} s  wall {:>8.4} s  {:>10.0} steps/s  G rows {:>6.2} TB/s  same bits {}",
+                    "  {} wg {:>4} {:<9} spd {spd:<3} loads {loads:<2} refresh {refresh:<5} compensated {comp:<5} judge {:<5} ({bands} band re-scores, {refreshes} recomputes, E_F max {ef:.2e}) subgroups {:<5} GPU {:>8.4} s  wall {:>8.4} s  {:>10.0} steps/s  G rows {:>6.2} TB/s  same bits {}",
                     precision.name(),
                     job.workgroup_size(),
                     job.placement().name(),

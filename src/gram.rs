@@ -139,18 +139,35 @@ pub struct GramOptions {
     /// The two settings give different bits; each is the same across every other option.
     pub compensated: bool,
     /// The judge (opt-in): each step also finds the second best key, and when it is within
-    /// twice the keys' error bound of the best — the bound grows by about 2u·|e_p| a step, see
-    /// `shaders/gram.comp` — every key is recomputed from the running sum (the scan's fp32 dot
-    /// of the compensated c) and the pick made again, so the error does not grow with the
-    /// sequence (only the keys within 2A of the best are re-scored; past 64 of them every key is
-    /// recomputed). Measured on the H200 it costs 2.2–4.5× the GPU time of the default (the
-    /// bound is a worst case, so real data is uncertain on a fifth of the steps or more), so it
-    /// is off by default: keys are sums of G rows whose entries come from a compensated dot
-    /// (worst excess 1.8e-7 over 16 full sequences of a 31,102-row real table). Other bits on
-    /// near-ties. Off where a step with a recompute would pass the device's loop cap or the
-    /// running sum does not fit shared memory ([`GramJob::judge`] says which ran).
+    /// twice the keys' rigorous error bound of the best (see `shaders/gram.comp`), the keys that
+    /// could be the exact best are re-scored from the compensated running sum (a compensated
+    /// dot product in 32 chains) and the pick made from them; past 64 of them every key is
+    /// recomputed. Every pick is then within about 6u (u = 2⁻²⁴) of the exact best, whatever
+    /// N. Measured on an H200 it costs 2–3× the GPU time of the default (real data is
+    /// uncertain every 2–60 steps), so it is off by default; the default keys are sums of G
+    /// rows whose entries come from a compensated dot (worst excess 1.8e-7 over 16 full
+    /// sequences of a 31,102-row real table, but a bound that grows with the sequence). Other
+    /// bits at near-ties. Off where a step with a recompute would pass the device's loop cap
+    /// or its buffers do not fit shared memory ([`GramJob::judge`] says which ran).
     pub judge: bool,
+    /// Register placement: Gram row loads a lane issues before using them (0 = every item's at
+    /// once). The same bits for every value on lavapipe; a benchmark knob (see
+    /// `loads_in_flight`).
+    #[doc(hidden)]
+    pub loads: usize,
+    /// The judge's widest band re-scored alone (`None` = 64; `Some(0)`: every uncertain step
+    /// recomputes every key). For tests and benchmarks: the results differ only at near-ties.
+    #[doc(hidden)]
+    pub judge_band: Option<usize>,
+    /// The judge recomputes every key after this many steps without one (`None` = the
+    /// default, [`JUDGE_REFRESH`]; `Some(0)`: only when a band overflows). Bounds the keys'
+    /// error growth, so uncertain steps stay rare. Other bits at near-ties.
+    #[doc(hidden)]
+    pub judge_refresh: Option<usize>,
 }
+
+/// Steps between the judge's full recomputes by default ([`GramOptions::judge_refresh`]).
+pub const JUDGE_REFRESH: usize = 0;
 
 impl Default for GramOptions {
     fn default() -> Self {
@@ -163,6 +180,9 @@ impl Default for GramOptions {
             steps_per_dispatch: 0,
             compensated: true,
             judge: false,
+            loads: 0,
+            judge_band: None,
+            judge_refresh: None,
         }
     }
 }
@@ -180,8 +200,8 @@ pub fn batch_bytes(n: usize, batch: usize, steps: usize) -> u64 {
 
 /// The arithmetic a gram job with `opts` runs on `caps` for an N × D table, as written in a
 /// cache's metadata (`summation`): `"compensated"` or `"plain"` key sums, `"; G dot2"` (G's
-/// entries from a compensated dot product, since the judge was added) and `"; judge"` when the
-/// judge runs. Caches written before G's entries were compensated say only `"compensated"` or
+/// entries from a compensated dot product, since the judge was added) and `"; judge2"` when the
+/// judge runs (`"; judge"` was the first judge, whose fresh keys were plain dot products). Caches written before G's entries were compensated say only `"compensated"` or
 /// `"plain"`, so old and new caches (other bits at near-ties) are never mixed silently.
 pub fn summation(caps: &Capabilities, n: usize, d: usize, opts: &GramOptions) -> Result<String> {
     let (wg, placement, rper) = plan(caps, n, opts)?;
@@ -193,20 +213,59 @@ pub fn summation(caps: &Capabilities, n: usize, d: usize, opts: &GramOptions) ->
         } else {
             "plain"
         },
-        if judge { "; judge" } else { "" }
+        if judge { "; judge2" } else { "" }
     ))
 }
 
-/// Loop iterations a step that recomputes every key adds (items a lane × D, the running sum's
-/// update and load).
-fn judge_loops(n: usize, d: usize, wg: u32, placement: Placement, rper: usize) -> u64 {
+/// The widest band of uncertain keys re-scored from the running sum (`BAND` in `gram.comp`; a
+/// wider one recomputes every key), and the chains each fresh key's dot product is split into
+/// (`CHAINS`).
+const BAND: usize = 64;
+const CHAINS: usize = 32;
+
+/// Shared memory `gram.comp` needs with the judge and `round` candidates a round of fresh keys:
+/// five reduction arrays of WG entries, the running sum's three vectors, the band's candidates,
+/// one round's partial sums.
+fn judge_shared_bytes(d: usize, wg: u32, round: usize) -> u64 {
+    (20 * wg as usize + 12 * d + 4 * BAND.max(round) + 8 * round * CHAINS + 16) as u64
+}
+
+/// Candidates per round of fresh keys: [`BAND`], or fewer where shared memory is small (at
+/// least 4; 0 = the judge does not fit).
+fn judge_round(caps: &Capabilities, d: usize, wg: u32) -> usize {
+    [64, 32, 16, 8, 4]
+        .into_iter()
+        .find(|&r| judge_shared_bytes(d, wg, r) <= caps.shared_memory_bytes as u64)
+        .unwrap_or(0)
+}
+
+/// Loop iterations the judge adds to a step at most (an uncertain step that gathers a band and
+/// recomputes every key in rounds), and the running sum's update.
+fn judge_loops(
+    n: usize,
+    d: usize,
+    wg: u32,
+    placement: Placement,
+    rper: usize,
+    round: usize,
+) -> u64 {
+    let wg = wg.max(1) as u64;
+    let (n, d, round) = (n as u64, d as u64, round.max(1) as u64);
     let items = match placement {
-        Placement::Registers => rper,
-        _ => n.div_ceil(wg as usize),
-    } as u64;
-    // The band's count, then its re-score or a full recompute (either up to every item of a
-    // lane, D each).
-    items * (d as u64 + 2) + 2 * (d as u64).div_ceil(wg as u64) + 2
+        Placement::Registers => rper as u64,
+        _ => n.div_ceil(wg),
+    };
+    // One round: each lane's slots (candidate, chain) over D / 32 dimensions, the five levels
+    // of the tree, the candidate list and the results.
+    let slots = (round * CHAINS as u64).div_ceil(wg);
+    let one =
+        slots * (d.div_ceil(CHAINS as u64) + 1) + 5 * (slots + 1) + 3 * round.div_ceil(wg) + 3;
+    let pick = wg + 2 + wg.trailing_zeros() as u64 + 1;
+    // Gather the band, then the band's rounds or a full refresh (flush, rounds, reload, the
+    // norms by invocation 0), whichever is longer.
+    let rounds = n.div_ceil(round).max((BAND as u64).div_ceil(round));
+    let worst = items + 3 * items + rounds * (one + 1) + d + 2 * pick + 4;
+    worst + d.div_ceil(wg) + 2
 }
 
 /// Whether the judge runs: requested, the running sum fits shared memory next to the
@@ -221,16 +280,17 @@ fn judge_runs(
     opts: &GramOptions,
 ) -> bool {
     let (fixed, per_step) = gram_loop_iterations(n, wg, rper, placement, caps.subgroup_size);
+    let round = judge_round(caps, d, wg);
     opts.judge
-        && (8 * d + 32 * wg as usize) as u64 <= caps.shared_memory_bytes as u64
-        && fixed + per_step + judge_loops(n, d, wg, placement, rper)
+        && round > 0
+        && fixed + per_step + judge_loops(n, d, wg, placement, rper, round)
             <= crate::device::loop_budget(caps)
 }
 
 /// Floats of one sequence's state in `gram.comp`: (hi, lo) per candidate, the judge's running
-/// sum (c_hi, c_lo) per dimension and eight scalars.
+/// sum (c_hi, c_lo) and its rounding record r per dimension, and sixteen scalars.
 fn state_floats(n: usize, d: usize) -> usize {
-    2 * n + 2 * d + 8
+    2 * n + 3 * d + 16
 }
 
 /// Rows of G per slab on `caps`: whole rows of at most `maxStorageBufferRange` bytes.
@@ -303,7 +363,7 @@ pub fn max_batch(
     bytes_per_value: usize,
     steps: usize,
 ) -> usize {
-    let per_seq = (batch_bytes(n, 1, steps) + (2 * d as u64 + 8) * 4).max(1);
+    let per_seq = (batch_bytes(n, 1, steps) + (3 * d as u64 + 16) * 4).max(1);
     let by_range = caps.max_buffer_range
         / ((state_floats(n, d) as u64 * 4)
             .max((steps as u64 + 1) * 4)
@@ -589,6 +649,30 @@ fn plan(caps: &Capabilities, n: usize, opts: &GramOptions) -> Result<(u32, Place
     Ok((wg, placement, rper))
 }
 
+/// Row loads a lane of the register placement issues before using them: every item's at once
+/// (the engine as measured deterministic; `opts.loads` groups them for benchmarks only — on an
+/// H200 at N = 31,102, groups of 8 ran plain sums 1.2× faster but gave other bits from one run
+/// to the next, unexplained, BENCHMARKS.md 2026-11-30).
+fn loads_in_flight(rper: usize, opts: &GramOptions) -> usize {
+    let rper = rper.max(1);
+    match opts.loads {
+        0 => rper,
+        k => k.min(rper),
+    }
+}
+
+/// Whether the judge's fresh keys run on groups of 32 subgroup lanes joined by shuffles
+/// (`SG_TREE` in `gram.comp`; the same bits as the shared-memory tree): subgroups of 32 lanes or
+/// more, all full, on a GPU. Not on CPU devices: lavapipe with 32-lane subgroups
+/// (`LP_NATIVE_VECTOR_WIDTH=1024`) picked wrongly on this path, unexplained (its default 8 or 4
+/// lanes cannot run it at all).
+fn sg_tree(caps: &Capabilities, subgroups: bool, wg: u32) -> bool {
+    subgroups
+        && caps.subgroup_size >= CHAINS as u32
+        && wg >= caps.subgroup_size
+        && !crate::device::is_cpu_device(caps)
+}
+
 impl GramJob {
     /// Prepare a batch: one sequence per entry of `starts` (0-based, distinct, < N). Nothing is
     /// computed until [`GramJob::step`].
@@ -612,14 +696,15 @@ impl GramJob {
             )));
         }
         let subgroups = match opts.subgroups {
-            Some(true) if !caps.subgroup_arithmetic => {
+            Some(true) if !caps.subgroup_arithmetic || caps.subgroup_size < 2 => {
                 return Err(Error::Unsupported {
                     device: caps.name.clone(),
                     what: "subgroup arithmetic in compute shaders".into(),
                 })
             }
             Some(s) => s,
-            None => caps.subgroup_arithmetic,
+            // The shader keeps two halves of WG slots for the subgroups' results: 2 lanes or more.
+            None => caps.subgroup_arithmetic && caps.subgroup_size >= 2,
         };
         let (wg, placement, rper) = plan(&caps, n, opts)?;
         // lavapipe cuts an invocation's loops short after 65,535 iterations in all: a dispatch
@@ -630,7 +715,7 @@ impl GramJob {
         let d = table.d();
         let judge = judge_runs(&caps, n, d, wg, placement, rper, opts);
         if judge {
-            per_step += judge_loops(n, d, wg, placement, rper);
+            per_step += judge_loops(n, d, wg, placement, rper, judge_round(&caps, d, wg));
         }
         crate::device::check_loop_budget(
             &caps,
@@ -657,6 +742,11 @@ impl GramJob {
                 opts.compensated as u32,
                 d as u32,
                 judge as u32,
+                loads_in_flight(rper, opts) as u32,
+                judge_round(&caps, d, wg).max(1) as u32,
+                opts.judge_band.unwrap_or(BAND).min(BAND) as u32,
+                opts.judge_refresh.unwrap_or(JUDGE_REFRESH).min(1 << 24) as u32,
+                sg_tree(&caps, subgroups, wg) as u32,
             ],
             push_bytes: checked_push::<GramPush>(shader)?,
         })?;
@@ -722,11 +812,27 @@ impl GramJob {
     pub fn band_rescores(&self) -> Result<Vec<u32>> {
         self.judge_slot(5)
     }
+    /// Per sequence, the largest error bound of the fresh keys (E_F in `shaders/gram.comp`, key
+    /// units: c · e_x / |e_x|) at a full recompute so far (0 without one).
+    pub fn fresh_error_max(&self) -> Result<Vec<f32>> {
+        self.judge_floats(6)
+    }
     fn judge_slot(&self, slot: usize) -> Result<Vec<u32>> {
+        Ok(self
+            .judge_floats(slot)?
+            .into_iter()
+            .map(|v| v as u32)
+            .collect())
+    }
+    fn judge_floats(&self, slot: usize) -> Result<Vec<f32>> {
+        if !self.judge {
+            // Without the judge these slots are never written.
+            return Ok(vec![0.0; self.batch.starts().len()]);
+        }
         let (n, d) = (self.gram.table.n(), self.gram.table.d());
         let stride = state_floats(n, d);
         let regions: Vec<(u64, u64)> = (0..self.batch.starts().len())
-            .map(|i| (((i * stride + 2 * n + 2 * d + slot) * 4) as u64, 4))
+            .map(|i| (((i * stride + 2 * n + 3 * d + slot) * 4) as u64, 4))
             .collect();
         let bytes = self
             .gram
@@ -735,7 +841,7 @@ impl GramJob {
             .download_regions(&self._state, &regions)?;
         Ok(bytes
             .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u32)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect())
     }
     /// The options the job runs with.

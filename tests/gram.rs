@@ -657,8 +657,9 @@ fn clusters(centers: usize, copies: usize, d: usize) -> Table {
 }
 
 /// The judge keeps the contract of every other option: the same bits across placements,
-/// workgroup sizes, reductions, chunks, batches and a resume, on a table where it recomputes
-/// often, and the oracle.
+/// workgroup sizes, reductions, loads in flight, chunks, batches and a resume, on a table where
+/// it re-scores often — settling uncertain steps from the band (the default) and by recomputing
+/// every key (band 0) — and the oracle.
 #[test]
 fn judge_same_bits_across_shapes_and_resume() {
     let ctx = ctx();
@@ -666,42 +667,62 @@ fn judge_same_bits_across_shapes_and_resume() {
     let dt = DeviceTable::upload(&ctx, &table, Precision::Fp16).unwrap();
     let gram = Gram::build(&dt).unwrap();
     let starts: Vec<u32> = vec![0, 77, 160, 319, 5];
-    let base_opts = GramOptions {
-        judge: true,
-        ..GramOptions::default()
-    };
-    let base = run(&gram, &starts, starts.len(), &base_opts);
-    let (worst, _) = check_all(&table.as_stored(Precision::Fp16), &starts, &base);
-    assert!(worst <= EPS, "{worst}");
-    let mut job = GramJob::new(&gram, &starts, &base_opts).unwrap();
-    job.run().unwrap();
-    assert!(
-        job.refreshes().unwrap().iter().sum::<u32>()
-            + job.band_rescores().unwrap().iter().sum::<u32>()
-            > 0,
-        "the judge re-scored"
-    );
-    for placement in [Placement::Registers, Placement::Memory] {
-        for (wg, subgroups, chunk, batch) in [(16u32, false, 7usize, 2usize), (64, true, 0, 5)] {
-            let o = GramOptions {
-                placement,
-                workgroup_size: Some(wg),
-                subgroups: Some(subgroups && ctx.caps().subgroup_arithmetic),
-                chunk,
-                ..base_opts.clone()
-            };
-            assert_eq!(
-                run(&gram, &starts, batch, &o),
-                base,
-                "{placement:?} wg {wg}"
-            );
+    for (band, refresh) in [(None, None), (Some(0), None), (None, Some(37))] {
+        let base_opts = GramOptions {
+            judge: true,
+            judge_band: band,
+            judge_refresh: refresh,
+            ..GramOptions::default()
+        };
+        let base = run(&gram, &starts, starts.len(), &base_opts);
+        let (worst, _) = check_all(&table.as_stored(Precision::Fp16), &starts, &base);
+        assert!(worst <= EPS, "band {band:?}: {worst}");
+        let mut job = GramJob::new(&gram, &starts, &base_opts).unwrap();
+        job.run().unwrap();
+        let (fulls, bands) = (
+            job.refreshes().unwrap().iter().sum::<u32>(),
+            job.band_rescores().unwrap().iter().sum::<u32>(),
+        );
+        eprintln!(
+            "judge band {band:?} refresh {refresh:?}: {fulls} full recomputes, {bands} band \
+             re-scores, worst {worst:.3e}"
+        );
+        match (band, refresh) {
+            (Some(0), _) => assert!(fulls > 0 && bands == 0, "{fulls} {bands}"),
+            // 319 steps: a refresh every 37 steps (at least 8) and bands between them.
+            (_, Some(_)) => assert!(fulls >= 8 && bands > 0, "{fulls} {bands}"),
+            _ => assert!(bands > 0, "the judge re-scored"),
         }
+        let ef = job.fresh_error_max().unwrap();
+        assert!(
+            ef.iter().all(|&e| (0.0..1e-5).contains(&e)),
+            "fresh keys' bound {ef:?}"
+        );
+        for placement in [Placement::Registers, Placement::Memory] {
+            for (wg, subgroups, chunk, batch, loads) in
+                [(16u32, false, 7usize, 2usize, 0usize), (64, true, 0, 5, 3)]
+            {
+                let o = GramOptions {
+                    placement,
+                    workgroup_size: Some(wg),
+                    subgroups: Some(subgroups && ctx.caps().subgroup_arithmetic),
+                    chunk,
+                    loads,
+                    ..base_opts.clone()
+                };
+                assert_eq!(
+                    run(&gram, &starts, batch, &o),
+                    base,
+                    "band {band:?} {placement:?} wg {wg}"
+                );
+            }
+        }
+        // Resume from a prefix of 100 steps: the judge's state (running sum, bound) is rebuilt.
+        let prefixes: Vec<u32> = base.iter().flat_map(|s| s[..101].to_vec()).collect();
+        let mut resumed = GramJob::resume(&gram, &starts, &prefixes, 101, &base_opts).unwrap();
+        resumed.run().unwrap();
+        assert_eq!(resumed.sequences().unwrap(), base, "band {band:?}: resume");
     }
-    // Resume from a prefix of 100 steps: the judge's state (running sum, bound) is rebuilt.
-    let prefixes: Vec<u32> = base.iter().flat_map(|s| s[..101].to_vec()).collect();
-    let mut resumed = GramJob::resume(&gram, &starts, &prefixes, 101, &base_opts).unwrap();
-    resumed.run().unwrap();
-    assert_eq!(resumed.sequences().unwrap(), base, "resume");
     assert_clean(&ctx);
 }
 
