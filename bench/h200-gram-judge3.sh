@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The gram judge with fresh keys on 32-lane subgroup groups (SG_TREE), the path without the judge
+# The gram judge (fresh keys on the shared-memory tree; a subgroup-shuffle version measured slower
+# in bench/results/2026-11-30-h200-gram-judge3 and was taken out), the path without the judge
 # against commit 7bce0f2 (.gl/bin/bench_gram_old), on the GPU machine from the repo root with
 # .gl/ carried (prepare-gl's bench_gram and sequences, fortunes-minilm.npy, the loader .debs).
 # Writes to $OUT (packed into gram-judge3.tgz):
 #   ab.log       real31k (bench/make-real31k.py), 2,048 sequences × 3,000 steps, WG 1,024,
 #                registers, no judge: old and new, compensated and plain, each twice (same bits)
 #   judge31k.log real31k 2,048 full sequences: plain and compensated with the judge, and the
-#                same plain run with subgroups off (the shared-memory tree: same bits, cmp)
+#                same plain run with subgroups off (shared-memory reductions: same bits, cmp)
 #   small.log    peer 8,359 × 768 and fortunes whole caches, summations × judge
 #   oracle.log   16 spread full sequences with the judge, float64 oracle on the GPU
 set -uo pipefail
@@ -35,8 +36,8 @@ timeout 150 $B/bench_gram $J --compensated 0 --refresh 0,4096 --loads 0,8 --seqs
   --label "real31k 2048 x full, plain + judge" 2>&1 | tee "$OUT/judge31k.log"
 DIVERSITY_DISABLE=subgroups timeout 150 $B/bench_gram $J --compensated 0 --refresh 0 --seqs "$T/shared.u32" \
   --label "real31k 2048 x full, plain + judge, subgroups off" 2>&1 | tee -a "$OUT/judge31k.log"
-cmp "$T/sg.u32" "$T/shared.u32" && echo "subgroup tree vs shared tree: same bits" | tee -a "$OUT/judge31k.log" \
-  || echo "subgroup tree vs shared tree: DIFFER" | tee -a "$OUT/judge31k.log"
+cmp "$T/sg.u32" "$T/shared.u32" && echo "subgroups on vs off: same bits" | tee -a "$OUT/judge31k.log" \
+  || echo "subgroups on vs off: DIFFER" | tee -a "$OUT/judge31k.log"
 timeout 100 $B/bench_gram $J --compensated 1 --refresh 4096 \
   --label "real31k 2048 x full, compensated + judge" 2>&1 | tee -a "$OUT/judge31k.log"
 timeout 100 $B/bench_gram $J --compensated 1 --judge 0 \

@@ -50,7 +50,6 @@
 // same bits (SPEC §Exactness 1), refreshes included (they depend only on keys, c and A).
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
-#extension GL_KHR_shader_subgroup_shuffle : require
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint RPER = 1u;      // registers of state per lane (1 when IN_REGS = 0)
@@ -65,7 +64,6 @@ layout(constant_id = 9) const uint LOADS = 1u;     // register path: row loads i
 layout(constant_id = 10) const uint ROUND = 64u;   // candidates scored per round of fresh keys
 layout(constant_id = 11) const uint BAND = 64u;    // the widest band re-scored (0: always refresh)
 layout(constant_id = 12) const uint REFRESH = 0u;  // recompute every key after this many steps (0: never)
-layout(constant_id = 13) const uint SG_TREE = 0u;  // 1: fresh keys by 32-lane subgroup groups
 
 #include "table.glsl"
 layout(std430, set = 0, binding = 2) readonly buffer Starts { uint starts[]; };
@@ -299,43 +297,6 @@ vec2 chain(uint x, uint q) {
     return vec2(h, l);
 }
 
-// This invocation's group of 32 subgroup lanes, and the workgroup's number of them (SG_TREE).
-uint sg_group() {
-    return gl_SubgroupID * (gl_SubgroupSize / CHAINS) + gl_SubgroupInvocationID / CHAINS;
-}
-uint sg_groups() {
-    return gl_NumSubgroups * (gl_SubgroupSize / CHAINS);
-}
-
-// Candidate x's fresh key, by the 32 lanes of one sg_group() that all call it with the same x:
-// the chains of fresh_keys' tree joined by the same pairs in the same order through shuffles
-// (at width w lane q pairs (q & ~w) with (q | w), the lower index first), so the key has the same
-// bits as fresh_keys gives; every lane of the group gets it.
-float fresh_key_sg(uint x) {
-    const uint q = gl_SubgroupInvocationID % CHAINS;
-    const vec2 hl = chain(x, q);
-    precise float h = hl.x;
-    precise float l = hl.y;
-    for (uint w = CHAINS / 2u; w > 0u; w >>= 1u) {
-        const float oh = subgroupShuffleXor(h, w);
-        const float ol = subgroupShuffleXor(l, w);
-        const bool low = (q & w) == 0u;
-        precise float a = low ? h : oh;
-        precise float b = low ? oh : h;
-        precise float al = low ? l : ol;
-        precise float bl = low ? ol : l;
-        precise float sh = a + b;
-        precise float bp = sh - a;
-        precise float se = (a - (sh - bp)) + (b - bp);
-        precise float nl = (al + bl) + se;
-        h = sh;
-        l = nl;
-    }
-    precise float v = h + l;
-    precise float key = v * inv_norm[x];
-    return key;
-}
-
 // Fresh keys F of the `count` (≤ ROUND) candidates cand[first..first + count) (NO_INDEX:
 // skipped), left in part_hi[k·32] (hi + lo, scaled) for candidate first + k; every invocation
 // calls it (barriers inside). Slot s = k·32 + q: candidate k, chain q over d ≡ q (mod 32), so 32
@@ -549,15 +510,6 @@ void main() {
                     // The band's order in cand[] varies; the (key, index) pick does not.
                     float fk = INF, f2 = INF, fm = 0.0, fl = 0.0;
                     uint fi = NO_INDEX;
-                    if (SG_TREE != 0u) {
-                        // Groups of 32 lanes take the candidates in turn; no barrier.
-                        for (uint k = sg_group(); k < band; k += sg_groups()) {
-                            const float f = fresh_key_sg(cand[k]);
-                            if (gl_SubgroupInvocationID % CHAINS == 0u) {
-                                offer(f, 0.0, cand[k], fk, fi, f2, fm, fl);
-                            }
-                        }
-                    } else {
                     for (uint k0 = 0u; k0 < band; k0 += ROUND) {
                         const uint cnt = min(ROUND, band - k0);
                         fresh_keys(k0, cnt);
@@ -565,7 +517,6 @@ void main() {
                             offer(part_hi[k * CHAINS], 0.0, cand[k0 + k], fk, fi, f2, fm, fl);
                         }
                         barrier();
-                    }
                     }
                     Pick f = workgroup_pick(fk, fi, f2, fm, fl, t + 1u);
                     // The next step's pick writes these buffers' other half: wait for every
@@ -585,32 +536,20 @@ void main() {
                     }
                     memoryBarrierBuffer();
                     barrier();
-                    if (SG_TREE != 0u) {
-                        // Groups of 32 lanes take the candidates in turn; no barrier.
-                        for (uint x = sg_group(); x < n; x += sg_groups()) {
-                            if (state_c[base + x] == INF) continue;
-                            const float f = fresh_key_sg(x);
-                            if (gl_SubgroupInvocationID % CHAINS == 0u) {
-                                state_c[base + x] = f;
-                                state_c[base + n + x] = 0.0;
+                    for (uint x0 = 0u; x0 < n; x0 += ROUND) {
+                        const uint cnt = min(ROUND, n - x0);
+                        for (uint k = lid; k < cnt; k += WG) {
+                            cand[k] = state_c[base + x0 + k] != INF ? x0 + k : NO_INDEX;
+                        }
+                        barrier();
+                        fresh_keys(0u, cnt);
+                        for (uint k = lid; k < cnt; k += WG) {
+                            if (cand[k] != NO_INDEX) {
+                                state_c[base + x0 + k] = part_hi[k * CHAINS];
+                                state_c[base + n + x0 + k] = 0.0;
                             }
                         }
-                    } else {
-                        for (uint x0 = 0u; x0 < n; x0 += ROUND) {
-                            const uint cnt = min(ROUND, n - x0);
-                            for (uint k = lid; k < cnt; k += WG) {
-                                cand[k] = state_c[base + x0 + k] != INF ? x0 + k : NO_INDEX;
-                            }
-                            barrier();
-                            fresh_keys(0u, cnt);
-                            for (uint k = lid; k < cnt; k += WG) {
-                                if (cand[k] != NO_INDEX) {
-                                    state_c[base + x0 + k] = part_hi[k * CHAINS];
-                                    state_c[base + n + x0 + k] = 0.0;
-                                }
-                            }
-                            barrier();
-                        }
+                        barrier();
                     }
                     memoryBarrierBuffer();
                     barrier();

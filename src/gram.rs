@@ -661,18 +661,6 @@ fn loads_in_flight(rper: usize, opts: &GramOptions) -> usize {
     }
 }
 
-/// Whether the judge's fresh keys run on groups of 32 subgroup lanes joined by shuffles
-/// (`SG_TREE` in `gram.comp`; the same bits as the shared-memory tree): subgroups of 32 lanes or
-/// more, all full, on a GPU. Not on CPU devices: lavapipe with 32-lane subgroups
-/// (`LP_NATIVE_VECTOR_WIDTH=1024`) picked wrongly on this path, unexplained (its default 8 or 4
-/// lanes cannot run it at all).
-fn sg_tree(caps: &Capabilities, subgroups: bool, wg: u32) -> bool {
-    subgroups
-        && caps.subgroup_size >= CHAINS as u32
-        && wg >= caps.subgroup_size
-        && !crate::device::is_cpu_device(caps)
-}
-
 impl GramJob {
     /// Prepare a batch: one sequence per entry of `starts` (0-based, distinct, < N). Nothing is
     /// computed until [`GramJob::step`].
@@ -746,7 +734,6 @@ impl GramJob {
                 judge_round(&caps, d, wg).max(1) as u32,
                 opts.judge_band.unwrap_or(BAND).min(BAND) as u32,
                 opts.judge_refresh.unwrap_or(JUDGE_REFRESH).min(1 << 24) as u32,
-                sg_tree(&caps, subgroups, wg) as u32,
             ],
             push_bytes: checked_push::<GramPush>(shader)?,
         })?;
