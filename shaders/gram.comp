@@ -31,7 +31,8 @@
 // certain. Then only keys within 2A of the best can be the exact best (any other v_y > best + 2A
 // gives K_y > best + A ≥ K_best): that band is re-scored with fresh keys F and the pick made from
 // it; when it holds more than BAND candidates, every live key is replaced by F, A's terms restart
-// (E0 = E_F) and the pick is made from those. Either way the pick is within 2·E_F of the exact
+// (E0 = E_F) and the pick is made from those (as after REFRESH steps without a full recompute,
+// when REFRESH > 0). Either way the pick is within 2·E_F of the exact
 // best (K_pick ≤ F_pick + E_F ≤ F_best + E_F ≤ K_best + 2·E_F), E_F not depending on N:
 //
 //   F(x) = (c_hi · e_x + c_lo · e_x) · (1/|e_x|), 32 chains (d ≡ q mod 32, ascending), each a
