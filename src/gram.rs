@@ -201,8 +201,9 @@ pub fn batch_bytes(n: usize, batch: usize, steps: usize) -> u64 {
 /// The arithmetic a gram job with `opts` runs on `caps` for an N × D table, as written in a
 /// cache's metadata (`summation`): `"compensated"` or `"plain"` key sums, `"; G dot2"` (G's
 /// entries from a compensated dot product, since the judge was added) and `"; judge2"` when the
-/// judge runs (`"; judge"` was the first judge, whose fresh keys were plain dot products). Caches written before G's entries were compensated say only `"compensated"` or
-/// `"plain"`, so old and new caches (other bits at near-ties) are never mixed silently.
+/// judge runs (`"; judge"` was the first judge, whose fresh keys were plain dot products).
+/// Caches written before G's entries were compensated say only `"compensated"` or `"plain"`, so
+/// old and new caches (other bits at near-ties) are never mixed silently.
 pub fn summation(caps: &Capabilities, n: usize, d: usize, opts: &GramOptions) -> Result<String> {
     let (wg, placement, rper) = plan(caps, n, opts)?;
     let judge = judge_runs(caps, n, d, wg, placement, rper, opts);
@@ -649,10 +650,11 @@ fn plan(caps: &Capabilities, n: usize, opts: &GramOptions) -> Result<(u32, Place
     Ok((wg, placement, rper))
 }
 
-/// Row loads a lane of the register placement issues before using them: every item's at once
-/// (the engine as measured deterministic; `opts.loads` groups them for benchmarks only — on an
-/// H200 at N = 31,102, groups of 8 ran plain sums 1.2× faster but gave other bits from one run
-/// to the next, unexplained, BENCHMARKS.md 2026-11-30).
+/// Row loads a lane of the register placement issues before using them: every item's at once by
+/// default; `opts.loads` groups them, for benchmarks only. On an H200 at N = 31,102 a build that
+/// grouped them by default (with two other changes) gave other bits from one run to the next
+/// without the judge, cause not isolated; with the judge, groups of 8 ran 1.2× faster and gave
+/// the same bits twice (BENCHMARKS.md, 2026-11-30).
 fn loads_in_flight(rper: usize, opts: &GramOptions) -> usize {
     let rper = rper.max(1);
     match opts.loads {
