@@ -15,6 +15,7 @@
 
 pub mod batch;
 pub mod cache;
+pub mod capi;
 pub mod device;
 pub mod device_table;
 pub mod engine;

@@ -1,0 +1,523 @@
+//! The C ABI of the user's `libvkcompute.so`, exported by this library (the cdylib) so that a
+//! `vk_compute.lua` written against the old library runs unchanged with
+//! `VK_COMPUTE_LIB=…/diversity.so` (declarations in `include/vk_compute.h`).
+//!
+//! Beyond the original: every failure leaves its full message for [`vkc_last_error`] (per
+//! thread), a NULL, zero or oversized argument is answered with an error code (or NULL) instead
+//! of a crash, nothing is printed, and a panic or a lost device never brings the process down.
+//! Result codes: 0 success, −1 … −7 as the old library (init failed, no suitable device, buffer
+//! creation, shader load, pipeline creation, command execution — a lost device lands here —, out
+//! of memory), and −8 for an invalid argument, which the old library did not check.
+//!
+//! Layouts are the old library's: embeddings row-major (`num_poems` rows of `embedding_dim`
+//! values; fp16 as IEEE half bits), sequences as 0-based item indices, a batch's output row i the
+//! sequence of `start_indices[i]` (`batch_size` × `num_poems` values). Batch slots are steps
+//! 1 … N − 1, computed in order by `vkd_batch_compute_chunk` (`tile_size` 0 or ≥ N: untiled).
+
+use crate::engine::{Engine, Job, JobOptions};
+use crate::error::Error;
+use crate::gram::Mode;
+use crate::scan::Shape;
+use crate::{Context, ContextOptions, DeviceTable, Precision, Table};
+use half::f16;
+use std::cell::RefCell;
+use std::ffi::{c_char, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// Success.
+pub const VKC_SUCCESS: i32 = 0;
+/// The Vulkan instance or device could not be created.
+pub const VKC_ERROR_INIT_FAILED: i32 = -1;
+/// No Vulkan device with what the job needs.
+pub const VKC_ERROR_NO_SUITABLE_DEVICE: i32 = -2;
+/// A buffer could not be created.
+pub const VKC_ERROR_BUFFER_CREATION: i32 = -3;
+/// A shader could not be loaded.
+pub const VKC_ERROR_SHADER_LOAD: i32 = -4;
+/// A pipeline could not be created.
+pub const VKC_ERROR_PIPELINE_CREATION: i32 = -5;
+/// A submission failed (a lost device lands here).
+pub const VKC_ERROR_COMMAND_EXECUTION: i32 = -6;
+/// Device memory ran out.
+pub const VKC_ERROR_OUT_OF_MEMORY: i32 = -7;
+/// An argument was NULL, zero, out of range or in the wrong order (not in the old library).
+pub const VKC_ERROR_INVALID_ARGUMENT: i32 = -8;
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_error(message: &str) {
+    let c = CString::new(message.replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+}
+
+/// The code an error maps to.
+fn code_of(e: &Error) -> i32 {
+    match e {
+        Error::Invalid(_) | Error::Io { .. } | Error::Format { .. } => VKC_ERROR_INVALID_ARGUMENT,
+        Error::NoDevice(_) | Error::Unsupported { .. } => VKC_ERROR_NO_SUITABLE_DEVICE,
+        Error::Limit(_) | Error::Alloc { .. } => VKC_ERROR_OUT_OF_MEMORY,
+        Error::DeviceLost(_) | Error::Verification(_) => VKC_ERROR_COMMAND_EXECUTION,
+        Error::Vulkan { call, result } => {
+            use ash::vk::Result as R;
+            match *result {
+                R::ERROR_OUT_OF_DEVICE_MEMORY | R::ERROR_OUT_OF_HOST_MEMORY => {
+                    VKC_ERROR_OUT_OF_MEMORY
+                }
+                _ if call.contains("Pipeline") => VKC_ERROR_PIPELINE_CREATION,
+                _ if call.contains("ShaderModule") => VKC_ERROR_SHADER_LOAD,
+                _ if call.contains("Buffer") => VKC_ERROR_BUFFER_CREATION,
+                _ if call.contains("Instance") || call.contains("Device") => VKC_ERROR_INIT_FAILED,
+                _ => VKC_ERROR_COMMAND_EXECUTION,
+            }
+        }
+    }
+}
+
+/// A failure: its code and message.
+struct Fail(i32, String);
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Fail {
+        Fail(code_of(&e), e.to_string())
+    }
+}
+
+fn invalid(call: &str, what: impl std::fmt::Display) -> Fail {
+    Fail(VKC_ERROR_INVALID_ARGUMENT, format!("{call}: {what}"))
+}
+
+/// Runs `f`, turning an error or a panic into a code and the thread's last error.
+fn guard<T>(call: &str, on_fail: T, f: impl FnOnce() -> Result<T, Fail>) -> (T, i32) {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => (v, VKC_SUCCESS),
+        Ok(Err(Fail(code, m))) => {
+            let m = if m.starts_with(call) {
+                m
+            } else {
+                format!("{call}: {m}")
+            };
+            set_error(&m);
+            (on_fail, code)
+        }
+        Err(p) => {
+            let what = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown".into());
+            set_error(&format!("{call}: internal error (panic: {what})"));
+            (on_fail, VKC_ERROR_COMMAND_EXECUTION)
+        }
+    }
+}
+
+/// `n × d` values at `p`, checked: not NULL, not empty, the count within memory.
+unsafe fn slice_of<'a, T>(
+    call: &str,
+    what: &str,
+    p: *const T,
+    n: u32,
+    d: u32,
+) -> Result<&'a [T], Fail> {
+    if p.is_null() {
+        return Err(invalid(call, format!("{what} is NULL")));
+    }
+    if n == 0 || d == 0 {
+        return Err(invalid(
+            call,
+            format!("{what}: num_poems and embedding_dim must be positive"),
+        ));
+    }
+    let count = (n as usize)
+        .checked_mul(d as usize)
+        .filter(|&c| {
+            c.checked_mul(std::mem::size_of::<T>())
+                .is_some_and(|b| b <= isize::MAX as usize)
+        })
+        .ok_or_else(|| {
+            invalid(
+                call,
+                format!("{what}: {n} × {d} values do not fit in memory"),
+            )
+        })?;
+    // SAFETY: the caller promises `count` readable values at `p` (the old library's contract).
+    Ok(unsafe { std::slice::from_raw_parts(p, count) })
+}
+
+/// A Vulkan device opened for the old API.
+pub struct VkComputeContext {
+    ctx: Context,
+    name: CString,
+}
+
+/// One table for single sequences (`vkd_init`, fp32).
+pub struct VkDiversityContext {
+    engine: Engine,
+    n: usize,
+}
+
+/// A batch of sequences over an fp16 table (`vkd_batch_init`).
+pub struct VkDiversityBatchContext {
+    job: Job,
+    n: usize,
+    batch: usize,
+    next_slot: u32,
+}
+
+/// Open the first suitable Vulkan device (`enable_validation`: with the validation layers).
+/// NULL on failure ([`vkc_last_error`] says why).
+#[no_mangle]
+pub extern "C" fn vkc_init(enable_validation: bool) -> *mut VkComputeContext {
+    guard("vkc_init", std::ptr::null_mut(), || {
+        let ctx = Context::new(&ContextOptions {
+            validation: enable_validation,
+            ..ContextOptions::default()
+        })
+        .map_err(|e| match e {
+            Error::NoDevice(_) => Fail::from(e),
+            e => Fail(VKC_ERROR_INIT_FAILED, e.to_string()),
+        })?;
+        let name = CString::new(ctx.caps().name.replace('\0', " ")).unwrap_or_default();
+        Ok(Box::into_raw(Box::new(VkComputeContext { ctx, name })))
+    })
+    .0
+}
+
+/// Close a context from [`vkc_init`] (NULL: nothing). Tables and batches made from it keep the
+/// device alive until they are destroyed too.
+///
+/// # Safety
+/// `ctx` is NULL or a pointer [`vkc_init`] returned, not yet destroyed.
+#[no_mangle]
+pub unsafe extern "C" fn vkc_destroy(ctx: *mut VkComputeContext) {
+    if !ctx.is_null() {
+        // SAFETY: per the contract above.
+        drop(unsafe { Box::from_raw(ctx) });
+    }
+}
+
+/// The name of a result code (a static string).
+#[no_mangle]
+pub extern "C" fn vkc_get_error_string(code: i32) -> *const c_char {
+    let s: &'static [u8] = match code {
+        VKC_SUCCESS => b"VKC_SUCCESS\0",
+        VKC_ERROR_INIT_FAILED => b"VKC_ERROR_INIT_FAILED\0",
+        VKC_ERROR_NO_SUITABLE_DEVICE => b"VKC_ERROR_NO_SUITABLE_DEVICE\0",
+        VKC_ERROR_BUFFER_CREATION => b"VKC_ERROR_BUFFER_CREATION\0",
+        VKC_ERROR_SHADER_LOAD => b"VKC_ERROR_SHADER_LOAD\0",
+        VKC_ERROR_PIPELINE_CREATION => b"VKC_ERROR_PIPELINE_CREATION\0",
+        VKC_ERROR_COMMAND_EXECUTION => b"VKC_ERROR_COMMAND_EXECUTION\0",
+        VKC_ERROR_OUT_OF_MEMORY => b"VKC_ERROR_OUT_OF_MEMORY\0",
+        VKC_ERROR_INVALID_ARGUMENT => b"VKC_ERROR_INVALID_ARGUMENT\0",
+        _ => b"VKC_ERROR_UNKNOWN\0",
+    };
+    s.as_ptr() as *const c_char
+}
+
+/// The full message of this thread's last failure ("" before any); valid until the next failing
+/// call on the thread.
+#[no_mangle]
+pub extern "C" fn vkc_last_error() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().as_ptr())
+}
+
+/// The device's name (valid while `ctx` lives); NULL for a NULL context.
+///
+/// # Safety
+/// `ctx` is NULL or a live pointer from [`vkc_init`].
+#[no_mangle]
+pub unsafe extern "C" fn vkc_get_device_name(ctx: *mut VkComputeContext) -> *const c_char {
+    // SAFETY: per the contract above.
+    match unsafe { ctx.as_ref() } {
+        Some(c) => c.name.as_ptr(),
+        None => {
+            set_error("vkc_get_device_name: ctx is NULL");
+            std::ptr::null()
+        }
+    }
+}
+
+/// The device memory this library plans with, in bytes (the device-local heaps' budget); 0 for
+/// a NULL context.
+///
+/// # Safety
+/// `ctx` is NULL or a live pointer from [`vkc_init`].
+#[no_mangle]
+pub unsafe extern "C" fn vkc_get_device_memory(ctx: *mut VkComputeContext) -> u64 {
+    // SAFETY: per the contract above.
+    match unsafe { ctx.as_ref() } {
+        Some(c) => c.ctx.caps().memory_budget_bytes,
+        None => {
+            set_error("vkc_get_device_memory: ctx is NULL");
+            0
+        }
+    }
+}
+
+/// `count` floats at `src` to IEEE half bits at `dst` (round to nearest even). NULL pointers with
+/// a nonzero count do nothing but set [`vkc_last_error`].
+///
+/// # Safety
+/// `src` holds `count` readable floats and `dst` room for `count` halves.
+#[no_mangle]
+pub unsafe extern "C" fn vkc_fp32_to_fp16(src: *const f32, dst: *mut u16, count: u32) {
+    if count == 0 {
+        return;
+    }
+    if src.is_null() || dst.is_null() {
+        set_error("vkc_fp32_to_fp16: src or dst is NULL");
+        return;
+    }
+    // SAFETY: per the contract above.
+    let (s, d) = unsafe {
+        (
+            std::slice::from_raw_parts(src, count as usize),
+            std::slice::from_raw_parts_mut(dst, count as usize),
+        )
+    };
+    for (o, &v) in d.iter_mut().zip(s) {
+        *o = f16::from_f32(v).to_bits();
+    }
+}
+
+/// The float value of IEEE half bits.
+#[no_mangle]
+pub extern "C" fn vkc_fp16_to_fp32(bits: u16) -> f32 {
+    f16::from_bits(bits).to_f32()
+}
+
+/// Upload `num_poems` × `embedding_dim` floats for single sequences. NULL on failure.
+///
+/// # Safety
+/// `ctx` is NULL or a live pointer from [`vkc_init`]; `embeddings` is NULL or holds
+/// `num_poems × embedding_dim` readable floats.
+#[no_mangle]
+pub unsafe extern "C" fn vkd_init(
+    ctx: *mut VkComputeContext,
+    embeddings: *const f32,
+    num_poems: u32,
+    embedding_dim: u32,
+) -> *mut VkDiversityContext {
+    let call = "vkd_init";
+    guard(call, std::ptr::null_mut(), || {
+        // SAFETY: per the contract above.
+        let c = unsafe { ctx.as_ref() }.ok_or_else(|| invalid(call, "ctx is NULL"))?;
+        // SAFETY: per the contract above.
+        let data = unsafe { slice_of(call, "embeddings", embeddings, num_poems, embedding_dim)? };
+        let table = Table::new(data.to_vec(), num_poems as usize, embedding_dim as usize)?;
+        let dt = DeviceTable::upload(&c.ctx, &table, Precision::Fp32)?;
+        Ok(Box::into_raw(Box::new(VkDiversityContext {
+            engine: Engine::new(dt),
+            n: num_poems as usize,
+        })))
+    })
+    .0
+}
+
+/// The whole sequence from `start_poem` (0-based) into `output_sequence` (`num_poems` values:
+/// the start, then every other item in order).
+///
+/// # Safety
+/// `dctx` is NULL or a live pointer from [`vkd_init`]; `output_sequence` is NULL or has room for
+/// `num_poems` values.
+#[no_mangle]
+pub unsafe extern "C" fn vkd_compute_sequence(
+    dctx: *mut VkDiversityContext,
+    start_poem: u32,
+    output_sequence: *mut u32,
+) -> i32 {
+    let call = "vkd_compute_sequence";
+    guard(call, (), || {
+        // SAFETY: per the contract above.
+        let d = unsafe { dctx.as_mut() }.ok_or_else(|| invalid(call, "context is NULL"))?;
+        if output_sequence.is_null() {
+            return Err(invalid(call, "output_sequence is NULL"));
+        }
+        if start_poem as usize >= d.n {
+            return Err(invalid(
+                call,
+                format!("start_poem {start_poem} is out of range: N = {}", d.n),
+            ));
+        }
+        let mut job = d.engine.job(&[start_poem], &JobOptions::default())?;
+        job.run()?;
+        let seq = job.sequences_flat()?;
+        // SAFETY: per the contract above.
+        unsafe { std::ptr::copy_nonoverlapping(seq.as_ptr(), output_sequence, d.n) };
+        Ok(())
+    })
+    .1
+}
+
+/// Free a context from [`vkd_init`] (NULL: nothing).
+///
+/// # Safety
+/// `dctx` is NULL or a live pointer from [`vkd_init`].
+#[no_mangle]
+pub unsafe extern "C" fn vkd_destroy(dctx: *mut VkDiversityContext) {
+    if !dctx.is_null() {
+        // SAFETY: per the contract above.
+        drop(unsafe { Box::from_raw(dctx) });
+    }
+}
+
+/// A batch of `batch_size` sequences, one from each of the first `batch_size` entries of
+/// `start_indices` (0-based, distinct), over `num_poems` × `embedding_dim` IEEE halves. Nothing
+/// is computed until [`vkd_batch_compute_chunk`]. NULL on failure.
+///
+/// # Safety
+/// `ctx` is NULL or live; `embeddings_fp16` is NULL or holds `num_poems × embedding_dim` halves;
+/// `start_indices` is NULL or holds `batch_size` values.
+#[no_mangle]
+pub unsafe extern "C" fn vkd_batch_init(
+    ctx: *mut VkComputeContext,
+    embeddings_fp16: *const u16,
+    num_poems: u32,
+    embedding_dim: u32,
+    batch_size: u32,
+    start_indices: *const u32,
+) -> *mut VkDiversityBatchContext {
+    let call = "vkd_batch_init";
+    guard(call, std::ptr::null_mut(), || {
+        // SAFETY: per the contract above.
+        let c = unsafe { ctx.as_ref() }.ok_or_else(|| invalid(call, "ctx is NULL"))?;
+        // SAFETY: per the contract above.
+        let halves = unsafe {
+            slice_of(
+                call,
+                "embeddings_fp16",
+                embeddings_fp16,
+                num_poems,
+                embedding_dim,
+            )?
+        };
+        if batch_size == 0 || batch_size > num_poems {
+            return Err(invalid(
+                call,
+                format!("batch_size {batch_size}: 1 to num_poems ({num_poems})"),
+            ));
+        }
+        // SAFETY: per the contract above.
+        let starts = unsafe { slice_of(call, "start_indices", start_indices, batch_size, 1)? };
+        let data: Vec<f32> = halves.iter().map(|&b| f16::from_bits(b).to_f32()).collect();
+        let table = Table::new(data, num_poems as usize, embedding_dim as usize)?;
+        let dt = DeviceTable::upload(&c.ctx, &table, Precision::Fp16)?;
+        let mut engine = Engine::new(dt);
+        // The scan engine, whose tiles the old driver sizes; one submission per chunk call.
+        let opts = JobOptions {
+            mode: Mode::Scan,
+            scan: crate::ScanOptions {
+                chunk: 0,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let job = engine.job(starts, &opts)?;
+        Ok(Box::into_raw(Box::new(VkDiversityBatchContext {
+            job,
+            n: num_poems as usize,
+            batch: batch_size as usize,
+            next_slot: 1,
+        })))
+    })
+    .0
+}
+
+/// Compute slots (steps) `start_slot` … `start_slot + slot_count − 1` of every sequence of the
+/// batch: slots run 1 … N − 1 and come in order; `tile_size` 0 or ≥ N is untiled.
+///
+/// # Safety
+/// `b` is NULL or a live pointer from [`vkd_batch_init`].
+#[no_mangle]
+pub unsafe extern "C" fn vkd_batch_compute_chunk(
+    b: *mut VkDiversityBatchContext,
+    start_slot: u32,
+    slot_count: u32,
+    tile_size: u32,
+) -> i32 {
+    let call = "vkd_batch_compute_chunk";
+    guard(call, (), || {
+        // SAFETY: per the contract above.
+        let b = unsafe { b.as_mut() }.ok_or_else(|| invalid(call, "batch is NULL"))?;
+        if start_slot != b.next_slot {
+            return Err(invalid(
+                call,
+                format!(
+                    "chunks come in order: expected start_slot {}, got {start_slot}",
+                    b.next_slot
+                ),
+            ));
+        }
+        let last = start_slot as u64 + slot_count as u64 - 1;
+        if slot_count == 0 || last > b.n as u64 - 1 {
+            return Err(invalid(
+                call,
+                format!(
+                    "slots {start_slot}..{last} must be at least one and end by N - 1 = {}",
+                    b.n - 1
+                ),
+            ));
+        }
+        let (shape, tile) = if tile_size == 0 || tile_size as usize >= b.n {
+            (Shape::Untiled, 0)
+        } else {
+            (Shape::Tiled, tile_size)
+        };
+        b.job.set_tiling(shape, tile);
+        b.job.step(slot_count as usize)?;
+        b.next_slot = start_slot + slot_count;
+        Ok(())
+    })
+    .1
+}
+
+/// Copy the batch's sequences into `output_sequences` (`batch_size` × `num_poems` values, row i
+/// the sequence of `start_indices[i]`); every slot must have been computed.
+///
+/// # Safety
+/// `b` is NULL or live; `output_sequences` is NULL or has room for `batch_size × num_poems`
+/// values.
+#[no_mangle]
+pub unsafe extern "C" fn vkd_batch_download_sequences(
+    b: *mut VkDiversityBatchContext,
+    output_sequences: *mut u32,
+) -> i32 {
+    let call = "vkd_batch_download_sequences";
+    guard(call, (), || {
+        // SAFETY: per the contract above.
+        let b = unsafe { b.as_mut() }.ok_or_else(|| invalid(call, "batch is NULL"))?;
+        if output_sequences.is_null() {
+            return Err(invalid(call, "output_sequences is NULL"));
+        }
+        if !b.job.done() {
+            return Err(invalid(
+                call,
+                format!(
+                    "the batch has computed {} of {} slots",
+                    b.job.steps_done(),
+                    b.job.total_steps()
+                ),
+            ));
+        }
+        let flat = b.job.sequences_flat()?;
+        debug_assert_eq!(flat.len(), b.batch * b.n);
+        // SAFETY: per the contract above.
+        unsafe { std::ptr::copy_nonoverlapping(flat.as_ptr(), output_sequences, flat.len()) };
+        Ok(())
+    })
+    .1
+}
+
+/// Free a batch from [`vkd_batch_init`] (NULL: nothing).
+///
+/// # Safety
+/// `b` is NULL or a live pointer from [`vkd_batch_init`].
+#[no_mangle]
+pub unsafe extern "C" fn vkd_batch_destroy(b: *mut VkDiversityBatchContext) {
+    if !b.is_null() {
+        // SAFETY: per the contract above.
+        drop(unsafe { Box::from_raw(b) });
+    }
+}
