@@ -78,6 +78,72 @@ function M.compute_diversity_sequence(ctx, flat, N, dim, start)
   return seq
 end
 
+--- Every sequence of an fp32 table (`flat`: a Lua array or float cdata of N*dim values), start
+-- by start from `start_from` (0-based, default 0), appended to `output_file` as they are done:
+-- the file is uint32 N, then one row of N uint32 per start, so a run stopped after k rows resumes
+-- with `start_from = k` (the file must then hold exactly the header and k rows; it is checked and
+-- refused otherwise). With start_from 0 the file is started anew. Returns the sequences computed
+-- by this call, keyed by 0-based start (1-based arrays of 0-based indices).
+function M.compute_all_diversity_sequences(ctx, flat, N, dim, output_file, start_from)
+  local call = "compute_all_diversity_sequences"
+  start_from = start_from or 0
+  check_int(call, "start_from", start_from, 0)
+  local t = table_of(call, flat, N, dim)
+  if start_from > N then
+    t:close()
+    fail(call, ("start_from %d is past N = %d"):format(start_from, N))
+  end
+  local f
+  if output_file ~= nil then
+    if type(output_file) ~= "string" then
+      t:close()
+      fail(call, "output_file must be a path, got " .. type(output_file))
+    end
+    if start_from == 0 then
+      f = io.open(output_file, "wb")
+      if not f then t:close(); fail(call, "cannot write " .. output_file) end
+      f:write(ffi.string(ffi.new("uint32_t[1]", N), 4))
+    else
+      local r = io.open(output_file, "rb")
+      if not r then t:close(); fail(call, output_file .. ": missing (resuming at start " .. start_from .. ")") end
+      local head = r:read(4)
+      local size = r:seek("end")
+      r:close()
+      local want = 4 + start_from * N * 4
+      local n = head and #head == 4 and ffi.cast("const uint32_t*", head)[0]
+      if n ~= N or size ~= want then
+        t:close()
+        fail(call, ("%s holds %d bytes (N = %s); resuming at start %d of N = %d needs %d: the "
+          .. "header and %d whole rows"):format(output_file, size, tostring(n), start_from, N,
+          want, start_from))
+      end
+      f = io.open(output_file, "ab")
+      if not f then t:close(); fail(call, "cannot append to " .. output_file) end
+    end
+  end
+  local dt = guarded(call, ctx.upload, ctx, t, "fp32")
+  t:close()
+  local result, batch = {}, 256
+  for first = start_from, N - 1, batch do
+    local starts = {}
+    for s = first, math.min(first + batch, N) - 1 do starts[#starts + 1] = s end
+    local job = guarded(call, dt.job, dt, starts)
+    guarded(call, job.step, job, N)
+    local seqs = guarded(call, job.sequences, job)
+    for i, s in ipairs(starts) do result[s] = seqs[i] end
+    if f then
+      local buf = ffi.new("uint32_t[?]", #starts * N)
+      guarded(call, job.download, job, buf)
+      f:write(ffi.string(buf, #starts * N * 4))
+      f:flush()
+    end
+    job:close()
+  end
+  if f then f:close() end
+  dt:close()
+  return result
+end
+
 --- Every sequence of an fp16 table (`emb_fp16` a uint16_t[?] cdata of N*dim halves), in batches
 -- of `batch_size`. Writes `output_file` (uint32 N, then N*N uint32) when given, and returns a
 -- table keyed by 0-based start of 1-based arrays of 0-based indices.
@@ -115,11 +181,27 @@ function M.fp16_to_fp32(bits)
   return guarded("fp16_to_fp32", diversity.f16_to_f32, tonumber(bits))
 end
 
---- Write sequences (a table keyed by 0-based start, as returned above) as uint32 N, then N rows
--- of N uint32 (row s = the sequence of start s).
-function M.write_sequences_to_file(path, sequences, N)
+--- Write `sequences` (keyed by 0-based start 0 .. N-1, each a 1-based array of N 0-based
+-- indices, as the functions here return them) to `output_file`: uint32 N, then N rows of N uint32
+-- (row s = the sequence of start s), replaced atomically. The old wrapper's argument order; this
+-- module's first order, `(output_file, sequences, N)`, is still accepted.
+function M.write_sequences_to_file(a, b, c)
   local call = "write_sequences_to_file"
-  check_int(call, "N", N, 1)
+  local path, sequences, N
+  if type(a) == "string" then
+    path, sequences, N = a, b, c
+    check_int(call, "N", N, 1)
+  else
+    sequences, path = a, b
+    if type(sequences) ~= "table" then
+      fail(call, "sequences must be a table keyed by 0-based start, got " .. type(sequences))
+    end
+    N = 0
+    while sequences[N] ~= nil do N = N + 1 end
+    if N == 0 then fail(call, "no sequence for start 0 (sequences are keyed by 0-based start)") end
+  end
+  if type(path) ~= "string" then fail(call, "output_file must be a path, got " .. type(path)) end
+  if type(sequences) ~= "table" then fail(call, "sequences must be a table") end
   local w = guarded(call, diversity.binary_cache_writer, path, N, N)
   for s = 0, N - 1 do
     local seq = sequences[s]

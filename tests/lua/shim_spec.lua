@@ -279,6 +279,56 @@ describe("vk_compute shim", function()
       assert.is_nil(back[N])
     end)
 
+    it("write_sequences_to_file(sequences, output_file): the old order, N from the keys", function()
+      local N = 5
+      local seqs = {}
+      for s = 0, N - 1 do
+        local row = { s }
+        for k = N - 1, 0, -1 do if k ~= s then row[#row + 1] = k end end
+        seqs[s] = row
+      end
+      local path = dir .. "/old_order.bin"
+      vk.write_sequences_to_file(seqs, path)
+      local back, n = vk.load_sequences_from_file(path)
+      assert.are.equal(N, n)
+      for s = 0, N - 1 do assert.are.same(seqs[s], back[s]) end
+      H.assert_error({ "vk_compute.write_sequences_to_file", "start 0" },
+        vk.write_sequences_to_file, { { 0 } }, dir .. "/one_based.bin")
+      assert.is_false(H.exists(dir .. "/one_based.bin"))
+    end)
+
+    it("compute_all_diversity_sequences appends start by start and resumes from start_from", function()
+      local N, dim = 40, 12
+      local flat = H.flatten(H.random_rows(N, dim, 4242))
+      local path = dir .. "/all.bin"
+      local all = vk.compute_all_diversity_sequences(ctx, flat, N, dim, path)
+      -- the same sequences as one at a time, and the file loads back as them
+      for _, s in ipairs { 0, 17, 39 } do
+        assert.are.same(vk.compute_diversity_sequence(ctx, flat, N, dim, s), all[s])
+      end
+      local back, n = vk.load_sequences_from_file(path)
+      assert.are.equal(N, n)
+      for s = 0, N - 1 do assert.are.same(all[s], back[s]) end
+      -- stopped after 15 rows: resuming there gives the same file, and returns starts 15..39
+      local full = H.read(path)
+      H.write(path, full:sub(1, 4 + 15 * N * 4))
+      local rest = vk.compute_all_diversity_sequences(ctx, flat, N, dim, path, 15)
+      assert.are.equal(full, H.read(path))
+      assert.is_nil(rest[14])
+      assert.are.same(all[15], rest[15])
+      -- a file that does not hold exactly the header and start_from rows is refused, untouched
+      H.write(path, full:sub(1, 4 + 15 * N * 4 + 8))
+      H.assert_error({ "vk_compute.compute_all_diversity_sequences", "all.bin", "15 whole rows" },
+        vk.compute_all_diversity_sequences, ctx, flat, N, dim, path, 15)
+      assert.are.equal(4 + 15 * N * 4 + 8, #H.read(path))
+      H.assert_error({ "vk_compute.compute_all_diversity_sequences", "past N" },
+        vk.compute_all_diversity_sequences, ctx, flat, N, dim, path, N + 1)
+      -- without a file: just the sequences
+      local none = vk.compute_all_diversity_sequences(ctx, flat, N, dim, nil, 38)
+      assert.are.same(all[38], none[38])
+      assert.are.same(all[39], none[39])
+    end)
+
     it("write_sequences_to_file with a missing row leaves no file", function()
       local path = dir .. "/missing.bin"
       H.assert_error({ "vk_compute.write_sequences_to_file", "start 1" },
