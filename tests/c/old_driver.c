@@ -1,9 +1,11 @@
 /* A driver written the old way, against include/vk_compute.h only: reads an f32 table, converts
  * it to fp16 with the library, runs a batch in chunks (a 10-slot probe, then chunks that double,
  * tiles from the L2 formula), downloads the sequences, computes one fp32 sequence, and checks
- * that bad calls are answered with codes and messages instead of crashes.
+ * that bad calls, a lost device and a panic (both injected) are answered with codes and messages
+ * instead of crashes.
  *
  * usage: old_driver TABLE.f32 N D BATCH L2_BYTES OUT_BATCH.u32 OUT_SINGLE.u32 SINGLE_START */
+#define _POSIX_C_SOURCE 200112L /* setenv */
 #include "vk_compute.h"
 
 #include <stdio.h>
@@ -80,6 +82,23 @@ int main(int argc, char** argv) {
     bad += expect(vkd_compute_sequence(one, n, single) == VKC_ERROR_INVALID_ARGUMENT, "a start past N");
     bad += expect(vkd_compute_sequence(one, 0, NULL) == VKC_ERROR_INVALID_ARGUMENT, "a NULL output");
     vkd_destroy(one);
+
+    /* A lost device (injected) and a panic (injected) are codes and messages; the process and the
+     * context live on. */
+    VkDiversityBatchContext* lost = vkd_batch_init(ctx, f16, n, d, batch, starts);
+    if (!lost) return fail("vkd_batch_init (lost)");
+    setenv("DIVERSITY_FAIL_AFTER_CHUNKS", "0", 1);
+    bad += expect(vkd_batch_compute_chunk(lost, 1, 5, 0) == VKC_ERROR_COMMAND_EXECUTION, "a lost device");
+    bad += expect(strstr(vkc_last_error(), "lost") != NULL, "the message says the device was lost");
+    unsetenv("DIVERSITY_FAIL_AFTER_CHUNKS");
+    vkd_batch_destroy(lost);
+    VkDiversityBatchContext* p = vkd_batch_init(ctx, f16, n, d, batch, starts);
+    if (!p) return fail("vkd_batch_init (panic)");
+    setenv("DIVERSITY_INJECT_PANIC", "1", 1);
+    bad += expect(vkd_batch_compute_chunk(p, 1, 5, 0) == VKC_ERROR_COMMAND_EXECUTION, "a panic");
+    bad += expect(strstr(vkc_last_error(), "panic") != NULL, "the message says it panicked");
+    unsetenv("DIVERSITY_INJECT_PANIC");
+    vkd_batch_destroy(p);
     vkc_destroy(ctx);
 
     FILE* o = fopen(argv[6], "wb");
