@@ -8,7 +8,7 @@
 local ffi = require "ffi"
 local diversity = require "diversity"
 
-local M = {}
+local M = { _VERSION = "vk_compute (" .. diversity._VERSION .. ")" }
 
 local THIS = debug.getinfo(1, "S").source
 

@@ -52,6 +52,8 @@ fn diversity(lua: &Lua) -> LuaResult<LuaTable> {
     cache::register(lua, &m)?;
     knn::register(lua, &m)?;
     multi::register(lua, &m)?;
+    // "diversity X.Y.Z", as Lua modules say what they are.
+    m.set("_VERSION", concat!("diversity ", env!("CARGO_PKG_VERSION")))?;
     m.set("ENV_FAIL_AFTER_CHUNKS", crate::batch::ENV_FAIL_AFTER_CHUNKS)?;
     m.set("ENV_INJECT_PANIC", crate::batch::ENV_INJECT_PANIC)?;
     // The host's memory in bytes (MemTotal), nil where it cannot be read.

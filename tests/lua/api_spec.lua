@@ -17,6 +17,11 @@ describe("diversity (idiomatic API)", function()
     H.cleanup()
   end)
 
+  it("_VERSION names the module and the crate's version (and the shim's says whose it is)", function()
+    assert.matches("^diversity %d+%.%d+%.%d+", diversity._VERSION)
+    assert.are.equal("vk_compute (" .. diversity._VERSION .. ")", require("vk_compute")._VERSION)
+  end)
+
   -------------------------------------------------------------------------------------------------
   describe("context", function()
     it("describe() names the device and its L2", function()
