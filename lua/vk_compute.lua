@@ -102,7 +102,8 @@ function M.compute_all_diversity_sequences(ctx, flat, N, dim, output_file, start
     if start_from == 0 then
       f = io.open(output_file, "wb")
       if not f then t:close(); fail(call, "cannot write " .. output_file) end
-      f:write(ffi.string(ffi.new("uint32_t[1]", N), 4))
+      local ok, err = f:write(ffi.string(ffi.new("uint32_t[1]", N), 4))
+      if not ok then f:close(); t:close(); fail(call, output_file .. ": " .. tostring(err)) end
     else
       local r = io.open(output_file, "rb")
       if not r then t:close(); fail(call, output_file .. ": missing (resuming at start " .. start_from .. ")") end
@@ -134,8 +135,14 @@ function M.compute_all_diversity_sequences(ctx, flat, N, dim, output_file, start
     if f then
       local buf = ffi.new("uint32_t[?]", #starts * N)
       guarded(call, job.download, job, buf)
-      f:write(ffi.string(buf, #starts * N * 4))
-      f:flush()
+      -- A full disk fails here, naming the file; the rows already flushed stay a valid prefix.
+      local ok, err = f:write(ffi.string(buf, #starts * N * 4))
+      if ok then ok, err = f:flush() end
+      if not ok then
+        f:close(); job:close(); dt:close()
+        fail(call, ("%s: %s (the rows of starts before %d are complete)"):format(output_file,
+          tostring(err), first))
+      end
     end
     job:close()
   end

@@ -323,6 +323,9 @@ describe("vk_compute shim", function()
       assert.are.equal(4 + 15 * N * 4 + 8, #H.read(path))
       H.assert_error({ "vk_compute.compute_all_diversity_sequences", "past N" },
         vk.compute_all_diversity_sequences, ctx, flat, N, dim, path, N + 1)
+      -- a full disk is an error naming the file, not a short file reported as done
+      H.assert_error({ "vk_compute.compute_all_diversity_sequences", "/dev/full" },
+        vk.compute_all_diversity_sequences, ctx, flat, N, dim, "/dev/full")
       -- without a file: just the sequences
       local none = vk.compute_all_diversity_sequences(ctx, flat, N, dim, nil, 38)
       assert.are.same(all[38], none[38])
