@@ -107,24 +107,8 @@ fn parse() -> Result<Args, String> {
             "--spd" => a.spds = common::list(&f, &val()?)?,
             "--compensated" => a.comps = common::switches(&f, &val()?)?,
             "--judge" => a.judges = common::switches(&f, &val()?)?,
-            "--refresh" => {
-                a.refreshes = val()?
-                    .split(',')
-                    .map(|v| {
-                        v.parse()
-                            .map_err(|_| format!("--refresh: {v} is not a count"))
-                    })
-                    .collect::<Result<_, _>>()?
-            }
-            "--loads" => {
-                a.loads = val()?
-                    .split(',')
-                    .map(|v| {
-                        v.parse()
-                            .map_err(|_| format!("--loads: {v} is not a count"))
-                    })
-                    .collect::<Result<_, _>>()?
-            }
+            "--refresh" => a.refreshes = common::list(&f, &val()?)?,
+            "--loads" => a.loads = common::list(&f, &val()?)?,
             "--json" => a.json = Some(val()?),
             "--md" => a.md = Some(val()?),
             "--seqs" => a.seqs = Some(val()?),

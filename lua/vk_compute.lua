@@ -63,6 +63,24 @@ local function table_of(call, data, N, dim)
   return guarded(call, diversity.table, data, { n = N, dim = dim })
 end
 
+-- Every sequence from starts `from` .. N-1 of the device table `dt`, in jobs of `batch` starts
+-- run to the end: a table keyed by 0-based start of 1-based arrays of 0-based indices.
+-- `each(job, first, count)`, when given, sees each finished job (starts first .. first+count-1).
+local function run_batches(call, dt, N, from, batch, each)
+  local result = {}
+  for first = from, N - 1, batch do
+    local starts = {}
+    for s = first, math.min(first + batch, N) - 1 do starts[#starts + 1] = s end
+    local job = guarded(call, dt.job, dt, starts)
+    guarded(call, job.step, job, N)
+    local seqs = guarded(call, job.sequences, job)
+    for i, s in ipairs(starts) do result[s] = seqs[i] end
+    if each then each(job, first, #starts) end
+    job:close()
+  end
+  return result
+end
+
 --- One full diversity sequence from `start` (0-based) over a flat fp32 array of N*dim values.
 -- Returns a 1-based Lua array of 0-based item indices.
 function M.compute_diversity_sequence(ctx, flat, N, dim, start)
@@ -124,28 +142,18 @@ function M.compute_all_diversity_sequences(ctx, flat, N, dim, output_file, start
   end
   local dt = guarded(call, ctx.upload, ctx, t, "fp32")
   t:close()
-  local result, batch = {}, 256
-  for first = start_from, N - 1, batch do
-    local starts = {}
-    for s = first, math.min(first + batch, N) - 1 do starts[#starts + 1] = s end
-    local job = guarded(call, dt.job, dt, starts)
-    guarded(call, job.step, job, N)
-    local seqs = guarded(call, job.sequences, job)
-    for i, s in ipairs(starts) do result[s] = seqs[i] end
-    if f then
-      local buf = ffi.new("uint32_t[?]", #starts * N)
-      guarded(call, job.download, job, buf)
-      -- A full disk fails here, naming the file; the rows already flushed stay a valid prefix.
-      local ok, err = f:write(ffi.string(buf, #starts * N * 4))
-      if ok then ok, err = f:flush() end
-      if not ok then
-        f:close(); job:close(); dt:close()
-        fail(call, ("%s: %s (the rows of starts before %d are complete)"):format(output_file,
-          tostring(err), first))
-      end
+  local result = run_batches(call, dt, N, start_from, 256, f and function(job, first, count)
+    local buf = ffi.new("uint32_t[?]", count * N)
+    guarded(call, job.download, job, buf)
+    -- A full disk fails here, naming the file; the rows already flushed stay a valid prefix.
+    local ok, err = f:write(ffi.string(buf, count * N * 4))
+    if ok then ok, err = f:flush() end
+    if not ok then
+      f:close(); job:close(); dt:close()
+      fail(call, ("%s: %s (the rows of starts before %d are complete)"):format(output_file,
+        tostring(err), first))
     end
-    job:close()
-  end
+  end)
   if f then f:close() end
   dt:close()
   return result
@@ -161,17 +169,9 @@ function M.compute_all_diversity_sequences_batched(ctx, emb_fp16, N, dim, output
   local t = table_of(call, emb_fp16, N, dim)
   local writer = output_file and guarded(call, diversity.binary_cache_writer, output_file, N, N)
   local dt = guarded(call, ctx.upload, ctx, t, "fp16")
-  local result = {}
-  for first = 0, N - 1, batch_size do
-    local starts = {}
-    for s = first, math.min(first + batch_size, N) - 1 do starts[#starts + 1] = s end
-    local job = guarded(call, dt.job, dt, starts)
-    guarded(call, job.step, job, N)
-    local seqs = guarded(call, job.sequences, job)
-    for i, s in ipairs(starts) do result[s] = seqs[i] end
-    if writer then guarded(call, writer.write_job, writer, job) end
-    job:close()
-  end
+  local result = run_batches(call, dt, N, 0, batch_size, writer and function(job)
+    guarded(call, writer.write_job, writer, job)
+  end)
   if writer then guarded(call, writer.finish, writer) end
   dt:close(); t:close()
   return result
