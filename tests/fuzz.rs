@@ -23,6 +23,8 @@
 //! [`CI_SECS`] whatever it reached);
 //! `DIVERSITY_FUZZ_ONLY=<iteration>` runs that one input alone, printing what it is.
 
+mod common;
+use common::TempDir;
 use diversity::cache::{
     merge_caches, BinaryCache, BinaryCacheWriter, JsonCacheWriter, KnnGraph, KnnGraphWriter,
     KnnMetric,
@@ -1491,28 +1493,6 @@ fn corpus_len_of(work: &Path) -> usize {
 // Regression tests of the crash classes the fuzzer found.
 
 /// A scratch directory for one regression test, removed at the end.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!("diversity-fuzz-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Scratch(d)
-    }
-    fn file(&self, name: &str, bytes: &[u8]) -> PathBuf {
-        let p = self.0.join(name);
-        std::fs::write(&p, bytes).unwrap();
-        p
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// A version-1.0 `.npy` file with this header text and body.
 fn npy_with_header(header: &str, body: &[u8]) -> Vec<u8> {
     let mut v = b"\x93NUMPY\x01\x00".to_vec();
@@ -1522,27 +1502,11 @@ fn npy_with_header(header: &str, body: &[u8]) -> Vec<u8> {
     v
 }
 
-/// The message of a `Format` error, checked to name `path`.
-#[track_caller]
-fn format_message<T: std::fmt::Debug>(r: diversity::error::Result<T>, path: &Path) -> String {
-    match r {
-        Err(e @ Error::Format { .. }) => {
-            let msg = e.to_string();
-            assert!(
-                msg.contains(&path.display().to_string()),
-                "message does not name the file: {msg}"
-            );
-            msg
-        }
-        other => panic!("expected Error::Format, got {other:?}"),
-    }
-}
-
 /// The header parser recursed once a bracket: ~24,000 nested parentheses overflowed the stack
 /// and aborted the process. Nesting is now bounded (32 levels) and the message stays short.
 #[test]
 fn npy_deeply_nested_header_is_refused() {
-    let s = Scratch::new("nest");
+    let s = TempDir::new("fuzz-nest");
     let deep = 24_000;
     let header = format!(
         "{{'descr': '<f4', 'fortran_order': False, 'shape': {}{}, }}\n",
@@ -1550,7 +1514,7 @@ fn npy_deeply_nested_header_is_refused() {
         ")".repeat(deep)
     );
     let p = s.file("deep.npy", &npy_with_header(&header, &[0; 4]));
-    let msg = format_message(load_npy(&p), &p);
+    let msg = common::format_message(load_npy(&p), &p);
     assert!(msg.contains("nested more than 32 levels deep"), "{msg}");
     assert!(
         msg.len() < 1_000,
@@ -1560,7 +1524,7 @@ fn npy_deeply_nested_header_is_refused() {
     for (open, close) in [("[", "]"), ("{", "}")] {
         let header = format!("{}{}\n", open.repeat(deep), close.repeat(deep));
         let p = s.file("deep2.npy", &npy_with_header(&header, &[]));
-        let msg = format_message(load_table(&p, None), &p);
+        let msg = common::format_message(load_table(&p, None), &p);
         assert!(msg.contains("nested more than 32 levels deep"), "{msg}");
     }
     // 31 levels inside the dict are still parsed (and refused for what they are).
@@ -1570,7 +1534,7 @@ fn npy_deeply_nested_header_is_refused() {
         ")".repeat(31)
     );
     let p = s.file("ok-depth.npy", &npy_with_header(&header, &[0; 4]));
-    let msg = format_message(load_npy(&p), &p);
+    let msg = common::format_message(load_npy(&p), &p);
     assert!(msg.contains("shape entries must be integers"), "{msg}");
 }
 
@@ -1578,7 +1542,7 @@ fn npy_deeply_nested_header_is_refused() {
 /// be strings, kept in a set: the first fix compared every pair, quadratic in the keys).
 #[test]
 fn npy_duplicate_header_key_is_refused() {
-    let s = Scratch::new("dupkey");
+    let s = TempDir::new("fuzz-dupkey");
     let body = 1.5f32.to_le_bytes();
     for header in [
         "{'descr': '<f4', 'descr': '<f2', 'fortran_order': False, 'shape': (1, 1), }\n",
@@ -1586,7 +1550,7 @@ fn npy_duplicate_header_key_is_refused() {
         "{'descr': '<f4', 'fortran_order': False, \"fortran_order\": True, 'shape': (1, 1)}\n",
     ] {
         let p = s.file("dup.npy", &npy_with_header(header, &body));
-        let msg = format_message(load_npy(&p), &p);
+        let msg = common::format_message(load_npy(&p), &p);
         assert!(msg.contains("duplicate key '"), "{msg}");
     }
     // Keys are strings, and a header of many keys is checked in linear time.
@@ -1594,7 +1558,7 @@ fn npy_duplicate_header_key_is_refused() {
         "intkey.npy",
         &npy_with_header("{1: 2, 'descr': '<f4'}\n", &body),
     );
-    let msg = format_message(load_npy(&p), &p);
+    let msg = common::format_message(load_npy(&p), &p);
     assert!(msg.contains("a dict key that is not a string"), "{msg}");
     let mut many = String::from("{");
     for i in 0..200_000 {
@@ -1606,7 +1570,7 @@ fn npy_duplicate_header_key_is_refused() {
     v.extend_from_slice(many.as_bytes());
     let p = s.file("many.npy", &v);
     let t = Instant::now();
-    let msg = format_message(load_npy(&p), &p);
+    let msg = common::format_message(load_npy(&p), &p);
     assert!(msg.contains("duplicate key 'k7'"), "{msg}");
     assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
     let p = s.file(
@@ -1623,7 +1587,7 @@ fn npy_duplicate_header_key_is_refused() {
 /// "matched" its size, `open` succeeded and `row` asked for a 4 GiB buffer.
 #[test]
 fn knn_graph_header_whose_size_wraps_is_refused() {
-    let s = Scratch::new("knnwrap");
+    let s = TempDir::new("fuzz-knnwrap");
     for (n, k) in [
         (1u32 << 31, 1u32 << 30),
         (1 << 30, 1 << 31),
@@ -1634,7 +1598,7 @@ fn knn_graph_header_whose_size_wraps_is_refused() {
             h.extend_from_slice(&v.to_le_bytes());
         }
         let p = s.file("wrap.knn", &h);
-        let msg = format_message(KnnGraph::open(&p), &p);
+        let msg = common::format_message(KnnGraph::open(&p), &p);
         assert!(
             msg.contains(&format!("N = {n}, k = {k}")) && msg.contains("more than any file holds"),
             "{msg}"
@@ -1646,7 +1610,7 @@ fn knn_graph_header_whose_size_wraps_is_refused() {
 /// row ragged: a 300 KB file of one 2,000-value row and 15,000 one-value rows reserved 120 MB.
 #[test]
 fn json_long_first_row_reserves_no_more_than_the_text() {
-    let s = Scratch::new("jsonreserve");
+    let s = TempDir::new("fuzz-jsonreserve");
     let mut text = String::from("{\"embeddings\":[{\"embedding\":[");
     text.push_str(&vec!["1"; 2_000].join(","));
     text.push_str("]}");
@@ -1656,7 +1620,7 @@ fn json_long_first_row_reserves_no_more_than_the_text() {
     text.push_str("]}");
     let p = s.file("long.json", text.as_bytes());
     let (r, peak) = measured(|| load_embeddings_json(&p));
-    let msg = format_message(r, &p);
+    let msg = common::format_message(r, &p);
     assert!(msg.contains("ragged rows"), "{msg}");
     assert!(
         peak <= budget(text.len()),

@@ -94,3 +94,22 @@ pub fn random_table(n: usize, d: usize, seed: u64) -> diversity::Table {
         .collect();
     diversity::Table::new(data, n, d).unwrap()
 }
+
+/// The message of a `Format` error, checked to name `path` (any other outcome panics).
+#[track_caller]
+pub fn format_message<T: std::fmt::Debug>(
+    r: diversity::error::Result<T>,
+    path: &std::path::Path,
+) -> String {
+    match r {
+        Err(e @ diversity::error::Error::Format { .. }) => {
+            let msg = e.to_string();
+            assert!(
+                msg.contains(&path.display().to_string()),
+                "message does not name the file: {msg}"
+            );
+            msg
+        }
+        other => panic!("expected Error::Format, got {other:?}"),
+    }
+}
