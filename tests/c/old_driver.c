@@ -22,6 +22,21 @@ static int expect(int cond, const char* what) {
     return cond ? 0 : 1;
 }
 
+/* With the fault-injection variable `var` set to `value`, a batch's first chunk fails with
+ * VKC_ERROR_COMMAND_EXECUTION and a message containing `word`: failed expectations (0 to 2). */
+static int injected(VkComputeContext* ctx, const uint16_t* f16, uint32_t n, uint32_t d,
+                    uint32_t batch, const uint32_t* starts, const char* var, const char* value,
+                    const char* word) {
+    VkDiversityBatchContext* b = vkd_batch_init(ctx, f16, n, d, batch, starts);
+    if (!b) return expect(0, "vkd_batch_init before an injected fault");
+    setenv(var, value, 1);
+    int bad = expect(vkd_batch_compute_chunk(b, 1, 5, 0) == VKC_ERROR_COMMAND_EXECUTION, var);
+    bad += expect(strstr(vkc_last_error(), word) != NULL, word);
+    unsetenv(var);
+    vkd_batch_destroy(b);
+    return bad;
+}
+
 int main(int argc, char** argv) {
     if (argc != 9) {
         fprintf(stderr, "usage: old_driver TABLE.f32 N D BATCH L2_BYTES OUT_BATCH.u32 OUT_SINGLE.u32 START\n");
@@ -85,20 +100,8 @@ int main(int argc, char** argv) {
 
     /* A lost device (injected) and a panic (injected) are codes and messages; the process and the
      * context live on. */
-    VkDiversityBatchContext* lost = vkd_batch_init(ctx, f16, n, d, batch, starts);
-    if (!lost) return fail("vkd_batch_init (lost)");
-    setenv("DIVERSITY_FAIL_AFTER_CHUNKS", "0", 1);
-    bad += expect(vkd_batch_compute_chunk(lost, 1, 5, 0) == VKC_ERROR_COMMAND_EXECUTION, "a lost device");
-    bad += expect(strstr(vkc_last_error(), "lost") != NULL, "the message says the device was lost");
-    unsetenv("DIVERSITY_FAIL_AFTER_CHUNKS");
-    vkd_batch_destroy(lost);
-    VkDiversityBatchContext* p = vkd_batch_init(ctx, f16, n, d, batch, starts);
-    if (!p) return fail("vkd_batch_init (panic)");
-    setenv("DIVERSITY_INJECT_PANIC", "1", 1);
-    bad += expect(vkd_batch_compute_chunk(p, 1, 5, 0) == VKC_ERROR_COMMAND_EXECUTION, "a panic");
-    bad += expect(strstr(vkc_last_error(), "panic") != NULL, "the message says it panicked");
-    unsetenv("DIVERSITY_INJECT_PANIC");
-    vkd_batch_destroy(p);
+    bad += injected(ctx, f16, n, d, batch, starts, "DIVERSITY_FAIL_AFTER_CHUNKS", "0", "lost");
+    bad += injected(ctx, f16, n, d, batch, starts, "DIVERSITY_INJECT_PANIC", "1", "panic");
     vkc_destroy(ctx);
 
     FILE* o = fopen(argv[6], "wb");
