@@ -4,10 +4,8 @@
 # .gl/*.deb). Same-bits column: every configuration against the first of its precision
 # (Block128 untiled). Results packed into $OUT/coopmat.tgz.
 set -uo pipefail
-pack() { (cd "$OUT" && tar czf coopmat.tgz --exclude=coopmat.tgz -- * && find . -type f ! -name coopmat.tgz -delete); }
-trap pack EXIT
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json PYTHONUNBUFFERED=1
+source "$(dirname "$0")/h200-env.sh"
+h200_pack coopmat
 B=.gl/bin/bench
 T=$(mktemp -d)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"

@@ -1,7 +1,6 @@
 # Quick same-bits check of the tensor-core scan against Block128 (1,024 sequences × 300 steps of
 # the peer table), the scalar stand-in on the GPU, and wider bounds.
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+source "$(dirname "$0")/h200-env.sh"
 T=$(mktemp -d)
 python3 bench/peer/torch_diversity.py --dump "$T/seed.f32" >/dev/null
 B=.gl/bin/bench

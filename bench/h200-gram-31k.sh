@@ -9,10 +9,8 @@
 #   seed.log        the peer's 8,359 × 768 whole cache, fp32 and fp16, summations × judge
 #   fortunes.log    the fortunes' whole cache, centred fp16, judge off and on
 set -uo pipefail
-pack() { (cd "$OUT" && tar czf gram-31k.tgz --exclude=gram-31k.tgz -- * && find . -type f ! -name gram-31k.tgz -delete); }
-trap pack EXIT
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json PYTHONUNBUFFERED=1
+source "$(dirname "$0")/h200-env.sh"
+h200_pack gram-31k
 B=.gl/bin
 T=$(mktemp -d)
 R31=.gl/data/real31k.npy

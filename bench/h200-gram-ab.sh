@@ -4,8 +4,7 @@
 # 2,048 sequences × 3,000 steps, WG 1,024, registers: compensated and plain sums, each config
 # run twice (run-to-run same bits). Writes $OUT/ab.log.
 set -uo pipefail
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json PYTHONUNBUFFERED=1
+source "$(dirname "$0")/h200-env.sh"
 T=$(mktemp -d)
 R31=$T/real31k.npy
 python3 bench/make-real31k.py .gl/data/fortunes-minilm.npy "$R31"

@@ -4,10 +4,8 @@
 # fortunes' whole caches and on 3,000 steps of half the real31k cache, and its exactness on 16
 # full real31k sequences. Writes to $OUT (packed into gram-band.tgz).
 set -uo pipefail
-pack() { (cd "$OUT" && tar czf gram-band.tgz --exclude=gram-band.tgz -- * && find . -type f ! -name gram-band.tgz -delete); }
-trap pack EXIT
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json PYTHONUNBUFFERED=1
+source "$(dirname "$0")/h200-env.sh"
+h200_pack gram-band
 B=.gl/bin
 T=$(mktemp -d)
 R31=.gl/data/real31k.npy

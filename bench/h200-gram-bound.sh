@@ -3,10 +3,8 @@
 # --bound), 16 spread full sequences per table, on the GPU machine (repo root, .gl/ carried as
 # for bench/h200-gram-judge.sh). Writes $OUT/bound.log (packed into gram-bound.tgz).
 set -uo pipefail
-pack() { (cd "$OUT" && tar czf gram-bound.tgz --exclude=gram-bound.tgz -- * && find . -type f ! -name gram-bound.tgz -delete); }
-trap pack EXIT
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json PYTHONUNBUFFERED=1
+source "$(dirname "$0")/h200-env.sh"
+h200_pack gram-bound
 B=.gl/bin
 T=$(mktemp -d)
 timeout 60 python3 bench/peer/torch_diversity.py --dump "$T/seed.f32"

@@ -4,8 +4,7 @@
 # to run), and the judge with loads in groups of 8 and a refresh every 4,096 steps twice. On the
 # GPU machine from the repo root with .gl/ carried. Writes $OUT/default31k.log.
 set -uo pipefail
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json PYTHONUNBUFFERED=1
+source "$(dirname "$0")/h200-env.sh"
 B=.gl/bin
 T=$(mktemp -d)
 R31=$T/real31k.npy

@@ -12,12 +12,10 @@
 #   host_rss.log   the Lua driver's peak resident memory on real31k (3,000 steps) with the
 #                  default host budget and with --host-memory 300M
 set -uo pipefail
-pack() { (cd "$OUT" && tar czf gram-judge.tgz --exclude=gram-judge.tgz -- * && find . -type f ! -name gram-judge.tgz -delete); }
-trap pack EXIT
 START=$SECONDS
 step() { echo "== $(date +%T) +$((SECONDS - START)) s: $*" | tee -a "$OUT/steps.log"; }
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json PYTHONUNBUFFERED=1
+source "$(dirname "$0")/h200-env.sh"
+h200_pack gram-judge
 B=.gl/bin
 T=$(mktemp -d)
 R31=.gl/data/real31k.npy

@@ -10,10 +10,8 @@
 #                   fp16), summations × judge; the torch gram peer on the peer table
 #   oracle.log      16 spread starts at full length with the judge, float64 oracle on the GPU
 set -uo pipefail
-pack() { (cd "$OUT" && tar czf gram-judge2.tgz --exclude=gram-judge2.tgz -- * && find . -type f ! -name gram-judge2.tgz -delete); }
-trap pack EXIT
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json PYTHONUNBUFFERED=1
+source "$(dirname "$0")/h200-env.sh"
+h200_pack gram-judge2
 B=.gl/bin
 T=$(mktemp -d)
 FORT=.gl/data/fortunes-minilm.npy

@@ -11,10 +11,8 @@
 #   small.log    peer 8,359 × 768 and fortunes whole caches, summations × judge
 #   oracle.log   16 spread full sequences with the judge, float64 oracle on the GPU
 set -uo pipefail
-pack() { (cd "$OUT" && tar czf gram-judge3.tgz --exclude=gram-judge3.tgz -- * && find . -type f ! -name gram-judge3.tgz -delete); }
-trap pack EXIT
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json PYTHONUNBUFFERED=1
+source "$(dirname "$0")/h200-env.sh"
+h200_pack gram-judge3
 B=.gl/bin
 T=$(mktemp -d)
 FORT=.gl/data/fortunes-minilm.npy

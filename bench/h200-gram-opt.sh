@@ -3,12 +3,10 @@
 # and plain vs compensated sums, on the whole caches; the oracle on each summation. Same setup
 # as h200-gram.sh (.gl/ from bench/prepare-gl.sh). Outputs in $OUT/gram-opt-results.tgz.
 set -uo pipefail
-pack() { (cd "$OUT" && tar czf gram-opt-results.tgz --exclude=gram-opt-results.tgz -- * && find . -type f ! -name gram-opt-results.tgz -delete); }
-trap pack EXIT
 START=$SECONDS
 step() { echo "== $(date +%T) +$((SECONDS - START)) s: $*" | tee -a "$OUT/steps.log"; }
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json PYTHONUNBUFFERED=1
+source "$(dirname "$0")/h200-env.sh"
+h200_pack gram-opt-results
 G=.gl/bin/bench_gram
 FORTUNES=.gl/data/fortunes-minilm.f32
 T=$(mktemp -d)

@@ -2,10 +2,8 @@
 # Third gram run: plain sums without lo registers (commit after 9056819), whole caches only, no
 # oracle (the plain arithmetic is unchanged). Setup as bench/h200-gram.sh.
 set -uo pipefail
-pack() { (cd "$OUT" && tar czf gram-plain-results.tgz --exclude=gram-plain-results.tgz -- * && find . -type f ! -name gram-plain-results.tgz -delete); }
-trap pack EXIT
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json PYTHONUNBUFFERED=1
+source "$(dirname "$0")/h200-env.sh"
+h200_pack gram-plain-results
 G=.gl/bin/bench_gram
 T=$(mktemp -d)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"

@@ -17,8 +17,7 @@ pack() { (cd "$OUT" && tar czf gram-results.tgz --exclude=gram-results.tgz -- * 
 trap pack EXIT
 START=$SECONDS
 step() { echo "== $(date +%T) +$((SECONDS - START)) s: $*" | tee -a "$OUT/gram_steps.log"; }
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json PYTHONUNBUFFERED=1
+source "$(dirname "$0")/h200-env.sh"
 G=.gl/bin/bench_gram
 FORTUNES=.gl/data/fortunes-minilm.f32
 PEER=bench/peer/torch_diversity.py

@@ -4,8 +4,7 @@
 # (the smaller of 2 GiB and a quarter of RAM), GPU and wall time, the cache's size. Writes
 # $OUT/host31k.log.
 set -uo pipefail
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json PYTHONUNBUFFERED=1
+source "$(dirname "$0")/h200-env.sh"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/host31k.log"
 python3 - <<'PY' 2>&1 | tee -a "$OUT/host31k.log"
 import os, resource, subprocess, time

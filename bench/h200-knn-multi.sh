@@ -6,10 +6,8 @@
 # run). From the repo root with .gl/ carried (bench/prepare-gl.sh). Outputs in
 # $OUT/knn-multi-results.tgz.
 set -uo pipefail
-pack() { (cd "$OUT" && tar czf knn-multi-results.tgz --exclude=knn-multi-results.tgz -- * && find . -type f ! -name knn-multi-results.tgz -delete); }
-trap pack EXIT
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json PYTHONUNBUFFERED=1
+source "$(dirname "$0")/h200-env.sh"
+h200_pack knn-multi-results
 B=.gl/bin/bench_knn
 T=$(mktemp -d)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"

@@ -10,10 +10,8 @@
 # full-ranking path); each checked bit for bit against the first. Outputs packed into
 # $OUT/knn-results.tgz.
 set -uo pipefail
-pack() { (cd "$OUT" && tar czf knn-results.tgz --exclude=knn-results.tgz -- * && find . -type f ! -name knn-results.tgz -delete); }
-trap pack EXIT
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json PYTHONUNBUFFERED=1
+source "$(dirname "$0")/h200-env.sh"
+h200_pack knn-results
 B=.gl/bin/bench_knn
 P=bench/peer/torch_knn.py
 T=$(mktemp -d)

@@ -6,10 +6,8 @@
 # carried (bench/prepare-gl.sh: the Vulkan loader .debs, .gl/bin/luajit, .gl/lua/diversity.so).
 # Outputs packed into $OUT/multi-results.tgz.
 set -uo pipefail
-pack() { (cd "$OUT" && tar czf multi-results.tgz --exclude=multi-results.tgz -- * && find . -type f ! -name multi-results.tgz -delete); }
-trap pack EXIT
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json PYTHONUNBUFFERED=1
+source "$(dirname "$0")/h200-env.sh"
+h200_pack multi-results
 export LUA_CPATH='.gl/lua/?.so;;' LUA_PATH='lua/?.lua;lua/?/init.lua;;' SOURCE_DATE_EPOCH=1700000000
 T=$(mktemp -d)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"

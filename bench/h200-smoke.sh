@@ -4,8 +4,7 @@
 # the bundled 2,048 fortunes in every shape × fp32/fp16, a same-bits comparison across shapes, and
 # a sample of sequences written to $OUT for the float64 oracle (`examples/check`) to check here.
 set -euo pipefail
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+source "$(dirname "$0")/h200-env.sh"
 B=.gl/bin
 for p in fp32 fp16; do
   for sh in "untiled" "tiled --tile 4096" "per-tile --tile 1024"; do

@@ -34,8 +34,7 @@ cap() {
   echo "$l"
 }
 step() { echo "== $(date +%T) +$((SECONDS - START)) s: $*" | tee -a "$OUT/steps.log"; }
-for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json PYTHONUNBUFFERED=1
+source "$(dirname "$0")/h200-env.sh"
 B=.gl/bin/bench
 FORTUNES=.gl/data/fortunes-minilm.f32
 T=$(mktemp -d)
