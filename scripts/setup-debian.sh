@@ -7,7 +7,7 @@
 set -euo pipefail
 PACKAGES=(
   mesa-vulkan-drivers libvulkan1 libvulkan-dev vulkan-tools vulkan-validationlayers
-  libshaderc-dev glslang-dev spirv-tools g++ pkg-config
+  libshaderc-dev glslang-dev spirv-tools g++ pkg-config  # g++ also brings cc and nm (tests/capi.rs)
   luajit libluajit-5.1-dev lua-busted python3 fonts-dejavu-core util-linux
 )
 missing=()
