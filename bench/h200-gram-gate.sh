@@ -3,10 +3,10 @@
 # period, on the GPU machine from the repo root with .gl/ carried (bench_gram and sequences of
 # this commit, fortunes-minilm.npy, the loader .debs). Writes to $OUT (packed into gram-gate.tgz):
 #   small.log    peer 8,359 × 768 fp32 and fortunes centred fp16 whole caches: no judge, the
-#                judge with the gate off and on, loads and refresh periods
-#   r31.log      real31k (bench/make-real31k.py) 2,048 full sequences: plain sums without the
-#                judge, with it (loads, refresh periods; one configuration twice: same bits run
-#                to run), compensated sums with it
+#                judge with the gate off and on, refresh periods
+#   r31.log      real31k (bench/make-real31k.py) 2,048 full sequences, plain sums: no judge, the
+#                judge with refresh periods and loads, and a gate of 1e30 (every step gated once
+#                |c| is known: the judge's per-step cost alone)
 #   oracle.log   16 spread full sequences with the judge (default gate), float64 oracle on the GPU
 set -uo pipefail
 source "$(dirname "$0")/h200-env.sh"
@@ -27,12 +27,14 @@ run() { # log label args...
 run small.log "peer whole cache, no judge" --table "$T/seed.npy" --precisions fp32 --compensated 1,0 --judge 0
 run small.log "peer whole cache, judge, gate" --table "$T/seed.npy" --precisions fp32 --compensated 1,0 --judge 1 --gate 2.5e-6,0
 run small.log "fortunes centred whole cache, no judge" --table "$FORT" --center --precisions fp16 --compensated 1,0 --judge 0
-run small.log "fortunes centred whole cache, judge" --table "$FORT" --center --precisions fp16 --compensated 1,0 --judge 1 --loads 8 --refresh 0,2048
+run small.log "fortunes centred whole cache, judge" --table "$FORT" --center --precisions fp16 --compensated 1,0 --judge 1 --refresh 0,1024
+run small.log "fortunes centred whole cache, judge, gate 1e30" --table "$FORT" --center --precisions fp16 --compensated 1 --judge 1 --gate 1e30
 J="--table $R31 --center --precisions fp16 --starts 2048 --wg 1024 --placements registers"
 run r31.log "real31k 2048 full, plain, no judge" $J --compensated 0 --judge 0
-run r31.log "real31k 2048 full, plain + judge, twice" $J,registers --compensated 0 --judge 1 --loads 8 --refresh 2048
-run r31.log "real31k 2048 full, plain + judge" $J --compensated 0 --judge 1 --loads 0,8 --refresh 0,4096
-run r31.log "real31k 2048 full, compensated + judge" $J --compensated 1 --judge 1 --loads 8 --refresh 2048
+run r31.log "real31k 2048 full, plain + judge" $J --compensated 0 --judge 1 --loads 0,8 --refresh 0,1024
+run r31.log "real31k 2048 full, plain + judge, refresh" $J --compensated 0 --judge 1 --loads 8 --refresh 256,512,2048
+run r31.log "real31k 2048 full, plain + judge, gate 1e30" $J --compensated 0 --judge 1 --loads 0,8 --gate 1e30
+run r31.log "real31k 2048 full, compensated + judge" $J --compensated 1 --judge 1 --loads 8 --refresh 1024
 oracle() { # table n label flags...
   local tab=$1 n=$2 label=$3; shift 3
   local S; S=$(python3 -c "n=$n; print(','.join(str(i * (n - 1) // 15) for i in range(16)))")
@@ -43,6 +45,4 @@ oracle() { # table n label flags...
 }
 oracle "$T/seed.npy" 8359 "peer 8359x768 fp32, judge (gate)" --precision fp32 --judge
 oracle "$FORT" 14943 "fortunes centred fp16, judge (gate)" --center --precision fp16 --judge
-oracle "$FORT" 14943 "fortunes centred fp32, judge (gate)" --center --precision fp32 --judge
 oracle "$R31" 31102 "real31k centred fp16, plain sums + judge (gate)" --center --precision fp16 --judge --plain-sums
-oracle "$R31" 31102 "real31k centred fp16, judge (gate)" --center --precision fp16 --judge

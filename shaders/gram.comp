@@ -47,12 +47,8 @@
 // (below); in between |c| moves by at most the norms of the rows added (triangle inequality). A
 // step whose 2A / (that lower bound) is at most GATE is settled by the keys as they are: no gap
 // test, no band, no refresh. Where |c| grows with the sequence (data not centred) that is nearly
-// every step, so the guarantee there is "within GATE" (ε/4 by default); where |c| stays small
-// (centred data) the gate stays open and the gap test runs as above. The gate is decided before
-// the step from bounds alone (kmax grows by at most |e_prev| a step, max |lo| by u·(kmax + max
-// |lo|)), so a gated step runs the lean body of the engine without the judge (best only: no
-// second key, no max |key| or |lo|); a step that was not gated may still be settled after its
-// pick by the same test with the measured maxima.
+// every step, so the guarantee there is "within GATE" (ε/4 by default) at almost no cost; where
+// |c| stays small (centred data) the gate stays open and the gap test runs as above.
 //
 // The norms are taken serially by invocation 0 (same bits everywhere) at a full refresh and every
 // NORM_EVERY steps when GATE > 0; the schedule depends on the step number only, so chunks and
@@ -84,9 +80,7 @@ layout(constant_id = 13) const float GATE = 0.0;   // skip the gap test when 2A/
 #include "table.glsl"
 layout(std430, set = 0, binding = 2) readonly buffer Starts { uint starts[]; };
 // Per sequence (stride 2N + 3D + 16): hi[0..N), lo[0..N), c_hi[0..D), c_lo[0..D), r[0..D), then
-// the judge's scalars (JS_*). The running sum stored between dispatches excludes the last pick:
-// each step starts by adding the row of the previous pick (loaded before the Gram row, so its
-// latency hides behind the row's). StateC is the same buffer, coherent: a full refresh passes keys
+// the judge's scalars (JS_*). StateC is the same buffer, coherent: a full refresh passes keys
 // between invocations through it (the per-step path keeps plain accesses).
 layout(std430, set = 0, binding = 3) buffer State { float state[]; };
 layout(std430, set = 0, binding = 3) coherent buffer StateC { float state_c[]; };
@@ -108,9 +102,7 @@ const float U = 5.9604645e-8; // 2⁻²⁴
 // The judge's scalars after the vectors: S, L (or plain sums' Σ), E0, full refreshes, the last
 // step's max |key|, band re-scores, the largest E_F seen (a report).
 const uint JS_S = 0u, JS_L = 1u, JS_E0 = 2u, JS_FULL = 3u, JS_KMAX = 4u, JS_BANDS = 5u,
-           JS_EF = 6u, JS_AGE = 7u, JS_CN = 8u, JS_DRIFT = 9u, JS_GATED = 10u, JS_LMAX = 11u;
-// Dimensions of c an invocation owns (d = lid + k·WG).
-const uint EV = (DIM + WG - 1u) / WG;
+           JS_EF = 6u, JS_AGE = 7u, JS_CN = 8u, JS_DRIFT = 9u, JS_GATED = 10u;
 const uint NORM_EVERY = 16u;
 
 #include "key_order.glsl"
@@ -156,10 +148,10 @@ struct Pick {
 // Workgroup top-2 of (key, index), max |key| and max |lo|. `t` alternates halves of the shared
 // buffers so one barrier per step suffices on the subgroup path. Each lane offers its best
 // (bk, bi), its second best key b2, its max |key| km and max |lo| lm.
-Pick workgroup_pick(float bk, uint bi, float b2, float km, float lm, uint t, bool lean) {
+Pick workgroup_pick(float bk, uint bi, float b2, float km, float lm, uint t) {
     const uint lid = gl_LocalInvocationID.x;
     Pick r;
-    if (SUBGROUPS != 0u && (JUDGE == 0u || lean)) {
+    if (SUBGROUPS != 0u && JUDGE == 0u) {
         // The best only (the engine before the judge, operation for operation).
         float m = subgroupMin(bk);
         uint mi = subgroupMin(bk == m ? bi : NO_INDEX);
@@ -225,7 +217,7 @@ Pick workgroup_pick(float bk, uint bi, float b2, float km, float lm, uint t, boo
     }
     red_key[lid] = bk;
     red_idx[lid] = bi;
-    if (JUDGE != 0u && !lean) {
+    if (JUDGE != 0u) {
         red_k2[lid] = b2;
         red_max[lid] = km;
         red_lmax[lid] = lm;
@@ -235,7 +227,7 @@ Pick workgroup_pick(float bk, uint bi, float b2, float km, float lm, uint t, boo
         if (lid < stride) {
             float ak = red_key[lid], bk2 = red_key[lid + stride];
             uint ai = red_idx[lid], bi2 = red_idx[lid + stride];
-            if (JUDGE != 0u && !lean) {
+            if (JUDGE != 0u) {
                 float a2 = red_k2[lid], b22 = red_k2[lid + stride];
                 red_k2[lid] = less(bk2, bi2, ak, ai) ? min(b22, ak) : min(a2, bk2);
                 red_max[lid] = max(red_max[lid], red_max[lid + stride]);
@@ -250,9 +242,9 @@ Pick workgroup_pick(float bk, uint bi, float b2, float km, float lm, uint t, boo
     }
     r.key = red_key[0];
     r.idx = red_idx[0];
-    r.second = JUDGE != 0u && !lean ? red_k2[0] : INF;
-    r.kmax = JUDGE != 0u && !lean ? red_max[0] : 0.0;
-    r.lmax = JUDGE != 0u && !lean ? red_lmax[0] : 0.0;
+    r.second = JUDGE != 0u ? red_k2[0] : INF;
+    r.kmax = JUDGE != 0u ? red_max[0] : 0.0;
+    r.lmax = JUDGE != 0u ? red_lmax[0] : 0.0;
     barrier();
     return r;
 }
@@ -278,8 +270,8 @@ float add_pair(inout float hi, inout float lo, float g) {
 // Without the judge only the best is tracked (no second key, no max: the step stays as cheap
 // as before the judge existed).
 void offer(float v, float l, uint j, inout float bk, inout uint bi, inout float b2,
-           inout float km, inout float lm, bool lean) {
-    if (JUDGE == 0u || lean) {
+           inout float km, inout float lm) {
+    if (JUDGE == 0u) {
         if (v < bk) {
             bk = v;
             bi = j;
@@ -421,8 +413,7 @@ void main() {
     float cn = 0.0, drift = 0.0, gated = 0.0;
     if (JUDGE != 0u) {
         for (uint d = lid; d < DIM; d += WG) {
-            // The start's row joins c in the first step, as every pick's in the step after it.
-            c_hi[d] = fresh ? 0.0 : state[cbase + d];
+            c_hi[d] = fresh ? float(table[prev * DIM + d]) : state[cbase + d];
             c_lo[d] = fresh ? 0.0 : state[cbase + DIM + d];
             c_r[d] = fresh ? 0.0 : state[cbase + 2u * DIM + d];
         }
@@ -442,36 +433,10 @@ void main() {
     }
     // The largest |key| after the last step (plain sums' bound).
     float kmax = (JUDGE != 0u && !fresh) ? state[jbase + JS_KMAX] : 0.0;
-    // The largest |lo| after the last step (the gate's bound of the next).
-    float lmax = (JUDGE != 0u && !fresh) ? state[jbase + JS_LMAX] : 0.0;
 
     for (uint t = pc.first; t < pc.first + pc.count; ++t) {
         float bk = INF, b2 = INF, km = 0.0, lm = 0.0;
         uint bi = NO_INDEX;
-        // The judge: the previous pick's row, loaded now and added to c after the Gram row's
-        // loads are issued; and the gate, decided from bounds before the step (see the top).
-        float ev[EV];
-        bool lean = false;
-        float ep = 0.0, kmax_b = 0.0, lmax_b = 0.0;
-        if (JUDGE != 0u) {
-            for (uint k = 0u; k < EV; ++k) {
-                const uint d = lid + k * WG;
-                ev[k] = d < DIM ? float(table[prev * DIM + d]) : 0.0;
-            }
-            ep = inv_norm[prev] > 0.0 ? 1.0 / inv_norm[prev] : 0.0;
-            // Each key moves by G[prev][x], |G[prev][x]| ≤ |e_prev|, plus roundings.
-            kmax_b = (kmax + ep) * (1.0 + 4.0 * U);
-            lmax_b = lmax + 1.01 * U * (kmax_b + lmax);
-            if (GATE > 0.0) {
-                const float du = float(DIM) * U;
-                const float s1 = jS + ep;
-                const float l1 = jL + (COMPENSATED != 0u ? lmax_b : kmax + ep);
-                const float a1 = jE0 + (2.01 * U + du * du) * s1
-                                 + U * (COMPENSATED != 0u ? l1 + kmax_b : l1);
-                const float cl = cn - (drift + ep * 1.0001);
-                lean = cl > 0.0 && 2.0 * a1 <= GATE * cl;
-            }
-        }
         // Row loads are issued LOADS at a time before any is used (no branch between them), so
         // their latencies overlap without holding a register per item; then a branch-free
         // update: a chosen item (hi = +inf) and the item just picked keep (or take) hi = +inf
@@ -491,7 +456,7 @@ void main() {
                     float v = add_pair(h, l, g[q]);
                     hi[r] = live ? h : INF;
                     lo[r] = live ? l : lo[r];
-                    if (live) offer(v, l, j, bk, bi, b2, km, lm, lean);
+                    if (live) offer(v, l, j, bk, bi, b2, km, lm);
                 }
             }
         } else {
@@ -513,51 +478,32 @@ void main() {
                     float v = add_pair(h[q], l[q], g[q]);
                     state[base + j] = h[q];
                     if (COMPENSATED != 0u) state[base + n + j] = l[q];
-                    offer(v, l[q], j, bk, bi, b2, km, lm, lean);
+                    offer(v, l[q], j, bk, bi, b2, km, lm);
                 }
             }
         }
+        Pick w = workgroup_pick(bk, bi, b2, km, lm, t);
         if (JUDGE != 0u) {
-            // c += e_prev, compensated (TwoSum per dimension, by the invocation that owns it;
-            // the readers of c come after the pick's barrier), and r += |c_lo|.
-            for (uint k = 0u; k < EV; ++k) {
-                const uint d = lid + k * WG;
-                if (d >= DIM) break;
-                const float e = ev[k];
-                precise float sum = c_hi[d] + e;
-                precise float bp = sum - c_hi[d];
-                precise float err = (c_hi[d] - (sum - bp)) + (e - bp);
-                precise float l = c_lo[d] + err;
-                c_hi[d] = sum;
-                c_lo[d] = l;
-                c_r[d] += abs(l);
-            }
-        }
-        Pick w = workgroup_pick(bk, bi, b2, km, lm, t, lean);
-        if (JUDGE != 0u) {
-            // The bound of every key against the exact one (see the top); a lean step has only
-            // the bounds of max |key| and max |lo|.
-            const float kmax_now = lean ? kmax_b : w.kmax;
-            const float lmax_now = lean ? lmax_b : w.lmax;
+            // The bound of every key against the exact one (see the top).
+            const float ep = inv_norm[prev] > 0.0 ? 1.0 / inv_norm[prev] : 0.0;
             jS += ep;
-            jL += COMPENSATED != 0u ? lmax_now : kmax + ep;
+            jL += COMPENSATED != 0u ? w.lmax : kmax + ep;
             const float du = float(DIM) * U;
             const float a = jE0 + (2.01 * U + du * du) * jS
-                            + U * (COMPENSATED != 0u ? jL + kmax_now : jL);
-            kmax = kmax_now;
-            lmax = lmax_now;
+                            + U * (COMPENSATED != 0u ? jL + w.kmax : jL);
+            kmax = w.kmax;
             age += 1.0;
-            bool sure = lean;
+            bool sure = false;
             if (GATE > 0.0) {
                 // |e_prev| (rounded up a little) joined c this step.
                 drift += ep * 1.0001;
-                const float cl = cn - drift;
-                sure = sure || (cl > 0.0 && 2.0 * a <= GATE * cl);
-                gated += sure ? 1.0 : 0.0;
                 if (t % NORM_EVERY == 0u) {
                     cn = c_norms().y;
                     drift = 0.0;
                 }
+                const float cl = cn - drift;
+                sure = cl > 0.0 && 2.0 * a <= GATE * cl;
+                gated += sure ? 1.0 : 0.0;
             }
             const bool due = REFRESH != 0u && age >= float(REFRESH);
             if (!sure && (due || w.second - w.key <= 2.0 * a)) {
@@ -603,11 +549,11 @@ void main() {
                         const uint cnt = min(ROUND, band - k0);
                         fresh_keys(k0, cnt);
                         for (uint k = lid; k < cnt; k += WG) {
-                            offer(part_hi[k * CHAINS], 0.0, cand[k0 + k], fk, fi, f2, fm, fl, false);
+                            offer(part_hi[k * CHAINS], 0.0, cand[k0 + k], fk, fi, f2, fm, fl);
                         }
                         barrier();
                     }
-                    Pick f = workgroup_pick(fk, fi, f2, fm, fl, t + 1u, false);
+                    Pick f = workgroup_pick(fk, fi, f2, fm, fl, t + 1u);
                     // The next step's pick writes these buffers' other half: wait for every
                     // reader of this one.
                     barrier();
@@ -649,18 +595,17 @@ void main() {
                             if (j < n) {
                                 hi[r] = state_c[base + j];
                                 lo[r] = 0.0;
-                                if (hi[r] != INF) offer(hi[r], 0.0, j, bk, bi, b2, km, lm, false);
+                                if (hi[r] != INF) offer(hi[r], 0.0, j, bk, bi, b2, km, lm);
                             }
                         }
                     } else {
                         for (uint j = lid; j < n; j += WG) {
                             const float h = state_c[base + j];
-                            if (h != INF) offer(h, 0.0, j, bk, bi, b2, km, lm, false);
+                            if (h != INF) offer(h, 0.0, j, bk, bi, b2, km, lm);
                         }
                     }
-                    w = workgroup_pick(bk, bi, b2, km, lm, t + 1u, false);
+                    w = workgroup_pick(bk, bi, b2, km, lm, t + 1u);
                     kmax = w.kmax;
-                    lmax = 0.0;
                     const vec2 norms = c_norms();
                     jE0 = norms.x;
                     if (GATE > 0.0) {
@@ -681,6 +626,20 @@ void main() {
         } else {
             p = w.idx;
             if (lid == 0u) seqs[out_row + t] = p;
+        }
+        if (JUDGE != 0u) {
+            // c += e_p, compensated (TwoSum per dimension, by the invocation that owns it; the
+            // next reader of c comes after the next step's barrier), and r += |c_lo|.
+            for (uint d = lid; d < DIM; d += WG) {
+                const float e = float(table[p * DIM + d]);
+                precise float sum = c_hi[d] + e;
+                precise float bp = sum - c_hi[d];
+                precise float err = (c_hi[d] - (sum - bp)) + (e - bp);
+                precise float l = c_lo[d] + err;
+                c_hi[d] = sum;
+                c_lo[d] = l;
+                c_r[d] += abs(l);
+            }
         }
         prev = p;
     }
@@ -706,7 +665,6 @@ void main() {
             state[jbase + JS_E0] = jE0;
             state[jbase + JS_FULL] = fulls;
             state[jbase + JS_KMAX] = kmax;
-            state[jbase + JS_LMAX] = lmax;
             state[jbase + JS_BANDS] = bands;
             state[jbase + JS_EF] = efmax;
             state[jbase + JS_AGE] = age;
