@@ -128,10 +128,6 @@ fn parse() -> Result<Args, String> {
     Ok(a)
 }
 
-/// The arithmetic of a configuration (compensated, judge, gate bits, refresh): runs with the same
-/// one must give the same bits.
-type Arith = (bool, bool, u32, usize);
-
 struct Run {
     precision: Precision,
     spd: usize,
@@ -212,7 +208,7 @@ fn run() -> Result<(), String> {
             }
         }
         // Same bits within a precision and summation (different tables or arithmetic may differ).
-        let mut hashes: Vec<(Precision, Arith, u64)> = Vec::new();
+        let mut hashes: Vec<(Precision, (bool, bool, u32, usize), u64)> = Vec::new();
         for (wg, placement, spd, comp, judge, loads, refresh, gate) in configs {
             {
                 let o = GramOptions {
