@@ -7,7 +7,7 @@
 //! ```text
 //! cargo run --release --example bench_gram -- --table FILE [--dim D] [--starts S] [--steps K]
 //!     [--precisions fp32,fp16] [--wg 256,512,1024] [--placements auto,registers,memory]
-//!     [--spd 0,1] [--compensated 1,0] [--judge 1,0] [--loads 0,8] [--refresh 0,2048] [--gate 2.5e-6,0] [--chunk C] [--label NAME] [--json OUT.json] [--md OUT.md] [--seqs OUT.u32]
+//!     [--spd 0,1] [--compensated 1,0] [--judge 1,0] [--loads 0,8] [--refresh 0,2048] [--chunk C] [--label NAME] [--json OUT.json] [--md OUT.md] [--seqs OUT.u32]
 //!     [--e2e CACHE.json] [--center] [--oracle K]
 //! ```
 //!
@@ -16,8 +16,7 @@
 //! distances along their own prefix (ε = 1e-5) on every CPU core, and prints the worst excess.
 //! `--judge 1,0` runs each configuration with and without the judge (`GramOptions::judge`: keys
 //! recomputed from the running sum when the best two are within their error bound); the line
-//! shows how many recomputes the batch made. `--gate` lists the judge's gate (the distance under
-//! which a pick is settled without the gap test; 0 = off; default `JUDGE_GATE`).
+//! shows how many recomputes the batch made.
 //!
 //! `--spd` lists steps per dispatch (0 = the device default: the whole chunk in one in-shader
 //! loop on GPUs). `--starts S` takes the first S items as starts (default all N), `--steps K` the first K steps
@@ -47,7 +46,6 @@ struct Args {
     judges: Vec<bool>,
     loads: Vec<usize>,
     refreshes: Vec<usize>,
-    gates: Vec<f32>,
     chunk: usize,
     label: String,
     json: Option<String>,
@@ -72,7 +70,6 @@ fn parse() -> Result<Args, String> {
         judges: vec![true],
         loads: vec![0],
         refreshes: vec![0],
-        gates: vec![diversity::gram::JUDGE_GATE],
         chunk: 0,
         label: "workload".into(),
         json: None,
@@ -112,7 +109,6 @@ fn parse() -> Result<Args, String> {
             "--judge" => a.judges = common::switches(&f, &val()?)?,
             "--refresh" => a.refreshes = common::list(&f, &val()?)?,
             "--loads" => a.loads = common::list(&f, &val()?)?,
-            "--gate" => a.gates = common::list(&f, &val()?)?,
             "--json" => a.json = Some(val()?),
             "--md" => a.md = Some(val()?),
             "--seqs" => a.seqs = Some(val()?),
@@ -196,10 +192,7 @@ fn run() -> Result<(), String> {
                         for &judge in &a.judges {
                             for &loads in &a.loads {
                                 for &refresh in &a.refreshes {
-                                    for &gate in &a.gates {
-                                        configs
-                                            .push((wg, pl, spd, comp, judge, loads, refresh, gate));
-                                    }
+                                    configs.push((wg, pl, spd, comp, judge, loads, refresh));
                                 }
                             }
                         }
@@ -208,8 +201,8 @@ fn run() -> Result<(), String> {
             }
         }
         // Same bits within a precision and summation (different tables or arithmetic may differ).
-        let mut hashes: Vec<(Precision, (bool, bool, u32, usize), u64)> = Vec::new();
-        for (wg, placement, spd, comp, judge, loads, refresh, gate) in configs {
+        let mut hashes: Vec<(Precision, (bool, bool), u64)> = Vec::new();
+        for (wg, placement, spd, comp, judge, loads, refresh) in configs {
             {
                 let o = GramOptions {
                     chunk: a.chunk,
@@ -222,7 +215,6 @@ fn run() -> Result<(), String> {
                     judge,
                     loads,
                     judge_refresh: Some(refresh),
-                    judge_gate: Some(gate),
                     ..GramOptions::default()
                 };
                 let t = Instant::now();
@@ -237,7 +229,7 @@ fn run() -> Result<(), String> {
                 let wall_s = t.elapsed().as_secs_f64();
                 let flat = job.sequences_flat().map_err(|e| e.to_string())?;
                 let h = fnv(&flat);
-                let arith = (comp, job.judge(), gate.to_bits(), refresh);
+                let arith = (comp, job.judge());
                 let identical = match hashes.iter().find(|x| x.0 == precision && x.1 == arith) {
                     Some(x) => x.2 == h,
                     None => {
@@ -257,12 +249,6 @@ fn run() -> Result<(), String> {
                     .iter()
                     .map(|&r| r as u64)
                     .sum();
-                let gated: u64 = job
-                    .gated_steps()
-                    .map_err(|e| e.to_string())?
-                    .iter()
-                    .map(|&r| r as u64)
-                    .sum();
                 let ef = job
                     .fresh_error_max()
                     .map_err(|e| e.to_string())?
@@ -278,7 +264,7 @@ fn run() -> Result<(), String> {
                 let gpu_s = r.gpu_ns as f64 * 1e-9;
                 let bytes = s as f64 * steps as f64 * n as f64 * 4.0;
                 println!(
-                    "  {} wg {:>4} {:<9} spd {spd:<3} loads {loads:<2} refresh {refresh:<5} gate {gate:.1e} compensated {comp:<5} judge {:<5} ({bands} band re-scores, {refreshes} recomputes, {gated} gated, E_F max {ef:.2e}) subgroups {:<5} GPU {:>8.4} s  wall {:>8.4} s  {:>10.0} steps/s  G rows {:>6.2} TB/s  same bits {}",
+                    "  {} wg {:>4} {:<9} spd {spd:<3} loads {loads:<2} refresh {refresh:<5} compensated {comp:<5} judge {:<5} ({bands} band re-scores, {refreshes} recomputes, E_F max {ef:.2e}) subgroups {:<5} GPU {:>8.4} s  wall {:>8.4} s  {:>10.0} steps/s  G rows {:>6.2} TB/s  same bits {}",
                     precision.name(),
                     job.workgroup_size(),
                     job.placement().name(),

@@ -42,17 +42,7 @@
 //   per-dimension sums of |c_lo| over the steps (c's TwoSum updates are exact but for c_lo's
 //   rounding, ≤ u·|c_lo| each, so |c̃ − c|₂ ≤ u·|r|₂, and Cauchy-Schwarz moves it into the key).
 //
-// The gate (GATE > 0): a pick is within 2A of the exact best in key units, so within 2A/|c| in
-// distance (d(x) = 1 − K_x/|c|). Every NORM_EVERY steps invocation 0 takes a lower bound of |c|
-// (below); in between |c| moves by at most the norms of the rows added (triangle inequality). A
-// step whose 2A / (that lower bound) is at most GATE is settled by the keys as they are: no gap
-// test, no band, no refresh. Where |c| grows with the sequence (data not centred) that is nearly
-// every step, so the guarantee there is "within GATE" (ε/4 by default) at almost no cost; where
-// |c| stays small (centred data) the gate stays open and the gap test runs as above.
-//
-// The norms are taken serially by invocation 0 (same bits everywhere) at a full refresh and every
-// NORM_EVERY steps when GATE > 0; the schedule depends on the step number only, so chunks and
-// dispatches do not change it.
+// The norms are taken serially by invocation 0 (same bits everywhere) at a full refresh only.
 //
 // State lives in registers as a lane-stride array (item lid + r·WG in register r), loaded at the
 // start of a dispatch and stored at its end (IN_REGS = 1), or in device memory, read and written
@@ -75,7 +65,6 @@ layout(constant_id = 9) const uint LOADS = 1u;     // register path: row loads i
 layout(constant_id = 10) const uint ROUND = 64u;   // candidates scored per round of fresh keys
 layout(constant_id = 11) const uint BAND = 64u;    // the widest band re-scored (0: always refresh)
 layout(constant_id = 12) const uint REFRESH = 0u;  // recompute every key after this many steps (0: never)
-layout(constant_id = 13) const float GATE = 0.0;   // skip the gap test when 2A/|c| <= GATE (0: never)
 
 #include "table.glsl"
 layout(std430, set = 0, binding = 2) readonly buffer Starts { uint starts[]; };
@@ -102,8 +91,7 @@ const float U = 5.9604645e-8; // 2⁻²⁴
 // The judge's scalars after the vectors: S, L (or plain sums' Σ), E0, full refreshes, the last
 // step's max |key|, band re-scores, the largest E_F seen (a report).
 const uint JS_S = 0u, JS_L = 1u, JS_E0 = 2u, JS_FULL = 3u, JS_KMAX = 4u, JS_BANDS = 5u,
-           JS_EF = 6u, JS_AGE = 7u, JS_CN = 8u, JS_DRIFT = 9u, JS_GATED = 10u;
-const uint NORM_EVERY = 16u;
+           JS_EF = 6u, JS_AGE = 7u;
 
 #include "key_order.glsl"
 
@@ -133,7 +121,6 @@ shared uint cand[JUDGE != 0u ? (BAND > ROUND ? BAND : ROUND) : 1u];
 shared float part_hi[JUDGE != 0u ? ROUND * CHAINS : 1u];
 shared float part_lo[JUDGE != 0u ? ROUND * CHAINS : 1u];
 shared float norm_ef;
-shared float norm_cn;
 
 // The workgroup's result of a step: the best (key, index), the second best key, the largest
 // |key| and |lo|; every invocation gets it.
@@ -352,9 +339,9 @@ void fresh_keys(uint first, uint count) {
     barrier();
 }
 
-// E_F (see the top) and a lower bound of |c| (the gate's), from c, taken serially by invocation
-// 0 (same bits for every workgroup size); every invocation gets them (x: E_F, y: |c| low).
-vec2 c_norms() {
+// E_F (see the top) from c, taken serially by invocation 0 (same bits for every workgroup size);
+// every invocation gets it.
+float fresh_error() {
     if (gl_LocalInvocationID.x == 0u) {
         float n2 = 0.0, r2 = 0.0, l2 = 0.0;
         for (uint d = 0u; d < DIM; ++d) {
@@ -367,14 +354,11 @@ vec2 c_norms() {
         const float du = float(DIM) * U;
         norm_ef = 1.01 * ((3.01 * U + 2.0 * du * du) * sqrt(1.01 * n2)
                           + 1.01 * U * sqrt(1.01 * r2) + du * sqrt(1.01 * l2));
-        // |c| ≥ |c̃| − u·|r|: n2 is |c̃|² within (D + 2)·u (non-negative terms), each c̃_d within
-        // u of c_hi + c_lo; the factor below covers both and the square root's rounding.
-        norm_cn = max(0.0, sqrt(n2) * (1.0 - 1.01 * float(DIM + 4u) * U) - 1.01 * U * sqrt(1.01 * r2));
     }
     barrier();
-    const vec2 v = vec2(norm_ef, norm_cn);
+    const float ef = norm_ef;
     barrier();
-    return v;
+    return ef;
 }
 
 void main() {
@@ -408,9 +392,6 @@ void main() {
     // The judge's running sum (c = e_start at the start; each invocation owns the dimensions
     // lid + k·WG) and bound terms (see the top).
     float jS = 0.0, jL = 0.0, jE0 = 0.0, fulls = 0.0, bands = 0.0, efmax = 0.0, age = 0.0;
-    // The gate's lower bound of |c| (0 until the first norm), the row norms added since, and the
-    // steps it settled (a report).
-    float cn = 0.0, drift = 0.0, gated = 0.0;
     if (JUDGE != 0u) {
         for (uint d = lid; d < DIM; d += WG) {
             c_hi[d] = fresh ? float(table[prev * DIM + d]) : state[cbase + d];
@@ -425,9 +406,6 @@ void main() {
             bands = state[jbase + JS_BANDS];
             efmax = state[jbase + JS_EF];
             age = state[jbase + JS_AGE];
-            cn = state[jbase + JS_CN];
-            drift = state[jbase + JS_DRIFT];
-            gated = state[jbase + JS_GATED];
         }
         barrier();
     }
@@ -493,20 +471,8 @@ void main() {
                             + U * (COMPENSATED != 0u ? jL + w.kmax : jL);
             kmax = w.kmax;
             age += 1.0;
-            bool sure = false;
-            if (GATE > 0.0) {
-                // |e_prev| (rounded up a little) joined c this step.
-                drift += ep * 1.0001;
-                if (t % NORM_EVERY == 0u) {
-                    cn = c_norms().y;
-                    drift = 0.0;
-                }
-                const float cl = cn - drift;
-                sure = cl > 0.0 && 2.0 * a <= GATE * cl;
-                gated += sure ? 1.0 : 0.0;
-            }
             const bool due = REFRESH != 0u && age >= float(REFRESH);
-            if (!sure && (due || w.second - w.key <= 2.0 * a)) {
+            if (due || w.second - w.key <= 2.0 * a) {
                 // Uncertain: gather the band of live keys within 2A of the best (a refresh that
                 // is due skips the band).
                 const float tau = due ? -INF : w.key + 2.0 * a;
@@ -606,12 +572,7 @@ void main() {
                     }
                     w = workgroup_pick(bk, bi, b2, km, lm, t + 1u);
                     kmax = w.kmax;
-                    const vec2 norms = c_norms();
-                    jE0 = norms.x;
-                    if (GATE > 0.0) {
-                        cn = norms.y;
-                        drift = 0.0;
-                    }
+                    jE0 = fresh_error();
                     efmax = max(efmax, jE0);
                     jS = 0.0;
                     jL = 0.0;
@@ -668,9 +629,6 @@ void main() {
             state[jbase + JS_BANDS] = bands;
             state[jbase + JS_EF] = efmax;
             state[jbase + JS_AGE] = age;
-            state[jbase + JS_CN] = cn;
-            state[jbase + JS_DRIFT] = drift;
-            state[jbase + JS_GATED] = gated;
         }
     }
 }

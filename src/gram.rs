@@ -164,19 +164,10 @@ pub struct GramOptions {
     /// error growth, so uncertain steps stay rare. Other bits at near-ties.
     #[doc(hidden)]
     pub judge_refresh: Option<usize>,
-    /// The judge's gate (`None` = [`JUDGE_GATE`]; `Some(0.0)`: off): a step whose pick is
-    /// provably within this distance of the exact best (2A / |c| with a rigorous lower bound of
-    /// |c|, see `shaders/gram.comp`) skips the gap test. Other bits at near-ties.
-    #[doc(hidden)]
-    pub judge_gate: Option<f32>,
 }
 
 /// Steps between the judge's full recomputes by default ([`GramOptions::judge_refresh`]).
 pub const JUDGE_REFRESH: usize = 0;
-
-/// The judge's gate by default ([`GramOptions::judge_gate`]): a quarter of the ε = 1e-5 every
-/// pick must meet (the distance to the exact best), so a gated pick is within ε / 4.
-pub const JUDGE_GATE: f32 = 2.5e-6;
 
 impl Default for GramOptions {
     fn default() -> Self {
@@ -192,7 +183,6 @@ impl Default for GramOptions {
             loads: 0,
             judge_band: None,
             judge_refresh: None,
-            judge_gate: None,
         }
     }
 }
@@ -211,8 +201,7 @@ pub fn batch_bytes(n: usize, batch: usize, steps: usize) -> u64 {
 /// The arithmetic a gram job with `opts` runs on `caps` for an N × D table, as written in a
 /// cache's metadata (`summation`): `"compensated"` or `"plain"` key sums, `"; G dot2"` (G's
 /// entries from a compensated dot product, since the judge was added) and `"; judge2"` when the
-/// judge runs without its gate, `"; judge3"` with the default gate (`"; judge"` was the first
-/// judge, whose fresh keys were plain dot products).
+/// judge runs (`"; judge"` was the first judge, whose fresh keys were plain dot products).
 /// Caches written before G's entries were compensated say only `"compensated"` or `"plain"`, so
 /// old and new caches (other bits at near-ties) are never mixed silently.
 pub fn summation(caps: &Capabilities, n: usize, d: usize, opts: &GramOptions) -> Result<String> {
@@ -225,21 +214,8 @@ pub fn summation(caps: &Capabilities, n: usize, d: usize, opts: &GramOptions) ->
         } else {
             "plain"
         },
-        match (judge, judge_gate(opts)) {
-            (false, _) => String::new(),
-            (true, 0.0) => "; judge2".to_string(),
-            (true, g) if g == JUDGE_GATE => "; judge3".to_string(),
-            (true, g) => format!("; judge3 gate {g:e}"),
-        }
+        if judge { "; judge2" } else { "" }
     ))
-}
-
-/// The judge's gate `opts` asks for (0 = off; negative or NaN values count as off).
-fn judge_gate(opts: &GramOptions) -> f32 {
-    match opts.judge_gate.unwrap_or(JUDGE_GATE) {
-        g if g > 0.0 => g,
-        _ => 0.0,
-    }
 }
 
 /// The widest band of uncertain keys re-scored from the running sum (`BAND` in `gram.comp`; a
@@ -290,8 +266,7 @@ fn judge_loops(
     // norms by invocation 0), whichever is longer.
     let rounds = n.div_ceil(round).max((BAND as u64).div_ceil(round));
     let worst = items + 3 * items + rounds * (one + 1) + d + 2 * pick + 4;
-    // The gate's norm of c (by invocation 0, every 16 steps) can fall on the same step.
-    worst + d.div_ceil(wg) + 2 + d + 2
+    worst + d.div_ceil(wg) + 2
 }
 
 /// Whether the judge runs: requested, the running sum fits shared memory next to the
@@ -761,7 +736,6 @@ impl GramJob {
                 judge_round(&caps, d, wg).max(1) as u32,
                 opts.judge_band.unwrap_or(BAND).min(BAND) as u32,
                 opts.judge_refresh.unwrap_or(JUDGE_REFRESH).min(1 << 24) as u32,
-                judge_gate(opts).to_bits(),
             ],
             push_bytes: checked_push::<GramPush>(shader)?,
         })?;
@@ -831,11 +805,6 @@ impl GramJob {
     /// units: c · e_x / |e_x|) at a full recompute so far (0 without one).
     pub fn fresh_error_max(&self) -> Result<Vec<f32>> {
         self.judge_floats(6)
-    }
-    /// Per sequence, how many steps the judge's gate settled without the gap test (0s without
-    /// the judge or with the gate off).
-    pub fn gated_steps(&self) -> Result<Vec<u32>> {
-        self.judge_slot(10)
     }
     fn judge_slot(&self, slot: usize) -> Result<Vec<u32>> {
         Ok(self

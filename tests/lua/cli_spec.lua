@@ -224,7 +224,7 @@ describe("command line", function()
         assert.are.equal("compensated; G dot2", jg.metadata.summation)
         -- with the judge: said in the metadata (other bits at near-ties)
         run("judge", { "--mode", "gram", "--judge" })
-        assert.are.equal("compensated; G dot2; judge3",
+        assert.are.equal("compensated; G dot2; judge2",
           H.json_file(dir .. "/judge.json").metadata.summation)
         -- plain sums: said in the metadata, the same bytes across batches
         local p1 = run("plain1", { "--mode", "gram", "--plain-sums" })
