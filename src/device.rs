@@ -94,6 +94,10 @@ pub struct Capabilities {
     /// subgroups, `shaderFloat16`, `vulkanMemoryModel` and fp16 storage; off with
     /// `DIVERSITY_DISABLE=coopmat`.
     pub coopmat: bool,
+    /// `DIVERSITY_PIPELINE_STATS` is set and the driver has `VK_KHR_pipeline_executable_properties`:
+    /// every new pipeline's statistics (registers, spills, shared memory, as the driver names
+    /// them) are printed to stderr — a diagnostic for kernel work, off by default.
+    pub pipeline_stats: bool,
 }
 
 /// lavapipe's per-invocation loop-iteration cap (see [`Capabilities::loop_limit`]).
@@ -592,10 +596,17 @@ impl Context {
         if has_coopmat_ext {
             feats2 = feats2.push_next(&mut fcm);
         }
+        let mut fpe = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default();
+        let want_stats = std::env::var_os("DIVERSITY_PIPELINE_STATS").is_some()
+            && has_ext(ash::khr::pipeline_executable_properties::NAME);
+        if want_stats {
+            feats2 = feats2.push_next(&mut fpe);
+        }
         unsafe { instance.get_physical_device_features2(pd, &mut feats2) };
         let buffer_array_indexing =
             feats2.features.shader_storage_buffer_array_dynamic_indexing == vk::TRUE;
         let coopmat_feature = fcm.cooperative_matrix == vk::TRUE;
+        let pipeline_stats = want_stats && fpe.pipeline_executable_info == vk::TRUE;
         let qfs = unsafe { instance.get_physical_device_queue_family_properties(pd) };
         // Prefer a compute-only queue family (async compute on GPUs), else any with compute.
         let qf = qfs
@@ -690,6 +701,7 @@ impl Context {
             l2_source,
             loop_limit,
             coopmat,
+            pipeline_stats,
         };
         let priorities = [1.0f32];
         let queue_info = [vk::DeviceQueueCreateInfo::default()
@@ -710,6 +722,11 @@ impl Context {
         if coopmat {
             dev_exts.push(ash::nv::cooperative_matrix::NAME.as_ptr());
         }
+        if pipeline_stats {
+            dev_exts.push(ash::khr::pipeline_executable_properties::NAME.as_ptr());
+        }
+        let mut en_pe = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default()
+            .pipeline_executable_info(true);
         let base_features = vk::PhysicalDeviceFeatures::default()
             .shader_storage_buffer_array_dynamic_indexing(caps.buffer_array_indexing);
         let info = vk::DeviceCreateInfo::default()
@@ -720,6 +737,11 @@ impl Context {
             .push_next(&mut en12);
         let info = if coopmat {
             info.push_next(&mut en_cm)
+        } else {
+            info
+        };
+        let info = if pipeline_stats {
+            info.push_next(&mut en_pe)
         } else {
             info
         };
@@ -880,7 +902,13 @@ impl Context {
             .module(module)
             .name(c"main")
             .specialization_info(&spec);
+        let flags = if self.inner.caps.pipeline_stats {
+            vk::PipelineCreateFlags::CAPTURE_STATISTICS_KHR
+        } else {
+            vk::PipelineCreateFlags::empty()
+        };
         let info = [vk::ComputePipelineCreateInfo::default()
+            .flags(flags)
             .stage(stage)
             .layout(layout)];
         let made = unsafe { dev.create_compute_pipelines(vk::PipelineCache::null(), &info, None) };
@@ -895,9 +923,43 @@ impl Context {
                 });
             }
         };
+        if self.inner.caps.pipeline_stats {
+            eprintln!("{}", self.pipeline_statistics(pipeline, &key.spec));
+        }
         let p = Arc::new(Pipeline { pipeline, layout });
         cache.insert(key, p.clone());
         Ok(p)
+    }
+
+    /// One line of the driver's statistics of `pipeline` (see [`Capabilities::pipeline_stats`]).
+    fn pipeline_statistics(&self, pipeline: vk::Pipeline, spec: &[u32]) -> String {
+        let ext = ash::khr::pipeline_executable_properties::Device::new(
+            &self.inner.instance,
+            &self.inner.device,
+        );
+        let mut line = format!("pipeline statistics (spec {spec:?}):");
+        let info = vk::PipelineInfoKHR::default().pipeline(pipeline);
+        let executables = unsafe { ext.get_pipeline_executable_properties(&info) };
+        for i in 0..executables.map(|e| e.len()).unwrap_or(0) as u32 {
+            let exe = vk::PipelineExecutableInfoKHR::default()
+                .pipeline(pipeline)
+                .executable_index(i);
+            for st in unsafe { ext.get_pipeline_executable_statistics(&exe) }.unwrap_or_default() {
+                let name = st.name_as_c_str().map(|c| c.to_string_lossy().into_owned());
+                let value = unsafe {
+                    match st.format {
+                        vk::PipelineExecutableStatisticFormatKHR::BOOL32 => {
+                            (st.value.b32 == vk::TRUE).to_string()
+                        }
+                        vk::PipelineExecutableStatisticFormatKHR::INT64 => st.value.i64.to_string(),
+                        vk::PipelineExecutableStatisticFormatKHR::UINT64 => st.value.u64.to_string(),
+                        _ => format!("{}", st.value.f64),
+                    }
+                };
+                let _ = write!(line, " {} = {value};", name.unwrap_or_default());
+            }
+        }
+        line
     }
 
     /// Ticks → nanoseconds for a pair of raw timestamps.
