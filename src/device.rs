@@ -952,7 +952,9 @@ impl Context {
                             (st.value.b32 == vk::TRUE).to_string()
                         }
                         vk::PipelineExecutableStatisticFormatKHR::INT64 => st.value.i64.to_string(),
-                        vk::PipelineExecutableStatisticFormatKHR::UINT64 => st.value.u64.to_string(),
+                        vk::PipelineExecutableStatisticFormatKHR::UINT64 => {
+                            st.value.u64.to_string()
+                        }
                         _ => format!("{}", st.value.f64),
                     }
                 };

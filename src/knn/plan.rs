@@ -343,6 +343,7 @@ mod tests {
             l2_source: "default",
             loop_limit,
             coopmat: false,
+            pipeline_stats: false,
         }
     }
 
