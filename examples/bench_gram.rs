@@ -211,8 +211,8 @@ fn run() -> Result<(), String> {
                     placement,
                     subgroups: None,
                     steps_per_dispatch: spd,
-                    compensated: comp,
-                    judge,
+                    compensated: Some(comp),
+                    judge: Some(judge),
                     loads,
                     judge_refresh: Some(refresh),
                     ..GramOptions::default()
@@ -431,8 +431,8 @@ fn end_to_end(
         workgroup_size: a.wgs[0],
         placement: a.placements[0],
         steps_per_dispatch: a.spds[0],
-        compensated: a.comps[0],
-        judge: a.judges[0],
+        compensated: Some(a.comps[0]),
+        judge: Some(a.judges[0]),
         ..GramOptions::default()
     };
     let mut job = GramJob::new(&gram, &starts, &o).map_err(|e| e.to_string())?;

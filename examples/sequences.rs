@@ -3,7 +3,7 @@
 //! ```text
 //! cargo run --release --example sequences -- --table FILE [--dim D] [--center]
 //!     [--precision fp32|fp16] [--mode scan|gram|auto] [--placement auto|registers|memory]
-//!     [--plain-sums] [--judge]
+//!     [--plain-sums|--compensated-sums] [--judge|--no-judge]
 //!     [--shape untiled|tiled|per-tile] [--tile T] [--pipelined] [--starts all|a,b,c]
 //!     [--steps K] [--chunk C] [--batch B] [--workgroup W] [--device NAME] [--validation]
 //!     [--describe] [--out FILE.json]
@@ -33,8 +33,9 @@ struct Args {
     precision: Precision,
     mode: Mode,
     placement: Placement,
-    plain_sums: bool,
-    judge: bool,
+    /// The gram arithmetic named on the command line (`None`: the engine's choice).
+    compensated: Option<bool>,
+    judge: Option<bool>,
     shape: Shape,
     tile: u32,
     pipelined: bool,
@@ -50,7 +51,7 @@ struct Args {
 }
 
 const USAGE: &str = "usage: sequences --table FILE [--dim D] [--center] [--precision fp32|fp16] \
-[--mode scan|gram|auto] [--placement auto|registers|memory] [--plain-sums] [--judge] [--shape untiled|tiled|per-tile] [--tile T] [--pipelined] [--starts all|a,b,c] \
+[--mode scan|gram|auto] [--placement auto|registers|memory] [--plain-sums|--compensated-sums] [--judge|--no-judge] [--shape untiled|tiled|per-tile] [--tile T] [--pipelined] [--starts all|a,b,c] \
 [--steps K] [--chunk C] [--batch B] [--workgroup W] [--device NAME] [--validation] [--describe] \
 [--out FILE.json]";
 
@@ -63,8 +64,8 @@ fn parse() -> Result<Args, String> {
         precision: Precision::Fp32,
         mode: Mode::Auto,
         placement: Placement::Auto,
-        plain_sums: false,
-        judge: false,
+        compensated: None,
+        judge: None,
         shape: Shape::Untiled,
         tile: 0,
         pipelined: false,
@@ -109,8 +110,10 @@ fn parse() -> Result<Args, String> {
                     .parse()
                     .map_err(|e: diversity::Error| format!("--placement: {e}"))?
             }
-            "--plain-sums" => a.plain_sums = true,
-            "--judge" => a.judge = true,
+            "--plain-sums" => a.compensated = Some(false),
+            "--compensated-sums" => a.compensated = Some(true),
+            "--judge" => a.judge = Some(true),
+            "--no-judge" => a.judge = Some(false),
             "--shape" => {
                 a.shape = it
                     .next()
@@ -201,7 +204,7 @@ fn run(a: Args) -> Result<(), String> {
             workgroup_size: a.workgroup,
             placement: a.placement,
             subgroups: None,
-            compensated: !a.plain_sums,
+            compensated: a.compensated,
             judge: a.judge,
             ..GramOptions::default()
         },

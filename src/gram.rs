@@ -134,22 +134,26 @@ pub struct GramOptions {
     /// loop iterations an invocation's loops stop silently, which once made long in-shader
     /// step loops pick wrongly there).
     pub steps_per_dispatch: usize,
-    /// Keep each key as a compensated pair (Knuth TwoSum; the default). `false` sums plain
-    /// float32: fewer registers and operations, more rounding over long runs on centered data.
-    /// The two settings give different bits; each is the same across every other option.
-    pub compensated: bool,
-    /// The judge (opt-in): each step also finds the second best key, and when it is within
-    /// twice the keys' rigorous error bound of the best (see `shaders/gram.comp`), the keys that
-    /// could be the exact best are re-scored from the compensated running sum (a compensated
-    /// dot product in 32 chains) and the pick made from them; past 64 of them every key is
-    /// recomputed. Every pick is then within about 6u (u = 2⁻²⁴) of the exact best, whatever
-    /// N. Measured on an H200 it costs 2–3× the GPU time of the default (real data is
-    /// uncertain every 2–60 steps), so it is off by default; the default keys are sums of G
-    /// rows whose entries come from a compensated dot (worst excess 1.8e-7 over 16 full
-    /// sequences of a 31,102-row real table, but a bound that grows with the sequence). Other
-    /// bits at near-ties. Off where a step with a recompute would pass the device's loop cap
-    /// or its buffers do not fit shared memory ([`GramJob::judge`] says which ran).
-    pub judge: bool,
+    /// Keep each key as a compensated pair (Knuth TwoSum) or sum plain float32 (fewer registers
+    /// and operations, more rounding over long runs on centered data). `None` (the default)
+    /// chooses with [`GramOptions::judge`] (see [`arithmetic`]): compensated sums, except on GPUs
+    /// where their state would not fit the register file (N > 17,408 at 512 invocations), where
+    /// plain sums with the judge run. The settings give different bits; each is the same across
+    /// every other option.
+    pub compensated: Option<bool>,
+    /// The judge: each step also finds the second best key, and when it is within twice the
+    /// keys' rigorous error bound of the best (see `shaders/gram.comp`), the keys that could be
+    /// the exact best are re-scored from the compensated running sum (a compensated dot product
+    /// in 32 chains) and the pick made from them; past 64 of them, and every
+    /// [`JUDGE_REFRESH`] steps, every key is recomputed. Every pick is then within about 6u
+    /// (u = 2⁻²⁴) of the exact best, whatever N. `None` (the default): on where the
+    /// compensated state would not fit the register file on a GPU (with plain sums, see
+    /// [`GramOptions::compensated`]; measured on an H200 at N = 31,102 that is faster than
+    /// compensated sums without it), off elsewhere: below that size it costs about 2× the GPU
+    /// time (BENCHMARKS.md) and the default compensated keys measured 50× under ε. Other bits
+    /// at near-ties. Off where a step with a recompute would pass the device's loop cap or its
+    /// buffers do not fit shared memory ([`GramJob::judge`] says which ran).
+    pub judge: Option<bool>,
     /// Register placement: Gram row loads a lane issues before using them (0 = every item's at
     /// once). The same bits for every value on lavapipe; a benchmark knob (see
     /// `loads_in_flight`).
@@ -166,8 +170,42 @@ pub struct GramOptions {
     pub judge_refresh: Option<usize>,
 }
 
-/// Steps between the judge's full recomputes by default ([`GramOptions::judge_refresh`]).
-pub const JUDGE_REFRESH: usize = 0;
+/// Steps between the judge's full recomputes by default ([`GramOptions::judge_refresh`]):
+/// measured on an H200 at N = 31,102, a recompute every 4,096 steps cut band re-scores 5× and
+/// the time by 19% (BENCHMARKS.md).
+pub const JUDGE_REFRESH: usize = 4096;
+
+/// The arithmetic a gram job runs: key sums and whether the judge is asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Arithmetic {
+    /// Compensated key sums (else plain float32).
+    pub compensated: bool,
+    /// The judge is asked for (it may still not fit: [`GramJob::judge`]).
+    pub judge: bool,
+}
+
+/// The arithmetic `opts` asks for on `caps` for N items: what it names, and for what it leaves
+/// `None`, compensated sums without the judge where their register state fits the register file
+/// (or on CPU devices), else plain sums with the judge — on an H200 at N = 31,102 (31
+/// compensated items a lane spill) plain sums with the judge ran 5.1–5.3 s for 2,048 full
+/// sequences against 6.03 s for compensated sums without it, with a bound that does not grow
+/// with N (BENCHMARKS.md).
+pub fn arithmetic(caps: &Capabilities, n: usize, opts: &GramOptions) -> Arithmetic {
+    let cpu = crate::device::is_cpu_device(caps);
+    let max_wg = caps.max_workgroup_invocations.min(1024) as usize;
+    // The test `plan` uses for a register state held without spilling, compensated.
+    let fits = [256usize, 512, 1024]
+        .into_iter()
+        .filter(|&w| w <= max_wg)
+        .any(|w| {
+            let per = n.div_ceil(w);
+            per <= GPU_REGISTER_ITEMS && w * (3 * per + 24) <= 65536
+        });
+    let big = !cpu && !fits;
+    let compensated = opts.compensated.unwrap_or(!big);
+    let judge = opts.judge.unwrap_or(big && !compensated);
+    Arithmetic { compensated, judge }
+}
 
 impl Default for GramOptions {
     fn default() -> Self {
@@ -178,8 +216,8 @@ impl Default for GramOptions {
             placement: Placement::Auto,
             subgroups: None,
             steps_per_dispatch: 0,
-            compensated: true,
-            judge: false,
+            compensated: None,
+            judge: None,
             loads: 0,
             judge_band: None,
             judge_refresh: None,
@@ -201,21 +239,33 @@ pub fn batch_bytes(n: usize, batch: usize, steps: usize) -> u64 {
 /// The arithmetic a gram job with `opts` runs on `caps` for an N × D table, as written in a
 /// cache's metadata (`summation`): `"compensated"` or `"plain"` key sums, `"; G dot2"` (G's
 /// entries from a compensated dot product, since the judge was added) and `"; judge2"` when the
-/// judge runs (`"; judge"` was the first judge, whose fresh keys were plain dot products).
-/// Caches written before G's entries were compensated say only `"compensated"` or `"plain"`, so
-/// old and new caches (other bits at near-ties) are never mixed silently.
+/// judge runs (`"; judge"` was the first judge, whose fresh keys were plain dot products),
+/// followed by `" refresh R"` when it recomputes every key each R steps. Caches written before
+/// G's entries were compensated say only `"compensated"` or `"plain"`, so old and new caches
+/// (other bits at near-ties) are never mixed silently.
 pub fn summation(caps: &Capabilities, n: usize, d: usize, opts: &GramOptions) -> Result<String> {
+    let arith = arithmetic(caps, n, opts);
     let (wg, placement, rper) = plan(caps, n, opts)?;
     let judge = judge_runs(caps, n, d, wg, placement, rper, opts);
+    let refresh = judge_refresh(opts);
     Ok(format!(
         "{}; G dot2{}",
-        if opts.compensated {
+        if arith.compensated {
             "compensated"
         } else {
             "plain"
         },
-        if judge { "; judge2" } else { "" }
+        match (judge, refresh) {
+            (false, _) => String::new(),
+            (true, 0) => "; judge2".into(),
+            (true, r) => format!("; judge2 refresh {r}"),
+        }
     ))
+}
+
+/// The judge's full-recompute period `opts` asks for (0 = only when a band overflows).
+fn judge_refresh(opts: &GramOptions) -> usize {
+    opts.judge_refresh.unwrap_or(JUDGE_REFRESH).min(1 << 24)
 }
 
 /// The widest band of uncertain keys re-scored from the running sum (`BAND` in `gram.comp`; a
@@ -282,7 +332,7 @@ fn judge_runs(
 ) -> bool {
     let (fixed, per_step) = gram_loop_iterations(n, wg, rper, placement, caps.subgroup_size);
     let round = judge_round(caps, d, wg);
-    opts.judge
+    arithmetic(caps, n, opts).judge
         && round > 0
         && fixed + per_step + judge_loops(n, d, wg, placement, rper, round)
             <= crate::device::loop_budget(caps)
@@ -596,7 +646,11 @@ fn gram_loop_iterations(
 fn plan(caps: &Capabilities, n: usize, opts: &GramOptions) -> Result<(u32, Placement, usize)> {
     let cpu = crate::device::is_cpu_device(caps);
     // Registers per item: hi, the loaded row value and, compensated, lo.
-    let regs = if opts.compensated { 3 } else { 2 };
+    let regs = if arithmetic(caps, n, opts).compensated {
+        3
+    } else {
+        2
+    };
     let max_items = if cpu {
         CPU_REGISTER_ITEMS
     } else {
@@ -651,13 +705,14 @@ fn plan(caps: &Capabilities, n: usize, opts: &GramOptions) -> Result<(u32, Place
 }
 
 /// Row loads a lane of the register placement issues before using them: every item's at once by
-/// default; `opts.loads` groups them, for benchmarks only. On an H200 at N = 31,102 a build that
-/// grouped them by default (with two other changes) gave other bits from one run to the next
-/// without the judge, cause not isolated; with the judge, groups of 8 ran 1.2× faster and gave
-/// the same bits twice (BENCHMARKS.md, 2026-11-30).
-fn loads_in_flight(rper: usize, opts: &GramOptions) -> usize {
+/// default without the judge, groups of 8 with it; `opts.loads` sets them, for benchmarks. On an
+/// H200 at N = 31,102 a build that grouped them without the judge (with two other changes) gave
+/// other bits from one run to the next, cause not isolated; with the judge, groups of 8 ran 1.2×
+/// faster and gave the same bits run to run (BENCHMARKS.md, 2026-11-30).
+fn loads_in_flight(rper: usize, judge: bool, opts: &GramOptions) -> usize {
     let rper = rper.max(1);
     match opts.loads {
+        0 if judge => 8.min(rper),
         0 => rper,
         k => k.min(rper),
     }
@@ -729,13 +784,13 @@ impl GramJob {
                 subgroups as u32,
                 seq_len as u32,
                 gram.slab_rows as u32,
-                opts.compensated as u32,
+                arithmetic(&caps, n, opts).compensated as u32,
                 d as u32,
                 judge as u32,
-                loads_in_flight(rper, opts) as u32,
+                loads_in_flight(rper, judge, opts) as u32,
                 judge_round(&caps, d, wg).max(1) as u32,
                 opts.judge_band.unwrap_or(BAND).min(BAND) as u32,
-                opts.judge_refresh.unwrap_or(JUDGE_REFRESH).min(1 << 24) as u32,
+                judge_refresh(opts) as u32,
             ],
             push_bytes: checked_push::<GramPush>(shader)?,
         })?;
@@ -941,5 +996,67 @@ impl GramJob {
             done += c;
         }
         Ok(job)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arith(gpu: bool, n: usize, opts: &GramOptions) -> (bool, bool) {
+        let mut caps = crate::device::test_caps(32, None);
+        caps.device_type = if gpu { "discrete GPU" } else { "CPU" }.into();
+        caps.shared_memory_bytes = 48 << 10;
+        let a = arithmetic(&caps, n, opts);
+        (a.compensated, a.judge)
+    }
+
+    /// The default arithmetic: compensated without the judge while the compensated register
+    /// state fits the register file (N ≤ 17,408 at 512 invocations) or on CPU devices; plain
+    /// sums with the judge past it on GPUs; what the options name wins.
+    #[test]
+    fn default_arithmetic_by_size_and_device() {
+        let d = GramOptions::default();
+        for n in [1, 8_359, 14_943, 17_408] {
+            assert_eq!(arith(true, n, &d), (true, false), "N = {n}");
+        }
+        for n in [17_409, 31_102, 100_000] {
+            assert_eq!(arith(true, n, &d), (false, true), "N = {n}");
+            assert_eq!(arith(false, n, &d), (true, false), "CPU, N = {n}");
+        }
+        let comp = GramOptions {
+            compensated: Some(true),
+            ..GramOptions::default()
+        };
+        assert_eq!(arith(true, 31_102, &comp), (true, false));
+        let plain = GramOptions {
+            compensated: Some(false),
+            ..GramOptions::default()
+        };
+        assert_eq!(arith(true, 8_359, &plain), (false, false));
+        assert_eq!(arith(true, 31_102, &plain), (false, true));
+        let no_judge = GramOptions {
+            judge: Some(false),
+            ..GramOptions::default()
+        };
+        assert_eq!(arith(true, 31_102, &no_judge), (false, false));
+        let judge = GramOptions {
+            judge: Some(true),
+            ..GramOptions::default()
+        };
+        assert_eq!(arith(true, 8_359, &judge), (true, true));
+        // The summation names the refresh period the judge runs with.
+        let mut caps = crate::device::test_caps(32, None);
+        caps.device_type = "discrete GPU".into();
+        caps.shared_memory_bytes = 48 << 10;
+        caps.memory_budget_bytes = 64 << 30;
+        assert_eq!(
+            summation(&caps, 31_102, 384, &d).unwrap(),
+            "plain; G dot2; judge2 refresh 4096"
+        );
+        assert_eq!(
+            summation(&caps, 8_359, 768, &d).unwrap(),
+            "compensated; G dot2"
+        );
     }
 }

@@ -261,7 +261,7 @@ fn plain_sums_are_their_own_same_bits_and_pass_the_oracle() {
         let dt = DeviceTable::upload(&ctx, &table, Precision::Fp32).unwrap();
         let gram = Gram::build(&dt).unwrap();
         let plain = GramOptions {
-            compensated: false,
+            compensated: Some(false),
             ..GramOptions::default()
         };
         let base = run(&gram, &starts, starts.len(), &plain);
@@ -602,7 +602,7 @@ fn near_duplicate_clusters_in_high_dimension_stay_within_eps() {
     let dt = DeviceTable::upload(&ctx, &table, Precision::Fp32).unwrap();
     let gram = Gram::build(&dt).unwrap();
     let judged = GramOptions {
-        judge: true,
+        judge: Some(true),
         ..GramOptions::default()
     };
     let mut job = GramJob::new(&gram, &starts, &judged).unwrap();
@@ -684,7 +684,7 @@ fn judge_same_bits_across_shapes_and_resume() {
     let starts: Vec<u32> = vec![0, 77, 160, 319, 5];
     for (band, refresh) in [(None, None), (Some(0), None), (None, Some(37))] {
         let base_opts = GramOptions {
-            judge: true,
+            judge: Some(true),
             judge_band: band,
             judge_refresh: refresh,
             ..GramOptions::default()
@@ -757,7 +757,7 @@ fn whole_cache_every_sequence_passes_the_oracle() {
     let starts: Vec<u32> = (0..320).collect();
     for judge in [false, true] {
         let o = GramOptions {
-            judge,
+            judge: Some(judge),
             ..GramOptions::default()
         };
         let seqs = run(&gram, &starts, starts.len(), &o);

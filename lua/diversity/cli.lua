@@ -1,7 +1,7 @@
 --- Command line for the diversity-cache job (SPEC §Driver):
 --
 --   luajit lua/diversity/cli.lua --embeddings FILE --out diversity_cache.json [--center]
---       [--precision fp16|fp32] [--mode scan|gram|auto] [--placement auto|registers|memory] [--plain-sums] [--judge]
+--       [--precision fp16|fp32] [--mode scan|gram|auto] [--placement auto|registers|memory] [--plain-sums|--compensated-sums] [--judge|--no-judge]
 --       [--top-k K] [--batch B] [--starts all|a,b,c] [--binary FILE.bin]
 --       [--dim D] [--device NAME] [--devices all|LIST] [--validation] [--resume] [--target-s S] [--safety F]
 --       [--model NAME] [--quiet] [--shard i/n[:strided]] [--host-memory SIZE]
@@ -18,11 +18,13 @@
 local driver = require "diversity.driver"
 
 local USAGE = [=[usage: cli.lua --embeddings FILE --out diversity_cache.json [--center]
-    [--precision fp16|fp32] [--mode scan|gram|auto] [--placement auto|registers|memory] [--plain-sums] [--judge]
+    [--precision fp16|fp32] [--mode scan|gram|auto] [--placement auto|registers|memory] [--plain-sums|--compensated-sums] [--judge|--no-judge]
     [--top-k K] [--batch B] [--starts all|a,b,c] [--binary FILE.bin]
     [--dim D] [--device NAME] [--devices all|LIST] [--validation] [--resume] [--target-s S] [--safety F]
     [--model NAME] [--quiet] [--shard i/n[:strided]] [--host-memory SIZE]
        cli.lua merge --out diversity_cache.json SHARD.json...
+  --plain-sums, --compensated-sums, --judge, --no-judge   the gram arithmetic; default: compensated
+                    sums, or plain sums with the judge where compensated ones would not fit a GPU's registers
   --host-memory SIZE   host memory a batch's results may take (bytes, or with K, M or G):
                     the batch shrinks to fit; default the smaller of 2G and a quarter of RAM
   --shard i/n       compute shard i of n (1-based) of the starts: a partial cache (not with --binary)
@@ -69,7 +71,9 @@ local function parse(argv)
         error("diversity: --placement " .. o.placement .. ": expected auto, registers or memory", 0)
       end
     elseif a == "--plain-sums" then o.plain_sums = true
+    elseif a == "--compensated-sums" then o.plain_sums = false
     elseif a == "--judge" then o.judge = true
+    elseif a == "--no-judge" then o.judge = false
     elseif a == "--top-k" then o.top_k = number(a)
     elseif a == "--batch" then o.batch = number(a)
     elseif a == "--starts" then o.starts = value(a)

@@ -343,8 +343,9 @@ M.PLACEMENTS = { auto = true, registers = true, memory = true }
 
 --- Run the whole job. `opts`: embeddings, out (diversity_cache.json), binary (optional uint32
 -- cache), center, precision, mode ("scan", "gram" or "auto"), placement (gram: "auto",
--- "registers" or "memory"), plain_sums (gram: plain float32 sums instead of compensated), judge (gram: recompute
--- the keys from the running sum when the pick is uncertain; other bits at near-ties), top_k, batch, starts ("all", "a,b,c" or a Lua array), device,
+-- "registers" or "memory"), plain_sums (gram: true for plain float32 sums, false for compensated; nil: the
+-- engine's choice), judge (gram: re-score the keys from the running sum when the pick is uncertain; other
+-- bits at near-ties; nil: the engine's choice), top_k, batch, starts ("all", "a,b,c" or a Lua array), device,
 -- validation, resume, target_s, safety, quiet, model, dim, host_memory (bytes a batch's results
 -- may take on the host; default M.default_host_memory()), shard ("i/n" or "i/n:strided": compute
 -- only that slice of the starts and write a partial cache for `M.merge`). Returns a summary table
@@ -486,8 +487,7 @@ function M.run(opts)
   }
   -- The gram arithmetic (key sums, G's entries, the judge): other values give other bits.
   if mode == "gram" then
-    meta.summation = ctx:gram_summation(n, dim, { placement = opts.placement,
-      compensated = not opts.plain_sums, judge = opts.judge or false })
+    meta.summation = ctx:gram_summation(n, dim, M.gram_arithmetic(opts))
   end
   if shard then
     meta.shard, meta.shard_layout = shard.spec, shard.layout
@@ -509,7 +509,7 @@ function M.run(opts)
     end
     bin = b
   end
-  local run = { steps = steps, tile = tile, mode = mode, batch = batch }
+  local run = { steps = steps, tile = tile, mode = mode, batch = batch, summation = meta.summation }
   local ok, result = pcall(M.compute, devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
   if not ok then
     writer:close()
@@ -616,6 +616,15 @@ end
 
 --- The devices' names for the metadata: each distinct name once, joined by " + " (one device
 -- opened twice reads as that device, so its output matches a one-device run byte for byte).
+-- The gram job options that set the arithmetic: placement, and compensated / judge only where
+-- `opts` names them (plain_sums, judge); unset, the engine chooses (compensated sums, or plain
+-- sums with the judge where the compensated state would not fit a GPU's registers).
+function M.gram_arithmetic(opts)
+  local compensated
+  if opts.plain_sums ~= nil then compensated = not opts.plain_sums end
+  return { placement = opts.placement, compensated = compensated, judge = opts.judge }
+end
+
 function M.device_names(devs)
   local names, seen = {}, {}
   for _, ctx in ipairs(devs) do
@@ -626,18 +635,19 @@ function M.device_names(devs)
 end
 
 -- What a checkpoint belongs to, as "key=value" lines: every input and option that changes the
--- bytes of the output. v4: the input's content checksum, the whole starts list and checksummed
--- checkpoint files (v3 had the path and the starts' count, first and last only).
+-- bytes of the output. v5: the gram arithmetic that runs (the `summation` of the cache's metadata,
+-- as the engine resolves it) instead of the plain_sums and judge options; v4: the input's content
+-- checksum, the whole starts list and checksummed checkpoint files (v3 had the path and the
+-- starts' count, first and last only).
 local function fingerprint(t, starts, run, opts)
   local lines = {
-    { "version", "v4" },
+    { "version", "v5" },
     { "input", opts.embeddings },
     { "input_checksum", opts.embeddings and diversity.file_checksum(opts.embeddings) or "none" },
     { "center", tostring(opts.center or false) },
     { "precision", opts.precision },
     { "mode", run.mode },
-    { "plain_sums", tostring(opts.plain_sums or false) },
-    { "judge", tostring(opts.judge or false) },
+    { "summation", run.summation or "none" },
     { "steps", tostring(run.steps) },
     { "batch", tostring(run.batch) },
     { "starts", ("%d, %s"):format(#starts, M.starts_fingerprint(starts)) },
@@ -797,8 +807,8 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
     if not prefix then os.remove(s.partfile); have = 0 end
     s.have = have
     -- Gram jobs share the device table's G, built by the first one.
-    local jopts = { mode = run.mode, tile = tile, chunk = 0, steps = steps,
-      placement = opts.placement, compensated = not opts.plain_sums, judge = opts.judge or false }
+    local jopts = M.gram_arithmetic(opts)
+    jopts.mode, jopts.tile, jopts.chunk, jopts.steps = run.mode, tile, 0, steps
     if prefix then
       s.job = dts[d]:resume_job(t, s.list, prefix, have, jopts)
       progress:skip(have - 1)

@@ -320,31 +320,8 @@ mod tests {
     use super::*;
     use crate::device::LLVMPIPE_LOOP_LIMIT;
 
-    /// A device like lavapipe (subgroup size `sg`, 32 KiB of shared memory, the loop cap
-    /// `loop_limit`) or, with `sg` = 32 and no cap, like a GPU.
     fn caps(sg: u32, loop_limit: Option<u64>) -> Capabilities {
-        Capabilities {
-            name: format!("test device (subgroup size {sg})"),
-            device_type: "cpu".into(),
-            driver: "test".into(),
-            api_version: "1.3.0".into(),
-            fp16_storage: true,
-            subgroup_size: sg,
-            subgroup_arithmetic: true,
-            buffer_array_indexing: true,
-            shared_memory_bytes: 32 << 10,
-            max_buffer_range: 128 << 20,
-            max_workgroup_invocations: 1024,
-            max_workgroup_count: 65_535,
-            timestamps: true,
-            timestamp_period_ns: 1.0,
-            memory_budget_bytes: 8 << 30,
-            l2_bytes: 4 << 20,
-            l2_source: "default",
-            loop_limit,
-            coopmat: false,
-            pipeline_stats: false,
-        }
+        crate::device::test_caps(sg, loop_limit)
     }
 
     fn opts(k: usize) -> KnnOptions {

@@ -118,12 +118,9 @@ pub(super) fn gram_only_options(call: &str, o: &Option<LuaTable>) -> LuaResult<G
         g.placement = p.parse::<Placement>().lua_ctx(call)?;
     }
     g.subgroups = opt::<bool>(o, "subgroups")?;
-    if let Some(c) = opt::<bool>(o, "compensated")? {
-        g.compensated = c;
-    }
-    if let Some(j) = opt::<bool>(o, "judge")? {
-        g.judge = j;
-    }
+    // Unset (nil): the engine's choice (`diversity::gram::arithmetic`).
+    g.compensated = opt::<bool>(o, "compensated")?;
+    g.judge = opt::<bool>(o, "judge")?;
     Ok(g)
 }
 

@@ -224,8 +224,11 @@ describe("command line", function()
         assert.are.equal("compensated; G dot2", jg.metadata.summation)
         -- with the judge: said in the metadata (other bits at near-ties)
         run("judge", { "--mode", "gram", "--judge" })
-        assert.are.equal("compensated; G dot2; judge2",
+        assert.are.equal("compensated; G dot2; judge2 refresh 4096",
           H.json_file(dir .. "/judge.json").metadata.summation)
+        -- the defaults named: the same bytes as unnamed at this size
+        local named = run("named", { "--mode", "gram", "--compensated-sums", "--no-judge" })
+        assert.are.equal(gram, named)
         -- plain sums: said in the metadata, the same bytes across batches
         local p1 = run("plain1", { "--mode", "gram", "--plain-sums" })
         local p2 = run("plain2", { "--mode", "gram", "--plain-sums", "--batch", "70" })
@@ -790,6 +793,10 @@ describe("command line", function()
       refused({ "--resume", "--starts", other }, { "another run", "starts" })
       -- Another option that changes the bits.
       refused({ "--resume", "--center" }, { "another run", "center" })
+      if MODE == "auto" then
+        -- Other gram arithmetic (auto picks gram at this size) (named in the fingerprint as the engine resolves it).
+        refused({ "--resume", "--plain-sums" }, { "another run", "summation" })
+      end
       -- A finished batch edited (a value changed, the size kept), or its checksum removed.
       local ck = d .. "/r.json.partial/batch-00001.u32"
       local bytes = H.read(ck)
