@@ -7,7 +7,7 @@
 //! ```text
 //! cargo run --release --example bench_gram -- --table FILE [--dim D] [--starts S] [--steps K]
 //!     [--precisions fp32,fp16] [--wg 256,512,1024] [--placements auto,registers,memory]
-//!     [--spd 0,1] [--compensated 1,0] [--judge 1,0] [--loads 0,8] [--refresh 0,2048] [--chunk C] [--label NAME] [--json OUT.json] [--md OUT.md] [--seqs OUT.u32]
+//!     [--spd 0,1] [--compensated 1,0] [--judge 1,0] [--loads 0,8] [--refresh 0,4096] [--chunk C] [--label NAME] [--json OUT.json] [--md OUT.md] [--seqs OUT.u32]
 //!     [--e2e CACHE.json] [--center] [--oracle K]
 //! ```
 //!
@@ -69,7 +69,7 @@ fn parse() -> Result<Args, String> {
         comps: vec![true],
         judges: vec![true],
         loads: vec![0],
-        refreshes: vec![0],
+        refreshes: vec![diversity::gram::JUDGE_REFRESH],
         chunk: 0,
         label: "workload".into(),
         json: None,
