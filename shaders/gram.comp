@@ -415,6 +415,9 @@ void main() {
     for (uint t = pc.first; t < pc.first + pc.count; ++t) {
         float bk = INF, b2 = INF, km = 0.0, lm = 0.0;
         uint bi = NO_INDEX;
+        // |e_prev| for the judge's bound, loaded before the Gram row so its latency hides
+        // behind the row's instead of following the pick.
+        const float ep_inv = JUDGE != 0u ? inv_norm[prev] : 0.0;
         // Row loads are issued LOADS at a time before any is used (no branch between them), so
         // their latencies overlap without holding a register per item; then a branch-free
         // update: a chosen item (hi = +inf) and the item just picked keep (or take) hi = +inf
@@ -463,7 +466,7 @@ void main() {
         Pick w = workgroup_pick(bk, bi, b2, km, lm, t);
         if (JUDGE != 0u) {
             // The bound of every key against the exact one (see the top).
-            const float ep = inv_norm[prev] > 0.0 ? 1.0 / inv_norm[prev] : 0.0;
+            const float ep = ep_inv > 0.0 ? 1.0 / ep_inv : 0.0;
             jS += ep;
             jL += COMPENSATED != 0u ? w.lmax : kmax + ep;
             const float du = float(DIM) * U;
