@@ -69,9 +69,7 @@ layout(constant_id = 12) const uint REFRESH = 0u;  // recompute every key after 
 #include "table.glsl"
 layout(std430, set = 0, binding = 2) readonly buffer Starts { uint starts[]; };
 // Per sequence (stride 2N + 3D + 16): hi[0..N), lo[0..N), c_hi[0..D), c_lo[0..D), r[0..D), then
-// the judge's scalars (JS_*). The running sum stored between dispatches excludes the last pick:
-// each step starts by loading the previous pick's row, and adds it to c once the Gram row's loads
-// are issued (its latency hides behind theirs). StateC is the same buffer, coherent: a full refresh passes keys
+// the judge's scalars (JS_*). StateC is the same buffer, coherent: a full refresh passes keys
 // between invocations through it (the per-step path keeps plain accesses).
 layout(std430, set = 0, binding = 3) buffer State { float state[]; };
 layout(std430, set = 0, binding = 3) coherent buffer StateC { float state_c[]; };
@@ -94,8 +92,6 @@ const float U = 5.9604645e-8; // 2⁻²⁴
 // step's max |key|, band re-scores, the largest E_F seen (a report).
 const uint JS_S = 0u, JS_L = 1u, JS_E0 = 2u, JS_FULL = 3u, JS_KMAX = 4u, JS_BANDS = 5u,
            JS_EF = 6u, JS_AGE = 7u;
-// Dimensions of c an invocation owns (d = lid + k·WG).
-const uint EV = (DIM + WG - 1u) / WG;
 
 #include "key_order.glsl"
 
@@ -398,8 +394,7 @@ void main() {
     float jS = 0.0, jL = 0.0, jE0 = 0.0, fulls = 0.0, bands = 0.0, efmax = 0.0, age = 0.0;
     if (JUDGE != 0u) {
         for (uint d = lid; d < DIM; d += WG) {
-            // The start's row joins c in the first step, as every pick's in the step after it.
-            c_hi[d] = fresh ? 0.0 : state[cbase + d];
+            c_hi[d] = fresh ? float(table[prev * DIM + d]) : state[cbase + d];
             c_lo[d] = fresh ? 0.0 : state[cbase + DIM + d];
             c_r[d] = fresh ? 0.0 : state[cbase + 2u * DIM + d];
         }
@@ -423,13 +418,6 @@ void main() {
         // |e_prev| for the judge's bound, loaded before the Gram row so its latency hides
         // behind the row's instead of following the pick.
         const float ep_inv = JUDGE != 0u ? inv_norm[prev] : 0.0;
-        float ev[EV];
-        if (JUDGE != 0u) {
-            for (uint k = 0u; k < EV; ++k) {
-                const uint d = lid + k * WG;
-                ev[k] = d < DIM ? float(table[prev * DIM + d]) : 0.0;
-            }
-        }
         // Row loads are issued LOADS at a time before any is used (no branch between them), so
         // their latencies overlap without holding a register per item; then a branch-free
         // update: a chosen item (hi = +inf) and the item just picked keep (or take) hi = +inf
@@ -473,22 +461,6 @@ void main() {
                     if (COMPENSATED != 0u) state[base + n + j] = l[q];
                     offer(v, l[q], j, bk, bi, b2, km, lm);
                 }
-            }
-        }
-        if (JUDGE != 0u) {
-            // c += e_prev, compensated (TwoSum per dimension, by the invocation that owns it;
-            // its readers come after the pick's barrier), and r += |c_lo|.
-            for (uint k = 0u; k < EV; ++k) {
-                const uint d = lid + k * WG;
-                if (d >= DIM) break;
-                const float e = ev[k];
-                precise float sum = c_hi[d] + e;
-                precise float bp = sum - c_hi[d];
-                precise float err = (c_hi[d] - (sum - bp)) + (e - bp);
-                precise float l = c_lo[d] + err;
-                c_hi[d] = sum;
-                c_lo[d] = l;
-                c_r[d] += abs(l);
             }
         }
         Pick w = workgroup_pick(bk, bi, b2, km, lm, t);
@@ -618,6 +590,20 @@ void main() {
         } else {
             p = w.idx;
             if (lid == 0u) seqs[out_row + t] = p;
+        }
+        if (JUDGE != 0u) {
+            // c += e_p, compensated (TwoSum per dimension, by the invocation that owns it; the
+            // next reader of c comes after the next step's barrier), and r += |c_lo|.
+            for (uint d = lid; d < DIM; d += WG) {
+                const float e = float(table[p * DIM + d]);
+                precise float sum = c_hi[d] + e;
+                precise float bp = sum - c_hi[d];
+                precise float err = (c_hi[d] - (sum - bp)) + (e - bp);
+                precise float l = c_lo[d] + err;
+                c_hi[d] = sum;
+                c_lo[d] = l;
+                c_r[d] += abs(l);
+            }
         }
         prev = p;
     }
