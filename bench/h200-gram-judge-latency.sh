@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The judge's exposed latencies: .gl/bin/bench_gram (commit fb0806b: |e_prev| read after the
+# (Ran once; c9d72fc is reverted.) The judge's exposed latencies: .gl/bin/bench_gram (commit fb0806b: |e_prev| read after the
 # pick, the picked row added to c at the step's end), bench_gram_a (|e_prev| read at the step's
 # start) and bench_gram_b (also the row loaded at the start, added after the Gram row's loads),
 # on real31k 2,048 full sequences (plain + judge, the default there), the fortunes whole cache
