@@ -175,22 +175,23 @@ pub struct GramOptions {
 /// the time by 19% (BENCHMARKS.md).
 pub const JUDGE_REFRESH: usize = 4096;
 
-/// The arithmetic a gram job runs: key sums and whether the judge is asked for.
+/// The arithmetic a gram job runs: key sums and whether the judge runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Arithmetic {
     /// Compensated key sums (else plain float32).
     pub compensated: bool,
-    /// The judge is asked for (it may still not fit: [`GramJob::judge`]).
+    /// The judge runs: asked for (or chosen), and it fits the device (shared memory, loop cap).
     pub judge: bool,
 }
 
-/// The arithmetic `opts` asks for on `caps` for N items: what it names, and for what it leaves
-/// `None`, compensated sums without the judge where their register state fits the register file
-/// (or on CPU devices), else plain sums with the judge — on an H200 at N = 31,102 (31
-/// compensated items a lane spill) plain sums with the judge ran 5.1–5.3 s for 2,048 full
+/// The arithmetic a job with `opts` runs on `caps` for an N × D table: what `opts` names, and for
+/// what it leaves `None`, compensated sums without the judge where their register state fits the
+/// register file (or on CPU devices), else plain sums with the judge — on an H200 at N = 31,102
+/// (31 compensated items a lane spill) plain sums with the judge ran 5.1–5.3 s for 2,048 full
 /// sequences against 6.03 s for compensated sums without it, with a bound that does not grow
-/// with N (BENCHMARKS.md).
-pub fn arithmetic(caps: &Capabilities, n: usize, opts: &GramOptions) -> Arithmetic {
+/// with N (BENCHMARKS.md) — unless the judge does not fit the device there (a large D), when
+/// compensated sums without it remain.
+pub fn arithmetic(caps: &Capabilities, n: usize, d: usize, opts: &GramOptions) -> Arithmetic {
     let cpu = crate::device::is_cpu_device(caps);
     let max_wg = caps.max_workgroup_invocations.min(1024) as usize;
     // The test `plan` uses for a register state held without spilling, compensated.
@@ -202,8 +203,17 @@ pub fn arithmetic(caps: &Capabilities, n: usize, opts: &GramOptions) -> Arithmet
             per <= GPU_REGISTER_ITEMS && w * (3 * per + 24) <= 65536
         });
     let big = !cpu && !fits;
-    let compensated = opts.compensated.unwrap_or(!big);
-    let judge = opts.judge.unwrap_or(big && !compensated);
+    // Plain sums only to go with the judge (without it, compensated keys stay closer).
+    let compensated = opts
+        .compensated
+        .unwrap_or(!big || opts.judge == Some(false));
+    let wanted = opts.judge.unwrap_or(big && !compensated);
+    let judge = wanted
+        && plan_for(caps, n, compensated, opts)
+            .map(|(wg, placement, rper)| judge_fits(caps, n, d, wg, placement, rper))
+            .unwrap_or(false);
+    // Unnamed sums are plain only with a judge that runs.
+    let compensated = compensated || (!judge && opts.compensated.is_none());
     Arithmetic { compensated, judge }
 }
 
@@ -244,9 +254,10 @@ pub fn batch_bytes(n: usize, batch: usize, steps: usize) -> u64 {
 /// G's entries were compensated say only `"compensated"` or `"plain"`, so old and new caches
 /// (other bits at near-ties) are never mixed silently.
 pub fn summation(caps: &Capabilities, n: usize, d: usize, opts: &GramOptions) -> Result<String> {
-    let arith = arithmetic(caps, n, opts);
-    let (wg, placement, rper) = plan(caps, n, opts)?;
-    let judge = judge_runs(caps, n, d, wg, placement, rper, opts);
+    let arith = arithmetic(caps, n, d, opts);
+    // The same refusals as a job (a placement that cannot hold N).
+    plan_for(caps, n, arith.compensated, opts)?;
+    let judge = arith.judge;
     let refresh = judge_refresh(opts);
     Ok(format!(
         "{}; G dot2{}",
@@ -319,21 +330,19 @@ fn judge_loops(
     worst + d.div_ceil(wg) + 2
 }
 
-/// Whether the judge runs: requested, the running sum fits shared memory next to the
-/// reduction's buffers, and a step with a recompute fits the device's loop budget.
-fn judge_runs(
+/// Whether the judge fits: the running sum fits shared memory next to the reduction's buffers,
+/// and a step with a recompute fits the device's loop budget.
+fn judge_fits(
     caps: &Capabilities,
     n: usize,
     d: usize,
     wg: u32,
     placement: Placement,
     rper: usize,
-    opts: &GramOptions,
 ) -> bool {
     let (fixed, per_step) = gram_loop_iterations(n, wg, rper, placement, caps.subgroup_size);
     let round = judge_round(caps, d, wg);
-    arithmetic(caps, n, opts).judge
-        && round > 0
+    round > 0
         && fixed + per_step + judge_loops(n, d, wg, placement, rper, round)
             <= crate::device::loop_budget(caps)
 }
@@ -642,15 +651,17 @@ fn gram_loop_iterations(
     }
 }
 
-/// Workgroup size, placement and registers per lane for N on `caps`.
-fn plan(caps: &Capabilities, n: usize, opts: &GramOptions) -> Result<(u32, Placement, usize)> {
+/// Workgroup size, placement and registers per lane for N on `caps` with compensated or plain
+/// key sums.
+fn plan_for(
+    caps: &Capabilities,
+    n: usize,
+    compensated: bool,
+    opts: &GramOptions,
+) -> Result<(u32, Placement, usize)> {
     let cpu = crate::device::is_cpu_device(caps);
     // Registers per item: hi, the loaded row value and, compensated, lo.
-    let regs = if arithmetic(caps, n, opts).compensated {
-        3
-    } else {
-        2
-    };
+    let regs = if compensated { 3 } else { 2 };
     let max_items = if cpu {
         CPU_REGISTER_ITEMS
     } else {
@@ -751,14 +762,15 @@ impl GramJob {
             // The shader keeps two halves of WG slots for the subgroups' results: 2 lanes or more.
             None => caps.subgroup_arithmetic && caps.subgroup_size >= 2,
         };
-        let (wg, placement, rper) = plan(&caps, n, opts)?;
+        let d = table.d();
+        let arith = arithmetic(&caps, n, d, opts);
+        let (wg, placement, rper) = plan_for(&caps, n, arith.compensated, opts)?;
         // lavapipe cuts an invocation's loops short after 65,535 iterations in all: a dispatch
         // runs only as many steps as fit the budget (same bits: steps per dispatch never
         // change them), and a step that alone does not fit is refused.
         let (fixed, mut per_step) =
             gram_loop_iterations(n, wg, rper, placement, caps.subgroup_size);
-        let d = table.d();
-        let judge = judge_runs(&caps, n, d, wg, placement, rper, opts);
+        let judge = arith.judge;
         if judge {
             per_step += judge_loops(n, d, wg, placement, rper, judge_round(&caps, d, wg));
         }
@@ -784,7 +796,7 @@ impl GramJob {
                 subgroups as u32,
                 seq_len as u32,
                 gram.slab_rows as u32,
-                arithmetic(&caps, n, opts).compensated as u32,
+                arith.compensated as u32,
                 d as u32,
                 judge as u32,
                 loads_in_flight(rper, judge, opts) as u32,
@@ -1004,16 +1016,20 @@ mod tests {
     use super::*;
 
     fn arith(gpu: bool, n: usize, opts: &GramOptions) -> (bool, bool) {
+        arith_d(gpu, n, 384, opts)
+    }
+
+    fn arith_d(gpu: bool, n: usize, d: usize, opts: &GramOptions) -> (bool, bool) {
         let mut caps = crate::device::test_caps(32, None);
         caps.device_type = if gpu { "discrete GPU" } else { "CPU" }.into();
         caps.shared_memory_bytes = 48 << 10;
-        let a = arithmetic(&caps, n, opts);
+        let a = arithmetic(&caps, n, d, opts);
         (a.compensated, a.judge)
     }
 
     /// The default arithmetic: compensated without the judge while the compensated register
     /// state fits the register file (N ≤ 17,408 at 512 invocations) or on CPU devices; plain
-    /// sums with the judge past it on GPUs; what the options name wins.
+    /// sums with the judge past it on GPUs where the judge fits; what the options name wins.
     #[test]
     fn default_arithmetic_by_size_and_device() {
         let d = GramOptions::default();
@@ -1039,12 +1055,16 @@ mod tests {
             judge: Some(false),
             ..GramOptions::default()
         };
-        assert_eq!(arith(true, 31_102, &no_judge), (false, false));
+        assert_eq!(arith(true, 31_102, &no_judge), (true, false));
         let judge = GramOptions {
             judge: Some(true),
             ..GramOptions::default()
         };
         assert_eq!(arith(true, 8_359, &judge), (true, true));
+        // Where the judge's running sum does not fit shared memory (D = 8,192), the default
+        // past the register file stays compensated without it.
+        assert_eq!(arith_d(true, 31_102, 8_192, &d), (true, false));
+        assert_eq!(arith_d(true, 31_102, 8_192, &judge), (true, false));
         // The summation names the refresh period the judge runs with.
         let mut caps = crate::device::test_caps(32, None);
         caps.device_type = "discrete GPU".into();
