@@ -521,7 +521,13 @@ fn merge_json(inputs: &[PathBuf], out: &Path, flavor: &Flavor) -> Result<MergeRe
     drop(PendingFile::create(out)?);
     let texts = inputs
         .iter()
-        .map(|p| std::fs::read_to_string(p).map_err(io_err(p)))
+        .map(|p| {
+            let bytes = std::fs::read(p).map_err(io_err(p))?;
+            String::from_utf8(bytes).map_err(|_| Error::Format {
+                path: p.to_path_buf(),
+                reason: format!("not a {}: it is not UTF-8 text", flavor.what),
+            })
+        })
         .collect::<Result<Vec<_>>>()?;
     let mut parts = inputs
         .iter()
