@@ -6,6 +6,7 @@
 //! The examples are built by `cargo build --release --all-targets` (or `cargo test` without
 //! `--test` filters); the binary is looked up beside this test's own profile directory.
 
+use diversity::cache::{merge_graphs, merge_rankings, KnnGraphShard, KnnMetric, ShardLayout};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -218,4 +219,71 @@ fn incomplete_mixed_repeated_or_damaged_sets_are_refused_without_output() {
         assert!(!yes && text.contains("expected i/n"), "{spec}: {text}");
         assert!(!out.exists());
     }
+}
+
+#[test]
+fn more_shards_than_items_leave_empty_shards_that_still_merge() {
+    let dir = TempDir::new("rankings-shards-tiny");
+    // 3 items of 4 dimensions, 5 shards: shards 4 and 5 hold no items.
+    let rows: [f32; 12] = [1., 0., 0., 0., 0., 1., 0., 0., 1., 1., 0., 1.];
+    let bytes: Vec<u8> = rows.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let table = dir.file("tiny.f32", &bytes);
+    let common = [
+        "--table",
+        s(&table),
+        "--dim",
+        "4",
+        "--top-k",
+        "2",
+        "--graph-k",
+        "2",
+    ];
+    let (one_r, one_g) = (dir.path("one.json"), dir.path("one.knn"));
+    let mut args = common.to_vec();
+    args.extend_from_slice(&["--out", s(&one_r), "--graph", s(&one_g)]);
+    ok(&args);
+    let (mut rs, mut gs) = (Vec::new(), Vec::new());
+    for i in 1..=5 {
+        let (r, g) = (
+            dir.path(&format!("{i}.json")),
+            dir.path(&format!("{i}.knn")),
+        );
+        let spec = format!("{i}/5");
+        let mut args = common.to_vec();
+        args.extend_from_slice(&["--out", s(&r), "--graph", s(&g), "--shard", &spec]);
+        ok(&args);
+        rs.push(r);
+        gs.push(g);
+    }
+    let (mr, mg) = (dir.path("m.json"), dir.path("m.knn"));
+    let refs = |v: &[PathBuf]| v.iter().map(|p| p.to_path_buf()).collect::<Vec<_>>();
+    assert_eq!(merge_rankings(&refs(&rs), &mr).expect("merge").sequences, 3);
+    assert_eq!(merge_graphs(&refs(&gs), &mg).expect("merge graphs"), 5);
+    assert_eq!(std::fs::read(&one_r).unwrap(), std::fs::read(&mr).unwrap());
+    assert_eq!(std::fs::read(&one_g).unwrap(), std::fs::read(&mg).unwrap());
+}
+
+#[test]
+fn a_graph_shard_writer_refuses_bad_shards_rows_out_of_order_and_an_unfinished_shard() {
+    let dir = TempDir::new("graph-shard-writer");
+    let p = dir.path("g.knn");
+    let shard = |i, n| (i, n, ShardLayout::Contiguous);
+    for (i, n) in [(0, 3), (4, 3), (1, 0)] {
+        let e = KnnGraphShard::create(&p, 10, 2, KnnMetric::Cosine, shard(i, n)).unwrap_err();
+        assert!(e.to_string().contains("1 <= i <= n"), "{e}");
+    }
+    let e = KnnGraphShard::create(&p, 10, 11, KnnMetric::Cosine, shard(1, 2)).unwrap_err();
+    assert!(e.to_string().contains("1 <= k <= N"), "{e}");
+    assert!(dir.entries().is_empty(), "{:?}", dir.entries());
+    // Shard 2 of 2 of 10 items holds items 5..10, in that order.
+    let mut w = KnnGraphShard::create(&p, 10, 2, KnnMetric::L2, shard(2, 2)).expect("create");
+    let e = w.write_batch(&[6], &[0, 1], &[1.0, 2.0]).unwrap_err();
+    assert!(e.to_string().contains("not this shard's next items"), "{e}");
+    let e = w.write_batch(&[5], &[0], &[1.0, 2.0]).unwrap_err();
+    assert!(e.to_string().contains("k = 2"), "{e}");
+    w.write_batch(&[5, 6], &[0, 1, 0, 1], &[1.0, 2.0, 1.0, 2.0])
+        .expect("the shard's first rows");
+    let e = w.finish().unwrap_err();
+    assert!(e.to_string().contains("2 of its 5 rows"), "{e}");
+    assert!(dir.entries().is_empty(), "left: {:?}", dir.entries());
 }
