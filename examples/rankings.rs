@@ -5,7 +5,9 @@
 //! cargo run --release --example rankings -- --table FILE [--dim D] [--center]
 //!     [--precision fp32|fp16] [--top-k K|all] [--metric cosine|ip|l2] [--batch B]
 //!     [--model NAME] [--device NAME] [--validation] --out rankings.json
-//!     [--graph FILE [--graph-k K]] [--verify Q]
+//!     [--graph FILE [--graph-k K]] [--verify Q] [--shard i/n[:strided]]
+//! cargo run --release --example rankings -- merge --out rankings.json SHARD.json…
+//! cargo run --release --example rankings -- merge-graph --out graph.knn SHARD.knn…
 //! ```
 //!
 //! FILE is a raw little-endian float32 `.f32` (needs `--dim`), a `.npy` (float32 or float16) or
@@ -17,8 +19,18 @@
 //! table, first and last included) against a float64 brute force over the table as stored on
 //! the device and fails, leaving no output file, if any returned neighbour is not a true one
 //! (rounding-level ties aside). One summary line goes to stdout.
+//!
+//! `--shard i/n` ranks only shard i (1-based) of n of the items — the i-th of n near-equal runs
+//! of consecutive items, or with `:strided` every n-th item from the i-th — against the whole
+//! table: `--out` is then a partial rankings cache (its metadata carries `shard`,
+//! `shard_layout`, `shard_items_total`) and `--graph` a graph shard file (`DKNS`). `merge` and
+//! `merge-graph` check that their inputs are the n shards of one run (naming any missing shard)
+//! and write the rankings cache and graph file the one-shot run writes, byte for byte.
 
-use diversity::cache::{KnnGraphWriter, KnnMetric, RankingsWriter, KNN_PAD};
+use diversity::cache::{
+    merge_graphs, merge_rankings, KnnGraphShard, KnnGraphWriter, KnnMetric, RankingsWriter,
+    ShardLayout, KNN_PAD,
+};
 use diversity::knn::KnnPath;
 use diversity::rankings::{algorithm_name, rankings_with_values, RankingsOptions, DEFAULT_GRAPH_K};
 use diversity::{files, Context, ContextOptions, DeviceTable, Metric, Precision};
@@ -40,11 +52,14 @@ struct Args {
     graph: Option<PathBuf>,
     graph_k: usize,
     verify: usize,
+    shard: Option<(usize, usize, ShardLayout)>,
 }
 
 const USAGE: &str = "usage: rankings --table FILE [--dim D] [--center] [--precision fp32|fp16] \
 [--top-k K|all] [--metric cosine|ip|l2] [--batch B] [--model NAME] [--device NAME] [--validation] \
---out rankings.json [--graph FILE [--graph-k K]] [--verify Q]";
+--out rankings.json [--graph FILE [--graph-k K]] [--verify Q] [--shard i/n[:strided]]
+       rankings merge --out rankings.json SHARD.json...
+       rankings merge-graph --out graph.knn SHARD.knn...";
 
 fn parse() -> Result<Args, String> {
     let mut it = std::env::args().skip(1);
@@ -63,6 +78,7 @@ fn parse() -> Result<Args, String> {
         graph: None,
         graph_k: DEFAULT_GRAPH_K,
         verify: 0,
+        shard: None,
     };
     fn num<T: std::str::FromStr>(flag: &str, v: Option<String>) -> Result<T, String> {
         let v = v.ok_or_else(|| format!("{flag} needs a value"))?;
@@ -104,6 +120,7 @@ fn parse() -> Result<Args, String> {
             "--graph" => a.graph = Some(it.next().ok_or("--graph needs a file")?.into()),
             "--graph-k" => a.graph_k = num("--graph-k", it.next())?,
             "--verify" => a.verify = num("--verify", it.next())?,
+            "--shard" => a.shard = Some(parse_shard(&it.next().ok_or("--shard needs i/n")?)?),
             "-h" | "--help" => return Err(USAGE.into()),
             _ => return Err(format!("unknown argument {flag}\n{USAGE}")),
         }
@@ -115,6 +132,57 @@ fn parse() -> Result<Args, String> {
         return Err(format!("--out is required\n{USAGE}"));
     }
     Ok(a)
+}
+
+/// `i/n` or `i/n:strided` (1-based), as the Lua CLI's `--shard`.
+fn parse_shard(spec: &str) -> Result<(usize, usize, ShardLayout), String> {
+    let bad = || {
+        format!("--shard {spec}: expected i/n or i/n:strided (shard i of n, 1 <= i <= n), e.g. 2/4")
+    };
+    let (frac, layout) = match spec.split_once(':') {
+        Some((f, l)) => (f, ShardLayout::from_name(l).ok_or_else(bad)?),
+        None => (spec, ShardLayout::Contiguous),
+    };
+    let (i, n) = frac.split_once('/').ok_or_else(bad)?;
+    let (i, n): (usize, usize) = (
+        i.trim().parse().map_err(|_| bad())?,
+        n.trim().parse().map_err(|_| bad())?,
+    );
+    if n < 1 || !(1..=n).contains(&i) || n > u32::MAX as usize {
+        return Err(bad());
+    }
+    Ok((i, n, layout))
+}
+
+/// `merge` / `merge-graph --out FILE INPUT…`.
+fn merge(what: &str, argv: &[String]) -> Result<(), String> {
+    let mut out = None;
+    let mut inputs = Vec::new();
+    let mut it = argv.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--out" => out = Some(PathBuf::from(it.next().ok_or("--out needs a file")?)),
+            f if f.starts_with("--") => {
+                return Err(format!("{what}: unknown argument {f}\n{USAGE}"))
+            }
+            f => inputs.push(PathBuf::from(f)),
+        }
+    }
+    let out = out.ok_or_else(|| format!("{what}: --out is required\n{USAGE}"))?;
+    if what == "merge" {
+        let r = merge_rankings(&inputs, &out).map_err(|e| e.to_string())?;
+        println!(
+            "merged {} {} shard(s), {} rankings -> {}",
+            r.shards,
+            r.layout.name(),
+            r.sequences,
+            out.display()
+        );
+    } else {
+        let shards = merge_graphs(&inputs, &out).map_err(|e| e.to_string())?;
+        println!("merged {shards} graph shard(s) -> {}", out.display());
+    }
+    Ok(())
 }
 
 fn run(a: Args) -> Result<(), String> {
@@ -143,6 +211,17 @@ fn run(a: Args) -> Result<(), String> {
     if let Some(m) = &a.model {
         meta.insert("model".into(), m.clone().into());
     }
+    // A shard: its slice of the items, marked in the metadata (dropped by the merge).
+    let items = a.shard.map(|(i, count, layout)| {
+        meta.insert("shard".into(), format!("{i}/{count}").into());
+        meta.insert("shard_layout".into(), layout.name().into());
+        meta.insert("shard_items_total".into(), n.into());
+        layout
+            .positions(i, count, n)
+            .into_iter()
+            .map(|p| p as u32)
+            .collect::<Vec<u32>>()
+    });
     let mut writer = RankingsWriter::create(
         &out,
         n,
@@ -158,9 +237,14 @@ fn run(a: Args) -> Result<(), String> {
         Metric::L2 => KnnMetric::L2,
     };
     let gk = a.graph_k;
-    let mut graph = match &a.graph {
-        Some(p) => Some(KnnGraphWriter::create(p, n, gk, kmetric).map_err(err)?),
-        None => None,
+    let mut graph = match (&a.graph, a.shard) {
+        (Some(p), None) => Some(Graph::Whole(
+            KnnGraphWriter::create(p, n, gk, kmetric).map_err(err)?,
+        )),
+        (Some(p), Some(shard)) => Some(Graph::Shard(
+            KnnGraphShard::create(p, n, gk, kmetric, shard).map_err(err)?,
+        )),
+        (None, _) => None,
     };
     let len = writer.row_len();
     // One pass serves both when the graph's rows are a prefix of the rankings.
@@ -173,6 +257,7 @@ fn run(a: Args) -> Result<(), String> {
         metric: a.metric,
         batch: a.batch,
         verify: a.verify,
+        items,
         ..RankingsOptions::default()
     };
     let t0 = Instant::now();
@@ -194,14 +279,22 @@ fn run(a: Args) -> Result<(), String> {
                 gvals.extend_from_slice(&values[r * got..r * got + real]);
                 gvals.resize((r + 1) * gk, kmetric.pad_value());
             }
-            g.write_batch(items, &gids, &gvals)?;
+            match g {
+                Graph::Whole(w) => w.write_batch(items, &gids, &gvals)?,
+                Graph::Shard(w) => w.write_batch(items, &gids, &gvals)?,
+            }
         }
         Ok(())
     })
     .map_err(err)?;
-    writer.finish().map_err(err)?;
-    if let Some(g) = graph {
-        g.finish().map_err(err)?;
+    match a.shard {
+        Some(_) => writer.finish_partial().map_err(err)?,
+        None => writer.finish().map_err(err)?,
+    }
+    match graph {
+        Some(Graph::Whole(w)) => w.finish().map_err(err)?,
+        Some(Graph::Shard(w)) => w.finish().map_err(err)?,
+        None => {}
     }
     let wall = t0.elapsed().as_secs_f64();
     let gpu_s = report.gpu_ns as f64 / 1e9;
@@ -258,8 +351,18 @@ fn run(a: Args) -> Result<(), String> {
     Ok(())
 }
 
+/// The graph output: the whole graph, or a shard's slice of it.
+enum Graph {
+    Whole(KnnGraphWriter),
+    Shard(KnnGraphShard),
+}
+
 fn main() {
-    let result = parse().and_then(run);
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let result = match argv.first().map(String::as_str) {
+        Some(what @ ("merge" | "merge-graph")) => merge(what, &argv[1..]),
+        _ => parse().and_then(run),
+    };
     if let Err(e) = result {
         eprintln!("rankings: {e}");
         std::process::exit(1);

@@ -2,7 +2,8 @@
 # The test command (README.md, .ci/run): installs what is missing, checks formatting and lints,
 # runs every Rust test on the machine's Vulkan device (lavapipe without a GPU) with validation
 # layers on, the scan and filter tests once more with lavapipe's subgroup size at 4, then builds
-# the LuaJIT module and runs the busted specs under LuaJIT against it.
+# the LuaJIT module, runs the Slurm recipe on a live single-node Slurm (root, ~30 s) and the
+# busted specs under LuaJIT against the module.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup-debian.sh
@@ -29,6 +30,8 @@ smoke=$(mktemp -d)
 cargo run --release --quiet --example rankings -- --table data/fortunes-300.embeddings.json \
   --top-k 5 --out "$smoke/rankings.json" --graph "$smoke/graph.knn" --verify 16 >/dev/null
 bash scripts/build-lua.sh
+# The Slurm recipe (contrib/slurm) on a single-node Slurm it starts and stops; needs root.
+if [ "$(id -u)" -eq 0 ]; then bash tests/slurm/live.sh; else sudo -E bash tests/slurm/live.sh; fi
 log=$(mktemp)
 LUA_CPATH='target/lua/?.so;;' LUA_PATH='lua/?.lua;lua/?/init.lua;tests/lua/?.lua;;' \
   luajit /usr/bin/busted --output=plainTerminal tests/lua | tee "$log"

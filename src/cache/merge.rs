@@ -1,5 +1,5 @@
-//! Shards: partial caches of one run (`--shard i/n`), and [`merge_caches`] merging them back
-//! into the one-shot cache.
+//! Shards: partial caches of one run (`--shard i/n`), and [`merge_caches`] /
+//! [`merge_rankings`] merging them back into the one-shot diversity / rankings cache.
 
 use super::json_stream::{JsonStream, PIECE_BYTES};
 use super::pending::{io_err, PendingFile};
@@ -18,6 +18,53 @@ pub const SHARD_KEYS: [&str; 4] = [
     "shard_starts_total",
     "shard_starts_fingerprint",
 ];
+
+/// The metadata keys a shard of a rankings run carries on top of the run's own, all removed by
+/// [`merge_rankings`]: `"shard":"i/n"` (1-based), `"shard_layout"` and `"shard_items_total"`
+/// (N, the items of the whole run: a shard ranks its slice of the items 0..N against all N).
+pub const RANKINGS_SHARD_KEYS: [&str; 3] = ["shard", "shard_layout", "shard_items_total"];
+
+/// What sets the two mergeable JSON caches apart.
+struct Flavor {
+    /// What the file is, in messages.
+    what: &'static str,
+    /// The output, in the JSON stream's messages.
+    stream: &'static str,
+    /// The member holding the rows.
+    rows: &'static str,
+    /// The metadata key of the whole run's row count.
+    total: &'static str,
+    /// The shard keys the merge drops.
+    keys: &'static [&'static str],
+    /// A row's own key is its first entry (a sequence starts at its start); otherwise it is
+    /// absent (a ranking lists the other items).
+    own_first: bool,
+    /// The rows and the whole run's rows, in messages.
+    noun: &'static str,
+    total_noun: &'static str,
+}
+
+const DIVERSITY: Flavor = Flavor {
+    what: "diversity cache",
+    stream: "cache",
+    rows: "sequences",
+    total: "shard_starts_total",
+    keys: &SHARD_KEYS,
+    own_first: true,
+    noun: "sequences",
+    total_noun: "starts",
+};
+
+const RANKINGS: Flavor = Flavor {
+    what: "rankings cache",
+    stream: "rankings cache",
+    rows: "rankings",
+    total: "shard_items_total",
+    keys: &RANKINGS_SHARD_KEYS,
+    own_first: false,
+    noun: "rankings",
+    total_noun: "items",
+};
 
 /// How a run's starts list is split into shards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,7 +125,7 @@ pub struct MergeReport {
     pub shards: usize,
     /// Their layout.
     pub layout: ShardLayout,
-    /// Sequences in the merged cache (the whole run's starts).
+    /// Rows in the merged cache: sequences (the whole run's starts) or rankings (its items).
     pub sequences: usize,
 }
 
@@ -108,10 +155,11 @@ impl<'de> serde::Deserialize<'de> for RawEntries<'de> {
     }
 }
 
-/// A diversity cache's members `metadata` and `sequences` (others skipped), read in one pass.
+/// A cache's members `metadata` and `sequences` or `rankings` (others skipped), read in one pass.
 struct CacheEntries<'a> {
     metadata: Option<RawEntries<'a>>,
     sequences: Option<RawEntries<'a>>,
+    rankings: Option<RawEntries<'a>>,
 }
 
 impl<'de> serde::Deserialize<'de> for CacheEntries<'de> {
@@ -120,7 +168,7 @@ impl<'de> serde::Deserialize<'de> for CacheEntries<'de> {
         impl<'de> serde::de::Visitor<'de> for V {
             type Value = CacheEntries<'de>;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a JSON object {\"metadata\":{…},\"sequences\":{…}}")
+                f.write_str("a JSON object {\"metadata\":{…},\"sequences\" or \"rankings\":{…}}")
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(
                 self,
@@ -129,11 +177,13 @@ impl<'de> serde::Deserialize<'de> for CacheEntries<'de> {
                 let mut out = CacheEntries {
                     metadata: None,
                     sequences: None,
+                    rankings: None,
                 };
                 while let Some(key) = map.next_key::<String>()? {
                     match key.as_str() {
                         "metadata" => out.metadata = Some(map.next_value()?),
                         "sequences" => out.sequences = Some(map.next_value()?),
+                        "rankings" => out.rankings = Some(map.next_value()?),
                         _ => {
                             map.next_value::<serde::de::IgnoredAny>()?;
                         }
@@ -162,17 +212,20 @@ struct Marks {
     ids: std::collections::HashSet<String>,
 }
 
-/// Check the sequence text `raw` of start `key` before it is copied into a merged cache: every
-/// entry a row index (a non-negative integer) or every entry an id (a string), the same kind as
-/// every row before (`kind`), the first entry the start itself, no entry twice.
+/// Check the row text `raw` of `key` before it is copied into a merged cache: every entry a row
+/// index (a non-negative integer) or every entry an id (a string), the same kind as every row
+/// before (`kind`), no entry twice, and the first entry the key itself (a sequence, `own_first`)
+/// or the key nowhere in it (a ranking).
 fn check_row(
     key: &str,
     raw: &str,
+    own_first: bool,
     kind: &mut Option<RowKind>,
     marks: &mut Marks,
 ) -> std::result::Result<(), String> {
-    let (this, first) = if let Ok(v) = serde_json::from_str::<Vec<u64>>(raw) {
+    let (this, first, own) = if let Ok(v) = serde_json::from_str::<Vec<u64>>(raw) {
         let first = v.first().map(|x| x.to_string());
+        let own = key.parse::<u64>().is_ok_and(|k| v.contains(&k));
         let max = v.iter().copied().max().unwrap_or(0);
         if max > u32::MAX as u64 {
             return Err(format!("has entry {max}, not a row index (past 2^32)"));
@@ -203,13 +256,14 @@ fn check_row(
         if let Some(x) = twice {
             return Err(format!("has entry {x} twice"));
         }
-        (RowKind::Indices, first)
+        (RowKind::Indices, first, own)
     } else if let Ok(v) = serde_json::from_str::<Vec<String>>(raw) {
         marks.ids.clear();
         if let Some(x) = v.iter().find(|x| !marks.ids.insert((*x).clone())) {
             return Err(format!("has entry {} twice", Value::String(x.clone())));
         }
-        (RowKind::Ids, v.first().cloned())
+        let own = v.iter().any(|x| x == key);
+        (RowKind::Ids, v.first().cloned(), own)
     } else {
         return Err("has an entry that is neither a row index nor an id".into());
     };
@@ -231,6 +285,13 @@ fn check_row(
             ))
         }
         _ => {}
+    }
+    if !own_first {
+        return match own {
+            true => Err("lists its own item".into()),
+            false if first.is_none() => Err("is empty".into()),
+            false => Ok(()),
+        };
     }
     match first {
         Some(f) if f == key => Ok(()),
@@ -288,16 +349,21 @@ struct ShardPart<'a> {
 }
 
 impl<'a> ShardPart<'a> {
-    fn parse(path: &'a Path, text: &'a str) -> Result<ShardPart<'a>> {
+    fn parse(path: &'a Path, text: &'a str, flavor: &Flavor) -> Result<ShardPart<'a>> {
         let bad = |reason: String| Error::Format {
             path: path.to_path_buf(),
             reason,
         };
+        let what = flavor.what;
         let top: CacheEntries =
-            serde_json::from_str(text).map_err(|e| bad(format!("not a diversity cache: {e}")))?;
-        let missing = |name: &str| bad(format!("not a diversity cache: it has no \"{name}\""));
+            serde_json::from_str(text).map_err(|e| bad(format!("not a {what}: {e}")))?;
+        let missing = |name: &str| bad(format!("not a {what}: it has no \"{name}\""));
         let metadata = top.metadata.ok_or_else(|| missing("metadata"))?;
-        let rows = top.sequences.ok_or_else(|| missing("sequences"))?;
+        let rows = match flavor.own_first {
+            true => top.sequences,
+            false => top.rankings,
+        };
+        let rows = rows.ok_or_else(|| missing(flavor.rows))?;
         let field = |name: &str| -> Result<Value> {
             let raw = metadata
                 .0
@@ -332,13 +398,14 @@ impl<'a> ShardPart<'a> {
                     "metadata shard_layout is {layout}, not \"contiguous\" or \"strided\""
                 ))
             })?;
-        let total = field("shard_starts_total")?;
+        let total = field(flavor.total)?;
         let total = total
             .as_u64()
             .and_then(|t| usize::try_from(t).ok())
             .ok_or_else(|| {
                 bad(format!(
-                    "metadata shard_starts_total is {total}, not a non-negative integer"
+                    "metadata {} is {total}, not a non-negative integer",
+                    flavor.total
                 ))
             })?;
         Ok(ShardPart {
@@ -423,6 +490,19 @@ fn check_same_run(first: &ShardPart, part: &ShardPart) -> Result<()> {
 ///
 /// [`JsonCacheWriter`]: super::JsonCacheWriter
 pub fn merge_caches(inputs: &[PathBuf], out: &Path) -> Result<MergeReport> {
+    merge_json(inputs, out, &DIVERSITY)
+}
+
+/// Merge the partial rankings caches of a sharded rankings run (every shard 1..n, in any
+/// order) into the rankings cache `out`, byte-identical to the one-shot run's: as
+/// [`merge_caches`], with [`RANKINGS_SHARD_KEYS`] instead of [`SHARD_KEYS`], the rows under
+/// `"rankings"`, each a list of other items (never its own), the items in the one-shot order
+/// 0..N. [`MergeReport::sequences`] is then the number of rankings.
+pub fn merge_rankings(inputs: &[PathBuf], out: &Path) -> Result<MergeReport> {
+    merge_json(inputs, out, &RANKINGS)
+}
+
+fn merge_json(inputs: &[PathBuf], out: &Path, flavor: &Flavor) -> Result<MergeReport> {
     if inputs.is_empty() {
         return Err(Error::Invalid(format!(
             "{}: no shards to merge",
@@ -441,12 +521,18 @@ pub fn merge_caches(inputs: &[PathBuf], out: &Path) -> Result<MergeReport> {
     drop(PendingFile::create(out)?);
     let texts = inputs
         .iter()
-        .map(|p| std::fs::read_to_string(p).map_err(io_err(p)))
+        .map(|p| {
+            let bytes = std::fs::read(p).map_err(io_err(p))?;
+            String::from_utf8(bytes).map_err(|_| Error::Format {
+                path: p.to_path_buf(),
+                reason: format!("not a {}: it is not UTF-8 text", flavor.what),
+            })
+        })
         .collect::<Result<Vec<_>>>()?;
     let mut parts = inputs
         .iter()
         .zip(&texts)
-        .map(|(p, t)| ShardPart::parse(p, t))
+        .map(|(p, t)| ShardPart::parse(p, t, flavor))
         .collect::<Result<Vec<_>>>()?;
     let count = parts[0].count;
     if let Some(p) = parts.iter().find(|p| p.count != count) {
@@ -519,12 +605,14 @@ pub fn merge_caches(inputs: &[PathBuf], out: &Path) -> Result<MergeReport> {
         };
         if p.rows.len() != want {
             return Err(bad(format!(
-                "shard {}/{count} holds {} sequences, but the {} shard {} of {count} of a run \
-                 of {total} starts holds {want}",
+                "shard {}/{count} holds {} {}, but the {} shard {} of {count} of a run of \
+                 {total} {} holds {want}",
                 p.index,
                 p.rows.len(),
+                flavor.noun,
                 layout.name(),
-                p.index
+                p.index,
+                flavor.total_noun
             )));
         }
         for (key, raw) in &p.rows {
@@ -532,7 +620,8 @@ pub fn merge_caches(inputs: &[PathBuf], out: &Path) -> Result<MergeReport> {
             let shown = Value::String(key.clone());
             if let Some(other) = keys.insert(key, p.path) {
                 return Err(bad(format!(
-                    "start {shown} is also in {}{}",
+                    "{} {shown} is also in {}{}",
+                    if flavor.own_first { "start" } else { "item" },
                     other.display(),
                     if other == p.path {
                         " (twice in this file)"
@@ -541,16 +630,20 @@ pub fn merge_caches(inputs: &[PathBuf], out: &Path) -> Result<MergeReport> {
                     }
                 )));
             }
-            let len = array_len(raw.get())
-                .ok_or_else(|| bad(format!("the sequence of {shown} is not an array")))?;
-            check_row(key, raw.get(), &mut kind, &mut marks)
-                .map_err(|why| bad(format!("the sequence of {shown} {why}")))?;
+            let len = array_len(raw.get()).ok_or_else(|| {
+                bad(format!(
+                    "the {} of {shown} is not an array",
+                    row_noun(flavor)
+                ))
+            })?;
+            check_row(key, raw.get(), flavor.own_first, &mut kind, &mut marks)
+                .map_err(|why| bad(format!("the {} of {shown} {why}", row_noun(flavor))))?;
             match row_len {
                 None => row_len = Some((len, p.path, shown)),
                 Some((l, path, ref k)) if l != len => {
                     return Err(bad(format!(
-                        "the sequence of {shown} has {len} entries, but that of {k} in {} has \
-                         {l}",
+                        "the {} of {shown} has {len} entries, but that of {k} in {} has {l}",
+                        row_noun(flavor),
                         path.display()
                     )))
                 }
@@ -564,7 +657,7 @@ pub fn merge_caches(inputs: &[PathBuf], out: &Path) -> Result<MergeReport> {
     for (k, v) in parts[0]
         .metadata
         .iter()
-        .filter(|(k, _)| !SHARD_KEYS.contains(&k.as_str()))
+        .filter(|(k, _)| !flavor.keys.contains(&k.as_str()))
     {
         if meta.len() > 1 {
             meta.push(b',');
@@ -579,7 +672,7 @@ pub fn merge_caches(inputs: &[PathBuf], out: &Path) -> Result<MergeReport> {
         meta.extend_from_slice(v.as_bytes());
     }
     meta.push(b'}');
-    let mut stream = JsonStream::create(out, "cache", &meta, "sequences", None)?;
+    let mut stream = JsonStream::create(out, flavor.stream, &meta, flavor.rows, None)?;
     // The one-shot run's order: the shards one after another, or position p from shard
     // p mod n (its row p div n).
     let order: Box<dyn Iterator<Item = (usize, usize)>> = match layout {
@@ -611,4 +704,12 @@ pub fn merge_caches(inputs: &[PathBuf], out: &Path) -> Result<MergeReport> {
         layout,
         sequences: total,
     })
+}
+
+/// One row, in messages: "sequence" or "ranking".
+fn row_noun(flavor: &Flavor) -> &'static str {
+    match flavor.own_first {
+        true => "sequence",
+        false => "ranking",
+    }
 }

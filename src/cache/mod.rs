@@ -8,9 +8,12 @@
 //! - `binary`: the user's binary cache, [`BinaryCacheWriter`] and the reader [`BinaryCache`].
 //! - `rankings`: [`RankingsWriter`], the similarity rankings cache.
 //! - `knn_graph`: the k-NN graph file, [`KnnGraphWriter`], [`KnnGraph`], [`KnnMetric`], `KNN_*`.
-//! - `merge`: [`merge_caches`] of a sharded run's partial caches, [`SHARD_KEYS`], [`ShardLayout`].
+//! - `merge`: [`merge_caches`] / [`merge_rankings`] of a sharded run's partial caches,
+//!   [`SHARD_KEYS`], [`ShardLayout`].
+//! - `graph_shard`: [`KnnGraphShard`], a shard's slice of a k-NN graph, and [`merge_graphs`].
 
 mod binary;
+mod graph_shard;
 mod json_stream;
 mod knn_graph;
 mod merge;
@@ -20,10 +23,14 @@ mod rows;
 mod sequences;
 
 pub use binary::{BinaryCache, BinaryCacheWriter};
+pub use graph_shard::{merge_graphs, KnnGraphShard, KNN_SHARD_MAGIC};
 pub use knn_graph::{
     KnnGraph, KnnGraphWriter, KnnMetric, KNN_HEADER, KNN_MAGIC, KNN_PAD, KNN_VERSION,
 };
-pub use merge::{merge_caches, shard_len, MergeReport, ShardLayout, SHARD_KEYS};
+pub use merge::{
+    merge_caches, merge_rankings, shard_len, MergeReport, ShardLayout, RANKINGS_SHARD_KEYS,
+    SHARD_KEYS,
+};
 pub use pending::{stale_removed, PendingFile};
 pub use rankings::RankingsWriter;
 pub use sequences::JsonCacheWriter;

@@ -1,0 +1,330 @@
+//! [`KnnGraphShard`]: the slice of a k-NN graph one shard of a sharded rankings run computes, and
+//! [`merge_graphs`], which rebuilds the one-shot graph file from every shard's slice.
+
+use super::knn_graph::{KnnGraphWriter, KnnMetric};
+use super::merge::{shard_len, ShardLayout};
+use super::pending::{io_err, PendingFile};
+use super::rows::{format_err, le_u32s, open_with_size};
+use crate::error::{Error, Result};
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+/// A graph shard file's first four bytes.
+pub const KNN_SHARD_MAGIC: [u8; 4] = *b"DKNS";
+/// Bytes of a graph shard file's header.
+const SHARD_HEADER: u64 = 36;
+/// Rows a merge reads at a time.
+const MERGE_ROWS: usize = 4096;
+
+/// Writer of a graph shard file: the k-NN graph rows of shard `index` (1-based) of `count` of
+/// the items 0..N split in `layout`, in this little-endian layout (version 1):
+///
+/// | offset | size | field |
+/// | --- | --- | --- |
+/// | 0 | 4 | magic `DKNS` |
+/// | 4 | 4 | u32 version = 1 |
+/// | 8 | 4 | u32 N (items of the whole graph) |
+/// | 12 | 4 | u32 k |
+/// | 16 | 4 | u32 metric (as the graph file's) |
+/// | 20 | 4 | u32 shard index i (1-based) |
+/// | 24 | 4 | u32 shard count n |
+/// | 28 | 4 | u32 layout: 0 contiguous, 1 strided |
+/// | 32 | 4 | u32 reserved = 0 |
+/// | 36 | m·k·8 | the shard's m items' rows in the shard's order, each k u32 ids then k f32 values |
+///
+/// Rows must come in the shard's order ([`ShardLayout::positions`]); their contents are checked
+/// when [`merge_graphs`] writes them through a [`KnnGraphWriter`]. The file goes through a
+/// [`PendingFile`]: nothing is left behind unless [`finish`](Self::finish) succeeds.
+#[derive(Debug)]
+pub struct KnnGraphShard {
+    out: BufWriter<File>,
+    pending: PendingFile,
+    positions: Vec<usize>,
+    written: usize,
+    k: usize,
+}
+
+impl KnnGraphShard {
+    /// Create the temporary file beside `path` and write the header. `n` ≥ 1, `k` in 1..=n,
+    /// `1 <= index <= count`; otherwise [`Error::Invalid`] and nothing is created.
+    pub fn create(
+        path: &Path,
+        n: usize,
+        k: usize,
+        metric: KnnMetric,
+        (index, count, layout): (usize, usize, ShardLayout),
+    ) -> Result<Self> {
+        let ok = n >= 1 && n <= u32::MAX as usize && (1..=n).contains(&k);
+        if !ok || count < 1 || !(1..=count).contains(&index) || count > u32::MAX as usize {
+            return Err(Error::Invalid(format!(
+                "{}: graph shard {index}/{count} of N = {n}, k = {k}: needs 1 <= k <= N and \
+                 1 <= i <= n",
+                path.display()
+            )));
+        }
+        let (pending, file) = PendingFile::create(path)?;
+        let mut out = BufWriter::new(file);
+        let code = u32::from(layout == ShardLayout::Strided);
+        let mut header = KNN_SHARD_MAGIC.to_vec();
+        for v in [
+            1,
+            n as u32,
+            k as u32,
+            metric.code(),
+            index as u32,
+            count as u32,
+            code,
+            0,
+        ] {
+            header.extend_from_slice(&v.to_le_bytes());
+        }
+        out.write_all(&header).map_err(io_err(path))?;
+        Ok(KnnGraphShard {
+            out,
+            pending,
+            positions: layout.positions(index, count, n),
+            written: 0,
+            k,
+        })
+    }
+
+    /// Append the rows of `items` (the shard's next items, in order): row `r` of `ids` and
+    /// `values` (k entries each) is `items[r]`'s. Items out of the shard's order are
+    /// [`Error::Invalid`] and nothing of the batch is written.
+    pub fn write_batch(&mut self, items: &[u32], ids: &[u32], values: &[f32]) -> Result<()> {
+        let (k, path) = (self.k, self.pending.path().to_path_buf());
+        let next = &self.positions[self.written.min(self.positions.len())..];
+        if ids.len() != items.len() * k || values.len() != items.len() * k {
+            return Err(Error::Invalid(format!(
+                "{}: {} items but {} ids and {} values (k = {k} each)",
+                path.display(),
+                items.len(),
+                ids.len(),
+                values.len()
+            )));
+        }
+        if items.len() > next.len() || items.iter().zip(next).any(|(&a, &b)| a as usize != b) {
+            return Err(Error::Invalid(format!(
+                "{}: items {:?}… are not this shard's next items (expected {:?}…)",
+                path.display(),
+                &items[..items.len().min(4)],
+                &next[..next.len().min(4)]
+            )));
+        }
+        let mut bytes = Vec::with_capacity(items.len() * k * 8);
+        for r in 0..items.len() {
+            for &id in &ids[r * k..(r + 1) * k] {
+                bytes.extend_from_slice(&id.to_le_bytes());
+            }
+            for &v in &values[r * k..(r + 1) * k] {
+                bytes.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        self.out.write_all(&bytes).map_err(io_err(&path))?;
+        self.written += items.len();
+        Ok(())
+    }
+
+    /// Check that every row of the shard was written, then flush, fsync and rename.
+    pub fn finish(self) -> Result<()> {
+        let path = self.pending.path().to_path_buf();
+        if self.written != self.positions.len() {
+            return Err(Error::Invalid(format!(
+                "{}: graph shard incomplete: {} of its {} rows written",
+                path.display(),
+                self.written,
+                self.positions.len()
+            )));
+        }
+        let file = self
+            .out
+            .into_inner()
+            .map_err(|e| io_err(&path)(e.into_error()))?;
+        file.sync_all().map_err(io_err(&path))?;
+        drop(file);
+        self.pending.commit()
+    }
+}
+
+/// A graph shard file's header, read and checked against its size.
+struct ShardHead {
+    path: PathBuf,
+    reader: BufReader<File>,
+    n: usize,
+    k: usize,
+    metric: u32,
+    index: usize,
+    count: usize,
+    layout: ShardLayout,
+}
+
+impl ShardHead {
+    fn open(path: &Path) -> Result<ShardHead> {
+        let (mut file, size) = open_with_size(path)?;
+        let format = format_err(path);
+        let mut h = [0u8; SHARD_HEADER as usize];
+        if size < SHARD_HEADER || file.read_exact(&mut h).is_err() || h[..4] != KNN_SHARD_MAGIC {
+            return Err(format(
+                "not a k-NN graph shard (a file that starts with \"DKNS\", written by a \
+                 sharded rankings run with --graph)"
+                    .into(),
+            ));
+        }
+        let w = le_u32s(&h[4..]);
+        let (version, n, k, metric, index, count, code) = (
+            w[0],
+            w[1] as usize,
+            w[2] as usize,
+            w[3],
+            w[4] as usize,
+            w[5] as usize,
+            w[6],
+        );
+        let layout = match code {
+            0 => ShardLayout::Contiguous,
+            1 => ShardLayout::Strided,
+            _ => return Err(format(format!("unknown shard layout code {code}"))),
+        };
+        if version != 1
+            || n == 0
+            || !(1..=n).contains(&k)
+            || count == 0
+            || !(1..=count).contains(&index)
+            || KnnMetric::from_code(metric).is_none()
+            || w[7] != 0
+        {
+            return Err(format(format!(
+                "bad graph shard header: version {version}, N = {n}, k = {k}, metric {metric}, \
+                 shard {index}/{count}"
+            )));
+        }
+        let want = SHARD_HEADER + shard_len(index, count, n) as u64 * k as u64 * 8;
+        if size != want {
+            return Err(format(format!(
+                "{size} bytes, but graph shard {index}/{count} of N = {n}, k = {k} is {want} \
+                 bytes: the file is truncated or not a graph shard"
+            )));
+        }
+        Ok(ShardHead {
+            path: path.to_path_buf(),
+            reader: BufReader::new(file),
+            n,
+            k,
+            metric,
+            index,
+            count,
+            layout,
+        })
+    }
+}
+
+/// Merge the graph shard files of a sharded rankings run (every shard 1..n, in any order) into
+/// the k-NN graph file `out`, byte-identical to the one-shot run's graph. The shards must agree
+/// on N, k, the metric, n and the layout, each shard present once; a missing shard is
+/// [`Error::Invalid`] naming every missing `i/n`, a file that does not fit [`Error::Format`]
+/// naming it. Every row is checked as [`KnnGraphWriter::write_batch`] checks rows. `out` is
+/// untouched on any error. Returns the number of shards.
+pub fn merge_graphs(inputs: &[PathBuf], out: &Path) -> Result<usize> {
+    if inputs.is_empty() {
+        return Err(Error::Invalid(format!(
+            "{}: no graph shards to merge",
+            out.display()
+        )));
+    }
+    if let Some(p) = inputs.iter().find(|p| crate::files::same_file(p, out)) {
+        return Err(Error::Invalid(format!(
+            "the output {} is also an input ({}): refusing to overwrite it",
+            out.display(),
+            p.display()
+        )));
+    }
+    drop(PendingFile::create(out)?);
+    let mut heads = inputs
+        .iter()
+        .map(|p| ShardHead::open(p))
+        .collect::<Result<Vec<_>>>()?;
+    let first = (heads[0].n, heads[0].k, heads[0].metric, heads[0].count);
+    let first_layout = heads[0].layout;
+    let mut seen: HashMap<usize, PathBuf> = HashMap::new();
+    for h in &heads {
+        if (h.n, h.k, h.metric, h.count) != first || h.layout != first_layout {
+            return Err(Error::Format {
+                path: h.path.clone(),
+                reason: format!(
+                    "not a shard of the same run as {}: N = {}, k = {}, metric {}, {} shards \
+                     {} here; N = {}, k = {}, metric {}, {} shards {} there",
+                    heads[0].path.display(),
+                    h.n,
+                    h.k,
+                    h.metric,
+                    h.count,
+                    h.layout.name(),
+                    first.0,
+                    first.1,
+                    first.2,
+                    first.3,
+                    first_layout.name()
+                ),
+            });
+        }
+        if let Some(other) = seen.insert(h.index, h.path.clone()) {
+            return Err(Error::Format {
+                path: h.path.clone(),
+                reason: format!(
+                    "graph shard {}/{} is given twice (also {})",
+                    h.index,
+                    h.count,
+                    other.display()
+                ),
+            });
+        }
+    }
+    let (n, k, code, count) = first;
+    if seen.len() < count {
+        let missing: Vec<String> = (1..=count)
+            .filter(|i| !seen.contains_key(i))
+            .map(|i| format!("{i}/{count}"))
+            .collect();
+        let named = if missing.len() <= 16 {
+            missing.join(", ")
+        } else {
+            format!("{} of {count}", missing.len())
+        };
+        return Err(Error::Invalid(format!(
+            "{}: cannot merge: graph shard(s) {named} missing (given: {})",
+            out.display(),
+            heads
+                .iter()
+                .map(|h| format!("{} = {}/{count}", h.path.display(), h.index))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    let metric = KnnMetric::from_code(code).expect("checked in open");
+    let mut writer = KnnGraphWriter::create(out, n, k, metric)?;
+    let (mut bytes, mut ids, mut values) = (Vec::new(), Vec::new(), Vec::new());
+    for h in &mut heads {
+        let positions = h.layout.positions(h.index, h.count, n);
+        for chunk in positions.chunks(MERGE_ROWS) {
+            bytes.resize(chunk.len() * k * 8, 0);
+            h.reader.read_exact(&mut bytes).map_err(io_err(&h.path))?;
+            ids.clear();
+            values.clear();
+            for row in bytes.chunks_exact(k * 8) {
+                ids.extend(le_u32s(&row[..k * 4]));
+                values.extend(le_u32s(&row[k * 4..]).into_iter().map(f32::from_bits));
+            }
+            let items: Vec<u32> = chunk.iter().map(|&p| p as u32).collect();
+            writer
+                .write_batch(&items, &ids, &values)
+                .map_err(|e| Error::Format {
+                    path: h.path.clone(),
+                    reason: format!("a bad row: {e}"),
+                })?;
+        }
+    }
+    writer.finish()?;
+    Ok(count)
+}
