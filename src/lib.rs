@@ -22,6 +22,7 @@ pub mod engine;
 pub mod error;
 pub mod files;
 pub mod gram;
+pub mod ivf;
 pub mod knn;
 /// The k-NN cross-check ([`knn::verify`]), at its old path.
 pub mod knn_verify {
@@ -45,6 +46,7 @@ pub use device_table::DeviceTable;
 pub use engine::{Engine, Job, JobOptions, ModeChoice, ModeReason};
 pub use error::{Error, Result};
 pub use gram::{Gram, GramJob, GramOptions, Mode, Placement};
+pub use ivf::{kmeans, IvfFlat, IvfOptions, KMeans, KMeansOptions};
 pub use knn::{knn, KnnOptions, KnnResult, Metric};
 pub use multi::{open_devices, IndexReplicas, IndexShards};
 pub use scan::{ScanJob, ScanKernel, ScanOptions, Shape};
