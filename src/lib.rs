@@ -9,7 +9,8 @@
 //! the per-batch scaffold of [`batch`]: [`scan`] (every candidate every step, in every shape) or
 //! [`gram`] (the Gram-matrix engine; [`gram::mode_for`] is the `auto` rule) → results, written by
 //! [`cache`]; [`knn`](mod@knn) (exact k-NN with GPU k-selection) → [`rankings`] (every item's
-//! ranking of the others, the k-NN graph); [`reference`](mod@reference) is the float64 CPU
+//! ranking of the others, the k-NN graph); [`ivf`] (k-means on the device and the IVF-Flat
+//! approximate index); [`reference`](mod@reference) is the float64 CPU
 //! reference and the exactness oracle; [`files`] loads tables from disk.
 #![warn(missing_docs)]
 

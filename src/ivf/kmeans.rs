@@ -1,7 +1,7 @@
 //! k-means (Lloyd's algorithm) with the assignment on the device.
 //!
 //! Each iteration assigns every training row to its nearest centroid by squared L2 distance on
-//! the device — the exact k-NN search of [`crate::knn`] with k = 1, the centroids uploaded as
+//! the device — the exact k-NN search of [`crate::knn()`] with k = 1, the centroids uploaded as
 //! the table (fp32) and the training rows as the queries: the blocked distance product and the
 //! k-selection, ties to the lowest centroid — then updates the centroids **on the host**: the
 //! sums of each cluster's rows in float64, divided by the count and rounded to f32 once. (The

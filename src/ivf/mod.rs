@@ -1,4 +1,4 @@
-//! Approximate search the Faiss way: [`kmeans`] on the device and the inverted-file index
+//! Approximate search the Faiss way: [`kmeans()`] on the device and the inverted-file index
 //! [`IvfFlat`] (Faiss's `IndexIVFFlat`), saved and loaded by [`IvfFlat::save`] /
 //! [`IvfFlat::load`] (the format is in `file.rs`).
 //!
@@ -21,7 +21,7 @@
 //! device table (see [`crate::multi`]). Each list holds its rows in ascending id order, so the
 //! device's order on `(key, position in the list)` is the order on `(key, id)`; each list's k
 //! best under it contain the whole table's k best that fall in the list; the host merge sorts
-//! the union by `(key, id)` exactly as the device does ([`crate::multi::key_order`]). With
+//! the union by `(key, id)` exactly as the device does (as [`crate::multi`] merges shards). With
 //! every list probed, the result is [`crate::knn::knn_flat`]'s on the whole table in the same
 //! precision: the same ids and distance bits, ties and padding included.
 
