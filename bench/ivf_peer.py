@@ -3,6 +3,7 @@
 table, the same queries and the same exact ground truth (both written by bench_ivf with
 --dump-queries / --dump-gt), with the same nlist, nprobe, k, iterations, seed and subsample cap.
 
+  python3 bench/ivf_peer.py --make-clustered N,D,C,Q --out-table T.f32 --out-queries Q.f32 [--seed S]
   python3 bench/ivf_peer.py --table FILE.f32|FILE.npy --dim D [--n N] --queries Q.f32 --gt GT.i32
       --k 10 --nlist L --nprobe 1,4,16 [--metric l2|ip|cosine] [--iters 20] [--seed 1234]
       [--train-max 256] [--threads T] [--json OUT.json] [--label NAME]
@@ -12,6 +13,10 @@ computes). Prints the k-means time and its final centroids' objective over all N
 squared L2 distances to the nearest centroid, the number bench_ivf prints as "final over all
 rows"), then per nprobe: search wall time, queries/s, 1-recall@1, 1-recall@k, k-recall@k
 against the ground truth. One RESULT json line at the end.
+
+--make-clustered writes a synthetic clustered table (N rows) and queries (Q rows) of dimension D:
+C centres uniform in [-1, 1)^D, every row a centre (chosen uniformly) plus N(0, 0.25^2) noise
+per coordinate, float32, seeded (default 1234).
 """
 import argparse, json, time
 import numpy as np
@@ -36,15 +41,31 @@ def recall(got, gt):
     return r1, rk, kk
 
 
+def make_clustered(spec, seed, out_table, out_queries):
+    n, d, c, q = (int(v) for v in spec.split(","))
+    rng = np.random.default_rng(seed)
+    centres = rng.uniform(-1, 1, size=(c, d)).astype(np.float32)
+    for path, rows in ((out_table, n), (out_queries, q)):
+        with open(path, "wb") as f:
+            for b in range(0, rows, 100000):
+                m = min(100000, rows - b)
+                x = centres[rng.integers(0, c, size=m)] + rng.normal(0, 0.25, size=(m, d))
+                f.write(x.astype("<f4").tobytes())
+    print(f"clustered: {n} x {d} ({c} centres) -> {out_table}, {q} queries -> {out_queries}")
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--table", required=True)
+    ap.add_argument("--make-clustered", default="")
+    ap.add_argument("--out-table", default="")
+    ap.add_argument("--out-queries", default="")
+    ap.add_argument("--table", default="")
     ap.add_argument("--dim", type=int, default=384)
     ap.add_argument("--n", type=int, default=0)
-    ap.add_argument("--queries", required=True)
-    ap.add_argument("--gt", required=True)
+    ap.add_argument("--queries", default="")
+    ap.add_argument("--gt", default="")
     ap.add_argument("--k", type=int, default=10)
-    ap.add_argument("--nlist", type=int, required=True)
+    ap.add_argument("--nlist", type=int, default=0)
     ap.add_argument("--nprobe", default="1,4,16")
     ap.add_argument("--metric", default="l2")
     ap.add_argument("--iters", type=int, default=20)
@@ -54,6 +75,11 @@ def main():
     ap.add_argument("--json", default="")
     ap.add_argument("--label", default="workload")
     a = ap.parse_args()
+    if a.make_clustered:
+        make_clustered(a.make_clustered, a.seed, a.out_table, a.out_queries)
+        return
+    if not (a.table and a.queries and a.gt and a.nlist):
+        ap.error("--table, --queries, --gt and --nlist are required")
     if a.threads:
         faiss.omp_set_num_threads(a.threads)
     x = load(a.table, a.dim, a.n)
