@@ -2,7 +2,8 @@
 //! on: a Lloyd step against a float64 brute-force step, the objective never rising, the same
 //! bits for the same seed, empty clusters split, subsampling; IVF-Flat with nprobe = nlist
 //! bit for bit the exact search (ties across lists included, all metrics, both precisions),
-//! recall growing with nprobe; index files round-tripping byte for byte; every bad input and
+//! each query with nprobe < nlist getting the exact search of exactly its probed lists, recall
+//! growing with nprobe; index files round-tripping byte for byte; every bad input and
 //! corrupt file refused with its message and no file written or clobbered.
 
 mod common;
@@ -298,6 +299,59 @@ fn recall_grows_with_nprobe_to_the_exact_search() {
         last = recall;
     }
     assert_eq!(last, 1.0);
+    assert_clean(&ctx);
+}
+
+#[test]
+fn each_query_gets_the_exact_search_of_its_probed_lists() {
+    let ctx = ctx();
+    let t = integer_table(900, 8, 8);
+    let q = random_table(12, 8, 77);
+    for m in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
+        let mut ix = IvfFlat::new(&ctx, 8, &opts(10, m, Precision::Fp32)).unwrap();
+        ix.train(&t).unwrap();
+        ix.add(&t).unwrap();
+        let nprobe = 3;
+        let ko = KnnOptions {
+            k: 15,
+            metric: m,
+            ..KnnOptions::default()
+        };
+        let (got, _) = ix.search(q.data(), 8, nprobe, &ko).unwrap();
+        // The probed lists: the exact k-NN of the query among the centroids.
+        let cent = Table::new(ix.centroids().to_vec(), 10, 8).unwrap();
+        let cdt = DeviceTable::upload(&ctx, &cent, Precision::Fp32).unwrap();
+        let co = KnnOptions {
+            k: nprobe,
+            metric: m,
+            ..KnnOptions::default()
+        };
+        let probes = knn_flat(&cdt, q.data(), 8, &co).unwrap();
+        for i in 0..q.n() {
+            // The rows of its probed lists, in id order, searched exactly.
+            let mut ids: Vec<i64> = probes
+                .ids_of(i)
+                .iter()
+                .flat_map(|&l| ix.list_ids(l as usize).to_vec())
+                .collect();
+            ids.sort_unstable();
+            let sub = rows(&t, &ids.iter().map(|&x| x as usize).collect::<Vec<_>>());
+            let st = Table::new(sub, ids.len(), 8).unwrap();
+            let sdt = DeviceTable::upload(&ctx, &st, Precision::Fp32).unwrap();
+            let want = knn_flat(&sdt, q.row(i), 8, &ko).unwrap();
+            let want_ids: Vec<i64> = want
+                .ids
+                .iter()
+                .map(|&j| if j < 0 { j } else { ids[j as usize] })
+                .collect();
+            assert_eq!(got.ids_of(i), &want_ids[..], "{m:?} query {i}");
+            assert_eq!(
+                bits(got.distances_of(i)),
+                bits(&want.distances),
+                "{m:?} query {i}"
+            );
+        }
+    }
     assert_clean(&ctx);
 }
 
