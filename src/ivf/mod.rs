@@ -34,7 +34,7 @@ pub use kmeans::{assign, kmeans, KMeans, KMeansOptions};
 use crate::device::Context;
 use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
-use crate::knn::{check_queries, knn_flat, KnnOptions, KnnPath, KnnResult, Metric, NO_ID};
+use crate::knn::{check_queries, knn_flat, KnnOptions, KnnResult, Metric, NO_ID};
 use crate::table::{Precision, Table};
 
 /// How an [`IvfFlat`] is built.
@@ -288,11 +288,7 @@ impl IvfFlat {
             queries: nq,
             ids: Vec::with_capacity(nq * k),
             distances: Vec::with_capacity(nq * k),
-            path: if nq == 0 {
-                KnnPath::Select { chunk: 0 }
-            } else {
-                probes.path
-            },
+            path: probes.path,
             subgroups: probes.subgroups,
             query_tile: probes.query_tile,
             gpu_ns: report.coarse_ns + report.lists_ns,
