@@ -122,7 +122,7 @@ fn one_lloyd_step_is_the_float64_step() {
 #[test]
 fn objective_never_rises_and_the_seed_fixes_the_bits() {
     let ctx = ctx();
-    let t = fortunes(1200);
+    let t = fortunes(600);
     let o = KMeansOptions {
         iters: 8,
         seed: 5,
@@ -147,11 +147,27 @@ fn objective_never_rises_and_the_seed_fixes_the_bits() {
         12,
         &KMeansOptions {
             seed: 6,
+            iters: 0,
             ..o.clone()
         },
     )
     .unwrap();
-    assert_ne!(bits(&a.centroids), bits(&c.centroids));
+    let a0 = kmeans(
+        &ctx,
+        &t,
+        12,
+        &KMeansOptions {
+            iters: 0,
+            ..o.clone()
+        },
+    )
+    .unwrap();
+    assert!(a0.objective.is_empty());
+    assert_ne!(
+        bits(&a0.centroids),
+        bits(&c.centroids),
+        "another seed, another init"
+    );
     // Subsampling: at most k × max_points_per_centroid rows.
     let s = kmeans(
         &ctx,
@@ -159,6 +175,7 @@ fn objective_never_rises_and_the_seed_fixes_the_bits() {
         12,
         &KMeansOptions {
             max_points_per_centroid: 40,
+            iters: 1,
             ..o
         },
     )
@@ -207,7 +224,7 @@ fn an_empty_cluster_splits_the_largest() {
 fn ivf_flat_with_every_list_probed_is_the_exact_search() {
     let ctx = ctx();
     let ints = integer_table(1200, 8, 21);
-    let real = fortunes(900);
+    let real = fortunes(500);
     for (name, t) in [("integer", &ints), ("fortunes", &real)] {
         let q = Table::new(
             rows(t, &(0..40).map(|i| i * 13).collect::<Vec<_>>()),
@@ -228,7 +245,7 @@ fn ivf_flat_with_every_list_probed_is_the_exact_search() {
                 assert_eq!(ix.ntotal(), t.n());
                 assert_eq!(ix.list_sizes().iter().sum::<usize>(), t.n());
                 let dt = DeviceTable::upload(&ctx, t, p).unwrap();
-                for k in [1, 10, 64] {
+                for k in [1, 17] {
                     let ko = KnnOptions {
                         k,
                         metric: m,
@@ -239,9 +256,11 @@ fn ivf_flat_with_every_list_probed_is_the_exact_search() {
                     let what = format!("{name} {p:?} {m:?} k={k}");
                     assert_same(&got, &want, &what);
                     assert_eq!(rep.rows_scanned, (t.n() * 40) as u64, "{what}");
-                    // nprobe past nlist is clamped.
-                    let (again, _) = ix.search(q.data(), q.d(), 99, &ko).unwrap();
-                    assert_same(&again, &want, &what);
+                    if k == 1 {
+                        // nprobe past nlist is clamped.
+                        let (again, _) = ix.search(q.data(), q.d(), 99, &ko).unwrap();
+                        assert_same(&again, &want, &what);
+                    }
                 }
             }
         }
@@ -266,14 +285,14 @@ fn ivf_flat_with_every_list_probed_is_the_exact_search() {
 #[test]
 fn recall_grows_with_nprobe_to_the_exact_search() {
     let ctx = ctx();
-    let t = fortunes(2000);
+    let t = fortunes(1200);
     let q = Table::new(
-        rows(&t, &(0..50).map(|i| i * 37 + 3).collect::<Vec<_>>()),
+        rows(&t, &(0..50).map(|i| i * 23 + 3).collect::<Vec<_>>()),
         50,
         384,
     )
     .unwrap();
-    let mut ix = IvfFlat::new(&ctx, 384, &opts(32, Metric::Cosine, Precision::Fp32)).unwrap();
+    let mut ix = IvfFlat::new(&ctx, 384, &opts(24, Metric::Cosine, Precision::Fp32)).unwrap();
     ix.train(&t).unwrap();
     ix.add(&t).unwrap();
     let ko = KnnOptions {
@@ -283,7 +302,7 @@ fn recall_grows_with_nprobe_to_the_exact_search() {
     let dt = DeviceTable::upload(&ctx, &t, Precision::Fp32).unwrap();
     let exact = knn_flat(&dt, q.data(), 384, &ko).unwrap();
     let mut last = 0.0;
-    for nprobe in [1, 4, 16, 32] {
+    for nprobe in [1, 4, 24] {
         let (r, rep) = ix.search(q.data(), 384, nprobe, &ko).unwrap();
         assert!(rep.rows_scanned <= (t.n() * 50) as u64);
         let mut hits = 0;
@@ -292,7 +311,7 @@ fn recall_grows_with_nprobe_to_the_exact_search() {
             hits += r.ids_of(i).iter().filter(|id| e.contains(id)).count();
             // A query's own row is in the list of its nearest centroid, probed first.
             assert!(
-                r.ids_of(i).contains(&((i * 37 + 3) as i64)),
+                r.ids_of(i).contains(&((i * 23 + 3) as i64)),
                 "nprobe {nprobe} query {i}"
             );
         }
