@@ -227,7 +227,7 @@ fn ivf_flat_with_every_list_probed_is_the_exact_search() {
     let real = fortunes(500);
     for (name, t) in [("integer", &ints), ("fortunes", &real)] {
         let q = Table::new(
-            rows(t, &(0..40).map(|i| i * 13).collect::<Vec<_>>()),
+            rows(t, &(0..40).map(|i| i * 12).collect::<Vec<_>>()),
             40,
             t.d(),
         )
@@ -237,11 +237,11 @@ fn ivf_flat_with_every_list_probed_is_the_exact_search() {
                 let mut ix = IvfFlat::new(&ctx, t.d(), &opts(12, m, p)).unwrap();
                 ix.train(t).unwrap();
                 // Added in two parts: ids continue.
-                let half = t.head(700).unwrap();
-                assert_eq!(ix.add(&half).unwrap(), 0);
+                let cut = t.n() * 7 / 12;
+                assert_eq!(ix.add(&t.head(cut).unwrap()).unwrap(), 0);
                 let rest =
-                    Table::new(t.data()[700 * t.d()..].to_vec(), t.n() - 700, t.d()).unwrap();
-                assert_eq!(ix.add(&rest).unwrap(), 700);
+                    Table::new(t.data()[cut * t.d()..].to_vec(), t.n() - cut, t.d()).unwrap();
+                assert_eq!(ix.add(&rest).unwrap(), cut);
                 assert_eq!(ix.ntotal(), t.n());
                 assert_eq!(ix.list_sizes().iter().sum::<usize>(), t.n());
                 let dt = DeviceTable::upload(&ctx, t, p).unwrap();
