@@ -26,6 +26,10 @@ cargo run --release --quiet --example bench_gram -- --table data/fortunes-2k.npy
 cargo run --release --quiet --example bench_knn -- --table data/fortunes-2k.npy --n 300 \
   --k 10,all --precisions fp32,fp16 --variants auto,tiles,fused,nowarp --devices 0,0 --repeat 2 --verify 8 \
   --label "CI smoke" >/dev/null
+# k-means + IVF-Flat (about 1 s): exits 1 unless nprobe = nlist reproduces the exact search.
+cargo run --release --quiet --example bench_ivf -- --table data/fortunes-2k.npy --n 1200 \
+  --queries tail:100 --nlist 16 --iters 4 --nprobe 2 --metric cosine --precision fp16 \
+  --label "CI smoke" >/dev/null
 smoke=$(mktemp -d)
 cargo run --release --quiet --example rankings -- --table data/fortunes-300.embeddings.json \
   --top-k 5 --out "$smoke/rankings.json" --graph "$smoke/graph.knn" --verify 16 >/dev/null

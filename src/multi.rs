@@ -529,7 +529,7 @@ fn intern(s: String) -> &'static str {
 
 /// The device's total order on `(key, id)`: ascending key, then ascending id. A NaN key (only
 /// from float overflow) goes after every number, so the order stays total.
-fn key_order(a: (f32, i64), b: (f32, i64)) -> Ordering {
+pub(crate) fn key_order(a: (f32, i64), b: (f32, i64)) -> Ordering {
     let by_key = match (a.0.is_nan(), b.0.is_nan()) {
         (false, false) => a.0.partial_cmp(&b.0).unwrap_or(Ordering::Equal),
         (true, true) => Ordering::Equal,

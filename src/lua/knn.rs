@@ -182,7 +182,7 @@ pub(super) fn knn_result(call: &str, r: KnnResult) -> LuaResult<LKnn> {
 }
 
 /// `opts.metric`: "cosine" (the default), "ip" or "l2".
-fn parse_metric(call: &str, o: &Option<LuaTable>) -> LuaResult<Metric> {
+pub(super) fn parse_metric(call: &str, o: &Option<LuaTable>) -> LuaResult<Metric> {
     match opt::<Value>(o, "metric")? {
         None | Some(Value::Nil) => Ok(Metric::Cosine),
         Some(Value::String(s)) => s.to_str()?.parse().lua_ctx(call),

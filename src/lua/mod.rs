@@ -22,6 +22,7 @@
 //! | `knn.rs` | k-NN results, rankings, k-NN graphs, the device table's k-NN methods |
 //! | `cache.rs` | the cache writers and reader, `merge_caches` |
 //! | `multi.rs` | several devices (`open_devices`, `knn_index`) and jobs on threads (`wait_any`) |
+//! | `ivf.rs` | `kmeans`, the IVF-Flat index (`ivf_index`, `load_ivf_index`) and its handle |
 
 mod args;
 mod cache;
@@ -30,6 +31,7 @@ mod context;
 mod device_table;
 mod error;
 mod handle;
+mod ivf;
 mod job;
 mod json;
 mod knn;
@@ -52,6 +54,7 @@ fn diversity(lua: &Lua) -> LuaResult<LuaTable> {
     cache::register(lua, &m)?;
     knn::register(lua, &m)?;
     multi::register(lua, &m)?;
+    ivf::register(lua, &m)?;
     // "diversity X.Y.Z", as Lua modules say what they are.
     m.set("_VERSION", concat!("diversity ", env!("CARGO_PKG_VERSION")))?;
     m.set("ENV_FAIL_AFTER_CHUNKS", crate::batch::ENV_FAIL_AFTER_CHUNKS)?;
@@ -148,6 +151,7 @@ fn string_errors(lua: &Lua, m: &LuaTable, message: LuaFunction) -> LuaResult<()>
     wrap_methods(lua, &wrap, "binary_cache", cache::LBinWriter::new_closed())?;
     wrap_methods(lua, &wrap, "binary_cache", cache::LBinCache::new_closed())?;
     wrap_methods(lua, &wrap, "multi_knn", multi::LMultiKnn::new_closed())?;
+    wrap_methods(lua, &wrap, "ivf", ivf::LIvf::new_closed())?;
     lua.set_named_registry_value(DONE, true)
 }
 

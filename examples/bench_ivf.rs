@@ -1,0 +1,279 @@
+//! The IVF benchmark: k-means and IVF-Flat on the device against the exact search, with the
+//! same queries and ground truth written out for the Faiss peer (`bench/ivf_peer.py`).
+//!
+//! ```text
+//! cargo run --release --example bench_ivf -- --table FILE [--dim D] [--n N]
+//!     [--queries sample:Q | tail:Q | FILE.f32] [--k 10] [--metric l2|ip|cosine] [--precision fp32|fp16]
+//!     [--nlist L] [--nprobe 1,4,16] [--iters 20] [--seed 1234] [--train-max 256]
+//!     [--dump-queries Q.f32] [--dump-table T.f32] [--dump-gt GT.i32] [--save INDEX.ivf] [--json OUT.json]
+//!     [--label NAME]
+//! ```
+//!
+//! Prints: the exact search (the ground truth: `diversity::knn`, WarpSelect where it applies)
+//! and its time; k-means (`IvfFlat::train`: iterations, the objective entering the first and
+//! the last iteration, and the final centroids' objective over all N rows as given — the
+//! number Faiss's is compared with; for cosine the peer's rows are normalised, the same for
+//! unit-norm embeddings); add; then per nprobe the search's wall and GPU time, queries/s, rows
+//! scanned, 1-recall@1 (the true nearest is first), 1-recall@k (it is among the k) and
+//! k-recall@k (|returned ∩ true k| / k). `--queries sample:Q` takes Q rows of the table spread
+//! evenly (every ⌊N/Q⌋-th row), `tail:Q` holds the last Q rows out of the table as queries
+//! (`--dump-table` writes the table that remains, for the peer); `--dump-queries`/`--dump-gt` write them (f32, row-major) and
+//! the exact ids (i32, row-major) for the peer. An index built with nprobe = nlist must
+//! reproduce the ground truth exactly: the run fails (exit 1) if it does not.
+
+mod common;
+use diversity::ivf::{assign, IvfFlat, IvfOptions, KMeansOptions};
+use diversity::knn::{knn_flat, KnnOptions, KnnResult, Metric};
+use diversity::{files, Context, ContextOptions, DeviceTable, Precision, Table};
+use std::time::Instant;
+
+struct Args {
+    table: String,
+    dim: Option<usize>,
+    n: Option<usize>,
+    queries: String,
+    k: usize,
+    metric: Metric,
+    precision: Precision,
+    nlist: Option<usize>,
+    nprobe: Vec<usize>,
+    kmeans: KMeansOptions,
+    dump_queries: Option<String>,
+    dump_table: Option<String>,
+    dump_gt: Option<String>,
+    save: Option<String>,
+    json: Option<String>,
+    label: String,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut a = Args {
+        table: String::new(),
+        dim: None,
+        n: None,
+        queries: "sample:1000".into(),
+        k: 10,
+        metric: Metric::L2,
+        precision: Precision::Fp32,
+        nlist: None,
+        nprobe: vec![1, 4, 16],
+        kmeans: KMeansOptions::default(),
+        dump_queries: None,
+        dump_table: None,
+        dump_gt: None,
+        save: None,
+        json: None,
+        label: "workload".into(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(f) = it.next() {
+        let mut val = || it.next().ok_or(format!("{f} needs a value"));
+        let num = |v: String| v.parse::<usize>().map_err(|_| format!("{v}: not a number"));
+        match f.as_str() {
+            "--table" => a.table = val()?,
+            "--dim" => a.dim = Some(num(val()?)?),
+            "--n" => a.n = Some(num(val()?)?),
+            "--queries" => a.queries = val()?,
+            "--k" => a.k = num(val()?)?,
+            "--metric" => a.metric = val()?.parse().map_err(|e| format!("--metric: {e}"))?,
+            "--precision" => {
+                a.precision = val()?.parse().map_err(|e| format!("--precision: {e}"))?
+            }
+            "--nlist" => a.nlist = Some(num(val()?)?),
+            "--nprobe" => a.nprobe = common::list("--nprobe", &val()?)?,
+            "--iters" => a.kmeans.iters = num(val()?)?,
+            "--seed" => a.kmeans.seed = num(val()?)? as u64,
+            "--train-max" => a.kmeans.max_points_per_centroid = num(val()?)?,
+            "--dump-queries" => a.dump_queries = Some(val()?),
+            "--dump-gt" => a.dump_gt = Some(val()?),
+            "--dump-table" => a.dump_table = Some(val()?),
+            "--save" => a.save = Some(val()?),
+            "--json" => a.json = Some(val()?),
+            "--label" => a.label = val()?,
+            _ => return Err(format!("unknown flag {f}")),
+        }
+    }
+    if a.table.is_empty() {
+        return Err("--table FILE is required".into());
+    }
+    Ok(a)
+}
+
+/// The queries: `sample:Q` (Q rows spread evenly over the table), `tail:Q` (the last Q rows,
+/// which are then left out of the table: held-out queries) or an f32 file.
+fn queries(spec: &str, t: &mut Table) -> Result<Table, String> {
+    if let Some(q) = spec.strip_prefix("tail:") {
+        let q: usize = q
+            .parse()
+            .map_err(|_| format!("--queries {spec}: not a number"))?;
+        if q == 0 || q >= t.n() {
+            return Err(format!("--queries {spec}: needs 1 ≤ Q < N = {}", t.n()));
+        }
+        let keep = t.n() - q;
+        let qs = Table::new(t.data()[keep * t.d()..].to_vec(), q, t.d());
+        *t = t.head(keep).map_err(|e| e.to_string())?;
+        return qs.map_err(|e| e.to_string());
+    }
+    if let Some(q) = spec.strip_prefix("sample:") {
+        let q: usize = q
+            .parse()
+            .map_err(|_| format!("--queries {spec}: not a number"))?;
+        let q = q.clamp(1, t.n());
+        let step = t.n() / q;
+        let data = (0..q).flat_map(|i| t.row(i * step).to_vec()).collect();
+        return Table::new(data, q, t.d()).map_err(|e| e.to_string());
+    }
+    files::load_f32(std::path::Path::new(spec), t.d()).map_err(|e| e.to_string())
+}
+
+/// 1-recall@1, 1-recall@k and k-recall@k of `got` against the exact `gt`.
+fn recall(got: &KnnResult, gt: &KnnResult) -> (f64, f64, f64) {
+    let (mut r1, mut rk, mut inter) = (0usize, 0usize, 0usize);
+    for q in 0..gt.queries {
+        let (g, t) = (got.ids_of(q), gt.ids_of(q));
+        r1 += (g[0] == t[0]) as usize;
+        rk += g.contains(&t[0]) as usize;
+        inter += g.iter().filter(|id| **id >= 0 && t.contains(id)).count();
+    }
+    let nq = gt.queries.max(1) as f64;
+    (
+        r1 as f64 / nq,
+        rk as f64 / nq,
+        inter as f64 / (nq * gt.k as f64),
+    )
+}
+
+fn write_le<T: Copy>(path: &str, v: &[T], bytes: impl Fn(T) -> [u8; 4]) -> Result<(), String> {
+    let b: Vec<u8> = v.iter().flat_map(|&x| bytes(x)).collect();
+    std::fs::write(path, b).map_err(|e| format!("{path}: {e}"))
+}
+
+fn run() -> Result<(), String> {
+    let a = parse()?;
+    let err = |e: diversity::Error| e.to_string();
+    let mut t = files::load_table(std::path::Path::new(&a.table), a.dim).map_err(err)?;
+    if let Some(n) = a.n {
+        t = t.head(n.min(t.n())).map_err(err)?;
+    }
+    let q = queries(&a.queries, &mut t)?;
+    let (n, d) = (t.n(), t.d());
+    let nlist = a.nlist.unwrap_or(((n as f64).sqrt() as usize).max(1));
+    let ctx = Context::new(&ContextOptions::default()).map_err(err)?;
+    println!(
+        "{}: {n} × {d}, {} queries, k = {}, {}, {}, nlist {nlist}, device {}",
+        a.label,
+        q.n(),
+        a.k,
+        a.metric.name(),
+        a.precision.name(),
+        ctx.caps().name
+    );
+    let ko = KnnOptions {
+        k: a.k,
+        metric: a.metric,
+        ..KnnOptions::default()
+    };
+    let dt = DeviceTable::upload(&ctx, &t, a.precision).map_err(err)?;
+    let t0 = Instant::now();
+    let gt = knn_flat(&dt, q.data(), d, &ko).map_err(err)?;
+    let exact_s = t0.elapsed().as_secs_f64();
+    drop(dt);
+    println!(
+        "exact      wall {exact_s:.3} s  gpu {:.3} s  {:.0} q/s",
+        gt.gpu_ns as f64 * 1e-9,
+        q.n() as f64 / exact_s
+    );
+    if let Some(p) = &a.dump_queries {
+        write_le(p, q.data(), f32::to_le_bytes)?;
+    }
+    if let Some(p) = &a.dump_table {
+        write_le(p, t.data(), f32::to_le_bytes)?;
+    }
+    if let Some(p) = &a.dump_gt {
+        let ids: Vec<i32> = gt.ids.iter().map(|&i| i as i32).collect();
+        write_le(p, &ids, i32::to_le_bytes)?;
+    }
+    let opts = IvfOptions {
+        nlist,
+        metric: a.metric,
+        precision: a.precision,
+        kmeans: a.kmeans.clone(),
+    };
+    let mut ix = IvfFlat::new(&ctx, d, &opts).map_err(err)?;
+    let t0 = Instant::now();
+    let km = ix.train(&t).map_err(err)?;
+    let train_s = t0.elapsed().as_secs_f64();
+    // The final centroids' objective over all N rows (Faiss's peer computes the same).
+    let cent = Table::new(km.centroids.clone(), nlist, d).map_err(err)?;
+    let (_, dist, _) = assign(&ctx, &cent, t.data(), d).map_err(err)?;
+    let full_obj: f64 = dist.iter().map(|&v| v as f64).sum();
+    println!(
+        "k-means    wall {train_s:.3} s  gpu {:.3} s  {} iterations on {} rows  objective {:.6e} → {:.6e}  \
+         final over all rows {full_obj:.6e}  splits {}",
+        km.gpu_ns as f64 * 1e-9,
+        km.objective.len(),
+        km.trained_on,
+        km.objective.first().copied().unwrap_or(0.0),
+        km.objective.last().copied().unwrap_or(0.0),
+        km.splits
+    );
+    let t0 = Instant::now();
+    ix.add(&t).map_err(err)?;
+    let add_s = t0.elapsed().as_secs_f64();
+    let sizes = ix.list_sizes();
+    println!(
+        "add        wall {add_s:.3} s  lists {}..{} rows",
+        sizes.iter().min().unwrap_or(&0),
+        sizes.iter().max().unwrap_or(&0)
+    );
+    let mut rows = Vec::new();
+    let mut probes = a.nprobe.clone();
+    probes.push(nlist);
+    for &np in &probes {
+        let t0 = Instant::now();
+        let (r, rep) = ix.search(q.data(), d, np, &ko).map_err(err)?;
+        let s = t0.elapsed().as_secs_f64();
+        let (r1, rk, kk) = recall(&r, &gt);
+        println!(
+            "nprobe {np:>4} wall {s:.3} s  gpu {:.3} s  {:>8.0} q/s  scanned {:.3} of N  \
+             1-R@1 {r1:.4}  1-R@{k} {rk:.4}  {k}-R@{k} {kk:.4}",
+            (rep.coarse_ns + rep.lists_ns) as f64 * 1e-9,
+            q.n() as f64 / s,
+            rep.rows_scanned as f64 / (n as f64 * q.n() as f64),
+            k = a.k
+        );
+        if np >= nlist && (r.ids != gt.ids || r.distances != gt.distances) {
+            return Err(format!("nprobe {np} = nlist differs from the exact search"));
+        }
+        rows.push(format!(
+            "{{\"nprobe\":{np},\"wall_s\":{s},\"gpu_ns\":{},\"qps\":{},\"recall1\":{r1},\
+             \"recall_at_k\":{rk},\"k_recall\":{kk}}}",
+            rep.coarse_ns + rep.lists_ns,
+            q.n() as f64 / s
+        ));
+    }
+    if let Some(p) = &a.save {
+        ix.save(std::path::Path::new(p)).map_err(err)?;
+    }
+    if let Some(p) = &a.json {
+        let j = format!(
+            "{{\"label\":{:?},\"n\":{n},\"dim\":{d},\"queries\":{},\"k\":{},\"metric\":\"{}\",\
+             \"nlist\":{nlist},\"exact_wall_s\":{exact_s},\"train_wall_s\":{train_s},\
+             \"kmeans_objective_full\":{full_obj},\"add_wall_s\":{add_s},\"search\":[{}]}}\n",
+            a.label,
+            q.n(),
+            a.k,
+            a.metric.name(),
+            rows.join(",")
+        );
+        std::fs::write(p, j).map_err(|e| format!("{p}: {e}"))?;
+    }
+    Ok(())
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("bench_ivf: {e}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,238 @@
+//! The IVF-Flat index file, little-endian:
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 4 | magic `DIVF` |
+//! | 4 | u32 version (1) |
+//! | 4 | u32 metric: 0 inner product, 1 cosine, 2 L2 |
+//! | 4 | u32 list storage: 0 fp32, 1 fp16 |
+//! | 8 | u64 D |
+//! | 8 | u64 nlist |
+//! | 8 | u64 ntotal (rows added) |
+//! | nlist × D × 4 | f32 centroids, row-major |
+//! | nlist × 8 | u64 rows of each list |
+//! | per list | its u64 ids (ascending), then its rows as f32 (size × D) |
+//! | 8 | u64 FNV-1a 64 of every byte before it |
+//!
+//! Every id 0 … ntotal − 1 is in exactly one list. The values are the rows as added (f32); the
+//! device copy is made on load. A file is written through a temporary file and a rename
+//! ([`PendingFile`]): an error leaves no file and never a half-written one. A file that is not
+//! exactly this — another magic or version, a length that does not add up, a checksum that
+//! does not match, an id out of place, a non-finite value — is refused with
+//! [`Error::Format`] naming the file and the fault, before anything is uploaded.
+
+use super::{IvfFlat, IvfOptions, KMeansOptions};
+use crate::cache::PendingFile;
+use crate::device::Context;
+use crate::error::{Error, Result};
+use crate::knn::Metric;
+use crate::table::Precision;
+use std::io::Write;
+use std::path::Path;
+
+/// The index file's first four bytes.
+pub const IVF_MAGIC: [u8; 4] = *b"DIVF";
+/// The index format version this build writes and reads.
+pub const IVF_VERSION: u32 = 1;
+/// Bytes of the fixed header.
+const HEADER: usize = 40;
+
+const FNV64_START: u64 = 0xcbf2_9ce4_8422_2325;
+
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    let mut h = FNV64_START;
+    for &b in bytes {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+fn metric_code(m: Metric) -> u32 {
+    match m {
+        Metric::InnerProduct => 0,
+        Metric::Cosine => 1,
+        Metric::L2 => 2,
+    }
+}
+
+impl IvfFlat {
+    /// The index file's bytes (see the format above). Errors: an untrained index.
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        if !self.is_trained() {
+            return Err(Error::Invalid(
+                "the IVF index is not trained: nothing to save".into(),
+            ));
+        }
+        let d = self.d;
+        let mut b = Vec::with_capacity(HEADER + (self.nlist + self.ntotal) * (d * 4 + 8) + 8);
+        b.extend_from_slice(&IVF_MAGIC);
+        b.extend_from_slice(&IVF_VERSION.to_le_bytes());
+        b.extend_from_slice(&metric_code(self.metric).to_le_bytes());
+        let p: u32 = match self.precision {
+            Precision::Fp32 => 0,
+            Precision::Fp16 => 1,
+        };
+        b.extend_from_slice(&p.to_le_bytes());
+        for v in [d, self.nlist, self.ntotal] {
+            b.extend_from_slice(&(v as u64).to_le_bytes());
+        }
+        for v in &self.centroids {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        for l in &self.lists {
+            b.extend_from_slice(&(l.ids.len() as u64).to_le_bytes());
+        }
+        for l in &self.lists {
+            for &id in &l.ids {
+                b.extend_from_slice(&(id as u64).to_le_bytes());
+            }
+            for v in &l.data {
+                b.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        let h = fnv1a64(&b);
+        b.extend_from_slice(&h.to_le_bytes());
+        Ok(b)
+    }
+
+    /// Write the index to `path` (temporary file, fsync, rename). Errors: an untrained index
+    /// (no file is created), the output location.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let bytes = self.to_bytes()?;
+        let (pending, mut f) = PendingFile::create(path)?;
+        let io = |source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        f.write_all(&bytes).map_err(io)?;
+        f.sync_all().map_err(io)?;
+        drop(f);
+        pending.commit()
+    }
+
+    /// Read an index file written by [`IvfFlat::save`] onto `ctx` (every check is made before
+    /// anything is uploaded; see the format above). The k-means options of the loaded index
+    /// are the defaults (it is trained already).
+    pub fn load(ctx: &Context, path: &Path) -> Result<IvfFlat> {
+        let bytes = std::fs::read(path).map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut index = Self::from_bytes(ctx, &bytes).map_err(|reason| Error::Format {
+            path: path.to_path_buf(),
+            reason,
+        })?;
+        let centroids = std::mem::take(&mut index.centroids);
+        index.set_centroids(centroids)?;
+        Ok(index)
+    }
+
+    fn from_bytes(ctx: &Context, b: &[u8]) -> std::result::Result<IvfFlat, String> {
+        let len = b.len();
+        if len < 4 || b[..4] != IVF_MAGIC {
+            return Err("not a diversity IVF index file (no DIVF magic)".into());
+        }
+        if len < HEADER + 8 {
+            return Err(format!(
+                "truncated IVF index: {len} bytes, the header and checksum alone take {}",
+                HEADER + 8
+            ));
+        }
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+        let version = u32_at(4);
+        if version != IVF_VERSION {
+            return Err(format!(
+                "IVF index version {version}, this build reads version {IVF_VERSION}"
+            ));
+        }
+        let metric = match u32_at(8) {
+            0 => Metric::InnerProduct,
+            1 => Metric::Cosine,
+            2 => Metric::L2,
+            c => return Err(format!("unknown metric code {c} (0, 1 or 2)")),
+        };
+        let precision = match u32_at(12) {
+            0 => Precision::Fp32,
+            1 => Precision::Fp16,
+            c => return Err(format!("unknown list storage code {c} (0 fp32, 1 fp16)")),
+        };
+        let (d, nlist, ntotal) = (u64_at(16), u64_at(24), u64_at(32));
+        if d == 0 || nlist == 0 {
+            return Err(format!(
+                "header has D = {d}, nlist = {nlist}: both must be ≥ 1"
+            ));
+        }
+        // The length the header implies, in u128 so no header overflows it.
+        let (d128, nl, nt) = (d as u128, nlist as u128, ntotal as u128);
+        let want = HEADER as u128 + nl * d128 * 4 + nl * 8 + nt * (8 + d128 * 4) + 8;
+        if want != len as u128 {
+            return Err(format!(
+                "length {len} bytes, but D = {d}, nlist = {nlist}, ntotal = {ntotal} make {want}: \
+                 truncated or not an IVF index"
+            ));
+        }
+        // The file's length is in memory, so every count below fits usize.
+        let (d, nlist, ntotal) = (d as usize, nlist as usize, ntotal as usize);
+        let stored = u64_at(len - 8);
+        let h = fnv1a64(&b[..len - 8]);
+        if h != stored {
+            return Err(format!(
+                "checksum mismatch (stored {stored:016x}, bytes give {h:016x}): the file is \
+                 corrupt or was edited"
+            ));
+        }
+        let f32s = |o: usize, n: usize| -> std::result::Result<Vec<f32>, String> {
+            let v: Vec<f32> = b[o..o + n * 4]
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
+                .collect();
+            match v.iter().position(|x| !x.is_finite()) {
+                Some(p) => Err(format!("non-finite value at byte {}", o + p * 4)),
+                None => Ok(v),
+            }
+        };
+        let mut o = HEADER;
+        let centroids = f32s(o, nlist * d)?;
+        o += nlist * d * 4;
+        let sizes: Vec<usize> = (0..nlist).map(|l| u64_at(o + l * 8) as usize).collect();
+        o += nlist * 8;
+        let total: u128 = sizes.iter().map(|&s| s as u128).sum();
+        if total != ntotal as u128 {
+            return Err(format!(
+                "the lists hold {total} rows, the header says ntotal = {ntotal}"
+            ));
+        }
+        let opts = IvfOptions {
+            nlist,
+            metric,
+            precision,
+            kmeans: KMeansOptions::default(),
+        };
+        let mut index = IvfFlat::new(ctx, d, &opts).map_err(|e| e.to_string())?;
+        let mut seen = vec![false; ntotal];
+        for (l, &size) in sizes.iter().enumerate() {
+            let list = &mut index.lists[l];
+            for i in 0..size {
+                let id = u64_at(o + i * 8);
+                let ok = (id as u128) < ntotal as u128
+                    && !seen[id as usize]
+                    && list.ids.last().is_none_or(|&p| (p as u64) < id);
+                if !ok {
+                    return Err(format!(
+                        "list {l} entry {i}: id {id} is out of range, repeated or out of order"
+                    ));
+                }
+                seen[id as usize] = true;
+                list.ids.push(id as i64);
+            }
+            o += size * 8;
+            list.data = f32s(o, size * d)?;
+            o += size * d * 4;
+        }
+        index.ntotal = ntotal;
+        index.centroids = centroids; // uploaded by `load`
+        Ok(index)
+    }
+}

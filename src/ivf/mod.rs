@@ -1,0 +1,347 @@
+//! Approximate search the Faiss way: [`kmeans()`] on the device and the inverted-file index
+//! [`IvfFlat`] (Faiss's `IndexIVFFlat`), saved and loaded by [`IvfFlat::save`] /
+//! [`IvfFlat::load`] (the format is in `file.rs`).
+//!
+//! # IVF-Flat
+//! *Train*: k-means of the training rows into `nlist` centroids (rows normalised first for
+//! cosine, as spherical k-means does). *Add*: each row goes to the list of its nearest centroid
+//! by the index's metric (the device's k-NN with k = 1 against the centroids) and gets the next
+//! id (0, 1, … in the order added). *Search*: the `nprobe` nearest centroids of each query (the
+//! device's k-NN with k = nprobe), then the exact k-NN of the query against each probed list,
+//! on the device, and a merge of the per-list k-lists on the host.
+//!
+//! Every list is a [`DeviceTable`] of its rows, uploaded on the first search after it changed
+//! (an add re-uploads only the lists it touched). A search runs one k-NN call per non-empty
+//! probed list, with the queries that probe it: that is many small dispatches when nlist is
+//! large, not yet the one-kernel list scan of Faiss GPU.
+//!
+//! # Why nprobe = nlist is the exact search, bit for bit
+//! A (query, row) key is one fused multiply-add chain from the stored row, the query and
+//! (cosine) the row's own inverse norm — it does not depend on which other rows share the
+//! device table (see [`crate::multi`]). Each list holds its rows in ascending id order, so the
+//! device's order on `(key, position in the list)` is the order on `(key, id)`; each list's k
+//! best under it contain the whole table's k best that fall in the list; the host merge sorts
+//! the union by `(key, id)` exactly as the device does (as [`crate::multi`] merges shards). With
+//! every list probed, the result is [`crate::knn::knn_flat`]'s on the whole table in the same
+//! precision: the same ids and distance bits, ties and padding included.
+
+mod file;
+pub mod kmeans;
+
+pub use file::{IVF_MAGIC, IVF_VERSION};
+pub use kmeans::{assign, kmeans, KMeans, KMeansOptions};
+
+use crate::device::Context;
+use crate::device_table::DeviceTable;
+use crate::error::{Error, Result};
+use crate::knn::{check_queries, knn_flat, KnnOptions, KnnResult, Metric, NO_ID};
+use crate::table::{Precision, Table};
+
+/// How an [`IvfFlat`] is built.
+#[derive(Clone, Debug)]
+pub struct IvfOptions {
+    /// Lists (k-means centroids).
+    pub nlist: usize,
+    /// Similarity or distance of the search (and of the coarse assignment).
+    pub metric: Metric,
+    /// Storage of the lists on the device.
+    pub precision: Precision,
+    /// The k-means of [`IvfFlat::train`].
+    pub kmeans: KMeansOptions,
+}
+
+/// One inverted list: its rows' ids (ascending) and values, and their device copy.
+#[derive(Default)]
+struct List {
+    ids: Vec<i64>,
+    data: Vec<f32>,
+    dev: Option<DeviceTable>,
+}
+
+/// The inverted-file index with flat (uncompressed) lists (see the [module](self)
+/// documentation).
+pub struct IvfFlat {
+    ctx: Context,
+    d: usize,
+    nlist: usize,
+    metric: Metric,
+    precision: Precision,
+    kmeans: KMeansOptions,
+    /// nlist × D, empty until trained.
+    centroids: Vec<f32>,
+    coarse: Option<DeviceTable>,
+    lists: Vec<List>,
+    ntotal: usize,
+}
+
+/// What [`IvfFlat::search`] did, beside its result.
+#[derive(Clone, Debug, Default)]
+pub struct IvfSearchReport {
+    /// Lists probed per query (nprobe, at most nlist).
+    pub nprobe: usize,
+    /// Rows whose keys were computed, over all queries (the work nprobe = nlist would make
+    /// N × queries).
+    pub rows_scanned: u64,
+    /// GPU nanoseconds of the coarse search.
+    pub coarse_ns: u64,
+    /// GPU nanoseconds of the list searches.
+    pub lists_ns: u64,
+}
+
+impl IvfFlat {
+    /// An empty, untrained index of dimension `d` on `ctx`. Errors: D = 0, nlist = 0.
+    pub fn new(ctx: &Context, d: usize, opts: &IvfOptions) -> Result<IvfFlat> {
+        if d == 0 {
+            return Err(Error::Invalid("IVF index of dimension D = 0".into()));
+        }
+        if opts.nlist == 0 {
+            return Err(Error::Invalid("IVF index needs nlist ≥ 1".into()));
+        }
+        Ok(IvfFlat {
+            ctx: ctx.clone(),
+            d,
+            nlist: opts.nlist,
+            metric: opts.metric,
+            precision: opts.precision,
+            kmeans: opts.kmeans.clone(),
+            centroids: Vec::new(),
+            coarse: None,
+            lists: (0..opts.nlist).map(|_| List::default()).collect(),
+            ntotal: 0,
+        })
+    }
+
+    /// Dimension D.
+    pub fn d(&self) -> usize {
+        self.d
+    }
+    /// Lists.
+    pub fn nlist(&self) -> usize {
+        self.nlist
+    }
+    /// Rows added.
+    pub fn ntotal(&self) -> usize {
+        self.ntotal
+    }
+    /// The metric.
+    pub fn metric(&self) -> Metric {
+        self.metric
+    }
+    /// The lists' storage on the device.
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+    /// Whether [`IvfFlat::train`] has run (or the index was loaded).
+    pub fn is_trained(&self) -> bool {
+        !self.centroids.is_empty()
+    }
+    /// The nlist × D centroids (empty until trained).
+    pub fn centroids(&self) -> &[f32] {
+        &self.centroids
+    }
+    /// Rows in each list.
+    pub fn list_sizes(&self) -> Vec<usize> {
+        self.lists.iter().map(|l| l.ids.len()).collect()
+    }
+    /// The ids of list `l` (ascending).
+    pub fn list_ids(&self, l: usize) -> &[i64] {
+        &self.lists[l].ids
+    }
+
+    fn check_dim(&self, what: &str, t: &Table) -> Result<()> {
+        if t.d() != self.d {
+            return Err(Error::Invalid(format!(
+                "{what} have dimension {}, the index {}",
+                t.d(),
+                self.d
+            )));
+        }
+        Ok(())
+    }
+
+    /// Train the coarse quantizer: k-means of `table`'s rows (normalised for cosine) into
+    /// nlist centroids. Errors: the dimension, nlist > N, an index already trained.
+    pub fn train(&mut self, table: &Table) -> Result<KMeans> {
+        self.check_dim("training rows", table)?;
+        if self.is_trained() {
+            return Err(Error::Invalid(
+                "the IVF index is already trained (make a new one to retrain)".into(),
+            ));
+        }
+        let km = if self.metric == Metric::Cosine {
+            kmeans(&self.ctx, &normalized(table)?, self.nlist, &self.kmeans)?
+        } else {
+            kmeans(&self.ctx, table, self.nlist, &self.kmeans)?
+        };
+        self.set_centroids(km.centroids.clone())?;
+        Ok(km)
+    }
+
+    fn set_centroids(&mut self, c: Vec<f32>) -> Result<()> {
+        let t = Table::new(c, self.nlist, self.d)?;
+        self.coarse = Some(DeviceTable::upload(&self.ctx, &t, Precision::Fp32)?);
+        self.centroids = t.data().to_vec();
+        Ok(())
+    }
+
+    /// Add `table`'s rows: ids `ntotal`, `ntotal + 1`, … in row order, each in the list of
+    /// its nearest centroid. Returns the first id. Errors: untrained, the dimension.
+    pub fn add(&mut self, table: &Table) -> Result<usize> {
+        self.check_dim("added rows", table)?;
+        let coarse = self.coarse.as_ref().ok_or_else(untrained)?;
+        let (lists, _, _) = kmeans::nearest(coarse, table.data(), self.d, self.metric)?;
+        let first = self.ntotal;
+        for (i, &l) in lists.iter().enumerate() {
+            let list = &mut self.lists[l as usize];
+            list.ids.push((first + i) as i64);
+            list.data.extend_from_slice(table.row(i));
+            list.dev = None;
+        }
+        self.ntotal += table.n();
+        Ok(first)
+    }
+
+    /// The `opts.k` nearest added rows of each query among the `nprobe` lists nearest to it
+    /// (nprobe is clamped to nlist; `opts.metric` must be the index's; `opts.verify` is not
+    /// supported here). With nprobe = nlist the result is bit for bit [`knn_flat`] on all the
+    /// rows added, in this index's precision. The result's `path` and `query_tile` are the
+    /// coarse search's.
+    pub fn search(
+        &mut self,
+        queries: &[f32],
+        dim: usize,
+        nprobe: usize,
+        opts: &KnnOptions,
+    ) -> Result<(KnnResult, IvfSearchReport)> {
+        let nq = check_queries(self.d, queries, dim, opts)?;
+        if nprobe == 0 {
+            return Err(Error::Invalid("IVF search needs nprobe ≥ 1".into()));
+        }
+        if opts.metric != self.metric {
+            return Err(Error::Invalid(format!(
+                "search metric {} is not the index's ({})",
+                opts.metric.name(),
+                self.metric.name()
+            )));
+        }
+        if opts.verify > 0 {
+            return Err(Error::Invalid(
+                "verify is not supported by the IVF search (search a device table for it)".into(),
+            ));
+        }
+        let coarse = self.coarse.as_ref().ok_or_else(untrained)?;
+        let nprobe = nprobe.min(self.nlist);
+        let copts = KnnOptions {
+            k: nprobe,
+            metric: self.metric,
+            ..KnnOptions::default()
+        };
+        let probes = knn_flat(coarse, queries, dim, &copts)?;
+        let mut report = IvfSearchReport {
+            nprobe,
+            coarse_ns: probes.gpu_ns,
+            ..IvfSearchReport::default()
+        };
+        // Per list, the queries probing it.
+        let mut by_list: Vec<Vec<usize>> = vec![Vec::new(); self.nlist];
+        for q in 0..nq {
+            for &l in probes.ids_of(q) {
+                by_list[l as usize].push(q);
+            }
+        }
+        let neg = self.metric != Metric::L2;
+        let mut pools: Vec<Vec<(f32, i64, f32)>> = vec![Vec::new(); nq];
+        for (l, qs) in by_list.iter().enumerate() {
+            if qs.is_empty() || self.lists[l].ids.is_empty() {
+                continue;
+            }
+            let dt = self.device_list(l)?;
+            let sub: Vec<f32> = qs
+                .iter()
+                .flat_map(|&q| queries[q * dim..(q + 1) * dim].iter().copied())
+                .collect();
+            let lopts = KnnOptions {
+                verify: 0,
+                ..opts.clone()
+            };
+            let r = knn_flat(dt, &sub, dim, &lopts)?;
+            report.lists_ns += r.gpu_ns;
+            report.rows_scanned += (qs.len() * self.lists[l].ids.len()) as u64;
+            let ids = &self.lists[l].ids;
+            for (i, &q) in qs.iter().enumerate() {
+                for (&id, &dist) in r.ids_of(i).iter().zip(r.distances_of(i)) {
+                    if id != NO_ID {
+                        let key = if neg { -dist } else { dist };
+                        pools[q].push((key, ids[id as usize], dist));
+                    }
+                }
+            }
+        }
+        let pad = if neg {
+            f32::NEG_INFINITY
+        } else {
+            f32::INFINITY
+        };
+        let k = opts.k;
+        let mut out = KnnResult {
+            k,
+            queries: nq,
+            ids: Vec::with_capacity(nq * k),
+            distances: Vec::with_capacity(nq * k),
+            path: probes.path,
+            subgroups: probes.subgroups,
+            query_tile: probes.query_tile,
+            gpu_ns: report.coarse_ns + report.lists_ns,
+            verified: 0,
+        };
+        for pool in &mut pools {
+            pool.sort_unstable_by(|a, b| crate::multi::key_order((a.0, a.1), (b.0, b.1)));
+            for i in 0..k {
+                let (id, dist) = pool.get(i).map_or((NO_ID, pad), |e| (e.1, e.2));
+                out.ids.push(id);
+                out.distances.push(dist);
+            }
+        }
+        Ok((out, report))
+    }
+
+    /// List `l` on the device, uploaded if it changed since the last search.
+    fn device_list(&mut self, l: usize) -> Result<&DeviceTable> {
+        let list = &mut self.lists[l];
+        if list.dev.is_none() {
+            let t = Table::new(list.data.clone(), list.ids.len(), self.d)?;
+            list.dev = Some(DeviceTable::upload(&self.ctx, &t, self.precision)?);
+        }
+        Ok(list.dev.as_ref().expect("uploaded above"))
+    }
+}
+
+impl std::fmt::Debug for IvfFlat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IvfFlat")
+            .field("d", &self.d)
+            .field("nlist", &self.nlist)
+            .field("ntotal", &self.ntotal)
+            .field("metric", &self.metric)
+            .field("precision", &self.precision)
+            .field("trained", &self.is_trained())
+            .finish()
+    }
+}
+
+fn untrained() -> Error {
+    Error::Invalid("the IVF index is not trained (train it first)".into())
+}
+
+/// The rows of `t` divided by their float64 norms (a zero row stays zero), rounded to f32.
+fn normalized(t: &Table) -> Result<Table> {
+    let d = t.d();
+    let mut data = Vec::with_capacity(t.data().len());
+    for i in 0..t.n() {
+        let r = t.row(i);
+        let n2: f64 = r.iter().map(|&v| (v as f64) * (v as f64)).sum();
+        let inv = if n2 > 0.0 { 1.0 / n2.sqrt() } else { 0.0 };
+        data.extend(r.iter().map(|&v| (v as f64 * inv) as f32));
+    }
+    Table::new(data, t.n(), d)
+}

@@ -1,0 +1,186 @@
+//! k-means and the IVF-Flat index: `kmeans`, `ivf_index`, `load_ivf_index` and the index
+//! handle (`train`, `add`, `search`, `save`, …).
+
+use super::args::{opt, opt_int, parse_precision};
+use super::context::LContext;
+use super::error::{msg, LuaCtx};
+use super::handle::Handle;
+use super::knn::{knn_options, knn_result, parse_metric};
+use super::table::LTable;
+use crate::ivf::{kmeans, IvfFlat, IvfOptions, KMeans, KMeansOptions};
+use crate::table::Table;
+use mlua::prelude::*;
+use mlua::{UserData, UserDataMethods, Value};
+
+/// An IVF-Flat index.
+pub(super) type LIvf = Handle<IvfFlat>;
+
+/// k-means options: `iters` (20), `seed` (1234), `max_points_per_centroid` (256; 0 = all
+/// rows), `init` (a table of k initial centroids).
+fn kmeans_options(call: &str, o: &Option<LuaTable>) -> LuaResult<KMeansOptions> {
+    let mut k = KMeansOptions::default();
+    if let Some(v) = opt_int(call, o, "iters")? {
+        k.iters = v as usize;
+    }
+    if let Some(v) = opt_int(call, o, "seed")? {
+        k.seed = v;
+    }
+    if let Some(v) = opt_int(call, o, "max_points_per_centroid")? {
+        k.max_points_per_centroid = v as usize;
+    }
+    if let Some(u) = opt::<Option<LuaAnyUserData>>(o, "init")?.flatten() {
+        let t = u.borrow::<LTable>()?;
+        k.init = Some(t.get(call)?.data().to_vec());
+    }
+    Ok(k)
+}
+
+/// The k-means report: `objective` (per iteration, a Lua array), `trained_on`, `splits`,
+/// `gpu_ns`.
+fn kmeans_report(lua: &Lua, km: &KMeans) -> LuaResult<LuaTable> {
+    let t = lua.create_table()?;
+    t.set(
+        "objective",
+        lua.create_sequence_from(km.objective.iter().copied())?,
+    )?;
+    t.set("trained_on", km.trained_on)?;
+    t.set("splits", km.splits)?;
+    t.set("gpu_ns", km.gpu_ns)?;
+    Ok(t)
+}
+
+impl UserData for LIvf {
+    fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
+        m.add_method("dim", |_, this, ()| Ok(this.get("ivf:dim")?.d()));
+        m.add_method("nlist", |_, this, ()| Ok(this.get("ivf:nlist")?.nlist()));
+        m.add_method("ntotal", |_, this, ()| Ok(this.get("ivf:ntotal")?.ntotal()));
+        m.add_method("metric", |_, this, ()| {
+            Ok(this.get("ivf:metric")?.metric().name())
+        });
+        m.add_method("precision", |_, this, ()| {
+            Ok(this.get("ivf:precision")?.precision().name())
+        });
+        m.add_method("is_trained", |_, this, ()| {
+            Ok(this.get("ivf:is_trained")?.is_trained())
+        });
+        // Rows in each list: a Lua array, list 0 at [1].
+        m.add_method("list_sizes", |lua, this, ()| {
+            lua.create_sequence_from(this.get("ivf:list_sizes")?.list_sizes())
+        });
+        // The centroids as a table handle (nil until trained).
+        m.add_method("centroids", |_, this, ()| {
+            let call = "ivf:centroids";
+            let ix = this.get(call)?;
+            if !ix.is_trained() {
+                return Ok(None);
+            }
+            let t = Table::new(ix.centroids().to_vec(), ix.nlist(), ix.d()).lua_ctx(call)?;
+            Ok(Some(LTable::new("table", t)))
+        });
+        m.add_method_mut("train", |lua, this, table: LuaAnyUserData| {
+            let call = "ivf:train";
+            let t = table.borrow::<LTable>()?;
+            let km = this.get_mut(call)?.train(t.get(call)?).lua_ctx(call)?;
+            kmeans_report(lua, &km)
+        });
+        // Returns the first id given (0-based; ids follow in row order).
+        m.add_method_mut("add", |_, this, table: LuaAnyUserData| {
+            let call = "ivf:add";
+            let t = table.borrow::<LTable>()?;
+            this.get_mut(call)?.add(t.get(call)?).lua_ctx(call)
+        });
+        // `search(queries, {k = 10, nprobe = 1, metric = the index's, …dtable:knn options})`:
+        // the knn result and a report {nprobe, rows_scanned, coarse_ns, lists_ns}.
+        m.add_method_mut(
+            "search",
+            |lua, this, (queries, o): (LuaAnyUserData, Option<LuaTable>)| {
+                let call = "ivf:search";
+                let q = queries.borrow::<LTable>()?;
+                let q = q.get(call)?;
+                let ix = this.get_mut(call)?;
+                let mut opts = knn_options(call, &o)?;
+                opts.metric = match opt::<Value>(&o, "metric")? {
+                    None | Some(Value::Nil) => ix.metric(),
+                    Some(_) => parse_metric(call, &o)?,
+                };
+                let nprobe = opt_int(call, &o, "nprobe")?.unwrap_or(1) as usize;
+                let (r, rep) = ix.search(q.data(), q.d(), nprobe, &opts).lua_ctx(call)?;
+                let t = lua.create_table()?;
+                t.set("nprobe", rep.nprobe)?;
+                t.set("rows_scanned", rep.rows_scanned)?;
+                t.set("coarse_ns", rep.coarse_ns)?;
+                t.set("lists_ns", rep.lists_ns)?;
+                Ok((knn_result(call, r)?, t))
+            },
+        );
+        m.add_method("save", |_, this, path: String| {
+            let call = "ivf:save";
+            this.get(call)?
+                .save(std::path::Path::new(&path))
+                .lua_ctx(call)
+        });
+        Handle::add_close(m);
+    }
+}
+
+/// `kmeans`, `ivf_index`, `load_ivf_index`.
+pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
+    // `diversity.kmeans(ctx, table, k [, opts])` → centroids (a table), assignments (a 1-based
+    // Lua array: the 0-based cluster of every row of `table`), report.
+    m.set(
+        "kmeans",
+        lua.create_function(
+            |lua, (ctx, table, k, o): (LuaAnyUserData, LuaAnyUserData, Value, Option<LuaTable>)| {
+                let call = "kmeans";
+                let c = ctx.borrow::<LContext>()?;
+                let c = c.get(call)?;
+                let t = table.borrow::<LTable>()?;
+                let t = t.get(call)?;
+                let k = super::args::int(call, "k", &k)? as usize;
+                let opts = kmeans_options(call, &o)?;
+                let km = kmeans(c, t, k, &opts).lua_ctx(call)?;
+                let cent = Table::new(km.centroids.clone(), k, t.d()).lua_ctx(call)?;
+                let (ids, _, _) = crate::ivf::assign(c, &cent, t.data(), t.d()).lua_ctx(call)?;
+                Ok((
+                    LTable::new("table", cent),
+                    lua.create_sequence_from(ids)?,
+                    kmeans_report(lua, &km)?,
+                ))
+            },
+        )?,
+    )?;
+    // `diversity.ivf_index(ctx, dim, {nlist =, metric = "cosine", precision = "fp32", iters =,
+    // seed =, max_points_per_centroid =})`: an empty, untrained IVF-Flat index.
+    m.set(
+        "ivf_index",
+        lua.create_function(
+            |_, (ctx, dim, o): (LuaAnyUserData, Value, Option<LuaTable>)| {
+                let call = "ivf_index";
+                let c = ctx.borrow::<LContext>()?;
+                let c = c.get(call)?;
+                let dim = super::args::int(call, "dim", &dim)? as usize;
+                let nlist = opt_int(call, &o, "nlist")?
+                    .ok_or_else(|| msg(call, "opts.nlist is required"))?;
+                let opts = IvfOptions {
+                    nlist: nlist as usize,
+                    metric: parse_metric(call, &o)?,
+                    precision: parse_precision(call, opt(&o, "precision")?)?,
+                    kmeans: kmeans_options(call, &o)?,
+                };
+                let ix = IvfFlat::new(c, dim, &opts).lua_ctx(call)?;
+                Ok(LIvf::new("ivf index", ix))
+            },
+        )?,
+    )?;
+    // `diversity.load_ivf_index(ctx, path)`: an index saved by `ivf:save`.
+    m.set(
+        "load_ivf_index",
+        lua.create_function(|_, (ctx, path): (LuaAnyUserData, String)| {
+            let call = "load_ivf_index";
+            let c = ctx.borrow::<LContext>()?;
+            let ix = IvfFlat::load(c.get(call)?, std::path::Path::new(&path)).lua_ctx(call)?;
+            Ok(LIvf::new("ivf index", ix))
+        })?,
+    )?;
+    Ok(())
+}

@@ -1,0 +1,640 @@
+//! k-means and the IVF-Flat index on a real Vulkan device (lavapipe in CI), validation layers
+//! on: a Lloyd step against a float64 brute-force step, the objective never rising, the same
+//! bits for the same seed, empty clusters split, subsampling; IVF-Flat with nprobe = nlist
+//! bit for bit the exact search (ties across lists included, all metrics, both precisions),
+//! each query with nprobe < nlist getting the exact search of exactly its probed lists, recall
+//! growing with nprobe; index files round-tripping byte for byte; every bad input and
+//! corrupt file refused with its message and no file written or clobbered; 400 mutated files
+//! (bit flips, truncations, fields overwritten with the checksum made right) refused or loaded
+//! whole, never a panic.
+
+mod common;
+use common::{assert_clean, ctx, format_message, fortunes, random_table, TempDir};
+use diversity::ivf::{assign, kmeans, IvfFlat, IvfOptions, KMeansOptions};
+use diversity::knn::knn_flat;
+use diversity::{Context, DeviceTable, KnnOptions, KnnResult, Metric, Precision, Table};
+
+fn precisions(ctx: &Context) -> Vec<Precision> {
+    if ctx.caps().fp16_storage {
+        vec![Precision::Fp32, Precision::Fp16]
+    } else {
+        vec![Precision::Fp32]
+    }
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+fn assert_same(got: &KnnResult, want: &KnnResult, what: &str) {
+    assert_eq!((got.k, got.queries), (want.k, want.queries), "{what}");
+    assert_eq!(got.ids, want.ids, "{what}: ids");
+    assert_eq!(bits(&got.distances), bits(&want.distances), "{what}: bits");
+}
+
+fn d2(a: &[f32], b: &[f32]) -> f64 {
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| (x as f64 - y as f64).powi(2))
+        .sum()
+}
+
+fn rows(t: &Table, r: &[usize]) -> Vec<f32> {
+    r.iter().flat_map(|&i| t.row(i).iter().copied()).collect()
+}
+
+/// Small-integer rows: many exact distance ties, within and across lists.
+fn integer_table(n: usize, d: usize, seed: u64) -> Table {
+    let r = random_table(n, d, seed);
+    let data = r.data().iter().map(|v| (v * 2.5).round()).collect();
+    Table::new(data, n, d).unwrap()
+}
+
+fn opts(nlist: usize, metric: Metric, precision: Precision) -> IvfOptions {
+    IvfOptions {
+        nlist,
+        metric,
+        precision,
+        kmeans: KMeansOptions {
+            iters: 6,
+            ..KMeansOptions::default()
+        },
+    }
+}
+
+#[test]
+fn one_lloyd_step_is_the_float64_step() {
+    let ctx = ctx();
+    let (n, d, k) = (1500, 24, 20);
+    let t = random_table(n, d, 11);
+    let init = rows(&t, &(0..k).map(|i| i * 7).collect::<Vec<_>>());
+    let o = KMeansOptions {
+        iters: 1,
+        init: Some(init.clone()),
+        ..KMeansOptions::default()
+    };
+    let km = kmeans(&ctx, &t, k, &o).unwrap();
+    assert_eq!((km.trained_on, km.splits, km.objective.len()), (n, 0, 1));
+    // The device's assignment (the same one kmeans made: same centroids, same device).
+    let c0 = Table::new(init.clone(), k, d).unwrap();
+    let (ids, dist, _) = assign(&ctx, &c0, t.data(), d).unwrap();
+    let mut best_sum = 0.0;
+    let mut sums = vec![0f64; k * d];
+    let mut counts = vec![0usize; k];
+    for i in 0..n {
+        let all: Vec<f64> = (0..k).map(|c| d2(t.row(i), c0.row(c))).collect();
+        let best = all.iter().cloned().fold(f64::INFINITY, f64::min);
+        let got = all[ids[i] as usize];
+        let tol = 1e-5 * (best + 1.0);
+        assert!(
+            got <= best + tol,
+            "row {i}: centroid {} at {got}, best {best}",
+            ids[i]
+        );
+        assert!(
+            (dist[i] as f64 - got).abs() <= tol,
+            "row {i}: distance {}",
+            dist[i]
+        );
+        best_sum += best;
+        counts[ids[i] as usize] += 1;
+        for j in 0..d {
+            sums[ids[i] as usize * d + j] += t.row(i)[j] as f64;
+        }
+    }
+    let rel = (km.objective[0] - best_sum).abs() / best_sum;
+    assert!(
+        rel < 1e-5,
+        "objective {} vs float64 {best_sum}",
+        km.objective[0]
+    );
+    // Every centroid is the float64 mean of its rows, rounded once.
+    for c in 0..k {
+        assert!(counts[c] > 0, "cluster {c} empty");
+        for j in 0..d {
+            let want = (sums[c * d + j] / counts[c] as f64) as f32;
+            assert_eq!(km.centroids[c * d + j], want, "centroid {c} column {j}");
+        }
+    }
+    assert_clean(&ctx);
+}
+
+#[test]
+fn objective_never_rises_and_the_seed_fixes_the_bits() {
+    let ctx = ctx();
+    let t = fortunes(600);
+    let o = KMeansOptions {
+        iters: 8,
+        seed: 5,
+        ..KMeansOptions::default()
+    };
+    let a = kmeans(&ctx, &t, 12, &o).unwrap();
+    assert_eq!(a.objective.len(), 8);
+    for w in a.objective.windows(2) {
+        assert!(
+            w[1] <= w[0] * (1.0 + 1e-6),
+            "objective rose: {:?}",
+            a.objective
+        );
+    }
+    assert!(a.objective[7] < a.objective[0] * 0.99, "{:?}", a.objective);
+    let b = kmeans(&ctx, &t, 12, &o).unwrap();
+    assert_eq!(bits(&a.centroids), bits(&b.centroids));
+    assert_eq!(a.objective, b.objective);
+    let c = kmeans(
+        &ctx,
+        &t,
+        12,
+        &KMeansOptions {
+            seed: 6,
+            iters: 0,
+            ..o.clone()
+        },
+    )
+    .unwrap();
+    let a0 = kmeans(
+        &ctx,
+        &t,
+        12,
+        &KMeansOptions {
+            iters: 0,
+            ..o.clone()
+        },
+    )
+    .unwrap();
+    assert!(a0.objective.is_empty());
+    assert_ne!(
+        bits(&a0.centroids),
+        bits(&c.centroids),
+        "another seed, another init"
+    );
+    // Subsampling: at most k × max_points_per_centroid rows.
+    let s = kmeans(
+        &ctx,
+        &t,
+        12,
+        &KMeansOptions {
+            max_points_per_centroid: 40,
+            iters: 1,
+            ..o
+        },
+    )
+    .unwrap();
+    assert_eq!(s.trained_on, 480);
+    assert_clean(&ctx);
+}
+
+#[test]
+fn an_empty_cluster_splits_the_largest() {
+    let ctx = ctx();
+    let t = random_table(400, 8, 3);
+    // Centroid 1 duplicates centroid 0: ties go to the lowest index, so 1 starts empty.
+    let mut init = rows(&t, &[0, 0, 1, 2, 3]);
+    init.extend(rows(&t, &[4]));
+    let o = KMeansOptions {
+        iters: 1,
+        init: Some(init),
+        ..KMeansOptions::default()
+    };
+    let km = kmeans(&ctx, &t, 6, &o).unwrap();
+    assert!(km.splits >= 1);
+    let c: Vec<&[f32]> = km.centroids.chunks(8).collect();
+    for a in 0..6 {
+        for b in 0..a {
+            assert_ne!(c[a], c[b], "centroids {a} and {b} equal");
+        }
+    }
+    // After one more iteration every cluster has rows.
+    let o2 = KMeansOptions {
+        iters: 1,
+        init: Some(km.centroids.clone()),
+        ..KMeansOptions::default()
+    };
+    let c1 = Table::new(km.centroids, 6, 8).unwrap();
+    let (ids, _, _) = assign(&ctx, &c1, t.data(), 8).unwrap();
+    assert!(
+        (0..6u32).all(|c| ids.contains(&c)),
+        "a cluster is still empty"
+    );
+    kmeans(&ctx, &t, 6, &o2).unwrap();
+    assert_clean(&ctx);
+}
+
+#[test]
+fn ivf_flat_with_every_list_probed_is_the_exact_search() {
+    let ctx = ctx();
+    let ints = integer_table(1200, 8, 21);
+    let real = fortunes(500);
+    for (name, t) in [("integer", &ints), ("fortunes", &real)] {
+        let q = Table::new(
+            rows(t, &(0..40).map(|i| i * 12).collect::<Vec<_>>()),
+            40,
+            t.d(),
+        )
+        .unwrap();
+        for p in precisions(&ctx) {
+            for m in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
+                let mut ix = IvfFlat::new(&ctx, t.d(), &opts(12, m, p)).unwrap();
+                ix.train(t).unwrap();
+                // Added in two parts: ids continue.
+                let cut = t.n() * 7 / 12;
+                assert_eq!(ix.add(&t.head(cut).unwrap()).unwrap(), 0);
+                let rest =
+                    Table::new(t.data()[cut * t.d()..].to_vec(), t.n() - cut, t.d()).unwrap();
+                assert_eq!(ix.add(&rest).unwrap(), cut);
+                assert_eq!(ix.ntotal(), t.n());
+                assert_eq!(ix.list_sizes().iter().sum::<usize>(), t.n());
+                let dt = DeviceTable::upload(&ctx, t, p).unwrap();
+                for k in [1, 17] {
+                    let ko = KnnOptions {
+                        k,
+                        metric: m,
+                        ..KnnOptions::default()
+                    };
+                    let want = knn_flat(&dt, q.data(), q.d(), &ko).unwrap();
+                    let (got, rep) = ix.search(q.data(), q.d(), 12, &ko).unwrap();
+                    let what = format!("{name} {p:?} {m:?} k={k}");
+                    assert_same(&got, &want, &what);
+                    assert_eq!(rep.rows_scanned, (t.n() * 40) as u64, "{what}");
+                    if k == 1 {
+                        // nprobe past nlist is clamped.
+                        let (again, _) = ix.search(q.data(), q.d(), 99, &ko).unwrap();
+                        assert_same(&again, &want, &what);
+                    }
+                }
+            }
+        }
+        // The integer table has ties: some query's k best include equal distances.
+        if name == "integer" {
+            let dt = DeviceTable::upload(&ctx, t, Precision::Fp32).unwrap();
+            let ko = KnnOptions {
+                k: 10,
+                metric: Metric::L2,
+                ..KnnOptions::default()
+            };
+            let r = knn_flat(&dt, q.data(), q.d(), &ko).unwrap();
+            assert!(
+                r.distances.windows(2).any(|w| w[0] == w[1]),
+                "no ties tested"
+            );
+        }
+    }
+    assert_clean(&ctx);
+}
+
+#[test]
+fn recall_grows_with_nprobe_to_the_exact_search() {
+    let ctx = ctx();
+    let t = fortunes(1200);
+    let q = Table::new(
+        rows(&t, &(0..50).map(|i| i * 23 + 3).collect::<Vec<_>>()),
+        50,
+        384,
+    )
+    .unwrap();
+    let mut ix = IvfFlat::new(&ctx, 384, &opts(24, Metric::Cosine, Precision::Fp32)).unwrap();
+    ix.train(&t).unwrap();
+    ix.add(&t).unwrap();
+    let ko = KnnOptions {
+        k: 10,
+        ..KnnOptions::default()
+    };
+    let dt = DeviceTable::upload(&ctx, &t, Precision::Fp32).unwrap();
+    let exact = knn_flat(&dt, q.data(), 384, &ko).unwrap();
+    let mut last = 0.0;
+    for nprobe in [1, 4, 24] {
+        let (r, rep) = ix.search(q.data(), 384, nprobe, &ko).unwrap();
+        assert!(rep.rows_scanned <= (t.n() * 50) as u64);
+        let mut hits = 0;
+        for i in 0..50 {
+            let e: std::collections::HashSet<i64> = exact.ids_of(i).iter().copied().collect();
+            hits += r.ids_of(i).iter().filter(|id| e.contains(id)).count();
+            // A query's own row is in the list of its nearest centroid, probed first.
+            assert!(
+                r.ids_of(i).contains(&((i * 23 + 3) as i64)),
+                "nprobe {nprobe} query {i}"
+            );
+        }
+        let recall = hits as f64 / 500.0;
+        assert!(recall >= last, "recall fell to {recall} at nprobe {nprobe}");
+        last = recall;
+    }
+    assert_eq!(last, 1.0);
+    assert_clean(&ctx);
+}
+
+#[test]
+fn each_query_gets_the_exact_search_of_its_probed_lists() {
+    let ctx = ctx();
+    let t = integer_table(900, 8, 8);
+    let q = random_table(12, 8, 77);
+    for m in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
+        let mut ix = IvfFlat::new(&ctx, 8, &opts(10, m, Precision::Fp32)).unwrap();
+        ix.train(&t).unwrap();
+        ix.add(&t).unwrap();
+        let nprobe = 3;
+        let ko = KnnOptions {
+            k: 15,
+            metric: m,
+            ..KnnOptions::default()
+        };
+        let (got, _) = ix.search(q.data(), 8, nprobe, &ko).unwrap();
+        // The probed lists: the exact k-NN of the query among the centroids.
+        let cent = Table::new(ix.centroids().to_vec(), 10, 8).unwrap();
+        let cdt = DeviceTable::upload(&ctx, &cent, Precision::Fp32).unwrap();
+        let co = KnnOptions {
+            k: nprobe,
+            metric: m,
+            ..KnnOptions::default()
+        };
+        let probes = knn_flat(&cdt, q.data(), 8, &co).unwrap();
+        for i in 0..q.n() {
+            // The rows of its probed lists, in id order, searched exactly.
+            let mut ids: Vec<i64> = probes
+                .ids_of(i)
+                .iter()
+                .flat_map(|&l| ix.list_ids(l as usize).to_vec())
+                .collect();
+            ids.sort_unstable();
+            let sub = rows(&t, &ids.iter().map(|&x| x as usize).collect::<Vec<_>>());
+            let st = Table::new(sub, ids.len(), 8).unwrap();
+            let sdt = DeviceTable::upload(&ctx, &st, Precision::Fp32).unwrap();
+            let want = knn_flat(&sdt, q.row(i), 8, &ko).unwrap();
+            let want_ids: Vec<i64> = want
+                .ids
+                .iter()
+                .map(|&j| if j < 0 { j } else { ids[j as usize] })
+                .collect();
+            assert_eq!(got.ids_of(i), &want_ids[..], "{m:?} query {i}");
+            assert_eq!(
+                bits(got.distances_of(i)),
+                bits(&want.distances),
+                "{m:?} query {i}"
+            );
+        }
+    }
+    assert_clean(&ctx);
+}
+
+#[test]
+fn index_files_round_trip_byte_for_byte() {
+    let ctx = ctx();
+    let dir = TempDir::new("ivf");
+    let t = integer_table(600, 16, 4);
+    for p in precisions(&ctx) {
+        let mut ix = IvfFlat::new(&ctx, 16, &opts(8, Metric::L2, p)).unwrap();
+        ix.train(&t).unwrap();
+        ix.add(&t).unwrap();
+        let path = dir.path("a.ivf");
+        ix.save(&path).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(&bytes[..4], b"DIVF");
+        assert_eq!(
+            bytes.len(),
+            40 + 8 * 16 * 4 + 8 * 8 + 600 * (8 + 16 * 4) + 8
+        );
+        let mut back = IvfFlat::load(&ctx, &path).unwrap();
+        assert_eq!((back.nlist(), back.ntotal(), back.d()), (8, 600, 16));
+        assert_eq!(back.precision(), p);
+        assert_eq!(back.list_sizes(), ix.list_sizes());
+        let again = dir.path("b.ivf");
+        back.save(&again).unwrap();
+        assert_eq!(std::fs::read(&again).unwrap(), bytes, "{p:?}");
+        let ko = KnnOptions {
+            k: 7,
+            metric: Metric::L2,
+            ..KnnOptions::default()
+        };
+        let q = t.head(30).unwrap();
+        let (a, _) = ix.search(q.data(), 16, 3, &ko).unwrap();
+        let (b, _) = back.search(q.data(), 16, 3, &ko).unwrap();
+        assert_same(&b, &a, "loaded index");
+        // A loaded index takes more rows.
+        back.add(&q).unwrap();
+        assert_eq!(back.ntotal(), 630);
+    }
+    assert_eq!(dir.entries(), vec!["a.ivf", "b.ivf"]);
+    assert_clean(&ctx);
+}
+
+fn invalid<T: std::fmt::Debug>(r: diversity::Result<T>) -> String {
+    match r {
+        Err(e @ diversity::Error::Invalid(_)) => e.to_string(),
+        other => panic!("expected Error::Invalid, got {other:?}"),
+    }
+}
+
+#[test]
+fn bad_inputs_are_refused_with_their_message() {
+    let ctx = ctx();
+    let t = random_table(50, 8, 9);
+    let e = invalid(kmeans(&ctx, &t, 51, &KMeansOptions::default()));
+    assert_eq!(
+        e,
+        "k-means of 50 rows into k = 51 clusters: k must be between 1 and N = 50"
+    );
+    assert!(invalid(kmeans(&ctx, &t, 0, &KMeansOptions::default())).contains("k = 0"));
+    let bad_init = KMeansOptions {
+        init: Some(vec![0.0; 9]),
+        ..KMeansOptions::default()
+    };
+    assert!(invalid(kmeans(&ctx, &t, 2, &bad_init)).contains("init has 9 values, expected k × D"));
+    let nan_init = KMeansOptions {
+        init: Some(vec![f32::NAN; 16]),
+        ..KMeansOptions::default()
+    };
+    assert!(invalid(kmeans(&ctx, &t, 2, &nan_init)).contains("non-finite"));
+    assert!(
+        invalid(IvfFlat::new(&ctx, 8, &opts(0, Metric::L2, Precision::Fp32))).contains("nlist")
+    );
+    assert!(
+        invalid(IvfFlat::new(&ctx, 0, &opts(4, Metric::L2, Precision::Fp32))).contains("D = 0")
+    );
+    let mut ix = IvfFlat::new(&ctx, 8, &opts(60, Metric::L2, Precision::Fp32)).unwrap();
+    assert!(invalid(ix.train(&t)).contains("k must be between 1 and N"));
+    let mut ix = IvfFlat::new(&ctx, 8, &opts(4, Metric::L2, Precision::Fp32)).unwrap();
+    let ko = KnnOptions {
+        k: 3,
+        metric: Metric::L2,
+        ..KnnOptions::default()
+    };
+    assert_eq!(
+        invalid(ix.add(&t)),
+        "the IVF index is not trained (train it first)"
+    );
+    assert!(invalid(ix.search(t.data(), 8, 2, &ko)).contains("not trained"));
+    let dir = TempDir::new("ivf-bad");
+    let untouched = dir.file("keep.ivf", b"old bytes");
+    assert!(invalid(ix.save(&untouched)).contains("not trained: nothing to save"));
+    assert_eq!(std::fs::read(&untouched).unwrap(), b"old bytes");
+    let wide = random_table(10, 9, 1);
+    assert_eq!(
+        invalid(ix.train(&wide)),
+        "training rows have dimension 9, the index 8"
+    );
+    ix.train(&t).unwrap();
+    assert!(invalid(ix.train(&t)).contains("already trained"));
+    assert_eq!(
+        invalid(ix.add(&wide)),
+        "added rows have dimension 9, the index 8"
+    );
+    ix.add(&t).unwrap();
+    assert_eq!(
+        invalid(ix.search(wide.data(), 9, 2, &ko)),
+        "queries have dimension 9, the table 8"
+    );
+    assert!(invalid(ix.search(t.data(), 8, 0, &ko)).contains("nprobe ≥ 1"));
+    let cos = KnnOptions {
+        metric: Metric::Cosine,
+        ..ko.clone()
+    };
+    assert!(invalid(ix.search(t.data(), 8, 2, &cos)).contains("not the index's (l2)"));
+    let ver = KnnOptions {
+        verify: 2,
+        ..ko.clone()
+    };
+    assert!(invalid(ix.search(t.data(), 8, 2, &ver)).contains("verify"));
+    // A missing directory: an error naming it, nothing written.
+    let missing = dir.path("no/such/x.ivf");
+    let e = ix.save(&missing).unwrap_err().to_string();
+    assert!(e.contains("does not exist"), "{e}");
+    assert_eq!(dir.entries(), vec!["keep.ivf"]);
+    assert_clean(&ctx);
+}
+
+#[test]
+fn corrupt_and_foreign_files_are_refused() {
+    let ctx = ctx();
+    let dir = TempDir::new("ivf-corrupt");
+    let t = random_table(200, 4, 2);
+    let mut ix = IvfFlat::new(&ctx, 4, &opts(4, Metric::InnerProduct, Precision::Fp32)).unwrap();
+    ix.train(&t).unwrap();
+    ix.add(&t).unwrap();
+    let good = ix.to_bytes().unwrap();
+    let check = |name: &str, bytes: &[u8], want: &str| {
+        let p = dir.file(name, bytes);
+        let m = format_message(IvfFlat::load(&ctx, &p), &p);
+        assert!(m.contains(want), "{name}: {m}");
+        assert_eq!(std::fs::read(&p).unwrap(), bytes, "{name} changed");
+    };
+    check(
+        "foreign.ivf",
+        b"\x93NUMPY not an index at all, long enough to pass the header",
+        "no DIVF magic",
+    );
+    check("empty.ivf", b"", "no DIVF magic");
+    check("short.ivf", &good[..30], "truncated IVF index");
+    check(
+        "cut.ivf",
+        &good[..good.len() - 9],
+        "truncated or not an IVF index",
+    );
+    let mut flip = good.clone();
+    flip[100] ^= 0x10;
+    check("flip.ivf", &flip, "checksum mismatch");
+    let mut ver = good.clone();
+    ver[4] = 2;
+    check("version.ivf", &ver, "version 2, this build reads version 1");
+    let mut huge = good.clone();
+    huge[16..24].copy_from_slice(&u64::MAX.to_le_bytes());
+    check("huge.ivf", &huge, "make");
+    // A consistent file (checksum recomputed) whose first list's first id is out of range.
+    let mut bad_id = good.clone();
+    let o = 40 + 4 * 4 * 4 + 4 * 8;
+    bad_id[o..o + 8].copy_from_slice(&999u64.to_le_bytes());
+    let n = bad_id.len();
+    let h = fnv(&bad_id[..n - 8]);
+    bad_id[n - 8..].copy_from_slice(&h.to_le_bytes());
+    check("id.ivf", &bad_id, "id 999 is out of range");
+    let missing = dir.path("missing.ivf");
+    assert!(IvfFlat::load(&ctx, &missing)
+        .unwrap_err()
+        .to_string()
+        .contains("missing.ivf"));
+    assert_clean(&ctx);
+}
+
+#[test]
+fn mutated_files_are_refused_or_loaded_whole_never_a_panic() {
+    let ctx = ctx();
+    let dir = TempDir::new("ivf-mutate");
+    let t = random_table(120, 3, 5);
+    let mut ix = IvfFlat::new(&ctx, 3, &opts(5, Metric::L2, Precision::Fp32)).unwrap();
+    ix.train(&t).unwrap();
+    ix.add(&t).unwrap();
+    let good = ix.to_bytes().unwrap();
+    let mut s = 0x5eed_u64;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let (mut refused, mut loaded) = (0, 0);
+    for i in 0..400 {
+        let mut b = good.clone();
+        let n = b.len();
+        match i % 4 {
+            0 => b[next() as usize % n] ^= 1 << (next() % 8),
+            1 => b.truncate(next() as usize % n),
+            _ => {
+                // A u64 word of the header, the sizes or the ids (i % 4 = 2) or any 4 bytes
+                // (3) overwritten, the checksum made right again.
+                let o = if i % 4 == 2 {
+                    16 + 8 * (next() as usize % 40)
+                } else {
+                    next() as usize % (n - 12)
+                };
+                let v = match next() % 3 {
+                    0 => u64::MAX - next() % 4,
+                    1 => next() % 1000,
+                    _ => next(),
+                };
+                let w = if i % 4 == 2 { 8 } else { 4 };
+                let o = o.min(n - 8 - w);
+                b[o..o + w].copy_from_slice(&v.to_le_bytes()[..w]);
+                let h = fnv(&b[..n - 8]);
+                b[n - 8..].copy_from_slice(&h.to_le_bytes());
+            }
+        }
+        let p = dir.file("m.ivf", &b);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| IvfFlat::load(&ctx, &p)));
+        match r.unwrap_or_else(|_| panic!("mutation {i} panicked")) {
+            Ok(x) => {
+                // Accepted: a whole index, every id once.
+                let mut ids: Vec<i64> = (0..x.nlist())
+                    .flat_map(|l| x.list_ids(l).to_vec())
+                    .collect();
+                ids.sort_unstable();
+                assert_eq!(
+                    ids,
+                    (0..x.ntotal() as i64).collect::<Vec<_>>(),
+                    "mutation {i}"
+                );
+                assert_eq!(x.to_bytes().unwrap(), b, "mutation {i}: not the bytes read");
+                loaded += 1;
+            }
+            Err(diversity::Error::Format { path, .. }) => {
+                assert_eq!(path, p, "mutation {i}");
+                refused += 1;
+            }
+            Err(e) => panic!("mutation {i}: {e}"),
+        }
+    }
+    // Both outcomes happen (326 and 74 with this seed).
+    assert!(
+        refused >= 250 && loaded >= 20,
+        "{refused} refused, {loaded} loaded"
+    );
+    assert_clean(&ctx);
+}
+
+/// FNV-1a 64 (the file's checksum), to build consistent files with bad content.
+fn fnv(b: &[u8]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for &x in b {
+        h ^= x as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
