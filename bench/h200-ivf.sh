@@ -17,7 +17,7 @@ B=.gl/bin/bench_ivf
 P=bench/ivf_peer.py
 T=$(mktemp -d)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-python3 -c "import faiss" 2>/dev/null || pip install --no-index --no-deps .gl/wheels/faiss_cpu-*.whl 2>&1 | tail -1
+python3 -c "import faiss" 2>/dev/null || python3 -m pip install --no-index --no-deps --root-user-action=ignore .gl/wheels/faiss_cpu-*.whl 2>&1 | tail -1
 python3 -c "import faiss; print('faiss', faiss.__version__, faiss.omp_get_max_threads(), 'threads')" | tee "$OUT/faiss.txt"
 F=.gl/data/fortunes-minilm.f32
 [ -f "$F" ] || F=.gl/data/fortunes-minilm.npy
