@@ -10,6 +10,8 @@ cargo fmt --check
 cargo clippy --release --all-targets --quiet -- -D warnings
 cargo clippy --release --features lua --lib --quiet -- -D warnings
 cargo test --release
+# A crate depending on this one (`cargo add --path`) builds and runs the README's Rust example.
+bash scripts/dependent-crate.sh >/dev/null
 LP_NATIVE_VECTOR_WIDTH=128 cargo test --release --test scan --test filter --test gram --test knn --test multi
 # The benchmark program must keep working: a tiny run on the bundled data.
 cargo run --release --quiet --example bench -- --table data/fortunes-2k.npy --starts 16 \
