@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command (README.md, .ci/run): installs what is missing, checks formatting and lints,
-# runs every Rust test on the machine's Vulkan device (lavapipe without a GPU) with validation
+# runs every Rust test (and a crate that depends on this one) on the machine's Vulkan device (lavapipe without a GPU) with validation
 # layers on, the scan and filter tests once more with lavapipe's subgroup size at 4, then builds
 # the LuaJIT module and runs the busted specs under LuaJIT against it.
 set -euo pipefail
@@ -31,6 +31,8 @@ smoke=$(mktemp -d)
 cargo run --release --quiet --example rankings -- --table data/fortunes-300.embeddings.json \
   --top-k 5 --out "$smoke/rankings.json" --graph "$smoke/graph.knn" --verify 16 >/dev/null
 bash scripts/build-lua.sh
+# The rock: luarocks make into a temporary tree, then the command and require from outside (~2 s).
+bash scripts/rock.sh
 log=$(mktemp)
 LUA_CPATH='target/lua/?.so;;' LUA_PATH='lua/?.lua;lua/?/init.lua;tests/lua/?.lua;;' \
   luajit /usr/bin/busted --output=plainTerminal tests/lua | tee "$log"
