@@ -18,6 +18,8 @@
 //! the device and fails, leaving no output file, if any returned neighbour is not a true one
 //! (rounding-level ties aside). One summary line goes to stdout.
 
+mod common;
+
 use diversity::cache::{KnnGraphWriter, KnnMetric, RankingsWriter, KNN_PAD};
 use diversity::knn::KnnPath;
 use diversity::rankings::{algorithm_name, rankings_with_values, RankingsOptions, DEFAULT_GRAPH_K};
@@ -42,12 +44,8 @@ struct Args {
     verify: usize,
 }
 
-const USAGE: &str = "usage: rankings --table FILE [--dim D] [--center] [--precision fp32|fp16] \
-[--top-k K|all] [--metric cosine|ip|l2] [--batch B] [--model NAME] [--device NAME] [--validation] \
---out rankings.json [--graph FILE [--graph-k K]] [--verify Q]";
-
 fn parse() -> Result<Args, String> {
-    let mut it = std::env::args().skip(1);
+    let mut it = common::Cli::new(include_str!("rankings.rs"));
     let mut a = Args {
         table: PathBuf::new(),
         dim: None,
@@ -69,20 +67,20 @@ fn parse() -> Result<Args, String> {
         v.parse()
             .map_err(|_| format!("{flag} {v}: not a non-negative integer"))
     }
-    while let Some(flag) = it.next() {
+    while let Some(flag) = it.flag()? {
         match flag.as_str() {
-            "--table" => a.table = it.next().ok_or("--table needs a file")?.into(),
-            "--dim" => a.dim = Some(num("--dim", it.next())?),
+            "--table" => a.table = it.value().ok_or("--table needs a file")?.into(),
+            "--dim" => a.dim = Some(num("--dim", it.value())?),
             "--center" => a.center = true,
             "--precision" => {
                 a.precision = it
-                    .next()
+                    .value()
                     .ok_or("--precision needs fp32 or fp16")?
                     .parse()
                     .map_err(|e: diversity::Error| e.to_string())?
             }
             "--top-k" => {
-                let v = it.next().ok_or("--top-k needs K or all")?;
+                let v = it.value().ok_or("--top-k needs K or all")?;
                 a.top_k = if v == "all" {
                     None
                 } else {
@@ -91,28 +89,27 @@ fn parse() -> Result<Args, String> {
             }
             "--metric" => {
                 a.metric = it
-                    .next()
+                    .value()
                     .ok_or("--metric needs cosine, ip or l2")?
                     .parse()
                     .map_err(|e: diversity::Error| e.to_string())?
             }
-            "--batch" => a.batch = Some(num("--batch", it.next())?),
-            "--model" => a.model = Some(it.next().ok_or("--model needs a name")?),
-            "--device" => a.device = Some(it.next().ok_or("--device needs a name")?),
+            "--batch" => a.batch = Some(num("--batch", it.value())?),
+            "--model" => a.model = Some(it.value().ok_or("--model needs a name")?),
+            "--device" => a.device = Some(it.value().ok_or("--device needs a name")?),
             "--validation" => a.validation = true,
-            "--out" => a.out = Some(it.next().ok_or("--out needs a file")?.into()),
-            "--graph" => a.graph = Some(it.next().ok_or("--graph needs a file")?.into()),
-            "--graph-k" => a.graph_k = num("--graph-k", it.next())?,
-            "--verify" => a.verify = num("--verify", it.next())?,
-            "-h" | "--help" => return Err(USAGE.into()),
-            _ => return Err(format!("unknown argument {flag}\n{USAGE}")),
+            "--out" => a.out = Some(it.value().ok_or("--out needs a file")?.into()),
+            "--graph" => a.graph = Some(it.value().ok_or("--graph needs a file")?.into()),
+            "--graph-k" => a.graph_k = num("--graph-k", it.value())?,
+            "--verify" => a.verify = num("--verify", it.value())?,
+            _ => return Err(format!("unknown argument {flag}")),
         }
     }
     if a.table.as_os_str().is_empty() {
-        return Err(format!("--table is required\n{USAGE}"));
+        return Err(format!("--table is required"));
     }
     if a.out.is_none() {
-        return Err(format!("--out is required\n{USAGE}"));
+        return Err(format!("--out is required"));
     }
     Ok(a)
 }
@@ -259,8 +256,8 @@ fn run(a: Args) -> Result<(), String> {
 }
 
 fn main() {
-    let result = parse().and_then(run);
-    if let Err(e) = result {
+    let a = common::parsed("rankings", parse());
+    if let Err(e) = run(a) {
         eprintln!("rankings: {e}");
         std::process::exit(1);
     }
