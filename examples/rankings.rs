@@ -106,10 +106,10 @@ fn parse() -> Result<Args, String> {
         }
     }
     if a.table.as_os_str().is_empty() {
-        return Err(format!("--table is required"));
+        return Err("--table is required".into());
     }
     if a.out.is_none() {
-        return Err(format!("--out is required"));
+        return Err("--out is required".into());
     }
     Ok(a)
 }

@@ -143,7 +143,7 @@ fn parse() -> Result<Args, String> {
         }
     }
     if a.table.as_os_str().is_empty() && !a.describe {
-        return Err(format!("--table is required"));
+        return Err("--table is required".into());
     }
     Ok(a)
 }
