@@ -50,20 +50,22 @@ impl Cli {
 
 /// The usage text of an example: the ```` ```text ```` block of its `//!` doc comment.
 fn usage(source: &str) -> String {
-    let mut lines = source
+    let mut first = true;
+    source
         .lines()
         .map_while(|l| l.strip_prefix("//!"))
         .map(|l| l.strip_prefix(' ').unwrap_or(l))
         .skip_while(|l| *l != "```text")
         .skip(1)
-        .take_while(|l| *l != "```");
-    let first = lines.next().unwrap_or_default();
-    let first = first
-        .strip_prefix("cargo run --release --example ")
-        .unwrap_or(first);
-    let first = first.replacen(" -- ", " ", 1);
-    std::iter::once(format!("usage: {first}"))
-        .chain(lines.map(String::from))
+        .take_while(|l| *l != "```")
+        .map(|l| match l.strip_prefix("cargo run --release --example ") {
+            Some(rest) => {
+                let head = if first { "usage: " } else { "       " };
+                first = false;
+                format!("{head}{}", rest.replacen(" -- ", " ", 1))
+            }
+            None => l.to_string(),
+        })
         .collect::<Vec<_>>()
         .join("\n")
 }
