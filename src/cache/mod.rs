@@ -8,12 +8,14 @@
 //! - `binary`: the user's binary cache, [`BinaryCacheWriter`] and the reader [`BinaryCache`].
 //! - `rankings`: [`RankingsWriter`], the similarity rankings cache.
 //! - `knn_graph`: the k-NN graph file, [`KnnGraphWriter`], [`KnnGraph`], [`KnnMetric`], `KNN_*`.
+//! - `metadata`: [`read_metadata`], the `metadata` object of a JSON cache.
 //! - `merge`: [`merge_caches`] of a sharded run's partial caches, [`SHARD_KEYS`], [`ShardLayout`].
 
 mod binary;
 mod json_stream;
 mod knn_graph;
 mod merge;
+mod metadata;
 mod pending;
 mod rankings;
 mod rows;
@@ -24,6 +26,7 @@ pub use knn_graph::{
     KnnGraph, KnnGraphWriter, KnnMetric, KNN_HEADER, KNN_MAGIC, KNN_PAD, KNN_VERSION,
 };
 pub use merge::{merge_caches, shard_len, MergeReport, ShardLayout, SHARD_KEYS};
+pub use metadata::read_metadata;
 pub use pending::{stale_removed, PendingFile};
 pub use rankings::RankingsWriter;
 pub use sequences::JsonCacheWriter;

@@ -478,6 +478,35 @@ describe("vk_compute.generate_similarity_matrix_gpu_parallel", function()
       assert.are.same({}, H.temp_files(dir))
     end)
 
+  it("reuses a cache whose model name has braces, quotes or non-ASCII (its metadata is parsed, not matched)",
+    function()
+      for _, model in ipairs({ "m{x", 'a"b}', "mod\u{e8}le\n", "{}" }) do
+        local out = dir .. "/braces.json"
+        os.remove(out)
+        local p, n, reused = vk.generate_similarity_matrix_gpu_parallel(src, model, false, 1, 3, out)
+        assert.are.equal(out, p)
+        assert.is_false(reused)
+        assert.are.equal(model, H.json_file(out).metadata.model)
+        local before = H.stat(out)
+        local _, n2, reused2 = vk.generate_similarity_matrix_gpu_parallel(src, model, false, 1, 3, out)
+        assert.is_true(reused2, "the cache of model " .. model .. " was not reused")
+        assert.are.equal(n, n2)
+        assert.are.equal(before, H.stat(out))
+        -- another model's cache at the same path is not reused
+        local _, _, reused3 = vk.generate_similarity_matrix_gpu_parallel(src, model .. "2", false, 1, 3, out)
+        assert.is_false(reused3)
+      end
+      -- diversity.cache_metadata: scalar fields; a file that is not a cache is an error
+      local m = diversity.cache_metadata(dir .. "/braces.json")
+      assert.are.equal(300, m.total_poems)
+      assert.are.equal(3, m.top_k)
+      H.assert_error({ "diversity.cache_metadata", "README.md", "not a JSON cache" },
+        diversity.cache_metadata, "README.md")
+      H.write(dir .. "/nometa.json", '{"rankings":{}}')
+      H.assert_error({ "diversity.cache_metadata", "no \"metadata\"" },
+        diversity.cache_metadata, dir .. "/nometa.json")
+    end)
+
   it("takes an explicit output path; refuses bad arguments naming the call", function()
     local out = dir .. "/explicit.json"
     local p = vk.generate_similarity_matrix_gpu_parallel(src, "m", false, 0, 3, out)
