@@ -349,7 +349,10 @@ M.SHAPES = { untiled = true, tiled = true, ["per-tile"] = true }
 -- the keys from the running sum when the pick is uncertain; other bits at near-ties), top_k, batch, starts ("all", "a,b,c" or a Lua array), device,
 -- validation, resume, target_s, safety, quiet, model, dim, host_memory (bytes a batch's results
 -- may take on the host; default M.default_host_memory()), shard ("i/n" or "i/n:strided": compute
--- only that slice of the starts and write a partial cache for `M.merge`). Returns a summary table
+-- only that slice of the starts and write a partial cache for `M.merge`), shape and tile (scan:
+-- "untiled", "tiled" or "per-tile"; candidates per tile, default from the device's L2), chunk
+-- (steps per submission instead of sizing them to target_s), cache_dir (where the fp16
+-- conversion is cached instead of beside the input). Returns a summary table
 -- (with `mode`, the engine used, and `mode_reason`, why).
 function M.run(opts)
   local batch_given = opts.batch ~= nil
