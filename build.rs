@@ -6,6 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
+// Links glslang and SPIRV-Tools into this build script (see glslang-link/build.rs).
+use glslang_link as _;
+
 /// Preprocessor definitions of a variant: (name, value).
 type Defines = &'static [(&'static str, &'static str)];
 

@@ -77,9 +77,9 @@ fn parse() -> Result<Args, String> {
         filter: FilterTuning::default(),
         probe: false,
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(f) = it.next() {
-        let mut val = || it.next().ok_or(format!("{f} needs a value"));
+    let mut it = common::Cli::new(include_str!("bench.rs"));
+    while let Some(f) = it.flag()? {
+        let mut val = || it.value().ok_or(format!("{f} needs a value"));
         let num = |v: String| v.parse::<usize>().map_err(|_| format!("{v}: not a number"));
         match f.as_str() {
             "--table" => a.table = val()?,
@@ -135,7 +135,8 @@ struct Run {
 }
 
 fn main() {
-    if let Err(e) = run() {
+    let a = common::parsed("bench", parse());
+    if let Err(e) = run(a) {
         eprintln!("bench: {e}");
         std::process::exit(1);
     }
@@ -196,8 +197,7 @@ fn replot(json: &str, png: &str) -> Result<(), String> {
     plot(png, &label, &runs).map_err(|e| format!("{png}: {e}"))
 }
 
-fn run() -> Result<(), String> {
-    let a = parse()?;
+fn run(a: Args) -> Result<(), String> {
     if let Some(json) = &a.replot {
         return replot(
             json,

@@ -79,9 +79,9 @@ fn parse() -> Result<Args, String> {
         center: false,
         oracle: 0,
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(f) = it.next() {
-        let mut val = || it.next().ok_or(format!("{f} needs a value"));
+    let mut it = common::Cli::new(include_str!("bench_gram.rs"));
+    while let Some(f) = it.flag()? {
+        let mut val = || it.value().ok_or(format!("{f} needs a value"));
         let num = |v: String| v.parse::<usize>().map_err(|_| format!("{v}: not a number"));
         match f.as_str() {
             "--table" => a.table = val()?,
@@ -138,7 +138,8 @@ struct Run {
 }
 
 fn main() {
-    if let Err(e) = run() {
+    let a = common::parsed("bench_gram", parse());
+    if let Err(e) = run(a) {
         eprintln!("bench_gram: {e}");
         std::process::exit(1);
     }
@@ -150,8 +151,7 @@ fn fnv(words: &[u32]) -> u64 {
     })
 }
 
-fn run() -> Result<(), String> {
-    let a = parse()?;
+fn run(a: Args) -> Result<(), String> {
     let path = Path::new(&a.table);
     let mut table = files::load_table(path, a.dim).map_err(|e| e.to_string())?;
     if a.center {

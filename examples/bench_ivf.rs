@@ -65,9 +65,9 @@ fn parse() -> Result<Args, String> {
         json: None,
         label: "workload".into(),
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(f) = it.next() {
-        let mut val = || it.next().ok_or(format!("{f} needs a value"));
+    let mut it = common::Cli::new(include_str!("bench_ivf.rs"));
+    while let Some(f) = it.flag()? {
+        let mut val = || it.value().ok_or(format!("{f} needs a value"));
         let num = |v: String| v.parse::<usize>().map_err(|_| format!("{v}: not a number"));
         match f.as_str() {
             "--table" => a.table = val()?,
@@ -90,7 +90,7 @@ fn parse() -> Result<Args, String> {
             "--save" => a.save = Some(val()?),
             "--json" => a.json = Some(val()?),
             "--label" => a.label = val()?,
-            _ => return Err(format!("unknown flag {f}")),
+            _ => return Err(format!("unknown argument {f}")),
         }
     }
     if a.table.is_empty() {
@@ -148,8 +148,7 @@ fn write_le<T: Copy>(path: &str, v: &[T], bytes: impl Fn(T) -> [u8; 4]) -> Resul
     std::fs::write(path, b).map_err(|e| format!("{path}: {e}"))
 }
 
-fn run() -> Result<(), String> {
-    let a = parse()?;
+fn run(a: Args) -> Result<(), String> {
     let err = |e: diversity::Error| e.to_string();
     let mut t = files::load_table(std::path::Path::new(&a.table), a.dim).map_err(err)?;
     if let Some(n) = a.n {
@@ -272,7 +271,7 @@ fn run() -> Result<(), String> {
 }
 
 fn main() {
-    if let Err(e) = run() {
+    if let Err(e) = run(common::parsed("bench_ivf", parse())) {
         eprintln!("bench_ivf: {e}");
         std::process::exit(1);
     }

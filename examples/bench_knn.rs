@@ -67,9 +67,9 @@ fn parse() -> Result<Args, String> {
         repeat: 1,
         verify: 0,
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(f) = it.next() {
-        let mut val = || it.next().ok_or(format!("{f} needs a value"));
+    let mut it = common::Cli::new(include_str!("bench_knn.rs"));
+    while let Some(f) = it.flag()? {
+        let mut val = || it.value().ok_or(format!("{f} needs a value"));
         let num = |v: String| v.parse::<usize>().map_err(|_| format!("{v}: not a number"));
         match f.as_str() {
             "--table" => a.table = val()?,
@@ -123,14 +123,14 @@ fn parse() -> Result<Args, String> {
 }
 
 fn main() {
-    if let Err(e) = run() {
+    let a = common::parsed("bench_knn", parse());
+    if let Err(e) = run(a) {
         eprintln!("bench_knn: {e}");
         std::process::exit(1);
     }
 }
 
-fn run() -> Result<(), String> {
-    let a = parse()?;
+fn run(a: Args) -> Result<(), String> {
     let s = |e: diversity::Error| e.to_string();
     let mut table = files::load_table(a.table.as_ref(), a.dim).map_err(s)?;
     if let Some(n) = a.n {

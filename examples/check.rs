@@ -16,41 +16,72 @@ use diversity::{files, Precision};
 use serde_json::Value;
 use std::collections::HashMap;
 
+/// The parsed command line.
+struct Args {
+    table: Option<String>,
+    dim: Option<usize>,
+    center: bool,
+    precision: Precision,
+    seqs: Option<String>,
+    eps: f64,
+    limit: usize,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut args = common::Cli::new(include_str!("check.rs"));
+    let mut o = Args {
+        table: None,
+        dim: None,
+        center: false,
+        precision: Precision::Fp32,
+        seqs: None,
+        eps: 1e-5,
+        limit: usize::MAX,
+    };
+    while let Some(a) = args.flag()? {
+        let mut val = || args.value().ok_or(format!("{a} needs a value"));
+        match a.as_str() {
+            "--table" => o.table = Some(val()?),
+            "--dim" => o.dim = Some(val()?.parse().map_err(|_| "--dim: not a number")?),
+            "--center" => o.center = true,
+            "--precision" => {
+                o.precision = val()?
+                    .parse()
+                    .map_err(|e: diversity::Error| e.to_string())?
+            }
+            "--seqs" => o.seqs = Some(val()?),
+            "--eps" => o.eps = val()?.parse().map_err(|_| "--eps: not a number")?,
+            "--limit" => o.limit = val()?.parse().map_err(|_| "--limit: not a number")?,
+            _ => return Err(format!("unknown argument {a}")),
+        }
+    }
+    if o.table.is_none() {
+        return Err("--table is required".into());
+    }
+    if o.seqs.is_none() {
+        return Err("--seqs is required".into());
+    }
+    Ok(o)
+}
+
 fn main() {
-    if let Err(e) = run() {
+    let a = common::parsed("check", parse());
+    if let Err(e) = run(a) {
         eprintln!("check: {e}");
         std::process::exit(1);
     }
 }
 
-fn run() -> Result<(), String> {
-    let mut args = std::env::args().skip(1);
-    let (mut table, mut dim, mut center, mut precision, mut seqs, mut eps, mut limit) = (
-        None,
-        None,
-        false,
-        Precision::Fp32,
-        None,
-        1e-5f64,
-        usize::MAX,
-    );
-    while let Some(a) = args.next() {
-        let mut val = || args.next().ok_or(format!("{a} needs a value"));
-        match a.as_str() {
-            "--table" => table = Some(val()?),
-            "--dim" => dim = Some(val()?.parse().map_err(|_| "--dim: not a number")?),
-            "--center" => center = true,
-            "--precision" => {
-                precision = val()?
-                    .parse()
-                    .map_err(|e: diversity::Error| e.to_string())?
-            }
-            "--seqs" => seqs = Some(val()?),
-            "--eps" => eps = val()?.parse().map_err(|_| "--eps: not a number")?,
-            "--limit" => limit = val()?.parse().map_err(|_| "--limit: not a number")?,
-            _ => return Err(format!("unknown argument {a}")),
-        }
-    }
+fn run(a: Args) -> Result<(), String> {
+    let Args {
+        table,
+        dim,
+        center,
+        precision,
+        seqs,
+        eps,
+        limit,
+    } = a;
     let table_path = table.ok_or("--table is required")?;
     let mut t = files::load_table(table_path.as_ref(), dim).map_err(|e| e.to_string())?;
     if center {

@@ -27,6 +27,8 @@
 //! `merge-graph` check that their inputs are the n shards of one run (naming any missing shard)
 //! and write the rankings cache and graph file the one-shot run writes, byte for byte.
 
+mod common;
+
 use diversity::cache::{
     merge_graphs, merge_rankings, KnnGraphShard, KnnGraphWriter, KnnMetric, RankingsWriter,
     ShardLayout, KNN_PAD,
@@ -55,14 +57,8 @@ struct Args {
     shard: Option<(usize, usize, ShardLayout)>,
 }
 
-const USAGE: &str = "usage: rankings --table FILE [--dim D] [--center] [--precision fp32|fp16] \
-[--top-k K|all] [--metric cosine|ip|l2] [--batch B] [--model NAME] [--device NAME] [--validation] \
---out rankings.json [--graph FILE [--graph-k K]] [--verify Q] [--shard i/n[:strided]]
-       rankings merge --out rankings.json SHARD.json...
-       rankings merge-graph --out graph.knn SHARD.knn...";
-
 fn parse() -> Result<Args, String> {
-    let mut it = std::env::args().skip(1);
+    let mut it = common::Cli::new(include_str!("rankings.rs"));
     let mut a = Args {
         table: PathBuf::new(),
         dim: None,
@@ -85,20 +81,20 @@ fn parse() -> Result<Args, String> {
         v.parse()
             .map_err(|_| format!("{flag} {v}: not a non-negative integer"))
     }
-    while let Some(flag) = it.next() {
+    while let Some(flag) = it.flag()? {
         match flag.as_str() {
-            "--table" => a.table = it.next().ok_or("--table needs a file")?.into(),
-            "--dim" => a.dim = Some(num("--dim", it.next())?),
+            "--table" => a.table = it.value().ok_or("--table needs a file")?.into(),
+            "--dim" => a.dim = Some(num("--dim", it.value())?),
             "--center" => a.center = true,
             "--precision" => {
                 a.precision = it
-                    .next()
+                    .value()
                     .ok_or("--precision needs fp32 or fp16")?
                     .parse()
                     .map_err(|e: diversity::Error| e.to_string())?
             }
             "--top-k" => {
-                let v = it.next().ok_or("--top-k needs K or all")?;
+                let v = it.value().ok_or("--top-k needs K or all")?;
                 a.top_k = if v == "all" {
                     None
                 } else {
@@ -107,29 +103,28 @@ fn parse() -> Result<Args, String> {
             }
             "--metric" => {
                 a.metric = it
-                    .next()
+                    .value()
                     .ok_or("--metric needs cosine, ip or l2")?
                     .parse()
                     .map_err(|e: diversity::Error| e.to_string())?
             }
-            "--batch" => a.batch = Some(num("--batch", it.next())?),
-            "--model" => a.model = Some(it.next().ok_or("--model needs a name")?),
-            "--device" => a.device = Some(it.next().ok_or("--device needs a name")?),
+            "--batch" => a.batch = Some(num("--batch", it.value())?),
+            "--model" => a.model = Some(it.value().ok_or("--model needs a name")?),
+            "--device" => a.device = Some(it.value().ok_or("--device needs a name")?),
             "--validation" => a.validation = true,
-            "--out" => a.out = Some(it.next().ok_or("--out needs a file")?.into()),
-            "--graph" => a.graph = Some(it.next().ok_or("--graph needs a file")?.into()),
-            "--graph-k" => a.graph_k = num("--graph-k", it.next())?,
-            "--verify" => a.verify = num("--verify", it.next())?,
-            "--shard" => a.shard = Some(parse_shard(&it.next().ok_or("--shard needs i/n")?)?),
-            "-h" | "--help" => return Err(USAGE.into()),
-            _ => return Err(format!("unknown argument {flag}\n{USAGE}")),
+            "--out" => a.out = Some(it.value().ok_or("--out needs a file")?.into()),
+            "--graph" => a.graph = Some(it.value().ok_or("--graph needs a file")?.into()),
+            "--graph-k" => a.graph_k = num("--graph-k", it.value())?,
+            "--verify" => a.verify = num("--verify", it.value())?,
+            "--shard" => a.shard = Some(parse_shard(&it.value().ok_or("--shard needs i/n")?)?),
+            _ => return Err(format!("unknown argument {flag}")),
         }
     }
     if a.table.as_os_str().is_empty() {
-        return Err(format!("--table is required\n{USAGE}"));
+        return Err("--table is required".into());
     }
     if a.out.is_none() {
-        return Err(format!("--out is required\n{USAGE}"));
+        return Err("--out is required".into());
     }
     Ok(a)
 }
@@ -155,20 +150,25 @@ fn parse_shard(spec: &str) -> Result<(usize, usize, ShardLayout), String> {
 }
 
 /// `merge` / `merge-graph --out FILE INPUT…`.
-fn merge(what: &str, argv: &[String]) -> Result<(), String> {
+/// `merge` / `merge-graph`'s arguments: the output and the shard files.
+fn parse_merge(what: &str, argv: &[String]) -> Result<(PathBuf, Vec<PathBuf>), String> {
     let mut out = None;
     let mut inputs = Vec::new();
     let mut it = argv.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--out" => out = Some(PathBuf::from(it.next().ok_or("--out needs a file")?)),
-            f if f.starts_with("--") => {
-                return Err(format!("{what}: unknown argument {f}\n{USAGE}"))
-            }
+            f if f.starts_with("--") => return Err(format!("{what}: unknown argument {f}")),
             f => inputs.push(PathBuf::from(f)),
         }
     }
-    let out = out.ok_or_else(|| format!("{what}: --out is required\n{USAGE}"))?;
+    let out = out.ok_or_else(|| format!("{what}: --out is required"))?;
+    Ok((out, inputs))
+}
+
+fn merge(what: &str, argv: &[String]) -> Result<(), String> {
+    // Usage errors exit 2, like every other example's.
+    let (out, inputs) = common::parsed("rankings", parse_merge(what, argv));
     if what == "merge" {
         let r = merge_rankings(&inputs, &out).map_err(|e| e.to_string())?;
         println!(
@@ -361,7 +361,7 @@ fn main() {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let result = match argv.first().map(String::as_str) {
         Some(what @ ("merge" | "merge-graph")) => merge(what, &argv[1..]),
-        _ => parse().and_then(run),
+        _ => run(common::parsed("rankings", parse())),
     };
     if let Err(e) = result {
         eprintln!("rankings: {e}");

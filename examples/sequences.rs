@@ -18,6 +18,8 @@
 //! beside `--out` and renamed at the end; the output location is checked before any GPU work.
 //! One summary line goes to stdout.
 
+mod common;
+
 use diversity::cache::PendingFile;
 use diversity::engine::{self, Engine, JobOptions, ModeChoice};
 use diversity::gram::{GramOptions, Mode, Placement};
@@ -50,13 +52,8 @@ struct Args {
     out: PathBuf,
 }
 
-const USAGE: &str = "usage: sequences --table FILE [--dim D] [--center] [--precision fp32|fp16] \
-[--mode scan|gram|auto] [--placement auto|registers|memory] [--plain-sums|--compensated-sums] [--judge|--no-judge] [--shape untiled|tiled|per-tile] [--tile T] [--pipelined] [--starts all|a,b,c] \
-[--steps K] [--chunk C] [--batch B] [--workgroup W] [--device NAME] [--validation] [--describe] \
-[--out FILE.json]";
-
 fn parse() -> Result<Args, String> {
-    let mut it = std::env::args().skip(1);
+    let mut it = common::Cli::new(include_str!("sequences.rs"));
     let mut a = Args {
         table: PathBuf::new(),
         dim: None,
@@ -84,28 +81,28 @@ fn parse() -> Result<Args, String> {
         v.parse()
             .map_err(|_| format!("{flag} {v}: not a non-negative integer"))
     }
-    while let Some(flag) = it.next() {
+    while let Some(flag) = it.flag()? {
         match flag.as_str() {
-            "--table" => a.table = it.next().ok_or("--table needs a file")?.into(),
-            "--dim" => a.dim = Some(num("--dim", it.next())?),
+            "--table" => a.table = it.value().ok_or("--table needs a file")?.into(),
+            "--dim" => a.dim = Some(num("--dim", it.value())?),
             "--center" => a.center = true,
             "--precision" => {
                 a.precision = it
-                    .next()
+                    .value()
                     .ok_or("--precision needs fp32 or fp16")?
                     .parse()
                     .map_err(|e: diversity::Error| e.to_string())?
             }
             "--mode" => {
                 a.mode = it
-                    .next()
+                    .value()
                     .ok_or("--mode needs scan, gram or auto")?
                     .parse()
                     .map_err(|e: diversity::Error| format!("--mode: {e}"))?
             }
             "--placement" => {
                 a.placement = it
-                    .next()
+                    .value()
                     .ok_or("--placement needs auto, registers or memory")?
                     .parse()
                     .map_err(|e: diversity::Error| format!("--placement: {e}"))?
@@ -116,15 +113,15 @@ fn parse() -> Result<Args, String> {
             "--no-judge" => a.judge = Some(false),
             "--shape" => {
                 a.shape = it
-                    .next()
+                    .value()
                     .ok_or("--shape needs a value")?
                     .parse()
                     .map_err(|e: diversity::Error| e.to_string())?
             }
-            "--tile" => a.tile = num("--tile", it.next())?,
+            "--tile" => a.tile = num("--tile", it.value())?,
             "--pipelined" => a.pipelined = true,
             "--starts" => {
-                let v = it.next().ok_or("--starts needs all or a,b,c")?;
+                let v = it.value().ok_or("--starts needs all or a,b,c")?;
                 if v != "all" {
                     a.starts = Some(
                         v.split(',')
@@ -137,20 +134,19 @@ fn parse() -> Result<Args, String> {
                     );
                 }
             }
-            "--steps" => a.steps = Some(num("--steps", it.next())?),
-            "--chunk" => a.chunk = num("--chunk", it.next())?,
-            "--batch" => a.batch = Some(num("--batch", it.next())?),
-            "--workgroup" => a.workgroup = Some(num("--workgroup", it.next())?),
-            "--device" => a.device = Some(it.next().ok_or("--device needs a name")?),
+            "--steps" => a.steps = Some(num("--steps", it.value())?),
+            "--chunk" => a.chunk = num("--chunk", it.value())?,
+            "--batch" => a.batch = Some(num("--batch", it.value())?),
+            "--workgroup" => a.workgroup = Some(num("--workgroup", it.value())?),
+            "--device" => a.device = Some(it.value().ok_or("--device needs a name")?),
             "--validation" => a.validation = true,
             "--describe" => a.describe = true,
-            "--out" => a.out = it.next().ok_or("--out needs a file")?.into(),
-            "-h" | "--help" => return Err(USAGE.into()),
-            _ => return Err(format!("unknown argument {flag}\n{USAGE}")),
+            "--out" => a.out = it.value().ok_or("--out needs a file")?.into(),
+            _ => return Err(format!("unknown argument {flag}")),
         }
     }
     if a.table.as_os_str().is_empty() && !a.describe {
-        return Err(format!("--table is required\n{USAGE}"));
+        return Err("--table is required".into());
     }
     Ok(a)
 }
@@ -317,8 +313,8 @@ fn run(a: Args) -> Result<(), String> {
 }
 
 fn main() {
-    let result = parse().and_then(run);
-    if let Err(e) = result {
+    let a = common::parsed("sequences", parse());
+    if let Err(e) = run(a) {
         eprintln!("sequences: {e}");
         std::process::exit(1);
     }

@@ -305,22 +305,11 @@ local function rankings_path(embeddings_file, model_name)
 end
 M.rankings_path = rankings_path
 
--- A Lua string as serde_json writes it (the metadata of the cache is compared as text).
-local function json_string(s)
-  return '"' .. s:gsub('[%c"\\]', function(c)
-    local named = { ['"'] = '\\"', ['\\'] = '\\\\', ['\n'] = '\\n', ['\r'] = '\\r',
-                    ['\t'] = '\\t', ['\b'] = '\\b', ['\f'] = '\\f' }
-    return named[c] or ("\\u%04x"):format(c:byte())
-  end) .. '"'
-end
-
--- The metadata object of an existing rankings cache as text (the file starts with it), or nil.
+-- The metadata of an existing rankings cache (the module's JSON reader), or nil when there is
+-- no readable cache there.
 local function cache_metadata(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local head = f:read(65536) or ""
-  f:close()
-  return head:match('^{"metadata":(%b{}),"rankings":{')
+  local ok, meta = pcall(diversity.cache_metadata, path)
+  return ok and meta or nil
 end
 
 --- All-pairs cosine similarity rankings of the items of `embeddings_file` (an embeddings.json,
@@ -363,13 +352,13 @@ function M.generate_similarity_matrix_gpu_parallel(embeddings_file, model_name, 
   if not force then
     local meta = cache_metadata(out)
     if meta
-      and meta:find('"format":"pre_sorted_rankings"', 1, true)
-      and meta:find('"source_checksum":' .. json_string(checksum), 1, true)
-      and meta:find('"model":' .. json_string(model_name), 1, true)
-      and meta:find('"top_k":' .. (top_k and tostring(top_k) or "null") .. '[,}]')
+      and meta.format == "pre_sorted_rankings"
+      and meta.source_checksum == checksum
+      and meta.model == model_name
+      and meta.top_k == top_k -- nil: all N - 1 (null in the file)
+      and type(meta.total_poems) == "number"
     then
-      local n = tonumber(meta:match('"total_poems":(%d+)'))
-      if n then return out, n, true end
+      return out, meta.total_poems, true
     end
   end
   local t = guarded(call, diversity.load, embeddings_file)

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Installs what building and testing `diversity` needs on Debian 12, quietly and idempotently:
 # Mesa's lavapipe (a Vulkan device on the CPU), the Vulkan loader and validation layers,
-# shaderc/glslang/SPIRV-Tools to compile the shaders at build time, and LuaJIT with busted for
-# the Lua module and its tests (python3 checks JSON in the Lua specs), and Slurm with munge for
-# the live test of the Slurm recipe. Needs root for apt-get; does
-# nothing when everything is already there. Rust itself comes from rustup (see README.md).
+# shaderc/glslang/SPIRV-Tools to compile the shaders at build time, LuaJIT with busted for the
+# Lua module and its tests, luarocks for the rock (python3 checks JSON in the Lua specs), and Slurm
+# with munge for the live test of the Slurm recipe. Needs root for apt-get; does nothing when
+# everything is already there. Rust itself comes from rustup (see README.md).
 set -euo pipefail
 PACKAGES=(
   mesa-vulkan-drivers libvulkan1 libvulkan-dev vulkan-tools vulkan-validationlayers
   libshaderc-dev glslang-dev spirv-tools g++ pkg-config  # g++ also brings cc and nm (tests/capi.rs)
-  luajit libluajit-5.1-dev lua-busted python3 fonts-dejavu-core util-linux
+  luajit libluajit-5.1-dev lua-busted luarocks python3 fonts-dejavu-core util-linux
   slurmctld slurmd slurm-client munge  # the live Slurm test (tests/slurm/live.sh)
 )
 missing=()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command (README.md, .ci/run): installs what is missing, checks formatting and lints,
-# runs every Rust test on the machine's Vulkan device (lavapipe without a GPU) with validation
+# runs every Rust test (and a crate that depends on this one) on the machine's Vulkan device (lavapipe without a GPU) with validation
 # layers on, the scan and filter tests once more with lavapipe's subgroup size at 4, then builds
 # the LuaJIT module, runs the Slurm recipe on a live single-node Slurm (root, ~30 s) and the
 # busted specs under LuaJIT against the module.
@@ -11,6 +11,8 @@ cargo fmt --check
 cargo clippy --release --all-targets --quiet -- -D warnings
 cargo clippy --release --features lua --lib --quiet -- -D warnings
 cargo test --release
+# A crate depending on this one (`cargo add --path`) builds and runs the README's Rust example.
+bash scripts/dependent-crate.sh >/dev/null
 LP_NATIVE_VECTOR_WIDTH=128 cargo test --release --test scan --test filter --test gram --test knn --test multi
 # The benchmark program must keep working: a tiny run on the bundled data.
 cargo run --release --quiet --example bench -- --table data/fortunes-2k.npy --starts 16 \
@@ -36,6 +38,8 @@ cargo run --release --quiet --example rankings -- --table data/fortunes-300.embe
 bash scripts/build-lua.sh
 # The Slurm recipe (contrib/slurm) on a single-node Slurm it starts and stops; needs root.
 if [ "$(id -u)" -eq 0 ]; then bash tests/slurm/live.sh; else sudo -E bash tests/slurm/live.sh; fi
+# The rock: luarocks make into a temporary tree, then the command and require from outside (~2 s).
+bash scripts/rock.sh
 log=$(mktemp)
 LUA_CPATH='target/lua/?.so;;' LUA_PATH='lua/?.lua;lua/?/init.lua;tests/lua/?.lua;;' \
   luajit /usr/bin/busted --output=plainTerminal tests/lua | tee "$log"

@@ -147,7 +147,7 @@ pub fn rankings_with_values(
             for &i in items {
                 let slot = seen.get_mut(i as usize).ok_or_else(|| {
                     Error::Invalid(format!(
-                        "item {i} is out of range for N = {n} items (valid 0..{n})"
+                        "item {i} is out of range for N = {n} items (0-based, below {n})"
                     ))
                 })?;
                 if std::mem::replace(slot, true) {

@@ -140,10 +140,60 @@ fn bench_refuses_a_capacity_past_32_bits() {
         .output()
         .expect("run examples/bench");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    // A value the parser refuses: a usage error, exit status 2.
+    assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
         err.contains("--capacity 4294967360: at most 2^32 - 1"),
         "{err}"
     );
     assert!(!err.contains("panicked"), "{err}");
+}
+
+/// Every example answers `--help` with its usage on stdout and exit status 0, and an unknown
+/// flag, a missing value or a value given to a switch with a message and exit status 2, before
+/// touching a device or a file.
+#[test]
+fn every_example_has_help_and_usage_errors() {
+    let names = [
+        "sequences",
+        "check",
+        "bench",
+        "bench_gram",
+        "bench_knn",
+        "rankings",
+        "bench_ivf",
+    ];
+    for name in names {
+        let out = Command::new(example(name))
+            .arg("--help")
+            .output()
+            .expect("run");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{name} --help: {text}");
+        assert!(
+            text.starts_with(&format!("usage: {name} --table FILE")),
+            "{name} --help: {text}"
+        );
+        assert!(text.lines().count() >= 2, "{name} --help: {text}");
+        for (args, words) in [
+            (&["--frobnicate"][..], "unknown argument --frobnicate"),
+            (&["--table"][..], "--table needs a"),
+            (&["--table=x", "--center=1"][..], "--center"),
+        ] {
+            if name == "bench_knn" && args[1..].contains(&"--center=1") {
+                continue; // bench_knn has no --center
+            }
+            let out = Command::new(example(name))
+                .args(args)
+                .output()
+                .expect("run");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{name} {args:?}: {err}");
+            assert!(err.contains(words), "{name} {args:?}: {err}");
+            assert!(
+                err.contains("--help lists the options"),
+                "{name} {args:?}: {err}"
+            );
+        }
+    }
 }

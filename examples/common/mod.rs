@@ -3,6 +3,83 @@
 use std::fmt::Display;
 use std::str::FromStr;
 
+/// An example's command line, read with `lexopt`: [`Cli::flag`] gives each flag as `--name`
+/// (`--name=value` too) and answers `--help`/`-h` itself, printing the usage block of the
+/// example's doc comment (its ```` ```text ```` block) and exiting 0; [`Cli::value`] gives the
+/// flag's value. What the example refuses while parsing goes through [`parsed`]: exit status 2.
+#[allow(dead_code)]
+pub struct Cli {
+    parser: lexopt::Parser,
+    usage: String,
+}
+
+#[allow(dead_code)]
+impl Cli {
+    /// `source` is the example's own text (`include_str!("NAME.rs")`), whose doc comment holds
+    /// the usage.
+    pub fn new(source: &str) -> Cli {
+        Cli {
+            parser: lexopt::Parser::from_env(),
+            usage: usage(source),
+        }
+    }
+
+    /// The next flag (`--name`, or an unexpected `-x` / positional word as it was written, for
+    /// the caller's "unknown argument"), None at the end. `--help` prints the usage and exits 0.
+    pub fn flag(&mut self) -> Result<Option<String>, String> {
+        use lexopt::Arg;
+        let arg = match self.parser.next().map_err(|e| e.to_string())? {
+            None => return Ok(None),
+            Some(Arg::Long("help")) | Some(Arg::Short('h')) => {
+                println!("{}", self.usage);
+                std::process::exit(0);
+            }
+            Some(Arg::Long(name)) => format!("--{name}"),
+            Some(Arg::Short(c)) => format!("-{c}"),
+            Some(Arg::Value(v)) => v.to_string_lossy().into_owned(),
+        };
+        Ok(Some(arg))
+    }
+
+    /// The value of the flag just read (attached with `=` or the next word); None when there
+    /// is none or it is not UTF-8.
+    pub fn value(&mut self) -> Option<String> {
+        self.parser.value().ok()?.into_string().ok()
+    }
+}
+
+/// The usage text of an example: the ```` ```text ```` block of its `//!` doc comment.
+fn usage(source: &str) -> String {
+    let mut first = true;
+    source
+        .lines()
+        .map_while(|l| l.strip_prefix("//!"))
+        .map(|l| l.strip_prefix(' ').unwrap_or(l))
+        .skip_while(|l| *l != "```text")
+        .skip(1)
+        .take_while(|l| *l != "```")
+        .map(|l| match l.strip_prefix("cargo run --release --example ") {
+            Some(rest) => {
+                let head = if first { "usage: " } else { "       " };
+                first = false;
+                format!("{head}{}", rest.replacen(" -- ", " ", 1))
+            }
+            None => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `parsed` of an example's argument parsing: the arguments, or the error on stderr (with a
+/// pointer to `--help`) and exit status 2, as command-line tools do for usage errors.
+#[allow(dead_code)]
+pub fn parsed<A>(name: &str, r: Result<A, String>) -> A {
+    r.unwrap_or_else(|e| {
+        eprintln!("{name}: {e}\n({name} --help lists the options)");
+        std::process::exit(2);
+    })
+}
+
 /// A comma-separated list of values of a flag, each parsed with `FromStr` (`fp32,fp16`,
 /// `block64,block128`, `256,512`): the first bad one is an error naming the flag and the value.
 #[allow(dead_code)]

@@ -122,9 +122,10 @@ local function basename(path)
   return path:match("([^/]*)$")
 end
 
---- Where `M.load` caches the fp16 conversion of `path` in `space`.
-function M.fp16_cache_path(path, space)
-  return dirname(path) .. "/" .. basename(path):gsub("%.[^.]*$", "") .. "." .. space .. ".fp16.bin"
+--- Where `M.load` caches the fp16 conversion of `path` in `space`: beside the input, or in
+-- `dir` (the command line's `--cache-dir`) when given.
+function M.fp16_cache_path(path, space, dir)
+  return (dir or dirname(path)) .. "/" .. basename(path):gsub("%.[^.]*$", "") .. "." .. space .. ".fp16.bin"
 end
 
 --- The files a run reads: {label, path} for the embeddings, and for an fp16 `.bin` its sidecar,
@@ -136,7 +137,7 @@ function M.input_files(opts)
   if path:match("%.bin$") then
     list[#list + 1] = { "--embeddings' sidecar", path .. ".json" }
   elseif opts.fp16_cache ~= false and opts.precision == "fp16" and not path:match("%.f32$") then
-    local c = M.fp16_cache_path(path, opts.center and "mean-centered-v1" or "raw")
+    local c = M.fp16_cache_path(path, opts.center and "mean-centered-v1" or "raw", opts.cache_dir)
     for _, f in ipairs({ c, c .. ".json", c .. ".ids.json" }) do
       list[#list + 1] = { "the fp16 cache of --embeddings", f }
     end
@@ -183,7 +184,7 @@ function M.load(opts)
     return t, stored_space, false
   end
   local cache = opts.fp16_cache ~= false and opts.precision == "fp16" and not path:match("%.f32$")
-  local cache_path = M.fp16_cache_path(path, space)
+  local cache_path = M.fp16_cache_path(path, space, opts.cache_dir)
   local checksum
   if cache then
     checksum = diversity.file_checksum(path)
@@ -340,6 +341,7 @@ end
 
 M.MODES = { scan = true, gram = true, auto = true }
 M.PLACEMENTS = { auto = true, registers = true, memory = true }
+M.SHAPES = { untiled = true, tiled = true, ["per-tile"] = true }
 
 --- Run the whole job. `opts`: embeddings, out (diversity_cache.json), binary (optional uint32
 -- cache), center, precision, mode ("scan", "gram" or "auto"), placement (gram: "auto",
@@ -348,7 +350,10 @@ M.PLACEMENTS = { auto = true, registers = true, memory = true }
 -- bits at near-ties; nil: the engine's choice), top_k, batch, starts ("all", "a,b,c" or a Lua array), device,
 -- validation, resume, target_s, safety, quiet, model, dim, host_memory (bytes a batch's results
 -- may take on the host; default M.default_host_memory()), shard ("i/n" or "i/n:strided": compute
--- only that slice of the starts and write a partial cache for `M.merge`). Returns a summary table
+-- only that slice of the starts and write a partial cache for `M.merge`), shape and tile (scan:
+-- "untiled", "tiled" or "per-tile"; candidates per tile, default from the device's L2), chunk
+-- (steps per submission instead of sizing them to target_s), cache_dir (where the fp16
+-- conversion is cached instead of beside the input). Returns a summary table
 -- (with `mode`, the engine used, and `mode_reason`, why).
 function M.run(opts)
   local batch_given = opts.batch ~= nil
@@ -366,6 +371,15 @@ function M.run(opts)
   end
   if opts.batch < 1 or opts.batch ~= math.floor(opts.batch) then
     error("diversity: --batch must be a positive integer, got " .. tostring(opts.batch), 0)
+  end
+  for _, k in ipairs({ "chunk", "tile" }) do
+    local v = opts[k]
+    if v ~= nil and (type(v) ~= "number" or v < 1 or v ~= math.floor(v) or v == math.huge) then
+      error("diversity: --" .. k .. " must be a positive integer, got " .. tostring(v), 0)
+    end
+  end
+  if opts.shape ~= nil and not M.SHAPES[opts.shape] then
+    error("diversity: --shape " .. tostring(opts.shape) .. ": expected untiled, tiled or per-tile", 0)
   end
   if opts.host_memory ~= nil and (type(opts.host_memory) ~= "number"
       or opts.host_memory ~= opts.host_memory or opts.host_memory < 1
@@ -428,7 +442,7 @@ function M.run(opts)
   local all_starts = starts
   if shard then starts = M.shard_starts(all_starts, shard) end
   local steps = math.min(opts.top_k or (n - 1), n - 1)
-  local tile = M.tile_size(caps.l2_bytes, dim, opts.precision)
+  local tile = opts.tile or M.tile_size(caps.l2_bytes, dim, opts.precision)
   -- The engine (SPEC §Modes: auto = gram when G fits the device's memory budget, else scan),
   -- chosen by the Rust side (mode, reason in words, reason code, why G does not fit), reported
   -- before any work and written into the metadata.
@@ -808,7 +822,7 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
     s.have = have
     -- Gram jobs share the device table's G, built by the first one.
     local jopts = M.gram_arithmetic(opts)
-    jopts.mode, jopts.tile, jopts.chunk, jopts.steps = run.mode, tile, 0, steps
+    jopts.mode, jopts.tile, jopts.chunk, jopts.steps, jopts.shape = run.mode, tile, 0, steps, opts.shape
     if prefix then
       s.job = dts[d]:resume_job(t, s.list, prefix, have, jopts)
       progress:skip(have - 1)
@@ -816,7 +830,8 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
       s.job = dts[d]:job(s.list, jopts)
     end
     -- Probe, then chunks sized to the watchdog target, re-estimated as steps get cheaper.
-    s.job:start(math.min(opts.probe_steps, steps - s.job:progress()))
+    -- A fixed --chunk replaces both.
+    s.job:start(math.min(opts.chunk or opts.probe_steps, steps - s.job:progress()))
     s.t0 = os.clock()
     s.running = true
   end
@@ -856,7 +871,7 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
       -- Devices run at once: the bar's rate is steps per second of one device's time.
       progress:update(done, ns / 1e9 / ndev, label())
       local per_step = ((ns > 0) and ns / 1e9 or (os.clock() - s.t0)) / math.max(done, 1)
-      local chunk = M.chunk_size(per_step, opts.target_s, opts.safety)
+      local chunk = opts.chunk or M.chunk_size(per_step, opts.target_s, opts.safety)
       s.chunk = s.chunk and math.max(s.chunk, chunk) or chunk
       if s.job:done() then
         local bytes = s.job:sequences_bytes()

@@ -76,7 +76,7 @@ impl BinaryCacheWriter {
         let s = start as usize;
         if s >= self.n {
             return Err(Error::Invalid(format!(
-                "{}: start {start} is out of range for a cache of N = {} rows (valid 0..{})",
+                "{}: start {start} is out of range for a cache of N = {} rows (0-based, below {})",
                 path.display(),
                 self.n,
                 self.n
@@ -230,7 +230,7 @@ impl BinaryCache {
         let s = start as usize;
         if s >= self.n {
             return Err(Error::Invalid(format!(
-                "{}: start {start} is out of range for a cache of N = {} rows (valid 0..{})",
+                "{}: start {start} is out of range for a cache of N = {} rows (0-based, below {})",
                 self.path.display(),
                 self.n,
                 self.n

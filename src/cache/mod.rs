@@ -8,6 +8,7 @@
 //! - `binary`: the user's binary cache, [`BinaryCacheWriter`] and the reader [`BinaryCache`].
 //! - `rankings`: [`RankingsWriter`], the similarity rankings cache.
 //! - `knn_graph`: the k-NN graph file, [`KnnGraphWriter`], [`KnnGraph`], [`KnnMetric`], `KNN_*`.
+//! - `metadata`: [`read_metadata`], the `metadata` object of a JSON cache.
 //! - `merge`: [`merge_caches`] / [`merge_rankings`] of a sharded run's partial caches,
 //!   [`SHARD_KEYS`], [`ShardLayout`].
 //! - `graph_shard`: [`KnnGraphShard`], a shard's slice of a k-NN graph, and [`merge_graphs`].
@@ -17,6 +18,7 @@ mod graph_shard;
 mod json_stream;
 mod knn_graph;
 mod merge;
+mod metadata;
 mod pending;
 mod rankings;
 mod rows;
@@ -31,6 +33,7 @@ pub use merge::{
     merge_caches, merge_rankings, shard_len, MergeReport, ShardLayout, RANKINGS_SHARD_KEYS,
     SHARD_KEYS,
 };
+pub use metadata::read_metadata;
 pub use pending::{stale_removed, PendingFile};
 pub use rankings::RankingsWriter;
 pub use sequences::JsonCacheWriter;

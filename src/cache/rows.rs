@@ -287,7 +287,7 @@ impl ListChecker {
             }
             if v as usize >= n {
                 return Err(format!(
-                    "entry {v} at position {j} is out of range (valid 0..{n})"
+                    "entry {v} at position {j} is out of range (0-based, below {n})"
                 ));
             }
             if v == item {
@@ -304,5 +304,5 @@ impl ListChecker {
 
 /// An item out of range of N, as a message.
 pub(super) fn item_out_of_range(item: u32, n: usize) -> String {
-    format!("item {item} is out of range for N = {n} items (valid 0..{n})")
+    format!("item {item} is out of range for N = {n} items (0-based, below {n})")
 }

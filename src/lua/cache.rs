@@ -109,7 +109,9 @@ impl UserData for LBinCache {
     }
 }
 
-/// `json_cache_writer`, `merge_caches`, `binary_cache_writer`, `open_binary_cache`.
+/// `json_cache_writer`, `merge_caches`, `binary_cache_writer`, `open_binary_cache`,
+/// `cache_metadata` (the scalar fields of a JSON cache's `metadata`, as a Lua table; null and
+/// nested values are left out).
 pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
     m.set(
         "json_cache_writer",
@@ -147,6 +149,18 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
         lua.create_function(|_, path: String| {
             let c = BinaryCache::open(path.as_ref()).lua_ctx("open_binary_cache")?;
             Ok(LBinCache::new("binary cache", c))
+        })?,
+    )?;
+    m.set(
+        "cache_metadata",
+        lua.create_function(|lua, path: String| {
+            let call = "cache_metadata";
+            let meta = crate::cache::read_metadata(path.as_ref()).lua_ctx(call)?;
+            let t = lua.create_table()?;
+            for (k, v) in &meta {
+                t.raw_set(k.as_str(), super::json::json_to_lua(lua, v)?)?;
+            }
+            Ok(t)
         })?,
     )?;
     register_merge_caches(lua, m)

@@ -37,7 +37,8 @@ pub(super) fn add_device_table_methods<M: UserDataMethods<LDeviceTable>>(m: &mut
         },
     );
     // Rankings of every item (or `opts.items`) against all others, self excluded: returned
-    // as Lua tables keyed by 0-based item, or handed batch by batch to `opts.each`.
+    // as Lua arrays in the order of the items ranked (rows[1] is item 0's, or `opts.items[1]`'s),
+    // or handed batch by batch to `opts.each`.
     m.add_method(
         "rankings",
         |lua, this, (table, o): (LuaAnyUserData, Option<LuaTable>)| {
@@ -49,6 +50,15 @@ pub(super) fn add_device_table_methods<M: UserDataMethods<LDeviceTable>>(m: &mut
             let each = opt::<LuaFunction>(&o, "each")?;
             let with_values = opt::<bool>(&o, "values")?.unwrap_or(true);
             let (rows, values) = (lua.create_table()?, lua.create_table()?);
+            // rows[p] is the p-th item ranked (1-based): item p − 1, or opts.items[p].
+            let position: Option<std::collections::HashMap<u32, i64>> =
+                opts.items.as_ref().map(|items| {
+                    items
+                        .iter()
+                        .enumerate()
+                        .map(|(p, &item)| (item, p as i64 + 1))
+                        .collect()
+                });
             let mut failed: Option<LuaError> = None;
             let res = rankings::rankings_with_values(dt, t, &opts, |items, ids, vals, len| {
                 let step = || -> LuaResult<()> {
@@ -57,10 +67,10 @@ pub(super) fn add_device_table_methods<M: UserDataMethods<LDeviceTable>>(m: &mut
                         None => (rows.clone(), values.clone()),
                     };
                     for (i, &item) in items.iter().enumerate() {
-                        let key = if each.is_some() {
-                            i as i64 + 1
-                        } else {
-                            item as i64
+                        let key = match (&each, &position) {
+                            (Some(_), _) => i as i64 + 1,
+                            (None, Some(p)) => p[&item],
+                            (None, None) => item as i64 + 1,
                         };
                         br.raw_set(
                             key,
@@ -267,7 +277,7 @@ fn query_index(call: &str, r: &KnnResult, q: &Value) -> LuaResult<usize> {
         return Err(msg(
             call,
             format!(
-                "query {q} is out of range for {} queries (valid 0..{})",
+                "query {q} is out of range for {} queries (0-based, below {})",
                 r.queries, r.queries
             ),
         ));

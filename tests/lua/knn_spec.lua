@@ -197,20 +197,24 @@ describe("k-NN from Lua", function()
       assert.are.equal(23, report.items)
       assert.are.equal(6, report.top_k)
       assert.are.equal(5, report.batches)
+      -- 1-based arrays: got[i + 1] is item i's ranking (0-based ids).
+      assert.are.equal(23, #got)
+      assert.are.equal(23, #values)
       for i = 0, 22 do
         local want, scores = brute("ip", rows, rows[i + 1], i)
-        assert.are.equal(6, #got[i])
+        assert.are.equal(6, #got[i + 1])
         for j = 1, 6 do
-          assert.are.equal(want[j], got[i][j], ("item %d position %d"):format(i, j))
-          assert.are.equal(scores[j], values[i][j])
+          assert.are.equal(want[j], got[i + 1][j], ("item %d position %d"):format(i, j))
+          assert.are.equal(scores[j], values[i + 1][j])
         end
       end
       -- all N - 1 (top_k nil), chosen items, and the streaming form agree
       local all = dt:rankings(t, { metric = "ip", items = { 8, 0 }, values = false })
-      assert.are.equal(22, #all[8])
-      assert.are.same(brute("ip", rows, rows[9], 8), all[8]) -- its duplicate 0 ranked, not itself
-      assert.are.same(brute("ip", rows, rows[1], 0), all[0])
-      assert.is_nil(all[1])
+      -- in the order of `items`: all[1] is item 8's
+      assert.are.equal(2, #all)
+      assert.are.equal(22, #all[1])
+      assert.are.same(brute("ip", rows, rows[9], 8), all[1]) -- its duplicate 0 ranked, not itself
+      assert.are.same(brute("ip", rows, rows[1], 0), all[2])
       local streamed, calls = {}, 0
       local rep = dt:rankings(t, {
         top_k = 6, metric = "ip", batch = 7,
@@ -218,7 +222,7 @@ describe("k-NN from Lua", function()
           calls = calls + 1
           assert.are.equal(#items, #ids)
           assert.are.equal(#items, #vals)
-          for i, item in ipairs(items) do streamed[item] = ids[i] end
+          for i, item in ipairs(items) do streamed[item + 1] = ids[i] end
         end,
       })
       assert.are.equal(4, calls)
@@ -254,7 +258,7 @@ describe("k-NN from Lua", function()
         local want = brute("cosine", rows, rows[i + 1], i)
         for j = 1, 4 do
           assert.are_not.equal("r" .. i, list[j])
-          assert.are.equal("r" .. ranked[i][j], list[j])
+          assert.are.equal("r" .. ranked[i + 1][j], list[j])
           if list[j] ~= "r" .. want[j] then -- a float near-tie: the scores must agree
             local a = score("cosine", rows[i + 1], rows[tonumber(list[j]:sub(2)) + 1])
             local b = score("cosine", rows[i + 1], rows[want[j] + 1])
@@ -472,6 +476,35 @@ describe("vk_compute.generate_similarity_matrix_gpu_parallel", function()
       assert.is_false(r6)
       assert.are.equal(diversity.file_checksum(src), H.json_file(path).metadata.source_checksum)
       assert.are.same({}, H.temp_files(dir))
+    end)
+
+  it("reuses a cache whose model name has braces, quotes or non-ASCII (its metadata is parsed, not matched)",
+    function()
+      for _, model in ipairs({ "m{x", 'a"b}', "mod\u{e8}le\n", "{}" }) do
+        local out = dir .. "/braces.json"
+        os.remove(out)
+        local p, n, reused = vk.generate_similarity_matrix_gpu_parallel(src, model, false, 1, 3, out)
+        assert.are.equal(out, p)
+        assert.is_false(reused)
+        assert.are.equal(model, H.json_file(out).metadata.model)
+        local before = H.stat(out)
+        local _, n2, reused2 = vk.generate_similarity_matrix_gpu_parallel(src, model, false, 1, 3, out)
+        assert.is_true(reused2, "the cache of model " .. model .. " was not reused")
+        assert.are.equal(n, n2)
+        assert.are.equal(before, H.stat(out))
+        -- another model's cache at the same path is not reused
+        local _, _, reused3 = vk.generate_similarity_matrix_gpu_parallel(src, model .. "2", false, 1, 3, out)
+        assert.is_false(reused3)
+      end
+      -- diversity.cache_metadata: scalar fields; a file that is not a cache is an error
+      local m = diversity.cache_metadata(dir .. "/braces.json")
+      assert.are.equal(300, m.total_poems)
+      assert.are.equal(3, m.top_k)
+      H.assert_error({ "diversity.cache_metadata", "README.md", "not a JSON cache" },
+        diversity.cache_metadata, "README.md")
+      H.write(dir .. "/nometa.json", '{"rankings":{}}')
+      H.assert_error({ "diversity.cache_metadata", "no \"metadata\"" },
+        diversity.cache_metadata, dir .. "/nometa.json")
     end)
 
   it("takes an explicit output path; refuses bad arguments naming the call", function()
