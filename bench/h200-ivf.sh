@@ -9,7 +9,8 @@
 #               centres) with 10,000 queries, L2, k = 10, nlist 4,096
 # Each: bench_ivf (exact ground truth, k-means, add, search per nprobe; it fails unless nprobe =
 # nlist reproduces the exact search), then the peer on the same table, queries and ground truth.
-# Outputs packed into $OUT/ivf-results.tgz.
+# `bash bench/h200-ivf.sh fortunes` or `… clustered` runs one workload (each fits one 600 s
+# call; both together may not), no argument both. Outputs packed into $OUT/ivf-results.tgz.
 set -uo pipefail
 source "$(dirname "$0")/h200-env.sh"
 h200_pack ivf-results
@@ -19,18 +20,22 @@ T=$(mktemp -d)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 -c "import faiss" 2>/dev/null || python3 -m pip install --no-index --no-deps --root-user-action=ignore .gl/wheels/faiss_cpu-*.whl 2>&1 | tail -1
 python3 -c "import faiss; print('faiss', faiss.__version__, faiss.omp_get_max_threads(), 'threads')" | tee "$OUT/faiss.txt"
+WHICH=${1:-all}
 F=.gl/data/fortunes-minilm.f32
 [ -f "$F" ] || F=.gl/data/fortunes-minilm.npy
+if [ "$WHICH" = all ] || [ "$WHICH" = fortunes ]; then
 timeout 180 $B --table "$F" --dim 384 --queries tail:1000 --k 10 --metric cosine --nlist 118 \
   --nprobe 1,4,8,16,32 --dump-queries "$T/fq.f32" --dump-table "$T/ft.f32" --dump-gt "$T/fgt.i32" \
   --json "$OUT/fortunes.json" --label "fortunes 13943x384 cosine, 1000 held-out queries" 2>&1 | tee "$OUT/fortunes.log"
 timeout 120 python3 $P --table "$T/ft.f32" --dim 384 --queries "$T/fq.f32" --gt "$T/fgt.i32" --k 10 \
   --nlist 118 --nprobe 1,4,8,16,32 --metric cosine --json "$OUT/fortunes_faiss.json" \
   --label "fortunes faiss-cpu" 2>&1 | tee -a "$OUT/fortunes.log"
-timeout 120 python3 $P --make-clustered 1000000,128,10000,10000 --out-table "$T/c1m.f32" --out-queries "$T/c1m_q.f32"
-timeout 400 $B --table "$T/c1m.f32" --dim 128 --queries "$T/c1m_q.f32" --k 10 --metric l2 --nlist 4096 \
+fi
+[ "$WHICH" = all ] || [ "$WHICH" = clustered ] || exit 0
+timeout 60 python3 $P --make-clustered 1000000,128,10000,10000 --out-table "$T/c1m.f32" --out-queries "$T/c1m_q.f32"
+timeout 250 $B --table "$T/c1m.f32" --dim 128 --queries "$T/c1m_q.f32" --k 10 --metric l2 --nlist 4096 \
   --nprobe 1,4,16,64 --dump-gt "$T/c1m_gt.i32" --json "$OUT/clustered1m.json" \
   --label "clustered 1M x 128, 10k queries, L2" 2>&1 | tee "$OUT/clustered1m.log"
-timeout 400 python3 $P --table "$T/c1m.f32" --dim 128 --queries "$T/c1m_q.f32" --gt "$T/c1m_gt.i32" --k 10 \
+timeout 280 python3 $P --table "$T/c1m.f32" --dim 128 --queries "$T/c1m_q.f32" --gt "$T/c1m_gt.i32" --k 10 \
   --nlist 4096 --nprobe 1,4,16,64 --metric l2 --json "$OUT/clustered1m_faiss.json" \
   --label "clustered 1M faiss-cpu" 2>&1 | tee -a "$OUT/clustered1m.log"
