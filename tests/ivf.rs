@@ -9,28 +9,13 @@
 //! whole, never a panic.
 
 mod common;
-use common::{assert_clean, ctx, format_message, fortunes, random_table, TempDir};
+use common::{
+    assert_clean, assert_same, bits, ctx, format_message, fortunes, precisions, random_table,
+    TempDir,
+};
 use diversity::ivf::{assign, kmeans, IvfFlat, IvfOptions, KMeansOptions};
 use diversity::knn::knn_flat;
-use diversity::{Context, DeviceTable, KnnOptions, KnnResult, Metric, Precision, Table};
-
-fn precisions(ctx: &Context) -> Vec<Precision> {
-    if ctx.caps().fp16_storage {
-        vec![Precision::Fp32, Precision::Fp16]
-    } else {
-        vec![Precision::Fp32]
-    }
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
-}
-
-fn assert_same(got: &KnnResult, want: &KnnResult, what: &str) {
-    assert_eq!((got.k, got.queries), (want.k, want.queries), "{what}");
-    assert_eq!(got.ids, want.ids, "{what}: ids");
-    assert_eq!(bits(&got.distances), bits(&want.distances), "{what}: bits");
-}
+use diversity::{DeviceTable, KnnOptions, Metric, Precision, Table};
 
 fn d2(a: &[f32], b: &[f32]) -> f64 {
     a.iter()

@@ -6,7 +6,7 @@
 //! k = 1, 32·m ± 1, 2,048, N, > N; N = 1; sizes that are multiples of no tile; bad input.
 
 mod common;
-use common::{assert_clean, ctx, fortunes, random_table};
+use common::{assert_clean, bits, ctx, fortunes, random_table};
 use diversity::knn::{knn_flat, max_select_k, max_warp_k, warp_bucket, KnnPath, NO_ID};
 use diversity::reference::knn_reference;
 use diversity::{knn, Context, DeviceTable, KnnOptions, KnnResult, Metric, Precision, Table};
@@ -398,10 +398,6 @@ fn timing_report() {
 fn warp_available(ctx: &Context) -> bool {
     let sg = ctx.caps().subgroup_size as usize;
     ctx.caps().subgroup_arithmetic && sg.is_power_of_two()
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
 }
 
 /// Same ids and distance bits as the shared-memory selection path.

@@ -6,7 +6,7 @@
 //! the errors.
 
 mod common;
-use common::{assert_clean, random_table};
+use common::{assert_clean, assert_same, precisions, random_table};
 use diversity::knn::{knn_flat, max_warp_k, KnnResult, NO_ID};
 use diversity::multi::{
     knn_replicated, knn_replicated_with, knn_sharded, knn_sharded_with, open_devices, split_ranges,
@@ -20,30 +20,6 @@ fn devices(spec: &str) -> Vec<Context> {
     let ctxs = open_devices(spec, true).expect("devices with validation layers");
     assert_eq!(ctxs.len(), spec.split(',').count());
     ctxs
-}
-
-fn precisions(ctx: &Context) -> Vec<Precision> {
-    if ctx.caps().fp16_storage {
-        vec![Precision::Fp32, Precision::Fp16]
-    } else {
-        vec![Precision::Fp32]
-    }
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
-}
-
-/// Same ids and distance bits.
-fn assert_same(got: &KnnResult, want: &KnnResult, what: &str) {
-    assert_eq!(got.k, want.k, "{what}: k");
-    assert_eq!(got.queries, want.queries, "{what}: queries");
-    assert_eq!(got.ids, want.ids, "{what}: ids");
-    assert_eq!(
-        bits(&got.distances),
-        bits(&want.distances),
-        "{what}: distance bits"
-    );
 }
 
 /// One device's result on the whole table.

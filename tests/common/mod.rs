@@ -113,3 +113,29 @@ pub fn format_message<T: std::fmt::Debug>(
         other => panic!("expected Error::Format, got {other:?}"),
     }
 }
+
+/// The storage precisions `ctx` supports: fp32, and fp16 where the device stores it.
+pub fn precisions(ctx: &diversity::Context) -> Vec<diversity::Precision> {
+    if ctx.caps().fp16_storage {
+        vec![diversity::Precision::Fp32, diversity::Precision::Fp16]
+    } else {
+        vec![diversity::Precision::Fp32]
+    }
+}
+
+/// The bit patterns of `v` (for comparisons that must be exact, NaN and -0 included).
+pub fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Two k-NN results are the same: k, the queries, the ids and the distance bits.
+pub fn assert_same(got: &diversity::KnnResult, want: &diversity::KnnResult, what: &str) {
+    assert_eq!(got.k, want.k, "{what}: k");
+    assert_eq!(got.queries, want.queries, "{what}: queries");
+    assert_eq!(got.ids, want.ids, "{what}: ids");
+    assert_eq!(
+        bits(&got.distances),
+        bits(&want.distances),
+        "{what}: distance bits"
+    );
+}
