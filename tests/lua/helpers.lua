@@ -46,6 +46,19 @@ end
 
 --- `x` rounded to float32.
 local f32box = ffi.new("float[1]")
+--- `n` rows of `d` small integers (-2..2) from `seed`: every product and sum is exact in float32 and
+-- float64, so inner products and L2 distances are exact on both sides and ties are real ties.
+function H.int_rows(n, d, seed)
+  local r = H.lcg(seed)
+  local rows = {}
+  for i = 1, n do
+    local row = {}
+    for j = 1, d do row[j] = math.floor(r() * 5) - 2 end
+    rows[i] = row
+  end
+  return rows
+end
+
 function H.f32(x)
   f32box[0] = x
   return tonumber(f32box[0])

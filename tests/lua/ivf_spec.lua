@@ -5,17 +5,7 @@
 local diversity = require "diversity"
 local H = require "helpers"
 
--- Rows of small integers: exact products and sums, real distance ties.
-local function int_rows(n, d, seed)
-  local r = H.lcg(seed)
-  local rows = {}
-  for i = 1, n do
-    local row = {}
-    for j = 1, d do row[j] = math.floor(r() * 5) - 2 end
-    rows[i] = row
-  end
-  return rows
-end
+local int_rows = H.int_rows
 
 local function d2(a, b)
   local s = 0

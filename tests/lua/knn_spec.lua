@@ -6,18 +6,7 @@ local diversity = require "diversity"
 local vk = require "vk_compute"
 local H = require "helpers"
 
--- Rows of small integers: every product and sum is exact in float32 and float64, so inner
--- products and L2 distances are computed exactly on both sides and ties are real ties.
-local function int_rows(n, d, seed)
-  local r = H.lcg(seed)
-  local rows = {}
-  for i = 1, n do
-    local row = {}
-    for j = 1, d do row[j] = math.floor(r() * 5) - 2 end
-    rows[i] = row
-  end
-  return rows
-end
+local int_rows = H.int_rows
 
 local function score(metric, a, b)
   local dot, na, nb, l2 = 0, 0, 0, 0
