@@ -227,20 +227,7 @@ impl ShardHead {
 /// naming it. Every row is checked as [`KnnGraphWriter::write_batch`] checks rows. `out` is
 /// untouched on any error. Returns the number of shards.
 pub fn merge_graphs(inputs: &[PathBuf], out: &Path) -> Result<usize> {
-    if inputs.is_empty() {
-        return Err(Error::Invalid(format!(
-            "{}: no graph shards to merge",
-            out.display()
-        )));
-    }
-    if let Some(p) = inputs.iter().find(|p| crate::files::same_file(p, out)) {
-        return Err(Error::Invalid(format!(
-            "the output {} is also an input ({}): refusing to overwrite it",
-            out.display(),
-            p.display()
-        )));
-    }
-    drop(PendingFile::create(out)?);
+    super::merge::check_merge_output(inputs, out, "graph shards")?;
     let mut heads = inputs
         .iter()
         .map(|p| ShardHead::open(p))

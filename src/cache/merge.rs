@@ -502,14 +502,16 @@ pub fn merge_rankings(inputs: &[PathBuf], out: &Path) -> Result<MergeReport> {
     merge_json(inputs, out, &RANKINGS)
 }
 
-fn merge_json(inputs: &[PathBuf], out: &Path, flavor: &Flavor) -> Result<MergeReport> {
+/// What every merge checks before it reads a shard: there are `what` (e.g. "shards") to merge,
+/// the output is none of them (refused before anything is created), and its location takes a
+/// file (a temporary file created and removed).
+pub(crate) fn check_merge_output(inputs: &[PathBuf], out: &Path, what: &str) -> Result<()> {
     if inputs.is_empty() {
         return Err(Error::Invalid(format!(
-            "{}: no shards to merge",
+            "{}: no {what} to merge",
             out.display()
         )));
     }
-    // An output is never an input: refused before anything is created.
     if let Some(p) = inputs.iter().find(|p| crate::files::same_file(p, out)) {
         return Err(Error::Invalid(format!(
             "the output {} is also an input ({}): refusing to overwrite it",
@@ -517,8 +519,12 @@ fn merge_json(inputs: &[PathBuf], out: &Path, flavor: &Flavor) -> Result<MergeRe
             p.display()
         )));
     }
-    // The output location first (a temporary file created and removed).
     drop(PendingFile::create(out)?);
+    Ok(())
+}
+
+fn merge_json(inputs: &[PathBuf], out: &Path, flavor: &Flavor) -> Result<MergeReport> {
+    check_merge_output(inputs, out, "shards")?;
     let texts = inputs
         .iter()
         .map(|p| {
