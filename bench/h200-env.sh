@@ -7,3 +7,19 @@ h200_pack() {
   H200_PACK=$1
   trap '(cd "$OUT" && tar czf "$H200_PACK.tgz" --exclude="$H200_PACK.tgz" -- * && find . -type f ! -name "$H200_PACK.tgz" -delete)' EXIT
 }
+# `h200_seed_npy DIR`: the PyTorch peer's seed table (8,359 × 768 float32) as DIR/seed.npy.
+h200_seed_npy() {
+  timeout 60 python3 bench/peer/torch_diversity.py --dump "$1/seed.f32" >/dev/null
+  python3 -c "import numpy as np; np.save('$1/seed.npy', np.fromfile('$1/seed.f32', dtype='<f4').reshape(-1, 768))"
+}
+# `h200_oracle TABLE N LABEL FLAGS...` (needs $B, $T, $OUT): 16 spread full sequences of TABLE
+# (N rows) through the `sequences` example with FLAGS, checked by the float64 oracle on the GPU
+# (bench/seq_oracle.py); appended to $OUT/oracle.log.
+h200_oracle() {
+  local tab=$1 n=$2 label=$3; shift 3
+  local S; S=$(python3 -c "n=$n; print(','.join(str(i * (n - 1) // 15) for i in range(16)))")
+  echo "-- $label: $*" | tee -a "$OUT/oracle.log"
+  timeout 120 $B/sequences --table "$tab" --mode gram --starts "$S" "$@" --out "$T/o.json" 2>&1 | tail -1 | tee -a "$OUT/oracle.log"
+  local cf=""; for f in "$@"; do case $f in --center) cf="$cf --center";; fp16|fp32) cf="$cf --precision $f";; esac; done
+  timeout 300 python3 bench/seq_oracle.py "$tab" "$T/o.json" $cf --device cuda --batch 16 2>&1 | tee -a "$OUT/oracle.log"
+}

@@ -18,8 +18,7 @@ FORT=.gl/data/fortunes-minilm.npy
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 (while sleep 2; do nvidia-smi --query-gpu=clocks.sm --format=csv,noheader; done) > "$OUT/clock.log" 2>&1 &
 CLK=$!
-timeout 60 python3 bench/peer/torch_diversity.py --dump "$T/seed.f32"
-python3 -c "import numpy as np; np.save('$T/seed.npy', np.fromfile('$T/seed.f32', dtype='<f4').reshape(-1, 768))"
+h200_seed_npy "$T"
 timeout 60 $B/bench_gram --table "$R31" --starts 4096 --steps 500 --label warm-up > /dev/null 2>&1
 timeout 300 $B/bench_gram --table "$R31" --center --precisions fp16 --starts 15551 --steps 3000 --wg 1024 \
   --placements registers,memory --compensated 1,0 --judge 0 --label "real31k centred fp16, 15551 x 3000" \

@@ -11,8 +11,7 @@ T=$(mktemp -d)
 R31=.gl/data/real31k.npy
 FORT=.gl/data/fortunes-minilm.npy
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-timeout 60 python3 bench/peer/torch_diversity.py --dump "$T/seed.f32"
-python3 -c "import numpy as np; np.save('$T/seed.npy', np.fromfile('$T/seed.f32', dtype='<f4').reshape(-1, 768))"
+h200_seed_npy "$T"
 timeout 60 $B/bench_gram --table "$R31" --starts 4096 --steps 500 --judge 0 --label warm-up > /dev/null 2>&1
 timeout 200 $B/bench_gram --table "$T/seed.npy" --precisions fp32,fp16 --compensated 1,0 --judge 0,1 \
   --label "peer 8359x768 whole cache" 2>&1 | tee "$OUT/seed.log"

@@ -7,8 +7,7 @@ source "$(dirname "$0")/h200-env.sh"
 h200_pack gram-bound
 B=.gl/bin
 T=$(mktemp -d)
-timeout 60 python3 bench/peer/torch_diversity.py --dump "$T/seed.f32"
-python3 -c "import numpy as np; np.save('$T/seed.npy', np.fromfile('$T/seed.f32', dtype='<f4').reshape(-1, 768))"
+h200_seed_npy "$T"
 run() { # table n d label flags...
   local tab=$1 n=$2 d=$3 label=$4; shift 4
   local S; S=$(python3 -c "n=$n; print(','.join(str(i * (n - 1) // 15) for i in range(16)))")

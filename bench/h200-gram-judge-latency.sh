@@ -12,8 +12,7 @@ T=$(mktemp -d)
 L=$OUT/latency.log
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$L"
 python3 bench/make-real31k.py .gl/data/fortunes-minilm.npy "$T/r31.npy" >/dev/null
-timeout 60 python3 bench/peer/torch_diversity.py --dump "$T/seed.f32" >/dev/null
-python3 -c "import numpy as np; np.save('$T/seed.npy', np.fromfile('$T/seed.f32', dtype='<f4').reshape(-1, 768))"
+h200_seed_npy "$T"
 timeout 60 $B/bench_gram --table "$T/r31.npy" --starts 4096 --steps 500 --label warm-up > /dev/null 2>&1
 for b in bench_gram bench_gram_a bench_gram_b; do
   echo "== $b" | tee -a "$L"

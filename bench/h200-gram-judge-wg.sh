@@ -10,8 +10,7 @@ B=.gl/bin
 T=$(mktemp -d)
 L=$OUT/wg.log
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$L"
-timeout 60 python3 bench/peer/torch_diversity.py --dump "$T/seed.f32" >/dev/null
-python3 -c "import numpy as np; np.save('$T/seed.npy', np.fromfile('$T/seed.f32', dtype='<f4').reshape(-1, 768))"
+h200_seed_npy "$T"
 export DIVERSITY_PIPELINE_STATS=1
 timeout 200 $B/bench_gram --table "$T/seed.npy" --precisions fp32 --compensated 1,0 --judge 1 \
   --wg 128,256,512,1024 --placements registers --label "peer whole cache, judge" 2>&1 | grep -v "^ *fp.. G:" | tee -a "$L"

@@ -25,8 +25,7 @@ git rev-parse HEAD 2>/dev/null | tee -a "$OUT/gpu.txt"
 (while sleep 2; do nvidia-smi --query-gpu=clocks.sm --format=csv,noheader; done) > "$OUT/clock.log" 2>&1 &
 CLK=$!
 step "tables"
-timeout 60 python3 bench/peer/torch_diversity.py --dump "$T/seed.f32"
-python3 -c "import numpy as np; np.save('$T/seed.npy', np.fromfile('$T/seed.f32', dtype='<f4').reshape(-1, 768))"
+h200_seed_npy "$T"
 spread() { python3 -c "n=$1; print(','.join(str(i * (n - 1) // 15) for i in range(16)))"; }
 step "warm-up"
 timeout 60 $B/bench_gram --table "$R31" --starts 4096 --steps 500 --label warm-up > /dev/null 2>&1

@@ -21,8 +21,7 @@ git log -1 --format=%H > "$OUT/commit.txt" 2>/dev/null || true
 (while sleep 2; do nvidia-smi --query-gpu=clocks.sm --format=csv,noheader; done) > "$OUT/clock.log" 2>&1 &
 CLK=$!
 python3 bench/make-real31k.py "$FORT" "$R31" | tee "$OUT/real31k.txt"
-timeout 60 python3 bench/peer/torch_diversity.py --dump "$T/seed.f32"
-python3 -c "import numpy as np; np.save('$T/seed.npy', np.fromfile('$T/seed.f32', dtype='<f4').reshape(-1, 768))"
+h200_seed_npy "$T"
 timeout 60 $B/bench_gram --table "$R31" --starts 4096 --steps 500 --label warm-up > /dev/null 2>&1
 [ -n "${SKIP_SPEED:-}" ] || {
 timeout 200 $B/bench_gram --table "$R31" --center --precisions fp16 --starts 2048 --wg 1024 \
@@ -41,20 +40,12 @@ timeout 120 $B/bench_gram --table "$T/seed.npy" --precisions fp32 --compensated 
 timeout 150 $B/bench_gram --table "$FORT" --center --precisions fp16 --compensated 1,0 --judge 1 --refresh 0,2048 \
   --label "fortunes 14943 centred whole cache" 2>&1 | tee -a "$OUT/small.log"
 }
-oracle() { # table n label flags...
-  local tab=$1 n=$2 label=$3; shift 3
-  local S; S=$(python3 -c "n=$n; print(','.join(str(i * (n - 1) // 15) for i in range(16)))")
-  echo "-- $label: $*" | tee -a "$OUT/oracle.log"
-  timeout 120 $B/sequences --table "$tab" --mode gram --starts "$S" "$@" --out "$T/o.json" 2>&1 | tail -1 | tee -a "$OUT/oracle.log"
-  local cf=""; for f in "$@"; do case $f in --center) cf="$cf --center";; fp16|fp32) cf="$cf --precision $f";; esac; done
-  timeout 300 python3 bench/seq_oracle.py "$tab" "$T/o.json" $cf --device cuda --batch 16 2>&1 | tee -a "$OUT/oracle.log"
-}
 [ -n "${SKIP_ORACLE:-}" ] || {
-oracle "$R31" 31102 "real31k centred fp16, plain sums + judge" --center --precision fp16 --judge --plain-sums
-oracle "$R31" 31102 "real31k centred fp16, judge" --center --precision fp16 --judge ${ORACLE_FLAGS:-}
-oracle "$FORT" 14943 "fortunes centred fp16, judge" --center --precision fp16 --judge ${ORACLE_FLAGS:-}
-oracle "$FORT" 14943 "fortunes centred fp32, judge" --center --precision fp32 --judge ${ORACLE_FLAGS:-}
-oracle "$T/seed.npy" 8359 "peer 8359x768 fp32, judge" --precision fp32 --judge ${ORACLE_FLAGS:-}
+h200_oracle "$R31" 31102 "real31k centred fp16, plain sums + judge" --center --precision fp16 --judge --plain-sums
+h200_oracle "$R31" 31102 "real31k centred fp16, judge" --center --precision fp16 --judge ${ORACLE_FLAGS:-}
+h200_oracle "$FORT" 14943 "fortunes centred fp16, judge" --center --precision fp16 --judge ${ORACLE_FLAGS:-}
+h200_oracle "$FORT" 14943 "fortunes centred fp32, judge" --center --precision fp32 --judge ${ORACLE_FLAGS:-}
+h200_oracle "$T/seed.npy" 8359 "peer 8359x768 fp32, judge" --precision fp32 --judge ${ORACLE_FLAGS:-}
 }
 [ -z "${HALF:-}" ] || timeout 200 $B/bench_gram --table "$R31" --center --precisions fp16 --starts 15551 --wg 1024 \
   --placements registers $HALF --label "real31k centred fp16, 15551 x full" 2>&1 | tee "$OUT/r31k_half.log"

@@ -11,8 +11,7 @@ T=$(mktemp -d)
 L=$OUT/stats.log
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$L"
 python3 bench/make-real31k.py .gl/data/fortunes-minilm.npy "$T/r31.npy" >/dev/null
-timeout 60 python3 bench/peer/torch_diversity.py --dump "$T/seed.f32" >/dev/null
-python3 -c "import numpy as np; np.save('$T/seed.npy', np.fromfile('$T/seed.f32', dtype='<f4').reshape(-1, 768))"
+h200_seed_npy "$T"
 export DIVERSITY_PIPELINE_STATS=1
 for args in "--table $T/seed.npy --precisions fp32 --starts 2048 --steps 2000" \
             "--table .gl/data/fortunes-minilm.npy --center --precisions fp16 --starts 2048 --steps 2000" \
