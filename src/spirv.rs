@@ -50,6 +50,7 @@ pub(crate) const KNN_SORT: Shader = shader!("knn_sort");
 pub(crate) const KNN_MERGE: Shader = shader!("knn_merge");
 pub(crate) const KNN_WARP: Shader = shader!("knn_warp");
 pub(crate) const LOOP_PROBE: Shader = shader!("loop_probe");
+pub(crate) const IVF_SCAN: Shader = shader!("ivf_scan");
 
 /// The SPIR-V of `shader` for tables stored at precision `p` (each shader is compiled once per
 /// storage precision; the arithmetic is fp32 in both).

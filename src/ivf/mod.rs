@@ -27,9 +27,11 @@
 
 mod file;
 pub mod kmeans;
+mod scan;
 
 pub use file::{IVF_MAGIC, IVF_VERSION};
 pub use kmeans::{assign, kmeans, KMeans, KMeansOptions};
+pub use scan::{MAX_SCAN_DIM, MAX_SCAN_K};
 
 use crate::device::Context;
 use crate::device_table::DeviceTable;
@@ -72,6 +74,9 @@ pub struct IvfFlat {
     coarse: Option<DeviceTable>,
     lists: Vec<List>,
     ntotal: usize,
+    /// Every list on the device for the list scan; `None` until the first search after a
+    /// change (and while every list is empty).
+    slab: Option<scan::Slab>,
 }
 
 /// What [`IvfFlat::search`] did, beside its result.
@@ -86,6 +91,9 @@ pub struct IvfSearchReport {
     pub coarse_ns: u64,
     /// GPU nanoseconds of the list searches.
     pub lists_ns: u64,
+    /// Whether the one-dispatch list scan ran (k ≤ [`MAX_SCAN_K`] and D ≤ [`MAX_SCAN_DIM`]);
+    /// otherwise each probed list was searched by the exact k-NN and the results merged.
+    pub list_scan: bool,
 }
 
 impl IvfFlat {
@@ -108,6 +116,7 @@ impl IvfFlat {
             coarse: None,
             lists: (0..opts.nlist).map(|_| List::default()).collect(),
             ntotal: 0,
+            slab: None,
         })
     }
 
@@ -197,6 +206,9 @@ impl IvfFlat {
             list.data.extend_from_slice(table.row(i));
             list.dev = None;
         }
+        if !lists.is_empty() {
+            self.slab = None;
+        }
         self.ntotal += table.n();
         Ok(first)
     }
@@ -242,14 +254,68 @@ impl IvfFlat {
             coarse_ns: probes.gpu_ns,
             ..IvfSearchReport::default()
         };
-        // Per list, the queries probing it.
+        for q in 0..nq {
+            for &l in probes.ids_of(q) {
+                report.rows_scanned += self.lists[l as usize].ids.len() as u64;
+            }
+        }
+        let k = opts.k;
+        let mut out = KnnResult {
+            k,
+            queries: nq,
+            ids: Vec::with_capacity(nq * k),
+            distances: Vec::with_capacity(nq * k),
+            path: probes.path,
+            subgroups: probes.subgroups,
+            query_tile: probes.query_tile,
+            gpu_ns: 0,
+            verified: 0,
+        };
+        let neg = self.metric != Metric::L2;
+        let pad = if neg {
+            f32::NEG_INFINITY
+        } else {
+            f32::INFINITY
+        };
+        if scan::applies(k, self.d) {
+            report.list_scan = true;
+            if self.slab.is_none() {
+                let lists: Vec<(&[i64], &[f32])> = self
+                    .lists
+                    .iter()
+                    .map(|l| (l.ids.as_slice(), l.data.as_slice()))
+                    .collect();
+                self.slab = scan::Slab::build(&self.ctx, &lists, self.d, self.precision)?;
+            }
+            if let Some(slab) = &self.slab {
+                let rows = crate::knn::query_rows(queries, self.d, self.metric);
+                let pr: Vec<u32> = probes.ids.iter().map(|&l| l as u32).collect();
+                let (keys, ids, ns) = slab.scan(&rows, &pr, nprobe, k, self.metric)?;
+                report.lists_ns = ns;
+                for (&key, &id) in keys.iter().zip(&ids) {
+                    if id == u32::MAX {
+                        out.ids.push(NO_ID);
+                        out.distances.push(pad);
+                    } else {
+                        out.ids.push(id as i64);
+                        out.distances.push(if neg { -key } else { key });
+                    }
+                }
+            } else {
+                out.ids = vec![NO_ID; nq * k];
+                out.distances = vec![pad; nq * k];
+            }
+            out.gpu_ns = report.coarse_ns + report.lists_ns;
+            return Ok((out, report));
+        }
+        // Large k or D: the exact k-NN of each probed list with the queries that probe it,
+        // merged on the host.
         let mut by_list: Vec<Vec<usize>> = vec![Vec::new(); self.nlist];
         for q in 0..nq {
             for &l in probes.ids_of(q) {
                 by_list[l as usize].push(q);
             }
         }
-        let neg = self.metric != Metric::L2;
         let mut pools: Vec<Vec<(f32, i64, f32)>> = vec![Vec::new(); nq];
         for (l, qs) in by_list.iter().enumerate() {
             if qs.is_empty() || self.lists[l].ids.is_empty() {
@@ -266,7 +332,6 @@ impl IvfFlat {
             };
             let r = knn_flat(dt, &sub, dim, &lopts)?;
             report.lists_ns += r.gpu_ns;
-            report.rows_scanned += (qs.len() * self.lists[l].ids.len()) as u64;
             let ids = &self.lists[l].ids;
             for (i, &q) in qs.iter().enumerate() {
                 for (&id, &dist) in r.ids_of(i).iter().zip(r.distances_of(i)) {
@@ -277,23 +342,7 @@ impl IvfFlat {
                 }
             }
         }
-        let pad = if neg {
-            f32::NEG_INFINITY
-        } else {
-            f32::INFINITY
-        };
-        let k = opts.k;
-        let mut out = KnnResult {
-            k,
-            queries: nq,
-            ids: Vec::with_capacity(nq * k),
-            distances: Vec::with_capacity(nq * k),
-            path: probes.path,
-            subgroups: probes.subgroups,
-            query_tile: probes.query_tile,
-            gpu_ns: report.coarse_ns + report.lists_ns,
-            verified: 0,
-        };
+        out.gpu_ns = report.coarse_ns + report.lists_ns;
         for pool in &mut pools {
             pool.sort_unstable_by(|a, b| crate::multi::key_order((a.0, a.1), (b.0, b.1)));
             for i in 0..k {

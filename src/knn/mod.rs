@@ -71,6 +71,7 @@ mod full;
 mod launch;
 mod plan;
 mod scratch;
+pub(crate) use scratch::query_rows;
 mod select;
 pub mod verify;
 mod warp;

@@ -15,7 +15,7 @@ const NO_ID_U32: u32 = u32::MAX;
 
 /// The queries as the device reads them: cosine queries scaled to unit length (float64 norms;
 /// a zero query stays zero), the others as given.
-pub(super) fn query_rows(queries: &[f32], d: usize, metric: Metric) -> Vec<f32> {
+pub(crate) fn query_rows(queries: &[f32], d: usize, metric: Metric) -> Vec<f32> {
     if metric != Metric::Cosine {
         return queries.to_vec();
     }

@@ -1,0 +1,94 @@
+#version 450
+// IVF-Flat search, the list scan (src/ivf/scan.rs): one workgroup a query scans the rows of the
+// lists it probes and keeps its k best with block_select.glsl. One dispatch covers a range of
+// probe ranks [p0, p1) and a range of rows [r0, r1) inside each probed list, for every query of
+// a tile; when it is not the first (seed = 1) it starts from the k best the previous dispatch
+// wrote, so a search may be cut into dispatches (lavapipe's loop cap) and still be exact.
+//
+// The lists live in one slab: list l's rows start at row lists[2l] (a multiple of 32) and are
+// stored interleaved by blocks of 32 rows — row r's dim j at (r / 32) · 32 · D + j · 32 + r % 32 —
+// so the 32 invocations of a subgroup reading dim j of 32 consecutive rows read consecutive
+// words. The key of (query, row) is knn_dist.comp's, bit for bit: one fused multiply-add chain
+// over d in ascending order from the stored (for fp16: widened) row, times the row's inverse norm
+// for cosine, negated for similarities; ids are the rows' ids (row_id), so ties go to the lower
+// id exactly as in the exact search.
+#extension GL_EXT_control_flow_attributes : require
+#include "table.glsl"
+#include "key_order.glsl"
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const uint BS_K = 16u;
+#include "block_select.glsl"
+
+const uint NO_ID = 0xffffffffu;
+const uint MAX_DIM = 4096u;  // the query in shared memory (src/ivf/scan.rs refuses more)
+
+layout(std430, set = 0, binding = 2) readonly buffer Queries { float queries[]; };
+// lists[2l] = list l's first row in the slab, lists[2l + 1] = its rows.
+layout(std430, set = 0, binding = 3) readonly buffer Lists { uint lists[]; };
+layout(std430, set = 0, binding = 4) readonly buffer RowId { uint row_id[]; };
+layout(std430, set = 0, binding = 5) readonly buffer Probes { uint probes[]; };
+layout(std430, set = 0, binding = 6) buffer OutKey { float out_key[]; };
+layout(std430, set = 0, binding = 7) buffer OutId { uint out_id[]; };
+
+layout(push_constant) uniform Push {
+    uint dim;     // D
+    uint q0;      // first query of this tile
+    uint nprobe;  // probe ranks a query has (the row stride of probes)
+    uint p0;      // probe ranks [p0, p1) in this dispatch
+    uint p1;
+    uint r0;      // rows [r0, r1) of each probed list in this dispatch
+    uint r1;
+    uint k;       // results a query (the row stride of out_key / out_id)
+    uint seed;    // 1: start from the k best in out_key / out_id
+    uint metric;  // 0 inner product, 1 cosine, 2 L2
+} pc;
+
+shared float qs[MAX_DIM];
+
+void main() {
+    const uint lid = gl_LocalInvocationID.x;
+    const uint wg = gl_WorkGroupSize.x;
+    const uint q = pc.q0 + gl_WorkGroupID.x;
+    const uint dim = pc.dim;
+    for (uint j = lid; j < dim; j += wg) qs[j] = queries[q * dim + j];
+    bs_init();
+    if (pc.seed == 1u && lid < pc.k) bs_push(out_key[q * pc.k + lid], out_id[q * pc.k + lid]);
+    barrier();
+    const bool l2 = pc.metric == 2u;
+    for (uint p = pc.p0; p < pc.p1; ++p) {
+        const uint l = probes[q * pc.nprobe + p];
+        const uint len = min(lists[2u * l + 1u], pc.r1);
+        const uint base = lists[2u * l];
+        for (uint r = pc.r0 + lid; r < len; r += wg) {
+            const uint at = (base + r) / 32u * 32u * dim + (base + r) % 32u;
+            float s = 0.0;
+            if (l2) {
+                for (uint j = 0u; j < dim; ++j) {
+                    precise float diff = qs[j] - float(table[at + j * 32u]);
+                    precise float v = fma(diff, diff, s);
+                    s = v;
+                }
+            } else {
+                for (uint j = 0u; j < dim; ++j) {
+                    precise float v = fma(qs[j], float(table[at + j * 32u]), s);
+                    s = v;
+                }
+            }
+            float key = s;
+            if (!l2) {
+                if (pc.metric == 1u) {
+                    precise float v = s * inv_norm[base + r];
+                    key = v;
+                }
+                key = -key;
+            }
+            bs_push(key, row_id[base + r]);
+        }
+    }
+    bs_merge(pc.k);
+    if (lid < pc.k) {
+        out_key[q * pc.k + lid] = bs_best_key[lid];
+        out_id[q * pc.k + lid] = bs_best_id[lid];
+    }
+}
