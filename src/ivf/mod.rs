@@ -26,11 +26,16 @@
 //! precision: the same ids and distance bits, ties and padding included.
 
 mod file;
+mod ivfpq;
 pub mod kmeans;
+pub mod pq;
+mod pq_scan;
 mod scan;
 
 pub use file::{IVF_MAGIC, IVF_VERSION};
+pub use ivfpq::{IvfPq, IvfPqOptions, IvfPqSearch};
 pub use kmeans::{assign, kmeans, KMeans, KMeansOptions};
+pub use pq::ProductQuantizer;
 pub use scan::{MAX_SCAN_DIM, MAX_SCAN_K};
 
 use crate::device::Context;

@@ -1,0 +1,115 @@
+#version 450
+// IVF-PQ search, the list scan (src/ivf/pq_scan.rs): one workgroup a query. For each list it
+// probes, the workgroup builds the query's M × 256 lookup table of that list in shared memory
+// (fp32), then each invocation sums the M table entries of its codes (asymmetric distance, ADC)
+// and offers (key, id) to block_select.glsl; the k best end the dispatch. One dispatch covers
+// probe ranks [p0, p1) and rows [r0, r1) inside each probed list; when it is not the first
+// (seed = 1) it starts from the k best the previous one wrote, so a search may be cut into
+// dispatches (lavapipe's loop cap) and still be exact.
+//
+// L2 (ip = 0): the list's residual query r = q − c(list) (fp32), entry (s, c) the fused
+// multiply-add chain of (r_j − C_s[c]_j)² over the sub-space's dims in ascending order, and the
+// key the sum of the code's entries in sub-space order. Inner product (ip = 1): entry (s, c) the
+// chain of q_j · C_s[c]_j, the key −(q · c(list) + the sum), q · c(list) coming with the probe.
+#extension GL_EXT_control_flow_attributes : require
+#include "key_order.glsl"
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const uint BS_K = 16u;
+layout(constant_id = 2) const uint PQ_M = 8u;   // sub-spaces (bytes a code)
+layout(constant_id = 3) const uint PQ_D = 64u;  // D
+#include "block_select.glsl"
+
+const uint KSUB = 256u;
+
+// Codes as bytes, four a word: byte (row · M + s) of the slab is row's sub-space s.
+layout(std430, set = 0, binding = 0) readonly buffer Codes { uint codes[]; };
+// The coarse centroids (nlist × D), then at pc.pq_at the PQ's M × 256 × (D / M) centroids.
+layout(std430, set = 0, binding = 1) readonly buffer Cent { float cent[]; };
+layout(std430, set = 0, binding = 2) readonly buffer Queries { float queries[]; };
+// lists[2l] = list l's first row in the slab, lists[2l + 1] = its rows.
+layout(std430, set = 0, binding = 3) readonly buffer Lists { uint lists[]; };
+layout(std430, set = 0, binding = 4) readonly buffer RowId { uint row_id[]; };
+// Per (query, probe rank): the list, then q · c(list) as float bits (inner product; else 0).
+layout(std430, set = 0, binding = 5) readonly buffer Probes { uint probes[]; };
+layout(std430, set = 0, binding = 6) buffer OutKey { float out_key[]; };
+layout(std430, set = 0, binding = 7) buffer OutId { uint out_id[]; };
+
+layout(push_constant) uniform Push {
+    uint q0;      // first query of this tile
+    uint nprobe;  // probe ranks a query has
+    uint p0;      // probe ranks [p0, p1) in this dispatch
+    uint p1;
+    uint r0;      // rows [r0, r1) of each probed list in this dispatch
+    uint r1;
+    uint k;       // results a query (the row stride of out_key / out_id)
+    uint seed;    // 1: start from the k best in out_key / out_id
+    uint ip;      // 1: inner product, 0: L2
+    uint pq_at;   // the PQ centroids' first float in cent
+} pc;
+
+shared float lut[PQ_M * KSUB];
+shared float res[PQ_D];
+
+void main() {
+    const uint lid = gl_LocalInvocationID.x;
+    const uint wg = gl_WorkGroupSize.x;
+    const uint q = pc.q0 + gl_WorkGroupID.x;
+    const uint dsub = PQ_D / PQ_M;
+    const bool ip = pc.ip == 1u;
+    bs_init();
+    if (pc.seed == 1u && lid < pc.k) bs_push(out_key[q * pc.k + lid], out_id[q * pc.k + lid]);
+    for (uint p = pc.p0; p < pc.p1; ++p) {
+        const uint at = 2u * (q * pc.nprobe + p);
+        const uint l = probes[at];
+        const float bias = uintBitsToFloat(probes[at + 1u]);
+        barrier();  // the previous list's table is no longer read
+        for (uint j = lid; j < PQ_D; j += wg) {
+            precise float v = ip ? queries[q * PQ_D + j] : queries[q * PQ_D + j] - cent[l * PQ_D + j];
+            res[j] = v;
+        }
+        barrier();
+        for (uint e = lid; e < PQ_M * KSUB; e += wg) {
+            const uint s0 = (e / KSUB) * dsub;
+            const uint c0 = pc.pq_at + e * dsub;
+            float s = 0.0;
+            if (ip) {
+                for (uint j = 0u; j < dsub; ++j) {
+                    precise float v = fma(res[s0 + j], cent[c0 + j], s);
+                    s = v;
+                }
+            } else {
+                for (uint j = 0u; j < dsub; ++j) {
+                    precise float diff = res[s0 + j] - cent[c0 + j];
+                    precise float v = fma(diff, diff, s);
+                    s = v;
+                }
+            }
+            lut[e] = s;
+        }
+        barrier();
+        const uint len = min(lists[2u * l + 1u], pc.r1);
+        const uint base = lists[2u * l];
+        for (uint r = pc.r0 + lid; r < len; r += wg) {
+            const uint b0 = (base + r) * PQ_M;
+            float s = 0.0;
+            for (uint m = 0u; m < PQ_M; ++m) {
+                const uint b = b0 + m;
+                const uint code = (codes[b >> 2u] >> ((b & 3u) * 8u)) & 0xffu;
+                precise float v = s + lut[m * KSUB + code];
+                s = v;
+            }
+            float key = s;
+            if (ip) {
+                precise float v = bias + s;
+                key = -v;
+            }
+            bs_push(key, row_id[base + r]);
+        }
+    }
+    bs_merge(pc.k);
+    if (lid < pc.k) {
+        out_key[q * pc.k + lid] = bs_best_key[lid];
+        out_id[q * pc.k + lid] = bs_best_id[lid];
+    }
+}

@@ -1,0 +1,440 @@
+//! The inverted file with product-quantized residuals, IVFADC (Faiss's `IndexIVFPQ`, M × 8
+//! bits), and its optional exact re-rank (Faiss's `IndexRefineFlat` idea).
+//!
+//! * **Train**: the coarse quantizer as [`super::IvfFlat`]'s (k-means of the rows into nlist
+//!   centroids), then each training row's residual x − c(x) from its nearest centroid, and the
+//!   [`ProductQuantizer`] trained on the residuals. At least 256 training rows.
+//! * **Add**: each row to its nearest centroid's list, its residual encoded by the quantizer on
+//!   the device (M bytes), ids 0, 1, … in the order added; with `keep_vectors` the rows are kept
+//!   too (f32, on the host) for the re-rank.
+//! * **Search**: the `nprobe` nearest centroids of each query (the device's k-NN), then one
+//!   dispatch of `shaders/ivfpq_scan.comp` (see `pq_scan.rs`): a workgroup a query builds the
+//!   lookup table of each probed list in shared memory and keeps the k best ADC keys. With
+//!   `k_factor` > 1 the scan keeps k_factor × k candidates and the host re-ranks them by their
+//!   exact float64 distance to the kept rows (ties to the lower id), returning the k best with
+//!   those distances rounded to f32.
+//! * **Metrics**: L2 (residual tables); inner product the Faiss way by residual:
+//!   q · x ≈ q · c + q · r̂, the q · c term from the coarse search; cosine is inner product on
+//!   rows and queries scaled to unit length (float64 norms), the coarse quantizer then an inner
+//!   product one on the unit rows.
+
+use super::kmeans::{kmeans, nearest, KMeans, KMeansOptions};
+use super::pq::ProductQuantizer;
+use super::pq_scan::PqSlab;
+use super::{normalized, IvfSearchReport, MAX_SCAN_K};
+use crate::device::Context;
+use crate::device_table::DeviceTable;
+use crate::error::{Error, Result};
+use crate::knn::{check_queries, knn_flat, query_rows, KnnOptions, KnnResult, Metric, NO_ID};
+use crate::table::{Precision, Table};
+
+/// How an [`IvfPq`] is built.
+#[derive(Clone, Debug)]
+pub struct IvfPqOptions {
+    /// Lists (k-means centroids).
+    pub nlist: usize,
+    /// Sub-quantizers (bytes a code); must divide D.
+    pub m: usize,
+    /// Similarity or distance of the search and the coarse assignment.
+    pub metric: Metric,
+    /// Keep the added rows (f32, host memory) for the exact re-rank (`k_factor` > 1).
+    pub keep_vectors: bool,
+    /// The k-means of the coarse quantizer and of each sub-space.
+    pub kmeans: KMeansOptions,
+}
+
+/// How [`IvfPq::search`] runs.
+#[derive(Clone, Debug)]
+pub struct IvfPqSearch {
+    /// Results a query (k × k_factor ≤ [`MAX_SCAN_K`]).
+    pub k: usize,
+    /// Lists probed a query (clamped to nlist).
+    pub nprobe: usize,
+    /// 1: the ADC result; > 1: re-rank k_factor × k ADC candidates exactly (needs
+    /// `keep_vectors`).
+    pub k_factor: usize,
+}
+
+/// One inverted list: ids (ascending), codes (M bytes a row), and the rows if kept.
+#[derive(Default)]
+pub(super) struct PqList {
+    pub ids: Vec<i64>,
+    pub codes: Vec<u8>,
+    pub data: Vec<f32>,
+}
+
+/// The IVF-PQ index (see the [module](self) documentation).
+pub struct IvfPq {
+    pub(super) ctx: Context,
+    pub(super) d: usize,
+    pub(super) nlist: usize,
+    pub(super) m: usize,
+    pub(super) metric: Metric,
+    pub(super) keep_vectors: bool,
+    pub(super) kmeans: KMeansOptions,
+    /// nlist × D, empty until trained.
+    pub(super) centroids: Vec<f32>,
+    pub(super) coarse: Option<DeviceTable>,
+    pub(super) pq: Option<ProductQuantizer>,
+    pub(super) lists: Vec<PqList>,
+    pub(super) ntotal: usize,
+    /// Per id, its list and position there.
+    pub(super) loc: Vec<(u32, u32)>,
+    slab: Option<PqSlab>,
+}
+
+impl IvfPq {
+    /// An empty, untrained index of dimension `d` on `ctx`. Errors: D = 0, nlist = 0, M = 0 or
+    /// M not dividing D.
+    pub fn new(ctx: &Context, d: usize, opts: &IvfPqOptions) -> Result<IvfPq> {
+        if d == 0 {
+            return Err(Error::Invalid("IVF-PQ index of dimension D = 0".into()));
+        }
+        if opts.nlist == 0 {
+            return Err(Error::Invalid("IVF-PQ index needs nlist ≥ 1".into()));
+        }
+        super::pq::check_shape(d, opts.m)?;
+        Ok(IvfPq {
+            ctx: ctx.clone(),
+            d,
+            nlist: opts.nlist,
+            m: opts.m,
+            metric: opts.metric,
+            keep_vectors: opts.keep_vectors,
+            kmeans: opts.kmeans.clone(),
+            centroids: Vec::new(),
+            coarse: None,
+            pq: None,
+            lists: (0..opts.nlist).map(|_| PqList::default()).collect(),
+            ntotal: 0,
+            loc: Vec::new(),
+            slab: None,
+        })
+    }
+
+    /// Dimension D.
+    pub fn d(&self) -> usize {
+        self.d
+    }
+    /// Lists.
+    pub fn nlist(&self) -> usize {
+        self.nlist
+    }
+    /// Sub-quantizers (bytes a code).
+    pub fn m(&self) -> usize {
+        self.m
+    }
+    /// Rows added.
+    pub fn ntotal(&self) -> usize {
+        self.ntotal
+    }
+    /// The metric.
+    pub fn metric(&self) -> Metric {
+        self.metric
+    }
+    /// Whether the added rows are kept for the re-rank.
+    pub fn keeps_vectors(&self) -> bool {
+        self.keep_vectors
+    }
+    /// Whether [`IvfPq::train`] has run (or the index was loaded).
+    pub fn is_trained(&self) -> bool {
+        self.pq.is_some()
+    }
+    /// The nlist × D coarse centroids (empty until trained).
+    pub fn centroids(&self) -> &[f32] {
+        &self.centroids
+    }
+    /// The product quantizer (`None` until trained).
+    pub fn pq(&self) -> Option<&ProductQuantizer> {
+        self.pq.as_ref()
+    }
+    /// Rows in each list.
+    pub fn list_sizes(&self) -> Vec<usize> {
+        self.lists.iter().map(|l| l.ids.len()).collect()
+    }
+    /// The ids of list `l` (ascending).
+    pub fn list_ids(&self, l: usize) -> &[i64] {
+        &self.lists[l].ids
+    }
+    /// The codes of list `l` (M bytes a row, in the order of [`IvfPq::list_ids`]).
+    pub fn list_codes(&self, l: usize) -> &[u8] {
+        &self.lists[l].codes
+    }
+
+    /// The coarse quantizer's metric: inner product on unit rows for cosine.
+    fn coarse_metric(&self) -> Metric {
+        match self.metric {
+            Metric::L2 => Metric::L2,
+            _ => Metric::InnerProduct,
+        }
+    }
+
+    /// The rows as the index sees them: unit rows for cosine.
+    fn rows(&self, t: &Table) -> Result<Table> {
+        if self.metric == Metric::Cosine {
+            normalized(t)
+        } else {
+            Ok(t.clone())
+        }
+    }
+
+    fn check_dim(&self, what: &str, t: &Table) -> Result<()> {
+        if t.d() != self.d {
+            return Err(Error::Invalid(format!(
+                "{what} have dimension {}, the index {}",
+                t.d(),
+                self.d
+            )));
+        }
+        Ok(())
+    }
+
+    /// Residuals x − c(list) of `rows`, and their lists.
+    fn residuals(&self, rows: &[f32]) -> Result<(Vec<f32>, Vec<u32>)> {
+        let coarse = self.coarse.as_ref().ok_or_else(untrained)?;
+        let (lists, _, _) = nearest(coarse, rows, self.d, self.coarse_metric())?;
+        let d = self.d;
+        let mut res = Vec::with_capacity(rows.len());
+        for (r, &l) in rows.chunks_exact(d).zip(&lists) {
+            let c = &self.centroids[l as usize * d..(l as usize + 1) * d];
+            res.extend(r.iter().zip(c).map(|(&x, &y)| x - y));
+        }
+        Ok((res, lists))
+    }
+
+    /// Train the coarse quantizer (k-means into nlist centroids) and the product quantizer (on
+    /// the training rows' residuals). Returns the coarse k-means. Errors: the dimension, fewer
+    /// than 256 rows, nlist > N, an index already trained.
+    pub fn train(&mut self, table: &Table) -> Result<KMeans> {
+        self.check_dim("training rows", table)?;
+        if self.is_trained() {
+            return Err(Error::Invalid(
+                "the IVF-PQ index is already trained (make a new one to retrain)".into(),
+            ));
+        }
+        if table.n() < super::pq::PQ_KSUB {
+            return Err(Error::Invalid(format!(
+                "IVF-PQ training needs at least 256 rows (the 256 centroids of each \
+                 sub-quantizer), got {}",
+                table.n()
+            )));
+        }
+        let rows = self.rows(table)?;
+        let km = kmeans(&self.ctx, &rows, self.nlist, &self.kmeans)?;
+        self.set_centroids(km.centroids.clone())?;
+        let (res, _) = self.residuals(rows.data())?;
+        self.pq = Some(ProductQuantizer::train(
+            &self.ctx,
+            &res,
+            self.d,
+            self.m,
+            &self.kmeans,
+        )?);
+        Ok(km)
+    }
+
+    pub(super) fn set_centroids(&mut self, c: Vec<f32>) -> Result<()> {
+        let t = Table::new(c, self.nlist, self.d)?;
+        self.coarse = Some(DeviceTable::upload(&self.ctx, &t, Precision::Fp32)?);
+        self.centroids = t.data().to_vec();
+        Ok(())
+    }
+
+    /// Add `table`'s rows: ids `ntotal`, `ntotal + 1`, … in row order, each coded in the list
+    /// of its nearest centroid. Returns the first id. Errors: untrained, the dimension, more
+    /// than 2³² − 1 rows in all.
+    pub fn add(&mut self, table: &Table) -> Result<usize> {
+        self.check_dim("added rows", table)?;
+        let pq = self.pq.as_ref().ok_or_else(untrained)?;
+        if (self.ntotal + table.n()) as u64 >= u32::MAX as u64 {
+            return Err(Error::Invalid(format!(
+                "IVF-PQ ids are below 2³² − 1: {} + {} rows is too many",
+                self.ntotal,
+                table.n()
+            )));
+        }
+        let rows = self.rows(table)?;
+        let (res, lists) = self.residuals(rows.data())?;
+        let codes = pq.encode(&self.ctx, &res)?;
+        let (first, m) = (self.ntotal, self.m);
+        for (i, &l) in lists.iter().enumerate() {
+            let list = &mut self.lists[l as usize];
+            self.loc.push((l, list.ids.len() as u32));
+            list.ids.push((first + i) as i64);
+            list.codes.extend_from_slice(&codes[i * m..(i + 1) * m]);
+            if self.keep_vectors {
+                list.data.extend_from_slice(rows.row(i));
+            }
+        }
+        if table.n() > 0 {
+            self.slab = None;
+        }
+        self.ntotal += table.n();
+        Ok(first)
+    }
+
+    /// The k nearest added rows of each query by their ADC distances among the `nprobe` lists
+    /// nearest to it (re-ranked exactly with `k_factor` > 1; see the [module](self)
+    /// documentation). Distances are squared L2, or similarities (inner product, cosine);
+    /// missing results are padded with [`NO_ID`] and ±∞. The result's `path` and `query_tile`
+    /// are the coarse search's. Errors: the dimension, k = 0, nprobe = 0, k × k_factor >
+    /// [`MAX_SCAN_K`], a re-rank without kept rows, untrained, the device's limits.
+    pub fn search(
+        &mut self,
+        queries: &[f32],
+        dim: usize,
+        s: &IvfPqSearch,
+    ) -> Result<(KnnResult, IvfSearchReport)> {
+        let kopts = KnnOptions {
+            k: s.k,
+            metric: self.metric,
+            ..KnnOptions::default()
+        };
+        let nq = check_queries(self.d, queries, dim, &kopts)?;
+        if s.nprobe == 0 {
+            return Err(Error::Invalid("IVF-PQ search needs nprobe ≥ 1".into()));
+        }
+        if s.k_factor == 0 {
+            return Err(Error::Invalid("IVF-PQ search needs k_factor ≥ 1".into()));
+        }
+        let kk = s.k.saturating_mul(s.k_factor);
+        if kk > MAX_SCAN_K {
+            return Err(Error::Invalid(format!(
+                "IVF-PQ search keeps k × k_factor = {} × {} = {kk} candidates a query; the \
+                 list scan keeps at most {MAX_SCAN_K}",
+                s.k, s.k_factor
+            )));
+        }
+        if s.k_factor > 1 && !self.keep_vectors {
+            return Err(Error::Invalid(
+                "IVF-PQ re-rank (k_factor > 1) needs the rows: build the index with \
+                 keep_vectors"
+                    .into(),
+            ));
+        }
+        if !self.is_trained() {
+            return Err(untrained());
+        }
+        let coarse = self.coarse.as_ref().ok_or_else(untrained)?;
+        let nprobe = s.nprobe.min(self.nlist);
+        let rows = query_rows(queries, self.d, self.metric);
+        let copts = KnnOptions {
+            k: nprobe,
+            metric: self.coarse_metric(),
+            ..KnnOptions::default()
+        };
+        let probes = knn_flat(coarse, &rows, self.d, &copts)?;
+        let mut report = IvfSearchReport {
+            nprobe,
+            coarse_ns: probes.gpu_ns,
+            list_scan: true,
+            ..IvfSearchReport::default()
+        };
+        for &l in &probes.ids {
+            report.rows_scanned += self.lists[l as usize].ids.len() as u64;
+        }
+        let ip = self.metric != Metric::L2;
+        let pr: Vec<(u32, f32)> = probes
+            .ids
+            .iter()
+            .zip(&probes.distances)
+            .map(|(&l, &dist)| (l as u32, if ip { dist } else { 0.0 }))
+            .collect();
+        if self.slab.is_none() {
+            let lists: Vec<(&[i64], &[u8])> = self
+                .lists
+                .iter()
+                .map(|l| (l.ids.as_slice(), l.codes.as_slice()))
+                .collect();
+            let pq = self.pq.as_ref().ok_or_else(untrained)?;
+            self.slab = Some(PqSlab::build(
+                &self.ctx,
+                &lists,
+                self.d,
+                self.m,
+                &self.centroids,
+                pq.centroids(),
+            )?);
+        }
+        let slab = self.slab.as_ref().expect("built above");
+        let (keys, ids, ns) = slab.scan(&rows, &pr, nprobe, kk, ip)?;
+        report.lists_ns = ns;
+        let (k, pad) = (s.k, if ip { f32::NEG_INFINITY } else { f32::INFINITY });
+        let mut out = KnnResult {
+            k,
+            queries: nq,
+            ids: Vec::with_capacity(nq * k),
+            distances: Vec::with_capacity(nq * k),
+            path: probes.path,
+            subgroups: probes.subgroups,
+            query_tile: probes.query_tile,
+            gpu_ns: report.coarse_ns + report.lists_ns,
+            verified: 0,
+        };
+        for q in 0..nq {
+            let cand = (0..kk)
+                .map(|i| (keys[q * kk + i], ids[q * kk + i]))
+                .filter(|&(_, id)| id != u32::MAX);
+            let best: Vec<(f32, u32)> = if s.k_factor > 1 {
+                self.rerank(&rows[q * self.d..(q + 1) * self.d], cand, k)
+            } else {
+                cand.map(|(key, id)| (if ip { -key } else { key }, id))
+                    .take(k)
+                    .collect()
+            };
+            for i in 0..k {
+                let (dist, id) = best.get(i).map_or((pad, NO_ID), |&(v, id)| (v, id as i64));
+                out.ids.push(id);
+                out.distances.push(dist);
+            }
+        }
+        Ok((out, report))
+    }
+
+    /// The k best of `cand` by the exact float64 distance (similarity) of `q` to the kept rows,
+    /// ties to the lower id, as (distance rounded to f32, id).
+    fn rerank(&self, q: &[f32], cand: impl Iterator<Item = (f32, u32)>, k: usize) -> Vec<(f32, u32)> {
+        let ip = self.metric != Metric::L2;
+        let mut scored: Vec<(f64, u32)> = cand
+            .map(|(_, id)| {
+                let x = self.row(id as i64);
+                let v: f64 = if ip {
+                    q.iter().zip(x).map(|(&a, &b)| a as f64 * b as f64).sum()
+                } else {
+                    q.iter().zip(x).map(|(&a, &b)| (a as f64 - b as f64).powi(2)).sum()
+                };
+                (v, id)
+            })
+            .collect();
+        scored.sort_by(|a, b| {
+            let o = if ip { b.0.total_cmp(&a.0) } else { a.0.total_cmp(&b.0) };
+            o.then(a.1.cmp(&b.1))
+        });
+        scored.truncate(k);
+        scored.into_iter().map(|(v, id)| (v as f32, id)).collect()
+    }
+
+    /// The kept row of `id` (as the index holds it: unit length for cosine).
+    fn row(&self, id: i64) -> &[f32] {
+        let (l, i) = self.loc[id as usize];
+        let i = i as usize;
+        &self.lists[l as usize].data[i * self.d..(i + 1) * self.d]
+    }
+}
+
+impl std::fmt::Debug for IvfPq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IvfPq")
+            .field("d", &self.d)
+            .field("nlist", &self.nlist)
+            .field("m", &self.m)
+            .field("ntotal", &self.ntotal)
+            .field("metric", &self.metric)
+            .field("trained", &self.is_trained())
+            .finish()
+    }
+}
+
+fn untrained() -> Error {
+    Error::Invalid("the IVF-PQ index is not trained (train it first)".into())
+}

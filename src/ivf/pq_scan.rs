@@ -1,0 +1,287 @@
+//! The IVF-PQ list scan on the device (`shaders/ivfpq_scan.comp`): every list's codes in one
+//! buffer, and one dispatch in which a workgroup a query builds, for each list it probes, the
+//! M × 256 lookup table of (query, list) in shared memory and sums the table entries of the
+//! list's codes, keeping its k best with `shaders/block_select.glsl`.
+//!
+//! # Exactness
+//! The keys are fp32 sums of fp32 table entries (see the shader for the order of the operations);
+//! the block select is exact under the `(key, id)` order, so the result is the k best of the
+//! probed rows under the device's own ADC keys, ties to the lower id. The tests hold the keys to
+//! a float64 evaluation of the same tables within a derived bound.
+//!
+//! # Limits
+//! The table and the query's residual live in shared memory: 4 · (256 · M + D) bytes beside the
+//! block select's 2,560; a device with less shared memory refuses the search with the numbers.
+//! k is at most [`super::MAX_SCAN_K`]. On lavapipe (loops capped at 65,535 iterations an
+//! invocation) [`dispatches`] counts an invocation's iterations from above and cuts the scan
+//! into dispatches over probe ranks and row ranges, each starting from the last one's k best.
+
+use crate::device::{loop_budget, Buffer, Capabilities, Context, PipelineKey};
+use crate::error::{Error, Result};
+use crate::spirv::{self, checked_push};
+use crate::submit::{barrier, bind, Set, Submitter};
+
+use super::pq::PQ_KSUB;
+
+/// Invocations a workgroup (one query).
+const SCAN_WG: usize = 128;
+/// Queries a dispatch (workgroups along x).
+const QUERY_TILE: usize = 65_535;
+/// Shared memory of block_select.glsl (256 reduction pairs, 64 best pairs).
+const BS_SHARED: usize = 256 * 8 + 64 * 8;
+
+/// `ivfpq_scan.comp`'s push block.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct PqScanPush {
+    q0: u32,
+    nprobe: u32,
+    p0: u32,
+    p1: u32,
+    r0: u32,
+    r1: u32,
+    k: u32,
+    seed: u32,
+    ip: u32,
+    pq_at: u32,
+}
+
+/// The lists' codes on the device, with the coarse and PQ centroids.
+pub(crate) struct PqSlab {
+    ctx: Context,
+    d: usize,
+    m: usize,
+    nlist: usize,
+    codes: Buffer,
+    cent: Buffer,
+    lists: Buffer,
+    row_id: Buffer,
+    /// Rows of the longest list.
+    max_len: usize,
+}
+
+/// Shared memory bytes of the scan for D and M.
+pub(crate) fn shared_bytes(d: usize, m: usize) -> usize {
+    4 * (PQ_KSUB * m + d) + BS_SHARED
+}
+
+impl PqSlab {
+    /// The slab of `lists` (each: ids ascending, codes M bytes a row), the coarse centroids
+    /// (nlist × D) and the PQ centroids (M × 256 × D / M).
+    pub fn build(
+        ctx: &Context,
+        lists: &[(&[i64], &[u8])],
+        d: usize,
+        m: usize,
+        coarse: &[f32],
+        pq: &[f32],
+    ) -> Result<PqSlab> {
+        let rows: usize = lists.iter().map(|l| l.0.len()).sum();
+        let bytes = rows as u64 * m as u64;
+        let caps = ctx.caps();
+        if bytes + 4 > caps.max_buffer_range || rows >= u32::MAX as usize {
+            return Err(Error::Limit(format!(
+                "the IVF-PQ lists' {rows} codes of {m} bytes need a {bytes}-byte buffer; {} \
+                 allows {} bytes (maxStorageBufferRange)",
+                caps.name, caps.max_buffer_range
+            )));
+        }
+        let mut offsets = Vec::with_capacity(2 * lists.len());
+        let mut codes = Vec::with_capacity(rows * m + 4);
+        let mut row_id = Vec::with_capacity(rows.max(1));
+        let mut max_len = 0;
+        for (ids, c) in lists {
+            offsets.push(row_id.len() as u32);
+            offsets.push(ids.len() as u32);
+            codes.extend_from_slice(c);
+            row_id.extend(ids.iter().map(|&i| i as u32));
+            max_len = max_len.max(ids.len());
+        }
+        // Whole words, never an empty buffer.
+        codes.resize((codes.len() / 4 + 1) * 4, 0);
+        if row_id.is_empty() {
+            row_id.push(u32::MAX);
+        }
+        let mut cent = coarse.to_vec();
+        cent.extend_from_slice(pq);
+        Ok(PqSlab {
+            ctx: ctx.clone(),
+            d,
+            m,
+            nlist: coarse.len() / d,
+            codes: ctx.upload("IVF-PQ codes", &codes)?,
+            cent: ctx.upload("IVF-PQ centroids", bytemuck::cast_slice(&cent))?,
+            lists: ctx.upload("IVF-PQ list offsets", bytemuck::cast_slice(&offsets))?,
+            row_id: ctx.upload("IVF-PQ row ids", bytemuck::cast_slice(&row_id))?,
+            max_len,
+        })
+    }
+
+    /// The k best `(key, id)` pairs of each query (`queries`: n × D, unit rows for cosine)
+    /// among the codes of the lists that `probes` names (`nprobe` a query, row-major), with
+    /// `bias` (q · c(list) for inner product, else unused) beside each probe; best first,
+    /// padded with (+∞, `u32::MAX`); and the GPU nanoseconds.
+    pub fn scan(
+        &self,
+        queries: &[f32],
+        probes: &[(u32, f32)],
+        nprobe: usize,
+        k: usize,
+        ip: bool,
+    ) -> Result<(Vec<f32>, Vec<u32>, u64)> {
+        let ctx = &self.ctx;
+        let (d, m) = (self.d, self.m);
+        let nq = queries.len() / d;
+        if nq == 0 {
+            return Ok((Vec::new(), Vec::new(), 0));
+        }
+        let caps = ctx.caps();
+        let shared = shared_bytes(d, m);
+        if shared > caps.shared_memory_bytes as usize {
+            return Err(Error::Limit(format!(
+                "the IVF-PQ scan keeps a 256 × M = {m} lookup table and the D = {d} query in \
+                 shared memory: {shared} bytes; {} offers {} (use a smaller M)",
+                caps.name, caps.shared_memory_bytes
+            )));
+        }
+        let bs_k = k.next_power_of_two();
+        let steps = dispatches(caps, d, m, k, bs_k, nprobe, self.max_len)?;
+        let pipe = ctx.pipeline(PipelineKey {
+            spirv: spirv::IVFPQ_SCAN.fp32,
+            spec: vec![SCAN_WG as u32, bs_k as u32, m as u32, d as u32],
+            push_bytes: checked_push::<PqScanPush>(&spirv::IVFPQ_SCAN)?,
+        })?;
+        let pr: Vec<u32> = probes
+            .iter()
+            .flat_map(|&(l, b)| [l, b.to_bits()])
+            .collect();
+        let qbuf = ctx.upload("IVF-PQ queries", bytemuck::cast_slice(queries))?;
+        let pbuf = ctx.upload("IVF-PQ probes", bytemuck::cast_slice(&pr))?;
+        let out_bytes = (nq * k * 4) as u64;
+        let out_key = Buffer::storage(ctx, "IVF-PQ keys", out_bytes)?;
+        let out_id = Buffer::storage(ctx, "IVF-PQ ids", out_bytes)?;
+        let set = Set::new(
+            ctx,
+            &[
+                (0, &self.codes),
+                (1, &self.cent),
+                (2, &qbuf),
+                (3, &self.lists),
+                (4, &self.row_id),
+                (5, &pbuf),
+                (6, &out_key),
+                (7, &out_id),
+            ],
+            &[],
+        )?;
+        let mut sub = Submitter::new(ctx)?;
+        let dev = ctx.device();
+        let mut gpu_ns = 0;
+        for q0 in (0..nq).step_by(QUERY_TILE) {
+            let qn = QUERY_TILE.min(nq - q0);
+            for (g, group) in steps.chunks(64).enumerate() {
+                gpu_ns += sub.run("IVF-PQ list scan", |cb| unsafe {
+                    for (i, &(p0, p1, r0, r1)) in group.iter().enumerate() {
+                        if i > 0 {
+                            barrier(dev, cb);
+                        }
+                        let push = PqScanPush {
+                            q0: q0 as u32,
+                            nprobe: nprobe as u32,
+                            p0: p0 as u32,
+                            p1: p1 as u32,
+                            r0: r0 as u32,
+                            r1: r1.min(u32::MAX as usize) as u32,
+                            k: k as u32,
+                            seed: (g > 0 || i > 0) as u32,
+                            ip: ip as u32,
+                            pq_at: (self.nlist * d) as u32,
+                        };
+                        bind(dev, cb, &pipe, set.set, bytemuck::bytes_of(&push));
+                        dev.cmd_dispatch(cb, qn as u32, 1, 1);
+                    }
+                })?;
+            }
+        }
+        drop(set);
+        let keys = ctx
+            .download(&out_key, 0, out_bytes)?
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let ids = ctx
+            .download(&out_id, 0, out_bytes)?
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        Ok((keys, ids, gpu_ns))
+    }
+}
+
+/// The dispatches of one scan, `(p0, p1, r0, r1)`: probe ranks [p0, p1) and rows [r0, r1) of
+/// each probed list. One dispatch where loops are not capped; where they are, as many as keep
+/// every invocation's loop iterations — counted from above: the seed, per probe the residual,
+/// the table (256 · M / WG entries of D / M + 1 iterations), its codes' sums and queue
+/// insertions, and the merge — within the budget.
+pub(crate) fn dispatches(
+    caps: &Capabilities,
+    d: usize,
+    m: usize,
+    k: usize,
+    bs_k: usize,
+    nprobe: usize,
+    max_len: usize,
+) -> Result<Vec<(usize, usize, usize, usize)>> {
+    if caps.loop_limit.is_none() {
+        return Ok(vec![(0, nprobe, 0, usize::MAX)]);
+    }
+    let budget = loop_budget(caps) as usize;
+    let log_wg = SCAN_WG.trailing_zeros() as usize;
+    let fixed = bs_k + k * (log_wg + 2 + bs_k) + 8;
+    let table = 1 + d.div_ceil(SCAN_WG) + (PQ_KSUB * m).div_ceil(SCAN_WG) * (d / m + 1);
+    let per_row = m + bs_k + 1;
+    let per_probe = table + max_len.div_ceil(SCAN_WG) * per_row;
+    if fixed + per_probe <= budget {
+        let step = (budget - fixed) / per_probe;
+        return Ok((0..nprobe)
+            .step_by(step)
+            .map(|p0| (p0, (p0 + step).min(nprobe), 0, usize::MAX))
+            .collect());
+    }
+    // One probe rank at a time, its lists' rows in ranges (the table rebuilt for each).
+    let rows = budget.saturating_sub(fixed + table) / per_row * SCAN_WG;
+    if rows == 0 {
+        crate::device::check_loop_budget(
+            caps,
+            "the IVF-PQ list scan",
+            (fixed + table + per_row) as u64,
+        )?;
+    }
+    let mut out = Vec::new();
+    for p in 0..nprobe {
+        for r0 in (0..max_len.max(1)).step_by(rows.max(1)) {
+            out.push((p, p + 1, r0, r0 + rows));
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pq_dispatches_fit_the_loop_cap() {
+        let free = crate::device::test_caps(32, None);
+        assert_eq!(dispatches(&free, 128, 16, 10, 16, 7, 5000).unwrap().len(), 1);
+        let capped = crate::device::test_caps(8, Some(65_535));
+        let s = dispatches(&capped, 64, 8, 10, 16, 50, 300).unwrap();
+        assert!(s.len() > 1);
+        assert_eq!(s.first().unwrap().0, 0);
+        assert_eq!(s.last().unwrap().1, 50);
+        assert!(s.windows(2).all(|w| w[0].1 == w[1].0));
+        let s = dispatches(&capped, 384, 32, 10, 16, 2, 300_000).unwrap();
+        assert!(s.iter().all(|&(p0, p1, _, _)| p1 == p0 + 1));
+        assert!(s.last().unwrap().3 >= 300_000);
+    }
+}
