@@ -9,8 +9,8 @@
 //! the per-batch scaffold of [`batch`]: [`scan`] (every candidate every step, in every shape) or
 //! [`gram`] (the Gram-matrix engine; [`gram::mode_for`] is the `auto` rule) → results, written by
 //! [`cache`]; [`knn`](mod@knn) (exact k-NN with GPU k-selection) → [`rankings`] (every item's
-//! ranking of the others, the k-NN graph); [`ivf`] (k-means on the device and the IVF-Flat
-//! approximate index); [`reference`](mod@reference) is the float64 CPU
+//! ranking of the others, the k-NN graph); [`ivf`] (k-means on the device, the IVF-Flat and IVF-PQ
+//! approximate indexes); [`reference`](mod@reference) is the float64 CPU
 //! reference and the exactness oracle; [`files`] loads tables from disk.
 #![warn(missing_docs)]
 
@@ -47,7 +47,7 @@ pub use device_table::DeviceTable;
 pub use engine::{Engine, Job, JobOptions, ModeChoice, ModeReason};
 pub use error::{Error, Result};
 pub use gram::{Gram, GramJob, GramOptions, Mode, Placement};
-pub use ivf::{kmeans, IvfFlat, IvfOptions, KMeans, KMeansOptions};
+pub use ivf::{kmeans, IvfFlat, IvfOptions, IvfPq, IvfPqOptions, IvfPqSearch, KMeans, KMeansOptions};
 pub use knn::{knn, KnnOptions, KnnResult, Metric};
 pub use multi::{open_devices, IndexReplicas, IndexShards};
 pub use scan::{ScanJob, ScanKernel, ScanOptions, Shape};

@@ -39,7 +39,7 @@ const HEADER: usize = 40;
 
 const FNV64_START: u64 = 0xcbf2_9ce4_8422_2325;
 
-fn fnv1a64(bytes: &[u8]) -> u64 {
+pub(super) fn fnv1a64(bytes: &[u8]) -> u64 {
     let mut h = FNV64_START;
     for &b in bytes {
         h ^= b as u64;
@@ -48,7 +48,7 @@ fn fnv1a64(bytes: &[u8]) -> u64 {
     h
 }
 
-fn metric_code(m: Metric) -> u32 {
+pub(super) fn metric_code(m: Metric) -> u32 {
     match m {
         Metric::InnerProduct => 0,
         Metric::Cosine => 1,

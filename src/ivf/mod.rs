@@ -29,6 +29,7 @@ mod file;
 mod ivfpq;
 pub mod kmeans;
 pub mod pq;
+mod pq_file;
 mod pq_scan;
 mod scan;
 
@@ -36,6 +37,7 @@ pub use file::{IVF_MAGIC, IVF_VERSION};
 pub use ivfpq::{IvfPq, IvfPqOptions, IvfPqSearch};
 pub use kmeans::{assign, kmeans, KMeans, KMeansOptions};
 pub use pq::ProductQuantizer;
+pub use pq_file::{IVFPQ_MAGIC, IVFPQ_VERSION};
 pub use scan::{MAX_SCAN_DIM, MAX_SCAN_K};
 
 use crate::device::Context;

@@ -1,0 +1,231 @@
+//! The IVF-PQ index file, little-endian:
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 4 | magic `DIVP` |
+//! | 4 | u32 version (1) |
+//! | 4 | u32 metric: 0 inner product, 1 cosine, 2 L2 |
+//! | 4 | u32 flags: bit 0 = the rows are kept (re-rank); no other bit is set |
+//! | 8 | u64 D |
+//! | 8 | u64 nlist |
+//! | 8 | u64 M (sub-quantizers, bytes a code) |
+//! | 8 | u64 ntotal (rows added) |
+//! | nlist × D × 4 | f32 coarse centroids, row-major |
+//! | 256 × D × 4 | f32 PQ centroids: sub-space m's centroid c at (m · 256 + c) · D / M |
+//! | nlist × 8 | u64 rows of each list |
+//! | per list | its u64 ids (ascending), its codes (size × M bytes), then, if kept, its rows as f32 (size × D; unit rows for cosine) |
+//! | 8 | u64 FNV-1a 64 of every byte before it |
+//!
+//! Every id 0 … ntotal − 1 is in exactly one list. Written through a temporary file and a rename
+//! ([`PendingFile`]): an error leaves no file. A file that is not exactly this — another magic
+//! or version, unknown flags, M not dividing D, a length that does not add up, a checksum that
+//! does not match, an id out of place, a non-finite value — is refused with [`Error::Format`]
+//! naming the file and the fault, before anything is uploaded.
+
+use super::file::{fnv1a64, metric_code};
+use super::ivfpq::{IvfPq, IvfPqOptions, PqList};
+use super::pq::{ProductQuantizer, PQ_KSUB};
+use super::KMeansOptions;
+use crate::cache::PendingFile;
+use crate::device::Context;
+use crate::error::{Error, Result};
+use crate::knn::Metric;
+use std::io::Write;
+use std::path::Path;
+
+/// The IVF-PQ index file's first four bytes.
+pub const IVFPQ_MAGIC: [u8; 4] = *b"DIVP";
+/// The IVF-PQ format version this build writes and reads.
+pub const IVFPQ_VERSION: u32 = 1;
+/// Bytes of the fixed header.
+const HEADER: usize = 48;
+
+impl IvfPq {
+    /// The index file's bytes (see the format above). Errors: an untrained index.
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let Some(pq) = &self.pq else {
+            return Err(Error::Invalid(
+                "the IVF-PQ index is not trained: nothing to save".into(),
+            ));
+        };
+        let mut b = Vec::new();
+        b.extend_from_slice(&IVFPQ_MAGIC);
+        b.extend_from_slice(&IVFPQ_VERSION.to_le_bytes());
+        b.extend_from_slice(&metric_code(self.metric).to_le_bytes());
+        b.extend_from_slice(&(self.keep_vectors as u32).to_le_bytes());
+        for v in [self.d, self.nlist, self.m, self.ntotal] {
+            b.extend_from_slice(&(v as u64).to_le_bytes());
+        }
+        for v in self.centroids.iter().chain(pq.centroids()) {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        for l in &self.lists {
+            b.extend_from_slice(&(l.ids.len() as u64).to_le_bytes());
+        }
+        for l in &self.lists {
+            for &id in &l.ids {
+                b.extend_from_slice(&(id as u64).to_le_bytes());
+            }
+            b.extend_from_slice(&l.codes);
+            for v in &l.data {
+                b.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        let h = fnv1a64(&b);
+        b.extend_from_slice(&h.to_le_bytes());
+        Ok(b)
+    }
+
+    /// Write the index to `path` (temporary file, fsync, rename). Errors: an untrained index
+    /// (no file is created), the output location.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let bytes = self.to_bytes()?;
+        let (pending, mut f) = PendingFile::create(path)?;
+        let io = |source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        f.write_all(&bytes).map_err(io)?;
+        f.sync_all().map_err(io)?;
+        drop(f);
+        pending.commit()
+    }
+
+    /// Read an index file written by [`IvfPq::save`] onto `ctx` (every check before anything
+    /// is uploaded). The k-means options of the loaded index are the defaults.
+    pub fn load(ctx: &Context, path: &Path) -> Result<IvfPq> {
+        let bytes = std::fs::read(path).map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut index = Self::from_bytes(ctx, &bytes).map_err(|reason| Error::Format {
+            path: path.to_path_buf(),
+            reason,
+        })?;
+        let centroids = std::mem::take(&mut index.centroids);
+        index.set_centroids(centroids)?;
+        Ok(index)
+    }
+
+    fn from_bytes(ctx: &Context, b: &[u8]) -> std::result::Result<IvfPq, String> {
+        let len = b.len();
+        if len < 4 || b[..4] != IVFPQ_MAGIC {
+            return Err("not a diversity IVF-PQ index file (no DIVP magic)".into());
+        }
+        if len < HEADER + 8 {
+            return Err(format!(
+                "truncated IVF-PQ index: {len} bytes, the header and checksum alone take {}",
+                HEADER + 8
+            ));
+        }
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+        let version = u32_at(4);
+        if version != IVFPQ_VERSION {
+            return Err(format!(
+                "IVF-PQ index version {version}, this build reads version {IVFPQ_VERSION}"
+            ));
+        }
+        let metric = match u32_at(8) {
+            0 => Metric::InnerProduct,
+            1 => Metric::Cosine,
+            2 => Metric::L2,
+            c => return Err(format!("unknown metric code {c} (0, 1 or 2)")),
+        };
+        let flags = u32_at(12);
+        if flags > 1 {
+            return Err(format!("unknown flags {flags:#x} (only bit 0, rows kept)"));
+        }
+        let keep = flags == 1;
+        let (d, nlist, m, ntotal) = (u64_at(16), u64_at(24), u64_at(32), u64_at(40));
+        if d == 0 || nlist == 0 || m == 0 || d % m != 0 {
+            return Err(format!(
+                "header has D = {d}, nlist = {nlist}, M = {m}: all must be ≥ 1 and M must \
+                 divide D"
+            ));
+        }
+        if ntotal >= u32::MAX as u64 {
+            return Err(format!("header has ntotal = {ntotal}: ids must be below 2³² − 1"));
+        }
+        let (d128, nl, m128, nt) = (d as u128, nlist as u128, m as u128, ntotal as u128);
+        let row = 8 + m128 + if keep { d128 * 4 } else { 0 };
+        let want = HEADER as u128 + nl * d128 * 4 + 256 * d128 * 4 + nl * 8 + nt * row + 8;
+        if want != len as u128 {
+            return Err(format!(
+                "length {len} bytes, but D = {d}, nlist = {nlist}, M = {m}, ntotal = {ntotal} \
+                 make {want}: truncated or not an IVF-PQ index"
+            ));
+        }
+        let (d, nlist, m, ntotal) = (d as usize, nlist as usize, m as usize, ntotal as usize);
+        let stored = u64_at(len - 8);
+        let h = fnv1a64(&b[..len - 8]);
+        if h != stored {
+            return Err(format!(
+                "checksum mismatch (stored {stored:016x}, bytes give {h:016x}): the file is \
+                 corrupt or was edited"
+            ));
+        }
+        let f32s = |o: usize, n: usize| -> std::result::Result<Vec<f32>, String> {
+            let v: Vec<f32> = b[o..o + n * 4]
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
+                .collect();
+            match v.iter().position(|x| !x.is_finite()) {
+                Some(p) => Err(format!("non-finite value at byte {}", o + p * 4)),
+                None => Ok(v),
+            }
+        };
+        let mut o = HEADER;
+        let centroids = f32s(o, nlist * d)?;
+        o += nlist * d * 4;
+        let pq = ProductQuantizer::from_centroids(d, m, f32s(o, PQ_KSUB * d)?)
+            .map_err(|e| e.to_string())?;
+        o += PQ_KSUB * d * 4;
+        let sizes: Vec<usize> = (0..nlist).map(|l| u64_at(o + l * 8) as usize).collect();
+        o += nlist * 8;
+        let total: u128 = sizes.iter().map(|&s| s as u128).sum();
+        if total != ntotal as u128 {
+            return Err(format!(
+                "the lists hold {total} rows, the header says ntotal = {ntotal}"
+            ));
+        }
+        let opts = IvfPqOptions {
+            nlist,
+            m,
+            metric,
+            keep_vectors: keep,
+            kmeans: KMeansOptions::default(),
+        };
+        let mut index = IvfPq::new(ctx, d, &opts).map_err(|e| e.to_string())?;
+        let mut loc = vec![(u32::MAX, 0u32); ntotal];
+        for (l, &size) in sizes.iter().enumerate() {
+            let mut list = PqList::default();
+            for i in 0..size {
+                let id = u64_at(o + i * 8);
+                let ok = (id as u128) < ntotal as u128
+                    && loc[id as usize].0 == u32::MAX
+                    && list.ids.last().is_none_or(|&p| (p as u64) < id);
+                if !ok {
+                    return Err(format!(
+                        "list {l} entry {i}: id {id} is out of range, repeated or out of order"
+                    ));
+                }
+                loc[id as usize] = (l as u32, i as u32);
+                list.ids.push(id as i64);
+            }
+            o += size * 8;
+            list.codes = b[o..o + size * m].to_vec();
+            o += size * m;
+            if keep {
+                list.data = f32s(o, size * d)?;
+                o += size * d * 4;
+            }
+            index.lists[l] = list;
+        }
+        index.ntotal = ntotal;
+        index.loc = loc;
+        index.pq = Some(pq);
+        index.centroids = centroids; // uploaded by `load`
+        Ok(index)
+    }
+}
