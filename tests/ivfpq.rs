@@ -1,0 +1,516 @@
+//! IVF-PQ (IVFADC) on a real Vulkan device (lavapipe in CI), validation layers on: the device
+//! encoder against a float64 encoder (equal but for sub-centroids within fp32 rounding of each
+//! other, exact ties to the lowest); the list scan's ADC distances against float64 lookup
+//! tables within a derived bound, for L2, inner product and cosine; every search the brute force
+//! over the float64 ADC distances of exactly the probed lists (same ids but for near-ties
+//! within the bound, order by (distance, id)); a search cut into dispatches by lavapipe's loop
+//! cap the same; the exact re-rank equal to the float64 exact search once it sees every probed
+//! row, and never worse in recall than plain ADC; index files round-tripping byte for byte;
+//! every bad input and corrupt file refused with its message, no file written or clobbered;
+//! 300 mutated files refused or loaded whole, never a panic.
+//!
+//! The bound. A device ADC distance is the fp32 evaluation of Σ_s T[s][code_s], T[s][c] a fused
+//! multiply-add chain over the sub-space's D / M dims of (r_j − C_j)² (L2, r = q − c(list) in
+//! fp32) or q_j · C_j (inner product, plus the coarse search's fp32 q · c(list)). With
+//! u = 2⁻²⁴ and A_j = |q_j| + |c_j| + |C_j| (C the decoded residual), each difference is off
+//! by at most 2u·A_j, each chain and the sums add at most (D + M + 2)·u of their magnitude,
+//! so |device − float64| ≤ (D + M + 8) · u · Σ_j A_j² (a slight over-estimate, first order).
+
+mod common;
+use common::{assert_clean, assert_same, ctx, format_message, random_table, TempDir};
+use diversity::ivf::pq::{reference_adc, reference_codes, reference_table, PQ_KSUB};
+use diversity::ivf::{IvfPq, IvfPqOptions, IvfPqSearch, KMeansOptions, ProductQuantizer};
+use diversity::knn::knn_flat;
+use diversity::{DeviceTable, KnnOptions, KnnResult, Metric, Precision, Table};
+
+const U: f64 = 1.0 / 16_777_216.0;
+
+fn kopts() -> KMeansOptions {
+    KMeansOptions {
+        iters: 4,
+        ..KMeansOptions::default()
+    }
+}
+
+fn opts(nlist: usize, m: usize, metric: Metric, keep: bool) -> IvfPqOptions {
+    IvfPqOptions {
+        nlist,
+        m,
+        metric,
+        keep_vectors: keep,
+        kmeans: kopts(),
+    }
+}
+
+fn search(k: usize, nprobe: usize, k_factor: usize) -> IvfPqSearch {
+    IvfPqSearch {
+        k,
+        nprobe,
+        k_factor,
+    }
+}
+
+fn d2(a: &[f32], b: &[f32]) -> f64 {
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| (x as f64 - y as f64).powi(2))
+        .sum()
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f64 {
+    a.iter().zip(b).map(|(&x, &y)| x as f64 * y as f64).sum()
+}
+
+/// Rows as the index sees them: unit length (float64 norm, rounded to f32) for cosine.
+fn as_seen(rows: &[f32], d: usize, metric: Metric) -> Vec<f32> {
+    if metric != Metric::Cosine {
+        return rows.to_vec();
+    }
+    rows.chunks_exact(d)
+        .flat_map(|r| {
+            let n = dot(r, r).sqrt();
+            let inv = if n > 0.0 { 1.0 / n } else { 0.0 };
+            r.iter().map(move |&v| (v as f64 * inv) as f32)
+        })
+        .collect()
+}
+
+/// One candidate of the oracle: float64 ADC distance (similarity for inner product and
+/// cosine), its bound, its id.
+type Cand = (f64, f64, i64);
+
+/// Per query, every row of the lists it probes with its float64 ADC distance and bound. The
+/// probes are the exact k-NN of the query among the centroids (the coarse search itself).
+fn adc_oracle(ctx: &diversity::Context, ix: &IvfPq, q: &[f32], nprobe: usize) -> Vec<Vec<Cand>> {
+    let (d, m) = (ix.d(), ix.m());
+    let ip = ix.metric() != Metric::L2;
+    let pq = ix.pq().unwrap();
+    let cent = Table::new(ix.centroids().to_vec(), ix.nlist(), d).unwrap();
+    let dt = DeviceTable::upload(ctx, &cent, Precision::Fp32).unwrap();
+    let cm = if ip { Metric::InnerProduct } else { Metric::L2 };
+    let kn = KnnOptions {
+        k: nprobe,
+        metric: cm,
+        ..KnnOptions::default()
+    };
+    let probes = knn_flat(&dt, q, d, &kn).unwrap();
+    (0..q.len() / d)
+        .map(|qi| {
+            let qv = &q[qi * d..(qi + 1) * d];
+            let mut out = Vec::new();
+            for &l in probes.ids_of(qi) {
+                let l = l as usize;
+                let c = cent.row(l);
+                let table = reference_table(pq, qv, c, ip);
+                let bias = if ip { dot(qv, c) } else { 0.0 };
+                for (i, &id) in ix.list_ids(l).iter().enumerate() {
+                    let code = &ix.list_codes(l)[i * m..(i + 1) * m];
+                    let dec = pq.decode(code);
+                    let a2: f64 = (0..d)
+                        .map(|j| (qv[j].abs() as f64 + c[j].abs() as f64 + dec[j].abs() as f64).powi(2))
+                        .sum();
+                    let bound = (d + m + 8) as f64 * U * a2;
+                    out.push((reference_adc(&table, code, bias), bound, id));
+                }
+            }
+            out
+        })
+        .collect()
+}
+
+/// Checks a search result against the oracle (see the module documentation); returns the
+/// queries whose ids equal the float64 order's exactly.
+#[track_caller]
+fn check_adc(r: &KnnResult, oracle: &[Vec<Cand>], ip: bool, what: &str) -> usize {
+    let k = r.k;
+    let sign = if ip { -1.0 } else { 1.0 };
+    let mut equal = 0;
+    for (qi, cands) in oracle.iter().enumerate() {
+        let ids = r.ids_of(qi);
+        let dists = r.distances_of(qi);
+        let real = ids.iter().take_while(|&&id| id >= 0).count();
+        assert_eq!(real, k.min(cands.len()), "{what} q{qi}: results");
+        for i in real..k {
+            assert_eq!(ids[i], -1, "{what} q{qi}");
+            assert_eq!(dists[i], if ip { f32::NEG_INFINITY } else { f32::INFINITY });
+        }
+        let find = |id: i64| cands.iter().find(|c| c.2 == id).copied();
+        for i in 0..real {
+            let (want, bound, _) = find(ids[i]).unwrap_or_else(|| {
+                panic!("{what} q{qi}: id {} is not in a probed list", ids[i])
+            });
+            let got = dists[i] as f64;
+            assert!(
+                (got - want).abs() <= bound,
+                "{what} q{qi} rank {i}: device {got}, float64 {want}, bound {bound}"
+            );
+            if i > 0 {
+                // The device's own order: by key, ties by id.
+                let (a, b) = (sign * dists[i - 1] as f64, sign * dists[i] as f64);
+                assert!(a < b || (a == b && ids[i - 1] < ids[i]), "{what} q{qi} order at {i}");
+            }
+        }
+        if real == 0 {
+            continue;
+        }
+        // Nothing left out is clearly better than the last kept.
+        let (wd, wb, _) = find(ids[real - 1]).unwrap();
+        for c in cands {
+            if !ids[..real].contains(&c.2) {
+                assert!(
+                    sign * c.0 >= sign * wd - c.1 - wb,
+                    "{what} q{qi}: id {} (float64 {}) beats the kept {} ({wd})",
+                    c.2,
+                    c.0,
+                    ids[real - 1]
+                );
+            }
+        }
+        let mut sorted = cands.clone();
+        sorted.sort_by(|a, b| (sign * a.0).total_cmp(&(sign * b.0)).then(a.2.cmp(&b.2)));
+        if sorted.iter().take(real).map(|c| c.2).eq(ids[..real].iter().copied()) {
+            equal += 1;
+        }
+    }
+    equal
+}
+
+#[test]
+fn device_codes_are_the_float64_encoders() {
+    let ctx = ctx();
+    let (d, m) = (24, 6);
+    let train = random_table(600, d, 3);
+    let pq = ProductQuantizer::train(&ctx, train.data(), d, m, &kopts()).unwrap();
+    let again = ProductQuantizer::train(&ctx, train.data(), d, m, &kopts()).unwrap();
+    assert_eq!(pq.centroids(), again.centroids(), "same seed, same bits");
+    assert_eq!(pq.centroids().len(), PQ_KSUB * d);
+    let rows = random_table(500, d, 4);
+    let codes = pq.encode(&ctx, rows.data()).unwrap();
+    let want = reference_codes(&pq, rows.data());
+    let dsub = d / m;
+    let mut differ = 0;
+    for (i, (&got, &exp)) in codes.iter().zip(&want).enumerate() {
+        if got != exp {
+            // Only a near-tie: the two sub-centroids within fp32 rounding of each other.
+            let (r, s) = (i / m, i % m);
+            let x = &rows.row(r)[s * dsub..(s + 1) * dsub];
+            let (a, b) = (
+                d2(x, pq.centroid(s, got as usize)),
+                d2(x, pq.centroid(s, exp as usize)),
+            );
+            assert!(a - b <= 2.0 * (dsub + 3) as f64 * U * (a + b), "row {r} sub {s}");
+            differ += 1;
+        }
+    }
+    assert!(differ <= 2, "{differ} codes differ");
+    // Decoding concatenates the chosen sub-centroids.
+    let dec = pq.decode(&codes);
+    for r in 0..rows.n() {
+        for s in 0..m {
+            let c = codes[r * m + s] as usize;
+            assert_eq!(&dec[r * d + s * dsub..r * d + (s + 1) * dsub], pq.centroid(s, c));
+        }
+    }
+    // Exact ties go to the lowest sub-centroid: centroid c of each sub-space is the value c,
+    // and x = c + 0.5 is as far from c as from c + 1.
+    let cent: Vec<f32> = (0..2).flat_map(|_| (0..256).map(|c| c as f32)).collect();
+    let pq = ProductQuantizer::from_centroids(2, 2, cent).unwrap();
+    let x: Vec<f32> = (0..100).map(|i| (i % 200) as f32 + 0.5).collect();
+    let codes = pq.encode(&ctx, &x).unwrap();
+    assert_eq!(codes, reference_codes(&pq, &x));
+    assert!(codes.iter().enumerate().all(|(i, &c)| c as usize == i % 200));
+    assert_clean(&ctx);
+}
+
+#[test]
+fn searches_are_the_brute_force_over_float64_adc_distances() {
+    let ctx = ctx();
+    let (d, m) = (32, 8);
+    let data = random_table(400, d, 7);
+    let queries = random_table(24, d, 8);
+    for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
+        let ip = metric != Metric::L2;
+        let mut ix = IvfPq::new(&ctx, d, &opts(8, m, metric, false)).unwrap();
+        ix.train(&data).unwrap();
+        // 56 rows, every list probed, k = 64: every row comes back, with its distance.
+        ix.add(&data.head(56).unwrap()).unwrap();
+        let q = as_seen(queries.data(), d, metric);
+        let (r, rep) = ix.search(queries.data(), d, &search(64, 8, 1)).unwrap();
+        assert!(rep.list_scan);
+        assert_eq!(rep.rows_scanned, 24 * 56);
+        let o = adc_oracle(&ctx, &ix, &q, 8);
+        let eq = check_adc(&r, &o, ip, &format!("{metric:?} all"));
+        assert!(eq >= 22, "{metric:?}: {eq} of 24 queries in the float64 order");
+        // The rest added (the slab rebuilt), three lists of eight probed, k = 10.
+        let tail = Table::new(data.data()[56 * d..].to_vec(), 344, d).unwrap();
+        assert_eq!(ix.add(&tail).unwrap(), 56);
+        let (r, _) = ix.search(queries.data(), d, &search(10, 3, 1)).unwrap();
+        let o = adc_oracle(&ctx, &ix, &q, 3);
+        let eq = check_adc(&r, &o, ip, &format!("{metric:?} nprobe 3"));
+        assert!(eq >= 22, "{metric:?}: {eq} of 24 queries in the float64 order");
+    }
+    assert_clean(&ctx);
+}
+
+#[test]
+fn a_search_cut_by_the_loop_cap_is_the_same_brute_force() {
+    // D = 1024, M = 8: a probe's table alone costs an invocation 2 × (1024 + 8) loop
+    // iterations, so on lavapipe 32 probes take two dispatches, the second seeded by the first.
+    let ctx = ctx();
+    let (d, m) = (1024, 8);
+    let data = random_table(256, d, 21);
+    let mut ix = IvfPq::new(&ctx, d, &opts(32, m, Metric::L2, false)).unwrap();
+    ix.train(&data).unwrap();
+    ix.add(&data).unwrap();
+    let queries = random_table(4, d, 22);
+    let (r, _) = ix.search(queries.data(), d, &search(10, 32, 1)).unwrap();
+    let o = adc_oracle(&ctx, &ix, queries.data(), 32);
+    assert!(check_adc(&r, &o, false, "D 1024") >= 3);
+    assert_clean(&ctx);
+}
+
+/// The float64 exact k best of `q` among `rows` (ties to the lower id), as (f32 distance, id).
+fn exact(rows: &[f32], d: usize, q: &[f32], k: usize, ip: bool) -> Vec<(f32, i64)> {
+    let mut v: Vec<(f64, i64)> = rows
+        .chunks_exact(d)
+        .enumerate()
+        .map(|(i, r)| (if ip { -dot(q, r) } else { d2(q, r) }, i as i64))
+        .collect();
+    v.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    v.iter()
+        .take(k)
+        .map(|&(x, id)| ((if ip { -x } else { x }) as f32, id))
+        .collect()
+}
+
+#[test]
+fn the_rerank_is_exact_once_it_sees_every_probed_row() {
+    let ctx = ctx();
+    let (d, m, k) = (32, 4, 5);
+    let data = random_table(400, d, 31);
+    let queries = random_table(30, d, 32);
+    for metric in [Metric::L2, Metric::Cosine] {
+        let ip = metric != Metric::L2;
+        let mut ix = IvfPq::new(&ctx, d, &opts(4, m, metric, true)).unwrap();
+        ix.train(&data).unwrap();
+        // 60 rows, every list probed, k × k_factor = 60: the float64 exact search.
+        ix.add(&data.head(60).unwrap()).unwrap();
+        let (r, _) = ix.search(queries.data(), d, &search(k, 4, 12)).unwrap();
+        let seen = as_seen(&data.data()[..60 * d], d, metric);
+        let q = as_seen(queries.data(), d, metric);
+        for qi in 0..30 {
+            let want = exact(&seen, d, &q[qi * d..(qi + 1) * d], k, ip);
+            let got: Vec<(f32, i64)> = r
+                .distances_of(qi)
+                .iter()
+                .copied()
+                .zip(r.ids_of(qi).iter().copied())
+                .collect();
+            assert_eq!(got, want, "{metric:?} q{qi}");
+        }
+        // All 400: recall@10 against the exact search, the re-rank never below plain ADC.
+        let tail = Table::new(data.data()[60 * d..].to_vec(), 340, d).unwrap();
+        ix.add(&tail).unwrap();
+        let all = as_seen(data.data(), d, metric);
+        let recall = |r: &KnnResult| -> usize {
+            (0..30)
+                .map(|qi| {
+                    let want = exact(&all, d, &q[qi * d..(qi + 1) * d], 10, ip);
+                    want.iter().filter(|w| r.ids_of(qi).contains(&w.1)).count()
+                })
+                .sum()
+        };
+        let (plain, _) = ix.search(queries.data(), d, &search(10, 4, 1)).unwrap();
+        let (rr, _) = ix.search(queries.data(), d, &search(10, 4, 6)).unwrap();
+        let (p, q6) = (recall(&plain), recall(&rr));
+        assert!(q6 >= p && q6 > 150, "{metric:?}: re-rank {q6}, plain {p} of 300");
+    }
+    assert_clean(&ctx);
+}
+
+fn invalid<T: std::fmt::Debug>(r: diversity::Result<T>) -> String {
+    match r {
+        Err(diversity::Error::Invalid(m)) => m,
+        other => panic!("expected Error::Invalid, got {other:?}"),
+    }
+}
+
+#[test]
+fn bad_inputs_are_refused_with_their_message() {
+    let ctx = ctx();
+    let d = 16;
+    let o = |m| opts(2, m, Metric::L2, false);
+    assert!(invalid(IvfPq::new(&ctx, 10, &o(3))).contains("M = 3 sub-spaces do not divide D = 10"));
+    assert!(invalid(IvfPq::new(&ctx, d, &o(0))).contains("must be ≥ 1"));
+    assert!(invalid(IvfPq::new(&ctx, 0, &o(1))).contains("D = 0"));
+    assert!(invalid(IvfPq::new(&ctx, d, &opts(0, 4, Metric::L2, false))).contains("nlist ≥ 1"));
+    let mut ix = IvfPq::new(&ctx, d, &o(4)).unwrap();
+    let data = random_table(300, d, 41);
+    let q = random_table(3, d, 42);
+    assert!(invalid(ix.add(&data)).contains("not trained"));
+    assert!(invalid(ix.search(q.data(), d, &search(5, 1, 1))).contains("not trained"));
+    assert!(invalid(ix.to_bytes()).contains("not trained: nothing to save"));
+    assert!(invalid(ix.train(&data.head(255).unwrap())).contains("at least 256 rows"));
+    assert!(invalid(ix.train(&random_table(300, 8, 1))).contains("training rows have dimension 8"));
+    assert!(invalid(ProductQuantizer::train(&ctx, &data.data()[..100 * d], d, 4, &kopts()))
+        .contains("at least 256 rows"));
+    assert!(invalid(ProductQuantizer::from_centroids(d, 4, vec![0.0; 10])).contains("10 values"));
+    ix.train(&data).unwrap();
+    assert!(invalid(ix.train(&data)).contains("already trained"));
+    assert!(invalid(ix.add(&random_table(3, 8, 1))).contains("added rows have dimension 8"));
+    ix.add(&data).unwrap();
+    let mut s = |k, nprobe, f| ix_search(&mut ix, q.data(), d, search(k, nprobe, f));
+    fn ix_search(ix: &mut IvfPq, q: &[f32], d: usize, s: IvfPqSearch) -> String {
+        invalid(ix.search(q, d, &s))
+    }
+    assert!(s(0, 1, 1).contains("k ≥ 1"));
+    assert!(s(5, 0, 1).contains("nprobe ≥ 1"));
+    assert!(s(5, 1, 0).contains("k_factor ≥ 1"));
+    assert!(s(65, 1, 1).contains("65 × 1 = 65 candidates"));
+    assert!(s(10, 1, 7).contains("10 × 7 = 70 candidates"));
+    assert!(s(5, 1, 2).contains("keep_vectors"));
+    drop(s);
+    assert!(invalid(ix.search(&q.data()[..8], 8, &search(5, 1, 1))).contains("dimension 8"));
+    // A lookup table larger than the device's shared memory: a Limit naming M.
+    let big_m = ctx.caps().shared_memory_bytes as usize / 1024 + 1;
+    let mut big = IvfPq::new(&ctx, big_m, &opts(1, big_m, Metric::L2, false)).unwrap();
+    big.train(&random_table(256, big_m, 43)).unwrap();
+    big.add(&random_table(10, big_m, 44)).unwrap();
+    let e = big
+        .search(&random_table(1, big_m, 45).data().to_vec(), big_m, &search(5, 1, 1))
+        .unwrap_err();
+    assert!(
+        matches!(&e, diversity::Error::Limit(m) if m.contains(&format!("M = {big_m}")) && m.contains("shared memory")),
+        "{e}"
+    );
+    assert_clean(&ctx);
+}
+
+fn small_index(ctx: &diversity::Context, metric: Metric, keep: bool) -> IvfPq {
+    let data = random_table(300, 8, 51);
+    let mut ix = IvfPq::new(ctx, 8, &opts(3, 2, metric, keep)).unwrap();
+    ix.train(&data).unwrap();
+    ix.add(&data.head(40).unwrap()).unwrap();
+    ix
+}
+
+fn fnv(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325, |h, &x| {
+        (h ^ x as u64).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+#[test]
+fn index_files_round_trip_and_corrupt_ones_are_refused() {
+    let ctx = ctx();
+    let dir = TempDir::new("ivfpq-files");
+    let q = random_table(5, 8, 52);
+    for (metric, keep) in [(Metric::L2, false), (Metric::Cosine, true)] {
+        let mut ix = small_index(&ctx, metric, keep);
+        let p = dir.path("a.ivfpq");
+        ix.save(&p).unwrap();
+        let bytes = std::fs::read(&p).unwrap();
+        assert_eq!(&bytes[..4], b"DIVP");
+        assert_eq!(bytes, ix.to_bytes().unwrap());
+        let mut back = IvfPq::load(&ctx, &p).unwrap();
+        assert_eq!(back.to_bytes().unwrap(), bytes, "byte for byte");
+        assert_eq!(back.keeps_vectors(), keep);
+        let f = if keep { 4 } else { 1 };
+        let (a, _) = ix.search(q.data(), 8, &search(5, 2, f)).unwrap();
+        let (b, _) = back.search(q.data(), 8, &search(5, 2, f)).unwrap();
+        assert_same(&b, &a, "loaded");
+    }
+    let good = small_index(&ctx, Metric::L2, false).to_bytes().unwrap();
+    let n = good.len();
+    let fixed = |mut b: Vec<u8>| {
+        let h = fnv(&b[..b.len() - 8]);
+        let l = b.len();
+        b[l - 8..].copy_from_slice(&h.to_le_bytes());
+        b
+    };
+    let mut cases: Vec<(Vec<u8>, &str)> = vec![
+        (b"DIVF....".to_vec(), "no DIVP magic"),
+        (good[..30].to_vec(), "truncated IVF-PQ index"),
+        (good[..n - 9].to_vec(), "truncated or not an IVF-PQ index"),
+    ];
+    let mut b = good.clone();
+    b[n - 20] ^= 4;
+    cases.push((b, "checksum mismatch"));
+    let mut b = good.clone();
+    b[4] = 2;
+    cases.push((fixed(b), "version 2"));
+    let mut b = good.clone();
+    b[12] = 2;
+    cases.push((fixed(b), "unknown flags"));
+    let mut b = good.clone();
+    b[32] = 3; // M = 3 does not divide D = 8
+    cases.push((fixed(b), "M must divide D"));
+    for (i, (bytes, want)) in cases.into_iter().enumerate() {
+        let p = dir.file(&format!("bad{i}.ivfpq"), &bytes);
+        let msg = format_message(IvfPq::load(&ctx, &p), &p);
+        assert!(msg.contains(want), "case {i}: {msg}");
+    }
+    // An untrained index writes nothing and clobbers nothing; a missing directory fails.
+    let keep = dir.file("keep.ivfpq", b"precious");
+    let un = IvfPq::new(&ctx, 8, &opts(3, 2, Metric::L2, false)).unwrap();
+    assert!(invalid(un.save(&keep)).contains("not trained"));
+    assert_eq!(std::fs::read(&keep).unwrap(), b"precious");
+    let ix = small_index(&ctx, Metric::L2, false);
+    assert!(ix.save(&dir.path("no/such/dir/x.ivfpq")).is_err());
+    let before = dir.entries();
+    assert!(!before.iter().any(|e| e.starts_with('.')), "{before:?}");
+    assert_clean(&ctx);
+}
+
+#[test]
+fn mutated_files_are_refused_or_loaded_whole_never_a_panic() {
+    let ctx = ctx();
+    let dir = TempDir::new("ivfpq-mutate");
+    let good = small_index(&ctx, Metric::L2, true).to_bytes().unwrap();
+    let mut s = 0x5eed_u64;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let (mut refused, mut loaded) = (0, 0);
+    for i in 0..300 {
+        let mut b = good.clone();
+        let n = b.len();
+        match i % 3 {
+            0 => b[next() as usize % n] ^= 1 << (next() % 8),
+            1 => b.truncate(next() as usize % n),
+            _ => {
+                // 8 bytes anywhere overwritten, the checksum made right again.
+                let o = (next() as usize % n).min(n - 16);
+                let v = match next() % 3 {
+                    0 => u64::MAX - next() % 4,
+                    1 => next() % 1000,
+                    _ => next(),
+                };
+                b[o..o + 8].copy_from_slice(&v.to_le_bytes());
+                let h = fnv(&b[..n - 8]);
+                b[n - 8..].copy_from_slice(&h.to_le_bytes());
+            }
+        }
+        let p = dir.file("m.ivfpq", &b);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| IvfPq::load(&ctx, &p)));
+        match r.unwrap_or_else(|_| panic!("mutation {i} panicked")) {
+            Ok(x) => {
+                let mut ids: Vec<i64> = (0..x.nlist()).flat_map(|l| x.list_ids(l).to_vec()).collect();
+                ids.sort_unstable();
+                assert_eq!(ids, (0..x.ntotal() as i64).collect::<Vec<_>>(), "mutation {i}");
+                assert_eq!(x.to_bytes().unwrap(), b, "mutation {i}: not the bytes read");
+                loaded += 1;
+            }
+            Err(diversity::Error::Format { path, .. }) => {
+                assert_eq!(path, p, "mutation {i}");
+                refused += 1;
+            }
+            Err(e) => panic!("mutation {i}: {e}"),
+        }
+    }
+    assert!(refused >= 150 && loaded >= 10, "{refused} refused, {loaded} loaded");
+    assert_clean(&ctx);
+}
