@@ -47,7 +47,9 @@ pub use device_table::DeviceTable;
 pub use engine::{Engine, Job, JobOptions, ModeChoice, ModeReason};
 pub use error::{Error, Result};
 pub use gram::{Gram, GramJob, GramOptions, Mode, Placement};
-pub use ivf::{kmeans, IvfFlat, IvfOptions, IvfPq, IvfPqOptions, IvfPqSearch, KMeans, KMeansOptions};
+pub use ivf::{
+    kmeans, IvfFlat, IvfOptions, IvfPq, IvfPqOptions, IvfPqSearch, KMeans, KMeansOptions,
+};
 pub use knn::{knn, KnnOptions, KnnResult, Metric};
 pub use multi::{open_devices, IndexReplicas, IndexShards};
 pub use scan::{ScanJob, ScanKernel, ScanOptions, Shape};

@@ -107,7 +107,9 @@ fn adc_oracle(ctx: &diversity::Context, ix: &IvfPq, q: &[f32], nprobe: usize) ->
                     let code = &ix.list_codes(l)[i * m..(i + 1) * m];
                     let dec = pq.decode(code);
                     let a2: f64 = (0..d)
-                        .map(|j| (qv[j].abs() as f64 + c[j].abs() as f64 + dec[j].abs() as f64).powi(2))
+                        .map(|j| {
+                            (qv[j].abs() as f64 + c[j].abs() as f64 + dec[j].abs() as f64).powi(2)
+                        })
                         .sum();
                     let bound = (d + m + 8) as f64 * U * a2;
                     out.push((reference_adc(&table, code, bias), bound, id));
@@ -136,9 +138,8 @@ fn check_adc(r: &KnnResult, oracle: &[Vec<Cand>], ip: bool, what: &str) -> usize
         }
         let find = |id: i64| cands.iter().find(|c| c.2 == id).copied();
         for i in 0..real {
-            let (want, bound, _) = find(ids[i]).unwrap_or_else(|| {
-                panic!("{what} q{qi}: id {} is not in a probed list", ids[i])
-            });
+            let (want, bound, _) = find(ids[i])
+                .unwrap_or_else(|| panic!("{what} q{qi}: id {} is not in a probed list", ids[i]));
             let got = dists[i] as f64;
             assert!(
                 (got - want).abs() <= bound,
@@ -147,7 +148,10 @@ fn check_adc(r: &KnnResult, oracle: &[Vec<Cand>], ip: bool, what: &str) -> usize
             if i > 0 {
                 // The device's own order: by key, ties by id.
                 let (a, b) = (sign * dists[i - 1] as f64, sign * dists[i] as f64);
-                assert!(a < b || (a == b && ids[i - 1] < ids[i]), "{what} q{qi} order at {i}");
+                assert!(
+                    a < b || (a == b && ids[i - 1] < ids[i]),
+                    "{what} q{qi} order at {i}"
+                );
             }
         }
         if real == 0 {
@@ -168,7 +172,12 @@ fn check_adc(r: &KnnResult, oracle: &[Vec<Cand>], ip: bool, what: &str) -> usize
         }
         let mut sorted = cands.clone();
         sorted.sort_by(|a, b| (sign * a.0).total_cmp(&(sign * b.0)).then(a.2.cmp(&b.2)));
-        if sorted.iter().take(real).map(|c| c.2).eq(ids[..real].iter().copied()) {
+        if sorted
+            .iter()
+            .take(real)
+            .map(|c| c.2)
+            .eq(ids[..real].iter().copied())
+        {
             equal += 1;
         }
     }
@@ -198,7 +207,10 @@ fn device_codes_are_the_float64_encoders() {
                 d2(x, pq.centroid(s, got as usize)),
                 d2(x, pq.centroid(s, exp as usize)),
             );
-            assert!(a - b <= 2.0 * (dsub + 3) as f64 * U * (a + b), "row {r} sub {s}");
+            assert!(
+                a - b <= 2.0 * (dsub + 3) as f64 * U * (a + b),
+                "row {r} sub {s}"
+            );
             differ += 1;
         }
     }
@@ -208,7 +220,10 @@ fn device_codes_are_the_float64_encoders() {
     for r in 0..rows.n() {
         for s in 0..m {
             let c = codes[r * m + s] as usize;
-            assert_eq!(&dec[r * d + s * dsub..r * d + (s + 1) * dsub], pq.centroid(s, c));
+            assert_eq!(
+                &dec[r * d + s * dsub..r * d + (s + 1) * dsub],
+                pq.centroid(s, c)
+            );
         }
     }
     // Exact ties go to the lowest sub-centroid: centroid c of each sub-space is the value c,
@@ -218,7 +233,10 @@ fn device_codes_are_the_float64_encoders() {
     let x: Vec<f32> = (0..100).map(|i| (i % 200) as f32 + 0.5).collect();
     let codes = pq.encode(&ctx, &x).unwrap();
     assert_eq!(codes, reference_codes(&pq, &x));
-    assert!(codes.iter().enumerate().all(|(i, &c)| c as usize == i % 200));
+    assert!(codes
+        .iter()
+        .enumerate()
+        .all(|(i, &c)| c as usize == i % 200));
     assert_clean(&ctx);
 }
 
@@ -240,14 +258,20 @@ fn searches_are_the_brute_force_over_float64_adc_distances() {
         assert_eq!(rep.rows_scanned, 24 * 56);
         let o = adc_oracle(&ctx, &ix, &q, 8);
         let eq = check_adc(&r, &o, ip, &format!("{metric:?} all"));
-        assert!(eq >= 22, "{metric:?}: {eq} of 24 queries in the float64 order");
+        assert!(
+            eq >= 22,
+            "{metric:?}: {eq} of 24 queries in the float64 order"
+        );
         // The rest added (the slab rebuilt), three lists of eight probed, k = 10.
         let tail = Table::new(data.data()[56 * d..].to_vec(), 344, d).unwrap();
         assert_eq!(ix.add(&tail).unwrap(), 56);
         let (r, _) = ix.search(queries.data(), d, &search(10, 3, 1)).unwrap();
         let o = adc_oracle(&ctx, &ix, &q, 3);
         let eq = check_adc(&r, &o, ip, &format!("{metric:?} nprobe 3"));
-        assert!(eq >= 22, "{metric:?}: {eq} of 24 queries in the float64 order");
+        assert!(
+            eq >= 22,
+            "{metric:?}: {eq} of 24 queries in the float64 order"
+        );
     }
     assert_clean(&ctx);
 }
@@ -323,7 +347,10 @@ fn the_rerank_is_exact_once_it_sees_every_probed_row() {
         let (plain, _) = ix.search(queries.data(), d, &search(10, 4, 1)).unwrap();
         let (rr, _) = ix.search(queries.data(), d, &search(10, 4, 6)).unwrap();
         let (p, q6) = (recall(&plain), recall(&rr));
-        assert!(q6 >= p && q6 > 150, "{metric:?}: re-rank {q6}, plain {p} of 300");
+        assert!(
+            q6 >= p && q6 > 150,
+            "{metric:?}: re-rank {q6}, plain {p} of 300"
+        );
     }
     assert_clean(&ctx);
 }
@@ -352,8 +379,14 @@ fn bad_inputs_are_refused_with_their_message() {
     assert!(invalid(ix.to_bytes()).contains("not trained: nothing to save"));
     assert!(invalid(ix.train(&data.head(255).unwrap())).contains("at least 256 rows"));
     assert!(invalid(ix.train(&random_table(300, 8, 1))).contains("training rows have dimension 8"));
-    assert!(invalid(ProductQuantizer::train(&ctx, &data.data()[..100 * d], d, 4, &kopts()))
-        .contains("at least 256 rows"));
+    assert!(invalid(ProductQuantizer::train(
+        &ctx,
+        &data.data()[..100 * d],
+        d,
+        4,
+        &kopts()
+    ))
+    .contains("at least 256 rows"));
     assert!(invalid(ProductQuantizer::from_centroids(d, 4, vec![0.0; 10])).contains("10 values"));
     ix.train(&data).unwrap();
     assert!(invalid(ix.train(&data)).contains("already trained"));
@@ -377,7 +410,11 @@ fn bad_inputs_are_refused_with_their_message() {
     big.train(&random_table(256, big_m, 43)).unwrap();
     big.add(&random_table(10, big_m, 44)).unwrap();
     let e = big
-        .search(&random_table(1, big_m, 45).data().to_vec(), big_m, &search(5, 1, 1))
+        .search(
+            &random_table(1, big_m, 45).data().to_vec(),
+            big_m,
+            &search(5, 1, 1),
+        )
         .unwrap_err();
     assert!(
         matches!(&e, diversity::Error::Limit(m) if m.contains(&format!("M = {big_m}")) && m.contains("shared memory")),
@@ -498,9 +535,15 @@ fn mutated_files_are_refused_or_loaded_whole_never_a_panic() {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| IvfPq::load(&ctx, &p)));
         match r.unwrap_or_else(|_| panic!("mutation {i} panicked")) {
             Ok(x) => {
-                let mut ids: Vec<i64> = (0..x.nlist()).flat_map(|l| x.list_ids(l).to_vec()).collect();
+                let mut ids: Vec<i64> = (0..x.nlist())
+                    .flat_map(|l| x.list_ids(l).to_vec())
+                    .collect();
                 ids.sort_unstable();
-                assert_eq!(ids, (0..x.ntotal() as i64).collect::<Vec<_>>(), "mutation {i}");
+                assert_eq!(
+                    ids,
+                    (0..x.ntotal() as i64).collect::<Vec<_>>(),
+                    "mutation {i}"
+                );
                 assert_eq!(x.to_bytes().unwrap(), b, "mutation {i}: not the bytes read");
                 loaded += 1;
             }
@@ -511,6 +554,9 @@ fn mutated_files_are_refused_or_loaded_whole_never_a_panic() {
             Err(e) => panic!("mutation {i}: {e}"),
         }
     }
-    assert!(refused >= 150 && loaded >= 10, "{refused} refused, {loaded} loaded");
+    assert!(
+        refused >= 150 && loaded >= 10,
+        "{refused} refused, {loaded} loaded"
+    );
     assert_clean(&ctx);
 }

@@ -393,7 +393,12 @@ impl IvfPq {
 
     /// The k best of `cand` by the exact float64 distance (similarity) of `q` to the kept rows,
     /// ties to the lower id, as (distance rounded to f32, id).
-    fn rerank(&self, q: &[f32], cand: impl Iterator<Item = (f32, u32)>, k: usize) -> Vec<(f32, u32)> {
+    fn rerank(
+        &self,
+        q: &[f32],
+        cand: impl Iterator<Item = (f32, u32)>,
+        k: usize,
+    ) -> Vec<(f32, u32)> {
         let ip = self.metric != Metric::L2;
         let mut scored: Vec<(f64, u32)> = cand
             .map(|(_, id)| {
@@ -401,13 +406,20 @@ impl IvfPq {
                 let v: f64 = if ip {
                     q.iter().zip(x).map(|(&a, &b)| a as f64 * b as f64).sum()
                 } else {
-                    q.iter().zip(x).map(|(&a, &b)| (a as f64 - b as f64).powi(2)).sum()
+                    q.iter()
+                        .zip(x)
+                        .map(|(&a, &b)| (a as f64 - b as f64).powi(2))
+                        .sum()
                 };
                 (v, id)
             })
             .collect();
         scored.sort_by(|a, b| {
-            let o = if ip { b.0.total_cmp(&a.0) } else { a.0.total_cmp(&b.0) };
+            let o = if ip {
+                b.0.total_cmp(&a.0)
+            } else {
+                a.0.total_cmp(&b.0)
+            };
             o.then(a.1.cmp(&b.1))
         });
         scored.truncate(k);

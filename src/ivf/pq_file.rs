@@ -145,7 +145,9 @@ impl IvfPq {
             ));
         }
         if ntotal >= u32::MAX as u64 {
-            return Err(format!("header has ntotal = {ntotal}: ids must be below 2³² − 1"));
+            return Err(format!(
+                "header has ntotal = {ntotal}: ids must be below 2³² − 1"
+            ));
         }
         let (d128, nl, m128, nt) = (d as u128, nlist as u128, m as u128, ntotal as u128);
         let row = 8 + m128 + if keep { d128 * 4 } else { 0 };

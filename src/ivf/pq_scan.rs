@@ -151,10 +151,7 @@ impl PqSlab {
             spec: vec![SCAN_WG as u32, bs_k as u32, m as u32, d as u32],
             push_bytes: checked_push::<PqScanPush>(&spirv::IVFPQ_SCAN)?,
         })?;
-        let pr: Vec<u32> = probes
-            .iter()
-            .flat_map(|&(l, b)| [l, b.to_bits()])
-            .collect();
+        let pr: Vec<u32> = probes.iter().flat_map(|&(l, b)| [l, b.to_bits()]).collect();
         let qbuf = ctx.upload("IVF-PQ queries", bytemuck::cast_slice(queries))?;
         let pbuf = ctx.upload("IVF-PQ probes", bytemuck::cast_slice(&pr))?;
         let out_bytes = (nq * k * 4) as u64;
@@ -273,7 +270,10 @@ mod tests {
     #[test]
     fn pq_dispatches_fit_the_loop_cap() {
         let free = crate::device::test_caps(32, None);
-        assert_eq!(dispatches(&free, 128, 16, 10, 16, 7, 5000).unwrap().len(), 1);
+        assert_eq!(
+            dispatches(&free, 128, 16, 10, 16, 7, 5000).unwrap().len(),
+            1
+        );
         let capped = crate::device::test_caps(8, Some(65_535));
         let s = dispatches(&capped, 64, 8, 10, 16, 50, 300).unwrap();
         assert!(s.len() > 1);

@@ -285,11 +285,7 @@ pub(crate) fn dispatches(
     // One probe rank at a time, its lists' rows in ranges.
     let rows = budget.saturating_sub(fixed + 1) / per_row * SCAN_WG;
     if rows == 0 {
-        crate::device::check_loop_budget(
-            caps,
-            "the IVF list scan",
-            (fixed + 1 + per_row) as u64,
-        )?;
+        crate::device::check_loop_budget(caps, "the IVF list scan", (fixed + 1 + per_row) as u64)?;
     }
     let mut out = Vec::new();
     for p in 0..nprobe {
@@ -330,7 +326,10 @@ mod tests {
         // Long lists: one rank at a time, rows in ranges covering the longest list.
         let s = dispatches(&capped, 384, 10, 16, 2, 200_000).unwrap();
         assert!(s.iter().all(|&(p0, p1, _, _)| p1 == p0 + 1));
-        assert_eq!(s.iter().filter(|e| e.0 == 1).map(|e| e.3).max(), Some(s[s.len() - 1].3));
+        assert_eq!(
+            s.iter().filter(|e| e.0 == 1).map(|e| e.3).max(),
+            Some(s[s.len() - 1].3)
+        );
         assert!(s.last().unwrap().3 >= 200_000);
     }
 }

@@ -17,7 +17,7 @@ pub(super) type LIvf = Handle<IvfFlat>;
 
 /// k-means options: `iters` (20), `seed` (1234), `max_points_per_centroid` (256; 0 = all
 /// rows), `init` (a table of k initial centroids).
-fn kmeans_options(call: &str, o: &Option<LuaTable>) -> LuaResult<KMeansOptions> {
+pub(super) fn kmeans_options(call: &str, o: &Option<LuaTable>) -> LuaResult<KMeansOptions> {
     let mut k = KMeansOptions::default();
     if let Some(v) = opt_int(call, o, "iters")? {
         k.iters = v as usize;
@@ -37,7 +37,7 @@ fn kmeans_options(call: &str, o: &Option<LuaTable>) -> LuaResult<KMeansOptions> 
 
 /// The k-means report: `objective` (per iteration, a Lua array), `trained_on`, `splits`,
 /// `gpu_ns`.
-fn kmeans_report(lua: &Lua, km: &KMeans) -> LuaResult<LuaTable> {
+pub(super) fn kmeans_report(lua: &Lua, km: &KMeans) -> LuaResult<LuaTable> {
     let t = lua.create_table()?;
     t.set(
         "objective",

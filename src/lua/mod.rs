@@ -23,6 +23,7 @@
 //! | `cache.rs` | the cache writers and reader, `merge_caches` |
 //! | `multi.rs` | several devices (`open_devices`, `knn_index`) and jobs on threads (`wait_any`) |
 //! | `ivf.rs` | `kmeans`, the IVF-Flat index (`ivf_index`, `load_ivf_index`) and its handle |
+//! | `ivfpq.rs` | the IVF-PQ index (`ivfpq_index`, `load_ivfpq_index`) and its handle |
 
 mod args;
 mod cache;
@@ -32,6 +33,7 @@ mod device_table;
 mod error;
 mod handle;
 mod ivf;
+mod ivfpq;
 mod job;
 mod json;
 mod knn;
@@ -55,6 +57,7 @@ fn diversity(lua: &Lua) -> LuaResult<LuaTable> {
     knn::register(lua, &m)?;
     multi::register(lua, &m)?;
     ivf::register(lua, &m)?;
+    ivfpq::register(lua, &m)?;
     // "diversity X.Y.Z", as Lua modules say what they are.
     m.set("_VERSION", concat!("diversity ", env!("CARGO_PKG_VERSION")))?;
     m.set("ENV_FAIL_AFTER_CHUNKS", crate::batch::ENV_FAIL_AFTER_CHUNKS)?;
@@ -152,6 +155,7 @@ fn string_errors(lua: &Lua, m: &LuaTable, message: LuaFunction) -> LuaResult<()>
     wrap_methods(lua, &wrap, "binary_cache", cache::LBinCache::new_closed())?;
     wrap_methods(lua, &wrap, "multi_knn", multi::LMultiKnn::new_closed())?;
     wrap_methods(lua, &wrap, "ivf", ivf::LIvf::new_closed())?;
+    wrap_methods(lua, &wrap, "ivfpq", ivfpq::LIvfPq::new_closed())?;
     lua.set_named_registry_value(DONE, true)
 }
 

@@ -1,0 +1,145 @@
+//! The IVF-PQ index: `ivfpq_index`, `load_ivfpq_index` and its handle (`train`, `add`,
+//! `search`, `save`, …).
+
+use super::args::{opt, opt_int};
+use super::context::LContext;
+use super::error::{msg, LuaCtx};
+use super::handle::Handle;
+use super::ivf::{kmeans_options, kmeans_report};
+use super::knn::{knn_result, parse_metric};
+use super::table::LTable;
+use crate::ivf::{IvfPq, IvfPqOptions, IvfPqSearch};
+use crate::table::Table;
+use mlua::prelude::*;
+use mlua::{UserData, UserDataMethods, Value};
+
+/// An IVF-PQ index.
+pub(super) type LIvfPq = Handle<IvfPq>;
+
+impl UserData for LIvfPq {
+    fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
+        m.add_method("dim", |_, this, ()| Ok(this.get("ivfpq:dim")?.d()));
+        m.add_method("nlist", |_, this, ()| Ok(this.get("ivfpq:nlist")?.nlist()));
+        m.add_method("m", |_, this, ()| Ok(this.get("ivfpq:m")?.m()));
+        m.add_method("ntotal", |_, this, ()| {
+            Ok(this.get("ivfpq:ntotal")?.ntotal())
+        });
+        m.add_method("metric", |_, this, ()| {
+            Ok(this.get("ivfpq:metric")?.metric().name())
+        });
+        m.add_method("refine", |_, this, ()| {
+            Ok(this.get("ivfpq:refine")?.keeps_vectors())
+        });
+        m.add_method("is_trained", |_, this, ()| {
+            Ok(this.get("ivfpq:is_trained")?.is_trained())
+        });
+        // Rows in each list: a Lua array, list 0 at [1].
+        m.add_method("list_sizes", |lua, this, ()| {
+            lua.create_sequence_from(this.get("ivfpq:list_sizes")?.list_sizes())
+        });
+        // The coarse centroids as a table handle (nil until trained).
+        m.add_method("centroids", |_, this, ()| {
+            let call = "ivfpq:centroids";
+            let ix = this.get(call)?;
+            if !ix.is_trained() {
+                return Ok(None);
+            }
+            let t = Table::new(ix.centroids().to_vec(), ix.nlist(), ix.d()).lua_ctx(call)?;
+            Ok(Some(LTable::new("table", t)))
+        });
+        m.add_method_mut("train", |lua, this, table: LuaAnyUserData| {
+            let call = "ivfpq:train";
+            let t = table.borrow::<LTable>()?;
+            let km = this.get_mut(call)?.train(t.get(call)?).lua_ctx(call)?;
+            kmeans_report(lua, &km)
+        });
+        // Returns the first id given (0-based; ids follow in row order).
+        m.add_method_mut("add", |_, this, table: LuaAnyUserData| {
+            let call = "ivfpq:add";
+            let t = table.borrow::<LTable>()?;
+            this.get_mut(call)?.add(t.get(call)?).lua_ctx(call)
+        });
+        // `search(queries, {k = 10, nprobe = 1, k_factor = 1})`: the knn result and a report
+        // {nprobe, rows_scanned, coarse_ns, lists_ns}.
+        m.add_method_mut(
+            "search",
+            |lua, this, (queries, o): (LuaAnyUserData, Option<LuaTable>)| {
+                let call = "ivfpq:search";
+                let q = queries.borrow::<LTable>()?;
+                let q = q.get(call)?;
+                let s = IvfPqSearch {
+                    k: opt_int(call, &o, "k")?.unwrap_or(10) as usize,
+                    nprobe: opt_int(call, &o, "nprobe")?.unwrap_or(1) as usize,
+                    k_factor: opt_int(call, &o, "k_factor")?.unwrap_or(1) as usize,
+                };
+                let (r, rep) = this
+                    .get_mut(call)?
+                    .search(q.data(), q.d(), &s)
+                    .lua_ctx(call)?;
+                let t = lua.create_table()?;
+                t.set("nprobe", rep.nprobe)?;
+                t.set("rows_scanned", rep.rows_scanned)?;
+                t.set("coarse_ns", rep.coarse_ns)?;
+                t.set("lists_ns", rep.lists_ns)?;
+                Ok((knn_result(call, r)?, t))
+            },
+        );
+        m.add_method("save", |_, this, path: String| {
+            let call = "ivfpq:save";
+            this.get(call)?
+                .save(std::path::Path::new(&path))
+                .lua_ctx(call)
+        });
+        Handle::add_close(m);
+    }
+}
+
+/// `ivfpq_index`, `load_ivfpq_index`.
+pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
+    // `diversity.ivfpq_index(ctx, dim, {nlist =, m =, metric = "cosine", refine = false, iters
+    // =, seed =, max_points_per_centroid =})`: an empty, untrained IVF-PQ index.
+    m.set(
+        "ivfpq_index",
+        lua.create_function(
+            |_, (ctx, dim, o): (LuaAnyUserData, Value, Option<LuaTable>)| {
+                let call = "ivfpq_index";
+                let c = ctx.borrow::<LContext>()?;
+                let c = c.get(call)?;
+                let dim = super::args::int(call, "dim", &dim)? as usize;
+                let nlist = opt_int(call, &o, "nlist")?
+                    .ok_or_else(|| msg(call, "opts.nlist is required"))?;
+                let pm = opt_int(call, &o, "m")?.ok_or_else(|| msg(call, "opts.m is required"))?;
+                let refine = match opt::<Value>(&o, "refine")? {
+                    None | Some(Value::Nil) => false,
+                    Some(Value::Boolean(b)) => b,
+                    Some(v) => {
+                        return Err(msg(
+                            call,
+                            format!("opts.refine must be a boolean, got a {}", v.type_name()),
+                        ))
+                    }
+                };
+                let opts = IvfPqOptions {
+                    nlist: nlist as usize,
+                    m: pm as usize,
+                    metric: parse_metric(call, &o)?,
+                    keep_vectors: refine,
+                    kmeans: kmeans_options(call, &o)?,
+                };
+                let ix = IvfPq::new(c, dim, &opts).lua_ctx(call)?;
+                Ok(LIvfPq::new("ivfpq index", ix))
+            },
+        )?,
+    )?;
+    // `diversity.load_ivfpq_index(ctx, path)`: an index saved by `ivfpq:save`.
+    m.set(
+        "load_ivfpq_index",
+        lua.create_function(|_, (ctx, path): (LuaAnyUserData, String)| {
+            let call = "load_ivfpq_index";
+            let c = ctx.borrow::<LContext>()?;
+            let ix = IvfPq::load(c.get(call)?, std::path::Path::new(&path)).lua_ctx(call)?;
+            Ok(LIvfPq::new("ivfpq index", ix))
+        })?,
+    )?;
+    Ok(())
+}
