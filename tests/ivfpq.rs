@@ -402,7 +402,6 @@ fn bad_inputs_are_refused_with_their_message() {
     assert!(s(65, 1, 1).contains("65 × 1 = 65 candidates"));
     assert!(s(10, 1, 7).contains("10 × 7 = 70 candidates"));
     assert!(s(5, 1, 2).contains("keep_vectors"));
-    drop(s);
     assert!(invalid(ix.search(&q.data()[..8], 8, &search(5, 1, 1))).contains("dimension 8"));
     // A lookup table larger than the device's shared memory: a Limit naming M.
     let big_m = ctx.caps().shared_memory_bytes as usize / 1024 + 1;
@@ -410,11 +409,7 @@ fn bad_inputs_are_refused_with_their_message() {
     big.train(&random_table(256, big_m, 43)).unwrap();
     big.add(&random_table(10, big_m, 44)).unwrap();
     let e = big
-        .search(
-            &random_table(1, big_m, 45).data().to_vec(),
-            big_m,
-            &search(5, 1, 1),
-        )
+        .search(random_table(1, big_m, 45).data(), big_m, &search(5, 1, 1))
         .unwrap_err();
     assert!(
         matches!(&e, diversity::Error::Limit(m) if m.contains(&format!("M = {big_m}")) && m.contains("shared memory")),
