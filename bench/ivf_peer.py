@@ -6,13 +6,17 @@ table, the same queries and the same exact ground truth (both written by bench_i
   python3 bench/ivf_peer.py --make-clustered N,D,C,Q --out-table T.f32 --out-queries Q.f32 [--seed S]
   python3 bench/ivf_peer.py --table FILE.f32|FILE.npy --dim D [--n N] --queries Q.f32 --gt GT.i32
       --k 10 --nlist L --nprobe 1,4,16 [--metric l2|ip|cosine] [--iters 20] [--seed 1234]
-      [--train-max 256] [--threads T] [--json OUT.json] [--label NAME]
+      [--train-max 256] [--threads T] [--json OUT.json] [--label NAME] [--pq M [--refine F]]
 
 cosine: rows and queries normalised, inner-product index (what bench_ivf's cosine index
 computes). Prints the k-means time and its final centroids' objective over all N rows (sum of
 squared L2 distances to the nearest centroid, the number bench_ivf prints as "final over all
 rows"), then per nprobe: search wall time, queries/s, 1-recall@1, 1-recall@k, k-recall@k
 against the ground truth. One RESULT json line at the end.
+
+--pq M: IndexIVFPQ instead (M sub-quantizers x 8 bits on the residuals, the same coarse
+quantizer and k-means parameters for the coarse and the sub-quantizer k-means), and with
+--refine F (F > 1) also IndexRefineFlat over it with k_factor = F (exact re-rank of F x k).
 
 --make-clustered writes a synthetic clustered table (N rows) and queries (Q rows) of dimension D:
 C centres uniform in [-1, 1)^D, every row a centre (chosen uniformly) plus N(0, 0.25^2) noise
@@ -74,6 +78,8 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--json", default="")
     ap.add_argument("--label", default="workload")
+    ap.add_argument("--pq", type=int, default=0)
+    ap.add_argument("--refine", type=int, default=1)
     a = ap.parse_args()
     if a.make_clustered:
         make_clustered(a.make_clustered, a.seed, a.out_table, a.out_queries)
@@ -106,30 +112,46 @@ def main():
     print(f"k-means    wall {km_s:.3f} s  {a.iters} iterations  objective {km.obj[0]:.6e} -> "
           f"{km.obj[-1]:.6e}  final over all rows {full_obj:.6e}")
     quant = faiss.IndexFlatIP(d) if ip else faiss.IndexFlatL2(d)
-    index = faiss.IndexIVFFlat(quant, d, a.nlist,
-                               faiss.METRIC_INNER_PRODUCT if ip else faiss.METRIC_L2)
+    mt = faiss.METRIC_INNER_PRODUCT if ip else faiss.METRIC_L2
+    if a.pq:
+        index = faiss.IndexIVFPQ(quant, d, a.nlist, a.pq, 8, mt)
+        index.pq.cp.niter = a.iters
+        index.pq.cp.seed = a.seed
+        index.pq.cp.max_points_per_centroid = a.train_max
+    else:
+        index = faiss.IndexIVFFlat(quant, d, a.nlist, mt)
     index.cp.niter = a.iters
     index.cp.seed = a.seed
     index.cp.max_points_per_centroid = a.train_max
+    top = index
+    if a.pq and a.refine > 1:
+        top = faiss.IndexRefineFlat(index)
     t0 = time.perf_counter()
-    index.train(x)
+    top.train(x)
     train_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    index.add(x)
+    top.add(x)
     add_s = time.perf_counter() - t0
     print(f"train      wall {train_s:.3f} s   add wall {add_s:.3f} s")
     rows = []
+    factors = [1] + ([a.refine] if a.pq and a.refine > 1 else [])
     for npb in [int(v) for v in a.nprobe.split(",")] + [a.nlist]:
         index.nprobe = npb
-        t0 = time.perf_counter()
-        _, ids = index.search(q, a.k)
-        s = time.perf_counter() - t0
-        r1, rk, kk = recall(ids, gt)
-        print(f"nprobe {npb:>4} wall {s:.3f} s  {q.shape[0] / s:>8.0f} q/s  "
-              f"1-R@1 {r1:.4f}  1-R@{a.k} {rk:.4f}  {a.k}-R@{a.k} {kk:.4f}")
-        rows.append({"nprobe": npb, "wall_s": s, "qps": q.shape[0] / s,
-                     "recall1": r1, "recall_at_k": rk, "k_recall": kk})
+        for f in factors:
+            t0 = time.perf_counter()
+            if f > 1:
+                top.k_factor = f
+                _, ids = top.search(q, a.k)
+            else:
+                _, ids = index.search(q, a.k)
+            s = time.perf_counter() - t0
+            r1, rk, kk = recall(ids, gt)
+            print(f"nprobe {npb:>4} k_factor {f:>2} wall {s:.3f} s  {q.shape[0] / s:>8.0f} q/s  "
+                  f"1-R@1 {r1:.4f}  1-R@{a.k} {rk:.4f}  {a.k}-R@{a.k} {kk:.4f}")
+            rows.append({"nprobe": npb, "k_factor": f, "wall_s": s, "qps": q.shape[0] / s,
+                         "recall1": r1, "recall_at_k": rk, "k_recall": kk})
     res = {"label": a.label, "peer": "faiss-cpu " + faiss.__version__, "n": n, "dim": d,
+           "index": "ivf-pq" if a.pq else "ivf-flat", "m": a.pq,
            "queries": int(q.shape[0]), "k": a.k, "metric": a.metric, "nlist": a.nlist,
            "kmeans_wall_s": km_s, "kmeans_objective_full": full_obj, "train_wall_s": train_s,
            "add_wall_s": add_s, "search": rows}

@@ -6,7 +6,7 @@
 //!     [--queries sample:Q | tail:Q | FILE.f32] [--k 10] [--metric l2|ip|cosine] [--precision fp32|fp16]
 //!     [--nlist L] [--nprobe 1,4,16] [--iters 20] [--seed 1234] [--train-max 256]
 //!     [--dump-queries Q.f32] [--dump-table T.f32] [--dump-gt GT.i32] [--save INDEX.ivf] [--json OUT.json]
-//!     [--label NAME]
+//!     [--label NAME] [--pq M [--refine F]]
 //! ```
 //!
 //! Prints: the exact search (the ground truth: `diversity::knn`, WarpSelect where it applies)
@@ -20,9 +20,15 @@
 //! (`--dump-table` writes the table that remains, for the peer); `--dump-queries`/`--dump-gt` write them (f32, row-major) and
 //! the exact ids (i32, row-major) for the peer. An index built with nprobe = nlist must
 //! reproduce the ground truth exactly: the run fails (exit 1) if it does not.
+//!
+//! `--pq M` builds IVF-PQ instead (`IvfPq`: M sub-quantizers × 8 bits on the residuals, the
+//! same coarse k-means) and prints per nprobe its ADC search, and with `--refine F` (F > 1) also
+//! the search re-ranked exactly from F × k candidates (`k_factor`; the rows are kept).
 
 mod common;
-use diversity::ivf::{assign, IvfFlat, IvfOptions, KMeansOptions};
+use diversity::ivf::{
+    assign, IvfFlat, IvfOptions, IvfPq, IvfPqOptions, IvfPqSearch, KMeansOptions,
+};
 use diversity::knn::{knn_flat, KnnOptions, KnnResult, Metric};
 use diversity::{files, Context, ContextOptions, DeviceTable, Precision, Table};
 use std::time::Instant;
@@ -44,6 +50,8 @@ struct Args {
     save: Option<String>,
     json: Option<String>,
     label: String,
+    pq: Option<usize>,
+    refine: usize,
 }
 
 fn parse() -> Result<Args, String> {
@@ -64,6 +72,8 @@ fn parse() -> Result<Args, String> {
         save: None,
         json: None,
         label: "workload".into(),
+        pq: None,
+        refine: 1,
     };
     let mut it = common::Cli::new(include_str!("bench_ivf.rs"));
     while let Some(f) = it.flag()? {
@@ -90,6 +100,8 @@ fn parse() -> Result<Args, String> {
             "--save" => a.save = Some(val()?),
             "--json" => a.json = Some(val()?),
             "--label" => a.label = val()?,
+            "--pq" => a.pq = Some(num(val()?)?),
+            "--refine" => a.refine = num(val()?)?,
             _ => return Err(format!("unknown argument {f}")),
         }
     }
@@ -192,6 +204,9 @@ fn run(a: Args) -> Result<(), String> {
         let ids: Vec<i32> = gt.ids.iter().map(|&i| i as i32).collect();
         write_le(p, &ids, i32::to_le_bytes)?;
     }
+    if let Some(m) = a.pq {
+        return run_pq(&a, &ctx, &t, &q, &gt, nlist, m);
+    }
     let opts = IvfOptions {
         nlist,
         metric: a.metric,
@@ -259,6 +274,98 @@ fn run(a: Args) -> Result<(), String> {
             "{{\"label\":{:?},\"n\":{n},\"dim\":{d},\"queries\":{},\"k\":{},\"metric\":\"{}\",\
              \"nlist\":{nlist},\"exact_wall_s\":{exact_s},\"train_wall_s\":{train_s},\
              \"kmeans_objective_full\":{full_obj},\"add_wall_s\":{add_s},\"search\":[{}]}}\n",
+            a.label,
+            q.n(),
+            a.k,
+            a.metric.name(),
+            rows.join(",")
+        );
+        std::fs::write(p, j).map_err(|e| format!("{p}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The `--pq M` run: IVF-PQ trained, added and searched per nprobe (and re-ranked with
+/// `--refine F`).
+fn run_pq(
+    a: &Args,
+    ctx: &Context,
+    t: &Table,
+    q: &Table,
+    gt: &KnnResult,
+    nlist: usize,
+    m: usize,
+) -> Result<(), String> {
+    let err = |e: diversity::Error| e.to_string();
+    let (n, d) = (t.n(), t.d());
+    let opts = IvfPqOptions {
+        nlist,
+        m,
+        metric: a.metric,
+        keep_vectors: a.refine > 1,
+        kmeans: a.kmeans.clone(),
+    };
+    let mut ix = IvfPq::new(ctx, d, &opts).map_err(err)?;
+    let t0 = Instant::now();
+    let km = ix.train(t).map_err(err)?;
+    let train_s = t0.elapsed().as_secs_f64();
+    println!(
+        "train      wall {train_s:.3} s  (coarse k-means {} iterations on {} rows, then {m} \
+         sub-quantizers × 256 on the residuals)",
+        km.objective.len(),
+        km.trained_on
+    );
+    let t0 = Instant::now();
+    ix.add(t).map_err(err)?;
+    let add_s = t0.elapsed().as_secs_f64();
+    let sizes = ix.list_sizes();
+    println!(
+        "add        wall {add_s:.3} s  lists {}..{} rows  codes {m} bytes a row",
+        sizes.iter().min().unwrap_or(&0),
+        sizes.iter().max().unwrap_or(&0)
+    );
+    let mut factors = vec![1];
+    if a.refine > 1 {
+        factors.push(a.refine);
+    }
+    let mut rows = Vec::new();
+    let mut probes = a.nprobe.clone();
+    probes.push(nlist);
+    for &np in &probes {
+        for &f in &factors {
+            let s = IvfPqSearch {
+                k: a.k,
+                nprobe: np,
+                k_factor: f,
+            };
+            let t0 = Instant::now();
+            let (r, rep) = ix.search(q.data(), d, &s).map_err(err)?;
+            let secs = t0.elapsed().as_secs_f64();
+            let (r1, rk, kk) = recall(&r, gt);
+            println!(
+                "nprobe {np:>4} k_factor {f:>2} wall {secs:.3} s  gpu {:.3} s  {:>8.0} q/s  \
+                 scanned {:.3} of N  1-R@1 {r1:.4}  1-R@{k} {rk:.4}  {k}-R@{k} {kk:.4}",
+                (rep.coarse_ns + rep.lists_ns) as f64 * 1e-9,
+                q.n() as f64 / secs,
+                rep.rows_scanned as f64 / (n as f64 * q.n() as f64),
+                k = a.k
+            );
+            rows.push(format!(
+                "{{\"nprobe\":{np},\"k_factor\":{f},\"wall_s\":{secs},\"gpu_ns\":{},\"qps\":{},\
+                 \"recall1\":{r1},\"recall_at_k\":{rk},\"k_recall\":{kk}}}",
+                rep.coarse_ns + rep.lists_ns,
+                q.n() as f64 / secs
+            ));
+        }
+    }
+    if let Some(p) = &a.save {
+        ix.save(std::path::Path::new(p)).map_err(err)?;
+    }
+    if let Some(p) = &a.json {
+        let j = format!(
+            "{{\"label\":{:?},\"index\":\"ivf-pq\",\"m\":{m},\"n\":{n},\"dim\":{d},\
+             \"queries\":{},\"k\":{},\"metric\":\"{}\",\"nlist\":{nlist},\"train_wall_s\":{train_s},\
+             \"add_wall_s\":{add_s},\"search\":[{}]}}\n",
             a.label,
             q.n(),
             a.k,
