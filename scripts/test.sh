@@ -32,6 +32,10 @@ cargo run --release --quiet --example bench_knn -- --table data/fortunes-2k.npy 
 cargo run --release --quiet --example bench_ivf -- --table data/fortunes-2k.npy --n 1200 \
   --queries tail:100 --nlist 16 --iters 4 --nprobe 2 --metric cosine --precision fp16 \
   --label "CI smoke" >/dev/null
+# IVF-PQ with the exact re-rank (about 2 s).
+cargo run --release --quiet --example bench_ivf -- --table data/fortunes-2k.npy --n 1200 \
+  --queries tail:100 --nlist 16 --iters 4 --nprobe 2 --metric cosine --pq 16 --refine 2 \
+  --label "CI smoke" >/dev/null
 smoke=$(mktemp -d)
 cargo run --release --quiet --example rankings -- --table data/fortunes-300.embeddings.json \
   --top-k 5 --out "$smoke/rankings.json" --graph "$smoke/graph.knn" --verify 16 >/dev/null
