@@ -7,6 +7,7 @@ table, the same queries and the same exact ground truth (both written by bench_i
   python3 bench/ivf_peer.py --table FILE.f32|FILE.npy --dim D [--n N] --queries Q.f32 --gt GT.i32
       --k 10 --nlist L --nprobe 1,4,16 [--metric l2|ip|cosine] [--iters 20] [--seed 1234]
       [--train-max 256] [--threads T] [--json OUT.json] [--label NAME] [--pq M [--refine F]]
+      [--normalize]
 
 cosine: rows and queries normalised, inner-product index (what bench_ivf's cosine index
 computes). Prints the k-means time and its final centroids' objective over all N rows (sum of
@@ -17,6 +18,10 @@ against the ground truth. One RESULT json line at the end.
 --pq M: IndexIVFPQ instead (M sub-quantizers x 8 bits on the residuals, the same coarse
 quantizer and k-means parameters for the coarse and the sub-quantizer k-means), and with
 --refine F (F > 1) also IndexRefineFlat over it with k_factor = F (exact re-rank of F x k).
+--normalize scales rows and queries to unit length whatever the metric: `--metric l2
+--normalize` is bench_ivf's cosine index as Faiss builds it with L2 (Faiss's inner-product IVF
+normalises its coarse centroids, spherical k-means; bench_ivf's cosine index keeps the means, as
+an L2 index of unit rows does, and IVF-PQ codes the residuals from those).
 
 --make-clustered writes a synthetic clustered table (N rows) and queries (Q rows) of dimension D:
 C centres uniform in [-1, 1)^D, every row a centre (chosen uniformly) plus N(0, 0.25^2) noise
@@ -80,6 +85,7 @@ def main():
     ap.add_argument("--label", default="workload")
     ap.add_argument("--pq", type=int, default=0)
     ap.add_argument("--refine", type=int, default=1)
+    ap.add_argument("--normalize", action="store_true")
     a = ap.parse_args()
     if a.make_clustered:
         make_clustered(a.make_clustered, a.seed, a.out_table, a.out_queries)
@@ -92,7 +98,7 @@ def main():
     n, d = x.shape
     q = np.ascontiguousarray(np.fromfile(a.queries, dtype="<f4").reshape(-1, d))
     gt = np.fromfile(a.gt, dtype="<i4").reshape(q.shape[0], a.k)
-    if a.metric == "cosine":
+    if a.metric == "cosine" or a.normalize:
         x, q = x.copy(), q.copy()
         faiss.normalize_L2(x)
         faiss.normalize_L2(q)
