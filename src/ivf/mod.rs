@@ -94,6 +94,9 @@ pub struct IvfSearchReport {
     /// Whether the one-dispatch list scan ran (k ≤ [`MAX_SCAN_K`] and D ≤ [`MAX_SCAN_DIM`]);
     /// otherwise each probed list was searched by the exact k-NN and the results merged.
     pub list_scan: bool,
+    /// Dispatches of the list scan (1 a query tile on a GPU; more where a device caps the loop
+    /// iterations of an invocation, each carrying the k best to the next).
+    pub scan_dispatches: usize,
 }
 
 impl IvfFlat {
@@ -290,8 +293,9 @@ impl IvfFlat {
             if let Some(slab) = &self.slab {
                 let rows = crate::knn::query_rows(queries, self.d, self.metric);
                 let pr: Vec<u32> = probes.ids.iter().map(|&l| l as u32).collect();
-                let (keys, ids, ns) = slab.scan(&rows, &pr, nprobe, k, self.metric)?;
+                let (keys, ids, ns, steps) = slab.scan(&rows, &pr, nprobe, k, self.metric)?;
                 report.lists_ns = ns;
+                report.scan_dispatches = steps;
                 for (&key, &id) in keys.iter().zip(&ids) {
                     if id == u32::MAX {
                         out.ids.push(NO_ID);

@@ -145,7 +145,8 @@ impl Slab {
 
     /// The k best `(key, id)` pairs of each query (`queries`: the device's query rows, unit
     /// rows for cosine) among the rows of the lists `probes` names (`nprobe` a query,
-    /// row-major), best first, padded with (+∞, `u32::MAX`); and the GPU nanoseconds.
+    /// row-major), best first, padded with (+∞, `u32::MAX`); the GPU nanoseconds; and the
+    /// dispatches recorded.
     pub fn scan(
         &self,
         queries: &[f32],
@@ -153,12 +154,12 @@ impl Slab {
         nprobe: usize,
         k: usize,
         metric: Metric,
-    ) -> Result<(Vec<f32>, Vec<u32>, u64)> {
+    ) -> Result<(Vec<f32>, Vec<u32>, u64, usize)> {
         let ctx = &self.ctx;
         let d = self.d;
         let nq = queries.len() / d;
         if nq == 0 {
-            return Ok((Vec::new(), Vec::new(), 0));
+            return Ok((Vec::new(), Vec::new(), 0, 0));
         }
         let bs_k = k.next_power_of_two();
         let steps = dispatches(ctx.caps(), d, k, bs_k, nprobe, self.max_len)?;
@@ -228,7 +229,7 @@ impl Slab {
             .chunks_exact(4)
             .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect();
-        Ok((keys, ids, gpu_ns))
+        Ok((keys, ids, gpu_ns, steps.len() * nq.div_ceil(QUERY_TILE)))
     }
 }
 
