@@ -51,6 +51,7 @@ pub(crate) const KNN_MERGE: Shader = shader!("knn_merge");
 pub(crate) const KNN_WARP: Shader = shader!("knn_warp");
 pub(crate) const LOOP_PROBE: Shader = shader!("loop_probe");
 pub(crate) const IVF_SCAN: Shader = shader!("ivf_scan");
+pub(crate) const KMEANS_UPDATE: Shader = shader!("kmeans_update");
 
 /// The SPIR-V of `shader` for tables stored at precision `p` (each shader is compiled once per
 /// storage precision; the arithmetic is fp32 in both).

@@ -50,6 +50,8 @@ fn opts(nlist: usize, metric: Metric, precision: Precision) -> IvfOptions {
 #[test]
 fn one_lloyd_step_is_the_float64_step() {
     let ctx = ctx();
+    // lavapipe has shaderFloat64: the cluster sums below are the device's.
+    eprintln!("cluster sums on the device: {}", ctx.caps().float64);
     let (n, d, k) = (1500, 24, 20);
     let t = random_table(n, d, 11);
     let init = rows(&t, &(0..k).map(|i| i * 7).collect::<Vec<_>>());
@@ -100,6 +102,26 @@ fn one_lloyd_step_is_the_float64_step() {
             let want = (sums[c * d + j] / counts[c] as f64) as f32;
             assert_eq!(km.centroids[c * d + j], want, "centroid {c} column {j}");
         }
+    }
+    assert_clean(&ctx);
+}
+
+/// A cluster larger than one invocation's loop budget (lavapipe) is summed over several
+/// dispatches, each continuing the float64 sums of the one before: still the float64 mean.
+#[test]
+fn a_large_cluster_is_the_float64_mean() {
+    let ctx = ctx();
+    let (n, d) = (120_000, 3);
+    let t = random_table(n, d, 3);
+    let o = KMeansOptions {
+        iters: 1,
+        max_points_per_centroid: 0,
+        ..KMeansOptions::default()
+    };
+    let km = kmeans(&ctx, &t, 1, &o).unwrap();
+    for j in 0..d {
+        let s: f64 = (0..n).map(|i| t.row(i)[j] as f64).sum();
+        assert_eq!(km.centroids[j], (s / n as f64) as f32, "column {j}");
     }
     assert_clean(&ctx);
 }

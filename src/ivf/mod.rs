@@ -28,6 +28,7 @@
 mod file;
 pub mod kmeans;
 mod scan;
+mod update;
 
 pub use file::{IVF_MAGIC, IVF_VERSION};
 pub use kmeans::{assign, kmeans, KMeans, KMeansOptions};

@@ -323,7 +323,7 @@ mod tests {
         assert_eq!(dispatches(&free, 384, 10, 16, 7, 5000).unwrap().len(), 1);
         let capped = crate::device::test_caps(8, Some(65_535));
         // Short lists: several probes a dispatch, every rank covered once, rows whole.
-        let s = dispatches(&capped, 16, 10, 16, 50, 200).unwrap();
+        let s = dispatches(&capped, 384, 10, 16, 50, 2000).unwrap();
         assert!(s.len() > 1);
         assert_eq!(s.first().unwrap().0, 0);
         assert_eq!(s.last().unwrap().1, 50);

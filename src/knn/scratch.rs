@@ -10,6 +10,9 @@ use crate::device_table::DeviceTable;
 use crate::error::Result;
 use crate::submit::Set;
 
+/// Scratch rows of at most this many entries are downloaded whole (see `download_into`).
+const WHOLE_ROWS: usize = 64;
+
 /// A scratch id that marks padding (the shaders' `NO_ID`).
 const NO_ID_U32: u32 = u32::MAX;
 
@@ -31,21 +34,51 @@ pub(crate) fn query_rows(queries: &[f32], d: usize, metric: Metric) -> Vec<f32> 
 
 /// The queries and the scratch of one query tile, bound in one descriptor set (bindings 0–6 of
 /// the k-NN shaders: table, inverse norms, queries, keys A, ids A, keys B, ids B).
-pub(super) struct Scratch {
+pub(super) struct Scratch<'q> {
     // The set first: dropped before the buffers it names.
     pub set: Set,
-    _queries: Buffer,
+    /// The queries when the scratch uploaded them ([`Scratch::new`]).
+    _queries: Option<Buffer>,
+    _borrow: std::marker::PhantomData<&'q Buffer>,
     keys_a: Buffer,
     ids_a: Buffer,
     keys_b: Buffer,
     ids_b: Buffer,
 }
 
-impl Scratch {
+impl<'q> Scratch<'q> {
     /// Uploads `rows` (from [`query_rows`]) and allocates the scratch the plan asks for.
-    pub fn new(table: &DeviceTable, plan: &Plan, rows: &[f32]) -> Result<Scratch> {
+    pub fn new(table: &DeviceTable, plan: &Plan, rows: &[f32]) -> Result<Scratch<'static>> {
+        let queries = table
+            .context()
+            .upload("k-NN queries", bytemuck::cast_slice(rows))?;
+        let mut s = Scratch::alloc(table, plan, &queries)?;
+        s._queries = Some(queries);
+        Ok(s)
+    }
+
+    /// The scratch of a call whose query rows are already on the device in `queries` (which
+    /// outlives the scratch: the lifetime holds it).
+    pub fn with_queries(
+        table: &DeviceTable,
+        plan: &Plan,
+        queries: &'q Buffer,
+    ) -> Result<Scratch<'q>> {
+        let s = Scratch::alloc(table, plan, queries)?;
+        Ok(Scratch {
+            set: s.set,
+            _queries: None,
+            _borrow: std::marker::PhantomData,
+            keys_a: s.keys_a,
+            ids_a: s.ids_a,
+            keys_b: s.keys_b,
+            ids_b: s.ids_b,
+        })
+    }
+
+    /// The scratch buffers and the set naming `queries`, which the caller keeps alive.
+    fn alloc(table: &DeviceTable, plan: &Plan, queries: &Buffer) -> Result<Scratch<'static>> {
         let ctx = table.context();
-        let queries = ctx.upload("k-NN queries", bytemuck::cast_slice(rows))?;
         let (a_keys, a_ids, b) = plan.scratch_bytes();
         let keys_a = Buffer::storage(ctx, "k-NN keys A", a_keys)?;
         let ids_a = Buffer::storage(ctx, "k-NN ids A", a_ids)?;
@@ -56,17 +89,18 @@ impl Scratch {
             &[
                 (0, table.data_buffer()),
                 (1, table.inv_norm_buffer()),
-                (2, &queries),
+                (2, queries),
                 (3, &keys_a),
                 (4, &ids_a),
                 (5, &keys_b),
                 (6, &ids_b),
             ],
-            std::slice::from_ref(&queries),
+            std::slice::from_ref(queries),
         )?;
         Ok(Scratch {
             set,
-            _queries: queries,
+            _queries: None,
+            _borrow: std::marker::PhantomData,
             keys_a,
             ids_a,
             keys_b,
@@ -87,24 +121,36 @@ impl Scratch {
         out: &mut KnnResult,
     ) -> Result<()> {
         let (ke, k) = (plan.ke, out.k);
-        let regions: Vec<(u64, u64)> = (0..qn)
-            .map(|q| (((q * plan.stride) * 4) as u64, (ke * 4) as u64))
-            .collect();
         let (kb, ib) = match side {
             Side::A => (&self.keys_a, &self.ids_a),
             Side::B => (&self.keys_b, &self.ids_b),
         };
         let ctx = table.context();
-        let keys: Vec<f32> = ctx
-            .download_regions(kb, &regions)?
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
-        let ids: Vec<u32> = ctx
-            .download_regions(ib, &regions)?
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
+        // Short rows (a small k) come back whole, one region, and are picked here: a copy
+        // region per query costs the device microseconds each (a k-means assignment of 10⁶ rows
+        // spent seconds in them); long rows come back as one region per query.
+        let whole = plan.stride <= WHOLE_ROWS.max(2 * ke);
+        let words = |buf| -> Result<Vec<[u8; 4]>> {
+            let bytes = if whole {
+                ctx.download(buf, 0, (qn * plan.stride * 4) as u64)?
+            } else {
+                let regions: Vec<(u64, u64)> = (0..qn)
+                    .map(|q| (((q * plan.stride) * 4) as u64, (ke * 4) as u64))
+                    .collect();
+                ctx.download_regions(buf, &regions)?
+            };
+            let all = bytes.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]);
+            Ok(if whole {
+                all.enumerate()
+                    .filter(|(i, _)| i % plan.stride < ke)
+                    .map(|(_, w)| w)
+                    .collect()
+            } else {
+                all.collect()
+            })
+        };
+        let keys: Vec<f32> = words(kb)?.into_iter().map(f32::from_le_bytes).collect();
+        let ids: Vec<u32> = words(ib)?.into_iter().map(u32::from_le_bytes).collect();
         let neg = metric != Metric::L2;
         let pad_dist = if neg {
             f32::NEG_INFINITY
