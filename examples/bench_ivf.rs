@@ -6,7 +6,7 @@
 //!     [--queries sample:Q | tail:Q | FILE.f32] [--k 10] [--metric l2|ip|cosine] [--precision fp32|fp16]
 //!     [--nlist L] [--nprobe 1,4,16] [--iters 20] [--seed 1234] [--train-max 256]
 //!     [--dump-queries Q.f32] [--dump-table T.f32] [--dump-gt GT.i32] [--save INDEX.ivf] [--json OUT.json]
-//!     [--label NAME]
+//!     [--label NAME] [--no-full]
 //! ```
 //!
 //! Prints: the exact search (the ground truth: `diversity::knn`, WarpSelect where it applies)
@@ -19,7 +19,8 @@
 //! evenly (every ⌊N/Q⌋-th row), `tail:Q` holds the last Q rows out of the table as queries
 //! (`--dump-table` writes the table that remains, for the peer); `--dump-queries`/`--dump-gt` write them (f32, row-major) and
 //! the exact ids (i32, row-major) for the peer. An index built with nprobe = nlist must
-//! reproduce the ground truth exactly: the run fails (exit 1) if it does not.
+//! reproduce the ground truth exactly: the run fails (exit 1) if it does not (`--no-full` skips
+//! that search).
 
 mod common;
 use diversity::ivf::{assign, IvfFlat, IvfOptions, KMeansOptions};
@@ -44,6 +45,7 @@ struct Args {
     save: Option<String>,
     json: Option<String>,
     label: String,
+    no_full: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -64,6 +66,7 @@ fn parse() -> Result<Args, String> {
         save: None,
         json: None,
         label: "workload".into(),
+        no_full: false,
     };
     let mut it = common::Cli::new(include_str!("bench_ivf.rs"));
     while let Some(f) = it.flag()? {
@@ -90,6 +93,7 @@ fn parse() -> Result<Args, String> {
             "--save" => a.save = Some(val()?),
             "--json" => a.json = Some(val()?),
             "--label" => a.label = val()?,
+            "--no-full" => a.no_full = true,
             _ => return Err(format!("unknown argument {f}")),
         }
     }
@@ -234,7 +238,9 @@ fn run(a: Args) -> Result<(), String> {
     );
     let mut rows = Vec::new();
     let mut probes = a.nprobe.clone();
-    probes.push(nlist);
+    if !a.no_full {
+        probes.push(nlist);
+    }
     for &np in &probes {
         // The best wall time of three searches (the same results each time).
         let mut s = f64::INFINITY;

@@ -49,6 +49,7 @@ pub(crate) const KNN_DIST: Shader = shader!("knn_dist");
 pub(crate) const KNN_SORT: Shader = shader!("knn_sort");
 pub(crate) const KNN_MERGE: Shader = shader!("knn_merge");
 pub(crate) const KNN_WARP: Shader = shader!("knn_warp");
+pub(crate) const KNN_GATHER: Shader = shader!("knn_gather");
 pub(crate) const LOOP_PROBE: Shader = shader!("loop_probe");
 pub(crate) const IVF_SCAN: Shader = shader!("ivf_scan");
 pub(crate) const KMEANS_UPDATE: Shader = shader!("kmeans_update");

@@ -252,7 +252,9 @@ impl IvfFlat {
             metric: self.metric,
             ..KnnOptions::default()
         };
+        let tt = std::time::Instant::now();
         let probes = knn_flat(coarse, queries, dim, &copts)?;
+        tprof("coarse", tt);
         let mut report = IvfSearchReport {
             nprobe,
             coarse_ns: probes.gpu_ns,
@@ -294,7 +296,9 @@ impl IvfFlat {
             if let Some(slab) = &self.slab {
                 let rows = crate::knn::query_rows(queries, self.d, self.metric);
                 let pr: Vec<u32> = probes.ids.iter().map(|&l| l as u32).collect();
+                tprof("pre-scan", tt);
                 let (keys, ids, ns, steps) = slab.scan(&rows, &pr, nprobe, k, self.metric)?;
+                tprof("scan", tt);
                 report.lists_ns = ns;
                 report.scan_dispatches = steps;
                 for (&key, &id) in keys.iter().zip(&ids) {
@@ -311,6 +315,7 @@ impl IvfFlat {
                 out.distances = vec![pad; nq * k];
             }
             out.gpu_ns = report.coarse_ns + report.lists_ns;
+            tprof("end", tt);
             return Ok((out, report));
         }
         // Large k or D: the exact k-NN of each probed list with the queries that probe it,
@@ -398,4 +403,10 @@ fn normalized(t: &Table) -> Result<Table> {
         data.extend(r.iter().map(|&v| (v as f64 * inv) as f32));
     }
     Table::new(data, t.n(), d)
+}
+
+pub(crate) fn tprof(what: &str, t: std::time::Instant) {
+    if std::env::var_os("DIVERSITY_IVF_TIMES").is_some() {
+        eprintln!("  {what} {:.3} ms", t.elapsed().as_secs_f64() * 1e3);
+    }
 }

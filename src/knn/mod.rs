@@ -413,7 +413,7 @@ fn run(
             KnnPath::FullRanking { padded } => full::record(&l, padded)?,
         };
         out.gpu_ns += gpu_ns;
-        scratch.download_into(table, plan, side, qn, metric, out)?;
+        scratch.download_into(table, plan, &pipes.gather, &sub, side, qn, metric, out)?;
         q0 += qn;
     }
     Ok(())

@@ -8,10 +8,23 @@ use super::{KnnResult, Metric, NO_ID};
 use crate::device::Buffer;
 use crate::device_table::DeviceTable;
 use crate::error::Result;
-use crate::submit::Set;
+use crate::device::Pipeline;
+use crate::submit::{bind, Set, Submitter};
+use std::cell::RefCell;
 
-/// Scratch rows of at most this many entries are downloaded whole (see `download_into`).
-const WHOLE_ROWS: usize = 64;
+/// Results of at most this many pairs a query are packed on the device for one download
+/// (`knn_gather.comp`); longer ones come back as a region a query.
+const GATHER_KE: usize = 256;
+
+/// `knn_gather.comp`'s push block.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+pub(crate) struct GatherPush {
+    pub stride: u32,
+    pub ke: u32,
+    pub qn: u32,
+    pub from_b: u32,
+}
 
 /// A scratch id that marks padding (the shaders' `NO_ID`).
 const NO_ID_U32: u32 = u32::MAX;
@@ -44,6 +57,8 @@ pub(super) struct Scratch<'q> {
     ids_a: Buffer,
     keys_b: Buffer,
     ids_b: Buffer,
+    /// Where `knn_gather.comp` packs short results (`plan.ke` ≤ [`GATHER_KE`]).
+    packed: Option<Buffer>,
 }
 
 impl<'q> Scratch<'q> {
@@ -73,6 +88,7 @@ impl<'q> Scratch<'q> {
             ids_a: s.ids_a,
             keys_b: s.keys_b,
             ids_b: s.ids_b,
+            packed: s.packed,
         })
     }
 
@@ -84,17 +100,30 @@ impl<'q> Scratch<'q> {
         let ids_a = Buffer::storage(ctx, "k-NN ids A", a_ids)?;
         let keys_b = Buffer::storage(ctx, "k-NN keys B", b)?;
         let ids_b = Buffer::storage(ctx, "k-NN ids B", b)?;
+        let packed = if plan.ke <= GATHER_KE && plan.ke < plan.stride {
+            Some(Buffer::storage(
+                ctx,
+                "k-NN packed results",
+                (2 * plan.query_tile * plan.ke * 4) as u64,
+            )?)
+        } else {
+            None
+        };
+        let mut singles = vec![
+            (0, table.data_buffer()),
+            (1, table.inv_norm_buffer()),
+            (2, queries),
+            (3, &keys_a),
+            (4, &ids_a),
+            (5, &keys_b),
+            (6, &ids_b),
+        ];
+        if let Some(p) = &packed {
+            singles.push((7, p));
+        }
         let set = Set::new(
             ctx,
-            &[
-                (0, table.data_buffer()),
-                (1, table.inv_norm_buffer()),
-                (2, queries),
-                (3, &keys_a),
-                (4, &ids_a),
-                (5, &keys_b),
-                (6, &ids_b),
-            ],
+            &singles,
             std::slice::from_ref(queries),
         )?;
         Ok(Scratch {
@@ -105,16 +134,20 @@ impl<'q> Scratch<'q> {
             ids_a,
             keys_b,
             ids_b,
+            packed,
         })
     }
 
     /// Appends the k best of the `qn` queries of the tile just run, which are the first
     /// `plan.ke` pairs of each row on `side`, to `out` (distances with the metric's sign;
     /// padding after the N-th).
+    #[allow(clippy::too_many_arguments)]
     pub fn download_into(
         &self,
         table: &DeviceTable,
         plan: &Plan,
+        gather: &Pipeline,
+        sub: &RefCell<Submitter>,
         side: Side,
         qn: usize,
         metric: Metric,
@@ -126,31 +159,50 @@ impl<'q> Scratch<'q> {
             Side::B => (&self.keys_b, &self.ids_b),
         };
         let ctx = table.context();
-        // Short rows (a small k) come back whole, one region, and are picked here: a copy
-        // region per query costs the device microseconds each (a k-means assignment of 10⁶ rows
-        // spent seconds in them); long rows come back as one region per query.
-        let whole = plan.stride <= WHOLE_ROWS.max(2 * ke);
-        let words = |buf| -> Result<Vec<[u8; 4]>> {
-            let bytes = if whole {
-                ctx.download(buf, 0, (qn * plan.stride * 4) as u64)?
-            } else {
+        let (keys, ids): (Vec<f32>, Vec<u32>) = match &self.packed {
+            // Short rows: packed on the device, one download (a copy region a query costs the
+            // device microseconds each: a k-means assignment of 10⁶ rows spent seconds in them).
+            Some(packed) => {
+                let push = GatherPush {
+                    stride: plan.stride as u32,
+                    ke: ke as u32,
+                    qn: qn as u32,
+                    from_b: (side == Side::B) as u32,
+                };
+                let dev = ctx.device();
+                sub.borrow_mut().run("k-NN gather", |cb| unsafe {
+                    bind(dev, cb, gather, self.set.set, bytemuck::bytes_of(&push));
+                    dev.cmd_dispatch(cb, (qn * ke).div_ceil(256) as u32, 1, 1);
+                })?;
+                let words: Vec<u32> = ctx
+                    .download(packed, 0, (2 * qn * ke * 4) as u64)?
+                    .chunks_exact(4)
+                    .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect();
+                let (k_bits, i_bits) = words.split_at(qn * ke);
+                (
+                    k_bits.iter().map(|&b| f32::from_bits(b)).collect(),
+                    i_bits.to_vec(),
+                )
+            }
+            // Long rows: a region a query.
+            None => {
                 let regions: Vec<(u64, u64)> = (0..qn)
                     .map(|q| (((q * plan.stride) * 4) as u64, (ke * 4) as u64))
                     .collect();
-                ctx.download_regions(buf, &regions)?
-            };
-            let all = bytes.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]);
-            Ok(if whole {
-                all.enumerate()
-                    .filter(|(i, _)| i % plan.stride < ke)
-                    .map(|(_, w)| w)
-                    .collect()
-            } else {
-                all.collect()
-            })
+                let words = |buf| -> Result<Vec<[u8; 4]>> {
+                    Ok(ctx
+                        .download_regions(buf, &regions)?
+                        .chunks_exact(4)
+                        .map(|c| [c[0], c[1], c[2], c[3]])
+                        .collect())
+                };
+                (
+                    words(kb)?.into_iter().map(f32::from_le_bytes).collect(),
+                    words(ib)?.into_iter().map(u32::from_le_bytes).collect(),
+                )
+            }
         };
-        let keys: Vec<f32> = words(kb)?.into_iter().map(f32::from_le_bytes).collect();
-        let ids: Vec<u32> = words(ib)?.into_iter().map(u32::from_le_bytes).collect();
         let neg = metric != Metric::L2;
         let pad_dist = if neg {
             f32::NEG_INFINITY
