@@ -63,8 +63,8 @@ fi
 [ "$WHICH" = all ] || [ "$WHICH" = clustered ] || exit 0
 timeout 60 python3 $P --make-clustered 1000000,128,10000,10000 --out-table "$T/c1m.f32" --out-queries "$T/c1m_q.f32"
 timeout 250 $B --table "$T/c1m.f32" --dim 128 --queries "$T/c1m_q.f32" --k 10 --metric l2 --nlist 4096 \
-  --nprobe 1,4,16,64 --dump-gt "$T/c1m_gt.i32" --json "$OUT/clustered1m.json" \
+  --nprobe 1,2,4,8,16,64 --dump-gt "$T/c1m_gt.i32" --json "$OUT/clustered1m.json" \
   --label "clustered 1M x 128, 10k queries, L2" 2>&1 | tee "$OUT/clustered1m.log"
 timeout 280 python3 $P --table "$T/c1m.f32" --dim 128 --queries "$T/c1m_q.f32" --gt "$T/c1m_gt.i32" --k 10 \
-  --nlist 4096 --nprobe 1,4,16,64 --metric l2 --json "$OUT/clustered1m_faiss.json" \
+  --nlist 4096 --nprobe 1,2,4,8,16,64 --metric l2 --json "$OUT/clustered1m_faiss.json" \
   --label "clustered 1M faiss-cpu" 2>&1 | tee -a "$OUT/clustered1m.log"

@@ -18,6 +18,7 @@
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint BS_K = 16u;
+layout(constant_id = 2) const uint ROWS = 1u;  // rows an invocation scans at a time
 #include "block_select.glsl"
 
 const uint NO_ID = 0xffffffffu;
@@ -60,30 +61,48 @@ void main() {
         const uint l = probes[q * pc.nprobe + p];
         const uint len = min(lists[2u * l + 1u], pc.r1);
         const uint base = lists[2u * l];
-        for (uint r = pc.r0 + lid; r < len; r += wg) {
-            const uint at = (base + r) / 32u * 32u * dim + (base + r) % 32u;
-            float s = 0.0;
+        // ROWS rows an invocation at a time (independent chains in flight); a row past the
+        // list reads the group's first row and is not pushed.
+        for (uint r = pc.r0 + lid; r < len; r += ROWS * wg) {
+            uint at[ROWS];
+            float s[ROWS];
+            [[unroll]] for (uint i = 0u; i < ROWS; ++i) {
+                const uint ri = r + i * wg < len ? base + r + i * wg : base + r;
+                at[i] = ri / 32u * 32u * dim + ri % 32u;
+                s[i] = 0.0;
+            }
             if (l2) {
                 for (uint j = 0u; j < dim; ++j) {
-                    precise float diff = qs[j] - float(table[at + j * 32u]);
-                    precise float v = fma(diff, diff, s);
-                    s = v;
+                    const float qj = qs[j];
+                    [[unroll]] for (uint i = 0u; i < ROWS; ++i) {
+                        precise float diff = qj - float(table[at[i] + j * 32u]);
+                        precise float v = fma(diff, diff, s[i]);
+                        s[i] = v;
+                    }
                 }
             } else {
                 for (uint j = 0u; j < dim; ++j) {
-                    precise float v = fma(qs[j], float(table[at + j * 32u]), s);
-                    s = v;
+                    const float qj = qs[j];
+                    [[unroll]] for (uint i = 0u; i < ROWS; ++i) {
+                        precise float v = fma(qj, float(table[at[i] + j * 32u]), s[i]);
+                        s[i] = v;
+                    }
                 }
             }
-            float key = s;
-            if (!l2) {
-                if (pc.metric == 1u) {
-                    precise float v = s * inv_norm[base + r];
-                    key = v;
+            [[unroll]] for (uint i = 0u; i < ROWS; ++i) {
+                const uint ri = r + i * wg;
+                if (ri < len) {
+                    float key = s[i];
+                    if (!l2) {
+                        if (pc.metric == 1u) {
+                            precise float v = s[i] * inv_norm[base + ri];
+                            key = v;
+                        }
+                        key = -key;
+                    }
+                    bs_push(key, row_id[base + ri]);
                 }
-                key = -key;
             }
-            bs_push(key, row_id[base + r]);
         }
     }
     bs_merge(pc.k);

@@ -22,7 +22,8 @@ pub const ENV_DEVICE: &str = "DIVERSITY_DEVICE";
 pub const ENV_L2_BYTES: &str = "DIVERSITY_L2_BYTES";
 /// Environment variable turning optional features off, comma separated: `fp16`, `timestamps`,
 /// `subgroups` (the gram engine then reduces through shared memory), `coopmat` (the scan then
-/// runs its fp32 kernels, not the tensor-core filter).
+/// runs its fp32 kernels, not the tensor-core filter), `float64` (k-means then sums its
+/// clusters on the host).
 /// Every fallback path can so be tested on any machine.
 pub const ENV_DISABLE: &str = "DIVERSITY_DISABLE";
 /// Environment variable that turns validation layers on (`1`) for every context.
@@ -98,6 +99,9 @@ pub struct Capabilities {
     /// every new pipeline's statistics (registers, spills, shared memory, as the driver names
     /// them) are printed to stderr — a diagnostic for kernel work, off by default.
     pub pipeline_stats: bool,
+    /// `shaderFloat64`: k-means sums its clusters on the device in float64
+    /// ([`crate::ivf::kmeans()`]); off with `DIVERSITY_DISABLE=float64`.
+    pub float64: bool,
 }
 
 /// lavapipe's per-invocation loop-iteration cap (see [`Capabilities::loop_limit`]).
@@ -605,6 +609,7 @@ impl Context {
         unsafe { instance.get_physical_device_features2(pd, &mut feats2) };
         let buffer_array_indexing =
             feats2.features.shader_storage_buffer_array_dynamic_indexing == vk::TRUE;
+        let float64 = feats2.features.shader_float64 == vk::TRUE && !disabled("float64");
         let coopmat_feature = fcm.cooperative_matrix == vk::TRUE;
         let pipeline_stats = want_stats && fpe.pipeline_executable_info == vk::TRUE;
         let qfs = unsafe { instance.get_physical_device_queue_family_properties(pd) };
@@ -702,6 +707,7 @@ impl Context {
             loop_limit,
             coopmat,
             pipeline_stats,
+            float64,
         };
         let priorities = [1.0f32];
         let queue_info = [vk::DeviceQueueCreateInfo::default()
@@ -728,7 +734,8 @@ impl Context {
         let mut en_pe = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default()
             .pipeline_executable_info(true);
         let base_features = vk::PhysicalDeviceFeatures::default()
-            .shader_storage_buffer_array_dynamic_indexing(caps.buffer_array_indexing);
+            .shader_storage_buffer_array_dynamic_indexing(caps.buffer_array_indexing)
+            .shader_float64(caps.float64);
         let info = vk::DeviceCreateInfo::default()
             .queue_create_infos(&queue_info)
             .enabled_features(&base_features)
@@ -1049,6 +1056,7 @@ pub(crate) fn test_caps(sg: u32, loop_limit: Option<u64>) -> Capabilities {
         loop_limit,
         coopmat: false,
         pipeline_stats: false,
+        float64: true,
     }
 }
 

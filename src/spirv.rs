@@ -50,8 +50,10 @@ pub(crate) const KNN_SORT: Shader = shader!("knn_sort");
 pub(crate) const KNN_MERGE: Shader = shader!("knn_merge");
 pub(crate) const KNN_WARP: Shader = shader!("knn_warp");
 pub(crate) const IVFPQ_SCAN: Shader = shader!("ivfpq_scan");
+pub(crate) const KNN_GATHER: Shader = shader!("knn_gather");
 pub(crate) const LOOP_PROBE: Shader = shader!("loop_probe");
 pub(crate) const IVF_SCAN: Shader = shader!("ivf_scan");
+pub(crate) const KMEANS_UPDATE: Shader = shader!("kmeans_update");
 
 /// The SPIR-V of `shader` for tables stored at precision `p` (each shader is compiled once per
 /// storage precision; the arithmetic is fp32 in both).

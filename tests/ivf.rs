@@ -50,6 +50,8 @@ fn opts(nlist: usize, metric: Metric, precision: Precision) -> IvfOptions {
 #[test]
 fn one_lloyd_step_is_the_float64_step() {
     let ctx = ctx();
+    // lavapipe has shaderFloat64: the cluster sums below are the device's.
+    eprintln!("cluster sums on the device: {}", ctx.caps().float64);
     let (n, d, k) = (1500, 24, 20);
     let t = random_table(n, d, 11);
     let init = rows(&t, &(0..k).map(|i| i * 7).collect::<Vec<_>>());
@@ -100,6 +102,26 @@ fn one_lloyd_step_is_the_float64_step() {
             let want = (sums[c * d + j] / counts[c] as f64) as f32;
             assert_eq!(km.centroids[c * d + j], want, "centroid {c} column {j}");
         }
+    }
+    assert_clean(&ctx);
+}
+
+/// A cluster larger than one invocation's loop budget (lavapipe) is summed over several
+/// dispatches, each continuing the float64 sums of the one before: still the float64 mean.
+#[test]
+fn a_large_cluster_is_the_float64_mean() {
+    let ctx = ctx();
+    let (n, d) = (120_000, 3);
+    let t = random_table(n, d, 3);
+    let o = KMeansOptions {
+        iters: 1,
+        max_points_per_centroid: 0,
+        ..KMeansOptions::default()
+    };
+    let km = kmeans(&ctx, &t, 1, &o).unwrap();
+    for j in 0..d {
+        let s: f64 = (0..n).map(|i| t.row(i)[j] as f64).sum();
+        assert_eq!(km.centroids[j], (s / n as f64) as f32, "column {j}");
     }
     assert_clean(&ctx);
 }
@@ -230,7 +252,7 @@ fn ivf_flat_with_every_list_probed_is_the_exact_search() {
                 assert_eq!(ix.ntotal(), t.n());
                 assert_eq!(ix.list_sizes().iter().sum::<usize>(), t.n());
                 let dt = DeviceTable::upload(&ctx, t, p).unwrap();
-                for k in [1, 17] {
+                for k in [1, 17, 100] {
                     let ko = KnnOptions {
                         k,
                         metric: m,
@@ -241,6 +263,8 @@ fn ivf_flat_with_every_list_probed_is_the_exact_search() {
                     let what = format!("{name} {p:?} {m:?} k={k}");
                     assert_same(&got, &want, &what);
                     assert_eq!(rep.rows_scanned, (t.n() * 40) as u64, "{what}");
+                    // k ≤ 64: the one-dispatch list scan; past it, per-list k-NN and a merge.
+                    assert_eq!(rep.list_scan, k <= 64, "{what}");
                     if k == 1 {
                         // nprobe past nlist is clamped.
                         let (again, _) = ix.search(q.data(), q.d(), 99, &ko).unwrap();
@@ -263,6 +287,43 @@ fn ivf_flat_with_every_list_probed_is_the_exact_search() {
                 "no ties tested"
             );
         }
+    }
+    assert_clean(&ctx);
+}
+
+/// Where a device caps an invocation's loop iterations (lavapipe), the list scan is cut into
+/// dispatches over probe ranks and over rows of long lists, each starting from the k best of the
+/// one before: still the exact search of the probed rows, bit for bit.
+#[test]
+fn a_scan_cut_into_dispatches_is_still_exact() {
+    let ctx = ctx();
+    if ctx.caps().loop_limit.is_none() {
+        eprintln!("no loop cap on this device: nothing to cut");
+        return;
+    }
+    // D = 1,024: about 45 rows of 128 invocations a dispatch.
+    let d = 1024;
+    let t = random_table(6000, d, 5);
+    let q = Table::new(rows(&t, &[0, 999, 2500, 5999]), 4, d).unwrap();
+    let dt = DeviceTable::upload(&ctx, &t, Precision::Fp32).unwrap();
+    let ko = KnnOptions {
+        k: 20,
+        metric: Metric::L2,
+        ..KnnOptions::default()
+    };
+    let want = knn_flat(&dt, q.data(), d, &ko).unwrap();
+    // 40 short lists (probe ranks split over dispatches), then one long list (its rows
+    // split).
+    for nlist in [40, 1] {
+        let mut o = opts(nlist, Metric::L2, Precision::Fp32);
+        o.kmeans.iters = 2;
+        let mut ix = IvfFlat::new(&ctx, d, &o).unwrap();
+        ix.train(&t).unwrap();
+        ix.add(&t).unwrap();
+        let (got, rep) = ix.search(q.data(), d, nlist, &ko).unwrap();
+        assert!(rep.list_scan);
+        assert!(rep.scan_dispatches > 1, "nlist {nlist}: one dispatch");
+        assert_same(&got, &want, &format!("nlist {nlist}"));
     }
     assert_clean(&ctx);
 }

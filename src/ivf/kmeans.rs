@@ -20,10 +20,11 @@
 //!   random draws come from `seed` alone (SplitMix64), the device's keys and selection are
 //!   deterministic, and the host sums run in row order.
 
+use super::update;
 use crate::device::Context;
 use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
-use crate::knn::{knn_flat, KnnOptions, Metric};
+use crate::knn::{knn_flat, knn_resident, DeviceQueries, KnnOptions, Metric};
 use crate::table::{Precision, Table};
 
 /// How [`kmeans`] runs.
@@ -208,13 +209,35 @@ pub fn kmeans(ctx: &Context, table: &Table, k: usize, opts: &KMeansOptions) -> R
         splits: 0,
         gpu_ns: 0,
     };
+    if opts.iters == 0 {
+        out.centroids = centroids;
+        return Ok(out);
+    }
+    // The training rows stay on the device: the assignment's queries every iteration, and the
+    // rows the device sums (with float64; else the host sums them).
+    let rows = DeviceQueries::upload(ctx, train, d, Metric::L2)?;
+    let device_sums = update::on_device(ctx, m, d);
+    let ko = KnnOptions {
+        k: 1,
+        metric: Metric::L2,
+        ..KnnOptions::default()
+    };
     for _ in 0..opts.iters {
         let c = Table::new(centroids, k, d)?;
-        let (ids, dist, ns) = assign(ctx, &c, train, d)?;
-        out.gpu_ns += ns;
-        out.objective.push(dist.iter().map(|&v| v as f64).sum());
+        let dt = DeviceTable::upload(ctx, &c, Precision::Fp32)?;
+        let r = knn_resident(&dt, &rows, &ko)?;
+        // k = 1 ≤ N: no padding, every id is a centroid.
+        let ids: Vec<u32> = r.ids.iter().map(|&i| i as u32).collect();
+        out.gpu_ns += r.gpu_ns;
+        out.objective
+            .push(r.distances.iter().map(|&v| v as f64).sum());
         centroids = c.data().to_vec();
-        out.splits += update(&mut centroids, train, d, &ids);
+        out.splits += if device_sums {
+            let sums = update::cluster_sums(ctx, rows.buffer(), d, &ids, k)?;
+            finish(&mut centroids, &sums, d, &ids)
+        } else {
+            update(&mut centroids, train, d, &ids)
+        };
     }
     out.centroids = centroids;
     Ok(out)
@@ -228,13 +251,22 @@ const SPLIT_EPS: f32 = 1.0 / 1024.0;
 pub(crate) fn update(centroids: &mut [f32], train: &[f32], d: usize, ids: &[u32]) -> usize {
     let k = centroids.len() / d;
     let mut sums = vec![0f64; k * d];
-    let mut counts = vec![0usize; k];
     for (row, &c) in train.chunks_exact(d).zip(ids) {
         let c = c as usize;
-        counts[c] += 1;
         for (s, &v) in sums[c * d..(c + 1) * d].iter_mut().zip(row) {
             *s += v as f64;
         }
+    }
+    finish(centroids, &sums, d, ids)
+}
+
+/// The rest of the update from the clusters' float64 sums (k × D, each cluster's rows added in
+/// ascending row order): the means, rounded to f32 once, then the splits of empty clusters.
+pub(crate) fn finish(centroids: &mut [f32], sums: &[f64], d: usize, ids: &[u32]) -> usize {
+    let k = centroids.len() / d;
+    let mut counts = vec![0usize; k];
+    for &c in ids {
+        counts[c as usize] += 1;
     }
     for c in 0..k {
         if counts[c] > 0 {

@@ -32,6 +32,7 @@ pub mod pq;
 mod pq_file;
 mod pq_scan;
 mod scan;
+mod update;
 
 pub use file::{IVF_MAGIC, IVF_VERSION};
 pub use ivfpq::{IvfPq, IvfPqOptions, IvfPqSearch};
@@ -101,6 +102,9 @@ pub struct IvfSearchReport {
     /// Whether the one-dispatch list scan ran (k ≤ [`MAX_SCAN_K`] and D ≤ [`MAX_SCAN_DIM`]);
     /// otherwise each probed list was searched by the exact k-NN and the results merged.
     pub list_scan: bool,
+    /// Dispatches of the list scan (1 a query tile on a GPU; more where a device caps the loop
+    /// iterations of an invocation, each carrying the k best to the next).
+    pub scan_dispatches: usize,
 }
 
 impl IvfFlat {
@@ -255,7 +259,9 @@ impl IvfFlat {
             metric: self.metric,
             ..KnnOptions::default()
         };
+        let tt = std::time::Instant::now();
         let probes = knn_flat(coarse, queries, dim, &copts)?;
+        tprof("coarse", tt);
         let mut report = IvfSearchReport {
             nprobe,
             coarse_ns: probes.gpu_ns,
@@ -297,8 +303,11 @@ impl IvfFlat {
             if let Some(slab) = &self.slab {
                 let rows = crate::knn::query_rows(queries, self.d, self.metric);
                 let pr: Vec<u32> = probes.ids.iter().map(|&l| l as u32).collect();
-                let (keys, ids, ns) = slab.scan(&rows, &pr, nprobe, k, self.metric)?;
+                tprof("pre-scan", tt);
+                let (keys, ids, ns, steps) = slab.scan(&rows, &pr, nprobe, k, self.metric)?;
+                tprof("scan", tt);
                 report.lists_ns = ns;
+                report.scan_dispatches = steps;
                 for (&key, &id) in keys.iter().zip(&ids) {
                     if id == u32::MAX {
                         out.ids.push(NO_ID);
@@ -313,6 +322,7 @@ impl IvfFlat {
                 out.distances = vec![pad; nq * k];
             }
             out.gpu_ns = report.coarse_ns + report.lists_ns;
+            tprof("end", tt);
             return Ok((out, report));
         }
         // Large k or D: the exact k-NN of each probed list with the queries that probe it,
@@ -400,4 +410,10 @@ fn normalized(t: &Table) -> Result<Table> {
         data.extend(r.iter().map(|&v| (v as f64 * inv) as f32));
     }
     Table::new(data, t.n(), d)
+}
+
+pub(crate) fn tprof(what: &str, t: std::time::Instant) {
+    if std::env::var_os("DIVERSITY_IVF_TIMES").is_some() {
+        eprintln!("  {what} {:.3} ms", t.elapsed().as_secs_f64() * 1e3);
+    }
 }

@@ -31,6 +31,8 @@ use crate::table::{Precision, Table};
 
 /// Invocations a workgroup (one query).
 const SCAN_WG: usize = 128;
+/// Rows an invocation scans at a time (independent fused multiply-add chains in flight).
+const SCAN_ROWS: usize = 1;
 /// Rows a block of the interleaved layout.
 const BLOCK: usize = 32;
 /// The largest k of the list scan (block_select.glsl's queue bound); larger k search list by
@@ -145,7 +147,8 @@ impl Slab {
 
     /// The k best `(key, id)` pairs of each query (`queries`: the device's query rows, unit
     /// rows for cosine) among the rows of the lists `probes` names (`nprobe` a query,
-    /// row-major), best first, padded with (+∞, `u32::MAX`); and the GPU nanoseconds.
+    /// row-major), best first, padded with (+∞, `u32::MAX`); the GPU nanoseconds; and the
+    /// dispatches recorded.
     pub fn scan(
         &self,
         queries: &[f32],
@@ -153,20 +156,23 @@ impl Slab {
         nprobe: usize,
         k: usize,
         metric: Metric,
-    ) -> Result<(Vec<f32>, Vec<u32>, u64)> {
+    ) -> Result<(Vec<f32>, Vec<u32>, u64, usize)> {
+        let tt = std::time::Instant::now();
         let ctx = &self.ctx;
         let d = self.d;
         let nq = queries.len() / d;
         if nq == 0 {
-            return Ok((Vec::new(), Vec::new(), 0));
+            return Ok((Vec::new(), Vec::new(), 0, 0));
         }
         let bs_k = k.next_power_of_two();
-        let steps = dispatches(ctx.caps(), d, k, bs_k, nprobe, self.max_len)?;
+        let (wg, ilp) = shape();
+        let steps = dispatches(ctx.caps(), wg, d, k, bs_k, nprobe, self.max_len)?;
         let pipe = ctx.pipeline(PipelineKey {
             spirv: spirv_for(&spirv::IVF_SCAN, self.precision),
-            spec: vec![SCAN_WG as u32, bs_k as u32],
+            spec: vec![wg as u32, bs_k as u32, ilp as u32],
             push_bytes: checked_push::<ScanPush>(&spirv::IVF_SCAN)?,
         })?;
+        super::tprof("s.pipe", tt);
         let qbuf = ctx.upload("IVF queries", bytemuck::cast_slice(queries))?;
         let pbuf = ctx.upload("IVF probes", bytemuck::cast_slice(probes))?;
         let out_bytes = (nq * k * 4) as u64;
@@ -186,6 +192,7 @@ impl Slab {
             ],
             &[],
         )?;
+        super::tprof("s.bufs", tt);
         let mut sub = Submitter::new(ctx)?;
         let dev = ctx.device();
         let mut gpu_ns = 0;
@@ -217,6 +224,7 @@ impl Slab {
                 })?;
             }
         }
+        super::tprof("s.run", tt);
         drop(set);
         let keys = ctx
             .download(&out_key, 0, out_bytes)?
@@ -228,7 +236,29 @@ impl Slab {
             .chunks_exact(4)
             .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect();
-        Ok((keys, ids, gpu_ns))
+        super::tprof("s.down", tt);
+        Ok((keys, ids, gpu_ns, steps.len() * nq.div_ceil(QUERY_TILE)))
+    }
+}
+
+/// The scan's workgroup size and rows an invocation scans at a time: [`SCAN_WG`] and
+/// [`SCAN_ROWS`], or `DIVERSITY_IVF_SCAN=wg,rows` (a tuning experiment; wg a power of two from 32
+/// to 256, rows 1 to 4).
+fn shape() -> (usize, usize) {
+    let parsed = std::env::var("DIVERSITY_IVF_SCAN").ok().and_then(|v| {
+        let (a, b) = v.split_once(',')?;
+        Some((
+            a.trim().parse::<usize>().ok()?,
+            b.trim().parse::<usize>().ok()?,
+        ))
+    });
+    match parsed {
+        Some((wg, rows))
+            if wg.is_power_of_two() && (32..=256).contains(&wg) && (1..=4).contains(&rows) =>
+        {
+            (wg, rows)
+        }
+        _ => (SCAN_WG, SCAN_ROWS),
     }
 }
 
@@ -261,6 +291,7 @@ fn interleave<T: Copy + Default>(src: &[T], rows: usize, d: usize) -> Vec<T> {
 /// its rows' chains over d and queue insertions, and the merge — within the budget.
 pub(crate) fn dispatches(
     caps: &Capabilities,
+    wg: usize,
     d: usize,
     k: usize,
     bs_k: usize,
@@ -271,10 +302,10 @@ pub(crate) fn dispatches(
         return Ok(vec![(0, nprobe, 0, usize::MAX)]);
     }
     let budget = loop_budget(caps) as usize;
-    let log_wg = SCAN_WG.trailing_zeros() as usize;
-    let fixed = d.div_ceil(SCAN_WG) + bs_k + k * (log_wg + 2 + bs_k) + 8;
+    let log_wg = wg.trailing_zeros() as usize;
+    let fixed = d.div_ceil(wg) + bs_k + k * (log_wg + 2 + bs_k) + 8;
     let per_row = d + bs_k + 1;
-    let per_probe = 1 + max_len.div_ceil(SCAN_WG) * per_row;
+    let per_probe = 1 + max_len.div_ceil(wg) * per_row;
     if fixed + per_probe <= budget {
         let step = (budget - fixed) / per_probe;
         return Ok((0..nprobe)
@@ -283,7 +314,7 @@ pub(crate) fn dispatches(
             .collect());
     }
     // One probe rank at a time, its lists' rows in ranges.
-    let rows = budget.saturating_sub(fixed + 1) / per_row * SCAN_WG;
+    let rows = budget.saturating_sub(fixed + 1) / per_row * wg;
     if rows == 0 {
         crate::device::check_loop_budget(caps, "the IVF list scan", (fixed + 1 + per_row) as u64)?;
     }
@@ -315,16 +346,19 @@ mod tests {
     #[test]
     fn dispatches_fit_the_loop_cap() {
         let free = crate::device::test_caps(32, None);
-        assert_eq!(dispatches(&free, 384, 10, 16, 7, 5000).unwrap().len(), 1);
+        assert_eq!(
+            dispatches(&free, 128, 384, 10, 16, 7, 5000).unwrap().len(),
+            1
+        );
         let capped = crate::device::test_caps(8, Some(65_535));
         // Short lists: several probes a dispatch, every rank covered once, rows whole.
-        let s = dispatches(&capped, 16, 10, 16, 50, 200).unwrap();
+        let s = dispatches(&capped, 128, 384, 10, 16, 50, 2000).unwrap();
         assert!(s.len() > 1);
         assert_eq!(s.first().unwrap().0, 0);
         assert_eq!(s.last().unwrap().1, 50);
         assert!(s.windows(2).all(|w| w[0].1 == w[1].0));
         // Long lists: one rank at a time, rows in ranges covering the longest list.
-        let s = dispatches(&capped, 384, 10, 16, 2, 200_000).unwrap();
+        let s = dispatches(&capped, 128, 384, 10, 16, 2, 200_000).unwrap();
         assert!(s.iter().all(|&(p0, p1, _, _)| p1 == p0 + 1));
         assert_eq!(
             s.iter().filter(|e| e.0 == 1).map(|e| e.3).max(),

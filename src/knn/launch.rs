@@ -97,6 +97,7 @@ pub(super) struct Pipelines {
     pub sort: Arc<Pipeline>,
     pub merge: Arc<Pipeline>,
     pub warp: Option<Arc<Pipeline>>,
+    pub gather: Arc<Pipeline>,
 }
 
 impl Pipelines {
@@ -137,11 +138,17 @@ impl Pipelines {
             spec: vec![],
             push_bytes: checked_push::<MergePush>(&spirv::KNN_MERGE)?,
         })?;
+        let gather = ctx.pipeline(PipelineKey {
+            spirv: spirv_for(&spirv::KNN_GATHER, prec),
+            spec: vec![],
+            push_bytes: checked_push::<super::scratch::GatherPush>(&spirv::KNN_GATHER)?,
+        })?;
         Ok(Pipelines {
             dist,
             sort,
             merge,
             warp,
+            gather,
         })
     }
 }

@@ -371,18 +371,39 @@ pub fn knn_flat(
         return Ok(out);
     }
     let scratch = Scratch::new(table, &plan, &scratch::query_rows(queries, d, opts.metric))?;
-    let pipes = Pipelines::new(ctx, table.precision(), &plan)?;
+    run(table, &plan, &scratch, nq, opts.metric, &mut out)?;
+    drop(scratch);
+    if opts.verify > 0 {
+        let stored = verify::stored_table(table)?;
+        let sample = verify::verify_sample(nq, opts.verify);
+        out.verified = verify::verify_result(&stored, queries, opts.metric, &out, &sample)?;
+    }
+    Ok(out)
+}
+
+/// Records and runs every query tile of a call whose queries are in `scratch`, appending each
+/// tile's k best to `out`.
+fn run(
+    table: &DeviceTable,
+    plan: &plan::Plan,
+    scratch: &Scratch,
+    nq: usize,
+    metric: Metric,
+    out: &mut KnnResult,
+) -> Result<()> {
+    let ctx = table.context();
+    let pipes = Pipelines::new(ctx, table.precision(), plan)?;
     let sub = std::cell::RefCell::new(Submitter::new(ctx)?);
     let mut q0 = 0;
     while q0 < nq {
         let qn = plan.query_tile.min(nq - q0);
         let l = Launch {
-            plan: &plan,
+            plan,
             pipes: &pipes,
             set: scratch.set.set,
             sub: &sub,
             dev: ctx.device(),
-            metric: opts.metric.code(),
+            metric: metric.code(),
             q0,
             qn,
         };
@@ -392,14 +413,79 @@ pub fn knn_flat(
             KnnPath::FullRanking { padded } => full::record(&l, padded)?,
         };
         out.gpu_ns += gpu_ns;
-        scratch.download_into(table, &plan, side, qn, opts.metric, &mut out)?;
+        scratch.download_into(table, plan, &pipes.gather, &sub, side, qn, metric, out)?;
         q0 += qn;
     }
-    drop(scratch);
-    if opts.verify > 0 {
-        let stored = verify::stored_table(table)?;
-        let sample = verify::verify_sample(nq, opts.verify);
-        out.verified = verify::verify_result(&stored, queries, opts.metric, &out, &sample)?;
+    Ok(())
+}
+
+/// Query rows kept on the device for several [`knn_resident`] calls (k-means assigns the same
+/// training rows every iteration): the rows as the shaders read them (unit rows for cosine).
+pub(crate) struct DeviceQueries {
+    buf: crate::device::Buffer,
+    nq: usize,
+    d: usize,
+    metric: Metric,
+}
+
+impl DeviceQueries {
+    /// Checks (as [`knn_flat`] does) and uploads `queries`, rows of dimension `d`, for searches
+    /// by `metric`.
+    pub(crate) fn upload(
+        ctx: &Context,
+        queries: &[f32],
+        d: usize,
+        metric: Metric,
+    ) -> Result<DeviceQueries> {
+        let probe = KnnOptions {
+            k: 1,
+            metric,
+            ..KnnOptions::default()
+        };
+        let nq = check_queries(d, queries, d, &probe)?;
+        let rows = scratch::query_rows(queries, d, metric);
+        let buf = ctx.upload("k-NN queries", bytemuck::cast_slice(&rows))?;
+        Ok(DeviceQueries { buf, nq, d, metric })
+    }
+
+    /// The device buffer (row-major f32, `nq × d`).
+    pub(crate) fn buffer(&self) -> &crate::device::Buffer {
+        &self.buf
+    }
+}
+
+/// [`knn_flat`] of queries already on the device (`opts.metric` must be theirs; no `verify`).
+pub(crate) fn knn_resident(
+    table: &DeviceTable,
+    queries: &DeviceQueries,
+    opts: &KnnOptions,
+) -> Result<KnnResult> {
+    let ctx = table.context();
+    if queries.d != table.d() || queries.metric != opts.metric || opts.verify > 0 {
+        return Err(Error::Invalid(
+            "internal: resident queries of another dimension or metric, or verify".into(),
+        ));
+    }
+    if opts.k == 0 {
+        return Err(Error::Invalid("k-NN needs k ≥ 1".into()));
+    }
+    let nq = queries.nq;
+    check_result_size(nq, opts.k)?;
+    let plan = plan::plan(ctx.caps(), table.n(), table.d(), nq, opts)?;
+    let mut out = KnnResult {
+        k: opts.k,
+        queries: nq,
+        ids: Vec::with_capacity(nq * opts.k),
+        distances: Vec::with_capacity(nq * opts.k),
+        path: plan.path,
+        subgroups: plan.subgroups,
+        query_tile: plan.query_tile,
+        gpu_ns: 0,
+        verified: 0,
+    };
+    if nq > 0 {
+        let scratch = Scratch::with_queries(table, &plan, &queries.buf)?;
+        run(table, &plan, &scratch, nq, opts.metric, &mut out)?;
     }
     Ok(out)
 }

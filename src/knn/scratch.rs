@@ -6,9 +6,25 @@ use super::launch::Side;
 use super::plan::Plan;
 use super::{KnnResult, Metric, NO_ID};
 use crate::device::Buffer;
+use crate::device::Pipeline;
 use crate::device_table::DeviceTable;
 use crate::error::Result;
-use crate::submit::Set;
+use crate::submit::{bind, Set, Submitter};
+use std::cell::RefCell;
+
+/// Results of at most this many pairs a query are packed on the device for one download
+/// (`knn_gather.comp`); longer ones come back as a region a query.
+const GATHER_KE: usize = 256;
+
+/// `knn_gather.comp`'s push block.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+pub(crate) struct GatherPush {
+    pub stride: u32,
+    pub ke: u32,
+    pub qn: u32,
+    pub from_b: u32,
+}
 
 /// A scratch id that marks padding (the shaders' `NO_ID`).
 const NO_ID_U32: u32 = u32::MAX;
@@ -31,80 +47,158 @@ pub(crate) fn query_rows(queries: &[f32], d: usize, metric: Metric) -> Vec<f32> 
 
 /// The queries and the scratch of one query tile, bound in one descriptor set (bindings 0–6 of
 /// the k-NN shaders: table, inverse norms, queries, keys A, ids A, keys B, ids B).
-pub(super) struct Scratch {
+pub(super) struct Scratch<'q> {
     // The set first: dropped before the buffers it names.
     pub set: Set,
-    _queries: Buffer,
+    /// The queries when the scratch uploaded them ([`Scratch::new`]).
+    _queries: Option<Buffer>,
+    _borrow: std::marker::PhantomData<&'q Buffer>,
     keys_a: Buffer,
     ids_a: Buffer,
     keys_b: Buffer,
     ids_b: Buffer,
+    /// Where `knn_gather.comp` packs short results (`plan.ke` ≤ [`GATHER_KE`]).
+    packed: Option<Buffer>,
 }
 
-impl Scratch {
+impl<'q> Scratch<'q> {
     /// Uploads `rows` (from [`query_rows`]) and allocates the scratch the plan asks for.
-    pub fn new(table: &DeviceTable, plan: &Plan, rows: &[f32]) -> Result<Scratch> {
+    pub fn new(table: &DeviceTable, plan: &Plan, rows: &[f32]) -> Result<Scratch<'static>> {
+        let queries = table
+            .context()
+            .upload("k-NN queries", bytemuck::cast_slice(rows))?;
+        let mut s = Scratch::alloc(table, plan, &queries)?;
+        s._queries = Some(queries);
+        Ok(s)
+    }
+
+    /// The scratch of a call whose query rows are already on the device in `queries` (which
+    /// outlives the scratch: the lifetime holds it).
+    pub fn with_queries(
+        table: &DeviceTable,
+        plan: &Plan,
+        queries: &'q Buffer,
+    ) -> Result<Scratch<'q>> {
+        let s = Scratch::alloc(table, plan, queries)?;
+        Ok(Scratch {
+            set: s.set,
+            _queries: None,
+            _borrow: std::marker::PhantomData,
+            keys_a: s.keys_a,
+            ids_a: s.ids_a,
+            keys_b: s.keys_b,
+            ids_b: s.ids_b,
+            packed: s.packed,
+        })
+    }
+
+    /// The scratch buffers and the set naming `queries`, which the caller keeps alive.
+    fn alloc(table: &DeviceTable, plan: &Plan, queries: &Buffer) -> Result<Scratch<'static>> {
         let ctx = table.context();
-        let queries = ctx.upload("k-NN queries", bytemuck::cast_slice(rows))?;
         let (a_keys, a_ids, b) = plan.scratch_bytes();
         let keys_a = Buffer::storage(ctx, "k-NN keys A", a_keys)?;
         let ids_a = Buffer::storage(ctx, "k-NN ids A", a_ids)?;
         let keys_b = Buffer::storage(ctx, "k-NN keys B", b)?;
         let ids_b = Buffer::storage(ctx, "k-NN ids B", b)?;
-        let set = Set::new(
-            ctx,
-            &[
-                (0, table.data_buffer()),
-                (1, table.inv_norm_buffer()),
-                (2, &queries),
-                (3, &keys_a),
-                (4, &ids_a),
-                (5, &keys_b),
-                (6, &ids_b),
-            ],
-            std::slice::from_ref(&queries),
-        )?;
+        let packed = if plan.ke <= GATHER_KE && plan.ke < plan.stride {
+            Some(Buffer::storage(
+                ctx,
+                "k-NN packed results",
+                (2 * plan.query_tile * plan.ke * 4) as u64,
+            )?)
+        } else {
+            None
+        };
+        let mut singles = vec![
+            (0, table.data_buffer()),
+            (1, table.inv_norm_buffer()),
+            (2, queries),
+            (3, &keys_a),
+            (4, &ids_a),
+            (5, &keys_b),
+            (6, &ids_b),
+        ];
+        if let Some(p) = &packed {
+            singles.push((7, p));
+        }
+        let set = Set::new(ctx, &singles, std::slice::from_ref(queries))?;
         Ok(Scratch {
             set,
-            _queries: queries,
+            _queries: None,
+            _borrow: std::marker::PhantomData,
             keys_a,
             ids_a,
             keys_b,
             ids_b,
+            packed,
         })
     }
 
     /// Appends the k best of the `qn` queries of the tile just run, which are the first
     /// `plan.ke` pairs of each row on `side`, to `out` (distances with the metric's sign;
     /// padding after the N-th).
+    #[allow(clippy::too_many_arguments)]
     pub fn download_into(
         &self,
         table: &DeviceTable,
         plan: &Plan,
+        gather: &Pipeline,
+        sub: &RefCell<Submitter>,
         side: Side,
         qn: usize,
         metric: Metric,
         out: &mut KnnResult,
     ) -> Result<()> {
         let (ke, k) = (plan.ke, out.k);
-        let regions: Vec<(u64, u64)> = (0..qn)
-            .map(|q| (((q * plan.stride) * 4) as u64, (ke * 4) as u64))
-            .collect();
         let (kb, ib) = match side {
             Side::A => (&self.keys_a, &self.ids_a),
             Side::B => (&self.keys_b, &self.ids_b),
         };
         let ctx = table.context();
-        let keys: Vec<f32> = ctx
-            .download_regions(kb, &regions)?
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
-        let ids: Vec<u32> = ctx
-            .download_regions(ib, &regions)?
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
+        let (keys, ids): (Vec<f32>, Vec<u32>) = match &self.packed {
+            // Short rows: packed on the device, one download (a copy region a query costs the
+            // device microseconds each: a k-means assignment of 10⁶ rows spent seconds in them).
+            Some(packed) => {
+                let push = GatherPush {
+                    stride: plan.stride as u32,
+                    ke: ke as u32,
+                    qn: qn as u32,
+                    from_b: (side == Side::B) as u32,
+                };
+                let dev = ctx.device();
+                sub.borrow_mut().run("k-NN gather", |cb| unsafe {
+                    bind(dev, cb, gather, self.set.set, bytemuck::bytes_of(&push));
+                    dev.cmd_dispatch(cb, (qn * ke).div_ceil(256) as u32, 1, 1);
+                })?;
+                let words: Vec<u32> = ctx
+                    .download(packed, 0, (2 * qn * ke * 4) as u64)?
+                    .chunks_exact(4)
+                    .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect();
+                let (k_bits, i_bits) = words.split_at(qn * ke);
+                (
+                    k_bits.iter().map(|&b| f32::from_bits(b)).collect(),
+                    i_bits.to_vec(),
+                )
+            }
+            // Long rows: a region a query.
+            None => {
+                let regions: Vec<(u64, u64)> = (0..qn)
+                    .map(|q| (((q * plan.stride) * 4) as u64, (ke * 4) as u64))
+                    .collect();
+                let words = |buf| -> Result<Vec<[u8; 4]>> {
+                    Ok(ctx
+                        .download_regions(buf, &regions)?
+                        .chunks_exact(4)
+                        .map(|c| [c[0], c[1], c[2], c[3]])
+                        .collect())
+                };
+                (
+                    words(kb)?.into_iter().map(f32::from_le_bytes).collect(),
+                    words(ib)?.into_iter().map(u32::from_le_bytes).collect(),
+                )
+            }
+        };
         let neg = metric != Metric::L2;
         let pad_dist = if neg {
             f32::NEG_INFINITY
