@@ -63,7 +63,8 @@ pub(super) struct PqList {
     pub data: Vec<f32>,
 }
 
-/// The IVF-PQ index (see the [module](self) documentation).
+/// The IVF-PQ index: train, add, search (ADC, optionally re-ranked), save, load (see the
+/// [`crate::ivf`] documentation and `src/ivf/ivfpq.rs`).
 pub struct IvfPq {
     pub(super) ctx: Context,
     pub(super) d: usize,
@@ -274,8 +275,8 @@ impl IvfPq {
     }
 
     /// The k nearest added rows of each query by their ADC distances among the `nprobe` lists
-    /// nearest to it (re-ranked exactly with `k_factor` > 1; see the [module](self)
-    /// documentation). Distances are squared L2, or similarities (inner product, cosine);
+    /// nearest to it (re-ranked exactly with `k_factor` > 1 from the scan's k × k_factor best,
+    /// in float64 on the host). Distances are squared L2, or similarities (inner product, cosine);
     /// missing results are padded with [`NO_ID`] and ±∞. The result's `path` and `query_tile`
     /// are the coarse search's. Errors: the dimension, k = 0, nprobe = 0, k × k_factor >
     /// [`MAX_SCAN_K`], a re-rank without kept rows, untrained, the device's limits.

@@ -188,8 +188,8 @@ pub fn reference_codes(pq: &ProductQuantizer, rows: &[f32]) -> Vec<u8> {
 }
 
 /// The float64 lookup table (M × 256) of one query for one list of centroid `coarse`:
-/// for L2 (`ip` false) entry `(s, c)` is ‖(q − coarse)_s − C_s[c]‖², for inner product q_s · C_s[c]
-/// (`coarse` unused: the list's term q · coarse is added once a distance).
+/// for L2 (`ip` false) entry `(s, c)` is `‖(q − coarse)_s − C_s[c]‖²`, for inner product
+/// `q_s · C_s[c]` (`coarse` unused: the list's term q · coarse is added once a distance).
 pub fn reference_table(pq: &ProductQuantizer, q: &[f32], coarse: &[f32], ip: bool) -> Vec<f64> {
     let dsub = pq.dsub();
     let mut t = Vec::with_capacity(pq.m * PQ_KSUB);
