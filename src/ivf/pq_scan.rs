@@ -275,11 +275,18 @@ mod tests {
             1
         );
         let capped = crate::device::test_caps(8, Some(65_535));
-        let s = dispatches(&capped, 64, 8, 10, 16, 50, 300).unwrap();
-        assert!(s.len() > 1);
+        // Short lists: 221 iterations a probe, 220 probes a dispatch, every rank covered once.
+        let s = dispatches(&capped, 64, 8, 10, 16, 500, 300).unwrap();
+        assert_eq!(s.len(), 3);
         assert_eq!(s.first().unwrap().0, 0);
-        assert_eq!(s.last().unwrap().1, 50);
+        assert_eq!(s.last().unwrap().1, 500);
         assert!(s.windows(2).all(|w| w[0].1 == w[1].0));
+        // tests/ivfpq.rs's loop-cap search: D = 1024, M = 8, 32 probes of short lists in two.
+        assert_eq!(
+            dispatches(&capped, 1024, 8, 10, 16, 32, 100).unwrap().len(),
+            2
+        );
+        // Long lists: one rank at a time, rows in ranges covering the longest list.
         let s = dispatches(&capped, 384, 32, 10, 16, 2, 300_000).unwrap();
         assert!(s.iter().all(|&(p0, p1, _, _)| p1 == p0 + 1));
         assert!(s.last().unwrap().3 >= 300_000);
