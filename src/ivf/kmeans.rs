@@ -20,10 +20,10 @@
 //!   random draws come from `seed` alone (SplitMix64), the device's keys and selection are
 //!   deterministic, and the host sums run in row order.
 
+use super::update;
 use crate::device::Context;
 use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
-use super::update;
 use crate::knn::{knn_flat, knn_resident, DeviceQueries, KnnOptions, Metric};
 use crate::table::{Precision, Table};
 
@@ -229,7 +229,8 @@ pub fn kmeans(ctx: &Context, table: &Table, k: usize, opts: &KMeansOptions) -> R
         // k = 1 ≤ N: no padding, every id is a centroid.
         let ids: Vec<u32> = r.ids.iter().map(|&i| i as u32).collect();
         out.gpu_ns += r.gpu_ns;
-        out.objective.push(r.distances.iter().map(|&v| v as f64).sum());
+        out.objective
+            .push(r.distances.iter().map(|&v| v as f64).sum());
         centroids = c.data().to_vec();
         out.splits += if device_sums {
             let sums = update::cluster_sums(ctx, rows.buffer(), d, &ids, k)?;

@@ -37,7 +37,10 @@ pub use scan::{MAX_SCAN_DIM, MAX_SCAN_K};
 use crate::device::Context;
 use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
-use crate::knn::{check_queries, knn_flat, KnnOptions, KnnResult, Metric, NO_ID};
+use crate::knn::{
+    check_queries, knn_flat, knn_resident, knn_resident_on_device, DeviceQueries, KnnOptions,
+    KnnResult, Metric, NO_ID,
+};
 use crate::table::{Precision, Table};
 
 /// How an [`IvfFlat`] is built.
@@ -98,6 +101,9 @@ pub struct IvfSearchReport {
     /// Dispatches of the list scan (1 a query tile on a GPU; more where a device caps the loop
     /// iterations of an invocation, each carrying the k best to the next).
     pub scan_dispatches: usize,
+    /// Whether the scan read the coarse search's results on the device (no round trip through
+    /// the host; where one query tile of the coarse search holds every query).
+    pub probes_on_device: bool,
 }
 
 impl IvfFlat {
@@ -252,39 +258,34 @@ impl IvfFlat {
             metric: self.metric,
             ..KnnOptions::default()
         };
-        let tt = std::time::Instant::now();
-        let probes = knn_flat(coarse, queries, dim, &copts)?;
-        tprof("coarse", tt);
-        let mut report = IvfSearchReport {
-            nprobe,
-            coarse_ns: probes.gpu_ns,
-            ..IvfSearchReport::default()
-        };
-        for q in 0..nq {
-            for &l in probes.ids_of(q) {
-                report.rows_scanned += self.lists[l as usize].ids.len() as u64;
-            }
-        }
         let k = opts.k;
-        let mut out = KnnResult {
-            k,
-            queries: nq,
-            ids: Vec::with_capacity(nq * k),
-            distances: Vec::with_capacity(nq * k),
-            path: probes.path,
-            subgroups: probes.subgroups,
-            query_tile: probes.query_tile,
-            gpu_ns: 0,
-            verified: 0,
-        };
         let neg = self.metric != Metric::L2;
         let pad = if neg {
             f32::NEG_INFINITY
         } else {
             f32::INFINITY
         };
+        let mut report = IvfSearchReport {
+            nprobe,
+            ..IvfSearchReport::default()
+        };
+        let mut out = KnnResult {
+            k,
+            queries: nq,
+            ids: Vec::with_capacity(nq * k),
+            distances: Vec::with_capacity(nq * k),
+            path: crate::knn::KnnPath::Select { chunk: 0 },
+            subgroups: false,
+            query_tile: 0,
+            gpu_ns: 0,
+            verified: 0,
+        };
+        if nq == 0 {
+            return Ok((out, report));
+        }
         if scan::applies(k, self.d) {
             report.list_scan = true;
+            let tt = std::time::Instant::now();
             if self.slab.is_none() {
                 let lists: Vec<(&[i64], &[f32])> = self
                     .lists
@@ -293,30 +294,83 @@ impl IvfFlat {
                     .collect();
                 self.slab = scan::Slab::build(&self.ctx, &lists, self.d, self.precision)?;
             }
-            if let Some(slab) = &self.slab {
-                let rows = crate::knn::query_rows(queries, self.d, self.metric);
-                let pr: Vec<u32> = probes.ids.iter().map(|&l| l as u32).collect();
-                tprof("pre-scan", tt);
-                let (keys, ids, ns, steps) = slab.scan(&rows, &pr, nprobe, k, self.metric)?;
-                tprof("scan", tt);
-                report.lists_ns = ns;
-                report.scan_dispatches = steps;
-                for (&key, &id) in keys.iter().zip(&ids) {
-                    if id == u32::MAX {
-                        out.ids.push(NO_ID);
-                        out.distances.push(pad);
-                    } else {
-                        out.ids.push(id as i64);
-                        out.distances.push(if neg { -key } else { key });
-                    }
-                }
-            } else {
+            let Some(slab) = &self.slab else {
+                // Nothing added: every result is padding.
                 out.ids = vec![NO_ID; nq * k];
                 out.distances = vec![pad; nq * k];
+                return Ok((out, report));
+            };
+            // The queries go up once: the coarse k-NN's and the scan's. Where the coarse
+            // results can stay on the device, the scan reads its probes there (recorded in the
+            // scan's submission after the packing of the coarse results).
+            let rows = DeviceQueries::upload(&self.ctx, queries, self.d, self.metric)?;
+            tprof("upload", tt);
+            let dk = knn_resident_on_device(coarse, &rows, &copts)?.filter(|dk| dk.ke == nprobe);
+            tprof("coarse", tt);
+            let so = match &dk {
+                Some(dk) => {
+                    report.coarse_ns = dk.gpu_ns;
+                    report.probes_on_device = true;
+                    (out.path, out.subgroups, out.query_tile) = dk.plan_info();
+                    let dev = self.ctx.device();
+                    slab.scan(
+                        rows.buffer(),
+                        nq,
+                        scan::Probes::Device(dk.ids().0, dk.ids().1),
+                        nprobe,
+                        k,
+                        self.metric,
+                        |cb| unsafe { dk.record_gather(dev, cb) },
+                    )?
+                }
+                None => {
+                    let probes = knn_resident(coarse, &rows, &copts)?;
+                    report.coarse_ns = probes.gpu_ns;
+                    (out.path, out.subgroups, out.query_tile) =
+                        (probes.path, probes.subgroups, probes.query_tile);
+                    let pr: Vec<u32> = probes.ids.iter().map(|&l| l as u32).collect();
+                    let mut so = slab.scan(
+                        rows.buffer(),
+                        nq,
+                        scan::Probes::Host(&pr),
+                        nprobe,
+                        k,
+                        self.metric,
+                        |_| {},
+                    )?;
+                    so.probes = pr;
+                    so
+                }
+            };
+            tprof("scan", tt);
+            report.rows_scanned = so
+                .probes
+                .iter()
+                .map(|&l| self.lists[l as usize].ids.len() as u64)
+                .sum();
+            report.lists_ns = so.gpu_ns;
+            report.scan_dispatches = so.dispatches;
+            for (&key, &id) in so.keys.iter().zip(&so.ids) {
+                if id == u32::MAX {
+                    out.ids.push(NO_ID);
+                    out.distances.push(pad);
+                } else {
+                    out.ids.push(id as i64);
+                    out.distances.push(if neg { -key } else { key });
+                }
             }
             out.gpu_ns = report.coarse_ns + report.lists_ns;
             tprof("end", tt);
             return Ok((out, report));
+        }
+        let probes = knn_flat(coarse, queries, dim, &copts)?;
+        report.coarse_ns = probes.gpu_ns;
+        (out.path, out.subgroups, out.query_tile) =
+            (probes.path, probes.subgroups, probes.query_tile);
+        for q in 0..nq {
+            for &l in probes.ids_of(q) {
+                report.rows_scanned += self.lists[l as usize].ids.len() as u64;
+            }
         }
         // Large k or D: the exact k-NN of each probed list with the queries that probe it,
         // merged on the host.

@@ -71,7 +71,6 @@ mod full;
 mod launch;
 mod plan;
 mod scratch;
-pub(crate) use scratch::query_rows;
 mod select;
 pub mod verify;
 mod warp;
@@ -488,4 +487,97 @@ pub(crate) fn knn_resident(
         run(table, &plan, &scratch, nq, opts.metric, &mut out)?;
     }
     Ok(out)
+}
+
+/// The k best of every query of a [`knn_resident`] call left on the device: the ids, `ke` a
+/// query, best first (`u32::MAX` padding past N), at [`DeviceKnn::ids`] once
+/// [`DeviceKnn::record_gather`] has run — packed by `knn_gather.comp` where the scratch rows are
+/// longer than `ke`, the scratch itself where they are not. The IVF search reads its probes
+/// there.
+pub(crate) struct DeviceKnn<'q> {
+    scratch: Scratch<'q>,
+    pipes: Pipelines,
+    plan: plan::Plan,
+    side: launch::Side,
+    /// Pairs kept a query.
+    pub ke: usize,
+    /// GPU nanoseconds of the search.
+    pub gpu_ns: u64,
+}
+
+impl DeviceKnn<'_> {
+    /// The search's path, whether subgroups ran, and its query tile (as in [`KnnResult`]).
+    pub(crate) fn plan_info(&self) -> (KnnPath, bool, usize) {
+        (self.plan.path, self.plan.subgroups, self.plan.query_tile)
+    }
+
+    /// Where the ids are once [`DeviceKnn::record_gather`] has run: a buffer and the word
+    /// where query 0's start, `ke` a query, row after row.
+    pub(crate) fn ids(&self) -> (&crate::device::Buffer, usize) {
+        match self.scratch.packed() {
+            Some(p) => (p, self.plan.query_tile * self.ke),
+            None => (self.scratch.ids(self.side), 0),
+        }
+    }
+
+    /// Records the packing of the results (nothing where the rows are already `ke` long).
+    ///
+    /// # Safety
+    /// `cb` is recording.
+    pub(crate) unsafe fn record_gather(&self, dev: &ash::Device, cb: ash::vk::CommandBuffer) {
+        if self.scratch.packed().is_some() {
+            let nq = self.plan.query_tile;
+            self.scratch
+                .record_gather(dev, cb, &self.pipes.gather, &self.plan, self.side, nq);
+        }
+    }
+}
+
+/// [`knn_resident`] with the results left on the device ([`DeviceKnn`]) — where one query tile
+/// holds every query and the results are packed or already `ke` a row; `None` otherwise (the
+/// caller then runs [`knn_resident`]).
+pub(crate) fn knn_resident_on_device<'q>(
+    table: &DeviceTable,
+    queries: &'q DeviceQueries,
+    opts: &KnnOptions,
+) -> Result<Option<DeviceKnn<'q>>> {
+    let ctx = table.context();
+    if queries.d != table.d() || queries.metric != opts.metric || opts.k == 0 || queries.nq == 0 {
+        return Ok(None);
+    }
+    let mut plan = plan::plan(ctx.caps(), table.n(), table.d(), queries.nq, opts)?;
+    if plan.query_tile < queries.nq {
+        return Ok(None);
+    }
+    plan.query_tile = queries.nq;
+    let scratch = Scratch::with_queries(table, &plan, &queries.buf)?;
+    if scratch.packed().is_none() && plan.stride != plan.ke {
+        return Ok(None);
+    }
+    let pipes = Pipelines::new(ctx, table.precision(), &plan)?;
+    let sub = std::cell::RefCell::new(Submitter::new(ctx)?);
+    let l = Launch {
+        plan: &plan,
+        pipes: &pipes,
+        set: scratch.set.set,
+        sub: &sub,
+        dev: ctx.device(),
+        metric: opts.metric.code(),
+        q0: 0,
+        qn: queries.nq,
+    };
+    let (gpu_ns, side) = match plan.path {
+        KnnPath::WarpSelect { fused, .. } => warp::record(&l, fused)?,
+        KnnPath::Select { chunk } => select::record(&l, chunk)?,
+        KnnPath::FullRanking { padded } => full::record(&l, padded)?,
+    };
+    drop(sub);
+    Ok(Some(DeviceKnn {
+        ke: plan.ke,
+        scratch,
+        pipes,
+        plan,
+        side,
+        gpu_ns,
+    }))
 }
