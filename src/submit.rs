@@ -78,16 +78,6 @@ impl Context {
 
     /// Wait for `fence`; `what` names the work in a device-lost error.
     pub(crate) fn wait(&self, fence: vk::Fence, what: &str) -> Result<()> {
-        let spin = spin_wait();
-        if !spin.is_zero() {
-            let t0 = std::time::Instant::now();
-            while t0.elapsed() < spin {
-                if let Ok(true) = unsafe { self.device().get_fence_status(fence) } {
-                    return Ok(());
-                }
-                std::hint::spin_loop();
-            }
-        }
         unsafe { self.device().wait_for_fences(&[fence], true, u64::MAX) }.map_err(|e| {
             if e == vk::Result::ERROR_DEVICE_LOST {
                 Error::DeviceLost(what.to_string())
@@ -350,15 +340,3 @@ pub(crate) unsafe fn bind(
     dev.cmd_push_constants(cb, p.layout, vk::ShaderStageFlags::COMPUTE, 0, push);
 }
 
-/// How long a wait polls its fence before blocking: `DIVERSITY_SPIN_US` microseconds (an
-/// experiment: a blocking wait on some drivers returns a fraction of a millisecond late).
-fn spin_wait() -> std::time::Duration {
-    static SPIN: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
-    *SPIN.get_or_init(|| {
-        let us = std::env::var("DIVERSITY_SPIN_US")
-            .ok()
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0);
-        std::time::Duration::from_micros(us)
-    })
-}
