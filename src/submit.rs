@@ -339,4 +339,3 @@ pub(crate) unsafe fn bind(
     dev.cmd_bind_descriptor_sets(cb, vk::PipelineBindPoint::COMPUTE, p.layout, 0, &[set], &[]);
     dev.cmd_push_constants(cb, p.layout, vk::ShaderStageFlags::COMPUTE, 0, push);
 }
-
