@@ -7,23 +7,29 @@
 //! cosine, as spherical k-means does). *Add*: each row goes to the list of its nearest centroid
 //! by the index's metric (the device's k-NN with k = 1 against the centroids) and gets the next
 //! id (0, 1, … in the order added). *Search*: the `nprobe` nearest centroids of each query (the
-//! device's k-NN with k = nprobe), then the exact k-NN of the query against each probed list,
-//! on the device, and a merge of the per-list k-lists on the host.
+//! device's exact k-NN with k = nprobe), then **one dispatch** that scans, for every query, the
+//! rows of the lists it probes and keeps its k best (`scan.rs`, `shaders/ivf_scan.comp`: a
+//! workgroup a query, the lists in one slab interleaved by blocks of 32 rows, a sorted queue per
+//! invocation and a workgroup merge — Faiss GPU's IVF scan and block select). The queries go up
+//! once for both steps, the scan reads its probes where the coarse search left them on the
+//! device, recorded in the same submission, and the keys, ids and probes come back in one
+//! download. k ≤ [`MAX_SCAN_K`] and D ≤ [`MAX_SCAN_DIM`]; past them each probed list is searched
+//! by the exact k-NN with the queries that probe it and the per-list k-lists merged on the host.
 //!
-//! Every list is a [`DeviceTable`] of its rows, uploaded on the first search after it changed
-//! (an add re-uploads only the lists it touched). A search runs one k-NN call per non-empty
-//! probed list, with the queries that probe it: that is many small dispatches when nlist is
-//! large, not yet the one-kernel list scan of Faiss GPU.
+//! The slab is built on the first search after an add (the whole index is uploaded again; adds
+//! that only append to lists do not yet grow it in place).
 //!
 //! # Why nprobe = nlist is the exact search, bit for bit
 //! A (query, row) key is one fused multiply-add chain from the stored row, the query and
 //! (cosine) the row's own inverse norm — it does not depend on which other rows share the
-//! device table (see [`crate::multi`]). Each list holds its rows in ascending id order, so the
-//! device's order on `(key, position in the list)` is the order on `(key, id)`; each list's k
-//! best under it contain the whole table's k best that fall in the list; the host merge sorts
-//! the union by `(key, id)` exactly as the device does (as [`crate::multi`] merges shards). With
-//! every list probed, the result is [`crate::knn::knn_flat`]'s on the whole table in the same
-//! precision: the same ids and distance bits, ties and padding included.
+//! device table (see [`crate::multi`]); the list scan computes it with the same chain. The scan
+//! orders `(key, id)` pairs by the rows' ids, and its block select keeps the k best of a query's
+//! candidates exactly under that order whatever invocation saw which; the per-list path's lists
+//! hold their rows in ascending id order, so each list's k best under the device's order on
+//! `(key, position)` are its k best on `(key, id)`, and the host merge sorts their union by
+//! `(key, id)` (as [`crate::multi`] merges shards). With every list probed, either way, the
+//! result is [`crate::knn::knn_flat`]'s on the whole table in the same precision: the same ids
+//! and distance bits, ties and padding included.
 
 mod file;
 pub mod kmeans;
