@@ -370,7 +370,8 @@ pub fn knn_flat(
         return Ok(out);
     }
     let scratch = Scratch::new(table, &plan, &scratch::query_rows(queries, d, opts.metric))?;
-    run(table, &plan, &scratch, nq, opts.metric, &mut out)?;
+    let pipes = Pipelines::new(ctx, table.precision(), &plan)?;
+    run(table, &plan, &pipes, &scratch, nq, opts.metric, &mut out)?;
     drop(scratch);
     if opts.verify > 0 {
         let stored = verify::stored_table(table)?;
@@ -385,20 +386,20 @@ pub fn knn_flat(
 fn run(
     table: &DeviceTable,
     plan: &plan::Plan,
+    pipes: &Pipelines,
     scratch: &Scratch,
     nq: usize,
     metric: Metric,
     out: &mut KnnResult,
 ) -> Result<()> {
     let ctx = table.context();
-    let pipes = Pipelines::new(ctx, table.precision(), plan)?;
     let sub = std::cell::RefCell::new(Submitter::new(ctx)?);
     let mut q0 = 0;
     while q0 < nq {
         let qn = plan.query_tile.min(nq - q0);
         let l = Launch {
             plan,
-            pipes: &pipes,
+            pipes,
             set: scratch.set.set,
             sub: &sub,
             dev: ctx.device(),
@@ -442,8 +443,13 @@ impl DeviceQueries {
             ..KnnOptions::default()
         };
         let nq = check_queries(d, queries, d, &probe)?;
-        let rows = scratch::query_rows(queries, d, metric);
-        let buf = ctx.upload("k-NN queries", bytemuck::cast_slice(&rows))?;
+        let buf = match metric {
+            Metric::Cosine => {
+                let rows = scratch::query_rows(queries, d, metric);
+                ctx.upload("k-NN queries", bytemuck::cast_slice(&rows))?
+            }
+            _ => ctx.upload("k-NN queries", bytemuck::cast_slice(queries))?,
+        };
         Ok(DeviceQueries { buf, nq, d, metric })
     }
 
@@ -459,34 +465,83 @@ pub(crate) fn knn_resident(
     queries: &DeviceQueries,
     opts: &KnnOptions,
 ) -> Result<KnnResult> {
-    let ctx = table.context();
-    if queries.d != table.d() || queries.metric != opts.metric || opts.verify > 0 {
-        return Err(Error::Invalid(
-            "internal: resident queries of another dimension or metric, or verify".into(),
-        ));
+    Resident::new(table, queries, opts)?.run()
+}
+
+/// A [`knn_resident`] search set up once and run many times — its plan, pipelines and scratch
+/// kept — against a table whose rows may change in place between runs
+/// (`DeviceTable::overwrite_fp32`): k-means assigns its rows to the moving centroids so.
+pub(crate) struct Resident<'q> {
+    table: DeviceTable,
+    nq: usize,
+    k: usize,
+    metric: Metric,
+    plan: plan::Plan,
+    scratch: Option<Scratch<'q>>,
+    pipes: Pipelines,
+}
+
+impl<'q> Resident<'q> {
+    pub(crate) fn new(
+        table: &DeviceTable,
+        queries: &'q DeviceQueries,
+        opts: &KnnOptions,
+    ) -> Result<Resident<'q>> {
+        let ctx = table.context();
+        if queries.d != table.d() || queries.metric != opts.metric || opts.verify > 0 {
+            return Err(Error::Invalid(
+                "internal: resident queries of another dimension or metric, or verify".into(),
+            ));
+        }
+        if opts.k == 0 {
+            return Err(Error::Invalid("k-NN needs k ≥ 1".into()));
+        }
+        let nq = queries.nq;
+        check_result_size(nq, opts.k)?;
+        let plan = plan::plan(ctx.caps(), table.n(), table.d(), nq, opts)?;
+        let scratch = match nq {
+            0 => None,
+            _ => Some(Scratch::with_queries(table, &plan, &queries.buf)?),
+        };
+        let pipes = Pipelines::new(ctx, table.precision(), &plan)?;
+        Ok(Resident {
+            table: table.clone(),
+            nq,
+            k: opts.k,
+            metric: opts.metric,
+            plan,
+            scratch,
+            pipes,
+        })
     }
-    if opts.k == 0 {
-        return Err(Error::Invalid("k-NN needs k ≥ 1".into()));
+
+    /// The search, on the table's rows as they are now.
+    pub(crate) fn run(&self) -> Result<KnnResult> {
+        let (nq, k) = (self.nq, self.k);
+        let mut out = KnnResult {
+            k,
+            queries: nq,
+            ids: Vec::with_capacity(nq * k),
+            distances: Vec::with_capacity(nq * k),
+            path: self.plan.path,
+            subgroups: self.plan.subgroups,
+            query_tile: self.plan.query_tile,
+            gpu_ns: 0,
+            verified: 0,
+        };
+        if let Some(scratch) = &self.scratch {
+            run(
+                &self.table,
+                &self.plan,
+                &self.pipes,
+                scratch,
+                nq,
+                self.metric,
+                &mut out,
+            )?;
+        }
+        Ok(out)
     }
-    let nq = queries.nq;
-    check_result_size(nq, opts.k)?;
-    let plan = plan::plan(ctx.caps(), table.n(), table.d(), nq, opts)?;
-    let mut out = KnnResult {
-        k: opts.k,
-        queries: nq,
-        ids: Vec::with_capacity(nq * opts.k),
-        distances: Vec::with_capacity(nq * opts.k),
-        path: plan.path,
-        subgroups: plan.subgroups,
-        query_tile: plan.query_tile,
-        gpu_ns: 0,
-        verified: 0,
-    };
-    if nq > 0 {
-        let scratch = Scratch::with_queries(table, &plan, &queries.buf)?;
-        run(table, &plan, &scratch, nq, opts.metric, &mut out)?;
-    }
-    Ok(out)
 }
 
 /// The k best of every query of a [`knn_resident`] call left on the device: the ids, `ke` a
