@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The IVF list scan's shape on the GPU machine (workgroup size × rows an invocation scans at a
-# time, DIVERSITY_IVF_SCAN=wg,rows) and where a search's wall time goes (DIVERSITY_IVF_TIMES, a
-# build with the phase timers), on the fortunes and on the synthetic clustered 1M × 128 of
+# time, DIVERSITY_IVF_SCAN=wg,rows) and (with .gl/bin/bench_ivf_prof, a build of commit c185e4a
+# whose phase timers DIVERSITY_IVF_TIMES printed; taken out since) where a search's wall time
+# goes, on the fortunes and on the synthetic clustered 1M × 128 of
 # bench/h200-ivf.sh. Needs .gl/bin/bench_ivf (and .gl/bin/bench_ivf_prof for the phases), the
 # fortunes in .gl/data, numpy. Outputs packed into $OUT/ivf-scan.tgz.
 set -uo pipefail

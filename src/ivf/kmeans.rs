@@ -215,9 +215,7 @@ pub fn kmeans(ctx: &Context, table: &Table, k: usize, opts: &KMeansOptions) -> R
     }
     // The training rows stay on the device: the assignment's queries every iteration, and the
     // rows the device sums (with float64; else the host sums them).
-    let t0 = std::time::Instant::now();
     let rows = DeviceQueries::upload(ctx, train, d, Metric::L2)?;
-    super::tprof("km.rows", t0);
     let device_sums = update::on_device(ctx, m, d);
     let ko = KnnOptions {
         k: 1,
@@ -229,14 +227,11 @@ pub fn kmeans(ctx: &Context, table: &Table, k: usize, opts: &KMeansOptions) -> R
     let dt = DeviceTable::upload(ctx, &Table::new(centroids.clone(), k, d)?, Precision::Fp32)?;
     let search = Resident::new(&dt, &rows, &ko)?;
     for it in 0..opts.iters {
-        let tt = std::time::Instant::now();
         let c = Table::new(centroids, k, d)?;
         if it > 0 {
             dt.overwrite_fp32(&c)?;
         }
-        super::tprof("km.upload", tt);
         let r = search.run()?;
-        super::tprof("km.assign", tt);
         // k = 1 ≤ N: no padding, every id is a centroid.
         let ids: Vec<u32> = r.ids.iter().map(|&i| i as u32).collect();
         out.gpu_ns += r.gpu_ns;
@@ -245,12 +240,10 @@ pub fn kmeans(ctx: &Context, table: &Table, k: usize, opts: &KMeansOptions) -> R
         centroids = c.data().to_vec();
         out.splits += if device_sums {
             let sums = update::cluster_sums(ctx, rows.buffer(), d, &ids, k)?;
-            super::tprof("km.sums", tt);
             finish(&mut centroids, &sums, d, &ids)
         } else {
             update(&mut centroids, train, d, &ids)
         };
-        super::tprof("km.finish", tt);
     }
     out.centroids = centroids;
     Ok(out)

@@ -291,7 +291,6 @@ impl IvfFlat {
         }
         if scan::applies(k, self.d) {
             report.list_scan = true;
-            let tt = std::time::Instant::now();
             if self.slab.is_none() {
                 let lists: Vec<(&[i64], &[f32])> = self
                     .lists
@@ -310,9 +309,7 @@ impl IvfFlat {
             // results can stay on the device, the scan reads its probes there (recorded in the
             // scan's submission after the packing of the coarse results).
             let rows = DeviceQueries::upload(&self.ctx, queries, self.d, self.metric)?;
-            tprof("upload", tt);
             let dk = knn_resident_on_device(coarse, &rows, &copts)?.filter(|dk| dk.ke == nprobe);
-            tprof("coarse", tt);
             let so = match &dk {
                 Some(dk) => {
                     report.coarse_ns = dk.gpu_ns;
@@ -348,7 +345,6 @@ impl IvfFlat {
                     so
                 }
             };
-            tprof("scan", tt);
             report.rows_scanned = so
                 .probes
                 .iter()
@@ -366,7 +362,6 @@ impl IvfFlat {
                 }
             }
             out.gpu_ns = report.coarse_ns + report.lists_ns;
-            tprof("end", tt);
             return Ok((out, report));
         }
         let probes = knn_flat(coarse, queries, dim, &copts)?;
@@ -463,10 +458,4 @@ fn normalized(t: &Table) -> Result<Table> {
         data.extend(r.iter().map(|&v| (v as f64 * inv) as f32));
     }
     Table::new(data, t.n(), d)
-}
-
-pub(crate) fn tprof(what: &str, t: std::time::Instant) {
-    if std::env::var_os("DIVERSITY_IVF_TIMES").is_some() {
-        eprintln!("  {what} {:.3} ms", t.elapsed().as_secs_f64() * 1e3);
-    }
 }

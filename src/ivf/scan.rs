@@ -162,7 +162,6 @@ impl Slab {
         metric: Metric,
         before: impl FnOnce(ash::vk::CommandBuffer),
     ) -> Result<ScanOut> {
-        let tt = std::time::Instant::now();
         let ctx = &self.ctx;
         let d = self.d;
         let mut res = ScanOut::default();
@@ -177,7 +176,6 @@ impl Slab {
             spec: vec![wg as u32, bs_k as u32, ilp as u32],
             push_bytes: checked_push::<ScanPush>(&spirv::IVF_SCAN)?,
         })?;
-        super::tprof("s.pipe", tt);
         let uploaded;
         let (pbuf, probe_off, copy_probes) = match probes {
             Probes::Host(p) => {
@@ -203,7 +201,6 @@ impl Slab {
             ],
             &[],
         )?;
-        super::tprof("s.bufs", tt);
         let mut sub = Submitter::new(ctx)?;
         let dev = ctx.device();
         let mut before = Some(before);
@@ -250,7 +247,6 @@ impl Slab {
                 res.dispatches += group.len();
             }
         }
-        super::tprof("s.run", tt);
         drop(set);
         let w: Vec<u32> = ctx
             .download(&out, 0, (words * 4) as u64)?
@@ -262,7 +258,6 @@ impl Slab {
         if copy_probes {
             res.probes = w[2 * results..].to_vec();
         }
-        super::tprof("s.down", tt);
         Ok(res)
     }
 }
