@@ -6,6 +6,7 @@
 //!     [--precision fp32|fp16] [--top-k K|all] [--metric cosine|ip|l2] [--batch B]
 //!     [--model NAME] [--device NAME] [--validation] --out rankings.json
 //!     [--graph FILE [--graph-k K]] [--verify Q] [--shard i/n[:strided]]
+//!     [--index flat|ivf-flat] [--nlist L] [--nprobe P] [--seed S]
 //! cargo run --release --example rankings -- merge --out rankings.json SHARD.json…
 //! cargo run --release --example rankings -- merge-graph --out graph.knn SHARD.knn…
 //! ```
@@ -26,6 +27,14 @@
 //! `shard_layout`, `shard_items_total`) and `--graph` a graph shard file (`DKNS`). `merge` and
 //! `merge-graph` check that their inputs are the n shards of one run (naming any missing shard)
 //! and write the rankings cache and graph file the one-shot run writes, byte for byte.
+//!
+//! `--index ivf-flat` ranks with an approximate index instead of the exact search (`flat`, the
+//! default), for tables too large for brute force: k-means of the table into L lists (default
+//! 4·√N, 20 iterations, `--seed`, default 1234), every item in its nearest list, and each
+//! item's top k from the P lists nearest to it (default 16); an item whose probed lists hold
+//! fewer than k other items is searched again with twice the lists until its row is whole. It
+//! needs `--top-k K` (not `all`) and does not take `--verify`; the rankings cache's metadata
+//! records `index`, `nlist` and `nprobe`.
 
 mod common;
 
@@ -33,8 +42,13 @@ use diversity::cache::{
     merge_graphs, merge_rankings, KnnGraphShard, KnnGraphWriter, KnnMetric, RankingsWriter,
     ShardLayout, KNN_PAD,
 };
+use diversity::ivf::{IvfFlat, IvfOptions, KMeansOptions};
+use diversity::knn::KnnOptions;
 use diversity::knn::KnnPath;
-use diversity::rankings::{algorithm_name, rankings_with_values, RankingsOptions, DEFAULT_GRAPH_K};
+use diversity::rankings::{
+    algorithm_name, rankings_approx, rankings_with_values, row_len, RankingsOptions,
+    DEFAULT_GRAPH_K,
+};
 use diversity::{files, Context, ContextOptions, DeviceTable, Metric, Precision};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -55,6 +69,19 @@ struct Args {
     graph_k: usize,
     verify: usize,
     shard: Option<(usize, usize, ShardLayout)>,
+    index: Index,
+    nlist: Option<usize>,
+    nprobe: usize,
+    seed: u64,
+}
+
+/// The search behind the rankings.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Index {
+    /// The exact search.
+    Flat,
+    /// An IVF-Flat index.
+    IvfFlat,
 }
 
 fn parse() -> Result<Args, String> {
@@ -75,6 +102,10 @@ fn parse() -> Result<Args, String> {
         graph_k: DEFAULT_GRAPH_K,
         verify: 0,
         shard: None,
+        index: Index::Flat,
+        nlist: None,
+        nprobe: 16,
+        seed: 1234,
     };
     fn num<T: std::str::FromStr>(flag: &str, v: Option<String>) -> Result<T, String> {
         let v = v.ok_or_else(|| format!("{flag} needs a value"))?;
@@ -117,6 +148,17 @@ fn parse() -> Result<Args, String> {
             "--graph-k" => a.graph_k = num("--graph-k", it.value())?,
             "--verify" => a.verify = num("--verify", it.value())?,
             "--shard" => a.shard = Some(parse_shard(&it.value().ok_or("--shard needs i/n")?)?),
+            "--index" => {
+                a.index = match it.value().as_deref() {
+                    Some("flat") => Index::Flat,
+                    Some("ivf-flat") => Index::IvfFlat,
+                    Some(v) => return Err(format!("--index {v}: expected flat or ivf-flat")),
+                    None => return Err("--index needs flat or ivf-flat".into()),
+                }
+            }
+            "--nlist" => a.nlist = Some(num("--nlist", it.value())?),
+            "--nprobe" => a.nprobe = num("--nprobe", it.value())?,
+            "--seed" => a.seed = num("--seed", it.value())?,
             _ => return Err(format!("unknown argument {flag}")),
         }
     }
@@ -125,6 +167,19 @@ fn parse() -> Result<Args, String> {
     }
     if a.out.is_none() {
         return Err("--out is required".into());
+    }
+    if a.index != Index::Flat {
+        if a.top_k.is_none() {
+            return Err(
+                "--index ivf-flat needs --top-k K (all N − 1 needs the exact search)".into(),
+            );
+        }
+        if a.verify > 0 {
+            return Err("--verify checks the exact search; it does not apply to --index".into());
+        }
+        if a.nlist == Some(0) || a.nprobe == 0 {
+            return Err("--nlist and --nprobe must be at least 1".into());
+        }
     }
     Ok(a)
 }
@@ -211,6 +266,16 @@ fn run(a: Args) -> Result<(), String> {
     if let Some(m) = &a.model {
         meta.insert("model".into(), m.clone().into());
     }
+    // 4·√N lists by default (at least 1, at most N).
+    let nlist = a
+        .nlist
+        .unwrap_or(((n as f64).sqrt() * 4.0).round() as usize)
+        .clamp(1, n);
+    if a.index == Index::IvfFlat {
+        meta.insert("index".into(), "ivf-flat".into());
+        meta.insert("nlist".into(), nlist.into());
+        meta.insert("nprobe".into(), a.nprobe.into());
+    }
     // A shard: its slice of the items, marked in the metadata (dropped by the merge).
     let items = a.shard.map(|(i, count, layout)| {
         meta.insert("shard".into(), format!("{i}/{count}").into());
@@ -261,9 +326,8 @@ fn run(a: Args) -> Result<(), String> {
         ..RankingsOptions::default()
     };
     let t0 = Instant::now();
-    let dt = DeviceTable::upload(&ctx, &table, a.precision).map_err(err)?;
     let (mut rids, mut gids, mut gvals) = (Vec::new(), Vec::new(), Vec::new());
-    let report = rankings_with_values(&dt, &table, &opts, |items, ids, values, got| {
+    let mut sink = |items: &[u32], ids: &[u32], values: &[f32], got: usize| {
         rids.clear();
         for r in 0..items.len() {
             rids.extend_from_slice(&ids[r * got..r * got + len]);
@@ -285,8 +349,44 @@ fn run(a: Args) -> Result<(), String> {
             }
         }
         Ok(())
-    })
-    .map_err(err)?;
+    };
+    let report = match a.index {
+        Index::Flat => {
+            let dt = DeviceTable::upload(&ctx, &table, a.precision).map_err(err)?;
+            rankings_with_values(&dt, &table, &opts, &mut sink).map_err(err)?
+        }
+        Index::IvfFlat => {
+            let mut ix = IvfFlat::new(
+                &ctx,
+                d,
+                &IvfOptions {
+                    nlist,
+                    metric: a.metric,
+                    precision: a.precision,
+                    kmeans: KMeansOptions {
+                        seed: a.seed,
+                        ..KMeansOptions::default()
+                    },
+                },
+            )
+            .map_err(err)?;
+            ix.train(&table).map_err(err)?;
+            ix.add(&table).map_err(err)?;
+            let stored = table.as_stored(a.precision);
+            // The k the rankings ask of each search: a row and the item itself.
+            let rl = row_len(n, top_k).map_err(err)?;
+            let ko = KnnOptions {
+                k: (rl + 1).min(n),
+                metric: a.metric,
+                ..KnnOptions::default()
+            };
+            let search = |q: &[f32], widen: usize| {
+                let np = a.nprobe.saturating_mul(1 << widen.min(40)).min(nlist);
+                ix.search(q, d, np, &ko).map(|r| r.0)
+            };
+            rankings_approx(&stored, &opts, search, &mut sink).map_err(err)?
+        }
+    };
     match a.shard {
         Some(_) => writer.finish_partial().map_err(err)?,
         None => writer.finish().map_err(err)?,
@@ -299,6 +399,9 @@ fn run(a: Args) -> Result<(), String> {
     let wall = t0.elapsed().as_secs_f64();
     let gpu_s = report.gpu_ns as f64 / 1e9;
     let path = match report.path {
+        _ if a.index == Index::IvfFlat => {
+            format!("IVF-Flat, {nlist} lists, nprobe {}", a.nprobe)
+        }
         Some(KnnPath::Select { chunk }) => format!("select, chunk {chunk}"),
         Some(KnnPath::FullRanking { padded }) => format!("full ranking, padded {padded}"),
         Some(KnnPath::WarpSelect {

@@ -28,9 +28,10 @@ layout(std430, set = 0, binding = 2) readonly buffer Queries { float queries[]; 
 // lists[2l] = list l's first row in the slab, lists[2l + 1] = its rows.
 layout(std430, set = 0, binding = 3) readonly buffer Lists { uint lists[]; };
 layout(std430, set = 0, binding = 4) readonly buffer RowId { uint row_id[]; };
+// Query q's probe ranks at probes[probe_off + q · nprobe + p] (the coarse k-NN's packed ids).
 layout(std430, set = 0, binding = 5) readonly buffer Probes { uint probes[]; };
-layout(std430, set = 0, binding = 6) buffer OutKey { float out_key[]; };
-layout(std430, set = 0, binding = 7) buffer OutId { uint out_id[]; };
+// The k best of query q: keys' bits at results[q · k + i], ids at results[ids_off + q · k + i].
+layout(std430, set = 0, binding = 6) buffer Results { uint results[]; };
 
 layout(push_constant) uniform Push {
     uint dim;     // D
@@ -40,9 +41,11 @@ layout(push_constant) uniform Push {
     uint p1;
     uint r0;      // rows [r0, r1) of each probed list in this dispatch
     uint r1;
-    uint k;       // results a query (the row stride of out_key / out_id)
-    uint seed;    // 1: start from the k best in out_key / out_id
+    uint k;       // results a query
+    uint seed;    // 1: start from the k best in results
     uint metric;  // 0 inner product, 1 cosine, 2 L2
+    uint probe_off;  // where the probes start in binding 5 (words)
+    uint ids_off;    // where the ids start in binding 6 (words)
 } pc;
 
 shared float qs[MAX_DIM];
@@ -54,11 +57,13 @@ void main() {
     const uint dim = pc.dim;
     for (uint j = lid; j < dim; j += wg) qs[j] = queries[q * dim + j];
     bs_init();
-    if (pc.seed == 1u && lid < pc.k) bs_push(out_key[q * pc.k + lid], out_id[q * pc.k + lid]);
+    if (pc.seed == 1u && lid < pc.k) {
+        bs_push(uintBitsToFloat(results[q * pc.k + lid]), results[pc.ids_off + q * pc.k + lid]);
+    }
     barrier();
     const bool l2 = pc.metric == 2u;
     for (uint p = pc.p0; p < pc.p1; ++p) {
-        const uint l = probes[q * pc.nprobe + p];
+        const uint l = probes[pc.probe_off + q * pc.nprobe + p];
         const uint len = min(lists[2u * l + 1u], pc.r1);
         const uint base = lists[2u * l];
         // ROWS rows an invocation at a time (independent chains in flight); a row past the
@@ -107,7 +112,7 @@ void main() {
     }
     bs_merge(pc.k);
     if (lid < pc.k) {
-        out_key[q * pc.k + lid] = bs_best_key[lid];
-        out_id[q * pc.k + lid] = bs_best_id[lid];
+        results[q * pc.k + lid] = floatBitsToUint(bs_best_key[lid]);
+        results[pc.ids_off + q * pc.k + lid] = bs_best_id[lid];
     }
 }

@@ -100,4 +100,19 @@ impl DeviceTable {
     pub(crate) fn inv_norm_buffer(&self) -> &Buffer {
         &self.inner.inv_norm
     }
+
+    /// Overwrites the rows (and their norms) with `table`'s, of the same shape, in place — the
+    /// buffers, and every descriptor naming them, stay (k-means moves its centroids so each
+    /// iteration). Only for fp32 tables this crate owns; never while a dispatch reads them.
+    pub(crate) fn overwrite_fp32(&self, table: &Table) -> Result<()> {
+        if table.n() != self.n() || table.d() != self.d() || self.precision() != Precision::Fp32 {
+            return Err(Error::Invalid(
+                "internal: overwrite of a device table with another shape or precision".into(),
+            ));
+        }
+        let ctx = self.context();
+        ctx.write_regions(&self.inner.data, &[(0, bytemuck::cast_slice(table.data()))])?;
+        let inv = table.inverse_norms();
+        ctx.write_regions(&self.inner.inv_norm, &[(0, bytemuck::cast_slice(&inv))])
+    }
 }

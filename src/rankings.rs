@@ -399,3 +399,124 @@ pub fn write_knn_graph(
     w.finish()?;
     Ok(report)
 }
+
+/// Rankings from an approximate search — an IVF index built over the same table — with the
+/// semantics of [`rankings_with_values`] (rows of `min(top_k, N − 1)` other items, best first,
+/// the item excluded by id, batches in the order of the items), but each row the best the
+/// index finds rather than the exact best. `search(queries, widen)` searches row-major queries
+/// of the table's dimension for `k` neighbours (the report's `knn_k`), `widen` = 0 normally;
+/// an item whose probed lists hold fewer than `len` other items is searched again with `widen`
+/// = 1, 2, … (the caller doubles its nprobe each time, up to every list), so every row is whole.
+/// `stored` is the table as the index stores it (for fp16, [`Table::as_stored`]): an item is
+/// its stored row, so it and its duplicates score the same. Errors: `top_k: None` (all N − 1:
+/// use the exact search), `verify`, bad items, and the search's.
+pub fn rankings_approx(
+    stored: &Table,
+    opts: &RankingsOptions,
+    mut search: impl FnMut(&[f32], usize) -> Result<crate::knn::KnnResult>,
+    mut sink: impl FnMut(&[u32], &[u32], &[f32], usize) -> Result<()>,
+) -> Result<RankingsReport> {
+    let n = stored.n();
+    if opts.top_k.is_none() {
+        return Err(Error::Invalid(
+            "an approximate index ranks the top k of each item: give top_k (every item's whole \
+             ranking needs the exact search)"
+                .into(),
+        ));
+    }
+    if opts.verify > 0 {
+        return Err(Error::Invalid(
+            "verify cross-checks the exact search; it does not apply to an approximate index"
+                .into(),
+        ));
+    }
+    let len = row_len(n, opts.top_k)?;
+    let all: Vec<u32> = (0..n as u32).collect();
+    let items: &[u32] = opts.items.as_deref().unwrap_or(&all);
+    let mut seen = vec![false; n];
+    for &i in items {
+        let slot = seen.get_mut(i as usize).ok_or_else(|| {
+            Error::Invalid(format!(
+                "item {i} is out of range for N = {n} items (0-based, below {n})"
+            ))
+        })?;
+        if std::mem::replace(slot, true) {
+            return Err(Error::Invalid(format!("item {i} is listed twice")));
+        }
+    }
+    if opts.batch == Some(0) {
+        return Err(Error::Invalid("a batch of 0 items".into()));
+    }
+    let kk = (len + 1).min(n);
+    let batch = opts.batch.unwrap_or(65_536).min(items.len()).max(1);
+    let mut report = RankingsReport {
+        items: items.len(),
+        top_k: len,
+        knn_k: kk,
+        batch,
+        batches: 0,
+        path: None,
+        subgroups: false,
+        verified: 0,
+        gpu_ns: 0,
+    };
+    // The other items of row `q` of `res`, best first, at most `len`.
+    let others = |res: &crate::knn::KnnResult, q: usize, item: u32| -> Vec<(u32, f32)> {
+        res.ids_of(q)
+            .iter()
+            .zip(res.distances_of(q))
+            .filter(|(&id, _)| id != NO_ID && id != item as i64)
+            .take(len)
+            .map(|(&id, &v)| (id as u32, v))
+            .collect()
+    };
+    let rows_of = |chunk: &[u32]| -> Vec<f32> {
+        chunk
+            .iter()
+            .flat_map(|&i| stored.row(i as usize).iter().copied())
+            .collect()
+    };
+    let (mut ids, mut values) = (Vec::new(), Vec::new());
+    for chunk in items.chunks(batch) {
+        let res = search(&rows_of(chunk), 0)?;
+        report.batches += 1;
+        report.gpu_ns += res.gpu_ns;
+        report.path = Some(res.path);
+        report.subgroups = res.subgroups;
+        let mut rows: Vec<Vec<(u32, f32)>> = chunk
+            .iter()
+            .enumerate()
+            .map(|(q, &item)| others(&res, q, item))
+            .collect();
+        // Rows the probed lists could not fill: searched again, wider, until whole.
+        let mut widen = 0;
+        loop {
+            let short: Vec<usize> = (0..chunk.len()).filter(|&q| rows[q].len() < len).collect();
+            if short.is_empty() {
+                break;
+            }
+            widen += 1;
+            if widen > 64 {
+                return Err(Error::Invalid(format!(
+                    "internal: item {} still has fewer than {len} neighbours with every list \
+                     probed",
+                    chunk[short[0]]
+                )));
+            }
+            let sub: Vec<u32> = short.iter().map(|&q| chunk[q]).collect();
+            let res = search(&rows_of(&sub), widen)?;
+            report.gpu_ns += res.gpu_ns;
+            for (j, &q) in short.iter().enumerate() {
+                rows[q] = others(&res, j, chunk[q]);
+            }
+        }
+        ids.clear();
+        values.clear();
+        for row in &rows {
+            ids.extend(row.iter().map(|e| e.0));
+            values.extend(row.iter().map(|e| e.1));
+        }
+        sink(chunk, &ids, &values, len)?;
+    }
+    Ok(report)
+}

@@ -197,3 +197,63 @@ fn every_example_has_help_and_usage_errors() {
         }
     }
 }
+
+/// `rankings --index ivf-flat`: with every list probed its rankings are the exact ones (the
+/// cache differs only in the metadata naming the index); its usage errors exit 2 naming the
+/// cause and write nothing.
+#[test]
+fn rankings_with_an_ivf_index() {
+    let dir = TempDir::new("rankings-ivf");
+    let run = |args: &[&str]| {
+        let out = Command::new(example("rankings"))
+            .arg("--table")
+            .arg(data())
+            .args(args)
+            .output()
+            .expect("run rankings");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let exact = dir.path("exact.json");
+    let ivf = dir.path("ivf.json");
+    let (e, i) = (exact.to_str().unwrap(), ivf.to_str().unwrap());
+    assert_eq!(run(&["--top-k", "7", "--out", e]).0, 0);
+    let (code, err) = run(&[
+        "--top-k", "7", "--out", i, "--index", "ivf-flat", "--nlist", "6", "--nprobe", "6",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let read = |p: &Path| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(p).expect("read")).expect("json")
+    };
+    let (a, b) = (read(&exact), read(&ivf));
+    assert_eq!(a["rankings"], b["rankings"]);
+    assert_eq!(b["metadata"]["index"], "ivf-flat");
+    assert_eq!(b["metadata"]["nlist"], 6);
+    assert_eq!(b["metadata"]["nprobe"], 6);
+    let bad = dir.path("bad.json");
+    let b = bad.to_str().unwrap();
+    for (args, words) in [
+        (
+            &["--index", "hnsw", "--top-k", "5"][..],
+            "expected flat or ivf-flat",
+        ),
+        (&["--index", "ivf-flat"][..], "needs --top-k"),
+        (
+            &["--index", "ivf-flat", "--top-k", "5", "--verify", "3"][..],
+            "does not apply",
+        ),
+        (
+            &["--index", "ivf-flat", "--top-k", "5", "--nprobe", "0"][..],
+            "at least 1",
+        ),
+    ] {
+        let mut a = args.to_vec();
+        a.extend(["--out", b]);
+        let (code, err) = run(&a);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(words), "{args:?}: {err}");
+        assert!(!bad.exists(), "{args:?} wrote {}", bad.display());
+    }
+}

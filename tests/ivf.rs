@@ -263,8 +263,10 @@ fn ivf_flat_with_every_list_probed_is_the_exact_search() {
                     let what = format!("{name} {p:?} {m:?} k={k}");
                     assert_same(&got, &want, &what);
                     assert_eq!(rep.rows_scanned, (t.n() * 40) as u64, "{what}");
-                    // k ≤ 64: the one-dispatch list scan; past it, per-list k-NN and a merge.
+                    // k ≤ 64: the one-dispatch list scan (its probes read on the device);
+                    // past it, per-list k-NN and a merge.
                     assert_eq!(rep.list_scan, k <= 64, "{what}");
+                    assert_eq!(rep.probes_on_device, k <= 64, "{what}");
                     if k == 1 {
                         // nprobe past nlist is clamped.
                         let (again, _) = ix.search(q.data(), q.d(), 99, &ko).unwrap();
@@ -328,6 +330,31 @@ fn a_scan_cut_into_dispatches_is_still_exact() {
     assert_clean(&ctx);
 }
 
+/// More queries than one tile of the coarse k-NN (65,535): the probes come back through the
+/// host, and the search is still the exact one with every list probed.
+#[test]
+fn more_queries_than_a_coarse_tile() {
+    let ctx = ctx();
+    let t = integer_table(600, 4, 8);
+    let nq = 66_000;
+    let q = random_table(nq, 4, 9);
+    let dt = DeviceTable::upload(&ctx, &t, Precision::Fp32).unwrap();
+    let ko = KnnOptions {
+        k: 5,
+        metric: Metric::L2,
+        ..KnnOptions::default()
+    };
+    let want = knn_flat(&dt, q.data(), 4, &ko).unwrap();
+    let mut ix = IvfFlat::new(&ctx, 4, &opts(4, Metric::L2, Precision::Fp32)).unwrap();
+    ix.train(&t).unwrap();
+    ix.add(&t).unwrap();
+    let (got, rep) = ix.search(q.data(), 4, 4, &ko).unwrap();
+    assert!(rep.list_scan && !rep.probes_on_device);
+    assert_eq!(rep.rows_scanned, (600 * nq) as u64);
+    assert_same(&got, &want, "66,000 queries");
+    assert_clean(&ctx);
+}
+
 #[test]
 fn recall_grows_with_nprobe_to_the_exact_search() {
     let ctx = ctx();
@@ -348,8 +375,11 @@ fn recall_grows_with_nprobe_to_the_exact_search() {
     let dt = DeviceTable::upload(&ctx, &t, Precision::Fp32).unwrap();
     let exact = knn_flat(&dt, q.data(), 384, &ko).unwrap();
     let mut last = 0.0;
-    for nprobe in [1, 4, 24] {
+    // An nprobe that fills the coarse search's WarpSelect rows (8: a power of two ≥ lavapipe's
+    // subgroup size) has its probes read straight from its scratch; the others packed first.
+    for nprobe in [1, 4, 8, 24] {
         let (r, rep) = ix.search(q.data(), 384, nprobe, &ko).unwrap();
+        assert!(rep.probes_on_device, "nprobe {nprobe}");
         assert!(rep.rows_scanned <= (t.n() * 50) as u64);
         let mut hits = 0;
         for i in 0..50 {

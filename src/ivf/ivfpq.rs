@@ -25,7 +25,7 @@ use super::{normalized, IvfSearchReport, MAX_SCAN_K};
 use crate::device::Context;
 use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
-use crate::knn::{check_queries, knn_flat, query_rows, KnnOptions, KnnResult, Metric, NO_ID};
+use crate::knn::{check_queries, knn_flat, KnnOptions, KnnResult, Metric, NO_ID};
 use crate::table::{Precision, Table};
 
 /// How an [`IvfPq`] is built.
@@ -318,13 +318,21 @@ impl IvfPq {
         }
         let coarse = self.coarse.as_ref().ok_or_else(untrained)?;
         let nprobe = s.nprobe.min(self.nlist);
-        let rows = query_rows(queries, self.d, self.metric);
+        // The queries as the index sees them (unit rows for cosine).
+        let rows = if self.metric == Metric::Cosine && nq > 0 {
+            normalized(&Table::new(queries.to_vec(), nq, self.d)?)?
+                .data()
+                .to_vec()
+        } else {
+            queries.to_vec()
+        };
+        let rows = rows.as_slice();
         let copts = KnnOptions {
             k: nprobe,
             metric: self.coarse_metric(),
             ..KnnOptions::default()
         };
-        let probes = knn_flat(coarse, &rows, self.d, &copts)?;
+        let probes = knn_flat(coarse, rows, self.d, &copts)?;
         let mut report = IvfSearchReport {
             nprobe,
             coarse_ns: probes.gpu_ns,
@@ -358,7 +366,7 @@ impl IvfPq {
             )?);
         }
         let slab = self.slab.as_ref().expect("built above");
-        let (keys, ids, ns) = slab.scan(&rows, &pr, nprobe, kk, ip)?;
+        let (keys, ids, ns) = slab.scan(rows, &pr, nprobe, kk, ip)?;
         report.lists_ns = ns;
         let (k, pad) = (s.k, if ip { f32::NEG_INFINITY } else { f32::INFINITY });
         let mut out = KnnResult {

@@ -24,7 +24,7 @@ use super::update;
 use crate::device::Context;
 use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
-use crate::knn::{knn_flat, knn_resident, DeviceQueries, KnnOptions, Metric};
+use crate::knn::{knn_flat, DeviceQueries, KnnOptions, Metric, Resident};
 use crate::table::{Precision, Table};
 
 /// How [`kmeans`] runs.
@@ -222,10 +222,16 @@ pub fn kmeans(ctx: &Context, table: &Table, k: usize, opts: &KMeansOptions) -> R
         metric: Metric::L2,
         ..KnnOptions::default()
     };
-    for _ in 0..opts.iters {
+    // One device table of centroids, overwritten in place each iteration, and one search set
+    // up once (plan, pipelines, scratch).
+    let dt = DeviceTable::upload(ctx, &Table::new(centroids.clone(), k, d)?, Precision::Fp32)?;
+    let search = Resident::new(&dt, &rows, &ko)?;
+    for it in 0..opts.iters {
         let c = Table::new(centroids, k, d)?;
-        let dt = DeviceTable::upload(ctx, &c, Precision::Fp32)?;
-        let r = knn_resident(&dt, &rows, &ko)?;
+        if it > 0 {
+            dt.overwrite_fp32(&c)?;
+        }
+        let r = search.run()?;
         // k = 1 ≤ N: no padding, every id is a centroid.
         let ids: Vec<u32> = r.ids.iter().map(|&i| i as u32).collect();
         out.gpu_ns += r.gpu_ns;

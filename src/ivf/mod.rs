@@ -8,23 +8,29 @@
 //! cosine, as spherical k-means does). *Add*: each row goes to the list of its nearest centroid
 //! by the index's metric (the device's k-NN with k = 1 against the centroids) and gets the next
 //! id (0, 1, … in the order added). *Search*: the `nprobe` nearest centroids of each query (the
-//! device's k-NN with k = nprobe), then the exact k-NN of the query against each probed list,
-//! on the device, and a merge of the per-list k-lists on the host.
+//! device's exact k-NN with k = nprobe), then **one dispatch** that scans, for every query, the
+//! rows of the lists it probes and keeps its k best (`scan.rs`, `shaders/ivf_scan.comp`: a
+//! workgroup a query, the lists in one slab interleaved by blocks of 32 rows, a sorted queue per
+//! invocation and a workgroup merge — Faiss GPU's IVF scan and block select). The queries go up
+//! once for both steps, the scan reads its probes where the coarse search left them on the
+//! device, recorded in the same submission, and the keys, ids and probes come back in one
+//! download. k ≤ [`MAX_SCAN_K`] and D ≤ [`MAX_SCAN_DIM`]; past them each probed list is searched
+//! by the exact k-NN with the queries that probe it and the per-list k-lists merged on the host.
 //!
-//! Every list is a [`DeviceTable`] of its rows, uploaded on the first search after it changed
-//! (an add re-uploads only the lists it touched). A search runs one k-NN call per non-empty
-//! probed list, with the queries that probe it: that is many small dispatches when nlist is
-//! large, not yet the one-kernel list scan of Faiss GPU.
+//! The slab is built on the first search after an add (the whole index is uploaded again; adds
+//! that only append to lists do not yet grow it in place).
 //!
 //! # Why nprobe = nlist is the exact search, bit for bit
 //! A (query, row) key is one fused multiply-add chain from the stored row, the query and
 //! (cosine) the row's own inverse norm — it does not depend on which other rows share the
-//! device table (see [`crate::multi`]). Each list holds its rows in ascending id order, so the
-//! device's order on `(key, position in the list)` is the order on `(key, id)`; each list's k
-//! best under it contain the whole table's k best that fall in the list; the host merge sorts
-//! the union by `(key, id)` exactly as the device does (as [`crate::multi`] merges shards). With
-//! every list probed, the result is [`crate::knn::knn_flat`]'s on the whole table in the same
-//! precision: the same ids and distance bits, ties and padding included.
+//! device table (see [`crate::multi`]); the list scan computes it with the same chain. The scan
+//! orders `(key, id)` pairs by the rows' ids, and its block select keeps the k best of a query's
+//! candidates exactly under that order whatever invocation saw which; the per-list path's lists
+//! hold their rows in ascending id order, so each list's k best under the device's order on
+//! `(key, position)` are its k best on `(key, id)`, and the host merge sorts their union by
+//! `(key, id)` (as [`crate::multi`] merges shards). With every list probed, either way, the
+//! result is [`crate::knn::knn_flat`]'s on the whole table in the same precision: the same ids
+//! and distance bits, ties and padding included.
 
 mod file;
 mod ivfpq;
@@ -45,7 +51,10 @@ pub use scan::{MAX_SCAN_DIM, MAX_SCAN_K};
 use crate::device::Context;
 use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
-use crate::knn::{check_queries, knn_flat, KnnOptions, KnnResult, Metric, NO_ID};
+use crate::knn::{
+    check_queries, knn_flat, knn_resident, knn_resident_on_device, DeviceQueries, KnnOptions,
+    KnnResult, Metric, NO_ID,
+};
 use crate::table::{Precision, Table};
 
 /// How an [`IvfFlat`] is built.
@@ -106,6 +115,9 @@ pub struct IvfSearchReport {
     /// Dispatches of the list scan (1 a query tile on a GPU; more where a device caps the loop
     /// iterations of an invocation, each carrying the k best to the next).
     pub scan_dispatches: usize,
+    /// Whether the scan read the coarse search's results on the device (no round trip through
+    /// the host; where one query tile of the coarse search holds every query).
+    pub probes_on_device: bool,
 }
 
 impl IvfFlat {
@@ -260,37 +272,31 @@ impl IvfFlat {
             metric: self.metric,
             ..KnnOptions::default()
         };
-        let tt = std::time::Instant::now();
-        let probes = knn_flat(coarse, queries, dim, &copts)?;
-        tprof("coarse", tt);
-        let mut report = IvfSearchReport {
-            nprobe,
-            coarse_ns: probes.gpu_ns,
-            ..IvfSearchReport::default()
-        };
-        for q in 0..nq {
-            for &l in probes.ids_of(q) {
-                report.rows_scanned += self.lists[l as usize].ids.len() as u64;
-            }
-        }
         let k = opts.k;
-        let mut out = KnnResult {
-            k,
-            queries: nq,
-            ids: Vec::with_capacity(nq * k),
-            distances: Vec::with_capacity(nq * k),
-            path: probes.path,
-            subgroups: probes.subgroups,
-            query_tile: probes.query_tile,
-            gpu_ns: 0,
-            verified: 0,
-        };
         let neg = self.metric != Metric::L2;
         let pad = if neg {
             f32::NEG_INFINITY
         } else {
             f32::INFINITY
         };
+        let mut report = IvfSearchReport {
+            nprobe,
+            ..IvfSearchReport::default()
+        };
+        let mut out = KnnResult {
+            k,
+            queries: nq,
+            ids: Vec::with_capacity(nq * k),
+            distances: Vec::with_capacity(nq * k),
+            path: crate::knn::KnnPath::Select { chunk: 0 },
+            subgroups: false,
+            query_tile: 0,
+            gpu_ns: 0,
+            verified: 0,
+        };
+        if nq == 0 {
+            return Ok((out, report));
+        }
         if scan::applies(k, self.d) {
             report.list_scan = true;
             if self.slab.is_none() {
@@ -301,30 +307,79 @@ impl IvfFlat {
                     .collect();
                 self.slab = scan::Slab::build(&self.ctx, &lists, self.d, self.precision)?;
             }
-            if let Some(slab) = &self.slab {
-                let rows = crate::knn::query_rows(queries, self.d, self.metric);
-                let pr: Vec<u32> = probes.ids.iter().map(|&l| l as u32).collect();
-                tprof("pre-scan", tt);
-                let (keys, ids, ns, steps) = slab.scan(&rows, &pr, nprobe, k, self.metric)?;
-                tprof("scan", tt);
-                report.lists_ns = ns;
-                report.scan_dispatches = steps;
-                for (&key, &id) in keys.iter().zip(&ids) {
-                    if id == u32::MAX {
-                        out.ids.push(NO_ID);
-                        out.distances.push(pad);
-                    } else {
-                        out.ids.push(id as i64);
-                        out.distances.push(if neg { -key } else { key });
-                    }
-                }
-            } else {
+            let Some(slab) = &self.slab else {
+                // Nothing added: every result is padding.
                 out.ids = vec![NO_ID; nq * k];
                 out.distances = vec![pad; nq * k];
+                return Ok((out, report));
+            };
+            // The queries go up once: the coarse k-NN's and the scan's. Where the coarse
+            // results can stay on the device, the scan reads its probes there (recorded in the
+            // scan's submission after the packing of the coarse results).
+            let rows = DeviceQueries::upload(&self.ctx, queries, self.d, self.metric)?;
+            let dk = knn_resident_on_device(coarse, &rows, &copts)?.filter(|dk| dk.ke == nprobe);
+            let so = match &dk {
+                Some(dk) => {
+                    report.coarse_ns = dk.gpu_ns;
+                    report.probes_on_device = true;
+                    (out.path, out.subgroups, out.query_tile) = dk.plan_info();
+                    let dev = self.ctx.device();
+                    slab.scan(
+                        rows.buffer(),
+                        nq,
+                        scan::Probes::Device(dk.ids().0, dk.ids().1),
+                        nprobe,
+                        k,
+                        self.metric,
+                        |cb| unsafe { dk.record_gather(dev, cb) },
+                    )?
+                }
+                None => {
+                    let probes = knn_resident(coarse, &rows, &copts)?;
+                    report.coarse_ns = probes.gpu_ns;
+                    (out.path, out.subgroups, out.query_tile) =
+                        (probes.path, probes.subgroups, probes.query_tile);
+                    let pr: Vec<u32> = probes.ids.iter().map(|&l| l as u32).collect();
+                    let mut so = slab.scan(
+                        rows.buffer(),
+                        nq,
+                        scan::Probes::Host(&pr),
+                        nprobe,
+                        k,
+                        self.metric,
+                        |_| {},
+                    )?;
+                    so.probes = pr;
+                    so
+                }
+            };
+            report.rows_scanned = so
+                .probes
+                .iter()
+                .map(|&l| self.lists[l as usize].ids.len() as u64)
+                .sum();
+            report.lists_ns = so.gpu_ns;
+            report.scan_dispatches = so.dispatches;
+            for (&key, &id) in so.keys.iter().zip(&so.ids) {
+                if id == u32::MAX {
+                    out.ids.push(NO_ID);
+                    out.distances.push(pad);
+                } else {
+                    out.ids.push(id as i64);
+                    out.distances.push(if neg { -key } else { key });
+                }
             }
             out.gpu_ns = report.coarse_ns + report.lists_ns;
-            tprof("end", tt);
             return Ok((out, report));
+        }
+        let probes = knn_flat(coarse, queries, dim, &copts)?;
+        report.coarse_ns = probes.gpu_ns;
+        (out.path, out.subgroups, out.query_tile) =
+            (probes.path, probes.subgroups, probes.query_tile);
+        for q in 0..nq {
+            for &l in probes.ids_of(q) {
+                report.rows_scanned += self.lists[l as usize].ids.len() as u64;
+            }
         }
         // Large k or D: the exact k-NN of each probed list with the queries that probe it,
         // merged on the host.
@@ -411,10 +466,4 @@ fn normalized(t: &Table) -> Result<Table> {
         data.extend(r.iter().map(|&v| (v as f64 * inv) as f32));
     }
     Table::new(data, t.n(), d)
-}
-
-pub(crate) fn tprof(what: &str, t: std::time::Instant) {
-    if std::env::var_os("DIVERSITY_IVF_TIMES").is_some() {
-        eprintln!("  {what} {:.3} ms", t.elapsed().as_secs_f64() * 1e3);
-    }
 }

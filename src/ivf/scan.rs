@@ -32,7 +32,7 @@ use crate::table::{Precision, Table};
 /// Invocations a workgroup (one query).
 const SCAN_WG: usize = 128;
 /// Rows an invocation scans at a time (independent fused multiply-add chains in flight).
-const SCAN_ROWS: usize = 1;
+const SCAN_ROWS: usize = 2;
 /// Rows a block of the interleaved layout.
 const BLOCK: usize = 32;
 /// The largest k of the list scan (block_select.glsl's queue bound); larger k search list by
@@ -59,6 +59,8 @@ struct ScanPush {
     k: u32,
     seed: u32,
     metric: u32,
+    probe_off: u32,
+    ids_off: u32,
 }
 
 /// The lists on the device (see the [module](self) documentation).
@@ -145,24 +147,26 @@ impl Slab {
         }))
     }
 
-    /// The k best `(key, id)` pairs of each query (`queries`: the device's query rows, unit
-    /// rows for cosine) among the rows of the lists `probes` names (`nprobe` a query,
-    /// row-major), best first, padded with (+∞, `u32::MAX`); the GPU nanoseconds; and the
-    /// dispatches recorded.
+    /// The k best `(key, id)` pairs of each of the `nq` queries in `queries` (the device's
+    /// query rows: unit rows for cosine) among the rows of the lists `probes` names (`nprobe` a
+    /// query), best first, padded with (+∞, `u32::MAX`) — see [`ScanOut`]. One submission on a
+    /// GPU (with `before` recorded first, after which a barrier), one download.
+    #[allow(clippy::too_many_arguments)]
     pub fn scan(
         &self,
-        queries: &[f32],
-        probes: &[u32],
+        queries: &Buffer,
+        nq: usize,
+        probes: Probes<'_>,
         nprobe: usize,
         k: usize,
         metric: Metric,
-    ) -> Result<(Vec<f32>, Vec<u32>, u64, usize)> {
-        let tt = std::time::Instant::now();
+        before: impl FnOnce(ash::vk::CommandBuffer),
+    ) -> Result<ScanOut> {
         let ctx = &self.ctx;
         let d = self.d;
-        let nq = queries.len() / d;
+        let mut res = ScanOut::default();
         if nq == 0 {
-            return Ok((Vec::new(), Vec::new(), 0, 0));
+            return Ok(res);
         }
         let bs_k = k.next_power_of_two();
         let (wg, ilp) = shape();
@@ -172,36 +176,43 @@ impl Slab {
             spec: vec![wg as u32, bs_k as u32, ilp as u32],
             push_bytes: checked_push::<ScanPush>(&spirv::IVF_SCAN)?,
         })?;
-        super::tprof("s.pipe", tt);
-        let qbuf = ctx.upload("IVF queries", bytemuck::cast_slice(queries))?;
-        let pbuf = ctx.upload("IVF probes", bytemuck::cast_slice(probes))?;
-        let out_bytes = (nq * k * 4) as u64;
-        let out_key = Buffer::storage(ctx, "IVF keys", out_bytes)?;
-        let out_id = Buffer::storage(ctx, "IVF ids", out_bytes)?;
+        let uploaded;
+        let (pbuf, probe_off, copy_probes) = match probes {
+            Probes::Host(p) => {
+                uploaded = ctx.upload("IVF probes", bytemuck::cast_slice(p))?;
+                (&uploaded, 0, false)
+            }
+            Probes::Device(b, off) => (b, off, true),
+        };
+        // keys | ids | (device probes) the probes, for one download.
+        let results = nq * k;
+        let words = 2 * results + if copy_probes { nq * nprobe } else { 0 };
+        let out = Buffer::storage(ctx, "IVF results", (words * 4) as u64)?;
         let set = Set::new(
             ctx,
             &[
                 (0, &self.data),
                 (1, &self.inv_norm),
-                (2, &qbuf),
+                (2, queries),
                 (3, &self.lists),
                 (4, &self.row_id),
-                (5, &pbuf),
-                (6, &out_key),
-                (7, &out_id),
+                (5, pbuf),
+                (6, &out),
             ],
             &[],
         )?;
-        super::tprof("s.bufs", tt);
         let mut sub = Submitter::new(ctx)?;
         let dev = ctx.device();
-        let mut gpu_ns = 0;
-        // Dispatches a submission: all of them on a GPU (one), bounded on a capped device.
+        let mut before = Some(before);
+        // All the dispatches in one submission on a GPU (one); groups of them on a capped device.
         for q0 in (0..nq).step_by(QUERY_TILE) {
             let qn = QUERY_TILE.min(nq - q0);
-            for group in steps.chunks(64) {
-                let first = std::ptr::eq(group.as_ptr(), steps.as_ptr());
-                gpu_ns += sub.run("IVF list scan", |cb| unsafe {
+            for (g, group) in steps.chunks(64).enumerate() {
+                res.gpu_ns += sub.run("IVF list scan", |cb| unsafe {
+                    if let Some(f) = before.take() {
+                        f(cb);
+                        barrier(dev, cb);
+                    }
                     for (i, &(p0, p1, r0, r1)) in group.iter().enumerate() {
                         if i > 0 {
                             barrier(dev, cb);
@@ -215,30 +226,79 @@ impl Slab {
                             r0: r0 as u32,
                             r1: r1.min(u32::MAX as usize) as u32,
                             k: k as u32,
-                            seed: !(first && i == 0) as u32,
+                            seed: !(g == 0 && i == 0) as u32,
                             metric: metric_code(metric),
+                            probe_off: probe_off as u32,
+                            ids_off: results as u32,
                         };
                         bind(dev, cb, &pipe, set.set, bytemuck::bytes_of(&push));
                         dev.cmd_dispatch(cb, qn as u32, 1, 1);
                     }
+                    let last = q0 + qn == nq && (g + 1) * 64 >= steps.len();
+                    if last && copy_probes {
+                        let region = ash::vk::BufferCopy::default()
+                            .src_offset((probe_off * 4) as u64)
+                            .dst_offset((2 * results * 4) as u64)
+                            .size((nq * nprobe * 4) as u64);
+                        compute_to_copy(dev, cb);
+                        dev.cmd_copy_buffer(cb, pbuf.buffer, out.buffer, &[region]);
+                    }
                 })?;
+                res.dispatches += group.len();
             }
         }
-        super::tprof("s.run", tt);
         drop(set);
-        let keys = ctx
-            .download(&out_key, 0, out_bytes)?
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
-        let ids = ctx
-            .download(&out_id, 0, out_bytes)?
+        let w: Vec<u32> = ctx
+            .download(&out, 0, (words * 4) as u64)?
             .chunks_exact(4)
             .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect();
-        super::tprof("s.down", tt);
-        Ok((keys, ids, gpu_ns, steps.len() * nq.div_ceil(QUERY_TILE)))
+        res.keys = w[..results].iter().map(|&b| f32::from_bits(b)).collect();
+        res.ids = w[results..2 * results].to_vec();
+        if copy_probes {
+            res.probes = w[2 * results..].to_vec();
+        }
+        Ok(res)
     }
+}
+
+/// Shader reads and writes before → a copy after that reads and writes.
+unsafe fn compute_to_copy(dev: &ash::Device, cb: ash::vk::CommandBuffer) {
+    use ash::vk::{AccessFlags as A, PipelineStageFlags as S};
+    let mb = [ash::vk::MemoryBarrier::default()
+        .src_access_mask(A::SHADER_WRITE | A::SHADER_READ)
+        .dst_access_mask(A::TRANSFER_READ | A::TRANSFER_WRITE)];
+    dev.cmd_pipeline_barrier(
+        cb,
+        S::COMPUTE_SHADER,
+        S::TRANSFER,
+        ash::vk::DependencyFlags::empty(),
+        &mb,
+        &[],
+        &[],
+    );
+}
+
+/// Where a scan's probes are: on the host, or in a device buffer from a word offset (the coarse
+/// k-NN's packed ids).
+pub(crate) enum Probes<'a> {
+    Host(&'a [u32]),
+    Device(&'a Buffer, usize),
+}
+
+/// What [`Slab::scan`] returns.
+#[derive(Default)]
+pub(crate) struct ScanOut {
+    /// `nq × k` keys, best first (+∞ padding).
+    pub keys: Vec<f32>,
+    /// `nq × k` ids (`u32::MAX` padding).
+    pub ids: Vec<u32>,
+    /// The probes read from the device (`nq × nprobe`; empty for host probes).
+    pub probes: Vec<u32>,
+    /// GPU nanoseconds.
+    pub gpu_ns: u64,
+    /// Dispatches recorded.
+    pub dispatches: usize,
 }
 
 /// The scan's workgroup size and rows an invocation scans at a time: [`SCAN_WG`] and

@@ -71,7 +71,6 @@ mod full;
 mod launch;
 mod plan;
 mod scratch;
-pub(crate) use scratch::query_rows;
 mod select;
 pub mod verify;
 mod warp;
@@ -371,7 +370,8 @@ pub fn knn_flat(
         return Ok(out);
     }
     let scratch = Scratch::new(table, &plan, &scratch::query_rows(queries, d, opts.metric))?;
-    run(table, &plan, &scratch, nq, opts.metric, &mut out)?;
+    let pipes = Pipelines::new(ctx, table.precision(), &plan)?;
+    run(table, &plan, &pipes, &scratch, nq, opts.metric, &mut out)?;
     drop(scratch);
     if opts.verify > 0 {
         let stored = verify::stored_table(table)?;
@@ -386,20 +386,20 @@ pub fn knn_flat(
 fn run(
     table: &DeviceTable,
     plan: &plan::Plan,
+    pipes: &Pipelines,
     scratch: &Scratch,
     nq: usize,
     metric: Metric,
     out: &mut KnnResult,
 ) -> Result<()> {
     let ctx = table.context();
-    let pipes = Pipelines::new(ctx, table.precision(), plan)?;
     let sub = std::cell::RefCell::new(Submitter::new(ctx)?);
     let mut q0 = 0;
     while q0 < nq {
         let qn = plan.query_tile.min(nq - q0);
         let l = Launch {
             plan,
-            pipes: &pipes,
+            pipes,
             set: scratch.set.set,
             sub: &sub,
             dev: ctx.device(),
@@ -443,8 +443,13 @@ impl DeviceQueries {
             ..KnnOptions::default()
         };
         let nq = check_queries(d, queries, d, &probe)?;
-        let rows = scratch::query_rows(queries, d, metric);
-        let buf = ctx.upload("k-NN queries", bytemuck::cast_slice(&rows))?;
+        let buf = match metric {
+            Metric::Cosine => {
+                let rows = scratch::query_rows(queries, d, metric);
+                ctx.upload("k-NN queries", bytemuck::cast_slice(&rows))?
+            }
+            _ => ctx.upload("k-NN queries", bytemuck::cast_slice(queries))?,
+        };
         Ok(DeviceQueries { buf, nq, d, metric })
     }
 
@@ -460,32 +465,174 @@ pub(crate) fn knn_resident(
     queries: &DeviceQueries,
     opts: &KnnOptions,
 ) -> Result<KnnResult> {
+    Resident::new(table, queries, opts)?.run()
+}
+
+/// A [`knn_resident`] search set up once and run many times — its plan, pipelines and scratch
+/// kept — against a table whose rows may change in place between runs
+/// (`DeviceTable::overwrite_fp32`): k-means assigns its rows to the moving centroids so.
+pub(crate) struct Resident<'q> {
+    table: DeviceTable,
+    nq: usize,
+    k: usize,
+    metric: Metric,
+    plan: plan::Plan,
+    scratch: Option<Scratch<'q>>,
+    pipes: Pipelines,
+}
+
+impl<'q> Resident<'q> {
+    pub(crate) fn new(
+        table: &DeviceTable,
+        queries: &'q DeviceQueries,
+        opts: &KnnOptions,
+    ) -> Result<Resident<'q>> {
+        let ctx = table.context();
+        if queries.d != table.d() || queries.metric != opts.metric || opts.verify > 0 {
+            return Err(Error::Invalid(
+                "internal: resident queries of another dimension or metric, or verify".into(),
+            ));
+        }
+        if opts.k == 0 {
+            return Err(Error::Invalid("k-NN needs k ≥ 1".into()));
+        }
+        let nq = queries.nq;
+        check_result_size(nq, opts.k)?;
+        let plan = plan::plan(ctx.caps(), table.n(), table.d(), nq, opts)?;
+        let scratch = match nq {
+            0 => None,
+            _ => Some(Scratch::with_queries(table, &plan, &queries.buf)?),
+        };
+        let pipes = Pipelines::new(ctx, table.precision(), &plan)?;
+        Ok(Resident {
+            table: table.clone(),
+            nq,
+            k: opts.k,
+            metric: opts.metric,
+            plan,
+            scratch,
+            pipes,
+        })
+    }
+
+    /// The search, on the table's rows as they are now.
+    pub(crate) fn run(&self) -> Result<KnnResult> {
+        let (nq, k) = (self.nq, self.k);
+        let mut out = KnnResult {
+            k,
+            queries: nq,
+            ids: Vec::with_capacity(nq * k),
+            distances: Vec::with_capacity(nq * k),
+            path: self.plan.path,
+            subgroups: self.plan.subgroups,
+            query_tile: self.plan.query_tile,
+            gpu_ns: 0,
+            verified: 0,
+        };
+        if let Some(scratch) = &self.scratch {
+            run(
+                &self.table,
+                &self.plan,
+                &self.pipes,
+                scratch,
+                nq,
+                self.metric,
+                &mut out,
+            )?;
+        }
+        Ok(out)
+    }
+}
+
+/// The k best of every query of a [`knn_resident`] call left on the device: the ids, `ke` a
+/// query, best first (`u32::MAX` padding past N), at [`DeviceKnn::ids`] once
+/// [`DeviceKnn::record_gather`] has run — packed by `knn_gather.comp` where the scratch rows are
+/// longer than `ke`, the scratch itself where they are not. The IVF search reads its probes
+/// there.
+pub(crate) struct DeviceKnn<'q> {
+    scratch: Scratch<'q>,
+    pipes: Pipelines,
+    plan: plan::Plan,
+    side: launch::Side,
+    /// Pairs kept a query.
+    pub ke: usize,
+    /// GPU nanoseconds of the search.
+    pub gpu_ns: u64,
+}
+
+impl DeviceKnn<'_> {
+    /// The search's path, whether subgroups ran, and its query tile (as in [`KnnResult`]).
+    pub(crate) fn plan_info(&self) -> (KnnPath, bool, usize) {
+        (self.plan.path, self.plan.subgroups, self.plan.query_tile)
+    }
+
+    /// Where the ids are once [`DeviceKnn::record_gather`] has run: a buffer and the word
+    /// where query 0's start, `ke` a query, row after row.
+    pub(crate) fn ids(&self) -> (&crate::device::Buffer, usize) {
+        match self.scratch.packed() {
+            Some(p) => (p, self.plan.query_tile * self.ke),
+            None => (self.scratch.ids(self.side), 0),
+        }
+    }
+
+    /// Records the packing of the results (nothing where the rows are already `ke` long).
+    ///
+    /// # Safety
+    /// `cb` is recording.
+    pub(crate) unsafe fn record_gather(&self, dev: &ash::Device, cb: ash::vk::CommandBuffer) {
+        if self.scratch.packed().is_some() {
+            let nq = self.plan.query_tile;
+            self.scratch
+                .record_gather(dev, cb, &self.pipes.gather, &self.plan, self.side, nq);
+        }
+    }
+}
+
+/// [`knn_resident`] with the results left on the device ([`DeviceKnn`]) — where one query tile
+/// holds every query and the results are packed or already `ke` a row; `None` otherwise (the
+/// caller then runs [`knn_resident`]).
+pub(crate) fn knn_resident_on_device<'q>(
+    table: &DeviceTable,
+    queries: &'q DeviceQueries,
+    opts: &KnnOptions,
+) -> Result<Option<DeviceKnn<'q>>> {
     let ctx = table.context();
-    if queries.d != table.d() || queries.metric != opts.metric || opts.verify > 0 {
-        return Err(Error::Invalid(
-            "internal: resident queries of another dimension or metric, or verify".into(),
-        ));
+    if queries.d != table.d() || queries.metric != opts.metric || opts.k == 0 || queries.nq == 0 {
+        return Ok(None);
     }
-    if opts.k == 0 {
-        return Err(Error::Invalid("k-NN needs k ≥ 1".into()));
+    let mut plan = plan::plan(ctx.caps(), table.n(), table.d(), queries.nq, opts)?;
+    if plan.query_tile < queries.nq {
+        return Ok(None);
     }
-    let nq = queries.nq;
-    check_result_size(nq, opts.k)?;
-    let plan = plan::plan(ctx.caps(), table.n(), table.d(), nq, opts)?;
-    let mut out = KnnResult {
-        k: opts.k,
-        queries: nq,
-        ids: Vec::with_capacity(nq * opts.k),
-        distances: Vec::with_capacity(nq * opts.k),
-        path: plan.path,
-        subgroups: plan.subgroups,
-        query_tile: plan.query_tile,
-        gpu_ns: 0,
-        verified: 0,
+    plan.query_tile = queries.nq;
+    let scratch = Scratch::with_queries(table, &plan, &queries.buf)?;
+    if scratch.packed().is_none() && plan.stride != plan.ke {
+        return Ok(None);
+    }
+    let pipes = Pipelines::new(ctx, table.precision(), &plan)?;
+    let sub = std::cell::RefCell::new(Submitter::new(ctx)?);
+    let l = Launch {
+        plan: &plan,
+        pipes: &pipes,
+        set: scratch.set.set,
+        sub: &sub,
+        dev: ctx.device(),
+        metric: opts.metric.code(),
+        q0: 0,
+        qn: queries.nq,
     };
-    if nq > 0 {
-        let scratch = Scratch::with_queries(table, &plan, &queries.buf)?;
-        run(table, &plan, &scratch, nq, opts.metric, &mut out)?;
-    }
-    Ok(out)
+    let (gpu_ns, side) = match plan.path {
+        KnnPath::WarpSelect { fused, .. } => warp::record(&l, fused)?,
+        KnnPath::Select { chunk } => select::record(&l, chunk)?,
+        KnnPath::FullRanking { padded } => full::record(&l, padded)?,
+    };
+    drop(sub);
+    Ok(Some(DeviceKnn {
+        ke: plan.ke,
+        scratch,
+        pipes,
+        plan,
+        side,
+        gpu_ns,
+    }))
 }

@@ -31,7 +31,7 @@ const NO_ID_U32: u32 = u32::MAX;
 
 /// The queries as the device reads them: cosine queries scaled to unit length (float64 norms;
 /// a zero query stays zero), the others as given.
-pub(crate) fn query_rows(queries: &[f32], d: usize, metric: Metric) -> Vec<f32> {
+pub(super) fn query_rows(queries: &[f32], d: usize, metric: Metric) -> Vec<f32> {
     if metric != Metric::Cosine {
         return queries.to_vec();
     }
@@ -134,6 +134,43 @@ impl<'q> Scratch<'q> {
         })
     }
 
+    /// The ids buffer of `side`.
+    pub fn ids(&self, side: Side) -> &Buffer {
+        match side {
+            Side::A => &self.ids_a,
+            Side::B => &self.ids_b,
+        }
+    }
+
+    /// The packed results (`knn_gather.comp`'s output), when this scratch packs them.
+    pub fn packed(&self) -> Option<&Buffer> {
+        self.packed.as_ref()
+    }
+
+    /// Records `knn_gather.comp` packing the first `plan.ke` pairs of the `qn` rows on `side`
+    /// into the packed buffer (which exists).
+    ///
+    /// # Safety
+    /// `cb` is recording.
+    pub unsafe fn record_gather(
+        &self,
+        dev: &ash::Device,
+        cb: ash::vk::CommandBuffer,
+        gather: &Pipeline,
+        plan: &Plan,
+        side: Side,
+        qn: usize,
+    ) {
+        let push = GatherPush {
+            stride: plan.stride as u32,
+            ke: plan.ke as u32,
+            qn: qn as u32,
+            from_b: (side == Side::B) as u32,
+        };
+        bind(dev, cb, gather, self.set.set, bytemuck::bytes_of(&push));
+        dev.cmd_dispatch(cb, (qn * plan.ke).div_ceil(256) as u32, 1, 1);
+    }
+
     /// Appends the k best of the `qn` queries of the tile just run, which are the first
     /// `plan.ke` pairs of each row on `side`, to `out` (distances with the metric's sign;
     /// padding after the N-th).
@@ -159,16 +196,9 @@ impl<'q> Scratch<'q> {
             // Short rows: packed on the device, one download (a copy region a query costs the
             // device microseconds each: a k-means assignment of 10⁶ rows spent seconds in them).
             Some(packed) => {
-                let push = GatherPush {
-                    stride: plan.stride as u32,
-                    ke: ke as u32,
-                    qn: qn as u32,
-                    from_b: (side == Side::B) as u32,
-                };
                 let dev = ctx.device();
                 sub.borrow_mut().run("k-NN gather", |cb| unsafe {
-                    bind(dev, cb, gather, self.set.set, bytemuck::bytes_of(&push));
-                    dev.cmd_dispatch(cb, (qn * ke).div_ceil(256) as u32, 1, 1);
+                    self.record_gather(dev, cb, gather, plan, side, qn);
                 })?;
                 let words: Vec<u32> = ctx
                     .download(packed, 0, (2 * qn * ke * 4) as u64)?

@@ -90,7 +90,8 @@ impl UserData for LIvf {
             this.get_mut(call)?.add(t.get(call)?).lua_ctx(call)
         });
         // `search(queries, {k = 10, nprobe = 1, metric = the index's, …dtable:knn options})`:
-        // the knn result and a report {nprobe, rows_scanned, coarse_ns, lists_ns}.
+        // the knn result and a report {nprobe, rows_scanned, coarse_ns, lists_ns, list_scan,
+        // probes_on_device}.
         m.add_method_mut(
             "search",
             |lua, this, (queries, o): (LuaAnyUserData, Option<LuaTable>)| {
@@ -110,6 +111,8 @@ impl UserData for LIvf {
                 t.set("rows_scanned", rep.rows_scanned)?;
                 t.set("coarse_ns", rep.coarse_ns)?;
                 t.set("lists_ns", rep.lists_ns)?;
+                t.set("list_scan", rep.list_scan)?;
+                t.set("probes_on_device", rep.probes_on_device)?;
                 Ok((knn_result(call, r)?, t))
             },
         );
