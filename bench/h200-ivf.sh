@@ -22,6 +22,7 @@ h200_pack ivf-results
 B=.gl/bin/bench_ivf
 P=bench/ivf_peer.py
 T=$(mktemp -d)
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 -c "import faiss" 2>/dev/null || python3 -m pip install --no-index --no-deps --root-user-action=ignore .gl/wheels/faiss_cpu-*.whl 2>&1 | tail -1
 python3 -c "import faiss; print('faiss', faiss.__version__, faiss.omp_get_max_threads(), 'threads')" | tee "$OUT/faiss.txt"
 WHICH=${1:-all}
