@@ -51,43 +51,55 @@ layout(push_constant) uniform Push {
 shared float lut[PQ_M * KSUB];
 shared float res[PQ_D];
 
+// The query's M × 256 table into shared memory (all invocations; barriers before and after):
+// entry (s, c) the fused multiply-add chain over the sub-space's dims in ascending order of
+// (r_j − C_s[c]_j)² with r = q − c(list) (L2), or of q_j · C_s[c]_j (inner product).
+void build_table(uint q, uint l, bool ip) {
+    const uint lid = gl_LocalInvocationID.x;
+    const uint wg = gl_WorkGroupSize.x;
+    const uint dsub = PQ_D / PQ_M;
+    barrier();  // the previous list's table is no longer read
+    for (uint j = lid; j < PQ_D; j += wg) {
+        precise float v = ip ? queries[q * PQ_D + j] : queries[q * PQ_D + j] - cent[l * PQ_D + j];
+        res[j] = v;
+    }
+    barrier();
+    for (uint e = lid; e < PQ_M * KSUB; e += wg) {
+        const uint s0 = (e / KSUB) * dsub;
+        const uint c0 = pc.pq_at + e * dsub;
+        float s = 0.0;
+        if (ip) {
+            for (uint j = 0u; j < dsub; ++j) {
+                precise float v = fma(res[s0 + j], cent[c0 + j], s);
+                s = v;
+            }
+        } else {
+            for (uint j = 0u; j < dsub; ++j) {
+                precise float diff = res[s0 + j] - cent[c0 + j];
+                precise float v = fma(diff, diff, s);
+                s = v;
+            }
+        }
+        lut[e] = s;
+    }
+    barrier();
+}
+
 void main() {
     const uint lid = gl_LocalInvocationID.x;
     const uint wg = gl_WorkGroupSize.x;
     const uint q = pc.q0 + gl_WorkGroupID.x;
-    const uint dsub = PQ_D / PQ_M;
     const bool ip = pc.ip == 1u;
     bs_init();
     if (pc.seed == 1u && lid < pc.k) bs_push(out_key[q * pc.k + lid], out_id[q * pc.k + lid]);
+    // Inner product: the table does not depend on the list (q · C_s[c]), built once; L2: the
+    // residual's table, built per probed list.
+    if (ip) build_table(q, 0u, true);
     for (uint p = pc.p0; p < pc.p1; ++p) {
         const uint at = 2u * (q * pc.nprobe + p);
         const uint l = probes[at];
         const float bias = uintBitsToFloat(probes[at + 1u]);
-        barrier();  // the previous list's table is no longer read
-        for (uint j = lid; j < PQ_D; j += wg) {
-            precise float v = ip ? queries[q * PQ_D + j] : queries[q * PQ_D + j] - cent[l * PQ_D + j];
-            res[j] = v;
-        }
-        barrier();
-        for (uint e = lid; e < PQ_M * KSUB; e += wg) {
-            const uint s0 = (e / KSUB) * dsub;
-            const uint c0 = pc.pq_at + e * dsub;
-            float s = 0.0;
-            if (ip) {
-                for (uint j = 0u; j < dsub; ++j) {
-                    precise float v = fma(res[s0 + j], cent[c0 + j], s);
-                    s = v;
-                }
-            } else {
-                for (uint j = 0u; j < dsub; ++j) {
-                    precise float diff = res[s0 + j] - cent[c0 + j];
-                    precise float v = fma(diff, diff, s);
-                    s = v;
-                }
-            }
-            lut[e] = s;
-        }
-        barrier();
+        if (!ip) build_table(q, l, false);
         const uint len = min(lists[2u * l + 1u], pc.r1);
         const uint base = lists[2u * l];
         for (uint r = pc.r0 + lid; r < len; r += wg) {
