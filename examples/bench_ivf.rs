@@ -376,6 +376,18 @@ fn run_pq(
     if a.refine > 1 {
         factors.push(a.refine);
     }
+    // The first search puts the lists on the device; timed apart, as for IVF-Flat.
+    let t0 = Instant::now();
+    let first = IvfPqSearch {
+        k: a.k,
+        nprobe: 1,
+        k_factor: 1,
+    };
+    ix.search(&q.data()[..d], d, &first).map_err(err)?;
+    println!(
+        "lists to the device (first search) wall {:.3} s",
+        t0.elapsed().as_secs_f64()
+    );
     let mut rows = Vec::new();
     let mut probes = a.nprobe.clone();
     if !a.no_full {
@@ -388,9 +400,17 @@ fn run_pq(
                 nprobe: np,
                 k_factor: f,
             };
-            let t0 = Instant::now();
-            let (r, rep) = ix.search(q.data(), d, &s).map_err(err)?;
-            let secs = t0.elapsed().as_secs_f64();
+            // The best wall time of three searches (the first also builds the pipelines of a
+            // new k × k_factor).
+            let mut secs = f64::INFINITY;
+            let mut last = None;
+            for _ in 0..3 {
+                let t0 = Instant::now();
+                let got = ix.search(q.data(), d, &s).map_err(err)?;
+                secs = secs.min(t0.elapsed().as_secs_f64());
+                last = Some(got);
+            }
+            let (r, rep) = last.expect("three searches");
             let (r1, rk, kk) = recall(&r, gt);
             println!(
                 "nprobe {np:>4} k_factor {f:>2} wall {secs:.3} s  gpu {:.3} s  {:>8.0} q/s  \
