@@ -312,7 +312,8 @@ fn the_rerank_is_exact_once_it_sees_every_probed_row() {
     let ctx = ctx();
     let (d, m, k) = (32, 4, 5);
     let data = random_table(400, d, 31);
-    let queries = random_table(30, d, 32);
+    // 600 queries: the host re-rank splits them over threads (256 or more a thread).
+    let queries = random_table(600, d, 32);
     for metric in [Metric::L2, Metric::Cosine] {
         let ip = metric != Metric::L2;
         let mut ix = IvfPq::new(&ctx, d, &opts(4, m, metric, true)).unwrap();
@@ -322,7 +323,7 @@ fn the_rerank_is_exact_once_it_sees_every_probed_row() {
         let (r, _) = ix.search(queries.data(), d, &search(k, 4, 12)).unwrap();
         let seen = as_seen(&data.data()[..60 * d], d, metric);
         let q = as_seen(queries.data(), d, metric);
-        for qi in 0..30 {
+        for qi in 0..600 {
             let want = exact(&seen, d, &q[qi * d..(qi + 1) * d], k, ip);
             let got: Vec<(f32, i64)> = r
                 .distances_of(qi)

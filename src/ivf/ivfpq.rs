@@ -380,17 +380,43 @@ impl IvfPq {
             gpu_ns: report.coarse_ns + report.lists_ns,
             verified: 0,
         };
-        for q in 0..nq {
+        let best_of = |q: usize| -> Vec<(f32, u32)> {
             let cand = (0..kk)
                 .map(|i| (keys[q * kk + i], ids[q * kk + i]))
                 .filter(|&(_, id)| id != u32::MAX);
-            let best: Vec<(f32, u32)> = if s.k_factor > 1 {
+            if s.k_factor > 1 {
                 self.rerank(&rows[q * self.d..(q + 1) * self.d], cand, k)
             } else {
                 cand.map(|(key, id)| (if ip { -key } else { key }, id))
                     .take(k)
                     .collect()
-            };
+            }
+        };
+        // The re-rank reads kept rows scattered over the index (memory-bound): the queries are
+        // split over the host's threads; each query's result does not depend on the split.
+        let threads = if s.k_factor > 1 {
+            std::thread::available_parallelism()
+                .map_or(1, |t| t.get())
+                .min(nq.div_ceil(256))
+                .max(1)
+        } else {
+            1
+        };
+        let per = nq.div_ceil(threads).max(1);
+        let bests: Vec<Vec<(f32, u32)>> = std::thread::scope(|sc| {
+            let handles: Vec<_> = (0..nq)
+                .step_by(per)
+                .map(|q0| {
+                    let best_of = &best_of;
+                    sc.spawn(move || (q0..(q0 + per).min(nq)).map(best_of).collect::<Vec<_>>())
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().expect("a re-rank thread panicked"))
+                .collect()
+        });
+        for best in &bests {
             for i in 0..k {
                 let (dist, id) = best.get(i).map_or((pad, NO_ID), |&(v, id)| (v, id as i64));
                 out.ids.push(id);
