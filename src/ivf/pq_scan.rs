@@ -16,12 +16,13 @@
 //! invocation) [`dispatches`] counts an invocation's iterations from above and cuts the scan
 //! into dispatches over probe ranks and row ranges, each starting from the last one's k best.
 
-use crate::device::{loop_budget, Buffer, Capabilities, Context, PipelineKey};
+use crate::device::{Buffer, Capabilities, Context, PipelineKey};
 use crate::error::{Error, Result};
 use crate::spirv::{self, checked_push};
 use crate::submit::{barrier, bind, Set, Submitter};
 
 use super::pq::PQ_KSUB;
+use super::scan::{merge_iterations, split, LoopCost};
 
 /// Invocations a workgroup (one query).
 const SCAN_WG: usize = 128;
@@ -229,38 +230,20 @@ pub(crate) fn dispatches(
     nprobe: usize,
     max_len: usize,
 ) -> Result<Vec<(usize, usize, usize, usize)>> {
-    if caps.loop_limit.is_none() {
-        return Ok(vec![(0, nprobe, 0, usize::MAX)]);
-    }
-    let budget = loop_budget(caps) as usize;
-    let log_wg = SCAN_WG.trailing_zeros() as usize;
-    let fixed = bs_k + k * (log_wg + 2 + bs_k) + 8;
-    let table = 1 + d.div_ceil(SCAN_WG) + (PQ_KSUB * m).div_ceil(SCAN_WG) * (d / m + 1);
-    let per_row = m + bs_k + 1;
-    let per_probe = table + max_len.div_ceil(SCAN_WG) * per_row;
-    if fixed + per_probe <= budget {
-        let step = (budget - fixed) / per_probe;
-        return Ok((0..nprobe)
-            .step_by(step)
-            .map(|p0| (p0, (p0 + step).min(nprobe), 0, usize::MAX))
-            .collect());
-    }
-    // One probe rank at a time, its lists' rows in ranges (the table rebuilt for each).
-    let rows = budget.saturating_sub(fixed + table) / per_row * SCAN_WG;
-    if rows == 0 {
-        crate::device::check_loop_budget(
-            caps,
-            "the IVF-PQ list scan",
-            (fixed + table + per_row) as u64,
-        )?;
-    }
-    let mut out = Vec::new();
-    for p in 0..nprobe {
-        for r0 in (0..max_len.max(1)).step_by(rows.max(1)) {
-            out.push((p, p + 1, r0, r0 + rows));
-        }
-    }
-    Ok(out)
+    let cost = LoopCost {
+        fixed: merge_iterations(SCAN_WG, k, bs_k),
+        // The table of each probed list (rebuilt for each row range too).
+        per_probe: 1 + d.div_ceil(SCAN_WG) + (PQ_KSUB * m).div_ceil(SCAN_WG) * (d / m + 1),
+        per_row: m + bs_k + 1,
+    };
+    split(
+        caps,
+        "the IVF-PQ list scan",
+        SCAN_WG,
+        nprobe,
+        max_len,
+        &cost,
+    )
 }
 
 #[cfg(test)]

@@ -358,29 +358,62 @@ pub(crate) fn dispatches(
     nprobe: usize,
     max_len: usize,
 ) -> Result<Vec<(usize, usize, usize, usize)>> {
+    let cost = LoopCost {
+        fixed: d.div_ceil(wg) + merge_iterations(wg, k, bs_k),
+        per_probe: 1,
+        per_row: d + bs_k + 1,
+    };
+    split(caps, "the IVF list scan", wg, nprobe, max_len, &cost)
+}
+
+/// Loop iterations an invocation of a list scan runs beside its rows' (the seed and the block
+/// select's merge, with a margin).
+pub(crate) fn merge_iterations(wg: usize, k: usize, bs_k: usize) -> usize {
+    bs_k + k * (wg.trailing_zeros() as usize + 2 + bs_k) + 8
+}
+
+/// An invocation's loop iterations in a list scan, from above: `fixed` once, `per_probe` for
+/// each probed list, `per_row` for each of its rows.
+pub(crate) struct LoopCost {
+    pub fixed: usize,
+    pub per_probe: usize,
+    pub per_row: usize,
+}
+
+/// A list scan's dispatches under `caps`' loop cap (see [`dispatches`]); `what` names the scan
+/// in the error where even one row of one list does not fit.
+pub(crate) fn split(
+    caps: &Capabilities,
+    what: &str,
+    wg: usize,
+    nprobe: usize,
+    max_len: usize,
+    cost: &LoopCost,
+) -> Result<Vec<(usize, usize, usize, usize)>> {
     if caps.loop_limit.is_none() {
         return Ok(vec![(0, nprobe, 0, usize::MAX)]);
     }
     let budget = loop_budget(caps) as usize;
-    let log_wg = wg.trailing_zeros() as usize;
-    let fixed = d.div_ceil(wg) + bs_k + k * (log_wg + 2 + bs_k) + 8;
-    let per_row = d + bs_k + 1;
-    let per_probe = 1 + max_len.div_ceil(wg) * per_row;
-    if fixed + per_probe <= budget {
-        let step = (budget - fixed) / per_probe;
+    let per_probe = cost.per_probe + max_len.div_ceil(wg) * cost.per_row;
+    if cost.fixed + per_probe <= budget {
+        let step = (budget - cost.fixed) / per_probe;
         return Ok((0..nprobe)
             .step_by(step)
             .map(|p0| (p0, (p0 + step).min(nprobe), 0, usize::MAX))
             .collect());
     }
     // One probe rank at a time, its lists' rows in ranges.
-    let rows = budget.saturating_sub(fixed + 1) / per_row * wg;
+    let rows = budget.saturating_sub(cost.fixed + cost.per_probe) / cost.per_row * wg;
     if rows == 0 {
-        crate::device::check_loop_budget(caps, "the IVF list scan", (fixed + 1 + per_row) as u64)?;
+        crate::device::check_loop_budget(
+            caps,
+            what,
+            (cost.fixed + cost.per_probe + cost.per_row) as u64,
+        )?;
     }
     let mut out = Vec::new();
     for p in 0..nprobe {
-        for r0 in (0..max_len).step_by(rows.max(1)) {
+        for r0 in (0..max_len.max(1)).step_by(rows.max(1)) {
             out.push((p, p + 1, r0, r0 + rows));
         }
     }
