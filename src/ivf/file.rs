@@ -56,6 +56,38 @@ pub(super) fn metric_code(m: Metric) -> u32 {
     }
 }
 
+/// Writes an index file's bytes to `path` through a temporary file (fsync, rename): an error
+/// leaves no file, never a half-written one.
+pub(super) fn write_index(path: &Path, bytes: &[u8]) -> Result<()> {
+    let (pending, mut f) = PendingFile::create(path)?;
+    let io = |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    f.write_all(bytes).map_err(io)?;
+    f.sync_all().map_err(io)?;
+    drop(f);
+    pending.commit()
+}
+
+/// An index file's bytes.
+pub(super) fn read_index(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// The metric of a file's code (the inverse of `metric_code`).
+pub(super) fn metric_from_code(c: u32) -> std::result::Result<Metric, String> {
+    match c {
+        0 => Ok(Metric::InnerProduct),
+        1 => Ok(Metric::Cosine),
+        2 => Ok(Metric::L2),
+        c => Err(format!("unknown metric code {c} (0, 1 or 2)")),
+    }
+}
+
 impl IvfFlat {
     /// The index file's bytes (see the format above). Errors: an untrained index.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
@@ -99,26 +131,14 @@ impl IvfFlat {
     /// Write the index to `path` (temporary file, fsync, rename). Errors: an untrained index
     /// (no file is created), the output location.
     pub fn save(&self, path: &Path) -> Result<()> {
-        let bytes = self.to_bytes()?;
-        let (pending, mut f) = PendingFile::create(path)?;
-        let io = |source| Error::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        f.write_all(&bytes).map_err(io)?;
-        f.sync_all().map_err(io)?;
-        drop(f);
-        pending.commit()
+        write_index(path, &self.to_bytes()?)
     }
 
     /// Read an index file written by [`IvfFlat::save`] onto `ctx` (every check is made before
     /// anything is uploaded; see the format above). The k-means options of the loaded index
     /// are the defaults (it is trained already).
     pub fn load(ctx: &Context, path: &Path) -> Result<IvfFlat> {
-        let bytes = std::fs::read(path).map_err(|source| Error::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let bytes = read_index(path)?;
         let mut index = Self::from_bytes(ctx, &bytes).map_err(|reason| Error::Format {
             path: path.to_path_buf(),
             reason,
@@ -147,12 +167,7 @@ impl IvfFlat {
                 "IVF index version {version}, this build reads version {IVF_VERSION}"
             ));
         }
-        let metric = match u32_at(8) {
-            0 => Metric::InnerProduct,
-            1 => Metric::Cosine,
-            2 => Metric::L2,
-            c => return Err(format!("unknown metric code {c} (0, 1 or 2)")),
-        };
+        let metric = metric_from_code(u32_at(8))?;
         let precision = match u32_at(12) {
             0 => Precision::Fp32,
             1 => Precision::Fp16,

@@ -22,15 +22,12 @@
 //! does not match, an id out of place, a non-finite value — is refused with [`Error::Format`]
 //! naming the file and the fault, before anything is uploaded.
 
-use super::file::{fnv1a64, metric_code};
+use super::file::{fnv1a64, metric_code, metric_from_code, read_index, write_index};
 use super::ivfpq::{IvfPq, IvfPqOptions, PqList};
 use super::pq::{ProductQuantizer, PQ_KSUB};
 use super::KMeansOptions;
-use crate::cache::PendingFile;
 use crate::device::Context;
 use crate::error::{Error, Result};
-use crate::knn::Metric;
-use std::io::Write;
 use std::path::Path;
 
 /// The IVF-PQ index file's first four bytes.
@@ -79,25 +76,13 @@ impl IvfPq {
     /// Write the index to `path` (temporary file, fsync, rename). Errors: an untrained index
     /// (no file is created), the output location.
     pub fn save(&self, path: &Path) -> Result<()> {
-        let bytes = self.to_bytes()?;
-        let (pending, mut f) = PendingFile::create(path)?;
-        let io = |source| Error::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        f.write_all(&bytes).map_err(io)?;
-        f.sync_all().map_err(io)?;
-        drop(f);
-        pending.commit()
+        write_index(path, &self.to_bytes()?)
     }
 
     /// Read an index file written by [`IvfPq::save`] onto `ctx` (every check before anything
     /// is uploaded). The k-means options of the loaded index are the defaults.
     pub fn load(ctx: &Context, path: &Path) -> Result<IvfPq> {
-        let bytes = std::fs::read(path).map_err(|source| Error::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let bytes = read_index(path)?;
         let mut index = Self::from_bytes(ctx, &bytes).map_err(|reason| Error::Format {
             path: path.to_path_buf(),
             reason,
@@ -126,12 +111,7 @@ impl IvfPq {
                 "IVF-PQ index version {version}, this build reads version {IVFPQ_VERSION}"
             ));
         }
-        let metric = match u32_at(8) {
-            0 => Metric::InnerProduct,
-            1 => Metric::Cosine,
-            2 => Metric::L2,
-            c => return Err(format!("unknown metric code {c} (0, 1 or 2)")),
-        };
+        let metric = metric_from_code(u32_at(8))?;
         let flags = u32_at(12);
         if flags > 1 {
             return Err(format!("unknown flags {flags:#x} (only bit 0, rows kept)"));
