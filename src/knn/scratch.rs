@@ -1,12 +1,13 @@
 //! The device memory of one k-NN call: the queries (unit rows for cosine), the two scratch
 //! buffer pairs A and B sized by the [`Plan`] for one query tile, their descriptor set, and the
-//! download of each query tile's k best into the [`KnnResult`].
+//! download of each query tile's k best into the [`KnnResult`] — packed first on the device by
+//! `knn_gather.comp` (binding 7) when they are short (≤ 256 pairs a query), so one download
+//! brings them; longer ones come back as a region a query.
 
 use super::launch::Side;
 use super::plan::Plan;
 use super::{KnnResult, Metric, NO_ID};
-use crate::device::Buffer;
-use crate::device::Pipeline;
+use crate::device::{Buffer, Pipeline};
 use crate::device_table::DeviceTable;
 use crate::error::Result;
 use crate::submit::{bind, Set, Submitter};
@@ -46,7 +47,8 @@ pub(super) fn query_rows(queries: &[f32], d: usize, metric: Metric) -> Vec<f32> 
 }
 
 /// The queries and the scratch of one query tile, bound in one descriptor set (bindings 0–6 of
-/// the k-NN shaders: table, inverse norms, queries, keys A, ids A, keys B, ids B).
+/// the k-NN shaders: table, inverse norms, queries, keys A, ids A, keys B, ids B; 7 the packed
+/// results where they are packed).
 pub(super) struct Scratch<'q> {
     // The set first: dropped before the buffers it names.
     pub set: Set,
