@@ -448,7 +448,7 @@ pub fn knn_replicated_with(
     IndexReplicas::new(ctxs, table, precision, weights)?.knn(queries, dim, opts)
 }
 
-fn names(ctxs: &[Context]) -> Vec<String> {
+pub(crate) fn names(ctxs: &[Context]) -> Vec<String> {
     ctxs.iter().map(|c| c.caps().name.clone()).collect()
 }
 
@@ -469,7 +469,7 @@ fn parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(usize, &T) -> R + Sync) ->
 }
 
 /// The results, or the first device's error (in device order), naming that device.
-fn first_error<R>(results: Vec<Result<R>>, names: &[String]) -> Result<Vec<R>> {
+pub(crate) fn first_error<R>(results: Vec<Result<R>>, names: &[String]) -> Result<Vec<R>> {
     results
         .into_iter()
         .enumerate()
@@ -543,7 +543,7 @@ pub(crate) fn key_order(a: (f32, i64), b: (f32, i64)) -> Ordering {
 /// global k best per query: ids offset to global rows, entries ordered by the device's order
 /// (key = −distance for similarities, distance for L2; ties to the lowest id), padded with
 /// [`NO_ID`] and ∓∞ past the available rows. Distances are passed through untouched.
-fn merge(
+pub(crate) fn merge(
     parts: &[(usize, &KnnResult)],
     nq: usize,
     k: usize,

@@ -13,7 +13,7 @@ use common::{
     assert_clean, assert_same, bits, ctx, format_message, fortunes, precisions, random_table,
     TempDir,
 };
-use diversity::ivf::{assign, kmeans, IvfFlat, IvfOptions, KMeansOptions};
+use diversity::ivf::{assign, kmeans, IvfFlat, IvfOptions, IvfShards, KMeansOptions};
 use diversity::knn::knn_flat;
 use diversity::{DeviceTable, KnnOptions, Metric, Precision, Table};
 
@@ -713,4 +713,43 @@ fn fnv(b: &[u8]) -> u64 {
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
     h
+}
+
+/// An IVF-Flat index sharded over two logical devices (lavapipe opened twice) gives what one
+/// index holding every row gives, ids and distance bits — with an empty shard too.
+#[test]
+fn ivf_shards_are_one_index_bit_for_bit() {
+    let ctxs = diversity::multi::open_devices("0,0", true).unwrap();
+    let t = fortunes(700);
+    let q = Table::new(
+        rows(&t, &(0..25).map(|i| i * 27).collect::<Vec<_>>()),
+        25,
+        t.d(),
+    )
+    .unwrap();
+    for m in [Metric::L2, Metric::Cosine] {
+        let o = opts(10, m, Precision::Fp32);
+        let mut one = IvfFlat::new(&ctxs[0], t.d(), &o).unwrap();
+        one.train(&t).unwrap();
+        one.add(&t).unwrap();
+        for weights in [None, Some(&[1.0, 2.0][..]), Some(&[1.0, 0.0][..])] {
+            let (mut sh, _) = IvfShards::build(&ctxs, &t, &o, weights).unwrap();
+            for (nprobe, k) in [(3, 7), (10, 12)] {
+                let ko = KnnOptions {
+                    k,
+                    metric: m,
+                    ..KnnOptions::default()
+                };
+                let (want, wrep) = one.search(q.data(), t.d(), nprobe, &ko).unwrap();
+                let (got, rep, multi) = sh.search(q.data(), t.d(), nprobe, &ko).unwrap();
+                let what = format!("{m:?} {weights:?} nprobe {nprobe}");
+                assert_same(&got, &want, &what);
+                assert_eq!(rep.rows_scanned, wrep.rows_scanned, "{what}");
+                assert_eq!(multi.ranges.len(), 2, "{what}");
+            }
+        }
+    }
+    for c in &ctxs {
+        assert_clean(c);
+    }
 }

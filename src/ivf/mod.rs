@@ -39,6 +39,7 @@ pub mod pq;
 mod pq_file;
 mod pq_scan;
 mod scan;
+mod shards;
 mod update;
 
 pub use file::{IVF_MAGIC, IVF_VERSION};
@@ -47,6 +48,7 @@ pub use kmeans::{assign, kmeans, KMeans, KMeansOptions};
 pub use pq::ProductQuantizer;
 pub use pq_file::{IVFPQ_MAGIC, IVFPQ_VERSION};
 pub use scan::{MAX_SCAN_DIM, MAX_SCAN_K};
+pub use shards::IvfShards;
 
 use crate::device::Context;
 use crate::device_table::DeviceTable;
@@ -210,7 +212,7 @@ impl IvfFlat {
         Ok(km)
     }
 
-    fn set_centroids(&mut self, c: Vec<f32>) -> Result<()> {
+    pub(super) fn set_centroids(&mut self, c: Vec<f32>) -> Result<()> {
         let t = Table::new(c, self.nlist, self.d)?;
         self.coarse = Some(DeviceTable::upload(&self.ctx, &t, Precision::Fp32)?);
         self.centroids = t.data().to_vec();
