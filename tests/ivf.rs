@@ -753,3 +753,60 @@ fn ivf_shards_are_one_index_bit_for_bit() {
         assert_clean(c);
     }
 }
+
+/// Adds after the first search grow the lists on the device in place (only the touched blocks,
+/// norms, ids and sizes written) while they have room, and rebuild the lists once one outgrows
+/// it: either way the search is a fresh index's, bit for bit.
+#[test]
+fn adds_grow_the_device_lists_in_place() {
+    let ctx = ctx();
+    let t = fortunes(900);
+    let d = t.d();
+    let part = |a: usize, b: usize| Table::new(t.data()[a * d..b * d].to_vec(), b - a, d).unwrap();
+    let q = Table::new(
+        rows(&t, &(0..20).map(|i| i * 44).collect::<Vec<_>>()),
+        20,
+        d,
+    )
+    .unwrap();
+    for p in precisions(&ctx) {
+        for m in [Metric::Cosine, Metric::L2] {
+            let o = opts(6, m, p);
+            let ko = KnnOptions {
+                k: 9,
+                metric: m,
+                ..KnnOptions::default()
+            };
+            let mut ix = IvfFlat::new(&ctx, d, &o).unwrap();
+            ix.train(&t).unwrap();
+            ix.add(&part(0, 500)).unwrap();
+            ix.search(q.data(), d, 2, &ko).unwrap();
+            assert_eq!(ix.slab_uploads(), (1, 0));
+            // 30 more rows: every list has room (a quarter more, at least 32 rows).
+            ix.add(&part(500, 530)).unwrap();
+            assert_eq!(ix.slab_uploads(), (1, 1), "{p:?} {m:?}");
+            let fresh = |n: usize| {
+                let mut f = IvfFlat::new(&ctx, d, &o).unwrap();
+                f.train(&t).unwrap();
+                f.add(&part(0, n)).unwrap();
+                f
+            };
+            for nprobe in [2, 6] {
+                let (got, _) = ix.search(q.data(), d, nprobe, &ko).unwrap();
+                let (want, _) = fresh(530).search(q.data(), d, nprobe, &ko).unwrap();
+                assert_same(
+                    &got,
+                    &want,
+                    &format!("{p:?} {m:?} in place, nprobe {nprobe}"),
+                );
+            }
+            // 370 more: some list outgrows its room; the next search builds the lists again.
+            ix.add(&part(530, 900)).unwrap();
+            let (got, _) = ix.search(q.data(), d, 3, &ko).unwrap();
+            assert_eq!(ix.slab_uploads(), (2, 1), "{p:?} {m:?}");
+            let (want, _) = fresh(900).search(q.data(), d, 3, &ko).unwrap();
+            assert_same(&got, &want, &format!("{p:?} {m:?} rebuilt"));
+        }
+    }
+    assert_clean(&ctx);
+}

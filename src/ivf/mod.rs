@@ -17,8 +17,10 @@
 //! download. k ≤ [`MAX_SCAN_K`] and D ≤ [`MAX_SCAN_DIM`]; past them each probed list is searched
 //! by the exact k-NN with the queries that probe it and the per-list k-lists merged on the host.
 //!
-//! The slab is built on the first search after an add (the whole index is uploaded again; adds
-//! that only append to lists do not yet grow it in place).
+//! The slab is built on the first search; every list gets room to grow (a quarter more, at least
+//! a block of 32 rows), so a later add writes only the blocks that hold its new rows, their norms
+//! and ids, and the lists' sizes; an add that outgrows a list's room makes the next search build
+//! the slab again ([`IvfFlat::slab_uploads`] counts both).
 //!
 //! # Why nprobe = nlist is the exact search, bit for bit
 //! A (query, row) key is one fused multiply-add chain from the stored row, the query and
@@ -94,9 +96,11 @@ pub struct IvfFlat {
     coarse: Option<DeviceTable>,
     lists: Vec<List>,
     ntotal: usize,
-    /// Every list on the device for the list scan; `None` until the first search after a
-    /// change (and while every list is empty).
+    /// Every list on the device for the list scan; `None` until the first search (and while
+    /// every list is empty), and again after an add that outgrew a list's room.
     slab: Option<scan::Slab>,
+    /// Slab builds and in-place appends so far.
+    slab_uploads: (usize, usize),
 }
 
 /// What [`IvfFlat::search`] did, beside its result.
@@ -143,6 +147,7 @@ impl IvfFlat {
             lists: (0..opts.nlist).map(|_| List::default()).collect(),
             ntotal: 0,
             slab: None,
+            slab_uploads: (0, 0),
         })
     }
 
@@ -177,6 +182,11 @@ impl IvfFlat {
     /// Rows in each list.
     pub fn list_sizes(&self) -> Vec<usize> {
         self.lists.iter().map(|l| l.ids.len()).collect()
+    }
+    /// How the lists reached the device so far: whole builds of the slab (the first search, and
+    /// the first search after an add that outgrew a list's room) and adds written in place.
+    pub fn slab_uploads(&self) -> (usize, usize) {
+        self.slab_uploads
     }
     /// The ids of list `l` (ascending).
     pub fn list_ids(&self, l: usize) -> &[i64] {
@@ -232,10 +242,24 @@ impl IvfFlat {
             list.data.extend_from_slice(table.row(i));
             list.dev = None;
         }
-        if !lists.is_empty() {
-            self.slab = None;
-        }
         self.ntotal += table.n();
+        // Rows appended to lists that still have room on the device go there in place; else
+        // the slab is built again on the next search.
+        if let Some(slab) = self.slab.as_mut() {
+            let views: Vec<(&[i64], &[f32])> = self
+                .lists
+                .iter()
+                .map(|l| (l.ids.as_slice(), l.data.as_slice()))
+                .collect();
+            match slab.append(&views) {
+                Ok(true) => self.slab_uploads.1 += 1,
+                Ok(false) => self.slab = None,
+                Err(e) => {
+                    self.slab = None;
+                    return Err(e);
+                }
+            }
+        }
         Ok(first)
     }
 
@@ -308,6 +332,7 @@ impl IvfFlat {
                     .map(|l| (l.ids.as_slice(), l.data.as_slice()))
                     .collect();
                 self.slab = scan::Slab::build(&self.ctx, &lists, self.d, self.precision)?;
+                self.slab_uploads.0 += 1;
             }
             let Some(slab) = &self.slab else {
                 // Nothing added: every result is padding.

@@ -74,6 +74,10 @@ pub(crate) struct Slab {
     row_id: Buffer,
     /// Rows of the longest list.
     max_len: usize,
+    /// Per list: its first slab row, its rows on the device, the rows reserved for it.
+    at: Vec<usize>,
+    len: Vec<usize>,
+    cap: Vec<usize>,
 }
 
 /// Whether the list scan takes a search of `k` results in dimension `d`.
@@ -90,22 +94,26 @@ impl Slab {
         d: usize,
         precision: Precision,
     ) -> Result<Option<Slab>> {
-        let mut offsets = Vec::with_capacity(2 * lists.len());
+        // Each list's room: its rows and a quarter more, at least a block more, in whole blocks
+        // — so adds that append to lists write only the blocks they touch (`Slab::append`).
+        let (mut at, mut len, mut cap) = (Vec::new(), Vec::new(), Vec::new());
         let mut rows = 0usize;
         for (ids, _) in lists {
-            offsets.push(rows);
-            offsets.push(ids.len());
-            rows += ids.len().div_ceil(BLOCK) * BLOCK;
+            let room = (ids.len() + (ids.len() / 4).max(BLOCK)).div_ceil(BLOCK) * BLOCK;
+            at.push(rows);
+            len.push(ids.len());
+            cap.push(room);
+            rows += room;
         }
-        if rows == 0 {
+        if len.iter().all(|&l| l == 0) {
             return Ok(None);
         }
         let caps = ctx.caps();
         let bytes = (rows as u64) * (d as u64) * precision.bytes() as u64;
         if bytes > caps.max_buffer_range || rows >= u32::MAX as usize / 2 {
             return Err(Error::Limit(format!(
-                "the IVF lists' {rows} rows × {d} {} need a {bytes}-byte buffer; {} allows {} \
-                 bytes (maxStorageBufferRange)",
+                "the IVF lists' {rows} rows × {d} {} (with room to grow) need a {bytes}-byte \
+                 buffer; {} allows {} bytes (maxStorageBufferRange)",
                 precision.name(),
                 caps.name,
                 caps.max_buffer_range
@@ -113,14 +121,11 @@ impl Slab {
         }
         let mut flat = vec![0f32; rows * d];
         let mut row_id = vec![NO_ID_U32; rows];
-        let mut max_len = 0;
         for (l, (ids, data)) in lists.iter().enumerate() {
-            let at = offsets[2 * l];
-            flat[at * d..at * d + data.len()].copy_from_slice(data);
+            flat[at[l] * d..at[l] * d + data.len()].copy_from_slice(data);
             for (i, &id) in ids.iter().enumerate() {
-                row_id[at + i] = id as u32;
+                row_id[at[l] + i] = id as u32;
             }
-            max_len = max_len.max(ids.len());
         }
         let table = Table::new(flat, rows, d)?;
         let inv = table.as_stored(precision).inverse_norms();
@@ -134,17 +139,91 @@ impl Slab {
                 bytemuck::cast_slice(&interleave(&table.to_f16_bits_checked()?, rows, d)),
             )?,
         };
-        let lists: Vec<u32> = offsets.iter().map(|&v| v as u32).collect();
+        let words: Vec<u32> = at
+            .iter()
+            .zip(&len)
+            .flat_map(|(&a, &n)| [a as u32, n as u32])
+            .collect();
         Ok(Some(Slab {
             ctx: ctx.clone(),
             d,
             precision,
             data,
             inv_norm: ctx.upload("IVF inverse norms", bytemuck::cast_slice(&inv))?,
-            lists: ctx.upload("IVF list offsets", bytemuck::cast_slice(&lists))?,
+            lists: ctx.upload("IVF list offsets", bytemuck::cast_slice(&words))?,
             row_id: ctx.upload("IVF row ids", bytemuck::cast_slice(&row_id))?,
-            max_len,
+            max_len: len.iter().copied().max().unwrap_or(0),
+            at,
+            len,
+            cap,
         }))
+    }
+
+    /// Puts rows appended to lists on the device in place: `lists` are every list as the host
+    /// holds it now (ids ascending, rows row-major), the device holding a prefix of each.
+    /// Writes, in one upload a buffer, the 32-row blocks that hold new rows, their inverse
+    /// norms and ids, and the lists' sizes. `false` (nothing written) when a list has outgrown
+    /// its room: the caller builds the slab again.
+    pub fn append(&mut self, lists: &[(&[i64], &[f32])]) -> Result<bool> {
+        if lists.len() != self.len.len()
+            || lists
+                .iter()
+                .zip(&self.cap)
+                .any(|((ids, _), &c)| ids.len() > c)
+        {
+            return Ok(false);
+        }
+        let d = self.d;
+        let eb = self.precision.bytes();
+        let (mut blocks, mut norms, mut ids_w, mut sizes) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (l, (ids, data)) in lists.iter().enumerate() {
+            let (old, new) = (self.len[l], ids.len());
+            if new == old {
+                continue;
+            }
+            if new < old {
+                return Ok(false);
+            }
+            let base = self.at[l];
+            // Whole blocks from the one holding the first new row.
+            let b0 = old / BLOCK * BLOCK;
+            let b1 = new.div_ceil(BLOCK) * BLOCK;
+            let mut part = vec![0f32; (b1 - b0) * d];
+            part[..(new - b0) * d].copy_from_slice(&data[b0 * d..new * d]);
+            let t = Table::new(part, b1 - b0, d)?;
+            let bytes: Vec<u8> = match self.precision {
+                Precision::Fp32 => bytemuck::cast_slice(&interleave(t.data(), b1 - b0, d)).to_vec(),
+                Precision::Fp16 => {
+                    bytemuck::cast_slice(&interleave(&t.to_f16_bits_checked()?, b1 - b0, d))
+                        .to_vec()
+                }
+            };
+            blocks.push((((base + b0) * d * eb) as u64, bytes));
+            let inv = t.as_stored(self.precision).inverse_norms();
+            norms.push((
+                ((base + old) * 4) as u64,
+                bytemuck::cast_slice(&inv[old - b0..new - b0]).to_vec(),
+            ));
+            let w: Vec<u32> = ids[old..new].iter().map(|&i| i as u32).collect();
+            ids_w.push((((base + old) * 4) as u64, bytemuck::cast_slice(&w).to_vec()));
+            sizes.push((
+                ((2 * l + 1) * 4) as u64,
+                (new as u32).to_le_bytes().to_vec(),
+            ));
+            self.len[l] = new;
+            self.max_len = self.max_len.max(new);
+        }
+        for (buf, regions) in [
+            (&self.data, &blocks),
+            (&self.inv_norm, &norms),
+            (&self.row_id, &ids_w),
+            (&self.lists, &sizes),
+        ] {
+            let r: Vec<(u64, &[u8])> = regions.iter().map(|(o, b)| (*o, b.as_slice())).collect();
+            self.ctx.write_regions(buf, &r)?;
+        }
+        Ok(true)
     }
 
     /// The k best `(key, id)` pairs of each of the `nq` queries in `queries` (the device's
