@@ -3,12 +3,14 @@
 //! best (`shaders/block_select.glsl`: a sorted queue per invocation, then a workgroup merge).
 //!
 //! # The slab
-//! The lists' rows, list after list, each list starting on a multiple of 32 rows (zero rows pad
-//! the gaps; no list reaches them), interleaved by blocks of 32 rows (row r's dim j at
-//! `(r / 32) · 32 · D + j · 32 + r % 32`) so a subgroup's 32 invocations read dim j of 32 rows
-//! in one coalesced load; beside it each slab row's inverse norm (from the stored values in
-//! float64, as [`crate::DeviceTable`] computes them), its id, and each list's first row and
-//! size. An [`super::IvfFlat::add`] marks the slab stale; the next search rebuilds it.
+//! The lists' rows, list after list, each list given room for a quarter more rows (at least 32)
+//! in whole blocks of 32 rows (zero rows fill the room; no list reads past its size),
+//! interleaved by blocks of 32 rows (row r's dim j at `(r / 32) · 32 · D + j · 32 + r % 32`) so
+//! a subgroup's 32 invocations read dim j of 32 rows in one coalesced load; beside it each slab
+//! row's inverse norm (from the stored values in float64, as [`crate::DeviceTable`] computes
+//! them), its id, and each list's first row and size. [`Slab::append`] writes the rows an
+//! [`super::IvfFlat::add`] appended in place (the blocks holding them, their norms, ids and the
+//! sizes) while every list has room; past it the next search builds the slab again.
 //!
 //! # Exactness
 //! A key is [`crate::knn`]'s for the same (query, stored row), bit for bit (the same fused
