@@ -1,7 +1,8 @@
 //! Approximate search the Faiss way: [`kmeans()`] on the device and the inverted-file indexes
 //! [`IvfFlat`] (Faiss's `IndexIVFFlat`), saved and loaded by [`IvfFlat::save`] /
 //! [`IvfFlat::load`] (the format is in `file.rs`), and [`IvfPq`] (Faiss's `IndexIVFPQ`, IVFADC,
-//! with the [`ProductQuantizer`]; see `ivfpq.rs`, `pq.rs`, `pq_scan.rs`, `pq_file.rs`).
+//! with the [`ProductQuantizer`]; see `ivfpq.rs`, `pq.rs`, `pq_scan.rs`, `pq_file.rs`), and
+//! [`IvfShards`], an IVF-Flat index over several devices (`shards.rs`).
 //!
 //! # IVF-Flat
 //! *Train*: k-means of the training rows into `nlist` centroids (rows normalised first for
