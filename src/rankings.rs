@@ -143,17 +143,7 @@ pub fn rankings_with_values(
     let all: Vec<u32>;
     let items: &[u32] = match &opts.items {
         Some(items) => {
-            let mut seen = vec![false; n];
-            for &i in items {
-                let slot = seen.get_mut(i as usize).ok_or_else(|| {
-                    Error::Invalid(format!(
-                        "item {i} is out of range for N = {n} items (0-based, below {n})"
-                    ))
-                })?;
-                if std::mem::replace(slot, true) {
-                    return Err(Error::Invalid(format!("item {i} is listed twice")));
-                }
-            }
+            check_items(n, items)?;
             items
         }
         None => {
@@ -259,6 +249,22 @@ pub fn rankings_with_values(
         sink(chunk, &ids, &values, len)?;
     }
     Ok(report)
+}
+
+/// `RankingsOptions::items` of a table of `n` items: each below n, none twice.
+fn check_items(n: usize, items: &[u32]) -> Result<()> {
+    let mut seen = vec![false; n];
+    for &i in items {
+        let slot = seen.get_mut(i as usize).ok_or_else(|| {
+            Error::Invalid(format!(
+                "item {i} is out of range for N = {n} items (0-based, below {n})"
+            ))
+        })?;
+        if std::mem::replace(slot, true) {
+            return Err(Error::Invalid(format!("item {i} is listed twice")));
+        }
+    }
+    Ok(())
 }
 
 /// The algorithm name written in a rankings cache: `"<metric>-knn-v1"` (`"cosine-knn-v1"`).
@@ -431,19 +437,17 @@ pub fn rankings_approx(
         ));
     }
     let len = row_len(n, opts.top_k)?;
-    let all: Vec<u32> = (0..n as u32).collect();
-    let items: &[u32] = opts.items.as_deref().unwrap_or(&all);
-    let mut seen = vec![false; n];
-    for &i in items {
-        let slot = seen.get_mut(i as usize).ok_or_else(|| {
-            Error::Invalid(format!(
-                "item {i} is out of range for N = {n} items (0-based, below {n})"
-            ))
-        })?;
-        if std::mem::replace(slot, true) {
-            return Err(Error::Invalid(format!("item {i} is listed twice")));
+    let all: Vec<u32>;
+    let items: &[u32] = match &opts.items {
+        Some(items) => {
+            check_items(n, items)?;
+            items
         }
-    }
+        None => {
+            all = (0..n as u32).collect();
+            &all
+        }
+    };
     if opts.batch == Some(0) {
         return Err(Error::Invalid("a batch of 0 items".into()));
     }
