@@ -174,6 +174,8 @@ function M.load(opts)
   local path = opts.embeddings
   local space = opts.center and "mean-centered-v1" or "raw"
   if path:match("%.bin$") then
+    -- The space travels with the file (its sidecar records it): a mean-centred .bin is
+    -- labelled so with or without --center, and never centred twice.
     local t, stored_space = diversity.load_fp16_bin(path)
     stored_space = stored_space or "raw"
     if opts.center and stored_space ~= "mean-centered-v1" then
@@ -238,8 +240,11 @@ end
 local function write_file(path, data)
   local f, e = io.open(path, "wb")
   if not f then error("diversity: checkpoint " .. path .. ": " .. tostring(e), 0) end
-  f:write(data)
-  f:close()
+  local ok, we = f:write(data)
+  local ok_c, ce = f:close()
+  if not ok or not ok_c then
+    error("diversity: checkpoint " .. path .. ": " .. tostring(we or ce), 0)
+  end
 end
 
 local function read_file(path)
@@ -531,14 +536,31 @@ function M.run(opts)
     t:close(); close_devs()
     error(diversity.message(result), 0)
   end
-  writer:finish()
-  if bin then bin:finish() end
+  local ok_f, e_f = pcall(M.finish_outputs, writer, bin)
   t:close(); close_devs()
+  if not ok_f then
+    error(("%s\nevery batch is checkpointed in %s: run again with --resume to write the "
+      .. "output without computing them again"):format(diversity.message(e_f), ckdir), 0)
+  end
+  -- The outputs are in place: the checkpoint is no longer needed.
+  M.remove_checkpoint(ckdir)
   result.from_cache = from_cache
   result.tile = tile
   result.mode_reason = mode_reason
   if shard then result.shard, result.shard_layout = shard.spec, shard.layout end
   return result
+end
+
+--- Finish the JSON cache `writer` and the binary cache `bin` (or nil): each renamed into place.
+-- When one fails, neither's temporary file is left behind, and the error is raised.
+function M.finish_outputs(writer, bin)
+  local ok, e = pcall(writer.finish, writer)
+  if ok and bin then ok, e = pcall(bin.finish, bin) end
+  if not ok then
+    pcall(writer.close, writer)
+    if bin then pcall(bin.close, bin) end
+    error(e, 0)
+  end
 end
 
 local function u32le(n)
@@ -551,27 +573,79 @@ local function read_u32(s, pos)
   return a + b * 256 + c * 65536 + d * 16777216
 end
 
---- Append one chunk to a batch's in-progress checkpoint: entries from..from+count-1 of every
--- sequence, as a block [from, count, rows × count uint32], written and closed at once.
--- A block's checksum as two u32 words (the 64-bit FNV-1a of `diversity.checksum`).
+-- A checksum as two u32 words (the 64-bit FNV-1a of `diversity.checksum`).
 local function checksum_words(bytes)
   local hex = diversity.checksum(bytes):match("^fnv1a64:(%x+)$")
   return tonumber(hex:sub(9, 16), 16), tonumber(hex:sub(1, 8), 16)
 end
 
-function M.append_part(path, from, count, bytes)
+--- What binds a checkpoint file to its run and its place: the run's fingerprint (run.txt),
+-- the batch's index and its starts, as one line that every checksum of the batch's files covers.
+-- A file written for another run, or for another batch of this one, fails its checksum.
+function M.batch_binding(fp, b, list)
+  return ("run=%s batch=%d starts=%d,%s"):format(diversity.checksum(fp), b, #list,
+    diversity.checksum(table.concat(list, ",")))
+end
+
+--- The checksum of a finished batch file: its binding (`M.batch_binding`) and its bytes.
+function M.batch_checksum(binding, bytes)
+  return diversity.checksum(binding .. "\n" .. diversity.checksum(bytes))
+end
+
+--- Check rows the way the cache readers do: `bytes` holds #list rows of `len` uint32 entries
+-- (row-major, little-endian); row i must start with its start list[i], hold no entry twice and
+-- none at or past `n`. Returns nil, or a description of the first bad row.
+function M.check_rows(bytes, list, len, n)
+  local ffi = require "ffi"
+  if #bytes ~= #list * len * 4 then
+    return ("%d bytes, not %d rows of %d entries"):format(#bytes, #list, len)
+  end
+  local p = ffi.cast("const uint32_t *", bytes)
+  local seen = ffi.new("int32_t[?]", n) -- the last row (1-based) each index was seen in
+  for i = 1, #list do
+    local base = (i - 1) * len
+    if len > 0 and p[base] ~= list[i] then
+      return ("row %d starts with %d, not its start %d"):format(i, p[base], list[i])
+    end
+    for k = base, base + len - 1 do
+      local v = p[k]
+      if v >= n then
+        return ("row %d (start %d) holds %d, not below N = %d"):format(i, list[i], v, n)
+      end
+      if seen[v] == i then
+        return ("row %d (start %d) holds %d twice"):format(i, list[i], v)
+      end
+      seen[v] = i
+    end
+  end
+  return nil
+end
+
+--- Append one chunk to a batch's in-progress checkpoint: entries from..from+count-1 of every
+-- sequence, as a block [from, count, checksum (2 words), rows × count uint32], written and
+-- closed at once. The checksum covers the block's place (`binding`, from, count) and its bytes.
+local function block_words(binding, from, count, bytes)
+  return checksum_words(("%s from=%d count=%d %s"):format(binding, from, count,
+    diversity.checksum(bytes)))
+end
+
+function M.append_part(path, from, count, bytes, binding)
   local f, e = io.open(path, "ab")
   if not f then error("diversity: checkpoint " .. path .. ": " .. tostring(e), 0) end
-  local lo, hi = checksum_words(bytes)
-  f:write(u32le(from), u32le(count), u32le(lo), u32le(hi), bytes)
-  f:close()
+  local lo, hi = block_words(binding, from, count, bytes)
+  local ok, we = f:write(u32le(from), u32le(count), u32le(lo), u32le(hi), bytes)
+  local ok_c, ce = f:close()
+  if not ok or not ok_c then
+    error("diversity: checkpoint " .. path .. ": " .. tostring(we or ce), 0)
+  end
 end
 
 --- Read a batch's in-progress checkpoint back: the rows' first `len` entries, row-major, as a
--- binary string, and `len`; nil when there is none. Each block carries its checksum: a torn
--- last block (a crash mid-write) and anything after a gap are ignored; a whole block that fails
--- its checksum is an error.
-function M.read_part(path, rows)
+-- binary string, and `len`; nil when there is none. Each block carries its checksum over
+-- `binding` and its bytes: a torn last block (a crash mid-write) and anything after a gap are
+-- ignored; a whole block that fails its checksum (edited, or written for another run or
+-- batch) is an error.
+function M.read_part(path, rows, binding)
   local s = read_file(path)
   if not s then return nil end
   local blocks, pos, len = {}, 1, 0
@@ -579,12 +653,11 @@ function M.read_part(path, rows)
     local from, count = read_u32(s, pos), read_u32(s, pos + 4)
     local size = rows * count * 4
     if from ~= len or count == 0 or pos + 16 + size > #s + 1 then break end
-    -- A whole block whose bytes are not the ones written: the checkpoint was changed.
-    local lo, hi = checksum_words(s:sub(pos + 16, pos + 15 + size))
+    local lo, hi = block_words(binding, from, count, s:sub(pos + 16, pos + 15 + size))
     if lo ~= read_u32(s, pos + 8) or hi ~= read_u32(s, pos + 12) then
-      error(("diversity: --resume: checkpoint %s was changed after it was written (steps "
-        .. "%d..%d fail their checksum); remove %s to start over"):format(path, from + 1,
-        from + count, path), 0)
+      error(("diversity: --resume: checkpoint %s was changed after it was written, or was "
+        .. "written for another run or batch (steps %d..%d fail their checksum); remove %s to "
+        .. "start over"):format(path, from + 1, from + count, path), 0)
     end
     blocks[#blocks + 1] = { pos = pos + 16, count = count }
     len = len + count
@@ -601,15 +674,29 @@ function M.read_part(path, rows)
   return table.concat(out), len
 end
 
---- Remove a checkpoint directory and what the driver put in it.
-function M.remove_checkpoint(ckdir, nbatches)
-  for b = 1, nbatches do
-    os.remove(("%s/batch-%05d.u32"):format(ckdir, b))
-    os.remove(("%s/batch-%05d.u32.sum"):format(ckdir, b))
-    os.remove(("%s/batch-%05d.part"):format(ckdir, b))
+-- The names of the files the driver writes in a checkpoint directory.
+local CHECKPOINT_NAMES = { "^run%.txt$", "^generated_at%.txt$", "^batch%-%d+%.u32$",
+  "^batch%-%d+%.u32%.sum$", "^batch%-%d+%.part$" }
+
+--- The driver's files in the checkpoint directory `ckdir` (names only; none when it does not
+-- exist), whatever run or batch count wrote them.
+function M.checkpoint_files(ckdir)
+  local names = {}
+  local p = io.popen("ls -A -- '" .. ckdir:gsub("'", "'\\''") .. "' 2>/dev/null")
+  if not p then return names end
+  for name in p:lines() do
+    for _, pat in ipairs(CHECKPOINT_NAMES) do
+      if name:match(pat) then names[#names + 1] = name; break end
+    end
   end
-  os.remove(ckdir .. "/run.txt")
-  os.remove(ckdir .. "/generated_at.txt")
+  p:close()
+  return names
+end
+
+--- Remove a checkpoint directory and what the driver put in it (any run's files: a fresh run
+-- clears what an earlier one left before it writes its own).
+function M.remove_checkpoint(ckdir)
+  for _, name in ipairs(M.checkpoint_files(ckdir)) do os.remove(ckdir .. "/" .. name) end
   os.remove(ckdir)
 end
 
@@ -649,13 +736,14 @@ function M.device_names(devs)
 end
 
 -- What a checkpoint belongs to, as "key=value" lines: every input and option that changes the
--- bytes of the output. v5: the gram arithmetic that runs (the `summation` of the cache's metadata,
--- as the engine resolves it) instead of the plain_sums and judge options; v4: the input's content
--- checksum, the whole starts list and checksummed checkpoint files (v3 had the path and the
--- starts' count, first and last only).
+-- bytes of the output. v6: each batch file's checksum also covers the run (this fingerprint),
+-- the batch's index and its starts (`M.batch_binding`); v5: the gram arithmetic that runs (the
+-- `summation` of the cache's metadata, as the engine resolves it) instead of the plain_sums and
+-- judge options; v4: the input's content checksum, the whole starts list and checksummed
+-- checkpoint files (v3 had the path and the starts' count, first and last only).
 local function fingerprint(t, starts, run, opts)
   local lines = {
-    { "version", "v5" },
+    { "version", "v6" },
     { "input", opts.embeddings },
     { "input_checksum", opts.embeddings and diversity.file_checksum(opts.embeddings) or "none" },
     { "center", tostring(opts.center or false) },
@@ -691,13 +779,74 @@ local function fingerprint_diff(now, saved)
   return table.concat(diffs, "; ")
 end
 
+--- Check that the checkpoint in `ckdir` belongs to the run whose fingerprint is `fp`: a
+-- run.txt that differs is refused naming what differs; batch files without a run.txt are
+-- refused, as nothing says which run wrote them.
+function M.check_run_file(ckdir, fp)
+  local saved = read_file(ckdir .. "/run.txt")
+  if saved and saved ~= fp then
+    error("diversity: --resume: the checkpoint in " .. ckdir .. " belongs to another run ("
+      .. fingerprint_diff(fp, saved) .. ")", 0)
+  end
+  if not saved then
+    for _, name in ipairs(M.checkpoint_files(ckdir)) do
+      if name:match("^batch") then
+        error("diversity: --resume: the checkpoint in " .. ckdir .. " has batch files ("
+          .. name .. ") but no run.txt, so nothing says which run they belong to; remove "
+          .. ckdir .. " to start over", 0)
+      end
+    end
+  end
+end
+
+--- Create the checkpoint directory `ckdir` and write what the run is (`fp`, run.txt) and when
+-- it started (generated_at.txt, kept by a resume).
+function M.write_run_file(ckdir, fp, generated_at)
+  os.execute("mkdir -p '" .. ckdir:gsub("'", "'\\''") .. "'")
+  write_file(ckdir .. "/run.txt", fp)
+  write_file(ckdir .. "/generated_at.txt", generated_at)
+end
+
+-- A checkpoint file that a resume cannot take: an error naming it.
+local function refuse_checkpoint(path, why)
+  error(("diversity: --resume: checkpoint %s was changed after it was written, or written for "
+    .. "another run or batch (%s); remove %s to start over"):format(path, why, path), 0)
+end
+
+--- A finished batch from the checkpoint (`path`, the rows of the starts `list`, `len` entries
+-- each, of a table of `n` rows), or nil when there is none. Taken only when its checksum file
+-- matches its bytes and `binding` (this run, this batch) and its rows pass `M.check_rows`.
+function M.read_batch(path, binding, list, len, n)
+  local bytes = read_file(path)
+  if not bytes then return nil end
+  local sum = read_file(path .. ".sum")
+  if not sum then refuse_checkpoint(path, "its checksum file is missing") end
+  if sum ~= M.batch_checksum(binding, bytes) then
+    refuse_checkpoint(path, "its checksum differs")
+  end
+  local bad = M.check_rows(bytes, list, len, n)
+  if bad then refuse_checkpoint(path, "its checksum matches, but " .. bad) end
+  return bytes
+end
+
+--- The steps so far of an unfinished batch (`M.read_part`), as {prefix =, have =}, or nil when
+-- there are none; its rows must pass `M.check_rows` as well as their checksums.
+function M.read_part_rows(path, binding, list, n)
+  local prefix, have = M.read_part(path, #list, binding)
+  if not prefix then return nil end
+  local bad = M.check_rows(prefix, list, have, n)
+  if bad then refuse_checkpoint(path, ("its first %d entries a row: %s"):format(have, bad)) end
+  return { prefix = prefix, have = have }
+end
+
 --- Compute every batch (`run`: steps, tile, mode — "scan" or "gram", already resolved — and
 -- batch) on every device of `devs` (a list of opened contexts; each holds the whole table: the
 -- batches are shared out as devices become free, so each device takes work in proportion to its
 -- speed), checkpointing each chunk, and stream the rows to the writers in batch order. Jobs step
 -- on threads of their own (`job:start`, `diversity.wait_any`), so one Lua thread keeps every
 -- device busy. A sequence does not depend on its batch or device (SPEC §Exactness 1), so the
--- output is the same bytes for any number of devices.
+-- output is the same bytes for any number of devices. The checkpoint in `ckdir` is left in
+-- place: the caller removes it (`M.remove_checkpoint`) once its outputs are renamed into place.
 function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
   local steps, tile, batch = run.steps, run.tile, run.batch
   local ndev = #devs
@@ -716,59 +865,51 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
   end
   local nbatches = math.ceil(#starts / batch)
   local fp = fingerprint(t, starts, run, opts)
-  local resumed = 0
-  if opts.resume then
-    local saved = read_file(ckdir .. "/run.txt")
-    if saved and saved ~= fp then
-      close_all()
-      error("diversity: --resume: the checkpoint in " .. ckdir .. " belongs to another run ("
-        .. fingerprint_diff(fp, saved) .. ")", 0)
-    end
-    if not saved then
-      -- Batch files without run.txt: nothing says which run they belong to.
-      for b = 1, nbatches do
-        local f = ("%s/batch-%05d"):format(ckdir, b)
-        if file_exists(f .. ".u32") or file_exists(f .. ".part") then
-          close_all()
-          error("diversity: --resume: the checkpoint in " .. ckdir .. " has batch files but no "
-            .. "run.txt, so nothing says which run they belong to; remove " .. ckdir
-            .. " to start over", 0)
-        end
-      end
-    end
-  end
-  os.execute("mkdir -p '" .. ckdir:gsub("'", "'\\''") .. "'")
-  write_file(ckdir .. "/run.txt", fp)
-  write_file(ckdir .. "/generated_at.txt", generated_at)
-  local progress = M.progress(steps * nbatches, io.stderr, opts.quiet)
-  local total_gpu_ns = 0
-  local device_ns = {}
-  for d = 1, ndev do device_ns[d] = 0 end
   local function ckfile(b) return ("%s/batch-%05d.u32"):format(ckdir, b) end
   local function partfile(b) return ("%s/batch-%05d.part"):format(ckdir, b) end
-
-  -- The batches: complete ones from the checkpoint, the rest queued.
-  local lists, done_bytes, queue = {}, {}, {}
-  local completed = 0
+  local lists, bindings = {}, {}
   for b = 1, nbatches do
     local first = (b - 1) * batch + 1
     local list = {}
     for i = first, math.min(first + batch - 1, #starts) do list[#list + 1] = starts[i] end
     lists[b] = list
-    local saved = opts.resume and read_file(ckfile(b))
-    if saved then
-      -- A finished batch is used only as written: its checksum, written beside it, must match.
-      local sum = read_file(ckfile(b) .. ".sum")
-      if sum ~= diversity.checksum(saved) or #saved ~= #list * (steps + 1) * 4 then
-        close_all()
-        error(("diversity: --resume: checkpoint %s was changed after it was written (%s); "
-          .. "remove %s to start over"):format(ckfile(b), sum and "its checksum differs"
-          or "its checksum file is missing", ckfile(b)), 0)
+    bindings[b] = M.batch_binding(fp, b, list)
+  end
+  -- The checkpoint, before any job runs: a resume takes only what this run wrote, checked
+  -- (finished batches, and the steps so far of unfinished ones); a fresh run clears it.
+  local saved, parts = {}, {}
+  local ok_ck, e_ck = pcall(function()
+    if opts.resume then
+      M.check_run_file(ckdir, fp)
+      for b = 1, nbatches do
+        saved[b] = M.read_batch(ckfile(b), bindings[b], lists[b], steps + 1, t:n())
+        if not saved[b] then
+          parts[b] = M.read_part_rows(partfile(b), bindings[b], lists[b], t:n())
+        end
       end
+    else
+      M.remove_checkpoint(ckdir)
     end
-    if saved then
-      done_bytes[b] = saved
-      if bin then bin:write_bytes(list, saved, steps + 1) end
+    M.write_run_file(ckdir, fp, generated_at)
+  end)
+  if not ok_ck then
+    close_all()
+    error(e_ck, 0)
+  end
+  local resumed = 0
+  local progress = M.progress(steps * nbatches, io.stderr, opts.quiet)
+  local total_gpu_ns = 0
+  local device_ns = {}
+  for d = 1, ndev do device_ns[d] = 0 end
+
+  -- The batches: complete ones from the checkpoint, the rest queued.
+  local done_bytes, queue = {}, {}
+  local completed = 0
+  for b = 1, nbatches do
+    if saved[b] then
+      done_bytes[b] = saved[b]
+      if bin then bin:write_bytes(lists[b], saved[b], steps + 1) end
+      saved[b] = nil
       resumed = resumed + 1
       completed = completed + 1
       progress:skip(steps)
@@ -807,7 +948,7 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
   local function checkpoint(s)
     local now = s.job:sequence_len()
     if now > s.have then
-      M.append_part(s.partfile, s.have, now - s.have, s.job:columns(s.have, now))
+      M.append_part(s.partfile, s.have, now - s.have, s.job:columns(s.have, now), bindings[s.b])
       s.have = now
     end
   end
@@ -817,7 +958,8 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
     slots[d] = s
     -- The steps of this batch already in the checkpoint (resume), as rows of `have` entries.
     local prefix, have = nil, 0
-    if opts.resume then prefix, have = M.read_part(s.partfile, #s.list) end
+    if parts[b] then prefix, have = parts[b].prefix, parts[b].have end
+    parts[b] = nil
     if not prefix then os.remove(s.partfile); have = 0 end
     s.have = have
     -- Gram jobs share the device table's G, built by the first one.
@@ -876,7 +1018,7 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
       if s.job:done() then
         local bytes = s.job:sequences_bytes()
         write_file(ckfile(s.b), bytes)
-        write_file(ckfile(s.b) .. ".sum", diversity.checksum(bytes))
+        write_file(ckfile(s.b) .. ".sum", M.batch_checksum(bindings[s.b], bytes))
         os.remove(s.partfile)
         done_bytes[s.b] = bytes
         if bin then bin:write_job(s.job) end
@@ -915,10 +1057,16 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
         if s.have > 1 then partial[#partial + 1] = ("steps 1..%d of batch %d"):format(s.have - 1, s.b) end
       end
     end
+    -- Unfinished batches read from the checkpoint but not started again are still there.
+    for b = 1, nbatches do
+      if parts[b] and parts[b].have > 1 then
+        partial[#partial + 1] = ("steps 1..%d of batch %d"):format(parts[b].have - 1, b)
+      end
+    end
     close_all()
     local saved_note
     if completed == 0 and #partial == 0 then
-      M.remove_checkpoint(ckdir, nbatches)
+      M.remove_checkpoint(ckdir)
       saved_note = "nothing was complete, so nothing is checkpointed"
     else
       local what = ("%d completed batch(es)"):format(completed)
@@ -932,8 +1080,7 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
         devs[f.d]:caps().name, diversity.message(f.e), saved_note), 0)
   end
   close_all()
-  -- The run is complete: the checkpoint is no longer needed.
-  M.remove_checkpoint(ckdir, nbatches)
+  -- Every batch is computed; the checkpoint stays until the caller's outputs are in place.
   return { n = t:n(), dim = t:dim(), sequences = #starts, steps = steps, batches = nbatches,
     batch = batch, gpu_ns = total_gpu_ns, device_gpu_ns = device_ns, resumed_batches = resumed,
     device = M.device_names(devs), devices = ndev, mode = run.mode }

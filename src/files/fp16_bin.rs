@@ -149,6 +149,12 @@ pub fn save_fp16_bin(path: &Path, table: &Table, space: &str, source_checksum: &
 /// written by other tools have none. Every refusal is [`Error::Format`] naming the file and
 /// what disagrees.
 pub fn load_fp16_bin(path: &Path, expect: Option<(&str, &str)>) -> Result<Table> {
+    load_fp16_bin_space(path, expect).map(|(t, _)| t)
+}
+
+/// [`load_fp16_bin`], also returning the space its sidecar records (e.g. `"raw"`,
+/// `"mean-centered-v1"`): the transform the rows already carry, which travels with the file.
+pub fn load_fp16_bin_space(path: &Path, expect: Option<(&str, &str)>) -> Result<(Table, String)> {
     let size = std::fs::metadata(path)
         .map_err(|source| Error::Io {
             path: path.to_path_buf(),
@@ -278,5 +284,5 @@ pub fn load_fp16_bin(path: &Path, expect: Option<(&str, &str)>) -> Result<Table>
         .chunks_exact(2)
         .map(|c| f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
         .collect();
-    table(path, data, n, d)
+    Ok((table(path, data, n, d)?, space))
 }

@@ -24,7 +24,10 @@ mod fp16_bin;
 mod json;
 mod npy;
 
-pub use fp16_bin::{bytes_checksum, file_checksum, fp16_bin_sidecar, load_fp16_bin, save_fp16_bin};
+pub use fp16_bin::{
+    bytes_checksum, file_checksum, fp16_bin_sidecar, load_fp16_bin, load_fp16_bin_space,
+    save_fp16_bin,
+};
 pub use json::load_embeddings_json;
 pub use npy::{load_npy, save_npy_f16, save_npy_f32};
 

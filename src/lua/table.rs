@@ -208,8 +208,9 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
                     (Some(s), Some(c)) => Some((s.as_str(), c.as_str())),
                     _ => None,
                 };
-                let t = files::load_fp16_bin(path.as_ref(), expect).lua_ctx("load_fp16_bin")?;
-                Ok(LTable::new("table", t))
+                let (t, space) =
+                    files::load_fp16_bin_space(path.as_ref(), expect).lua_ctx("load_fp16_bin")?;
+                Ok((LTable::new("table", t), space))
             },
         )?,
     )?;
