@@ -498,7 +498,7 @@ function M.run(opts)
   local ckdir = opts.out .. ".partial"
   local epoch = tonumber(os.getenv("SOURCE_DATE_EPOCH") or "")
   local generated_at = os.date("!%Y-%m-%dT%H:%M:%SZ", epoch)
-  if opts.resume then generated_at = read_file(ckdir .. "/generated_at.txt") or generated_at end
+  if opts.resume then generated_at = M.checkpoint_time(ckdir) or generated_at end
   local meta = {
     model = opts.model or "unknown", num_poems = n, algorithm = "diversity-sequence-v1",
     generated_at = generated_at, batch_size = run_batch, top_k = steps,
@@ -579,11 +579,11 @@ local function checksum_words(bytes)
   return tonumber(hex:sub(9, 16), 16), tonumber(hex:sub(1, 8), 16)
 end
 
---- What binds a checkpoint file to its run and its place: the run's fingerprint (run.txt),
--- the batch's index and its starts, as one line that every checksum of the batch's files covers.
--- A file written for another run, or for another batch of this one, fails its checksum.
-function M.batch_binding(fp, b, list)
-  return ("run=%s batch=%d starts=%d,%s"):format(diversity.checksum(fp), b, #list,
+--- What binds a checkpoint file to its run and its place: the run (the text of its run.txt,
+-- `M.run_text`), the batch's index and its starts, as one line that every checksum of the
+-- batch's files covers. A file written by another run, or for another batch, fails its checksum.
+function M.batch_binding(run_text, b, list)
+  return ("run=%s batch=%d starts=%d,%s"):format(diversity.checksum(run_text), b, #list,
     diversity.checksum(table.concat(list, ",")))
 end
 
@@ -676,7 +676,7 @@ end
 
 -- The names of the files the driver writes in a checkpoint directory.
 local CHECKPOINT_NAMES = { "^run%.txt$", "^generated_at%.txt$", "^batch%-%d+%.u32$",
-  "^batch%-%d+%.u32%.sum$", "^batch%-%d+%.part$" }
+  "^batch%-%d+%.u32%.sum$", "^batch%-%d+%.u32%.tmp$", "^batch%-%d+%.part$" }
 
 --- The driver's files in the checkpoint directory `ckdir` (names only; none when it does not
 -- exist), whatever run or batch count wrote them.
@@ -736,10 +736,10 @@ function M.device_names(devs)
 end
 
 -- What a checkpoint belongs to, as "key=value" lines: every input and option that changes the
--- bytes of the output. v6: each batch file's checksum also covers the run (this fingerprint),
--- the batch's index and its starts (`M.batch_binding`); v5: the gram arithmetic that runs (the
--- `summation` of the cache's metadata, as the engine resolves it) instead of the plain_sums and
--- judge options; v4: the input's content checksum, the whole starts list and checksummed
+-- bytes of the output. v6: each batch file's checksum also covers the run (its run.txt), the
+-- batch's index and its starts (`M.batch_binding`), and run.txt holds generated_at; v5: the
+-- gram arithmetic that runs (the `summation` of the cache's metadata, as the engine resolves
+-- it) instead of the plain_sums and judge options; v4: the input's content checksum, the whole starts list and checksummed
 -- checkpoint files (v3 had the path and the starts' count, first and last only).
 local function fingerprint(t, starts, run, opts)
   local lines = {
@@ -779,14 +779,20 @@ local function fingerprint_diff(now, saved)
   return table.concat(diffs, "; ")
 end
 
---- Check that the checkpoint in `ckdir` belongs to the run whose fingerprint is `fp`: a
--- run.txt that differs is refused naming what differs; batch files without a run.txt are
--- refused, as nothing says which run wrote them.
-function M.check_run_file(ckdir, fp)
-  local saved = read_file(ckdir .. "/run.txt")
+--- Check that the checkpoint in `ckdir` belongs to the run whose fingerprint is `fp` and whose
+-- run.txt reads `run_text`: a fingerprint that differs is refused naming what differs, a run.txt
+-- edited otherwise as such; batch files without a run.txt are refused, as nothing says which
+-- run wrote them.
+function M.check_run_file(ckdir, fp, run_text)
+  local text = read_file(ckdir .. "/run.txt")
+  local saved = text and (text:gsub("generated_at=[^\n]*\n", ""))
   if saved and saved ~= fp then
     error("diversity: --resume: the checkpoint in " .. ckdir .. " belongs to another run ("
       .. fingerprint_diff(fp, saved) .. ")", 0)
+  end
+  if text and text ~= run_text then
+    error("diversity: --resume: " .. ckdir .. "/run.txt was changed after it was written (its "
+      .. "generated_at line); remove " .. ckdir .. " to start over", 0)
   end
   if not saved then
     for _, name in ipairs(M.checkpoint_files(ckdir)) do
@@ -799,12 +805,33 @@ function M.check_run_file(ckdir, fp)
   end
 end
 
---- Create the checkpoint directory `ckdir` and write what the run is (`fp`, run.txt) and when
--- it started (generated_at.txt, kept by a resume).
-function M.write_run_file(ckdir, fp, generated_at)
+--- The text of run.txt: what the run is (its fingerprint `fp`) and when it started (a last line
+-- "generated_at=…", kept by a resume: `M.checkpoint_time`).
+function M.run_text(fp, generated_at)
+  return fp .. "generated_at=" .. generated_at .. "\n"
+end
+
+--- Create the checkpoint directory `ckdir` and write its run.txt (`M.run_text`).
+function M.write_run_file(ckdir, text)
   os.execute("mkdir -p '" .. ckdir:gsub("'", "'\\''") .. "'")
-  write_file(ckdir .. "/run.txt", fp)
-  write_file(ckdir .. "/generated_at.txt", generated_at)
+  write_file(ckdir .. "/run.txt", text)
+end
+
+--- When the run checkpointed in `ckdir` started (its run.txt's generated_at, a UTC time
+-- "YYYY-MM-DDTHH:MM:SSZ"), or nil when there is none.
+function M.checkpoint_time(ckdir)
+  local saved = read_file(ckdir .. "/run.txt")
+  return saved and saved:match("\ngenerated_at=(%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%dZ)\n$")
+end
+
+--- Write a finished batch to the checkpoint file `path`: its checksum file (`M.batch_checksum`
+-- over `binding` and `bytes`) first, then the bytes through a temporary file renamed onto
+-- `path`, so a batch file is never torn (a failure leaves the batch's steps in its .part).
+function M.write_batch(path, bytes, binding)
+  write_file(path .. ".sum", M.batch_checksum(binding, bytes))
+  write_file(path .. ".tmp", bytes)
+  local ok, e = os.rename(path .. ".tmp", path)
+  if not ok then error("diversity: checkpoint " .. path .. ": " .. tostring(e), 0) end
 end
 
 -- A checkpoint file that a resume cannot take: an error naming it.
@@ -865,6 +892,7 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
   end
   local nbatches = math.ceil(#starts / batch)
   local fp = fingerprint(t, starts, run, opts)
+  local run_text = M.run_text(fp, generated_at)
   local function ckfile(b) return ("%s/batch-%05d.u32"):format(ckdir, b) end
   local function partfile(b) return ("%s/batch-%05d.part"):format(ckdir, b) end
   local lists, bindings = {}, {}
@@ -873,14 +901,14 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
     local list = {}
     for i = first, math.min(first + batch - 1, #starts) do list[#list + 1] = starts[i] end
     lists[b] = list
-    bindings[b] = M.batch_binding(fp, b, list)
+    bindings[b] = M.batch_binding(run_text, b, list)
   end
   -- The checkpoint, before any job runs: a resume takes only what this run wrote, checked
   -- (finished batches, and the steps so far of unfinished ones); a fresh run clears it.
   local saved, parts = {}, {}
   local ok_ck, e_ck = pcall(function()
     if opts.resume then
-      M.check_run_file(ckdir, fp)
+      M.check_run_file(ckdir, fp, run_text)
       for b = 1, nbatches do
         saved[b] = M.read_batch(ckfile(b), bindings[b], lists[b], steps + 1, t:n())
         if not saved[b] then
@@ -890,7 +918,7 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
     else
       M.remove_checkpoint(ckdir)
     end
-    M.write_run_file(ckdir, fp, generated_at)
+    M.write_run_file(ckdir, run_text)
   end)
   if not ok_ck then
     close_all()
@@ -1017,8 +1045,7 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
       s.chunk = s.chunk and math.max(s.chunk, chunk) or chunk
       if s.job:done() then
         local bytes = s.job:sequences_bytes()
-        write_file(ckfile(s.b), bytes)
-        write_file(ckfile(s.b) .. ".sum", M.batch_checksum(bindings[s.b], bytes))
+        M.write_batch(ckfile(s.b), bytes, bindings[s.b])
         os.remove(s.partfile)
         done_bytes[s.b] = bytes
         if bin then bin:write_job(s.job) end

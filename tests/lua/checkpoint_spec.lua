@@ -108,7 +108,7 @@ describe("checkpoint", function()
         restore()
       end
       local function put(file, bytes) H.write(ck("r", file), bytes) end
-      local fp = orig["run.txt"]
+      local run_text = orig["run.txt"]
       local function list(b)
         local l = {}
         for i = (b - 1) * 40, b * 40 - 1 do l[#l + 1] = i end
@@ -129,11 +129,11 @@ describe("checkpoint", function()
       -- checked as the readers check them.
       local zeros = ("\0"):rep(#orig["batch-00002.u32"])
       put("batch-00002.u32", zeros)
-      put("batch-00002.u32.sum", driver.batch_checksum(driver.batch_binding(fp, 2, list(2)), zeros))
+      put("batch-00002.u32.sum", driver.batch_checksum(driver.batch_binding(run_text, 2, list(2)), zeros))
       refused("batch-00002.u32", { "row 1 starts with 0, not its start 40" })
       -- A row that repeats an entry, and one past N, checksums recomputed.
       local b1 = orig["batch-00001.u32"]
-      local bind1 = driver.batch_binding(fp, 1, list(1))
+      local bind1 = driver.batch_binding(run_text, 1, list(1))
       local twice = b1:sub(1, 4) .. b1:sub(1, 4) .. b1:sub(9)
       put("batch-00001.u32", twice); put("batch-00001.u32.sum", driver.batch_checksum(bind1, twice))
       refused("batch-00001.u32", { "row 1 (start 0) holds 0 twice" })
@@ -146,12 +146,22 @@ describe("checkpoint", function()
       assert.are.equal(math.floor(have), have, "batch 3 holds one block")
       os.remove(ck("r", "batch-00003.part"))
       driver.append_part(ck("r", "batch-00003.part"), 0, have, ("\0"):rep(#part - 16),
-        driver.batch_binding(fp, 3, list(3)))
+        driver.batch_binding(run_text, 3, list(3)))
       refused("batch-00003.part", { "starts with 0, not its start 80" })
       -- The unfinished batch's steps from another run (a --center run lost at the same place).
       lose("c", 7, { "--center" })
       put("batch-00003.part", H.read(ck("c", "batch-00003.part")))
       refused("batch-00003.part", { "checksum" })
+      -- run.txt's start time edited: the batch files are another run's; garbled, run.txt is.
+      put("run.txt", (run_text:gsub("generated_at=%d%d%d%d", "generated_at=1999")))
+      refused("batch-00001.u32", { "checksum" })
+      put("run.txt", (run_text:gsub("generated_at=[^\n]*", "generated_at=soon")))
+      refused("run.txt", { "changed" })
+
+      -- A temporary batch file and a checksum file without its batch (a failure between the
+      -- two writes) are not taken, and go with the rest of the checkpoint.
+      put("batch-00003.u32.tmp", orig["batch-00001.u32"])
+      put("batch-00003.u32.sum", orig["batch-00001.u32.sum"])
 
       -- Put back as written, it resumes to the uninterrupted run's bytes.
       local rc, out, err = H.cli(args("r", { "--resume" }), EPOCH)
