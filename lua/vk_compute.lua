@@ -63,6 +63,19 @@ local function table_of(call, data, N, dim)
   return guarded(call, diversity.table, data, { n = N, dim = dim })
 end
 
+-- The engine the shim's jobs run: DIVERSITY_MODE (scan, gram or auto; unset or empty: auto),
+-- read when a job starts. auto runs the gram engine where G fits the device, like the command line.
+local MODES = { scan = true, gram = true, auto = true }
+local function shim_mode(call)
+  local m = os.getenv("DIVERSITY_MODE")
+  if m == nil or m == "" then return "auto" end
+  if not MODES[m] then
+    fail(call, ("DIVERSITY_MODE=%q: expected scan, gram or auto"):format(m))
+  end
+  return m
+end
+M.mode = shim_mode
+
 -- Every sequence from starts `from` .. N-1 of the device table `dt`, in jobs of `batch` starts
 -- run to the end: a table keyed by 0-based start of 1-based arrays of 0-based indices.
 -- `each(job, first, count)`, when given, sees each finished job (starts first .. first+count-1).
@@ -71,7 +84,7 @@ local function run_batches(call, dt, N, from, batch, each)
   for first = from, N - 1, batch do
     local starts = {}
     for s = first, math.min(first + batch, N) - 1 do starts[#starts + 1] = s end
-    local job = guarded(call, dt.job, dt, starts)
+    local job = guarded(call, dt.job, dt, starts, { mode = shim_mode(call) })
     guarded(call, job.step, job, N)
     local seqs = guarded(call, job.sequences, job)
     for i, s in ipairs(starts) do result[s] = seqs[i] end
@@ -89,7 +102,7 @@ function M.compute_diversity_sequence(ctx, flat, N, dim, start)
   if start >= N then fail(call, ("start %d is out of range: N = %d"):format(start, N)) end
   local t = table_of(call, flat, N, dim)
   local dt = guarded(call, ctx.upload, ctx, t, "fp32")
-  local job = guarded(call, dt.job, dt, { start })
+  local job = guarded(call, dt.job, dt, { start }, { mode = shim_mode(call) })
   guarded(call, job.step, job, N)
   local seq = guarded(call, job.sequences, job)[1]
   job:close(); dt:close(); t:close()
@@ -233,6 +246,7 @@ end
 -- or a Lua array of 0-based starts, of which the first `batch_size` are used.
 function M.batch_init(ctx, emb_fp16, N, dim, batch_size, starts)
   local call = "batch_init"
+  local mode = shim_mode(call)
   check_int(call, "batch_size", batch_size, 1)
   local list = {}
   if type(starts) == "table" then
@@ -252,7 +266,7 @@ function M.batch_init(ctx, emb_fp16, N, dim, batch_size, starts)
   local t = table_of(call, emb_fp16, N, dim)
   local dt = guarded(call, ctx.upload, ctx, t, "fp16")
   t:close()
-  local job = guarded(call, dt.job, dt, list, { chunk = 0 })
+  local job = guarded(call, dt.job, dt, list, { chunk = 0, mode = mode })
   return { job = job, dtable = dt, N = N, batch_size = batch_size, next_slot = 1 }
 end
 
@@ -287,6 +301,12 @@ function M.batch_download_sequences(b, out)
   if type(out) ~= "cdata" then fail(call, "out must be a uint32_t[?] cdata") end
   if not ffi.sizeof(out) then fail(call, "out must be an array cdata (its size must be known)") end
   guarded(call, b.job.download, b.job, out)
+end
+
+--- The engine a batch runs: "gram" or "scan".
+function M.batch_engine(b)
+  if type(b) ~= "table" or not b.job then fail("batch_engine", "not a batch (or destroyed)") end
+  return b.job:mode()
 end
 
 --- Free the batch.

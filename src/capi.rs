@@ -13,16 +13,38 @@
 //! values; fp16 as IEEE half bits), sequences as 0-based item indices, a batch's output row i the
 //! sequence of `start_indices[i]` (`batch_size` × `num_poems` values). Batch slots are steps
 //! 1 … N − 1, computed in order by `vkd_batch_compute_chunk` (`tile_size` 0 or ≥ N: untiled).
+//!
+//! Engines: `vkd_init`/`vkd_compute_sequence` and `vkd_batch_init` run the engine the mode `auto`
+//! resolves to (gram where G fits the device, else scan), like every other path of the library;
+//! [`ENV_MODE`] (`DIVERSITY_MODE=scan|gram|auto`, read by `vkd_init` and `vkd_batch_init`) pins
+//! one, e.g. the scan for tile experiments. `tile_size` applies to the scan and is ignored by the
+//! gram engine; every tile size gives the same bits, so a caller that leaves garbage in that
+//! argument (a wrapper declaring the function with three arguments) gets correct results.
+//! [`vkd_batch_engine`] says which engine a batch runs.
+//!
+//! Repeated inits of the same table cost nothing: a context keeps its most recent tables on the
+//! device, with G once a gram job has built it, and an init whose table has the same shape,
+//! precision and bytes as a kept one reuses it (see [`crate::table_cache`]).
 
-use crate::engine::{Engine, Job, JobOptions};
+use crate::engine::{Job, JobOptions};
 use crate::error::Error;
 use crate::gram::Mode;
 use crate::scan::Shape;
-use crate::{Context, ContextOptions, DeviceTable, Precision, Table};
+use crate::table_cache::{out_of_memory, SharedEngine, TableCache};
+use crate::{Context, ContextOptions, Precision, Table};
 use half::f16;
 use std::cell::RefCell;
-use std::ffi::{c_char, CString};
+use std::ffi::{c_char, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Mutex, MutexGuard};
+
+/// The environment variable that pins the engine of `vkd_init` and `vkd_batch_init`: `scan`,
+/// `gram` or `auto` (unset or empty: `auto`).
+pub const ENV_MODE: &str = "DIVERSITY_MODE";
+
+/// Tables a context keeps on its device for repeated inits (the wrapper alternates at most
+/// between a batch's fp16 table and the single sequences' fp32 table).
+const KEPT_TABLES: usize = 2;
 
 /// Success.
 pub const VKC_SUCCESS: i32 = 0;
@@ -146,16 +168,26 @@ unsafe fn slice_of<'a, T>(
     Ok(unsafe { std::slice::from_raw_parts(p, count) })
 }
 
-/// A Vulkan device opened for the old API.
+/// A Vulkan device opened for the old API, with the tables it keeps for repeated inits.
 pub struct VkComputeContext {
     ctx: Context,
     name: CString,
+    tables: Mutex<TableCache>,
+}
+
+impl VkComputeContext {
+    fn tables(&self) -> MutexGuard<'_, TableCache> {
+        // A panic inside the cache leaves nothing half-done that matters: the cache is a set of
+        // complete entries.
+        self.tables.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// One table for single sequences (`vkd_init`, fp32).
 pub struct VkDiversityContext {
-    engine: Engine,
+    engine: SharedEngine,
     n: usize,
+    mode: Mode,
 }
 
 /// A batch of sequences over an fp16 table (`vkd_batch_init`).
@@ -164,6 +196,38 @@ pub struct VkDiversityBatchContext {
     n: usize,
     batch: usize,
     next_slot: u32,
+}
+
+/// The mode [`ENV_MODE`] asks for (`auto` when unset or empty).
+fn mode_from_env(call: &str) -> Result<Mode, Fail> {
+    match std::env::var(ENV_MODE) {
+        Err(std::env::VarError::NotPresent) => Ok(Mode::Auto),
+        Ok(v) if v.is_empty() => Ok(Mode::Auto),
+        Ok(v) => v
+            .parse()
+            .map_err(|_| invalid(call, format!("{ENV_MODE}={v:?}: scan, gram or auto"))),
+        Err(_) => Err(invalid(call, format!("{ENV_MODE} is not valid UTF-8"))),
+    }
+}
+
+/// A job on a kept engine; when G (or the job's buffers) runs out of device memory, the tables
+/// no handle holds are dropped and the job tried once more.
+fn start_job(
+    c: Option<&VkComputeContext>,
+    engine: &SharedEngine,
+    starts: &[u32],
+    opts: &JobOptions,
+) -> Result<Job, Fail> {
+    let attempt = || -> Result<Job, Error> {
+        let mut e = engine.lock().unwrap_or_else(|p| p.into_inner());
+        e.job(starts, opts)
+    };
+    match attempt() {
+        Err(e) if out_of_memory(&e) && c.is_some_and(|c| c.tables().drop_unused() > 0) => {
+            Ok(attempt()?)
+        }
+        r => Ok(r?),
+    }
 }
 
 /// Open the first suitable Vulkan device (`enable_validation`: with the validation layers).
@@ -180,13 +244,17 @@ pub extern "C" fn vkc_init(enable_validation: bool) -> *mut VkComputeContext {
             e => Fail(VKC_ERROR_INIT_FAILED, e.to_string()),
         })?;
         let name = CString::new(ctx.caps().name.replace('\0', " ")).unwrap_or_default();
-        Ok(Box::into_raw(Box::new(VkComputeContext { ctx, name })))
+        Ok(Box::into_raw(Box::new(VkComputeContext {
+            ctx,
+            name,
+            tables: Mutex::new(TableCache::new(KEPT_TABLES)),
+        })))
     })
     .0
 }
 
-/// Close a context from [`vkc_init`] (NULL: nothing). Tables and batches made from it keep the
-/// device alive until they are destroyed too.
+/// Close a context from [`vkc_init`] (NULL: nothing), with the tables it keeps. Tables and
+/// batches made from it keep the device alive until they are destroyed too.
 ///
 /// # Safety
 /// `ctx` is NULL or a pointer [`vkc_init`] returned, not yet destroyed.
@@ -239,8 +307,8 @@ pub unsafe extern "C" fn vkc_get_device_name(ctx: *mut VkComputeContext) -> *con
     }
 }
 
-/// The device memory this library plans with, in bytes (the device-local heaps' budget); 0 for
-/// a NULL context.
+/// The device's memory in bytes as the old library reported it: the sizes of the device-local
+/// heaps added up (not the budget this library plans with); 0 for a NULL context.
 ///
 /// # Safety
 /// `ctx` is NULL or a live pointer from [`vkc_init`].
@@ -248,7 +316,7 @@ pub unsafe extern "C" fn vkc_get_device_name(ctx: *mut VkComputeContext) -> *con
 pub unsafe extern "C" fn vkc_get_device_memory(ctx: *mut VkComputeContext) -> u64 {
     // SAFETY: per the contract above.
     match unsafe { ctx.as_ref() } {
-        Some(c) => c.ctx.caps().memory_budget_bytes,
+        Some(c) => c.ctx.caps().device_local_bytes,
         None => {
             set_error("vkc_get_device_memory: ctx is NULL");
             0
@@ -288,7 +356,8 @@ pub extern "C" fn vkc_fp16_to_fp32(bits: u16) -> f32 {
     f16::from_bits(bits).to_f32()
 }
 
-/// Upload `num_poems` × `embedding_dim` floats for single sequences. NULL on failure.
+/// Upload `num_poems` × `embedding_dim` floats for single sequences (or reuse the context's
+/// kept copy of the same table). NULL on failure.
 ///
 /// # Safety
 /// `ctx` is NULL or a live pointer from [`vkc_init`]; `embeddings` is NULL or holds
@@ -306,11 +375,13 @@ pub unsafe extern "C" fn vkd_init(
         let c = unsafe { ctx.as_ref() }.ok_or_else(|| invalid(call, "ctx is NULL"))?;
         // SAFETY: per the contract above.
         let data = unsafe { slice_of(call, "embeddings", embeddings, num_poems, embedding_dim)? };
+        let mode = mode_from_env(call)?;
         let table = Table::new(data.to_vec(), num_poems as usize, embedding_dim as usize)?;
-        let dt = DeviceTable::upload(&c.ctx, &table, Precision::Fp32)?;
+        let engine = c.tables().engine(&c.ctx, table, Precision::Fp32)?;
         Ok(Box::into_raw(Box::new(VkDiversityContext {
-            engine: Engine::new(dt),
+            engine,
             n: num_poems as usize,
+            mode,
         })))
     })
     .0
@@ -341,7 +412,11 @@ pub unsafe extern "C" fn vkd_compute_sequence(
                 format!("start_poem {start_poem} is out of range: N = {}", d.n),
             ));
         }
-        let mut job = d.engine.job(&[start_poem], &JobOptions::default())?;
+        let opts = JobOptions {
+            mode: d.mode,
+            ..Default::default()
+        };
+        let mut job = start_job(None, &d.engine, &[start_poem], &opts)?;
         job.run()?;
         let seq = job.sequences_flat()?;
         // SAFETY: per the contract above.
@@ -351,7 +426,7 @@ pub unsafe extern "C" fn vkd_compute_sequence(
     .1
 }
 
-/// Free a context from [`vkd_init`] (NULL: nothing).
+/// Free a context from [`vkd_init`] (NULL: nothing); its table stays kept by the context.
 ///
 /// # Safety
 /// `dctx` is NULL or a live pointer from [`vkd_init`].
@@ -365,7 +440,8 @@ pub unsafe extern "C" fn vkd_destroy(dctx: *mut VkDiversityContext) {
 
 /// A batch of `batch_size` sequences, one from each of the first `batch_size` entries of
 /// `start_indices` (0-based, distinct), over `num_poems` × `embedding_dim` IEEE halves. Nothing
-/// is computed until [`vkd_batch_compute_chunk`]. NULL on failure.
+/// is computed until [`vkd_batch_compute_chunk`]. The engine is the one `auto` resolves to, or
+/// [`ENV_MODE`]'s; the table is the context's kept copy when it holds the same. NULL on failure.
 ///
 /// # Safety
 /// `ctx` is NULL or live; `embeddings_fp16` is NULL or holds `num_poems × embedding_dim` halves;
@@ -401,20 +477,11 @@ pub unsafe extern "C" fn vkd_batch_init(
         }
         // SAFETY: per the contract above.
         let starts = unsafe { slice_of(call, "start_indices", start_indices, batch_size, 1)? };
+        let mode = mode_from_env(call)?;
         let data: Vec<f32> = halves.iter().map(|&b| f16::from_bits(b).to_f32()).collect();
         let table = Table::new(data, num_poems as usize, embedding_dim as usize)?;
-        let dt = DeviceTable::upload(&c.ctx, &table, Precision::Fp16)?;
-        let mut engine = Engine::new(dt);
-        // The scan engine, whose tiles the old driver sizes; one submission per chunk call.
-        let opts = JobOptions {
-            mode: Mode::Scan,
-            scan: crate::ScanOptions {
-                chunk: 0,
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let job = engine.job(starts, &opts)?;
+        let engine = c.tables().engine(&c.ctx, table, Precision::Fp16)?;
+        let job = start_job(Some(c), &engine, starts, &batch_options(mode))?;
         Ok(Box::into_raw(Box::new(VkDiversityBatchContext {
             job,
             n: num_poems as usize,
@@ -426,7 +493,9 @@ pub unsafe extern "C" fn vkd_batch_init(
 }
 
 /// Compute slots (steps) `start_slot` … `start_slot + slot_count − 1` of every sequence of the
-/// batch: slots run 1 … N − 1 and come in order; `tile_size` 0 or ≥ N is untiled.
+/// batch, in one submission: slots run 1 … N − 1 and come in order. `tile_size` (0 or ≥ N:
+/// untiled) sizes the scan's candidate tiles and is ignored by the gram engine; any value gives
+/// the same bits.
 ///
 /// # Safety
 /// `b` is NULL or a live pointer from [`vkd_batch_init`].
@@ -508,6 +577,42 @@ pub unsafe extern "C" fn vkd_batch_download_sequences(
         Ok(())
     })
     .1
+}
+
+/// The engine a batch runs: `"gram"` or `"scan"` (a static string); NULL for a NULL batch.
+///
+/// # Safety
+/// `b` is NULL or a live pointer from [`vkd_batch_init`].
+#[no_mangle]
+pub unsafe extern "C" fn vkd_batch_engine(b: *const VkDiversityBatchContext) -> *const c_char {
+    // SAFETY: per the contract above.
+    match unsafe { b.as_ref() } {
+        Some(b) => mode_cstr(b.job.mode()).as_ptr(),
+        None => {
+            set_error("vkd_batch_engine: batch is NULL");
+            std::ptr::null()
+        }
+    }
+}
+
+fn mode_cstr(m: Mode) -> &'static CStr {
+    match m {
+        Mode::Gram => c"gram",
+        Mode::Scan => c"scan",
+        Mode::Auto => c"auto",
+    }
+}
+
+/// The options of the old API's jobs: `mode`, one submission per chunk call (the caller sizes
+/// the chunks).
+fn batch_options(mode: Mode) -> JobOptions {
+    let mut opts = JobOptions {
+        mode,
+        ..Default::default()
+    };
+    opts.scan.chunk = 0;
+    opts.gram.chunk = 0;
+    opts
 }
 
 /// Free a batch from [`vkd_batch_init`] (NULL: nothing).

@@ -77,6 +77,9 @@ pub struct Capabilities {
     /// Device-local memory the job may use, bytes (the heap budget when `VK_EXT_memory_budget`
     /// is there, else the heap size).
     pub memory_budget_bytes: u64,
+    /// The sizes of the device-local memory heaps added up, bytes (what the old C library's
+    /// `vkc_get_device_memory` reported; not a budget).
+    pub device_local_bytes: u64,
     /// Last-level (L2) cache bytes, from [`ENV_L2_BYTES`], a table of known devices, or the host
     /// CPU's cache for CPU devices.
     pub l2_bytes: u64,
@@ -648,6 +651,11 @@ impl Context {
             })
             .max()
             .unwrap_or_else(|| heaps.iter().map(|h| h.size).max().unwrap_or(0));
+        let device_local_bytes = heaps
+            .iter()
+            .filter(|h| h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL))
+            .map(|h| h.size)
+            .sum();
         let name = chosen.1.clone();
         let fp16_storage = f11.storage_buffer16_bit_access == vk::TRUE && !disabled("fp16");
         let timestamps = valid_bits > 0
@@ -702,6 +710,7 @@ impl Context {
             timestamps,
             timestamp_period_ns: props.limits.timestamp_period as f64,
             memory_budget_bytes: budget,
+            device_local_bytes,
             l2_bytes,
             l2_source,
             loop_limit,
@@ -1051,6 +1060,7 @@ pub(crate) fn test_caps(sg: u32, loop_limit: Option<u64>) -> Capabilities {
         timestamps: true,
         timestamp_period_ns: 1.0,
         memory_budget_bytes: 8 << 30,
+        device_local_bytes: 8 << 30,
         l2_bytes: 4 << 20,
         l2_source: "default",
         loop_limit,

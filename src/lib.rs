@@ -40,6 +40,7 @@ pub mod scan;
 mod spirv;
 mod submit;
 pub mod table;
+pub mod table_cache;
 
 pub use batch::StepReport;
 pub use device::{Capabilities, Context, ContextOptions};
