@@ -11,7 +11,9 @@
 use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::memory::Buffer;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// Environment variable for fault-injection tests: after this many completed submissions in the
 /// process, the next one reports `VK_ERROR_DEVICE_LOST` (its work is discarded), as a driver reset
@@ -34,6 +36,41 @@ pub(crate) fn injected_loss() -> Option<usize> {
         .parse()
         .ok()?;
     (CHUNKS_DONE.fetch_add(1, Ordering::SeqCst) >= n).then_some(n)
+}
+
+thread_local! {
+    /// The cancellation flag of the step running on this thread, if any (see [`cancellable`]).
+    static CANCEL: RefCell<Option<Arc<AtomicBool>>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` (a job's step) on this thread with `flag` as its cancellation flag: once another
+/// thread sets the flag, every engine refuses its next submission (the one in flight finishes),
+/// so the step ends with an error after at most one more submission instead of running to its
+/// end. The job stays consistent (every submission made is waited for and counted). The Lua
+/// binding's stepping threads run under it, so that closing or collecting a started job, or the
+/// process exiting, does not wait for a long step.
+#[cfg(feature = "lua")]
+pub(crate) fn cancellable<R>(flag: Arc<AtomicBool>, f: impl FnOnce() -> R) -> R {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            let _ = CANCEL.try_with(|c| c.borrow_mut().take());
+        }
+    }
+    CANCEL.with(|c| *c.borrow_mut() = Some(flag));
+    let _reset = Reset;
+    f()
+}
+
+/// Whether the step running on this thread was cancelled ([`cancellable`]).
+fn cancelled() -> bool {
+    CANCEL
+        .try_with(|c| {
+            c.borrow()
+                .as_ref()
+                .is_some_and(|f| f.load(Ordering::SeqCst))
+        })
+        .unwrap_or(false)
 }
 
 /// What one `step` call of a job ([`ScanJob::step`](crate::ScanJob::step),
@@ -270,7 +307,14 @@ impl Batch {
 
     /// An error when an earlier submission of this batch was lost: its state on the device is
     /// unknown, so it may not go on (the caller resumes from its checkpoint in a new batch).
+    /// Also an error when the step was cancelled ([`cancellable`]).
     pub(crate) fn check_live(&self) -> Result<()> {
+        if cancelled() {
+            return Err(Error::Invalid(
+                "the step was cancelled (its job was closed or collected, or the process is exiting)"
+                    .into(),
+            ));
+        }
         if self.lost {
             return Err(Error::DeviceLost(format!(
                 "an earlier submission of this batch of {}; the batch must be restarted",

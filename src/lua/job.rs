@@ -238,8 +238,10 @@ impl UserData for LJob {
             let flat = this.get(call)?.sequences_flat().lua_ctx(call)?;
             copy_to_cdata(lua, call, "out", &["uint32_t", "unsigned int"], out, &flat)
         });
+        // Closing a started job cancels its step at the next submission and waits for the
+        // thread (dropping the `Stepping`), as garbage collection does.
         m.add_method_mut("close", |_, this, ()| {
-            let _ = this.join();
+            this.running = None;
             this.inner = None;
             Ok(())
         });
