@@ -48,8 +48,9 @@ use std::sync::Mutex;
 
 /// Open the devices that `spec` names, in its order, each as its own [`Context`]:
 /// `all` (every device of [`Context::list_devices`]) or a comma-separated list whose items are
-/// device indices (into [`Context::list_devices`]) or case-insensitive substrings of a device's
-/// name (the first device, in that list's order, whose name contains it). An item may repeat:
+/// device indices (into [`Context::list_devices`]), device UUIDs (`GPU-…`, see
+/// [`crate::device::match_uuid`]) or case-insensitive substrings of a device's name (the first
+/// device, in that list's order, whose name contains it). An item may repeat:
 /// `"0,0"` opens device 0 twice, as two logical devices with their own queues and memory.
 /// `validation` turns the validation layers on for every context (also on with
 /// `DIVERSITY_VALIDATION=1`). Errors ([`Error::Invalid`]) name the offending item and list the
@@ -102,6 +103,14 @@ pub fn open_devices(spec: &str, validation: bool) -> Result<Vec<Context>> {
                         listing()
                     )));
                 }
+                out.push(i);
+            } else if crate::device::is_uuid_selector(item) {
+                let listed: Vec<(usize, String, String)> = devices
+                    .iter()
+                    .map(|d| (d.index, d.name.clone(), d.uuid.clone()))
+                    .collect();
+                let i = crate::device::match_uuid(item, &listed)
+                    .map_err(|e| Error::Invalid(format!("device list '{spec}': {e}")))?;
                 out.push(i);
             } else {
                 let lower = item.to_lowercase();

@@ -74,7 +74,7 @@ local FLAGS = {
   { "--starts", "starts", "LIST", nil, "all, or 0-based starts a,b,c", "all" },
   { "--binary", "binary", "FILE", nil, "also write the uint32 cache (needs every start)" },
   { "--dim", "dim", "D", number, "row length of a .f32 input" },
-  { "--device", "device", "NAME", nil, "device index or name substring", "the best device" },
+  { "--device", "device", "NAME", nil, "device index, name substring or GPU-… UUID", "the best device" },
   { "--devices", "devices", "LIST", nil, "all, or a comma list: batches shared out" },
   { "--validation", "validation", nil, nil, "Vulkan validation layers on" },
   { "--resume", "resume", nil, nil, "continue from <out>.partial/" },

@@ -32,6 +32,7 @@ impl UserData for LContext {
             let t = lua.create_table()?;
             t.set("name", c.name.clone())?;
             t.set("device_type", c.device_type.clone())?;
+            t.set("uuid", c.uuid.clone())?;
             t.set("driver", c.driver.clone())?;
             t.set("api_version", c.api_version.clone())?;
             t.set("fp16_storage", c.fp16_storage)?;
@@ -142,6 +143,7 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
                 e.set("index", d.index)?;
                 e.set("name", d.name)?;
                 e.set("type", d.device_type)?;
+                e.set("uuid", d.uuid)?;
                 t.raw_push(e)?;
             }
             Ok(t)

@@ -8,8 +8,9 @@
 #      checkpoint, and the merged cache is byte-identical to a one-shot run;
 #   2. a 3-task rankings array (strided) and its merge: rankings.json and graph.knn
 #      byte-identical to a one-shot run.
-# The tasks run on lavapipe, so no --gres=gpu (--no-gpu); CUDA_VISIBLE_DEVICES=0 is passed
-# through so the tasks' device mapping (to Vulkan device 0) is exercised.
+# The tasks run on lavapipe, so no --gres=gpu (--no-gpu); CUDA_VISIBLE_DEVICES is passed
+# through so that the tasks' device mapping is exercised: 0 for the cache (no nvidia-smi: Vulkan
+# device 0, unverified, as the task log says), lavapipe's UUID (GPU-…) for the rankings.
 # Needs root, the packages slurmctld slurmd slurm-client munge (scripts/setup-debian.sh), the
 # release rankings example and the LuaJIT module (scripts/build-lua.sh) built.
 set -euo pipefail
@@ -116,7 +117,8 @@ wait_jobs "$(ids array "$sub")" "$(ids merge "$sub")"
 [ ! -e "$out/cache.shard-2-of-3.json" ] || fail "task 2 wrote its shard although it failed"
 [ -d "$out/cache.shard-2-of-3.json.partial" ] || fail "task 2 left no checkpoint"
 for i in 1 3; do [ -s "$out/cache.shard-$i-of-3.json" ] || fail "task $i wrote no shard"; done
-grep -q "device 0" "$out"/logs/shard-1-*.log || fail "the task did not map CUDA_VISIBLE_DEVICES=0"
+grep -q "device 0 (CUDA_VISIBLE_DEVICES=0 taken as a Vulkan device index, not verified" \
+  "$out"/logs/shard-1-*.log || fail "the task did not map CUDA_VISIBLE_DEVICES=0 (or said nothing)"
 [ ! -e "$out/cache.shard-1-of-3.json.partial" ] || fail "task 1 left its checkpoint behind"
 msg=$(DIVERSITY_SHARDS=3 DIVERSITY_OUTDIR=$out bash contrib/slurm/merge.sbatch 2>&1) \
   && fail "the merge accepted shards 1 and 3 of 3"
@@ -130,12 +132,16 @@ grep -q "from the checkpoint" "$out"/logs/shard-2-"$(ids array "$sub")".log \
 cmp "$one/diversity_cache.json" "$out/diversity_cache.json" \
   || fail "the merged cache differs from the one-shot run's"
 
-# 2. Rankings and the k-NN graph, strided shards.
+# 2. Rankings and the k-NN graph, strided shards, the device named by its UUID.
 out=$D/out-rankings
-sub=$(contrib/slurm/submit.sh --no-gpu --kind rankings --strided --shards 3 --outdir "$out" -- \
-  "${rank_args[@]}")
+uuid=$(luajit -e 'io.write(require("diversity").devices()[1].uuid)')
+[[ $uuid =~ ^GPU- ]] || fail "no device UUID: '$uuid'"
+sub=$(CUDA_VISIBLE_DEVICES=$uuid contrib/slurm/submit.sh --no-gpu --kind rankings --strided \
+  --shards 3 --outdir "$out" -- "${rank_args[@]}")
 wait_jobs "$(ids array "$sub")" "$(ids merge "$sub")"
 cmp "$one/rankings.json" "$out/rankings.json" || fail "the merged rankings differ"
 cmp "$one/graph.knn" "$out/graph.knn" || fail "the merged k-NN graph differs"
 grep -q "shard 1/3:strided" "$out"/logs/shard-1-*.log || fail "the rankings shards were not strided"
+grep -q "device $uuid (the UUID in CUDA_VISIBLE_DEVICES)" "$out"/logs/shard-1-*.log \
+  || fail "the task did not take its device by UUID"
 echo "slurm live test: 3-task cache array (task 2 failed, resumed alone) and 3-task rankings array merged byte-identically in ${SECONDS}s"
