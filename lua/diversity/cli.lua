@@ -86,6 +86,7 @@ local FLAGS = {
   { "--model", "model", "NAME", nil, "model name for the metadata" },
   { "--shard", "shard", "i/n[:strided]", shard, "compute shard i of n of the starts (not with --binary)" },
   { "--quiet", "quiet", nil, nil, "no progress bar" },
+  { "--verbose", "verbose", nil, nil, "print the wall time of each phase (open, load, the device, writing)" },
   { "--help", "help", nil, nil, "this text" },
 }
 

@@ -19,6 +19,36 @@ M.defaults = {
                        -- 2 GiB and a quarter of the machine's memory (M.default_host_memory)
 }
 
+local ffi = require "ffi"
+pcall(ffi.cdef, [[
+typedef struct { long tv_sec; long tv_nsec; } diversity_timespec;
+int clock_gettime(int clock_id, diversity_timespec* tp);
+]])
+local timespec = ffi.new("diversity_timespec")
+
+--- Wall-clock seconds (monotonic), for the per-phase times.
+function M.clock()
+  ffi.C.clock_gettime(1, timespec) -- CLOCK_MONOTONIC
+  return tonumber(timespec.tv_sec) + tonumber(timespec.tv_nsec) * 1e-9
+end
+
+--- Wall time per phase of a run, in the order the phases first came: `p:add(name, seconds)`,
+-- `p:line()` ("open 0.31 s, load 0.12 s, ...").
+local Phases = {}
+Phases.__index = Phases
+function M.phases()
+  return setmetatable({ order = {}, s = {} }, Phases)
+end
+function Phases:add(name, seconds)
+  if not self.s[name] then self.order[#self.order + 1] = name; self.s[name] = 0 end
+  self.s[name] = self.s[name] + seconds
+end
+function Phases:line()
+  local out = {}
+  for _, k in ipairs(self.order) do out[#out + 1] = ("%s %.2f s"):format(k, self.s[k]) end
+  return table.concat(out, ", ")
+end
+
 --- Host bytes a batch holds per entry (sequence step) at its peak: the downloaded uint32 rows,
 -- the checkpoint columns and the rows' JSON text while they stream to the cache. Measured on the
 -- whole cache of a 31,102-row table: batches of 6,220 sized at 10 bytes an entry peaked at
@@ -424,13 +454,18 @@ function M.run(opts)
   if opts.binary then outputs[#outputs + 1] = { "--binary", opts.binary } end
   outputs[#outputs + 1] = { "the checkpoint directory of --out", opts.out .. ".partial" }
   M.check_outputs(outputs, M.input_files(opts))
+  local phases = M.phases()
+  local t0 = M.clock()
   local devs = M.open_devices(opts.devices, opts.device, opts.validation)
+  phases:add("open", M.clock() - t0)
   local ctx = devs[1]
   local caps = ctx:caps()
   local function close_devs()
     for _, c in ipairs(devs) do c:close() end
   end
+  t0 = M.clock()
   local t, space, from_cache = M.load(opts)
+  phases:add("load", M.clock() - t0)
   local n, dim = t:n(), t:dim()
   local starts = parse_starts(opts.starts, n)
   -- The one start check (the engines run it too), before any file or GPU work.
@@ -528,7 +563,8 @@ function M.run(opts)
     end
     bin = b
   end
-  local run = { steps = steps, tile = tile, mode = mode, batch = batch, summation = meta.summation }
+  local run = { steps = steps, tile = tile, mode = mode, batch = batch, summation = meta.summation,
+    phases = phases }
   local ok, result = pcall(M.compute, devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
   if not ok then
     writer:close()
@@ -536,7 +572,9 @@ function M.run(opts)
     t:close(); close_devs()
     error(diversity.message(result), 0)
   end
+  t0 = M.clock()
   local ok_f, e_f = pcall(M.finish_outputs, writer, bin)
+  phases:add("finish", M.clock() - t0)
   t:close(); close_devs()
   if not ok_f then
     error(("%s\nevery batch is checkpointed in %s: run again with --resume to write the "
@@ -545,6 +583,7 @@ function M.run(opts)
   -- The outputs are in place: the checkpoint is no longer needed.
   M.remove_checkpoint(ckdir)
   result.from_cache = from_cache
+  if opts.verbose then io.stderr:write("host phases: ", phases:line(), "\n") end
   result.tile = tile
   result.mode_reason = mode_reason
   if shard then result.shard, result.shard_layout = shard.spec, shard.layout end
@@ -881,6 +920,7 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
   local function close_all()
     for _, dt in ipairs(dts) do dt:close() end
   end
+  local t_up = M.clock()
   for d, ctx in ipairs(devs) do
     local ok, dt = pcall(ctx.upload, ctx, t, opts.precision)
     if not ok then
@@ -890,6 +930,7 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
     end
     dts[d] = dt
   end
+  if run.phases then run.phases:add("upload", M.clock() - t_up) end
   local nbatches = math.ceil(#starts / batch)
   local fp = fingerprint(t, starts, run, opts)
   local run_text = M.run_text(fp, generated_at)
@@ -929,14 +970,48 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
   local total_gpu_ns = 0
   local device_ns = {}
   for d = 1, ndev do device_ns[d] = 0 end
+  local phases = run.phases or M.phases()
+  local clock = M.clock
 
-  -- The batches: complete ones from the checkpoint, the rest queued.
+  -- The host's work (checkpoint files, the binary and JSON writers) is a queue of tasks run
+  -- while the devices compute the next chunks, so that the devices never wait on the host:
+  -- FIFO, each task {phase, kind, fn}; a task may return tasks to run next (before the rest).
+  local tasks = {}
+  local function run_task()
+    local task = table.remove(tasks, 1)
+    if not task then return false end
+    local t0 = clock()
+    local more = task[3]()
+    phases:add(task[1], clock() - t0)
+    if more then
+      for i = #more, 1, -1 do table.insert(tasks, 1, more[i]) end
+    end
+    return true
+  end
+  -- Rows go to the writers in slices of about 32 MiB, so that no task keeps the devices
+  -- waiting long; the JSON rows in batch order, whichever device finishes first.
+  local slice_rows = math.max(1, math.floor(2 ^ 25 / (4 * (steps + 1))))
+  local function write_tasks(b, bytes)
+    local list, len, out = lists[b], steps + 1, {}
+    for first = 1, #list, slice_rows do
+      local last = math.min(first + slice_rows - 1, #list)
+      local part = { unpack(list, first, last) }
+      local piece = (first == 1 and last == #list) and bytes
+        or bytes:sub((first - 1) * len * 4 + 1, last * len * 4)
+      if bin then
+        out[#out + 1] = { "binary", "output", function() bin:write_bytes(part, piece, len) end }
+      end
+      out[#out + 1] = { "json", "output", function() writer:write_bytes(part, piece, len) end }
+    end
+    return out
+  end
+  -- Finished batches (bytes, or true for a checked one still in the checkpoint, read again when
+  -- its turn comes so that a resume holds one batch at a time).
   local done_bytes, queue = {}, {}
   local completed = 0
   for b = 1, nbatches do
     if saved[b] then
-      done_bytes[b] = saved[b]
-      if bin then bin:write_bytes(lists[b], saved[b], steps + 1) end
+      done_bytes[b] = true
       saved[b] = nil
       resumed = resumed + 1
       completed = completed + 1
@@ -945,13 +1020,19 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
       queue[#queue + 1] = b
     end
   end
-  -- The JSON rows go out in batch order, whichever device finishes first.
   local next_write = 1
   local function flush()
     while done_bytes[next_write] do
-      writer:write_bytes(lists[next_write], done_bytes[next_write], steps + 1)
-      done_bytes[next_write] = nil
+      local b, bytes = next_write, done_bytes[next_write]
+      done_bytes[b] = nil
       next_write = next_write + 1
+      if bytes == true then
+        tasks[#tasks + 1] = { "resume read", "output", function()
+          return write_tasks(b, M.read_batch(ckfile(b), bindings[b], lists[b], steps + 1, t:n()))
+        end }
+      else
+        for _, task in ipairs(write_tasks(b, bytes)) do tasks[#tasks + 1] = task end
+      end
     end
   end
   flush()
@@ -972,11 +1053,16 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
     return table.concat(parts, " | ")
   end
   -- After every chunk, its new entries go to the checkpoint (a lost device loses at most the
-  -- chunk in flight).
+  -- chunk in flight): downloaded at once, written by a task while the next chunk runs.
   local function checkpoint(s)
     local now = s.job:sequence_len()
     if now > s.have then
-      M.append_part(s.partfile, s.have, now - s.have, s.job:columns(s.have, now), bindings[s.b])
+      local t0 = clock()
+      local from, cols, path, binding = s.have, s.job:columns(s.have, now), s.partfile, bindings[s.b]
+      phases:add("download", clock() - t0)
+      tasks[#tasks + 1] = { "checkpoint", "checkpoint", function()
+        M.append_part(path, from, now - from, cols, binding)
+      end }
       s.have = now
     end
   end
@@ -993,14 +1079,16 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
     -- Gram jobs share the device table's G, built by the first one.
     local jopts = M.gram_arithmetic(opts)
     jopts.mode, jopts.tile, jopts.chunk, jopts.steps, jopts.shape = run.mode, tile, 0, steps, opts.shape
+    local t0 = clock()
     if prefix then
       s.job = dts[d]:resume_job(t, s.list, prefix, have, jopts)
       progress:skip(have - 1)
     else
       s.job = dts[d]:job(s.list, jopts)
     end
+    phases:add("job setup (G)", clock() - t0)
     -- Probe, then chunks sized to the watchdog target, re-estimated as steps get cheaper.
-    -- A fixed --chunk replaces both.
+    -- A fixed --chunk replaces both. (The host's tasks wait for the probe at most one task.)
     s.job:start(math.min(opts.chunk or opts.probe_steps, steps - s.job:progress()))
     s.t0 = os.clock()
     s.running = true
@@ -1027,48 +1115,80 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
         at_dev[#jobs] = d
       end
     end
-    if #jobs == 0 then break end
-    local d = at_dev[diversity.wait_any(jobs)]
-    local s = slots[d]
-    s.running = false
-    local ok, done, ns = pcall(s.job.wait, s.job)
-    if not ok then
-      failure = failure or { d = d, s = s, e = done }
+    local function ready()
+      for _, j in ipairs(jobs) do
+        if j:ready() then return true end
+      end
+      return false
+    end
+    -- The host's work while the devices compute; with none computing, the rest of it.
+    local ok_t, e_t = true, nil
+    if #jobs == 0 then
+      if failure or #tasks == 0 then break end
+      ok_t, e_t = pcall(run_task)
     else
-      checkpoint(s)
-      total_gpu_ns = total_gpu_ns + ns
-      device_ns[d] = device_ns[d] + ns
-      -- Devices run at once: the bar's rate is steps per second of one device's time.
-      progress:update(done, ns / 1e9 / ndev, label())
-      local per_step = ((ns > 0) and ns / 1e9 or (os.clock() - s.t0)) / math.max(done, 1)
-      local chunk = opts.chunk or M.chunk_size(per_step, opts.target_s, opts.safety)
-      s.chunk = s.chunk and math.max(s.chunk, chunk) or chunk
-      if s.job:done() then
-        local bytes = s.job:sequences_bytes()
-        M.write_batch(ckfile(s.b), bytes, bindings[s.b])
-        os.remove(s.partfile)
-        done_bytes[s.b] = bytes
-        if bin then bin:write_job(s.job) end
-        s.job:close()
-        slots[d] = nil
-        completed = completed + 1
-        flush()
-        fill()
-      elseif failure then
-        -- Another device failed: stop here, this batch's steps so far are checkpointed.
-        s.job:close()
+      while ok_t and #tasks > 0 and not failure and not ready() do ok_t, e_t = pcall(run_task) end
+    end
+    if not ok_t then
+      failure = failure or { host = true, e = e_t }
+    end
+    if #jobs > 0 then
+      local t0 = clock()
+      local d = at_dev[diversity.wait_any(jobs)]
+      phases:add("waiting for the device", clock() - t0)
+      local s = slots[d]
+      s.running = false
+      local ok, done, ns = pcall(s.job.wait, s.job)
+      if not ok then
+        failure = failure or { d = d, s = s, e = done }
       else
-        ok, done = pcall(s.job.start, s.job, s.chunk)
-        if ok then
-          s.t0 = os.clock()
-          s.running = true
+        checkpoint(s)
+        total_gpu_ns = total_gpu_ns + ns
+        device_ns[d] = device_ns[d] + ns
+        -- Devices run at once: the bar's rate is steps per second of one device's time.
+        progress:update(done, ns / 1e9 / ndev, label())
+        local per_step = ((ns > 0) and ns / 1e9 or (os.clock() - s.t0)) / math.max(done, 1)
+        local chunk = opts.chunk or M.chunk_size(per_step, opts.target_s, opts.safety)
+        s.chunk = s.chunk and math.max(s.chunk, chunk) or chunk
+        if s.job:done() then
+          local t0 = clock()
+          local bytes = s.job:sequences_bytes()
+          phases:add("download", clock() - t0)
+          s.job:close()
+          slots[d] = nil
+          completed = completed + 1
+          -- The next batch first, then this one's files while it runs.
+          fill()
+          local b, path, binding, partfile = s.b, ckfile(s.b), bindings[s.b], s.partfile
+          tasks[#tasks + 1] = { "checkpoint", "checkpoint", function()
+            M.write_batch(path, bytes, binding)
+            os.remove(partfile)
+          end }
+          done_bytes[b] = bytes
+          flush()
+        elseif failure then
+          -- Another device failed: stop here, this batch's steps so far are checkpointed.
+          s.job:close()
         else
-          failure = { d = d, s = s, e = done }
+          ok, done = pcall(s.job.start, s.job, s.chunk)
+          if ok then
+            s.t0 = os.clock()
+            s.running = true
+          else
+            failure = { d = d, s = s, e = done }
+          end
         end
       end
     end
   end
   progress:finish()
+  if failure then
+    -- What was downloaded goes to the checkpoint before the failure is reported.
+    for _, task in ipairs(tasks) do
+      if task[2] == "checkpoint" then pcall(task[3]) end
+    end
+    tasks = {}
+  end
   if failure then
     local f, partial = failure, {}
     -- The step the failed job had reached (0 when it was never created).
@@ -1101,6 +1221,10 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
       saved_note = ("%s are checkpointed in %s; run again with --resume to continue")
         :format(what, ckdir)
     end
+    if f.host then
+      error(("diversity: writing the outputs failed: %s\n%s"):format(diversity.message(f.e),
+        saved_note), 0)
+    end
     local list = f.s and f.s.list or { 0 }
     error(("diversity: batch %d of %d (starts %d..%d) failed at step %d of %d on device %d of %d (%s): %s\n%s")
       :format(f.s and f.s.b or 0, nbatches, list[1], list[#list], at + 1, steps, f.d, ndev,
@@ -1110,7 +1234,7 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
   -- Every batch is computed; the checkpoint stays until the caller's outputs are in place.
   return { n = t:n(), dim = t:dim(), sequences = #starts, steps = steps, batches = nbatches,
     batch = batch, gpu_ns = total_gpu_ns, device_gpu_ns = device_ns, resumed_batches = resumed,
-    device = M.device_names(devs), devices = ndev, mode = run.mode }
+    device = M.device_names(devs), devices = ndev, mode = run.mode, phases = phases }
 end
 
 return M
