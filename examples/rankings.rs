@@ -24,9 +24,12 @@
 //! `--shard i/n` ranks only shard i (1-based) of n of the items — the i-th of n near-equal runs
 //! of consecutive items, or with `:strided` every n-th item from the i-th — against the whole
 //! table: `--out` is then a partial rankings cache (its metadata carries `shard`,
-//! `shard_layout`, `shard_items_total`) and `--graph` a graph shard file (`DKNS`). `merge` and
-//! `merge-graph` check that their inputs are the n shards of one run (naming any missing shard)
-//! and write the rankings cache and graph file the one-shot run writes, byte for byte.
+//! `shard_layout`, `shard_items_total` and `shard_table_checksum`, the table's content
+//! checksum) and `--graph` a graph shard file (`DKNS`, with a checksum of the table and options
+//! it was computed from). Every rankings cache and shard carries a checksum of its own bytes.
+//! `merge` and `merge-graph` check that their inputs are the n shards of one run (naming any
+//! missing shard) and unedited, and write the rankings cache and graph file the one-shot run
+//! writes, byte for byte.
 //!
 //! `--index ivf-flat` ranks with an approximate index instead of the exact search (`flat`, the
 //! default), for tables too large for brute force: k-means of the table into L lists (default
@@ -34,13 +37,13 @@
 //! item's top k from the P lists nearest to it (default 16); an item whose probed lists hold
 //! fewer than k other items is searched again with twice the lists until its row is whole. It
 //! needs `--top-k K` (not `all`) and does not take `--verify`; the rankings cache's metadata
-//! records `index`, `nlist` and `nprobe`.
+//! records `index`, `nlist`, `nprobe` and `seed`.
 
 mod common;
 
 use diversity::cache::{
     merge_graphs, merge_rankings, KnnGraphShard, KnnGraphWriter, KnnMetric, RankingsWriter,
-    ShardLayout, KNN_PAD,
+    ShardLayout, KNN_PAD, SHARD_TABLE_KEY,
 };
 use diversity::ivf::{IvfFlat, IvfOptions, KMeansOptions};
 use diversity::knn::KnnOptions;
@@ -275,12 +278,24 @@ fn run(a: Args) -> Result<(), String> {
         meta.insert("index".into(), "ivf-flat".into());
         meta.insert("nlist".into(), nlist.into());
         meta.insert("nprobe".into(), a.nprobe.into());
+        meta.insert("seed".into(), a.seed.into());
     }
+    // What a shard's rows come from: the table's content and every option that changes them
+    // (all in the metadata, but for the row length and the graph's k). Graph shards keep its
+    // checksum; rankings shards keep the table's and the metadata.
+    let table_sum = diversity::cache::table_checksum(&table, a.precision);
+    let run_text = format!(
+        "{table_sum} top_k={:?} graph_k={} {}",
+        a.top_k,
+        a.graph_k,
+        serde_json::Value::Object(meta.clone())
+    );
     // A shard: its slice of the items, marked in the metadata (dropped by the merge).
     let items = a.shard.map(|(i, count, layout)| {
         meta.insert("shard".into(), format!("{i}/{count}").into());
         meta.insert("shard_layout".into(), layout.name().into());
         meta.insert("shard_items_total".into(), n.into());
+        meta.insert(SHARD_TABLE_KEY.into(), table_sum.clone().into());
         layout
             .positions(i, count, n)
             .into_iter()
@@ -307,7 +322,7 @@ fn run(a: Args) -> Result<(), String> {
             KnnGraphWriter::create(p, n, gk, kmetric).map_err(err)?,
         )),
         (Some(p), Some(shard)) => Some(Graph::Shard(
-            KnnGraphShard::create(p, n, gk, kmetric, shard).map_err(err)?,
+            KnnGraphShard::create(p, n, gk, kmetric, shard, &run_text).map_err(err)?,
         )),
         (None, _) => None,
     };

@@ -345,7 +345,8 @@ end
 -- output that is the embeddings file itself (`diversity.same_file`) is refused. An
 -- existing cache is reused (nothing computed) unless `force`, when its metadata records the same
 -- source checksum (`diversity.file_checksum` of the embeddings file: its bytes, not its mtime),
--- the same model and the same top_k; otherwise it is recomputed and replaced (temp file +
+-- the same model and the same top_k, and its bytes match the checksum it carries of itself
+-- (`diversity.verify_cache_checksum`); otherwise it is recomputed and replaced (temp file +
 -- rename, so a failure leaves the old one or none). `num_threads` is the JSON writer's thread
 -- count (nil or 0: the machine's). Returns the cache's path, N and whether it was reused.
 function M.generate_similarity_matrix_gpu_parallel(embeddings_file, model_name, force, num_threads,
@@ -377,6 +378,9 @@ function M.generate_similarity_matrix_gpu_parallel(embeddings_file, model_name, 
       and meta.model == model_name
       and meta.top_k == top_k -- nil: all N - 1 (null in the file)
       and type(meta.total_poems) == "number"
+      -- The content too, not the metadata alone: the file's bytes must match the checksum it
+      -- was written with (edited rows or total_poems, a truncated file: recomputed).
+      and pcall(diversity.verify_cache_checksum, out)
     then
       return out, meta.total_poems, true
     end

@@ -275,7 +275,8 @@ pub fn algorithm_name(metric: Metric) -> String {
 /// Compute [`rankings`] and stream them into the user's rankings cache at `path` through
 /// [`RankingsWriter`]: `{"metadata":{"total_poems":N,"algorithm":"cosine-knn-v1",
 /// "format":"pre_sorted_rankings","top_k":K|null, "metric", "precision", "dim", "device",
-/// …extra},"rankings":{"<id>":[id,…]}}`.
+/// …extra, "checksum"},"rankings":{"<id>":[id,…]}}` (`checksum`: the file's own, see
+/// [`crate::cache::verify_checksum`]).
 ///
 /// The writer is created first, so a bad output location fails before any device work and
 /// leaves no file. `extra` is a JSON object (model name, …) or `null`; its fields come after

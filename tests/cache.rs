@@ -1188,7 +1188,11 @@ fn rankings_round_trip_with_and_without_ids() {
             assert_eq!(w.rankings_written(), 7);
             assert!(!out.exists(), "nothing before finish");
             w.finish().unwrap();
-            let v = read_json(&out);
+            // The cache carries its own checksum, last in the metadata.
+            diversity::cache::verify_checksum(&out).unwrap();
+            let mut v = read_json(&out);
+            let sum = v["metadata"].as_object_mut().unwrap().remove("checksum");
+            assert!(sum.unwrap().as_str().unwrap().starts_with("fnv1a64:"));
             assert_eq!(
                 v,
                 rankings_value(n, top_k, &rows, ids.as_deref()),
@@ -1424,6 +1428,9 @@ fn rankings_large_equals_serde_json() {
         expected.push_str("}}\n");
         w.finish().unwrap();
         let text = std::fs::read_to_string(&out).unwrap();
+        // But for its own checksum, the last member of the metadata.
+        let at = text.find(",\"checksum\":\"fnv1a64:").expect("a checksum");
+        let text = format!("{}{}", &text[..at], &text[at + 38..]);
         assert!(text == expected, "{tag}: output differs from serde_json's");
         let v: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["rankings"].as_object().unwrap().len(), n as usize);
@@ -1777,15 +1784,41 @@ fn write_cache(path: &Path, meta: &Value, ids: Option<Vec<Value>>, starts: &[u32
     w.finish().unwrap();
 }
 
-/// The metadata of shard `i`/`n` of the SHARD_STARTS run: `metadata()` plus the shard keys.
-fn shard_meta(i: usize, n: usize, layout: ShardLayout, total: usize) -> Value {
+/// The metadata of the SHARD_STARTS run (seven items): `metadata()` with N = 7.
+fn run_meta() -> Value {
     let mut m = metadata();
+    m["num_poems"] = json!(7);
+    m
+}
+
+/// The metadata of shard `i`/`n` of the SHARD_STARTS run: `run_meta()` plus the shard keys.
+fn shard_meta(i: usize, n: usize, layout: ShardLayout, total: usize) -> Value {
+    let mut m = run_meta();
     let o = m.as_object_mut().unwrap();
     o.insert("shard".into(), json!(format!("{i}/{n}")));
     o.insert("shard_layout".into(), json!(layout.name()));
     o.insert("shard_starts_total".into(), json!(total));
     o.insert("shard_starts_fingerprint".into(), json!("fnv1a32:0badf00d"));
+    o.insert(
+        "shard_table_checksum".into(),
+        json!("fnv1a64:0123456789abcdef"),
+    );
     m
+}
+
+/// `text` with its own checksum recomputed, as whoever edits a file can: the checksum catches
+/// accidents, so what the merge checks of the rows must hold without it.
+fn reseal(text: &str) -> String {
+    let at = text.find("\"checksum\":\"fnv1a64:").expect("a checksum") + 20;
+    let mut b = text.as_bytes().to_vec();
+    b[at..at + 16].fill(b'0');
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &c in &b {
+        h ^= c as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    b[at..at + 16].copy_from_slice(format!("{h:016x}").as_bytes());
+    String::from_utf8(b).unwrap()
 }
 
 /// Write the n shards of `starts` into `dir` (shard-<i>.json) and return their paths.
@@ -1839,7 +1872,7 @@ fn merge_is_byte_identical_to_the_one_shot_cache() {
             for n in [1, 2, 3, 7, 9] {
                 let dir = TempDir::new("merge");
                 let one = dir.path("one.json");
-                write_cache(&one, &metadata(), ids.clone(), &SHARD_STARTS, 5);
+                write_cache(&one, &run_meta(), ids.clone(), &SHARD_STARTS, 5);
                 let mut parts = write_shards(&dir, &SHARD_STARTS, n, layout, ids.clone(), 5);
                 parts.reverse(); // any order
                 let out = dir.path("merged.json");
@@ -2046,7 +2079,7 @@ fn merge_refuses_incomplete_or_foreign_parts() {
         ("[0,1,2,3]".to_string(), vec!["row indices", "ids"]),
     ];
     for (edited, words) in edits {
-        let text = good.replacen(&row_text, &edited, 1);
+        let text = reseal(&good.replacen(&row_text, &edited, 1));
         assert_ne!(text, good, "the edit did not apply");
         let f = dir.file("edited.json", text.as_bytes());
         let mut w = words.clone();
@@ -2116,6 +2149,185 @@ fn merge_refuses_incomplete_or_foreign_parts() {
         }
     }
     // And the real parts still merge.
+    merge_caches(&p, &dir.path("ok.json")).unwrap();
+}
+
+/// A shard must show that it is what its run wrote: its own checksum (an edited, truncated or
+/// older shard without one is refused, naming it and saying to recompute it), the checksum of
+/// the run's table (a shard of another table is refused), and — even with a recomputed
+/// checksum — rows whose entries are items of the run, an N that holds the run's starts and
+/// rows as long as the run's top_k says. Nothing is written.
+#[test]
+fn merge_refuses_shards_it_cannot_verify_or_of_another_table() {
+    let layout = ShardLayout::Strided;
+    let dir = TempDir::new("merge-verify");
+    let p = write_shards(&dir, &SHARD_STARTS, 2, layout, Some(shard_ids()), 4);
+    let good = std::fs::read_to_string(&p[1]).unwrap();
+    let with = |name: &str, text: &str| vec![p[0].clone(), dir.file(name, text.as_bytes())];
+    let part: Vec<u32> = layout
+        .positions(2, 2, 7)
+        .into_iter()
+        .map(|q| SHARD_STARTS[q])
+        .collect();
+
+    // Edited after it was written: a row's entry, the metadata; truncated.
+    // A row still valid for every other check: two of its entries swapped.
+    let v: Value = serde_json::from_str(&good).unwrap();
+    let row = v["sequences"].as_object().unwrap().values().next().unwrap();
+    let mut swapped = row.as_array().unwrap().clone();
+    swapped.swap(1, 2);
+    let edited = good.replacen(
+        &serde_json::to_string(row).unwrap(),
+        &serde_json::to_string(&swapped).unwrap(),
+        1,
+    );
+    assert_ne!(edited, good);
+    for (name, text) in [
+        ("edited.json", edited.as_str()),
+        ("model.json", &good.replacen("test-model", "test-modem", 1)),
+        ("short.json", &good.replacen("]}}", "]}} ", 1)),
+    ] {
+        merge_refused(
+            &dir,
+            &with(name, text),
+            is_format,
+            &[name, "shard 2/2", "do not match its checksum", "recompute"],
+        );
+    }
+    // Without a checksum (a shard from before shards carried one) or a table checksum.
+    let at = good.find(",\"checksum\":").unwrap();
+    let old = format!("{}{}", &good[..at], &good[at + 38..]);
+    assert!(serde_json::from_str::<Value>(&old).is_ok(), "{old}");
+    merge_refused(
+        &dir,
+        &with("old.json", &old),
+        is_format,
+        &["old.json", "has no \"checksum\"", "recompute shard 2/2"],
+    );
+    let mut m = shard_meta(2, 2, layout, 7);
+    m.as_object_mut().unwrap().remove("shard_table_checksum");
+    let f = dir.path("untabled.json");
+    write_cache(&f, &m, Some(shard_ids()), &part, 4);
+    merge_refused(
+        &dir,
+        &[p[0].clone(), f],
+        is_format,
+        &["untabled.json", "no \"shard_table_checksum\"", "recompute"],
+    );
+    // Computed from another table.
+    let mut m = shard_meta(2, 2, layout, 7);
+    m["shard_table_checksum"] = json!("fnv1a64:fedcba9876543210");
+    let f = dir.path("foreign.json");
+    write_cache(&f, &m, Some(shard_ids()), &part, 4);
+    merge_refused(
+        &dir,
+        &[p[0].clone(), f],
+        is_format,
+        &[
+            "foreign.json",
+            "computed from another table",
+            "fedcba9876543210",
+        ],
+    );
+
+    // Resealed edits: an id that is no item of the run, a start that is not one (its row and
+    // every other row still name the start it replaced).
+    let first_id = serde_json::to_string(&shard_ids()[part[0] as usize]).unwrap();
+    for (name, from, to, words) in [
+        (
+            "stray-id.json",
+            format!(",{first_id}"),
+            ",\"zz\"",
+            vec!["\"zz\"", "no item of the run"],
+        ),
+        (
+            "stray-key.json",
+            format!("{first_id}:[{first_id}"),
+            "\"zz\":[\"zz\"",
+            vec![&*first_id, "no item of the run"],
+        ),
+    ] {
+        let text = good.replacen(&from, to, 1);
+        assert_ne!(text, good, "{name}: the edit did not apply");
+        // A changed key is found where another row names the key it replaced: in either file.
+        let mut w = if name == "stray-id.json" {
+            vec![name]
+        } else {
+            vec![]
+        };
+        w.extend(words.iter().copied());
+        merge_refused(&dir, &with(name, &reseal(&text)), is_format, &w);
+    }
+    // Row indices: an entry equal to N, an unknown start.
+    let q = write_shards(&dir, &SHARD_STARTS, 2, layout, None, 4);
+    let plain = std::fs::read_to_string(&q[1]).unwrap();
+    let start = part[0];
+    for (name, from, to, words) in [
+        (
+            "n.json",
+            format!("\"{start}\":[{start},"),
+            format!("\"{start}\":[{start},7,"),
+            "entry 7",
+        ),
+        (
+            "key.json",
+            format!("\"{start}\":[{start}"),
+            "\"9\":[9".to_string(),
+            "entry",
+        ),
+    ] {
+        // The changed key is found where another row names the start it replaced.
+        let words = match name {
+            "key.json" => format!("entry {start}"),
+            _ => words.to_string(),
+        };
+        let text = plain.replacen(&from, &to, 1);
+        let text = if name == "n.json" {
+            // Keep the row's length: drop its last entry.
+            let at = text.find(&to).unwrap() + to.len();
+            let end = at + text[at..].find(']').unwrap();
+            let last = text[..end].rfind(',').unwrap();
+            format!("{}{}", &text[..last], &text[end..])
+        } else {
+            text
+        };
+        assert_ne!(text, plain, "{name}: the edit did not apply");
+        merge_refused(
+            &dir,
+            &[q[0].clone(), dir.file(name, reseal(&text).as_bytes())],
+            is_format,
+            &[&words, "no item of the run"],
+        );
+    }
+    // Every shard agreeing on a wrong N, or on a top_k its rows do not have.
+    for (key, value, words) in [
+        ("num_poems", json!(5), vec!["num_poems is 5", "7 starts"]),
+        ("num_poems", json!(1_000_000_000_000u64), vec![]),
+        ("top_k", json!(9), vec!["top_k", "4 entries"]),
+    ] {
+        let parts: Vec<PathBuf> = (1..=2)
+            .map(|i| {
+                let f = dir.path(&format!("agree-{i}.json"));
+                let mut m = shard_meta(i, 2, layout, 7);
+                m[key] = value.clone();
+                let rows: Vec<u32> = layout
+                    .positions(i, 2, 7)
+                    .into_iter()
+                    .map(|q| SHARD_STARTS[q])
+                    .collect();
+                write_cache(&f, &m, None, &rows, 4);
+                f
+            })
+            .collect();
+        if words.is_empty() {
+            // N larger than the run's starts is a run over some of the items: it merges.
+            merge_caches(&parts, &dir.path("agree.json")).unwrap();
+            std::fs::remove_file(dir.path("agree.json")).unwrap();
+        } else {
+            merge_refused(&dir, &parts, is_format, &words);
+        }
+    }
+    // The untouched shards still merge.
     merge_caches(&p, &dir.path("ok.json")).unwrap();
 }
 

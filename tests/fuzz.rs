@@ -26,8 +26,8 @@
 mod common;
 use common::TempDir;
 use diversity::cache::{
-    merge_caches, BinaryCache, BinaryCacheWriter, JsonCacheWriter, KnnGraph, KnnGraphWriter,
-    KnnMetric,
+    merge_caches, merge_graphs, merge_rankings, BinaryCache, BinaryCacheWriter, JsonCacheWriter,
+    KnnGraph, KnnGraphShard, KnnGraphWriter, KnnMetric, RankingsWriter, ShardLayout,
 };
 use diversity::cache::{KNN_HEADER, KNN_PAD};
 use diversity::error::Error;
@@ -647,6 +647,7 @@ fn seeds(dir: &Path) -> Vec<Case> {
                 "shard_layout": "contiguous",
                 "shard_starts_total": 5,
                 "shard_starts_fingerprint": "fnv1a32:00000000",
+                "shard_table_checksum": "fnv1a64:0123456789abcdef",
             });
             let mut w = JsonCacheWriter::create(&dir.join(&name), &meta, ids.clone()).unwrap();
             for &st in part {
@@ -1627,4 +1628,168 @@ fn json_long_first_row_reserves_no_more_than_the_text() {
         "{peak} bytes held at once for a {}-byte file",
         text.len()
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Merges of edited shards: an edit that would change the merged file is refused.
+
+/// Edits per shard kind of a plain `cargo test --release` run (a few seconds in all);
+/// `DIVERSITY_FUZZ_ITERS` scales it (a fiftieth of the loaders' inputs per kind).
+const MERGE_EDITS: u64 = 1_000;
+
+/// The valid shards of one run of each kind, in `dir`: (kind, merge, shard paths).
+type MergeFn = fn(&[PathBuf], &Path) -> diversity::error::Result<()>;
+
+fn merge_shard_sets(dir: &Path) -> Vec<(&'static str, MergeFn, Vec<PathBuf>)> {
+    let mut sets: Vec<(&'static str, MergeFn, Vec<PathBuf>)> = Vec::new();
+    let layout = ShardLayout::Strided;
+    let n = 6usize;
+    // Diversity shards, with row indices and with ids: every start of a 6-item table, top_k 3.
+    for ids in [None, Some(["a", "b\"", "c", "d", "e", "f"])] {
+        let ids: Option<Vec<serde_json::Value>> =
+            ids.map(|v| v.into_iter().map(serde_json::Value::from).collect());
+        let tag = if ids.is_some() { "ids" } else { "plain" };
+        let mut paths = Vec::new();
+        for i in 1..=2 {
+            let path = dir.join(format!("d-{tag}-{i}.json"));
+            let meta = serde_json::json!({
+                "num_poems": n, "top_k": 3, "generated_at": format!("2026-01-0{i}T00:00:00Z"),
+                "shard": format!("{i}/2"), "shard_layout": layout.name(),
+                "shard_starts_total": n, "shard_starts_fingerprint": "fnv1a32:00000000",
+                "shard_table_checksum": "fnv1a64:0123456789abcdef",
+            });
+            let mut w = JsonCacheWriter::create(&path, &meta, ids.clone()).unwrap();
+            for p in layout.positions(i, 2, n) {
+                let st = p as u32;
+                let seq = [st, (st + 1) % 6, (st + 3) % 6, (st + 5) % 6];
+                w.write_sequence(st, &seq).unwrap();
+            }
+            w.finish().unwrap();
+            paths.push(path);
+        }
+        sets.push(("diversity", |i, o| merge_caches(i, o).map(|_| ()), paths));
+    }
+    // Rankings shards: each item's 3 nearest others.
+    let mut paths = Vec::new();
+    for i in 1..=2 {
+        let path = dir.join(format!("r-{i}.json"));
+        let extra = serde_json::json!({
+            "metric": "cosine", "shard": format!("{i}/2"), "shard_layout": "contiguous",
+            "shard_items_total": n, "shard_table_checksum": "fnv1a64:0123456789abcdef",
+        });
+        let mut w =
+            RankingsWriter::create(&path, n, Some(3), "cosine-knn-v1", &extra, None).unwrap();
+        for p in ShardLayout::Contiguous.positions(i, 2, n) {
+            let it = p as u32;
+            w.write_ranking(it, &[(it + 1) % 6, (it + 2) % 6, (it + 4) % 6])
+                .unwrap();
+        }
+        w.finish_partial().unwrap();
+        paths.push(path);
+    }
+    sets.push(("rankings", |i, o| merge_rankings(i, o).map(|_| ()), paths));
+    // Graph shards: k = 2, cosine.
+    let mut paths = Vec::new();
+    for i in 1..=2 {
+        let path = dir.join(format!("g-{i}.knn"));
+        let shard = (i, 2, ShardLayout::Contiguous);
+        let mut w = KnnGraphShard::create(&path, n, 2, KnnMetric::Cosine, shard, "run").unwrap();
+        let items: Vec<u32> = ShardLayout::Contiguous
+            .positions(i, 2, n)
+            .into_iter()
+            .map(|p| p as u32)
+            .collect();
+        let ids: Vec<u32> = items
+            .iter()
+            .flat_map(|&t| [(t + 1) % 6, (t + 2) % 6])
+            .collect();
+        let values: Vec<f32> = items.iter().flat_map(|_| [0.75, 0.5]).collect();
+        w.write_batch(&items, &ids, &values).unwrap();
+        w.finish().unwrap();
+        paths.push(path);
+    }
+    sets.push(("graph", |i, o| merge_graphs(i, o).map(|_| ()), paths));
+    sets
+}
+
+/// One to three edits of `b`: a byte replaced, inserted or removed, favouring the characters
+/// that make other valid JSON (digits, quotes, commas, brackets).
+fn edit_shard(rng: &mut Rng, b: &mut Vec<u8>) -> String {
+    const CHARS: &[u8] = b"0123456789\",:[]{}-.e ab";
+    let mut log = Vec::new();
+    for _ in 0..1 + rng.below(3) {
+        let at = rng.below(b.len().max(1));
+        let c = if rng.chance(80) {
+            *rng.pick(CHARS)
+        } else {
+            rng.next() as u8
+        };
+        match rng.below(3) {
+            0 if at < b.len() => {
+                log.push(format!("byte {at} {:?} -> {:?}", b[at] as char, c as char));
+                b[at] = c;
+            }
+            1 => {
+                log.push(format!("insert {:?} at {at}", c as char));
+                b.insert(at, c);
+            }
+            _ if at < b.len() && b.len() > 1 => {
+                log.push(format!("delete {:?} at {at}", b[at] as char));
+                b.remove(at);
+            }
+            _ => {}
+        }
+    }
+    log.join(", ")
+}
+
+#[test]
+fn fuzz_merge_edits_are_refused_or_change_nothing() {
+    let edits = std::env::var("DIVERSITY_FUZZ_ITERS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map_or(MERGE_EDITS, |n| (n / 50).max(1));
+    let dir = TempDir::new("fuzz-merge");
+    let sets = merge_shard_sets(dir.path("").as_path());
+    let (mut refused, mut same) = (0u64, 0u64);
+    for (s, (kind, merge, shards)) in sets.iter().enumerate() {
+        let reference = dir.path(&format!("reference-{s}"));
+        merge(shards, &reference).unwrap_or_else(|e| panic!("{kind}: the originals: {e}"));
+        let reference = std::fs::read(&reference).unwrap();
+        let originals: Vec<Vec<u8>> = shards.iter().map(|p| std::fs::read(p).unwrap()).collect();
+        let mut rng = Rng::new(BASE_SEED ^ s as u64);
+        for e in 0..edits {
+            let which = rng.below(shards.len());
+            let mut bytes = originals[which].clone();
+            let how = edit_shard(&mut rng, &mut bytes);
+            if bytes == originals[which] {
+                continue;
+            }
+            let edited = dir.path(&format!("edited-{e}"));
+            std::fs::write(&edited, &bytes).unwrap();
+            let mut inputs = shards.clone();
+            inputs[which] = edited.clone();
+            let out = dir.path("out");
+            std::fs::write(&out, b"old").unwrap();
+            match merge(&inputs, &out) {
+                Err(err) => {
+                    assert_eq!(std::fs::read(&out).unwrap(), b"old", "{kind}: {how}: {err}");
+                    refused += 1;
+                }
+                Ok(()) => {
+                    let merged = std::fs::read(&out).unwrap();
+                    assert!(
+                        merged == reference,
+                        "{kind} shard {which}, {how}: the edited shard was merged into other \
+                         bytes:\n{}",
+                        String::from_utf8_lossy(&merged)
+                    );
+                    same += 1;
+                }
+            }
+            std::fs::remove_file(&edited).unwrap();
+        }
+    }
+    eprintln!("merge edits: {refused} refused, {same} merged to the same bytes");
+    assert!(refused > 0);
 }

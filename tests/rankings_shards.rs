@@ -200,7 +200,8 @@ fn incomplete_mixed_repeated_or_damaged_sets_are_refused_without_output() {
         1,
     );
     assert_ne!(bad, text, "the edit must change the shard");
-    let bad = dir.file("own.json", bad.as_bytes());
+    // Its checksum recomputed: the rows are checked for themselves too.
+    let bad = dir.file("own.json", reseal(&bad).as_bytes());
     refused(
         "merge",
         &r,
@@ -269,14 +270,16 @@ fn a_graph_shard_writer_refuses_bad_shards_rows_out_of_order_and_an_unfinished_s
     let p = dir.path("g.knn");
     let shard = |i, n| (i, n, ShardLayout::Contiguous);
     for (i, n) in [(0, 3), (4, 3), (1, 0)] {
-        let e = KnnGraphShard::create(&p, 10, 2, KnnMetric::Cosine, shard(i, n)).unwrap_err();
+        let e =
+            KnnGraphShard::create(&p, 10, 2, KnnMetric::Cosine, shard(i, n), "run").unwrap_err();
         assert!(e.to_string().contains("1 <= i <= n"), "{e}");
     }
-    let e = KnnGraphShard::create(&p, 10, 11, KnnMetric::Cosine, shard(1, 2)).unwrap_err();
+    let e = KnnGraphShard::create(&p, 10, 11, KnnMetric::Cosine, shard(1, 2), "run").unwrap_err();
     assert!(e.to_string().contains("1 <= k <= N"), "{e}");
     assert!(dir.entries().is_empty(), "{:?}", dir.entries());
     // Shard 2 of 2 of 10 items holds items 5..10, in that order.
-    let mut w = KnnGraphShard::create(&p, 10, 2, KnnMetric::L2, shard(2, 2)).expect("create");
+    let mut w =
+        KnnGraphShard::create(&p, 10, 2, KnnMetric::L2, shard(2, 2), "run").expect("create");
     let e = w.write_batch(&[6], &[0, 1], &[1.0, 2.0]).unwrap_err();
     assert!(e.to_string().contains("not this shard's next items"), "{e}");
     let e = w.write_batch(&[5], &[0], &[1.0, 2.0]).unwrap_err();
@@ -286,4 +289,152 @@ fn a_graph_shard_writer_refuses_bad_shards_rows_out_of_order_and_an_unfinished_s
     let e = w.finish().unwrap_err();
     assert!(e.to_string().contains("2 of its 5 rows"), "{e}");
     assert!(dir.entries().is_empty(), "left: {:?}", dir.entries());
+}
+
+/// `text` with its own checksum recomputed, as whoever edits a file can: what the merge checks
+/// of the rows must hold without it.
+fn reseal(text: &str) -> String {
+    let at = text.find("\"checksum\":\"fnv1a64:").expect("a checksum") + 20;
+    let mut b = text.as_bytes().to_vec();
+    b[at..at + 16].fill(b'0');
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &c in &b {
+        h ^= c as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    b[at..at + 16].copy_from_slice(format!("{h:016x}").as_bytes());
+    String::from_utf8(b).unwrap()
+}
+
+/// Shards bind to their run: a shard computed from other content at the same table path, a
+/// graph shard of a `--center` run, an edited shard (even with its checksum recomputed: an entry
+/// equal to N, `total_poems` = 10^12 in every shard) and a graph shard from before shards
+/// carried checksums are refused, naming the shard; an existing output stays byte-identical.
+#[test]
+fn shards_of_other_tables_runs_or_edited_are_refused() {
+    let dir = TempDir::new("rankings-shards-bound");
+    let table = |seed: f32| -> Vec<u8> {
+        (0..40)
+            .map(|i| (i as f32 * 0.37 + seed).sin())
+            .flat_map(|v| v.to_le_bytes())
+            .collect()
+    };
+    let path = dir.file("t.f32", &table(0.0));
+    let shard = |i: usize, tag: &str, extra: &[&str]| -> [PathBuf; 2] {
+        let (r, g) = (
+            dir.path(&format!("{tag}-{i}.json")),
+            dir.path(&format!("{tag}-{i}.knn")),
+        );
+        let spec = format!("{i}/2");
+        let mut args = vec!["--table", s(&path), "--dim", "4", "--top-k", "3"];
+        args.extend_from_slice(&["--graph-k", "2", "--out", s(&r), "--graph", s(&g)]);
+        args.extend_from_slice(&["--shard", &spec]);
+        args.extend_from_slice(extra);
+        ok(&args);
+        [r, g]
+    };
+    let a1 = shard(1, "a", &[]);
+    let a2 = shard(2, "a", &[]);
+    let centered = shard(2, "c", &["--center"]);
+    std::fs::write(&path, table(1.0)).unwrap();
+    let other = shard(2, "b", &[]);
+    let (out_r, out_g) = (dir.file("out.json", b"old"), dir.file("out.knn", b"old"));
+    let refused = |kind: &str, inputs: &[&Path], want: &[&str]| {
+        let out = if kind == "merge" { &out_r } else { &out_g };
+        let (yes, text) = merge(kind, out, inputs);
+        assert!(!yes, "{kind} {inputs:?} was accepted: {text}");
+        for w in want {
+            assert!(text.contains(w), "{kind} {inputs:?}: {text:?} lacks {w:?}");
+        }
+        assert_eq!(
+            std::fs::read(out).unwrap(),
+            b"old",
+            "{kind} {inputs:?} wrote"
+        );
+    };
+    // Other content at the same path; a --center run.
+    refused(
+        "merge",
+        &[&a1[0], &other[0]],
+        &["b-2.json", "another table"],
+    );
+    refused(
+        "merge-graph",
+        &[&a1[1], &other[1]],
+        &["b-2.knn", "another table"],
+    );
+    refused(
+        "merge",
+        &[&a1[0], &centered[0]],
+        &["c-2.json", "another table"],
+    );
+    refused(
+        "merge-graph",
+        &[&a1[1], &centered[1]],
+        &["c-2.knn", "another table"],
+    );
+    // Edited: a byte of the rankings or of the graph; a version 1 graph shard.
+    let text = std::fs::read_to_string(&a2[0]).unwrap();
+    let f = dir.file("edited.json", text.replacen("],\"", "] ,\"", 1).as_bytes());
+    refused(
+        "merge",
+        &[&a1[0], &f],
+        &["edited.json", "checksum", "recompute"],
+    );
+    let mut g = std::fs::read(&a2[1]).unwrap();
+    let last = g.len() - 1;
+    g[last] ^= 1;
+    let f = dir.file("edited.knn", &g);
+    refused(
+        "merge-graph",
+        &[&a1[1], &f],
+        &["edited.knn", "checksum", "recompute"],
+    );
+    let mut g = std::fs::read(&a2[1]).unwrap();
+    g[4..8].copy_from_slice(&1u32.to_le_bytes());
+    let f = dir.file("v1.knn", &g);
+    refused(
+        "merge-graph",
+        &[&a1[1], &f],
+        &["v1.knn", "version 1", "recompute"],
+    );
+    // Resealed: an entry equal to N = 10; total_poems = 10^12 in both shards.
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let (key, row) = v["rankings"].as_object().unwrap().iter().next().unwrap();
+    let row = serde_json::to_string(row).unwrap();
+    let edited = row.replacen('[', "[10,", 1);
+    let edited = format!("{}]", &edited[..edited.rfind(',').unwrap()]);
+    let f = dir.file(
+        "n.json",
+        reseal(&text.replacen(
+            &format!("\"{key}\":{row}"),
+            &format!("\"{key}\":{edited}"),
+            1,
+        ))
+        .as_bytes(),
+    );
+    refused(
+        "merge",
+        &[&a1[0], &f],
+        &["n.json", "entry 10", "no item of the run"],
+    );
+    let huge: Vec<PathBuf> = [&a1[0], &a2[0]]
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let t = std::fs::read_to_string(p).unwrap();
+            let t = reseal(&t.replacen("\"total_poems\":10,", "\"total_poems\":1000000000000,", 1));
+            dir.file(&format!("huge-{i}.json"), t.as_bytes())
+        })
+        .collect();
+    refused(
+        "merge",
+        &[&huge[0], &huge[1]],
+        &["total_poems is 1000000000000", "10"],
+    );
+    // The run's own shards merge.
+    let (yes, text) = merge("merge", &dir.path("ok.json"), &[&a1[0], &a2[0]]);
+    assert!(yes, "{text}");
+    let (yes, text) = merge("merge-graph", &dir.path("ok.knn"), &[&a1[1], &a2[1]]);
+    assert!(yes, "{text}");
 }

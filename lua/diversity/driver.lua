@@ -547,6 +547,9 @@ function M.run(opts)
     meta.shard, meta.shard_layout = shard.spec, shard.layout
     meta.shard_starts_total = #all_starts
     meta.shard_starts_fingerprint = M.starts_fingerprint(all_starts)
+    -- The table's content as stored (after centring, with its ids): merge takes only shards
+    -- of one table.
+    meta.shard_table_checksum = diversity.table_checksum(t, opts.precision)
   end
   -- The output locations are checked (temporary files created) before any GPU work.
   local ok_w, writer = pcall(diversity.json_cache_writer, opts.out, meta, t:ids())

@@ -2,12 +2,13 @@
 //! merge: `{"metadata":{…},"<section>":{"<key>":[…], …}}`, rows formatted without per-number
 //! allocation (on several threads for large batches) and mapped through the table's row ids.
 
+use super::checksum::{fnv1a64, CHECKSUM_KEY, CHECKSUM_PLACEHOLDER, FNV64_START};
 use super::pending::{check_not_failed, io_err, PendingFile};
 use crate::error::{Error, Result};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::Path;
 
 /// Append the decimal digits of `v` to `buf`, two digits at a time, without allocating.
@@ -153,18 +154,45 @@ pub(super) fn json_kind(v: &Value) -> &'static str {
     }
 }
 
+/// The file under a [`JsonStream`]: every byte written to it goes into the running FNV-1a 64
+/// when the stream carries its own checksum.
+#[derive(Debug)]
+pub(super) struct Hashing {
+    file: File,
+    hash: Option<u64>,
+}
+
+impl Write for Hashing {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let k = self.file.write(bytes)?;
+        if let Some(h) = &mut self.hash {
+            *h = fnv1a64(*h, &bytes[..k]);
+        }
+        Ok(k)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
 /// The streaming JSON machinery shared by [`JsonCacheWriter`] and [`RankingsWriter`]:
 /// `{"metadata":<metadata>,"<section>":{` written at creation, rows `"<key>":[value, …]`
 /// appended batch by batch (formatted on several threads when large), `}}` and a newline on
 /// [`finish`](Self::finish). Rows are formatted with [`format_row`], so keys and values go
 /// through the row ids when there are some; the callers check every index first.
 ///
+/// With a checksum, the metadata ends with `"checksum":"fnv1a64:…"` (see
+/// [`CHECKSUM_KEY`]): written as zeros, every byte hashed as it goes to the file, and the
+/// digits written in place at [`finish`](Self::finish).
+///
 /// [`JsonCacheWriter`]: super::JsonCacheWriter
 /// [`RankingsWriter`]: super::RankingsWriter
 #[derive(Debug)]
 pub(super) struct JsonStream {
     // Declared before `pending` so the file is closed before the temporary file is removed.
-    out: Option<BufWriter<File>>,
+    out: Option<BufWriter<Hashing>>,
+    /// Where the checksum's 16 digits are, when the stream carries one.
+    checksum_at: Option<u64>,
     pending: PendingFile,
     pub(super) ids: Option<IdText>,
     /// Names the file in messages: "cache", "rankings cache".
@@ -177,25 +205,48 @@ pub(super) struct JsonStream {
 
 impl JsonStream {
     /// Create the temporary file (the output location check) and write the opening, with
-    /// `metadata` already serialized.
+    /// `metadata` already serialized (a JSON object). With `checksum`, the metadata gains
+    /// [`CHECKSUM_KEY`] as its last member; it must not have one already.
     pub(super) fn create(
         path: &Path,
         what: &'static str,
         metadata: &[u8],
         section: &str,
         ids: Option<IdText>,
+        checksum: bool,
     ) -> Result<Self> {
+        let mut head = b"{\"metadata\":".to_vec();
+        let mut checksum_at = None;
+        match metadata.strip_suffix(b"}") {
+            Some(open) if checksum => {
+                head.extend_from_slice(open);
+                if open.iter().any(|c| !c.is_ascii_whitespace() && *c != b'{') {
+                    head.push(b',');
+                }
+                head.extend_from_slice(format!("\"{CHECKSUM_KEY}\":\"").as_bytes());
+                checksum_at = Some(head.len() as u64 + 8);
+                head.extend_from_slice(CHECKSUM_PLACEHOLDER.as_bytes());
+                head.extend_from_slice(b"\"}");
+            }
+            None if checksum => {
+                return Err(Error::Invalid(format!(
+                    "{}: {what} metadata is not a JSON object",
+                    path.display()
+                )))
+            }
+            _ => head.extend_from_slice(metadata),
+        }
+        head.extend_from_slice(format!(",\"{section}\":{{").as_bytes());
         let (pending, file) = PendingFile::create(path)?;
-        let mut out = BufWriter::with_capacity(1 << 20, file);
-        out.write_all(b"{\"metadata\":")
-            .and_then(|_| out.write_all(metadata))
-            .and_then(|_| write!(out, ",\"{section}\":{{"))
-            .map_err(io_err(path))?;
+        let hash = checksum_at.map(|_| FNV64_START);
+        let mut out = BufWriter::with_capacity(1 << 20, Hashing { file, hash });
+        out.write_all(&head).map_err(io_err(path))?;
         let threads = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1);
         Ok(JsonStream {
             out: Some(out),
+            checksum_at,
             pending,
             ids,
             what,
@@ -302,7 +353,7 @@ impl JsonStream {
 
     /// Write formatted pieces in order; the very first row loses its leading comma.
     fn emit(
-        out: &mut Option<BufWriter<File>>,
+        out: &mut Option<BufWriter<Hashing>>,
         path: &Path,
         what: &str,
         started: &mut bool,
@@ -336,10 +387,15 @@ impl JsonStream {
             ))
         })?;
         out.write_all(b"}}\n").map_err(&io)?;
-        let file = out.into_inner().map_err(|e| Error::Io {
+        let Hashing { mut file, hash } = out.into_inner().map_err(|e| Error::Io {
             path: path.clone(),
             source: e.into_error(),
         })?;
+        if let (Some(at), Some(h)) = (self.checksum_at, hash) {
+            file.seek(SeekFrom::Start(at))
+                .and_then(|_| file.write_all(format!("{h:016x}").as_bytes()))
+                .map_err(&io)?;
+        }
         file.sync_all().map_err(&io)?;
         drop(file);
         let JsonStream { pending, .. } = self;

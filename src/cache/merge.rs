@@ -1,6 +1,7 @@
 //! Shards: partial caches of one run (`--shard i/n`), and [`merge_caches`] /
 //! [`merge_rankings`] merging them back into the one-shot diversity / rankings cache.
 
+use super::checksum::{check_checksum_bytes, CHECKSUM_KEY};
 use super::json_stream::{JsonStream, PIECE_BYTES};
 use super::pending::{io_err, PendingFile};
 use crate::error::{Error, Result};
@@ -10,19 +11,38 @@ use std::path::{Path, PathBuf};
 
 /// The metadata keys a shard — the partial cache of a `--shard i/n` run — carries on top of the
 /// run's own, all removed by [`merge_caches`]: `"shard":"i/n"` (1-based), `"shard_layout"`
-/// (`"contiguous"` or `"strided"`), `"shard_starts_total"` (starts in the whole run) and
-/// `"shard_starts_fingerprint"` (a checksum of the whole run's starts list).
-pub const SHARD_KEYS: [&str; 4] = [
+/// (`"contiguous"` or `"strided"`), `"shard_starts_total"` (starts in the whole run),
+/// `"shard_starts_fingerprint"` (a checksum of the whole run's starts list),
+/// [`SHARD_TABLE_KEY`] (the content checksum of the table the run computed from) and
+/// `"checksum"` (the file's own, written by [`JsonCacheWriter`] for every shard).
+///
+/// [`JsonCacheWriter`]: super::JsonCacheWriter
+pub const SHARD_KEYS: [&str; 6] = [
     "shard",
     "shard_layout",
     "shard_starts_total",
     "shard_starts_fingerprint",
+    SHARD_TABLE_KEY,
+    CHECKSUM_KEY,
 ];
 
 /// The metadata keys a shard of a rankings run carries on top of the run's own, all removed by
-/// [`merge_rankings`]: `"shard":"i/n"` (1-based), `"shard_layout"` and `"shard_items_total"`
-/// (N, the items of the whole run: a shard ranks its slice of the items 0..N against all N).
-pub const RANKINGS_SHARD_KEYS: [&str; 3] = ["shard", "shard_layout", "shard_items_total"];
+/// [`merge_rankings`]: `"shard":"i/n"` (1-based), `"shard_layout"`, `"shard_items_total"`
+/// (N, the items of the whole run: a shard ranks its slice of the items 0..N against all N) and
+/// [`SHARD_TABLE_KEY`]. Its `"checksum"` is that of every rankings cache: the merge writes the
+/// merged file's own.
+pub const RANKINGS_SHARD_KEYS: [&str; 4] = [
+    "shard",
+    "shard_layout",
+    "shard_items_total",
+    SHARD_TABLE_KEY,
+];
+
+/// The metadata key of a shard's table checksum: the content checksum of the table its run
+/// computed from ([`table_checksum`](super::table_checksum): the values as the engine saw
+/// them, after centring, and the row ids). Every shard of a run carries the same; a merge
+/// refuses a shard without one, or with another.
+pub const SHARD_TABLE_KEY: &str = "shard_table_checksum";
 
 /// What sets the two mergeable JSON caches apart.
 struct Flavor {
@@ -42,6 +62,10 @@ struct Flavor {
     /// The rows and the whole run's rows, in messages.
     noun: &'static str,
     total_noun: &'static str,
+    /// The metadata key of N, the table's items.
+    items: &'static str,
+    /// Whether the merged file carries its own checksum (a rankings cache does).
+    checksum: bool,
 }
 
 const DIVERSITY: Flavor = Flavor {
@@ -53,6 +77,8 @@ const DIVERSITY: Flavor = Flavor {
     own_first: true,
     noun: "sequences",
     total_noun: "starts",
+    items: "num_poems",
+    checksum: false,
 };
 
 const RANKINGS: Flavor = Flavor {
@@ -64,6 +90,8 @@ const RANKINGS: Flavor = Flavor {
     own_first: false,
     noun: "rankings",
     total_noun: "items",
+    items: "total_poems",
+    checksum: true,
 };
 
 /// How a run's starts list is split into shards.
@@ -212,18 +240,73 @@ struct Marks {
     ids: std::collections::HashSet<String>,
 }
 
+/// The keys of a merge's rows, when they name every item of the run: an entry of a row must then
+/// be one of them (a number by its decimal text).
+struct KeySet<'a> {
+    text: std::collections::HashSet<&'a str>,
+    /// The keys that are decimal numbers: a bitset when they are dense (row indices), else a set.
+    bits: Vec<u64>,
+    sparse: std::collections::HashSet<u64>,
+}
+
+impl<'a> KeySet<'a> {
+    fn new(keys: impl Iterator<Item = &'a str>, count: usize) -> KeySet<'a> {
+        let text: std::collections::HashSet<&str> = keys.collect();
+        let nums: Vec<u64> = text
+            .iter()
+            .filter(|k| {
+                !k.is_empty()
+                    && k.bytes().all(|c| c.is_ascii_digit())
+                    && (k.len() == 1 || !k.starts_with('0'))
+            })
+            .filter_map(|k| k.parse().ok())
+            .collect();
+        let max = nums.iter().copied().max().unwrap_or(0);
+        let (mut bits, mut sparse) = (Vec::new(), std::collections::HashSet::new());
+        if max / 64 <= 4 * count as u64 + 1024 {
+            bits = vec![0u64; max as usize / 64 + 1];
+            for x in nums {
+                bits[x as usize / 64] |= 1 << (x % 64);
+            }
+        } else {
+            sparse = nums.into_iter().collect();
+        }
+        KeySet { text, bits, sparse }
+    }
+
+    fn has_num(&self, x: u64) -> bool {
+        match self.bits.get((x / 64) as usize) {
+            Some(w) => w & (1 << (x % 64)) != 0,
+            None => self.sparse.contains(&x),
+        }
+    }
+}
+
 /// Check the row text `raw` of `key` before it is copied into a merged cache: every entry a row
 /// index (a non-negative integer) or every entry an id (a string), the same kind as every row
-/// before (`kind`), no entry twice, and the first entry the key itself (a sequence, `own_first`)
-/// or the key nowhere in it (a ranking).
+/// before (`kind`), no entry twice, the first entry the key itself (a sequence, `own_first`)
+/// or the key nowhere in it (a ranking), and — when the keys name every item of the run
+/// (`items`) — every entry one of them.
 fn check_row(
     key: &str,
     raw: &str,
     own_first: bool,
     kind: &mut Option<RowKind>,
     marks: &mut Marks,
+    items: Option<&KeySet>,
 ) -> std::result::Result<(), String> {
+    let stray = |x: &dyn std::fmt::Display| {
+        format!(
+            "has entry {x}, which is no item of the run: no shard has a row for it (its row is \
+             missing, or another shard's key was changed)"
+        )
+    };
+    // An entry outside the run, reported once the row's kind is known to be the run's.
+    let mut outside = None;
     let (this, first, own) = if let Ok(v) = serde_json::from_str::<Vec<u64>>(raw) {
+        if let Some(x) = items.and_then(|k| v.iter().find(|&&x| !k.has_num(x))) {
+            outside = Some(stray(x));
+        }
         let first = v.first().map(|x| x.to_string());
         let own = key.parse::<u64>().is_ok_and(|k| v.contains(&k));
         let max = v.iter().copied().max().unwrap_or(0);
@@ -258,6 +341,9 @@ fn check_row(
         }
         (RowKind::Indices, first, own)
     } else if let Ok(v) = serde_json::from_str::<Vec<String>>(raw) {
+        if let Some(x) = items.and_then(|k| v.iter().find(|x| !k.text.contains(x.as_str()))) {
+            outside = Some(stray(&Value::String(x.clone())));
+        }
         marks.ids.clear();
         if let Some(x) = v.iter().find(|x| !marks.ids.insert((*x).clone())) {
             return Err(format!("has entry {} twice", Value::String(x.clone())));
@@ -285,6 +371,9 @@ fn check_row(
             ))
         }
         _ => {}
+    }
+    if let Some(why) = outside {
+        return Err(why);
     }
     if !own_first {
         return match own {
@@ -408,6 +497,24 @@ impl<'a> ShardPart<'a> {
                     flavor.total
                 ))
             })?;
+        // The shard's own checksum (every byte but its digits) and its table's: a shard that
+        // cannot show both is not merged.
+        let recompute = format!("recompute shard {index}/{count} with this version");
+        let has = |name: &str| metadata.0.iter().any(|(k, _)| k == name);
+        for key in [CHECKSUM_KEY, SHARD_TABLE_KEY] {
+            if !has(key) {
+                return Err(bad(format!(
+                    "shard {index}/{count} has no \"{key}\" in its metadata: it was written \
+                     before shards carried checksums of their table and of themselves, or by \
+                     another program, and cannot be verified; {recompute}"
+                )));
+            }
+        }
+        check_checksum_bytes(text.as_bytes()).map_err(|why| {
+            bad(format!(
+                "shard {index}/{count} is refused: {why}; {recompute}"
+            ))
+        })?;
         Ok(ShardPart {
             path,
             index,
@@ -428,11 +535,24 @@ impl<'a> ShardPart<'a> {
     }
 }
 
-/// Check that `part`'s metadata is `first`'s, but for `shard` and `generated_at` (shards run at
-/// different times; [`merge_caches`] keeps the latest): the same keys in the same order, the
-/// same values.
+/// Check that `part`'s metadata is `first`'s, but for `shard`, `checksum` (each file's own) and
+/// `generated_at` (shards run at different times; [`merge_caches`] keeps the latest): the same
+/// table checksum, the same keys in the same order, the same values.
 fn check_same_run(first: &ShardPart, part: &ShardPart) -> Result<()> {
-    let skip = |k: &str| k == "shard" || k == "generated_at";
+    let (a, b) = (first.meta(SHARD_TABLE_KEY), part.meta(SHARD_TABLE_KEY));
+    if a != b {
+        return Err(Error::Format {
+            path: part.path.to_path_buf(),
+            reason: format!(
+                "computed from another table than {}: {SHARD_TABLE_KEY} {} here, {} there",
+                first.path.display(),
+                b.unwrap_or("absent"),
+                a.unwrap_or("absent")
+            ),
+        });
+    }
+    // Each shard's own checksum differs; it was verified when the shard was read.
+    let skip = |k: &str| k == "shard" || k == "generated_at" || k == CHECKSUM_KEY;
     let a: Vec<_> = first.metadata.iter().filter(|(k, _)| !skip(k)).collect();
     let b: Vec<_> = part.metadata.iter().filter(|(k, _)| !skip(k)).collect();
     // Every difference, so one message says all that sets the runs apart.
@@ -595,32 +715,34 @@ fn merge_json(inputs: &[PathBuf], out: &Path, flavor: &Flavor) -> Result<MergeRe
     }
     parts.sort_by_key(|p| p.index);
     let (layout, total) = (parts[0].layout, parts[0].total);
-    // Not more than the rows present: `total` comes from the files (checked shard by shard
-    // below against the rows each holds).
-    let held: usize = parts.iter().map(|p| p.rows.len()).sum();
-    let mut keys: HashMap<&str, &Path> = HashMap::with_capacity(total.min(held));
-    let mut row_len = None;
-    // Rows are copied through as text, so each is checked first (check_row): the kind of its
-    // entries, its start, no entry twice.
-    let (mut kind, mut marks) = (None, Marks::default());
+    // Each shard holds its slice of `total` rows: `total` comes from the files, so it is never
+    // allocated from before this.
     for p in &parts {
         let want = shard_len(p.index, count, total);
+        if p.rows.len() != want {
+            return Err(Error::Format {
+                path: p.path.to_path_buf(),
+                reason: format!(
+                    "shard {}/{count} holds {} {}, but the {} shard {} of {count} of a run of \
+                     {total} {} holds {want}",
+                    p.index,
+                    p.rows.len(),
+                    flavor.noun,
+                    layout.name(),
+                    p.index,
+                    flavor.total_noun
+                ),
+            });
+        }
+    }
+    let n_items = check_items_total(&parts[0], flavor, total)?;
+    let mut keys: HashMap<&str, &Path> = HashMap::with_capacity(total);
+    let mut row_len = None;
+    for p in &parts {
         let bad = |reason: String| Error::Format {
             path: p.path.to_path_buf(),
             reason,
         };
-        if p.rows.len() != want {
-            return Err(bad(format!(
-                "shard {}/{count} holds {} {}, but the {} shard {} of {count} of a run of \
-                 {total} {} holds {want}",
-                p.index,
-                p.rows.len(),
-                flavor.noun,
-                layout.name(),
-                p.index,
-                flavor.total_noun
-            )));
-        }
         for (key, raw) in &p.rows {
             // Keys as JSON strings in messages, as they are in the files.
             let shown = Value::String(key.clone());
@@ -642,8 +764,6 @@ fn merge_json(inputs: &[PathBuf], out: &Path, flavor: &Flavor) -> Result<MergeRe
                     row_noun(flavor)
                 ))
             })?;
-            check_row(key, raw.get(), flavor.own_first, &mut kind, &mut marks)
-                .map_err(|why| bad(format!("the {} of {shown} {why}", row_noun(flavor))))?;
             match row_len {
                 None => row_len = Some((len, p.path, shown)),
                 Some((l, path, ref k)) if l != len => {
@@ -657,13 +777,44 @@ fn merge_json(inputs: &[PathBuf], out: &Path, flavor: &Flavor) -> Result<MergeRe
             }
         }
     }
+    if let Some((len, path, ref k)) = row_len {
+        check_row_len(&parts[0], flavor, n_items, len).map_err(|why| Error::Format {
+            path: path.to_path_buf(),
+            reason: format!("the {} of {k} has {len} entries, {why}", row_noun(flavor)),
+        })?;
+    }
+    // When the run's keys are all N items, every entry must be one of them.
+    let items = (n_items == Some(total)).then(|| KeySet::new(keys.keys().copied(), total));
+    // Rows are copied through as text, so each is checked first (check_row): the kind of its
+    // entries, its start, no entry twice, no entry outside the run.
+    let (mut kind, mut marks) = (None, Marks::default());
+    for p in &parts {
+        for (key, raw) in &p.rows {
+            check_row(
+                key,
+                raw.get(),
+                flavor.own_first,
+                &mut kind,
+                &mut marks,
+                items.as_ref(),
+            )
+            .map_err(|why| Error::Format {
+                path: p.path.to_path_buf(),
+                reason: format!(
+                    "the {} of {} {why}",
+                    row_noun(flavor),
+                    Value::String(key.clone())
+                ),
+            })?;
+        }
+    }
     // The run's metadata: the shard keys dropped, the latest generated_at.
     let generated_at = parts.iter().filter_map(|p| p.meta("generated_at")).max();
     let mut meta = Vec::from(&b"{"[..]);
     for (k, v) in parts[0]
         .metadata
         .iter()
-        .filter(|(k, _)| !flavor.keys.contains(&k.as_str()))
+        .filter(|(k, _)| !flavor.keys.contains(&k.as_str()) && k != CHECKSUM_KEY)
     {
         if meta.len() > 1 {
             meta.push(b',');
@@ -678,7 +829,14 @@ fn merge_json(inputs: &[PathBuf], out: &Path, flavor: &Flavor) -> Result<MergeRe
         meta.extend_from_slice(v.as_bytes());
     }
     meta.push(b'}');
-    let mut stream = JsonStream::create(out, flavor.stream, &meta, flavor.rows, None)?;
+    let mut stream = JsonStream::create(
+        out,
+        flavor.stream,
+        &meta,
+        flavor.rows,
+        None,
+        flavor.checksum,
+    )?;
     // The one-shot run's order: the shards one after another, or position p from shard
     // p mod n (its row p div n).
     let order: Box<dyn Iterator<Item = (usize, usize)>> = match layout {
@@ -710,6 +868,68 @@ fn merge_json(inputs: &[PathBuf], out: &Path, flavor: &Flavor) -> Result<MergeRe
         layout,
         sequences: total,
     })
+}
+
+/// N, the run's items, from the metadata (`num_poems` / `total_poems`), checked against the
+/// `total` rows of the whole run: a rankings run ranks every item (N = total, required); a
+/// diversity run has at most N starts (checked when the metadata names N).
+fn check_items_total(first: &ShardPart, flavor: &Flavor, total: usize) -> Result<Option<usize>> {
+    let bad = |reason: String| Error::Format {
+        path: first.path.to_path_buf(),
+        reason,
+    };
+    let key = flavor.items;
+    let n = match first.meta(key) {
+        None if flavor.own_first => return Ok(None),
+        None => {
+            return Err(bad(format!(
+                "not a rankings shard: its metadata has no {key}"
+            )))
+        }
+        Some(raw) => serde_json::from_str::<u64>(raw)
+            .ok()
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| bad(format!("metadata {key} is {raw}, not a count of items")))?,
+    };
+    match flavor.own_first {
+        true if total > n => Err(bad(format!(
+            "metadata {key} is {n}, but the run has {total} starts (at most one per item)"
+        ))),
+        false if total != n => Err(bad(format!(
+            "metadata {key} is {n}, but {} is {total}: a rankings run ranks every item",
+            flavor.total
+        ))),
+        _ => Ok(Some(n)),
+    }
+}
+
+/// Check the rows' length `len` against the run's `top_k` (when the metadata gives it as a
+/// number, or null for all): a sequence holds its start and `top_k` steps; a ranking
+/// `min(top_k, N − 1)` other items (N − 1 for null).
+fn check_row_len(
+    first: &ShardPart,
+    flavor: &Flavor,
+    n: Option<usize>,
+    len: usize,
+) -> std::result::Result<(), String> {
+    let top_k: Option<Option<u64>> = first
+        .meta("top_k")
+        .and_then(|raw| serde_json::from_str::<Option<u64>>(raw).ok());
+    let want = match (flavor.own_first, top_k, n) {
+        (true, Some(Some(k)), _) => k.checked_add(1),
+        (false, Some(Some(k)), Some(n)) => Some(k.min(n.saturating_sub(1) as u64)),
+        (false, Some(None), Some(n)) => Some(n.saturating_sub(1) as u64),
+        _ => return Ok(()),
+    };
+    match want {
+        Some(w) if w == len as u64 => Ok(()),
+        _ => Err(format!(
+            "but the run's top_k ({}) and N ({}) make rows of {}",
+            first.meta("top_k").unwrap_or("?"),
+            n.map_or_else(|| "?".to_string(), |n| n.to_string()),
+            want.map_or_else(|| "more".to_string(), |w| w.to_string())
+        )),
+    }
 }
 
 /// One row, in messages: "sequence" or "ranking".

@@ -2,6 +2,8 @@
 //! partial or stale file behind. Every public item is re-exported here from its submodule:
 //!
 //! - `pending`: [`PendingFile`] (temporary file, renamed into place), which every writer uses.
+//! - `checksum`: [`table_checksum`], and the checksum a JSON cache carries of itself
+//!   ([`CHECKSUM_KEY`], [`verify_checksum`]).
 //! - `json_stream`: the streaming JSON writer shared by the two JSON caches and the merge.
 //! - `sequences`: [`JsonCacheWriter`], the sequence cache `diversity_cache.json`.
 //! - `rows`: row bookkeeping and the pre-sized row file shared by the writers and readers.
@@ -14,6 +16,7 @@
 //! - `graph_shard`: [`KnnGraphShard`], a shard's slice of a k-NN graph, and [`merge_graphs`].
 
 mod binary;
+mod checksum;
 mod graph_shard;
 mod json_stream;
 mod knn_graph;
@@ -25,13 +28,14 @@ mod rows;
 mod sequences;
 
 pub use binary::{BinaryCache, BinaryCacheWriter};
+pub use checksum::{table_checksum, verify_checksum, CHECKSUM_KEY};
 pub use graph_shard::{merge_graphs, KnnGraphShard, KNN_SHARD_MAGIC};
 pub use knn_graph::{
     KnnGraph, KnnGraphWriter, KnnMetric, KNN_HEADER, KNN_MAGIC, KNN_PAD, KNN_VERSION,
 };
 pub use merge::{
     merge_caches, merge_rankings, shard_len, MergeReport, ShardLayout, RANKINGS_SHARD_KEYS,
-    SHARD_KEYS,
+    SHARD_KEYS, SHARD_TABLE_KEY,
 };
 pub use metadata::read_metadata;
 pub use pending::{stale_removed, PendingFile};

@@ -8,11 +8,18 @@ use std::path::Path;
 
 /// The metadata fields a [`RankingsWriter`] writes itself; the caller's extra fields may not
 /// repeat them.
-const RANKINGS_FIELDS: [&str; 4] = ["total_poems", "algorithm", "format", "top_k"];
+const RANKINGS_FIELDS: [&str; 5] = ["total_poems", "algorithm", "format", "top_k", "checksum"];
 
 /// Streaming writer of the user's similarity rankings cache:
 /// `{"metadata":{"total_poems":N,"algorithm":"…","format":"pre_sorted_rankings","top_k":K,
-/// …extra},"rankings":{"<key>":[value, …], …}}`.
+/// …extra,"checksum":"fnv1a64:…"},"rankings":{"<key>":[value, …], …}}`.
+///
+/// `checksum` ([`CHECKSUM_KEY`]) is the file's own, filled in when it is finished, so a
+/// reader can tell the cache it wrote from one edited or damaged since
+/// ([`verify_checksum`]).
+///
+/// [`CHECKSUM_KEY`]: super::CHECKSUM_KEY
+/// [`verify_checksum`]: super::verify_checksum
 ///
 /// Each item's list holds the other items, most similar first: `top_k` of them, or all N − 1
 /// when `top_k` is `None` (then the metadata says `"top_k":null`); the row length is
@@ -50,9 +57,9 @@ impl RankingsWriter {
     ///
     /// `extra` is a JSON object of further metadata fields (model, generated_at, …) written after
     /// the four fixed ones, in its order, or `null`; it may not contain `total_poems`,
-    /// `algorithm`, `format` or `top_k`. `ids`, when given, are the table's row ids (strings or
-    /// numbers, unique), exactly `n` of them. `n` ≥ 1; `top_k`, when given, ≥ 1 (a `top_k` of N
-    /// or more means all N − 1).
+    /// `algorithm`, `format`, `top_k` or `checksum`. `ids`, when given, are the table's row ids
+    /// (strings or numbers, unique), exactly `n` of them. `n` ≥ 1; `top_k`, when given, ≥ 1 (a
+    /// `top_k` of N or more means all N − 1).
     pub fn create(
         path: &Path,
         n: usize,
@@ -85,7 +92,7 @@ impl RankingsWriter {
         {
             return Err(invalid(format!(
                 "extra rankings metadata repeats the field {key:?}, which the writer sets \
-                 itself (total_poems, algorithm, format, top_k)"
+                 itself (total_poems, algorithm, format, top_k, checksum)"
             )));
         }
         if let Some(ids) = &ids {
@@ -110,7 +117,14 @@ impl RankingsWriter {
         }
         meta.push('}');
         Ok(RankingsWriter {
-            stream: JsonStream::create(path, "rankings cache", meta.as_bytes(), "rankings", ids)?,
+            stream: JsonStream::create(
+                path,
+                "rankings cache",
+                meta.as_bytes(),
+                "rankings",
+                ids,
+                true,
+            )?,
             rows: RowSet::new(n),
             check: ListChecker::new(n),
             n,

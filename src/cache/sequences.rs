@@ -1,5 +1,6 @@
 //! [`JsonCacheWriter`]: the streaming writer of `diversity_cache.json`.
 
+use super::checksum::CHECKSUM_KEY;
 use super::json_stream::{json_kind, IdText, JsonStream};
 use super::rows::check_flat_len;
 use crate::error::{Error, Result};
@@ -35,6 +36,13 @@ impl JsonCacheWriter {
     /// `metadata` must be a JSON object (SPEC lists model, num_poems, algorithm, generated_at,
     /// batch_size, top_k, space, precision, mode, device); `ids` are the table's row ids, strings
     /// or numbers, unique.
+    ///
+    /// The metadata of a shard (it has `"shard"`, see [`SHARD_KEYS`]) gains the file's own
+    /// checksum as its last member ([`CHECKSUM_KEY`], filled in by [`finish`](Self::finish)),
+    /// which the merge verifies; it may not hold that key itself.
+    ///
+    /// [`SHARD_KEYS`]: super::SHARD_KEYS
+    /// [`CHECKSUM_KEY`]: super::CHECKSUM_KEY
     pub fn create(path: &Path, metadata: &Value, ids: Option<Vec<Value>>) -> Result<Self> {
         if !metadata.is_object() {
             return Err(Error::Invalid(format!(
@@ -43,13 +51,28 @@ impl JsonCacheWriter {
                 json_kind(metadata)
             )));
         }
+        // A shard carries its own checksum, which the merge verifies.
+        let shard = metadata.get("shard").is_some();
+        if shard && metadata.get(CHECKSUM_KEY).is_some() {
+            return Err(Error::Invalid(format!(
+                "{}: shard metadata has \"{CHECKSUM_KEY}\", which the writer sets itself",
+                path.display()
+            )));
+        }
         let ids = ids
             .as_deref()
             .map(|ids| IdText::new(path, ids))
             .transpose()?;
         let metadata = metadata.to_string();
         Ok(JsonCacheWriter {
-            stream: JsonStream::create(path, "cache", metadata.as_bytes(), "sequences", ids)?,
+            stream: JsonStream::create(
+                path,
+                "cache",
+                metadata.as_bytes(),
+                "sequences",
+                ids,
+                shard,
+            )?,
             seen: HashSet::new(),
             written: 0,
         })

@@ -109,7 +109,8 @@ impl UserData for LBinCache {
     }
 }
 
-/// `json_cache_writer`, `merge_caches`, `binary_cache_writer`, `open_binary_cache`,
+/// `json_cache_writer`, `merge_caches`, `table_checksum`, `verify_cache_checksum`,
+/// `binary_cache_writer`, `open_binary_cache`,
 /// `cache_metadata` (the scalar fields of a JSON cache's `metadata`, as a Lua table; null and
 /// nested values are left out).
 pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
@@ -163,7 +164,34 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
             Ok(t)
         })?,
     )?;
-    register_merge_caches(lua, m)
+    register_merge_caches(lua, m)?;
+    register_checksums(lua, m)
+}
+
+/// `diversity.table_checksum(t [, precision])`: the content checksum of a table as stored at
+/// `precision` ("fp32", the default, or "fp16"; `cache::table_checksum`), which shards record; `diversity.verify_cache_checksum(path)`: true when the JSON cache at
+/// `path` matches the checksum it carries of itself (`cache::verify_checksum`), else an error
+/// naming the file and the cause.
+fn register_checksums(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
+    m.set(
+        "table_checksum",
+        lua.create_function(|_, (table, precision): (LuaAnyUserData, Option<String>)| {
+            let call = "table_checksum";
+            let precision = match precision.as_deref() {
+                None => crate::table::Precision::Fp32,
+                Some(p) => p.parse().lua_ctx(call)?,
+            };
+            let t = table.borrow::<super::table::LTable>()?;
+            Ok(crate::cache::table_checksum(t.get(call)?, precision))
+        })?,
+    )?;
+    m.set(
+        "verify_cache_checksum",
+        lua.create_function(|_, path: String| {
+            crate::cache::verify_checksum(path.as_ref()).lua_ctx("verify_cache_checksum")?;
+            Ok(true)
+        })?,
+    )
 }
 
 /// `diversity.merge_caches(out, {inputs…})`: merge the partial caches of a `--shard i/n` run

@@ -291,6 +291,48 @@ print("fnv1a32:%08x" % h)
       assert_refused(rc, out, err, { "scan-one.json", "not a shard" }, dir, "x.json")
     end)
 
+    it("merge: a shard of another table, an edited shard, a shard without checksums", function()
+      H.write(dir .. "/keep.json", "old")
+      local function refused(parts, words)
+        local rc, out, err = merge("keep.json", parts)
+        assert.are.equal(1, rc, table.concat(parts, " ") .. ": " .. out .. err)
+        for _, w in ipairs(words) do
+          assert.truthy(err:find(w, 1, true), ("stderr %q does not contain %q"):format(err, w))
+        end
+        assert.are.equal("old", H.read(dir .. "/keep.json"), "the refused merge wrote")
+        assert.are.same({}, H.temp_files(dir, "keep.json"))
+      end
+      -- the same options on a table whose first value differs: its metadata is the run's but
+      -- for the table's checksum
+      local text = H.read(H.DATA_JSON)
+      local _, e0 = text:find('"embedding"%s*:%s*%[%s*%-?%d+%.')
+      local d = e0 + 1 -- the first value's first decimal
+      local c = text:sub(d, d) == "1" and "2" or "1"
+      H.write(dir .. "/e2.json", text:sub(1, d - 1) .. c .. text:sub(d + 1))
+      local rc, _, err = H.cli({ "--embeddings", dir .. "/e2.json", "--out", dir .. "/t2.json",
+        "--top-k", "4", "--quiet", "--mode", "scan", "--batch", "128", "--shard", "2/2" }, EPOCH)
+      assert.are.equal(0, rc, err)
+      refused({ "scan-c1.json", "t2.json" }, { "t2.json", "computed from another table" })
+      -- a byte of a row changed (a row that still passes every other check: two entries swapped)
+      local s2 = H.read(dir .. "/scan-c2.json")
+      local a, b = s2:match('%["fortune%-150","(fortune%-%d+)","(fortune%-%d+)"')
+      assert.truthy(a and b, "the first row")
+      local from = '"' .. a .. '","' .. b .. '"'
+      local i = s2:find(from, 1, true)
+      H.write(dir .. "/ed.json", s2:sub(1, i - 1) .. '"' .. b .. '","' .. a .. '"' .. s2:sub(i + #from))
+      refused({ "scan-c1.json", "ed.json" }, { "ed.json", "do not match its checksum", "recompute" })
+      -- a shard from before shards carried checksums
+      H.write(dir .. "/old.json", (s2:gsub(',"checksum":"fnv1a64:%x+"', "", 1)))
+      refused({ "scan-c1.json", "old.json" }, { "old.json", 'no "checksum"', "recompute shard 2/2" })
+      -- the run's own shards still merge, through the driver too
+      local r = driver.merge { out = dir .. "/ok.json", inputs = { dir .. "/scan-c2.json",
+        dir .. "/scan-c1.json" } }
+      assert.are.equal(300, r.sequences)
+      H.assert_error({ "ed.json", "checksum" }, driver.merge,
+        { out = dir .. "/keep.json", inputs = { dir .. "/scan-c1.json", dir .. "/ed.json" } })
+      assert.are.equal("old", H.read(dir .. "/keep.json"))
+    end)
+
     it("merge: a failed merge leaves an existing output untouched", function()
       H.write(dir .. "/keep.json", "old")
       local rc, _, err = merge("keep.json", { "scan-c1.json" })

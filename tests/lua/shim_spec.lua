@@ -384,6 +384,42 @@ describe("vk_compute shim", function()
     end
   end)
 
+  it("generate_similarity_matrix_gpu_parallel reuses a cache only when its content checks out",
+    function()
+      local d = H.tmpdir()
+      H.write(d .. "/e.json", H.read(H.DATA_JSON))
+      local out = d .. "/r.json"
+      local gen = vk.generate_similarity_matrix_gpu_parallel
+      local p, n, reused = gen(d .. "/e.json", "m", false, 1, 3, out)
+      assert.are.same({ out, 300, false }, { p, n, reused })
+      local good = H.read(out)
+      assert.truthy(good:find('"checksum":"fnv1a64:%x+"'), "the cache carries its checksum")
+      assert.is_true(diversity.verify_cache_checksum(out))
+      assert.are.same({ out, 300, true }, { gen(d .. "/e.json", "m", false, 1, 3, out) })
+      -- edited after it was written: total_poems, a ranking's entry, the file cut short — the
+      -- metadata still says the same source, model and top_k, but the cache is recomputed
+      local function replace(text, from, to)
+        local i = assert(text:find(from, 1, true), from)
+        return text:sub(1, i - 1) .. to .. text:sub(i + #from)
+      end
+      local first = good:match('"rankings":{"[^"]+":%[("[^"]+")')
+      for what, text in pairs {
+        total = replace(good, '"total_poems":300', '"total_poems":1000000000000'),
+        entry = replace(good, first, '"fortune-299"'),
+        short = good:sub(1, #good - 40) .. "}}\n",
+      } do
+        H.write(out, text)
+        H.assert_error({ "verify_cache_checksum", "r.json" }, diversity.verify_cache_checksum, out)
+        local p2, n2, reused2 = gen(d .. "/e.json", "m", false, 1, 3, out)
+        assert.are.same({ out, 300, false }, { p2, n2, reused2 }, what)
+        assert.are.equal(good, H.read(out), what .. ": the recomputed cache differs")
+      end
+      -- a cache from before caches carried checksums is recomputed too
+      H.write(out, (good:gsub(',"checksum":"fnv1a64:%x+"', "", 1)))
+      assert.is_false(select(3, gen(d .. "/e.json", "m", false, 1, 3, out)))
+      assert.are.equal(good, H.read(out))
+    end)
+
   it("left no validation messages; shutdown closes the context", function()
     H.assert_no_validation(ctx)
     H.assert_no_validation(dctx)
