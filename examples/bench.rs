@@ -194,10 +194,37 @@ fn replot(json: &str, png: &str) -> Result<(), String> {
             }
         })
         .collect();
-    plot(png, &label, &runs).map_err(|e| format!("{png}: {e}"))
+    plot_file(png, &label, &runs)
+}
+
+/// [`plot`] into `path` whole or not at all: drawn into a temporary `.png` beside it (the
+/// picture's format follows the file name's extension), then written through the atomic writer.
+fn plot_file(path: &str, label: &str, runs: &[Run]) -> Result<(), String> {
+    let tmp = format!("{path}.tmp-{}.png", std::process::id());
+    let r = plot(&tmp, label, runs)
+        .map_err(|e| format!("{path}: {e}"))
+        .and_then(|()| std::fs::read(&tmp).map_err(|e| format!("{path}: {e}")))
+        .and_then(|png| common::write_out(path, png));
+    // Best effort: the error that matters is the drawing's or the write's.
+    let _ = std::fs::remove_file(&tmp);
+    r
 }
 
 fn run(a: Args) -> Result<(), String> {
+    // The outputs are checked before anything is read or any device work.
+    let inputs = match &a.replot {
+        Some(json) => vec![("--replot".to_string(), json.into())],
+        None => common::table_inputs("--table", std::path::Path::new(&a.table)),
+    };
+    common::check_outputs(
+        &common::given(&[
+            ("--json", a.json.as_ref()),
+            ("--md", a.md.as_ref()),
+            ("--plot", a.plot.as_ref()),
+            ("--best", a.best.as_ref()),
+        ]),
+        &inputs,
+    )?;
     if let Some(json) = &a.replot {
         return replot(
             json,
@@ -453,7 +480,7 @@ fn run(a: Args) -> Result<(), String> {
     }
     println!("{md}");
     if let Some(path) = &a.md {
-        std::fs::write(path, &md).map_err(|e| format!("{path}: {e}"))?;
+        common::write_out(path, &md)?;
     }
     if let Some(path) = &a.json {
         let j = serde_json::json!({
@@ -468,8 +495,7 @@ fn run(a: Args) -> Result<(), String> {
                 "chunks": r.report.chunks,
             })).collect::<Vec<_>>(),
         });
-        std::fs::write(path, serde_json::to_vec_pretty(&j).unwrap_or_default())
-            .map_err(|e| format!("{path}: {e}"))?;
+        common::write_out(path, serde_json::to_vec_pretty(&j).unwrap_or_default())?;
     }
     let best = runs
         .iter()
@@ -485,10 +511,10 @@ fn run(a: Args) -> Result<(), String> {
     );
     eprintln!("fastest: {line} (kernel precision shape TFMA/s GPU-s)");
     if let Some(path) = &a.best {
-        std::fs::write(path, format!("{line}\n")).map_err(|e| format!("{path}: {e}"))?;
+        common::write_out(path, format!("{line}\n"))?;
     }
     if let Some(path) = &a.plot {
-        plot(path, &a.label, &runs).map_err(|e| format!("{path}: {e}"))?;
+        plot_file(path, &a.label, &runs)?;
     }
     Ok(())
 }

@@ -153,6 +153,16 @@ fn fnv(words: &[u32]) -> u64 {
 
 fn run(a: Args) -> Result<(), String> {
     let path = Path::new(&a.table);
+    // The outputs are checked before anything is loaded or any device work.
+    common::check_outputs(
+        &common::given(&[
+            ("--json", a.json.as_ref()),
+            ("--md", a.md.as_ref()),
+            ("--seqs", a.seqs.as_ref()),
+            ("--e2e", a.e2e.as_ref()),
+        ]),
+        &common::table_inputs("--table", path),
+    )?;
     let mut table = files::load_table(path, a.dim).map_err(|e| e.to_string())?;
     if a.center {
         table = table.centered();
@@ -292,7 +302,7 @@ fn run(a: Args) -> Result<(), String> {
         }
     }
     if let (Some(p), Some(seqs)) = (&a.seqs, &first_seqs) {
-        std::fs::write(p, bytemuck::cast_slice(seqs)).map_err(|e| format!("{p}: {e}"))?;
+        common::write_out(p, bytemuck::cast_slice::<_, u8>(seqs))?;
     }
     let e2e = match &a.e2e {
         Some(out) => Some(end_to_end(&a, &ctx, path, out)?),
@@ -310,8 +320,7 @@ fn run(a: Args) -> Result<(), String> {
             })).collect::<Vec<_>>(),
             "end_to_end": e2e.as_ref().map(|e| serde_json::json!(e)),
         });
-        std::fs::write(p, serde_json::to_vec_pretty(&j).unwrap())
-            .map_err(|e| format!("{p}: {e}"))?;
+        common::write_out(p, serde_json::to_vec_pretty(&j).unwrap())?;
     }
     if let Some(p) = &a.md {
         let mut m = String::new();
@@ -350,7 +359,7 @@ fn run(a: Args) -> Result<(), String> {
                 serde_json::json!(e)
             );
         }
-        std::fs::write(p, m).map_err(|e| format!("{p}: {e}"))?;
+        common::write_out(p, m)?;
     }
     Ok(())
 }

@@ -162,11 +162,26 @@ fn recall(got: &KnnResult, gt: &KnnResult) -> (f64, f64, f64) {
 
 fn write_le<T: Copy>(path: &str, v: &[T], bytes: impl Fn(T) -> [u8; 4]) -> Result<(), String> {
     let b: Vec<u8> = v.iter().flat_map(|&x| bytes(x)).collect();
-    std::fs::write(path, b).map_err(|e| format!("{path}: {e}"))
+    common::write_out(path, b)
 }
 
 fn run(a: Args) -> Result<(), String> {
     let err = |e: diversity::Error| e.to_string();
+    // The outputs are checked before anything is loaded or any device work.
+    let mut inputs = common::table_inputs("--table", std::path::Path::new(&a.table));
+    if !a.queries.starts_with("sample:") && !a.queries.starts_with("tail:") {
+        inputs.push(("--queries".into(), a.queries.clone().into()));
+    }
+    common::check_outputs(
+        &common::given(&[
+            ("--dump-queries", a.dump_queries.as_ref()),
+            ("--dump-table", a.dump_table.as_ref()),
+            ("--dump-gt", a.dump_gt.as_ref()),
+            ("--save", a.save.as_ref()),
+            ("--json", a.json.as_ref()),
+        ]),
+        &inputs,
+    )?;
     let mut t = files::load_table(std::path::Path::new(&a.table), a.dim).map_err(err)?;
     if let Some(n) = a.n {
         t = t.head(n.min(t.n())).map_err(err)?;
@@ -328,7 +343,7 @@ fn run(a: Args) -> Result<(), String> {
             a.metric.name(),
             rows.join(",")
         );
-        std::fs::write(p, j).map_err(|e| format!("{p}: {e}"))?;
+        common::write_out(p, j)?;
     }
     Ok(())
 }
@@ -442,7 +457,7 @@ fn run_pq(
             a.metric.name(),
             rows.join(",")
         );
-        std::fs::write(p, j).map_err(|e| format!("{p}: {e}"))?;
+        common::write_out(p, j)?;
     }
     Ok(())
 }

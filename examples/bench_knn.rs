@@ -131,6 +131,22 @@ fn main() {
 }
 
 fn run(a: Args) -> Result<(), String> {
+    // The outputs are checked before anything is loaded or any device work.
+    let mut inputs = common::table_inputs("--table", std::path::Path::new(&a.table));
+    if a.queries != "self" {
+        inputs.extend(common::table_inputs(
+            "--queries",
+            std::path::Path::new(&a.queries),
+        ));
+    }
+    common::check_outputs(
+        &common::given(&[
+            ("--json", a.json.as_ref()),
+            ("--md", a.md.as_ref()),
+            ("--ids", a.ids.as_ref()),
+        ]),
+        &inputs,
+    )?;
     let s = |e: diversity::Error| e.to_string();
     let mut table = files::load_table(a.table.as_ref(), a.dim).map_err(s)?;
     if let Some(n) = a.n {
@@ -281,15 +297,14 @@ fn run(a: Args) -> Result<(), String> {
         }
     }
     if let (Some(p), Some(ids)) = (&a.ids, &first_ids) {
-        std::fs::write(p, bytemuck::cast_slice(ids)).map_err(|e| format!("{p}: {e}"))?;
+        common::write_out(p, bytemuck::cast_slice::<_, u8>(ids))?;
     }
     if let Some(p) = &a.json {
         let j = serde_json::json!({
             "label": a.label, "device": caps.name, "driver": caps.driver, "n": n, "d": d,
             "queries": nq, "metric": a.metric.name(), "runs": rows,
         });
-        std::fs::write(p, serde_json::to_vec_pretty(&j).unwrap())
-            .map_err(|e| format!("{p}: {e}"))?;
+        common::write_out(p, serde_json::to_vec_pretty(&j).unwrap())?;
     }
     if let Some(p) = &a.md {
         let mut m = String::new();
@@ -324,7 +339,7 @@ fn run(a: Args) -> Result<(), String> {
                 }
             );
         }
-        std::fs::write(p, m).map_err(|e| format!("{p}: {e}"))?;
+        common::write_out(p, m)?;
     }
     if rows.iter().any(|r| r["same_bits"] == false) {
         return Err("the variants' results differ (same bits: NO above)".into());

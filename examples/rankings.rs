@@ -227,6 +227,12 @@ fn parse_merge(what: &str, argv: &[String]) -> Result<(PathBuf, Vec<PathBuf>), S
 fn merge(what: &str, argv: &[String]) -> Result<(), String> {
     // Usage errors exit 2, like every other example's.
     let (out, inputs) = common::parsed("rankings", parse_merge(what, argv));
+    let shards: Vec<_> = inputs
+        .iter()
+        .map(|p| ("shard file".to_string(), p.clone()))
+        .collect();
+    common::check_outputs(&common::given(&[("--out", Some(&out))]), &shards)
+        .map_err(|e| format!("{what}: {e}"))?;
     if what == "merge" {
         let r = merge_rankings(&inputs, &out).map_err(|e| e.to_string())?;
         println!(
@@ -245,6 +251,11 @@ fn merge(what: &str, argv: &[String]) -> Result<(), String> {
 
 fn run(a: Args) -> Result<(), String> {
     let err = |e: diversity::Error| e.to_string();
+    // The outputs are checked before any device work (and again by their writers).
+    common::check_outputs(
+        &common::given(&[("--out", a.out.as_ref()), ("--graph", a.graph.as_ref())]),
+        &common::table_inputs("--table", &a.table),
+    )?;
     let ctx = Context::new(&ContextOptions {
         device: a.device.clone(),
         validation: a.validation,

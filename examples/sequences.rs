@@ -152,6 +152,13 @@ fn parse() -> Result<Args, String> {
 }
 
 fn run(a: Args) -> Result<(), String> {
+    // The output is checked before any device work (and again by its writer).
+    if !a.table.as_os_str().is_empty() {
+        common::check_outputs(
+            &common::given(&[("--out", Some(&a.out))]),
+            &common::table_inputs("--table", &a.table),
+        )?;
+    }
     let ctx = Context::new(&ContextOptions {
         device: a.device.clone(),
         validation: a.validation,

@@ -63,6 +63,24 @@ local function table_of(call, data, N, dim)
   return guarded(call, diversity.table, data, { n = N, dim = dim })
 end
 
+-- Whether `path` may be written: nothing there, or a regular file. Otherwise false and "PATH is
+-- a FIFO, not a regular file: refusing to write over it" (a device such as /dev/null, a FIFO, a
+-- socket or a directory is never opened for writing nor renamed over).
+local function check_output_kind(path)
+  local kind = diversity.file_kind(path)
+  if kind and kind ~= "file" then
+    return false, ("%s is a %s, not a regular file: refusing to write over it"):format(path, kind)
+  end
+  return true
+end
+
+-- A temporary file's name beside `path` (`.<name>.tmp-shim-<unique>`), to be renamed onto it.
+local function temp_path(path)
+  local dir, name = path:match("^(.*/)([^/]*)$")
+  local unique = tostring({}):match("0x(%x+)") or tostring(math.random(2 ^ 30))
+  return (dir or "") .. "." .. (name or path) .. ".tmp-shim-" .. os.time() .. "-" .. unique
+end
+
 -- The engine the shim's jobs run: DIVERSITY_MODE (scan, gram or auto; unset or empty: auto),
 -- read when a job starts. auto runs the gram engine where G fits the device, like the command line.
 local MODES = { scan = true, gram = true, auto = true }
@@ -113,8 +131,12 @@ end
 -- by start from `start_from` (0-based, default 0), appended to `output_file` as they are done:
 -- the file is uint32 N, then one row of N uint32 per start, so a run stopped after k rows resumes
 -- with `start_from = k` (the file must then hold exactly the header and k rows; it is checked and
--- refused otherwise). With start_from 0 the file is started anew. Returns the sequences computed
--- by this call, keyed by 0-based start (1-based arrays of 0-based indices).
+-- refused otherwise). With start_from 0 the file is started anew: written beside the output and
+-- renamed onto it once the first batch of rows is in it, so a failure before that (a closed
+-- context, the upload, the first job) leaves an existing file as it was. An output that exists
+-- and is not a regular file (a device, a FIFO, a directory) is refused before any device work.
+-- Returns the sequences computed by this call, keyed by 0-based start (1-based arrays of 0-based
+-- indices).
 function M.compute_all_diversity_sequences(ctx, flat, N, dim, output_file, start_from)
   local call = "compute_all_diversity_sequences"
   start_from = start_from or 0
@@ -124,17 +146,22 @@ function M.compute_all_diversity_sequences(ctx, flat, N, dim, output_file, start
     t:close()
     fail(call, ("start_from %d is past N = %d"):format(start_from, N))
   end
-  local f
+  local tmp -- start_from 0: the new file beside the output, until it is renamed onto it
   if output_file ~= nil then
     if type(output_file) ~= "string" then
       t:close()
       fail(call, "output_file must be a path, got " .. type(output_file))
     end
+    local ok, err = check_output_kind(output_file)
+    if not ok then t:close(); fail(call, err) end
     if start_from == 0 then
-      f = io.open(output_file, "wb")
-      if not f then t:close(); fail(call, "cannot write " .. output_file) end
-      local ok, err = f:write(ffi.string(ffi.new("uint32_t[1]", N), 4))
-      if not ok then f:close(); t:close(); fail(call, output_file .. ": " .. tostring(err)) end
+      -- The location is checked now (the temporary file created and removed again); the file
+      -- itself is opened when the first batch is done.
+      tmp = temp_path(output_file)
+      local probe = io.open(tmp, "wb")
+      if not probe then t:close(); fail(call, "cannot write " .. output_file .. " (creating " .. tmp .. ")") end
+      probe:close()
+      os.remove(tmp)
     else
       local r = io.open(output_file, "rb")
       if not r then t:close(); fail(call, output_file .. ": missing (resuming at start " .. start_from .. ")") end
@@ -149,20 +176,44 @@ function M.compute_all_diversity_sequences(ctx, flat, N, dim, output_file, start
           .. "header and %d whole rows"):format(output_file, size, tostring(n), start_from, N,
           want, start_from))
       end
-      f = io.open(output_file, "ab")
-      if not f then t:close(); fail(call, "cannot append to " .. output_file) end
+    end
+  end
+  local f
+  -- Open the output for the first finished batch: the temporary file with its header, or the
+  -- resumed file for appending; checked again first (the path may have changed since).
+  local function open_output(job, dt)
+    local ok, err = check_output_kind(output_file)
+    if ok then
+      f, err = io.open(tmp or output_file, tmp and "wb" or "ab")
+      if f and tmp then
+        ok, err = f:write(ffi.string(ffi.new("uint32_t[1]", N), 4))
+        if not ok then f:close(); f = nil; os.remove(tmp) end
+      end
+    end
+    if not f then
+      job:close(); dt:close()
+      fail(call, ("cannot write %s: %s"):format(output_file, tostring(err)))
     end
   end
   local dt = guarded(call, ctx.upload, ctx, t, "fp32")
   t:close()
-  local result = run_batches(call, dt, N, start_from, 256, f and function(job, first, count)
+  local result = run_batches(call, dt, N, start_from, 256, output_file and function(job, first, count)
     local buf = ffi.new("uint32_t[?]", count * N)
     guarded(call, job.download, job, buf)
+    if not f then open_output(job, dt) end
     -- A full disk fails here, naming the file; the rows already flushed stay a valid prefix.
     local ok, err = f:write(ffi.string(buf, count * N * 4))
     if ok then ok, err = f:flush() end
+    if ok and tmp then
+      -- The first batch is in the new file: it replaces the output (checked again first).
+      ok, err = check_output_kind(output_file)
+      if ok then ok, err = os.rename(tmp, output_file) end
+      if not ok then f:close(); os.remove(tmp) end
+      tmp = nil
+    end
     if not ok then
-      f:close(); job:close(); dt:close()
+      if io.type(f) == "file" then f:close() end
+      job:close(); dt:close()
       fail(call, ("%s: %s (the rows of starts before %d are complete)"):format(output_file,
         tostring(err), first))
     end
@@ -342,7 +393,8 @@ end
 --
 -- The cache goes to `output_file` when given (a sixth argument the old wrapper did not have),
 -- else beside the embeddings file as `similarity_rankings_<model>.json` (`M.rankings_path`); an
--- output that is the embeddings file itself (`diversity.same_file`) is refused. An
+-- output that is the embeddings file itself (`diversity.same_file`), or that exists and is not a
+-- regular file (a device, a FIFO, a directory), is refused. An
 -- existing cache is reused (nothing computed) unless `force`, when its metadata records the same
 -- source checksum (`diversity.file_checksum` of the embeddings file: its bytes, not its mtime),
 -- the same model and the same top_k, and its bytes match the checksum it carries of itself
@@ -369,6 +421,8 @@ function M.generate_similarity_matrix_gpu_parallel(embeddings_file, model_name, 
     fail(call, ("output_file %s is also an input (embeddings_file): refusing to overwrite it")
       :format(out))
   end
+  local out_ok, out_err = check_output_kind(out)
+  if not out_ok then fail(call, "output_file " .. out_err) end
   local checksum = guarded(call, diversity.file_checksum, embeddings_file)
   if not force then
     local meta = cache_metadata(out)

@@ -1,6 +1,7 @@
 //! Argument helpers shared by the example programs (not an example itself).
 
 use std::fmt::Display;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 /// An example's command line, read with `lexopt`: [`Cli::flag`] gives each flag as `--name`
@@ -195,4 +196,67 @@ pub fn check_all(
         ));
     }
     Ok(r)
+}
+
+/// The files a table argument reads: the table itself and, for an fp16 `.bin`, its `.json`
+/// sidecar, each labelled with `flag` (for [`check_outputs`]).
+#[allow(dead_code)]
+pub fn table_inputs(flag: &str, table: &Path) -> Vec<(String, PathBuf)> {
+    let mut v = vec![(flag.to_string(), table.to_path_buf())];
+    if table.extension().is_some_and(|e| e == "bin") {
+        v.push((
+            format!("{flag}'s sidecar"),
+            diversity::files::fp16_bin_sidecar(table),
+        ));
+    }
+    v
+}
+
+/// Check a program's outputs before any device work, every (flag, path) of `outputs`: one that
+/// exists and is not a regular file (a device such as `/dev/null`, a FIFO, a socket, a
+/// directory) is refused, so is one that is the same file as an input under any name
+/// (`diversity::files::same_file`: device and inode, or the resolved path), and so are two
+/// outputs that are one file. The error names the flags and the path: "--out X is also an input
+/// (--table): refusing to overwrite it".
+#[allow(dead_code)]
+pub fn check_outputs(
+    outputs: &[(String, PathBuf)],
+    inputs: &[(String, PathBuf)],
+) -> Result<(), String> {
+    use diversity::files::{check_output, same_file};
+    for (k, (flag, out)) in outputs.iter().enumerate() {
+        if let Some((what, _)) = inputs.iter().find(|(_, i)| same_file(out, i)) {
+            return Err(format!(
+                "{flag} {} is also an input ({what}): refusing to overwrite it",
+                out.display()
+            ));
+        }
+        if let Some((other, _)) = outputs[..k].iter().find(|(_, o)| same_file(out, o)) {
+            return Err(format!(
+                "{flag} {} is also {other}: refusing to write one file twice",
+                out.display()
+            ));
+        }
+        check_output(out).map_err(|e| format!("{flag} {e}"))?;
+    }
+    Ok(())
+}
+
+/// `(flag, path)` for each output flag that was given.
+#[allow(dead_code)]
+pub fn given<P: AsRef<Path>>(flags: &[(&str, Option<P>)]) -> Vec<(String, PathBuf)> {
+    flags
+        .iter()
+        .filter_map(|(f, p)| {
+            p.as_ref()
+                .map(|p| (f.to_string(), p.as_ref().to_path_buf()))
+        })
+        .collect()
+}
+
+/// Write an output file whole or not at all (`diversity::files::write_atomic`: a temporary file
+/// beside it, renamed over it; one that is not a regular file is refused); the error names it.
+#[allow(dead_code)]
+pub fn write_out(path: &str, bytes: impl AsRef<[u8]>) -> Result<(), String> {
+    diversity::files::write_atomic(Path::new(path), bytes.as_ref()).map_err(|e| e.to_string())
 }

@@ -138,10 +138,9 @@ function Progress:finish()
   if self.tty and not self.quiet then self.out:write("\n") end
 end
 
+-- Whether `path` is a regular file (a FIFO or device there is not read: opening a FIFO blocks).
 local function file_exists(path)
-  local f = io.open(path, "rb")
-  if f then f:close() return true end
-  return false
+  return diversity.file_kind(path) == "file"
 end
 
 local function dirname(path)
@@ -178,7 +177,10 @@ end
 --- An output may never be an input: every {label, path} of `outputs` against every one of
 -- `inputs` (and each output against the others), by `diversity.same_file` (the same file under
 -- any name). Raises "diversity: <prefix>--out X is also an input (--embeddings): refusing to
--- overwrite it"; call it before any file or GPU work.
+-- overwrite it". An output that exists must be a regular file (a directory where the entry is
+-- {label, path, "directory"}): a device such as /dev/null, a FIFO, a socket or a directory is
+-- refused, "diversity: --out X is a FIFO, not a regular file: refusing to write over it"
+-- (`diversity.file_kind`, symlinks followed). Call it before any file or GPU work.
 function M.check_outputs(outputs, inputs, prefix)
   prefix = prefix or ""
   for k, o in ipairs(outputs) do
@@ -193,6 +195,12 @@ function M.check_outputs(outputs, inputs, prefix)
         error(("diversity: %s%s %s is also %s: refusing to write one file twice")
           :format(prefix, o[1], o[2], outputs[j][1]), 0)
       end
+    end
+    local want = o[3] == "directory" and "directory" or "file"
+    local kind = diversity.file_kind(o[2])
+    if kind and kind ~= want then
+      error(("diversity: %s%s %s is a %s, not a %s: refusing to write over it")
+        :format(prefix, o[1], o[2], kind, want == "file" and "regular file" or want), 0)
     end
   end
 end
@@ -452,7 +460,7 @@ function M.run(opts)
   -- An output is never an input: checked before any device, file or GPU work.
   local outputs = { { "--out", opts.out } }
   if opts.binary then outputs[#outputs + 1] = { "--binary", opts.binary } end
-  outputs[#outputs + 1] = { "the checkpoint directory of --out", opts.out .. ".partial" }
+  outputs[#outputs + 1] = { "the checkpoint directory of --out", opts.out .. ".partial", "directory" }
   M.check_outputs(outputs, M.input_files(opts))
   local phases = M.phases()
   local t0 = M.clock()

@@ -99,7 +99,8 @@ impl PendingFile {
     ///
     /// Errors name `out` and the cause: [`Error::Io`] "output directory X does not exist" or
     /// "cannot write here: …" (e.g. permission denied), [`Error::Invalid`] when `out` has no file
-    /// name or is an existing directory.
+    /// name or exists and is not a regular file (a directory, a device, a FIFO, a socket:
+    /// [`crate::files::check_output`]).
     pub fn create(out: &Path) -> Result<(PendingFile, File)> {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let name = out.file_name().ok_or_else(|| {
@@ -121,12 +122,7 @@ impl PendingFile {
                 ),
             });
         }
-        if out.is_dir() {
-            return Err(Error::Invalid(format!(
-                "{}: is a directory, not a file to write",
-                out.display()
-            )));
-        }
+        crate::files::check_output(out)?;
         remove_stale(&dir, name);
         let mut tmp_name = OsString::from(".");
         tmp_name.push(name);
@@ -171,9 +167,12 @@ impl PendingFile {
 
     /// Rename the temporary file onto the destination, replacing any file there in one step.
     ///
-    /// The caller flushes (and, for durability, `sync_all`s) its file first. On error the
-    /// temporary file is removed and the destination is untouched.
+    /// The caller flushes (and, for durability, `sync_all`s) its file first. The destination is
+    /// checked again first ([`crate::files::check_output`]): something that is not a regular
+    /// file put there since [`create`](PendingFile::create) is refused, never renamed over. On
+    /// error the temporary file is removed and the destination is untouched.
     pub fn commit(mut self) -> Result<()> {
+        crate::files::check_output(&self.out)?;
         std::fs::rename(&self.tmp, &self.out).map_err(|source| Error::Io {
             path: self.out.clone(),
             source,

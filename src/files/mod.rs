@@ -18,7 +18,7 @@
 //!
 //! One file per format: `npy.rs`, `json.rs` (`embeddings.json`), `fp16_bin.rs` (the fp16 `.bin`
 //! with its sidecar); this file holds the entry point, `.f32`, the ids sidecar and the helpers
-//! they share (atomic writes, errors that name the file).
+//! they share (atomic writes, the output check, errors that name the file).
 
 mod fp16_bin;
 mod json;
@@ -114,31 +114,58 @@ pub fn load_f32(path: &Path, dim: usize) -> Result<Table> {
     table(path, data, n, dim)
 }
 
-/// Write `bytes` to a temporary file beside `path`, then rename it over `path`; on failure the
-/// temporary file is removed and the destination is untouched.
-pub(super) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let name = path
-        .file_name()
-        .ok_or_else(|| Error::Invalid(format!("{}: not a file path", path.display())))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".tmp{}", std::process::id()));
-    let tmp = path.with_file_name(tmp_name);
+/// Write `bytes` to `path` through a [`PendingFile`] (a temporary file beside it, fsynced, then
+/// renamed over it): on failure the temporary file is removed and the destination is untouched;
+/// an existing `path` that is not a regular file is refused ([`check_output`]).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let (pending, mut f) = PendingFile::create(path)?;
     let io = |source| Error::Io {
         path: path.to_path_buf(),
         source,
     };
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        // Best effort: the error that matters is the write's, not the clean-up's.
-        let _ = std::fs::remove_file(&tmp);
+    f.write_all(bytes).map_err(io)?;
+    f.sync_all().map_err(io)?;
+    drop(f);
+    pending.commit()
+}
+
+/// What kind of file `path` names, following symlinks: `"file"` (a regular file),
+/// `"directory"`, `"character device"`, `"block device"`, `"FIFO"`, `"socket"` or `"special
+/// file"`; `None` when nothing is there (or it cannot be examined).
+pub fn file_kind(path: &Path) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    let t = std::fs::metadata(path).ok()?.file_type();
+    Some(if t.is_file() {
+        "file"
+    } else if t.is_dir() {
+        "directory"
+    } else if t.is_char_device() {
+        "character device"
+    } else if t.is_block_device() {
+        "block device"
+    } else if t.is_fifo() {
+        "FIFO"
+    } else if t.is_socket() {
+        "socket"
+    } else {
+        "special file"
+    })
+}
+
+/// Refuse an output path that exists and is not a regular file (a directory, a device such as
+/// `/dev/null`, a FIFO, a socket; through a symlink too): replacing it by a rename would replace
+/// the device or directory entry itself, and writing into it would block or go nowhere.
+/// [`Error::Invalid`] "X: is a character device, not a regular file: refusing to write over it".
+/// A path that does not exist, or names a regular file, passes. Every writer's
+/// [`PendingFile`] asks this when it is created and again right before its rename.
+pub fn check_output(path: &Path) -> Result<()> {
+    match file_kind(path) {
+        None | Some("file") => Ok(()),
+        Some(kind) => Err(Error::Invalid(format!(
+            "{}: is a {kind}, not a regular file: refusing to write over it",
+            path.display()
+        ))),
     }
-    result.map_err(io)
 }
 
 /// Read a whole file, naming it in the error.

@@ -189,7 +189,7 @@ fn make_table(lua: &Lua, (src, o): (Value, Option<LuaTable>)) -> LuaResult<LTabl
 }
 
 /// `table`, `load`, `load_fp16_bin`, `save_ids`, `load_ids`, `file_checksum`, `checksum`,
-/// `same_file`.
+/// `same_file`, `file_kind`.
 pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
     m.set("table", lua.create_function(make_table)?)?;
     m.set(
@@ -241,6 +241,10 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
         lua.create_function(|_, (a, b): (String, String)| {
             Ok(files::same_file(a.as_ref(), b.as_ref()))
         })?,
+    )?;
+    m.set(
+        "file_kind",
+        lua.create_function(|_, path: String| Ok(files::file_kind(path.as_ref())))?,
     )?;
     m.set(
         "file_checksum",

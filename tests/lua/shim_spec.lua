@@ -323,8 +323,9 @@ describe("vk_compute shim", function()
       assert.are.equal(4 + 15 * N * 4 + 8, #H.read(path))
       H.assert_error({ "vk_compute.compute_all_diversity_sequences", "past N" },
         vk.compute_all_diversity_sequences, ctx, flat, N, dim, path, N + 1)
-      -- a full disk is an error naming the file, not a short file reported as done
-      H.assert_error({ "vk_compute.compute_all_diversity_sequences", "/dev/full" },
+      -- a device (here /dev/full) is refused, naming it: never opened for writing nor renamed over
+      H.assert_error({ "vk_compute.compute_all_diversity_sequences", "/dev/full",
+        "is a character device" },
         vk.compute_all_diversity_sequences, ctx, flat, N, dim, "/dev/full")
       -- without a file: just the sequences
       local none = vk.compute_all_diversity_sequences(ctx, flat, N, dim, nil, 38)
