@@ -27,7 +27,29 @@ pub struct DeviceTable {
 
 impl DeviceTable {
     /// Upload `table` at `precision`. Norms come from the stored (rounded) values in float64.
+    /// A nonzero row whose stored values' norm is outside what fp32 arithmetic handles exactly
+    /// (2⁻⁴⁰ … 2⁴⁰, [`crate::table::check_row_norms`]) is refused before any device work,
+    /// naming the row: every engine reads its table from here.
     pub fn upload(ctx: &Context, table: &Table, precision: Precision) -> Result<DeviceTable> {
+        Self::upload_with(ctx, table, precision, true)
+    }
+
+    /// [`DeviceTable::upload`] without the row-norm check, for tables this crate derives
+    /// (k-means and coarse-quantizer centroids, whose norms are not the user's to fix).
+    pub(crate) fn upload_unchecked(
+        ctx: &Context,
+        table: &Table,
+        precision: Precision,
+    ) -> Result<DeviceTable> {
+        Self::upload_with(ctx, table, precision, false)
+    }
+
+    fn upload_with(
+        ctx: &Context,
+        table: &Table,
+        precision: Precision,
+        check_norms: bool,
+    ) -> Result<DeviceTable> {
         let caps = ctx.caps();
         let mut f16_bits = None;
         if precision == Precision::Fp16 {
@@ -39,6 +61,9 @@ impl DeviceTable {
             }
             // Refused before any device work: a value that would round to infinity.
             f16_bits = Some(table.to_f16_bits_checked()?);
+        }
+        if check_norms {
+            table.check_norms(precision)?;
         }
         let (n, d) = (table.n(), table.d());
         let bytes = (n as u64) * (d as u64) * precision.bytes() as u64;

@@ -219,7 +219,8 @@ pub struct IndexShards {
 impl IndexShards {
     /// Upload the row slices of `table` at `precision`, one per context (all in parallel),
     /// sized by `weights` (see [`split_ranges`]; `None` = equal). Values out of the fp16 range
-    /// are refused before any upload, naming the table's row; a device's failure names the
+    /// and rows of a norm fp32 cannot handle exactly ([`crate::table::check_row_norms`]) are
+    /// refused before any upload, naming the table's row; a device's failure names the
     /// device (its position in `ctxs` and its name).
     pub fn new(
         ctxs: &[Context],
@@ -232,6 +233,7 @@ impl IndexShards {
         if precision == Precision::Fp16 {
             table.to_f16_bits_checked()?;
         }
+        table.check_norms(precision)?;
         let names = names(ctxs);
         let shards = parallel(ctxs, |i, ctx| -> Result<Option<DeviceTable>> {
             let (s, e) = ranges[i];
@@ -340,6 +342,7 @@ impl IndexReplicas {
         if precision == Precision::Fp16 {
             table.to_f16_bits_checked()?;
         }
+        table.check_norms(precision)?;
         let names = names(ctxs);
         let tables = parallel(ctxs, |_, ctx| DeviceTable::upload(ctx, table, precision));
         let tables = first_error(tables, &names)?;

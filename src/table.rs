@@ -196,6 +196,20 @@ impl Table {
         Ok(bits)
     }
 
+    /// Refuses the table if a nonzero row of it as the device sees it at `precision` (fp16:
+    /// rounded to half and widened) has a norm outside what fp32 arithmetic handles exactly;
+    /// see [`check_row_norms`]. Zero rows pass.
+    pub fn check_norms(&self, precision: Precision) -> Result<()> {
+        match precision {
+            Precision::Fp32 => check_row_norms(&self.data, self.d, "row"),
+            // A value past the fp16 range is named as such, not as an infinite norm.
+            Precision::Fp16 => {
+                check_norms_by(&self.data, self.d, "row", |v| f16::from_f32(v).to_f32())
+                    .or_else(|e| self.to_f16_bits_checked().and(Err(e)))
+            }
+        }
+    }
+
     /// Row norms of the stored table, computed in float64 and rounded once to float32; the
     /// inverse is what shaders use (0 for a zero row, so its score is exactly 0 = "d = 1").
     pub fn inverse_norms(&self) -> Vec<f32> {
@@ -211,4 +225,53 @@ impl Table {
             })
             .collect()
     }
+}
+
+/// The smallest norm a nonzero row may have on a device: 2⁻⁴⁰ (≈ 9.1e-13).
+pub const MIN_ROW_NORM: f64 = 1.0 / (1u64 << 40) as f64;
+/// The largest norm a row may have on a device: 2⁴⁰ (≈ 1.1e12).
+pub const MAX_ROW_NORM: f64 = (1u64 << 40) as f64;
+
+/// Refuses row-major `data` (rows of `d` values, finite) if a nonzero row's Euclidean norm,
+/// computed in float64, lies outside [`MIN_ROW_NORM`] … [`MAX_ROW_NORM`], naming the first
+/// such row (`what` is the noun: "row", "query"). Zero rows pass (their distance is 1 by
+/// definition).
+///
+/// Why these bounds. The engines compute in fp32: inverse norms 1/|e|, dot products c·e and
+/// e·e, products of a row's values. Below the fp32 normal range (2⁻¹²⁶) products lose their
+/// bits or are flushed to zero, each by at most 2⁻¹²⁶, so a dot product of D terms is off by
+/// at most D·2⁻¹²⁶ in absolute terms; and 1/|e| is infinite once |e| < 2⁻¹²⁸ (a row of
+/// values near 1e-41). With every nonzero norm in [2⁻⁴⁰, 2⁴⁰]: 1/|e| and |e|² ∈ [2⁻⁸⁰, 2⁸⁰]
+/// are normal; a running sum of N ≤ 2³² rows has |c| ≤ 2⁷², so |c|·|e| ≤ 2¹¹² stays finite;
+/// and where |c| ≥ 2⁻⁴⁰ (a start row, or a sum that has not cancelled below it),
+/// |c|·|e| ≥ 2⁻⁸⁰, so the underflow error D·2⁻¹²⁶ ≤ 2⁻¹¹⁰ (D ≤ 2¹⁶) is below 2⁻³⁰ of
+/// |c|·|e| — far under the distance tolerance. fp16 values never trip the check: a nonzero
+/// half is at least 2⁻²⁴ in magnitude (its subnormals included) and at most 65504, so a
+/// nonzero fp16 row's norm lies in [2⁻²⁴, 2²⁴].
+pub fn check_row_norms(data: &[f32], d: usize, what: &str) -> Result<()> {
+    check_norms_by(data, d, what, |v| v)
+}
+
+/// [`check_row_norms`] of the values `stored(v)`, the device's copy of each value `v`.
+fn check_norms_by(data: &[f32], d: usize, what: &str, stored: impl Fn(f32) -> f32) -> Result<()> {
+    if d == 0 {
+        return Ok(());
+    }
+    for (i, row) in data.chunks_exact(d).enumerate() {
+        let s: f64 = row
+            .iter()
+            .map(|&v| {
+                let x = stored(v) as f64;
+                x * x
+            })
+            .sum();
+        let norm = s.sqrt();
+        if s != 0.0 && !(MIN_ROW_NORM..=MAX_ROW_NORM).contains(&norm) {
+            return Err(Error::Invalid(format!(
+                "{what} {i} has norm {norm:.2e}, outside the range fp32 arithmetic handles \
+                 exactly (2^-40 … 2^40): scale the table or zero the row"
+            )));
+        }
+    }
+    Ok(())
 }

@@ -5,7 +5,7 @@ mod common;
 use common::{assert_clean, ctx, fortunes};
 use diversity::engine::{self, check_starts, Engine, JobOptions, ModeChoice, ModeReason, Prefix};
 use diversity::gram::{self, Mode};
-use diversity::{DeviceTable, Precision};
+use diversity::{DeviceTable, IvfFlat, IvfOptions, KMeansOptions, KnnOptions, Precision, Table};
 
 #[test]
 fn start_check_messages() {
@@ -157,5 +157,110 @@ fn engine_builds_g_once_and_runs_either_engine() {
     eng.release_gram();
     assert!(!eng.has_gram());
     drop((g1, g2, s, r, gr));
+    assert_clean(&ctx);
+}
+
+/// A nonzero row whose norm fp32 arithmetic cannot handle exactly (below 2^-40 or above 2^40,
+/// as the device sees it: after centring, after fp16 rounding) is refused wherever a table or
+/// queries reach a device — the upload every engine reads, k-NN queries, an IVF index's rows,
+/// k-means, the C ABI — naming the row; zero rows pass. Before, a row scaled to 1e-41 got an
+/// infinite inverse norm and was picked first (rankings) or broke the sequences' ε check.
+#[test]
+fn rows_outside_the_fp32_norm_range_are_refused_naming_the_row() {
+    use diversity::knn::knn_flat;
+    let ctx = ctx();
+    let (n, d) = (6, 4);
+    let mut data: Vec<f32> = (0..n * d).map(|i| ((i * 7) % 11) as f32 - 5.0).collect();
+    data[3 * d..4 * d].fill(0.0); // a zero row is valid
+    let good = Table::new(data.clone(), n, d).unwrap();
+    let dt = DeviceTable::upload(&ctx, &good, Precision::Fp32).unwrap();
+    let scaled = |row: usize, s: f32| {
+        let mut v = data.clone();
+        v[row * d..(row + 1) * d].iter_mut().for_each(|x| *x *= s);
+        v
+    };
+    let refused = |e: diversity::Error, what: &str| {
+        let e = e.to_string();
+        assert!(
+            e.contains(&format!("{what} has norm"))
+                && e.contains("outside the range fp32 arithmetic handles exactly (2^-40 … 2^40)")
+                && e.contains("scale the table or zero the row"),
+            "{e}"
+        );
+    };
+    let kopts = KnnOptions {
+        k: 2,
+        ..KnnOptions::default()
+    };
+    // Normal values whose products underflow, subnormal values, a norm past 2^40.
+    for (row, s) in [(2, 1e-23f32), (2, 1e-41), (5, 1e12)] {
+        let bad = scaled(row, s);
+        let t = Table::new(bad.clone(), n, d).unwrap();
+        refused(
+            DeviceTable::upload(&ctx, &t, Precision::Fp32)
+                .err()
+                .unwrap(),
+            &format!("row {row}"),
+        );
+        refused(
+            knn_flat(&dt, &bad, d, &kopts).err().unwrap(),
+            &format!("query {row}"),
+        );
+        let mut ix = IvfFlat::new(
+            &ctx,
+            d,
+            &IvfOptions {
+                nlist: 1,
+                metric: diversity::Metric::L2,
+                precision: Precision::Fp32,
+                kmeans: KMeansOptions::default(),
+            },
+        )
+        .unwrap();
+        ix.train(&good).unwrap();
+        refused(ix.add(&t).err().unwrap(), &format!("row {row}"));
+        refused(
+            diversity::kmeans(&ctx, &t, 2, &KMeansOptions::default())
+                .err()
+                .unwrap(),
+            &format!("row {row}"),
+        );
+        // The C ABI: NULL, and the last error names the row.
+        let c = diversity::capi::vkc_init(false);
+        assert!(!c.is_null());
+        // SAFETY: a live context and n × d floats.
+        let v = unsafe { diversity::capi::vkd_init(c, bad.as_ptr(), n as u32, d as u32) };
+        assert!(v.is_null());
+        // SAFETY: the library's own NUL-terminated message.
+        let e = unsafe { std::ffi::CStr::from_ptr(diversity::capi::vkc_last_error()) };
+        let e = e.to_string_lossy();
+        assert!(e.contains(&format!("row {row} has norm")), "{e}");
+        // SAFETY: from vkc_init, destroyed once.
+        unsafe { diversity::capi::vkc_destroy(c) };
+    }
+    // fp16 rounds a row of 1e-23s to a zero row: valid, as stored.
+    let tiny = Table::new(scaled(2, 1e-23), n, d).unwrap();
+    if ctx.caps().fp16_storage {
+        DeviceTable::upload(&ctx, &tiny, Precision::Fp16).unwrap();
+    }
+    // Checked after centring: a row that centring brings near zero is refused, a tiny row that
+    // centring moves away from zero passes.
+    let near_mean = Table::new(vec![1.0, 0.0, 3.0, 0.0, 2.0, 1e-14], 3, 2).unwrap();
+    DeviceTable::upload(&ctx, &near_mean, Precision::Fp32).unwrap();
+    refused(
+        DeviceTable::upload(&ctx, &near_mean.centered(), Precision::Fp32)
+            .err()
+            .unwrap(),
+        "row 2",
+    );
+    let small = Table::new(vec![1.0, 0.0, 3.0, 0.0, 1e-30, 0.0], 3, 2).unwrap();
+    refused(
+        DeviceTable::upload(&ctx, &small, Precision::Fp32)
+            .err()
+            .unwrap(),
+        "row 2",
+    );
+    DeviceTable::upload(&ctx, &small.centered(), Precision::Fp32).unwrap();
+    drop(dt);
     assert_clean(&ctx);
 }

@@ -77,6 +77,38 @@ fn bundled_npy_is_2048_by_384_finite_fp16() {
     }
 }
 
+/// fp16 rows never trip the fp32 norm range (2^-40 … 2^40): a nonzero half is at least 2^-24,
+/// subnormals included, so a nonzero row's norm is too. Checked on the bundled 5k table's own
+/// halves (read from the file, whatever a loader does with subnormals), raw and centred.
+#[test]
+fn bundled_fp16_rows_with_subnormals_pass_the_norm_range() {
+    let bytes = std::fs::read(data_dir().join("fortunes-5k.npy")).expect("bundled npy");
+    let header = 10 + u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    let halves: Vec<u16> = bytes[header..]
+        .chunks_exact(2)
+        .map(|b| u16::from_le_bytes([b[0], b[1]]))
+        .collect();
+    let (n, d) = (5120, 384);
+    assert_eq!(halves.len(), n * d);
+    let subnormal = |h: &u16| h & 0x7c00 == 0 && h & 0x03ff != 0;
+    assert_eq!(halves.iter().filter(|h| subnormal(h)).count(), 3712);
+    let values: Vec<f32> = halves
+        .iter()
+        .map(|&h| half::f16::from_bits(h).to_f32())
+        .collect();
+    let smallest = values
+        .chunks_exact(d)
+        .map(|r| r.iter().map(|&v| v as f64 * v as f64).sum::<f64>().sqrt())
+        .filter(|&x| x > 0.0)
+        .fold(f64::INFINITY, f64::min);
+    assert!(smallest >= 2f64.powi(-24), "{smallest}");
+    let t = Table::new(values, n, d).unwrap();
+    for t in [t.clone(), t.centered()] {
+        t.check_norms(Precision::Fp16).unwrap();
+        t.check_norms(Precision::Fp32).unwrap();
+    }
+}
+
 #[test]
 fn bundled_json_matches_bundled_npy() {
     let json =

@@ -236,14 +236,19 @@ impl IvfPq {
 
     pub(super) fn set_centroids(&mut self, c: Vec<f32>) -> Result<()> {
         let t = Table::new(c, self.nlist, self.d)?;
-        self.coarse = Some(DeviceTable::upload(&self.ctx, &t, Precision::Fp32)?);
+        self.coarse = Some(DeviceTable::upload_unchecked(
+            &self.ctx,
+            &t,
+            Precision::Fp32,
+        )?);
         self.centroids = t.data().to_vec();
         Ok(())
     }
 
     /// Add `table`'s rows: ids `ntotal`, `ntotal + 1`, … in row order, each coded in the list
     /// of its nearest centroid. Returns the first id. Errors: untrained, the dimension, more
-    /// than 2³² − 1 rows in all.
+    /// than 2³² − 1 rows in all, a nonzero row whose norm is outside what fp32 arithmetic
+    /// handles exactly ([`crate::table::check_row_norms`]).
     pub fn add(&mut self, table: &Table) -> Result<usize> {
         self.check_dim("added rows", table)?;
         let pq = self.pq.as_ref().ok_or_else(untrained)?;
@@ -255,6 +260,7 @@ impl IvfPq {
             )));
         }
         let rows = self.rows(table)?;
+        rows.check_norms(Precision::Fp32)?;
         let (res, lists) = self.residuals(rows.data())?;
         let codes = pq.encode(&self.ctx, &res)?;
         let (first, m) = (self.ntotal, self.m);

@@ -24,7 +24,7 @@ use super::update;
 use crate::device::Context;
 use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
-use crate::knn::{knn_flat, DeviceQueries, KnnOptions, Metric, Resident};
+use crate::knn::{knn_derived, DeviceQueries, KnnOptions, Metric, Resident};
 use crate::table::{Precision, Table};
 
 /// How [`kmeans`] runs.
@@ -119,7 +119,7 @@ pub fn assign(
     points: &[f32],
     d: usize,
 ) -> Result<(Vec<u32>, Vec<f32>, u64)> {
-    let dt = DeviceTable::upload(ctx, centroids, Precision::Fp32)?;
+    let dt = DeviceTable::upload_unchecked(ctx, centroids, Precision::Fp32)?;
     nearest(&dt, points, d, Metric::L2)
 }
 
@@ -135,7 +135,7 @@ pub(crate) fn nearest(
         metric,
         ..KnnOptions::default()
     };
-    let r = knn_flat(dt, points, d, &opts)?;
+    let r = knn_derived(dt, points, d, &opts)?;
     // k = 1 ≤ N: no padding, every id is a row of dt.
     let ids = r.ids.iter().map(|&i| i as u32).collect();
     Ok((ids, r.distances, r.gpu_ns))
@@ -170,8 +170,20 @@ fn check(table: &Table, k: usize, opts: &KMeansOptions) -> Result<()> {
 }
 
 /// k-means of the rows of `table` into `k` clusters (see the [module](self) documentation).
-/// Errors: k = 0 or k > N, a bad `init`, and the device's.
+/// Errors: k = 0 or k > N, a bad `init`, a nonzero row whose norm is outside what fp32
+/// arithmetic handles exactly ([`crate::table::check_row_norms`]), and the device's.
 pub fn kmeans(ctx: &Context, table: &Table, k: usize, opts: &KMeansOptions) -> Result<KMeans> {
+    table.check_norms(Precision::Fp32)?;
+    kmeans_derived(ctx, table, k, opts)
+}
+
+/// [`kmeans`] of rows this crate derived (residual sub-vectors), without the row-norm check.
+pub(crate) fn kmeans_derived(
+    ctx: &Context,
+    table: &Table,
+    k: usize,
+    opts: &KMeansOptions,
+) -> Result<KMeans> {
     check(table, k, opts)?;
     let (n, d) = (table.n(), table.d());
     let mut rng = Rng::new(opts.seed);
@@ -224,7 +236,8 @@ pub fn kmeans(ctx: &Context, table: &Table, k: usize, opts: &KMeansOptions) -> R
     };
     // One device table of centroids, overwritten in place each iteration, and one search set
     // up once (plan, pipelines, scratch).
-    let dt = DeviceTable::upload(ctx, &Table::new(centroids.clone(), k, d)?, Precision::Fp32)?;
+    let dt =
+        DeviceTable::upload_unchecked(ctx, &Table::new(centroids.clone(), k, d)?, Precision::Fp32)?;
     let search = Resident::new(&dt, &rows, &ko)?;
     for it in 0..opts.iters {
         let c = Table::new(centroids, k, d)?;

@@ -225,15 +225,22 @@ impl IvfFlat {
 
     pub(super) fn set_centroids(&mut self, c: Vec<f32>) -> Result<()> {
         let t = Table::new(c, self.nlist, self.d)?;
-        self.coarse = Some(DeviceTable::upload(&self.ctx, &t, Precision::Fp32)?);
+        self.coarse = Some(DeviceTable::upload_unchecked(
+            &self.ctx,
+            &t,
+            Precision::Fp32,
+        )?);
         self.centroids = t.data().to_vec();
         Ok(())
     }
 
     /// Add `table`'s rows: ids `ntotal`, `ntotal + 1`, … in row order, each in the list of
-    /// its nearest centroid. Returns the first id. Errors: untrained, the dimension.
+    /// its nearest centroid. Returns the first id. Errors: untrained, the dimension, a nonzero
+    /// row whose norm at the index's precision is outside what fp32 arithmetic handles exactly
+    /// ([`crate::table::check_row_norms`]).
     pub fn add(&mut self, table: &Table) -> Result<usize> {
         self.check_dim("added rows", table)?;
+        table.check_norms(self.precision)?;
         let coarse = self.coarse.as_ref().ok_or_else(untrained)?;
         let (lists, _, _) = kmeans::nearest(coarse, table.data(), self.d, self.metric)?;
         let first = self.ntotal;

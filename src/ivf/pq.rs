@@ -2,7 +2,7 @@
 //! into M sub-spaces of D / M consecutive dimensions, each with its own 256 centroids; a vector
 //! is coded as M bytes, the nearest sub-centroid of each of its sub-vectors.
 //!
-//! * **Training**: [`kmeans()`] of each sub-space's sub-vectors into 256 centroids (the
+//! * **Training**: [`kmeans()`](super::kmeans::kmeans) of each sub-space's sub-vectors into 256 centroids (the
 //!   caller's [`KMeansOptions`]: iterations, seed, subsampling; an `init` is not used — it is
 //!   for D-dimensional centroids). Fewer than 256 training rows are refused: Faiss's k-means
 //!   refuses fewer points than centroids too (and warns below 39 a centroid).
@@ -15,7 +15,7 @@
 //! [`reference_table`] and [`reference_adc`] are the float64 lookup tables and asymmetric
 //! distances (ADC) that the device's list scan (`shaders/ivfpq_scan.comp`) is tested against.
 
-use super::kmeans::{assign, kmeans, KMeansOptions};
+use super::kmeans::{assign, kmeans_derived, KMeansOptions};
 use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::table::Table;
@@ -73,7 +73,7 @@ impl ProductQuantizer {
         let mut centroids = Vec::with_capacity(m * PQ_KSUB * dsub);
         for s in 0..m {
             let sub = Table::new(sub_vectors(rows, d, dsub, s), n, dsub)?;
-            centroids.extend(kmeans(ctx, &sub, PQ_KSUB, &opts)?.centroids);
+            centroids.extend(kmeans_derived(ctx, &sub, PQ_KSUB, &opts)?.centroids);
         }
         Ok(ProductQuantizer { d, m, centroids })
     }

@@ -31,7 +31,8 @@ impl IvfShards {
     /// Trains the coarse quantizer on `ctxs[0]` from `table`'s rows, then gives every device
     /// those centroids and adds its slice of `table` (sizes by `weights`, equal by default; an
     /// empty slice leaves its device out). Returns the index and the k-means report. Errors:
-    /// no devices, bad weights, and [`IvfFlat::new`] / [`IvfFlat::train`]'s, naming the device.
+    /// no devices, bad weights, a row [`IvfFlat::add`] refuses (naming the table's row), and
+    /// [`IvfFlat::new`] / [`IvfFlat::train`]'s, naming the device.
     pub fn build(
         ctxs: &[Context],
         table: &Table,
@@ -39,6 +40,8 @@ impl IvfShards {
         weights: Option<&[f64]>,
     ) -> Result<(IvfShards, KMeans)> {
         let ranges = split_ranges(table.n(), ctxs.len(), weights)?;
+        // Named by the table's row, not a slice's.
+        table.check_norms(opts.precision)?;
         let names = names(ctxs);
         let d = table.d();
         let mut first = IvfFlat::new(&ctxs[0], d, opts)?;

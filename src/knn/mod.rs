@@ -275,9 +275,24 @@ pub fn max_warp_k(ctx: &Context) -> usize {
     plan::warp_k_limit(ctx.caps())
 }
 
-/// The checks of a k-NN call on a table of dimension `d`: k ≥ 1, the queries' dimension, whole
-/// rows, finite values. Returns the number of queries.
+/// The checks of a k-NN call on a table of dimension `d`: [`check_query_shape`]'s, and every
+/// nonzero query's norm within what fp32 arithmetic handles exactly
+/// ([`crate::table::check_row_norms`], naming the query). Returns the number of queries.
 pub(crate) fn check_queries(
+    d: usize,
+    queries: &[f32],
+    dim: usize,
+    opts: &KnnOptions,
+) -> Result<usize> {
+    let nq = check_query_shape(d, queries, dim, opts)?;
+    crate::table::check_row_norms(queries, d, "query")?;
+    Ok(nq)
+}
+
+/// The checks of a k-NN call on a table of dimension `d` whose queries this crate derived
+/// (k-means rows, residuals, sub-vectors; their norms are not the user's to fix): k ≥ 1, the
+/// queries' dimension, whole rows, finite values. Returns the number of queries.
+pub(crate) fn check_query_shape(
     d: usize,
     queries: &[f32],
     dim: usize,
@@ -349,15 +364,27 @@ pub fn knn_flat(
     dim: usize,
     opts: &KnnOptions,
 ) -> Result<KnnResult> {
+    check_queries(table.d(), queries, dim, opts)?;
+    knn_derived(table, queries, dim, opts)
+}
+
+/// [`knn_flat`] of queries this crate derived (k-means rows, residual sub-vectors), without
+/// the query-norm check.
+pub(crate) fn knn_derived(
+    table: &DeviceTable,
+    queries: &[f32],
+    dim: usize,
+    opts: &KnnOptions,
+) -> Result<KnnResult> {
     let ctx = table.context();
     let (n, d) = (table.n(), table.d());
-    let nq = check_queries(d, queries, dim, opts)?;
+    let nq = check_query_shape(d, queries, dim, opts)?;
     let plan = plan::plan(ctx.caps(), n, d, nq, opts)?;
     let k = opts.k;
     let mut out = KnnResult {
         k,
         queries: nq,
-        // check_queries checked nq × k against the host budget.
+        // check_query_shape checked nq × k against the host budget.
         ids: Vec::with_capacity(nq * k),
         distances: Vec::with_capacity(nq * k),
         path: plan.path,
@@ -429,8 +456,8 @@ pub(crate) struct DeviceQueries {
 }
 
 impl DeviceQueries {
-    /// Checks (as [`knn_flat`] does) and uploads `queries`, rows of dimension `d`, for searches
-    /// by `metric`.
+    /// Checks (as [`knn_derived`] does: k-means rows, not the user's queries) and uploads
+    /// `queries`, rows of dimension `d`, for searches by `metric`.
     pub(crate) fn upload(
         ctx: &Context,
         queries: &[f32],
@@ -442,7 +469,7 @@ impl DeviceQueries {
             metric,
             ..KnnOptions::default()
         };
-        let nq = check_queries(d, queries, d, &probe)?;
+        let nq = check_query_shape(d, queries, d, &probe)?;
         let buf = match metric {
             Metric::Cosine => {
                 let rows = scratch::query_rows(queries, d, metric);
