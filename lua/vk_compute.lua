@@ -277,7 +277,9 @@ function M.write_sequences_to_file(a, b, c)
   for s = 0, N - 1 do
     local seq = sequences[s]
     if not seq then w:close(); fail(call, "no sequence for start " .. s) end
-    guarded(call, w.write, w, s, seq)
+    -- A refused row closes the writer at once: its temporary file goes with it.
+    local ok, err = pcall(w.write, w, s, seq)
+    if not ok then w:close(); fail(call, diversity.message(err)) end
   end
   guarded(call, w.finish, w)
 end

@@ -149,24 +149,27 @@ fn json_round_trip_without_ids() {
     let dir = TempDir::new("json-plain");
     let out = dir.path("c.json");
     let mut w = JsonCacheWriter::create(&out, &json!({}), None).unwrap();
-    // Values exercise every digit count of the formatter.
+    // Values exercise every digit count of the formatter (rows are sequences of their start,
+    // of one length, as the writer requires).
     let big = vec![0, 9, 10, 99, 100, 12345, 999_999, 1_000_000, 4_294_967_295];
-    w.write_sequence(4_294_967_295, &big).unwrap();
-    w.write_sequence(0, &[]).unwrap();
-    w.write_sequence(17, &[17, 3]).unwrap();
+    let mut top = big.clone();
+    top.rotate_right(1);
+    w.write_sequence(4_294_967_295, &top).unwrap();
+    w.write_sequence(0, &big).unwrap();
+    w.write_sequence(17, &[17, 3, 1, 2, 4, 5, 6, 7, 8]).unwrap();
     w.finish().unwrap();
     let text = std::fs::read_to_string(&out).unwrap();
     assert!(
-        text.starts_with("{\"metadata\":{},\"sequences\":{\"4294967295\":[0,9,10,99,"),
+        text.starts_with("{\"metadata\":{},\"sequences\":{\"4294967295\":[4294967295,0,9,10,99,"),
         "{text}"
     );
     let v: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(v["metadata"], json!({}));
     let seqs = v["sequences"].as_object().unwrap();
     assert_eq!(seqs.len(), 3);
-    assert_eq!(seqs["4294967295"], json!(big));
-    assert_eq!(seqs["0"], json!([]));
-    assert_eq!(seqs["17"], json!([17, 3]));
+    assert_eq!(seqs["4294967295"], json!(top));
+    assert_eq!(seqs["0"], json!(big));
+    assert_eq!(seqs["17"], json!([17, 3, 1, 2, 4, 5, 6, 7, 8]));
 }
 
 #[test]
@@ -2376,4 +2379,94 @@ fn merge_refuses_an_output_that_is_an_input() {
         b"{\"metadata\":{},\"sequences\":{}}"
     );
     assert_eq!(dir.entries(), before);
+}
+
+/// The sequence writers refuse what their readers refuse (the binary cache's reader, the merge
+/// of JSON caches): a row that does not start with its start, holds an entry twice, or (JSON)
+/// differs in length from the rows before it. A refused row writes nothing — its start can be
+/// written afterwards — and a writer dropped after a refusal leaves no file.
+#[test]
+fn sequence_writers_refuse_rows_their_readers_refuse() {
+    let dir = TempDir::new("writer-rows");
+    let out = dir.path("c.bin");
+    let mut w = BinaryCacheWriter::create(&out, 3, 3).unwrap();
+    expect_err(
+        w.write_row(0, &[0, 1, 1]),
+        is_invalid,
+        &["start 0", "entry 1 twice", "position 2"],
+    );
+    expect_err(
+        w.write_row(0, &[1, 0, 2]),
+        is_invalid,
+        &["start 0", "starts with 1", "not with its start 0"],
+    );
+    expect_err(
+        w.write_row(1, &[1, 0, 1]),
+        is_invalid,
+        &["start 1", "entry 1 twice"],
+    );
+    w.write_row(0, &[0, 1, 2]).unwrap();
+    w.write_row(1, &[1, 2, 0]).unwrap();
+    w.write_row(2, &[2, 0, 1]).unwrap();
+    w.finish().unwrap();
+    assert_eq!(
+        BinaryCache::read_all(&out).unwrap(),
+        (3, vec![0, 1, 2, 1, 2, 0, 2, 0, 1])
+    );
+    let mut w = BinaryCacheWriter::create(&dir.path("d.bin"), 2, 2).unwrap();
+    assert!(w.write_row(0, &[0, 0]).is_err());
+    drop(w);
+
+    // JSON, without ids (no N: entries of any size) and with them.
+    let j = dir.path("c.json");
+    let mut w = JsonCacheWriter::create(&j, &json!({}), None).unwrap();
+    expect_err(
+        w.write_sequence(0, &[0, 1, 1]),
+        is_invalid,
+        &["start 0", "entry 1 twice", "position 2"],
+    );
+    expect_err(
+        w.write_sequence(0, &[1, 0, 2]),
+        is_invalid,
+        &["start 0", "starts with 1"],
+    );
+    expect_err(
+        w.write_sequence(0, &[0, 4_000_000_000, 4_000_000_000]),
+        is_invalid,
+        &["start 0", "entry 4000000000 twice"],
+    );
+    expect_err(
+        w.write_batch(&[0], &[], 0),
+        is_invalid,
+        &["start 0", "empty"],
+    );
+    w.write_sequence(0, &[0, 1, 2]).unwrap();
+    expect_err(
+        w.write_sequence(1, &[1, 0]),
+        is_invalid,
+        &["start 1", "2 entries", "before it have 3"],
+    );
+    expect_err(
+        w.write_batch(&[1, 2], &[1, 0, 2, 2, 2, 0], 3),
+        is_invalid,
+        &["start 2", "entry 2 twice"],
+    );
+    w.write_batch(&[1, 2], &[1, 0, 2, 2, 0, 1], 3).unwrap();
+    w.finish().unwrap();
+    let v: Value = serde_json::from_slice(&std::fs::read(&j).unwrap()).unwrap();
+    assert_eq!(
+        v["sequences"],
+        json!({"0": [0, 1, 2], "1": [1, 0, 2], "2": [2, 0, 1]})
+    );
+    let ids = vec![json!("a"), json!("b"), json!("c")];
+    let mut w = JsonCacheWriter::create(&dir.path("d.json"), &json!({}), Some(ids)).unwrap();
+    expect_err(
+        w.write_sequence(2, &[2, 0, 0]),
+        is_invalid,
+        &["start 2", "entry 0 twice"],
+    );
+    drop(w);
+    let mut left = dir.entries();
+    left.sort();
+    assert_eq!(left, ["c.bin", "c.json"]);
 }

@@ -3,7 +3,8 @@
 
 use super::pending::io_err;
 use super::rows::{
-    check_flat_len, format_err, le_u32s, open_with_size, read_at, rows_u32, ListChecker, RowFile,
+    check_flat_len, format_err, le_u32s, open_with_size, read_at, rows_u32, sequence_row_problem,
+    ListChecker, RowFile,
 };
 use crate::error::{Error, Result};
 use std::fs::File;
@@ -30,6 +31,8 @@ pub struct BinaryCacheWriter {
     n: usize,
     len: usize,
     buf: Vec<u8>,
+    /// The reader's row check ([`sequence_row_problem`]), made on every row before it is written.
+    check: ListChecker,
 }
 
 impl BinaryCacheWriter {
@@ -65,11 +68,13 @@ impl BinaryCacheWriter {
             n,
             len,
             buf: Vec::with_capacity(len * 4),
+            check: ListChecker::new(n),
         })
     }
 
-    /// Write the sequence of `start` (`start < n`, `seq.len() == len`, every entry `< n`) at its
-    /// place, `4 + start·len·4`. A start written twice is refused.
+    /// Write the sequence of `start` (`start < n`, `seq.len() == len`, every entry `< n`, the
+    /// first `start`, none twice: what the reader checks) at its place, `4 + start·len·4`. A
+    /// start written twice is refused.
     pub fn write_row(&mut self, start: u32, seq: &[u32]) -> Result<()> {
         self.rows.check_usable()?;
         let path = self.rows.path();
@@ -96,6 +101,13 @@ impl BinaryCacheWriter {
                 path.display(),
                 seq[j],
                 self.n
+            )));
+        }
+        // What the reader would refuse as corrupt is refused here, before it is written.
+        if let Some(why) = sequence_row_problem(start, seq, &mut self.check) {
+            return Err(Error::Invalid(format!(
+                "{}: the sequence of start {start} {why}",
+                path.display()
             )));
         }
         if self.rows.rows.contains(s) {
@@ -282,8 +294,8 @@ impl BinaryCache {
     }
 }
 
-/// Refuse a row that is not the sequence of its start: its first entry another item, an entry
-/// not below N, one twice (what the writer refuses): the file is corrupt or not a cache.
+/// Refuse a row that is not the sequence of its start ([`sequence_row_problem`], what the writer
+/// refuses): the file is corrupt or not a cache.
 fn check_entries(
     path: &Path,
     n: usize,
@@ -292,15 +304,7 @@ fn check_entries(
     row: &[u32],
     check: &mut ListChecker,
 ) -> Result<()> {
-    let why = match row.first() {
-        Some(&first) if first as usize != start => {
-            Some(format!("starts with {first}, not with its start {start}"))
-        }
-        _ => check
-            .check(start as u32, &row[1.min(row.len())..], false)
-            .err(),
-    };
-    match why {
+    match sequence_row_problem(start as u32, row, check) {
         None => Ok(()),
         Some(why) => Err(Error::Format {
             path: path.to_path_buf(),

@@ -260,6 +260,28 @@ impl ListChecker {
         }
     }
 
+    /// Room for entries below `n` (it only grows): for lists whose N is not known in advance.
+    pub(super) fn grow(&mut self, n: usize) {
+        if n > self.marks.len() {
+            self.marks.resize(n, 0);
+        }
+    }
+
+    /// A stamp no mark holds yet: a new list.
+    fn next_stamp(&mut self) -> u32 {
+        self.stamp = self.stamp.wrapping_add(1);
+        if self.stamp == 0 {
+            self.marks.fill(0);
+            self.stamp = 1;
+        }
+        self.stamp
+    }
+
+    /// The N entries are checked against.
+    pub(super) fn n(&self) -> usize {
+        self.marks.len()
+    }
+
     /// The number of real (unpadded) entries of `item`'s `list`, or what is wrong with it.
     pub(super) fn check(
         &mut self,
@@ -267,11 +289,7 @@ impl ListChecker {
         list: &[u32],
         pad: bool,
     ) -> std::result::Result<usize, String> {
-        self.stamp = self.stamp.wrapping_add(1);
-        if self.stamp == 0 {
-            self.marks.fill(0);
-            self.stamp = 1;
-        }
+        self.next_stamp();
         let n = self.marks.len();
         let mut real = list.len();
         for (j, &v) in list.iter().enumerate() {
@@ -300,6 +318,38 @@ impl ListChecker {
         }
         Ok(real)
     }
+}
+
+/// What is wrong with `row` as the sequence of `start`, or `None`: empty, a first entry other
+/// than the start, an entry not below the checker's N, one twice. The check the sequence
+/// caches' readers make (the binary cache's reader, the merge of JSON caches), so their writers
+/// make it too before a row is written.
+pub(super) fn sequence_row_problem(
+    start: u32,
+    row: &[u32],
+    check: &mut ListChecker,
+) -> Option<String> {
+    match row.first() {
+        None => return Some("is empty (a sequence starts with its start)".into()),
+        Some(&first) if first != start => {
+            return Some(format!("starts with {first}, not with its start {start}"))
+        }
+        Some(_) => {}
+    }
+    let stamp = check.next_stamp();
+    let n = check.marks.len();
+    for (j, &v) in row.iter().enumerate() {
+        if v as usize >= n {
+            return Some(format!(
+                "has entry {v} at position {j}, out of range (0-based, below {n})"
+            ));
+        }
+        if check.marks[v as usize] == stamp {
+            return Some(format!("has entry {v} twice (again at position {j})"));
+        }
+        check.marks[v as usize] = stamp;
+    }
+    None
 }
 
 /// An item out of range of N, as a message.

@@ -2,7 +2,7 @@
 
 use super::checksum::CHECKSUM_KEY;
 use super::json_stream::{json_kind, IdText, JsonStream};
-use super::rows::check_flat_len;
+use super::rows::{check_flat_len, sequence_row_problem, ListChecker};
 use crate::error::{Error, Result};
 use serde_json::Value;
 use std::collections::HashSet;
@@ -27,6 +27,11 @@ pub struct JsonCacheWriter {
     stream: JsonStream,
     seen: HashSet<u32>,
     written: usize,
+    /// The length of the rows written so far: every row has it (the merge refuses ragged rows).
+    row_len: Option<usize>,
+    /// The readers' row check ([`sequence_row_problem`]); N is the ids' count, or grows with
+    /// the entries seen when there are no ids.
+    check: ListChecker,
 }
 
 impl JsonCacheWriter {
@@ -63,6 +68,7 @@ impl JsonCacheWriter {
             .as_deref()
             .map(|ids| IdText::new(path, ids))
             .transpose()?;
+        let ids_n = ids.as_ref().map_or(0, |ids| ids.len());
         let metadata = metadata.to_string();
         Ok(JsonCacheWriter {
             stream: JsonStream::create(
@@ -75,6 +81,8 @@ impl JsonCacheWriter {
             )?,
             seen: HashSet::new(),
             written: 0,
+            row_len: None,
+            check: ListChecker::new(ids_n),
         })
     }
 
@@ -94,10 +102,11 @@ impl JsonCacheWriter {
     /// layout a scan job downloads.
     ///
     /// The batch is checked and formatted before anything is written, so a bad batch (a start
-    /// out of range or already written, an index with no id, a wrong `flat` length) is refused
-    /// with [`Error::Invalid`] and the writer can go on. Large batches are formatted on all cores,
-    /// a bounded piece at a time, and written in order; the bytes are the same as one row at a
-    /// time.
+    /// out of range or already written, an index with no id, a wrong `flat` length, a row that
+    /// does not start with its start or holds an entry twice, a row length other than the
+    /// earlier rows': what the readers refuse) is refused with [`Error::Invalid`] and the writer
+    /// can go on. Large batches are formatted on all cores, a bounded piece at a time, and
+    /// written in order; the bytes are the same as one row at a time.
     pub fn write_batch(&mut self, starts: &[u32], flat: &[u32], len: usize) -> Result<()> {
         self.stream.check_usable()?;
         check_flat_len(
@@ -110,9 +119,15 @@ impl JsonCacheWriter {
         self.claim_starts(starts)?;
         let result = self
             .check_ids(starts, flat, len)
+            .and_then(|()| self.check_rows(starts, flat, len))
             .and_then(|()| self.stream.write_rows(starts, flat, len));
         match &result {
-            Ok(()) => self.written += starts.len(),
+            Ok(()) => {
+                self.written += starts.len();
+                if !starts.is_empty() {
+                    self.row_len = Some(len);
+                }
+            }
             Err(Error::Io { .. }) => {}
             Err(_) => {
                 // Refused before anything was written: release the starts so the caller may
@@ -153,6 +168,51 @@ impl JsonCacheWriter {
         Ok(())
     }
 
+    /// Every row as long as those before it and a sequence of its start (what the readers
+    /// check: [`sequence_row_problem`]).
+    fn check_rows(&mut self, starts: &[u32], flat: &[u32], len: usize) -> Result<()> {
+        let path = self.stream.path();
+        let refuse = |s: u32, why: String| {
+            Err(Error::Invalid(format!(
+                "{}: the sequence of start {s} {why}",
+                path.display()
+            )))
+        };
+        if let (Some(&s), Some(l)) = (starts.first(), self.row_len) {
+            if len != l {
+                return refuse(
+                    s,
+                    format!("has {len} entries, the rows written before it have {l}"),
+                );
+            }
+        }
+        if len == 0 {
+            return match starts.first() {
+                Some(&s) => refuse(s, "is empty (a sequence starts with its start)".into()),
+                None => Ok(()),
+            };
+        }
+        for (&s, row) in starts.iter().zip(flat.chunks_exact(len)) {
+            if self.stream.ids.is_none() {
+                // No ids, so no N: room for the row's entries, or a sorted copy for a few
+                // large ones.
+                let top = row.iter().copied().max().unwrap_or(0) as usize;
+                if top >= self.check.n() && top < 16 * len + (1 << 20) {
+                    self.check.grow(top + 1);
+                } else if top >= self.check.n() {
+                    if let Some(why) = sparse_row_problem(s, row) {
+                        return refuse(s, why);
+                    }
+                    continue;
+                }
+            }
+            if let Some(why) = sequence_row_problem(s, row, &mut self.check) {
+                return refuse(s, why);
+            }
+        }
+        Ok(())
+    }
+
     /// With ids, every index must have one.
     fn check_ids(&self, starts: &[u32], flat: &[u32], len: usize) -> Result<()> {
         if let Some(ids) = &self.stream.ids {
@@ -182,4 +242,19 @@ impl JsonCacheWriter {
     pub fn finish(self) -> Result<()> {
         self.stream.finish()
     }
+}
+
+/// [`sequence_row_problem`] of a row of a few large entries (no ids, so no N), by sorting a copy.
+fn sparse_row_problem(start: u32, row: &[u32]) -> Option<String> {
+    if row[0] != start {
+        return Some(format!(
+            "starts with {}, not with its start {start}",
+            row[0]
+        ));
+    }
+    let mut sorted = row.to_vec();
+    sorted.sort_unstable();
+    let v = sorted.windows(2).find(|w| w[0] == w[1])?[0];
+    let j = row.iter().enumerate().filter(|(_, &x)| x == v).nth(1)?.0;
+    Some(format!("has entry {v} twice (again at position {j})"))
 }

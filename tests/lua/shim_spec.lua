@@ -341,6 +341,28 @@ describe("vk_compute shim", function()
       assert.are.same({}, H.temp_files(dir, "missing.bin"))
     end)
 
+    it("write_sequences_to_file refuses rows its reader would call corrupt, leaving no file",
+      function()
+      -- An entry twice, a row that does not start with its start: both were written, and the
+      -- file then failed to load.
+      for name, seqs in pairs({ twice = { [0] = { 0, 1, 1 }, { 1, 0, 2 }, { 2, 0, 1 } },
+                               first = { [0] = { 1, 0, 2 }, { 1, 0, 2 }, { 2, 0, 1 } } }) do
+        local path = dir .. "/" .. name .. ".bin"
+        H.assert_error({ "vk_compute.write_sequences_to_file", "start 0",
+          name == "twice" and "entry 1 twice" or "starts with 1" },
+          vk.write_sequences_to_file, path, seqs, 3)
+        assert.is_false(H.exists(path))
+        assert.are.same({}, H.temp_files(dir, name .. ".bin"))
+      end
+    end)
+
+    it("init takes a boolean: the string \"false\" is refused, not taken for true", function()
+      H.assert_error({ "vk_compute.init", "enable_validation must be a boolean", "false" },
+        vk.init, "false")
+      H.assert_error({ "vk_compute.fp16_to_fp32", "bits must be an integer 0..65535" },
+        vk.fp16_to_fp32, 15360.5)
+    end)
+
     it("load_sequences_from_file of a missing or truncated file names it", function()
       H.assert_error({ "vk_compute.load_sequences_from_file", "nope.bin" },
         vk.load_sequences_from_file, dir .. "/nope.bin")
