@@ -80,33 +80,28 @@ fn parse() -> Result<Args, String> {
     let mut it = common::Cli::new(include_str!("bench.rs"));
     while let Some(f) = it.flag()? {
         let mut val = || it.value().ok_or(format!("{f} needs a value"));
-        let num = |v: String| v.parse::<usize>().map_err(|_| format!("{v}: not a number"));
+        // Each number at least the smallest that means anything (chunk 0: all at once).
+        let min = |v: String, m: usize| common::int_min::<usize>(&f, &v, m);
         match f.as_str() {
             "--table" => a.table = val()?,
-            "--dim" => a.dim = Some(num(val()?)?),
-            "--starts" => a.starts = Some(num(val()?)?),
-            "--steps" => a.steps = Some(num(val()?)?),
-            "--chunk" => a.chunk = num(val()?)?,
+            "--dim" => a.dim = Some(min(val()?, 1)?),
+            "--starts" => a.starts = Some(min(val()?, 1)?),
+            "--steps" => a.steps = Some(min(val()?, 1)?),
+            "--chunk" => a.chunk = min(val()?, 0)?,
             "--label" => a.label = val()?,
             "--precisions" => a.precisions = common::list(&f, &val()?)?,
             "--quick" => a.quick = true,
             "--probe" => a.probe = true,
             "--capacity" => {
-                let c: usize = num(val()?)?;
+                let c: usize = min(val()?, 1)?;
                 a.filter.capacity =
                     u32::try_from(c).map_err(|_| format!("--capacity {c}: at most 2^32 - 1"))?
             }
-            "--gamma-scale" => {
-                let v = val()?;
-                a.filter.gamma_scale = v.parse().map_err(|_| format!("{v}: not a number"))?
-            }
+            "--gamma-scale" => a.filter.gamma_scale = common::number(&f, &val()?, false)? as f32,
             "--shapes" => a.shapes = Some(val()?.split(',').map(str::to_string).collect()),
             "--kernels" => a.kernels = common::list(&f, &val()?)?,
             "--center" => a.center = true,
-            "--budget-s" => {
-                let v = val()?;
-                a.budget_s = Some(v.parse().map_err(|_| format!("{v}: not a number"))?)
-            }
+            "--budget-s" => a.budget_s = Some(common::number(&f, &val()?, true)?),
             "--best" => a.best = Some(val()?),
             "--device" => a.device = Some(val()?),
             "--json" => a.json = Some(val()?),

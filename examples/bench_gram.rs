@@ -82,13 +82,15 @@ fn parse() -> Result<Args, String> {
     let mut it = common::Cli::new(include_str!("bench_gram.rs"));
     while let Some(f) = it.flag()? {
         let mut val = || it.value().ok_or(format!("{f} needs a value"));
-        let num = |v: String| v.parse::<usize>().map_err(|_| format!("{v}: not a number"));
+        // Each number at least the smallest that means anything (chunk, spd, loads, refresh,
+        // oracle 0: the default or off).
+        let min = |v: String, m: usize| common::int_min::<usize>(&f, &v, m);
         match f.as_str() {
             "--table" => a.table = val()?,
-            "--dim" => a.dim = Some(num(val()?)?),
-            "--starts" => a.starts = Some(num(val()?)?),
-            "--steps" => a.steps = Some(num(val()?)?),
-            "--chunk" => a.chunk = num(val()?)?,
+            "--dim" => a.dim = Some(min(val()?, 1)?),
+            "--starts" => a.starts = Some(min(val()?, 1)?),
+            "--steps" => a.steps = Some(min(val()?, 1)?),
+            "--chunk" => a.chunk = min(val()?, 0)?,
             "--label" => a.label = val()?,
             "--precisions" => a.precisions = common::list(&f, &val()?)?,
             "--wg" => {
@@ -96,10 +98,7 @@ fn parse() -> Result<Args, String> {
                     .split(',')
                     .map(|w| match w {
                         "auto" => Ok(None),
-                        w => w
-                            .parse::<u32>()
-                            .map(Some)
-                            .map_err(|_| format!("{w}: not a number")),
+                        w => common::int_min::<u32>(&f, w, 1).map(Some),
                     })
                     .collect::<Result<_, _>>()?
             }
@@ -114,7 +113,7 @@ fn parse() -> Result<Args, String> {
             "--seqs" => a.seqs = Some(val()?),
             "--e2e" => a.e2e = Some(val()?),
             "--center" => a.center = true,
-            "--oracle" => a.oracle = num(val()?)?,
+            "--oracle" => a.oracle = min(val()?, 0)?,
             _ => return Err(format!("unknown argument {f}")),
         }
     }

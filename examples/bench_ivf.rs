@@ -82,22 +82,24 @@ fn parse() -> Result<Args, String> {
     let mut it = common::Cli::new(include_str!("bench_ivf.rs"));
     while let Some(f) = it.flag()? {
         let mut val = || it.value().ok_or(format!("{f} needs a value"));
-        let num = |v: String| v.parse::<usize>().map_err(|_| format!("{v}: not a number"));
+        // Each number at least the smallest that means anything (iters 0: the initial
+        // centroids; train-max 0: no cap).
+        let min = |v: String, m: usize| common::int_min::<usize>(&f, &v, m);
         match f.as_str() {
             "--table" => a.table = val()?,
-            "--dim" => a.dim = Some(num(val()?)?),
-            "--n" => a.n = Some(num(val()?)?),
+            "--dim" => a.dim = Some(min(val()?, 1)?),
+            "--n" => a.n = Some(min(val()?, 1)?),
             "--queries" => a.queries = val()?,
-            "--k" => a.k = num(val()?)?,
+            "--k" => a.k = min(val()?, 1)?,
             "--metric" => a.metric = val()?.parse().map_err(|e| format!("--metric: {e}"))?,
             "--precision" => {
                 a.precision = val()?.parse().map_err(|e| format!("--precision: {e}"))?
             }
-            "--nlist" => a.nlist = Some(num(val()?)?),
-            "--nprobe" => a.nprobe = common::list("--nprobe", &val()?)?,
-            "--iters" => a.kmeans.iters = num(val()?)?,
-            "--seed" => a.kmeans.seed = num(val()?)? as u64,
-            "--train-max" => a.kmeans.max_points_per_centroid = num(val()?)?,
+            "--nlist" => a.nlist = Some(min(val()?, 1)?),
+            "--nprobe" => a.nprobe = common::int_list("--nprobe", &val()?, 1)?,
+            "--iters" => a.kmeans.iters = min(val()?, 0)?,
+            "--seed" => a.kmeans.seed = common::int_min(&f, &val()?, 0u64)?,
+            "--train-max" => a.kmeans.max_points_per_centroid = min(val()?, 0)?,
             "--dump-queries" => a.dump_queries = Some(val()?),
             "--dump-gt" => a.dump_gt = Some(val()?),
             "--dump-table" => a.dump_table = Some(val()?),
@@ -105,8 +107,8 @@ fn parse() -> Result<Args, String> {
             "--json" => a.json = Some(val()?),
             "--label" => a.label = val()?,
             "--no-full" => a.no_full = true,
-            "--pq" => a.pq = Some(num(val()?)?),
-            "--refine" => a.refine = num(val()?)?,
+            "--pq" => a.pq = Some(min(val()?, 1)?),
+            "--refine" => a.refine = min(val()?, 1)?,
             _ => return Err(format!("unknown argument {f}")),
         }
     }
@@ -135,7 +137,9 @@ fn queries(spec: &str, t: &mut Table) -> Result<Table, String> {
         let q: usize = q
             .parse()
             .map_err(|_| format!("--queries {spec}: not a number"))?;
-        let q = q.clamp(1, t.n());
+        if q == 0 || q > t.n() {
+            return Err(format!("--queries {spec}: needs 1 ≤ Q ≤ N = {}", t.n()));
+        }
         let step = t.n() / q;
         let data = (0..q).flat_map(|i| t.row(i * step).to_vec()).collect();
         return Table::new(data, q, t.d()).map_err(|e| e.to_string());

@@ -70,21 +70,19 @@ fn parse() -> Result<Args, String> {
     let mut it = common::Cli::new(include_str!("bench_knn.rs"));
     while let Some(f) = it.flag()? {
         let mut val = || it.value().ok_or(format!("{f} needs a value"));
-        let num = |v: String| v.parse::<usize>().map_err(|_| format!("{v}: not a number"));
+        // Each number at least the smallest that means anything (no zero k, n or repeat).
+        let min = |v: String, m: usize| common::int_min::<usize>(&f, &v, m);
         match f.as_str() {
             "--table" => a.table = val()?,
-            "--dim" => a.dim = Some(num(val()?)?),
-            "--n" => a.n = Some(num(val()?)?),
+            "--dim" => a.dim = Some(min(val()?, 1)?),
+            "--n" => a.n = Some(min(val()?, 1)?),
             "--queries" => a.queries = val()?,
             "--k" => {
                 a.ks = val()?
                     .split(',')
                     .map(|k| match k {
                         "all" => Ok(None),
-                        k => k
-                            .parse()
-                            .map(Some)
-                            .map_err(|_| format!("--k {k}: not a number")),
+                        k => common::int_min(&f, k, 1).map(Some),
                     })
                     .collect::<Result<_, _>>()?
             }
@@ -99,8 +97,8 @@ fn parse() -> Result<Args, String> {
             "--md" => a.md = Some(val()?),
             "--ids" => a.ids = Some(val()?),
             "--devices" => a.devices = Some(val()?),
-            "--repeat" => a.repeat = num(val()?)?.max(1),
-            "--verify" => a.verify = num(val()?)?,
+            "--repeat" => a.repeat = min(val()?, 1)?,
+            "--verify" => a.verify = min(val()?, 0)?,
             "--variants" => {
                 a.variants = val()?.split(',').map(String::from).collect();
                 if let Some(v) = a

@@ -42,7 +42,7 @@ fn parse() -> Result<Args, String> {
         let mut val = || args.value().ok_or(format!("{a} needs a value"));
         match a.as_str() {
             "--table" => o.table = Some(val()?),
-            "--dim" => o.dim = Some(val()?.parse().map_err(|_| "--dim: not a number")?),
+            "--dim" => o.dim = Some(common::int_min(&a, &val()?, 1)?),
             "--center" => o.center = true,
             "--precision" => {
                 o.precision = val()?
@@ -50,8 +50,9 @@ fn parse() -> Result<Args, String> {
                     .map_err(|e: diversity::Error| e.to_string())?
             }
             "--seqs" => o.seqs = Some(val()?),
-            "--eps" => o.eps = val()?.parse().map_err(|_| "--eps: not a number")?,
-            "--limit" => o.limit = val()?.parse().map_err(|_| "--limit: not a number")?,
+            // A NaN, infinite or negative ε would make the check pass or fail every step.
+            "--eps" => o.eps = common::number(&a, &val()?, false)?,
+            "--limit" => o.limit = common::int_min(&a, &val()?, 1)?,
             _ => return Err(format!("unknown argument {a}")),
         }
     }

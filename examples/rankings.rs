@@ -110,15 +110,12 @@ fn parse() -> Result<Args, String> {
         nprobe: 16,
         seed: 1234,
     };
-    fn num<T: std::str::FromStr>(flag: &str, v: Option<String>) -> Result<T, String> {
-        let v = v.ok_or_else(|| format!("{flag} needs a value"))?;
-        v.parse()
-            .map_err(|_| format!("{flag} {v}: not a non-negative integer"))
-    }
+    // Each number at least the smallest that means anything (no zero k, batch, list count).
+    use common::int_arg as num;
     while let Some(flag) = it.flag()? {
         match flag.as_str() {
             "--table" => a.table = it.value().ok_or("--table needs a file")?.into(),
-            "--dim" => a.dim = Some(num("--dim", it.value())?),
+            "--dim" => a.dim = Some(num("--dim", it.value(), 1usize)?),
             "--center" => a.center = true,
             "--precision" => {
                 a.precision = it
@@ -132,7 +129,7 @@ fn parse() -> Result<Args, String> {
                 a.top_k = if v == "all" {
                     None
                 } else {
-                    Some(num("--top-k", Some(v))?)
+                    Some(num("--top-k", Some(v), 1usize)?)
                 };
             }
             "--metric" => {
@@ -142,14 +139,14 @@ fn parse() -> Result<Args, String> {
                     .parse()
                     .map_err(|e: diversity::Error| e.to_string())?
             }
-            "--batch" => a.batch = Some(num("--batch", it.value())?),
+            "--batch" => a.batch = Some(num("--batch", it.value(), 1usize)?),
             "--model" => a.model = Some(it.value().ok_or("--model needs a name")?),
             "--device" => a.device = Some(it.value().ok_or("--device needs a name")?),
             "--validation" => a.validation = true,
             "--out" => a.out = Some(it.value().ok_or("--out needs a file")?.into()),
             "--graph" => a.graph = Some(it.value().ok_or("--graph needs a file")?.into()),
-            "--graph-k" => a.graph_k = num("--graph-k", it.value())?,
-            "--verify" => a.verify = num("--verify", it.value())?,
+            "--graph-k" => a.graph_k = num("--graph-k", it.value(), 1usize)?,
+            "--verify" => a.verify = num("--verify", it.value(), 0usize)?,
             "--shard" => a.shard = Some(parse_shard(&it.value().ok_or("--shard needs i/n")?)?),
             "--index" => {
                 a.index = match it.value().as_deref() {
@@ -159,9 +156,9 @@ fn parse() -> Result<Args, String> {
                     None => return Err("--index needs flat or ivf-flat".into()),
                 }
             }
-            "--nlist" => a.nlist = Some(num("--nlist", it.value())?),
-            "--nprobe" => a.nprobe = num("--nprobe", it.value())?,
-            "--seed" => a.seed = num("--seed", it.value())?,
+            "--nlist" => a.nlist = Some(num("--nlist", it.value(), 1usize)?),
+            "--nprobe" => a.nprobe = num("--nprobe", it.value(), 1usize)?,
+            "--seed" => a.seed = num("--seed", it.value(), 0u64)?,
             _ => return Err(format!("unknown argument {flag}")),
         }
     }
@@ -179,9 +176,6 @@ fn parse() -> Result<Args, String> {
         }
         if a.verify > 0 {
             return Err("--verify checks the exact search; it does not apply to --index".into());
-        }
-        if a.nlist == Some(0) || a.nprobe == 0 {
-            return Err("--nlist and --nprobe must be at least 1".into());
         }
     }
     Ok(a)

@@ -76,15 +76,13 @@ fn parse() -> Result<Args, String> {
         describe: false,
         out: PathBuf::from("sequences.json"),
     };
-    fn num<T: std::str::FromStr>(flag: &str, v: Option<String>) -> Result<T, String> {
-        let v = v.ok_or_else(|| format!("{flag} needs a value"))?;
-        v.parse()
-            .map_err(|_| format!("{flag} {v}: not a non-negative integer"))
-    }
+    // Each number at least the smallest that means anything (tile and chunk 0: untiled, all at
+    // once); a zero batch or step count is refused, not raised to 1.
+    use common::int_arg as num;
     while let Some(flag) = it.flag()? {
         match flag.as_str() {
             "--table" => a.table = it.value().ok_or("--table needs a file")?.into(),
-            "--dim" => a.dim = Some(num("--dim", it.value())?),
+            "--dim" => a.dim = Some(num("--dim", it.value(), 1usize)?),
             "--center" => a.center = true,
             "--precision" => {
                 a.precision = it
@@ -118,7 +116,7 @@ fn parse() -> Result<Args, String> {
                     .parse()
                     .map_err(|e: diversity::Error| e.to_string())?
             }
-            "--tile" => a.tile = num("--tile", it.value())?,
+            "--tile" => a.tile = num("--tile", it.value(), 0u32)?,
             "--pipelined" => a.pipelined = true,
             "--starts" => {
                 let v = it.value().ok_or("--starts needs all or a,b,c")?;
@@ -134,10 +132,10 @@ fn parse() -> Result<Args, String> {
                     );
                 }
             }
-            "--steps" => a.steps = Some(num("--steps", it.value())?),
-            "--chunk" => a.chunk = num("--chunk", it.value())?,
-            "--batch" => a.batch = Some(num("--batch", it.value())?),
-            "--workgroup" => a.workgroup = Some(num("--workgroup", it.value())?),
+            "--steps" => a.steps = Some(num("--steps", it.value(), 1usize)?),
+            "--chunk" => a.chunk = num("--chunk", it.value(), 0usize)?,
+            "--batch" => a.batch = Some(num("--batch", it.value(), 1usize)?),
+            "--workgroup" => a.workgroup = Some(num("--workgroup", it.value(), 1u32)?),
             "--device" => a.device = Some(it.value().ok_or("--device needs a name")?),
             "--validation" => a.validation = true,
             "--describe" => a.describe = true,

@@ -32,7 +32,7 @@ local function guarded(call, f, ...)
 end
 
 local function check_int(call, name, v, min)
-  if type(v) ~= "number" or v ~= math.floor(v) then
+  if type(v) ~= "number" or v ~= math.floor(v) or v == math.huge or v == -math.huge then
     fail(call, name .. " must be an integer, got " .. tostring(v))
   end
   if min and v < min then
@@ -42,7 +42,12 @@ end
 
 --- Open the device. `enable_validation` turns the Khronos validation layers on.
 function M.init(enable_validation)
-  return guarded("init", diversity.open, { validation = enable_validation and true or false })
+  -- A boolean or nothing: truthiness would read the string "false" (or 0) as on.
+  if enable_validation ~= nil and type(enable_validation) ~= "boolean" then
+    fail("init", ("enable_validation must be a boolean (true or false), got %s %s")
+      :format(type(enable_validation), tostring(enable_validation)))
+  end
+  return guarded("init", diversity.open, { validation = enable_validation == true })
 end
 
 --- Close the device (and everything made from it once collected).

@@ -257,3 +257,154 @@ fn rankings_with_an_ivf_index() {
         assert!(!bad.exists(), "{args:?} wrote {}", bad.display());
     }
 }
+
+/// A number that means nothing for its option — a zero batch, step, k or repeat count, a NaN,
+/// infinite, negative or zero ε or budget — is a usage error naming the flag (exit 2), never
+/// clamped into range or passed on; nothing is written. Before, `sequences --batch 0` ran
+/// batches of 1, `bench_knn --k 0` ran k = 1 and `check --eps nan` passed a violating cache.
+#[test]
+fn examples_refuse_meaningless_numbers() {
+    let dir = TempDir::new("ex-numbers");
+    for (name, args, words) in [
+        (
+            "sequences",
+            &["--batch", "0"][..],
+            "--batch 0: must be at least 1",
+        ),
+        (
+            "sequences",
+            &["--steps", "0"],
+            "--steps 0: must be at least 1",
+        ),
+        (
+            "sequences",
+            &["--dim", "-3"],
+            "--dim -3: not an integer of at least 1",
+        ),
+        (
+            "sequences",
+            &["--workgroup", "0"],
+            "--workgroup 0: must be at least 1",
+        ),
+        ("bench_knn", &["--k", "10,0"], "--k 0: must be at least 1"),
+        (
+            "bench_knn",
+            &["--repeat", "0"],
+            "--repeat 0: must be at least 1",
+        ),
+        (
+            "bench",
+            &["--budget-s", "nan"],
+            "--budget-s nan: must be a finite number above 0",
+        ),
+        (
+            "bench",
+            &["--budget-s", "0"],
+            "--budget-s 0: must be a finite number above 0",
+        ),
+        (
+            "bench",
+            &["--gamma-scale", "inf"],
+            "--gamma-scale inf: must be a finite number",
+        ),
+        ("bench", &["--steps", "0"], "--steps 0: must be at least 1"),
+        (
+            "bench_gram",
+            &["--wg", "256,0"],
+            "--wg 0: must be at least 1",
+        ),
+        (
+            "check",
+            &["--eps", "nan"],
+            "--eps nan: must be a finite number 0 or more",
+        ),
+        (
+            "check",
+            &["--eps", "-1e-5"],
+            "--eps -1e-5: must be a finite number 0 or more",
+        ),
+        ("check", &["--limit", "0"], "--limit 0: must be at least 1"),
+        (
+            "rankings",
+            &["--top-k", "0"],
+            "--top-k 0: must be at least 1",
+        ),
+        (
+            "rankings",
+            &["--graph-k", "0"],
+            "--graph-k 0: must be at least 1",
+        ),
+        (
+            "rankings",
+            &["--batch", "0"],
+            "--batch 0: must be at least 1",
+        ),
+        (
+            "bench_ivf",
+            &["--nprobe", "4,0"],
+            "--nprobe 0: must be at least 1",
+        ),
+        ("bench_ivf", &["--k", "0"], "--k 0: must be at least 1"),
+        (
+            "bench_ivf",
+            &["--refine", "0"],
+            "--refine 0: must be at least 1",
+        ),
+    ] {
+        let out = Command::new(example(name))
+            .current_dir(dir.path(""))
+            .arg("--table")
+            .arg(data())
+            .args(args)
+            .output()
+            .expect("run");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name} {args:?}: {err}");
+        assert!(err.contains(words), "{name} {args:?}: {err}");
+    }
+    assert!(dir.entries().is_empty(), "{:?}", dir.entries());
+}
+
+/// A row whose norm fp32 cannot handle exactly (here values of 1e-25, whose products underflow)
+/// stops `sequences` and `rankings` before any output, naming the row; in fp16 the row rounds
+/// to a zero row, which is valid. Before, such a row was ranked first and broke the sequences.
+#[test]
+fn examples_refuse_rows_outside_the_fp32_norm_range() {
+    let dir = TempDir::new("ex-norms");
+    let (n, d) = (6, 4);
+    let mut v: Vec<f32> = (0..n * d).map(|i| ((i * 7) % 11) as f32 - 5.0).collect();
+    v[2 * d..3 * d].iter_mut().for_each(|x| *x *= 1e-25);
+    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let table = dir.file("t.f32", &bytes);
+    let run = |name: &str, args: &[&str]| {
+        let out = Command::new(example(name))
+            .arg("--table")
+            .arg(&table)
+            .args(["--dim", "4"])
+            .args(args)
+            .output()
+            .expect("run");
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code(), err)
+    };
+    let s = dir.path("s.json");
+    let r = dir.path("r.json");
+    for (name, out) in [("sequences", &s), ("rankings", &r)] {
+        let (code, err) = run(
+            name,
+            &["--precision", "fp32", "--out", out.to_str().unwrap()],
+        );
+        assert_eq!(code, Some(1), "{name}: {err}");
+        assert!(
+            err.contains("row 2 has norm") && err.contains("scale the table or zero the row"),
+            "{name}: {err}"
+        );
+        assert!(!out.exists(), "{name} wrote {}", out.display());
+    }
+    assert_eq!(dir.entries(), ["t.f32"]);
+    let (code, err) = run(
+        "sequences",
+        &["--precision", "fp16", "--out", s.to_str().unwrap()],
+    );
+    assert_eq!(code, Some(0), "{err}");
+}

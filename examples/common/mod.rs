@@ -260,3 +260,58 @@ pub fn given<P: AsRef<Path>>(flags: &[(&str, Option<P>)]) -> Vec<(String, PathBu
 pub fn write_out(path: &str, bytes: impl AsRef<[u8]>) -> Result<(), String> {
     diversity::files::write_atomic(Path::new(path), bytes.as_ref()).map_err(|e| e.to_string())
 }
+
+/// The integer value `v` of `flag`, at least `min` (the smallest that means anything for the
+/// flag): a malformed, negative, fractional or smaller value is refused naming the flag and the
+/// value (`--batch 0: must be at least 1`), never clamped into range.
+#[allow(dead_code)]
+pub fn int_min<T>(flag: &str, v: &str, min: T) -> Result<T, String>
+where
+    T: FromStr + PartialOrd + Display,
+{
+    let x: T = v
+        .trim()
+        .parse()
+        .map_err(|_| format!("{flag} {v}: not an integer of at least {min}"))?;
+    if x < min {
+        return Err(format!("{flag} {v}: must be at least {min}"));
+    }
+    Ok(x)
+}
+
+/// [`int_min`] of a flag's value that may be missing (`None`: "`flag` needs a value").
+#[allow(dead_code)]
+pub fn int_arg<T>(flag: &str, v: Option<String>, min: T) -> Result<T, String>
+where
+    T: FromStr + PartialOrd + Display,
+{
+    int_min(
+        flag,
+        &v.ok_or_else(|| format!("{flag} needs a value"))?,
+        min,
+    )
+}
+
+/// A comma-separated list of integers of a flag, each at least `min` ([`int_min`]).
+#[allow(dead_code)]
+pub fn int_list<T>(flag: &str, v: &str, min: T) -> Result<Vec<T>, String>
+where
+    T: FromStr + PartialOrd + Display + Copy,
+{
+    v.split(',').map(|x| int_min(flag, x, min)).collect()
+}
+
+/// The number `v` of `flag`: finite and above zero (`positive`) or at least zero; NaN, ±∞,
+/// and negative or zero values where they mean nothing are refused naming the flag.
+#[allow(dead_code)]
+pub fn number(flag: &str, v: &str, positive: bool) -> Result<f64, String> {
+    let x: f64 = v
+        .trim()
+        .parse()
+        .map_err(|_| format!("{flag} {v}: not a number"))?;
+    let want = if positive { "above 0" } else { "0 or more" };
+    if !x.is_finite() || x < 0.0 || (positive && x == 0.0) {
+        return Err(format!("{flag} {v}: must be a finite number {want}"));
+    }
+    Ok(x)
+}

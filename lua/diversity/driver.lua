@@ -205,10 +205,22 @@ function M.check_outputs(outputs, inputs, prefix)
   end
 end
 
+--- Refuse an option of `opts` named in `keys` that is neither nil nor a boolean: Lua's
+-- truthiness would take the string "false" (or 0) for on.
+function M.check_switches(opts, keys)
+  for _, k in ipairs(keys) do
+    if opts[k] ~= nil and type(opts[k]) ~= "boolean" then
+      error(("diversity: %s must be a boolean (true or false), got %s %s")
+        :format(k, type(opts[k]), tostring(opts[k])), 0)
+    end
+  end
+end
+
 --- Load the embeddings: `.json` (ids kept), `.npy`, `.f32` (needs dim), or an fp16 `.bin` with
 -- its sidecar. With fp16 precision and a JSON/npy input, the centred fp16 conversion is cached
 -- beside the input (`<name>.<space>.fp16.bin` + sidecar) and reused while the source is unchanged.
 function M.load(opts)
+  M.check_switches(opts, { "center" })
   local path = opts.embeddings
   local space = opts.center and "mean-centered-v1" or "raw"
   if path:match("%.bin$") then
@@ -370,6 +382,7 @@ end
 --- Merge the partial caches of a --shard run: `opts.out` and `opts.inputs` (a list of paths,
 -- any order). Returns {shards, layout, sequences} (SPEC §Files; `diversity.merge_caches`).
 function M.merge(opts)
+  M.check_switches(opts, { "quiet" })
   if not opts.out then error("diversity: merge: --out FILE is required", 0) end
   if not opts.inputs or #opts.inputs == 0 then
     error("diversity: merge: no shard files given", 0)
@@ -405,6 +418,15 @@ function M.run(opts)
   end
   if not opts.embeddings then error("diversity: --embeddings FILE is required", 0) end
   if not opts.out then error("diversity: --out FILE is required", 0) end
+  M.check_switches(opts, { "center", "validation", "resume", "quiet", "plain_sums", "judge" })
+  -- Counts are finite integers (an infinite batch or top_k would pass the checks below).
+  for _, k in ipairs({ "batch", "top_k" }) do
+    local v = opts[k]
+    if v ~= nil and (type(v) ~= "number" or v ~= v or v == math.huge or v == -math.huge) then
+      error(("diversity: --%s must be a finite integer, got %s"):format(k:gsub("_", "-"),
+        tostring(v)), 0)
+    end
+  end
   if not M.MODES[opts.mode] then
     error("diversity: --mode " .. tostring(opts.mode) .. ": expected scan, gram or auto", 0)
   end

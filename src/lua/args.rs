@@ -7,12 +7,44 @@ use crate::table::Precision;
 use mlua::prelude::*;
 use mlua::Value;
 
-/// Field `key` of an optional options table.
-pub(super) fn opt<T: FromLua>(t: &Option<LuaTable>, key: &str) -> LuaResult<Option<T>> {
-    match t {
-        Some(t) => t.get::<Option<T>>(key),
-        None => Ok(None),
+/// Field `key` of an optional options table. A boolean option must be a boolean and a number
+/// option a number: Lua's truthiness would read the string `"false"` as true, and mlua
+/// converts a numeric string to a number, so either would be quietly taken for something else.
+pub(super) fn opt<T: FromLua + 'static>(t: &Option<LuaTable>, key: &str) -> LuaResult<Option<T>> {
+    use std::any::TypeId;
+    let Some(t) = t else { return Ok(None) };
+    let v: Value = t.get(key)?;
+    let want = TypeId::of::<T>();
+    let numeric = [
+        TypeId::of::<f64>(),
+        TypeId::of::<f32>(),
+        TypeId::of::<usize>(),
+        TypeId::of::<u64>(),
+        TypeId::of::<u32>(),
+        TypeId::of::<i64>(),
+        TypeId::of::<i32>(),
+    ];
+    let wrong = match &v {
+        Value::Nil => return Ok(None),
+        Value::Boolean(_) => want != TypeId::of::<bool>() && numeric.contains(&want),
+        Value::Integer(_) | Value::Number(_) => want == TypeId::of::<bool>(),
+        _ => want == TypeId::of::<bool>() || numeric.contains(&want),
+    };
+    if wrong {
+        let shown = match &v {
+            Value::String(s) => format!("the string {:?}", s.to_string_lossy()),
+            other => format!("a {}", other.type_name()),
+        };
+        let kind = if want == TypeId::of::<bool>() {
+            "a boolean (true or false)"
+        } else {
+            "a number"
+        };
+        return Err(LuaError::RuntimeError(format!(
+            "option {key} must be {kind}, got {shown}"
+        )));
     }
+    t.get::<Option<T>>(key)
 }
 
 /// A non-negative integer argument, refused with a named error when it is negative, fractional

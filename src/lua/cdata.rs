@@ -219,6 +219,28 @@ pub(super) fn copy_to_cdata<T: bytemuck::Pod>(
     Ok(data.len())
 }
 
+/// The bits of a half: an integer 0..65535, refused otherwise (a fraction or a value out of
+/// range would otherwise be cut to some other half's bits).
+fn f16_bits(v: &Value) -> LuaResult<u16> {
+    let x = match v {
+        Value::Integer(i) => *i as f64,
+        Value::Number(x) => *x,
+        _ => f64::NAN,
+    };
+    if x.fract() == 0.0 && (0.0..=65535.0).contains(&x) {
+        return Ok(x as u16);
+    }
+    let shown = match v {
+        Value::Integer(i) => i.to_string(),
+        Value::Number(x) => x.to_string(),
+        other => format!("a {}", other.type_name()),
+    };
+    Err(msg(
+        "f16_to_f32",
+        format!("bits must be an integer 0..65535, got {shown}"),
+    ))
+}
+
 /// `f32_to_f16`, `f16_to_f32` and `convert_f32_to_f16` (cdata to cdata).
 pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
     // Scalar and bulk fp16 conversion (round-to-nearest-even), for the compat shim.
@@ -228,7 +250,7 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
     )?;
     m.set(
         "f16_to_f32",
-        lua.create_function(|_, b: u16| Ok(f16::from_bits(b).to_f32()))?,
+        lua.create_function(|_, b: Value| Ok(f16::from_bits(f16_bits(&b)?).to_f32()))?,
     )?;
     m.set(
         "convert_f32_to_f16",

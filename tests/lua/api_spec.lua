@@ -789,6 +789,33 @@ describe("diversity (idiomatic API)", function()
       end
       j:close()
     end)
+
+    it("switches are booleans and half bits integers 0..65535, never coerced", function()
+      -- Lua's truthiness took the string "false" for true; mlua cut 15360.5 to 15360 (1.0).
+      H.assert_error({ "diversity.open", "option validation must be a boolean", '"false"' },
+        diversity.open, { validation = "false" })
+      H.assert_error({ "device_table:job", "option subgroups must be a boolean" }, dt.job, dt,
+        nil, { mode = "gram", subgroups = "false" })
+      H.assert_error({ "device_table:job", "option pipelined must be a boolean" }, dt.job, dt,
+        nil, { pipelined = 0 })
+      H.assert_error({ "device_table:knn", "option subgroups must be a boolean" }, dt.knn, dt,
+        t, { k = 1, subgroups = "false" })
+      for _, bits in ipairs({ 15360.5, 65536, -1, 0 / 0 }) do
+        H.assert_error({ "diversity.f16_to_f32", "bits must be an integer 0..65535" },
+          diversity.f16_to_f32, bits)
+      end
+      assert.are.equal(1.0, diversity.f16_to_f32(15360))
+    end)
+
+    it("a row outside fp32's norm range (2^-40 … 2^40) is refused at upload, naming it", function()
+      local rows = H.random_rows(4, 4, 9)
+      for j = 1, 4 do rows[3][j] = rows[3][j] * 1e-25 end
+      local tiny = diversity.table(rows)
+      H.assert_error({ "context:upload", "row 2 has norm", "(2^-40 … 2^40)",
+        "scale the table or zero the row" }, ctx.upload, ctx, tiny, "fp32")
+      H.assert_error({ "device_table:knn", "query 2 has norm" }, dt.knn, dt, tiny, { k = 1 })
+      tiny:close()
+    end)
   end)
 
   -------------------------------------------------------------------------------------------------
@@ -827,9 +854,8 @@ describe("diversity (idiomatic API)", function()
         { "diversity.knn:ids: query 5 is out of range", r.ids, r, 5 },
         { "diversity.binary_cache:write: ", bw.write, bw, 9, { 9 } },
         { "diversity.json_cache:write: seq is not an array", jw.write, jw, 0, { x = 1 } },
+        { "diversity.f16_to_f32: bits must be an integer 0..65535", diversity.f16_to_f32, 2 ^ 20 },
         -- argument conversions (mlua's own), counted after self for methods
-        { "diversity.f16_to_f32: bad argument #1: error converting Lua integer to u16",
-          diversity.f16_to_f32, 2 ^ 20 },
         { "diversity.context:upload: bad argument #1: error converting Lua ",
           ctx.upload, ctx, 5 },
         { "diversity.device_table:job: bad argument #1: error converting Lua ",

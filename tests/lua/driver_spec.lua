@@ -98,4 +98,24 @@ describe("driver", function()
     collectgarbage("collect")
     assert.are.same({}, H.ls(dir))
   end)
+
+  it("run() takes switches as booleans and counts as finite numbers, refused up front", function()
+    -- The string "false" was taken for true (Lua's truthiness); an infinite batch passed.
+    local dir = H.tmpdir()
+    for _, case in ipairs({
+      { "center", "false", "center must be a boolean (true or false), got string false" },
+      { "validation", "false", "validation must be a boolean" },
+      { "quiet", 0, "quiet must be a boolean" },
+      { "judge", "no", "judge must be a boolean" },
+      { "batch", math.huge, "--batch must be a finite integer" },
+      { "top_k", math.huge, "--top-k must be a finite integer" },
+    }) do
+      local opts = { embeddings = dir .. "/none.npy", out = dir .. "/o.json" }
+      opts[case[1]] = case[2]
+      local ok, e = pcall(driver.run, opts)
+      assert.is_false(ok)
+      assert.truthy(H.message(e):find(case[3], 1, true), H.message(e))
+    end
+    assert.are.same({}, H.ls(dir))
+  end)
 end)
