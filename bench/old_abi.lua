@@ -76,10 +76,8 @@ for first = 0, N - 1, BATCH do
   for i = 0, size - 1 do starts[i] = first + i end
   local b = lib.vkd_batch_init(ctx, halves, N, D, size, starts)
   check(b ~= nil, "vkd_batch_init")
-  if lib.vkd_batch_engine then
-    local ok, e = pcall(function() return ffi.string(lib.vkd_batch_engine(b)) end)
-    engine = ok and e or "scan (no vkd_batch_engine: the old library)"
-  end
+  local ok, e = pcall(function() return ffi.string(lib.vkd_batch_engine(b)) end)
+  engine = ok and e or "scan (the old library: no vkd_batch_engine)"
   local slot, count = 1, 10
   while slot <= N - 1 do
     count = math.min(count, N - slot)

@@ -137,27 +137,38 @@ pub(crate) fn sequence_length(n: usize, steps: Option<usize>) -> usize {
 pub(crate) fn download_columns(
     ctx: &Context,
     seqs: &Buffer,
-    (rows, stride, len): (usize, usize, usize),
+    shape: (usize, usize, usize),
     from: usize,
     to: usize,
 ) -> Result<Vec<u32>> {
+    let bytes = download_column_bytes(ctx, seqs, shape, from, to)?;
+    Ok(bytes
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
+}
+
+/// [`download_columns`] as the little-endian bytes the device holds (one copy fewer: what a
+/// binary string or a file takes as it is).
+pub(crate) fn download_column_bytes(
+    ctx: &Context,
+    seqs: &Buffer,
+    (rows, stride, len): (usize, usize, usize),
+    from: usize,
+    to: usize,
+) -> Result<Vec<u8>> {
     if from > to || to > len {
         return Err(Error::Invalid(format!(
             "columns {from}..{to} of sequences that have {len} entries so far"
         )));
     }
     if from == 0 && to == stride {
-        let bytes = ctx.download(seqs, 0, (rows * stride * 4) as u64)?;
-        return Ok(bytemuck::cast_slice(&bytes).to_vec());
+        return ctx.download(seqs, 0, (rows * stride * 4) as u64);
     }
     let regions: Vec<(u64, u64)> = (0..rows)
         .map(|s| (((s * stride + from) * 4) as u64, ((to - from) * 4) as u64))
         .collect();
-    let bytes = ctx.download_regions(seqs, &regions)?;
-    Ok(bytes
-        .chunks_exact(4)
-        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect())
+    ctx.download_regions(seqs, &regions)
 }
 
 /// The progress and result accessors of a job that embeds a [`Batch`] in a field named `batch`,
@@ -201,6 +212,10 @@ macro_rules! batch_accessors {
         /// checkpoint after each chunk.
         pub fn sequence_columns(&self, from: usize, to: usize) -> $crate::Result<Vec<u32>> {
             self.batch.sequence_columns(from, to)
+        }
+        /// [`sequence_columns`](Self::sequence_columns) as little-endian bytes.
+        pub fn sequence_column_bytes(&self, from: usize, to: usize) -> $crate::Result<Vec<u8>> {
+            self.batch.sequence_column_bytes(from, to)
         }
         /// Every sequence so far, one `Vec` per start.
         pub fn sequences(&self) -> $crate::Result<Vec<Vec<u32>>> {
@@ -372,6 +387,17 @@ impl Batch {
     /// `starts().len()` rows of `to − from`, downloaded in one submission.
     pub(crate) fn sequence_columns(&self, from: usize, to: usize) -> Result<Vec<u32>> {
         download_columns(
+            &self.ctx,
+            &self.seqs,
+            (self.starts.len(), self.seq_len, self.sequence_len()),
+            from,
+            to,
+        )
+    }
+
+    /// [`Batch::sequence_columns`] as little-endian bytes.
+    pub(crate) fn sequence_column_bytes(&self, from: usize, to: usize) -> Result<Vec<u8>> {
+        download_column_bytes(
             &self.ctx,
             &self.seqs,
             (self.starts.len(), self.seq_len, self.sequence_len()),

@@ -220,16 +220,19 @@ impl UserData for LJob {
                 int(call, "from", &from)? as usize,
                 int(call, "to", &to)? as usize,
             );
-            let cols = this.get(call)?.sequence_columns(from, to).lua_ctx(call)?;
-            lua.create_string(bytemuck::cast_slice::<u32, u8>(&cols))
+            let cols = this
+                .get(call)?
+                .sequence_column_bytes(from, to)
+                .lua_ctx(call)?;
+            lua.create_string(&cols)
         });
         // FFI-friendly: the rows as one binary string of little-endian uint32.
         m.add_method("sequences_bytes", |lua, this, ()| {
-            let flat = this
-                .get("job:sequences_bytes")?
-                .sequences_flat()
+            let job = this.get("job:sequences_bytes")?;
+            let bytes = job
+                .sequence_column_bytes(0, job.sequence_len())
                 .lua_ctx("job:sequences_bytes")?;
-            lua.create_string(bytemuck::cast_slice::<u32, u8>(&flat))
+            lua.create_string(&bytes)
         });
         // FFI-friendly: fill `out`, a uint32_t[?] cdata of at least rows × len entries (its size
         // read with ffi.sizeof), with the rows; returns the number of entries written.

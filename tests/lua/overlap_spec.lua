@@ -1,0 +1,76 @@
+-- The driver's host work (checkpoint files, the binary and JSON writers) runs as tasks while the
+-- device computes: the outputs are the bytes of a run that wrote each batch at once, whatever
+-- the slice size; a writer failing mid-run stops the run with the checkpoint kept, and
+-- --resume then finishes without computing again.
+local diversity = require "diversity"
+local driver = require "diversity.driver"
+local H = require "helpers"
+
+local function body(s) return (s:gsub('"generated_at":"[^"]*"', "")) end
+
+describe("host work beside the device", function()
+  local dir
+  setup(function()
+    dir = H.tmpdir()
+    H.first_fortunes(dir .. "/e.json", 90)
+  end)
+  teardown(function() H.cleanup() end)
+
+  local function run(name, extra)
+    local o = { embeddings = dir .. "/e.json", out = dir .. "/" .. name .. ".json",
+      binary = dir .. "/" .. name .. ".bin", top_k = 20, batch = 25, quiet = true,
+      target_s = 0.000001, center = true }
+    for k, v in pairs(extra or {}) do o[k] = v end
+    return driver.run(o)
+  end
+
+  it("slices of any size give the same bytes; --verbose phases are reported", function()
+    local saved = driver.SLICE_BYTES
+    local r = run("whole")
+    assert.is_true(r.phases.s["json"] > 0 and r.phases.s["checkpoint"] > 0, r.phases:line())
+    driver.SLICE_BYTES = 3 * 21 * 4 -- three rows a slice: 9 slices a batch of 25
+    local ok, e = pcall(run, "sliced")
+    driver.SLICE_BYTES = saved
+    assert(ok, e)
+    assert.are.equal(body(H.read(dir .. "/whole.json")), body(H.read(dir .. "/sliced.json")))
+    assert.are.equal(H.read(dir .. "/whole.bin"), H.read(dir .. "/sliced.bin"))
+  end)
+
+  it("a writer failing mid-run keeps the checkpoint; --resume computes nothing again", function()
+    local real = diversity.json_cache_writer
+    local calls = 0
+    diversity.json_cache_writer = function(...)
+      local w = real(...)
+      return setmetatable({
+        write_bytes = function(_, ...)
+          calls = calls + 1
+          if calls == 2 then error("diversity.json_cache_writer: No space left on device (injected)", 0) end
+          return w:write_bytes(...)
+        end,
+      }, { __index = function(_, k) return function(_, ...) return w[k](w, ...) end end })
+    end
+    local ok, e = pcall(run, "cut")
+    diversity.json_cache_writer = real
+    assert.is_false(ok)
+    e = diversity.message(e)
+    assert.truthy(e:find("writing the outputs failed", 1, true), e)
+    assert.truthy(e:find("No space left on device", 1, true), e)
+    assert.truthy(e:find("--resume", 1, true), e)
+    assert.is_false(H.exists(dir .. "/cut.json"))
+    assert.are.same({}, H.temp_files(dir, "cut.json"))
+    -- Any submission now fails: what the device computed before the failure is checkpointed.
+    local a = { "--embeddings", dir .. "/e.json", "--out", dir .. "/cut.json", "--binary",
+      dir .. "/cut.bin", "--top-k", "20", "--batch", "25", "--center", "--resume" }
+    local rc, out, err = H.cli(a, "DIVERSITY_FAIL_AFTER_CHUNKS=0")
+    if rc ~= 0 then
+      -- The failure stopped the device mid-batch: the rest is computed, from the checkpoint.
+      rc, out, err = H.cli(a)
+    end
+    assert.are.equal(0, rc, err)
+    assert.truthy(out:find("from the checkpoint", 1, true), out)
+    local want = run("again")
+    assert.is_not_nil(want)
+    assert.are.equal(body(H.read(dir .. "/again.json")), body(H.read(dir .. "/cut.json")))
+    assert.are.equal(H.read(dir .. "/again.bin"), H.read(dir .. "/cut.bin"))
+  end)
+end)
