@@ -62,9 +62,6 @@ impl DeviceTable {
             // Refused before any device work: a value that would round to infinity.
             f16_bits = Some(table.to_f16_bits_checked()?);
         }
-        if check_norms {
-            table.check_norms(precision)?;
-        }
         let (n, d) = (table.n(), table.d());
         let bytes = (n as u64) * (d as u64) * precision.bytes() as u64;
         if bytes > caps.max_buffer_range {
@@ -80,7 +77,11 @@ impl DeviceTable {
                 "table of {n} × {d} exceeds 32-bit indexing"
             )));
         }
+        // The values the device sees (fp16: rounded), whose norms the shaders use.
         let stored = table.as_stored(precision);
+        if check_norms {
+            crate::table::check_row_norms(stored.data(), stored.d(), "row")?;
+        }
         let data = match &f16_bits {
             None => ctx.upload("table", bytemuck::cast_slice(table.data()))?,
             Some(bits) => ctx.upload("table", bytemuck::cast_slice(bits))?,
