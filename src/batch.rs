@@ -141,34 +141,35 @@ pub(crate) fn download_columns(
     from: usize,
     to: usize,
 ) -> Result<Vec<u32>> {
-    let bytes = download_column_bytes(ctx, seqs, shape, from, to)?;
-    Ok(bytes
-        .chunks_exact(4)
-        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect())
+    let mut out = Vec::new();
+    download_columns_into(ctx, seqs, shape, from, to, &mut out)?;
+    Ok(out)
 }
 
-/// [`download_columns`] as the little-endian bytes the device holds (one copy fewer: what a
-/// binary string or a file takes as it is).
-pub(crate) fn download_column_bytes(
+/// [`download_columns`] into `out`, resized to the columns (its capacity reused: no fresh pages
+/// when it already held as many).
+pub(crate) fn download_columns_into(
     ctx: &Context,
     seqs: &Buffer,
     (rows, stride, len): (usize, usize, usize),
     from: usize,
     to: usize,
-) -> Result<Vec<u8>> {
+    out: &mut Vec<u32>,
+) -> Result<()> {
     if from > to || to > len {
         return Err(Error::Invalid(format!(
             "columns {from}..{to} of sequences that have {len} entries so far"
         )));
     }
-    if from == 0 && to == stride {
-        return ctx.download(seqs, 0, (rows * stride * 4) as u64);
-    }
-    let regions: Vec<(u64, u64)> = (0..rows)
-        .map(|s| (((s * stride + from) * 4) as u64, ((to - from) * 4) as u64))
-        .collect();
-    ctx.download_regions(seqs, &regions)
+    out.resize(rows * (to - from), 0);
+    let regions: Vec<(u64, u64)> = if from == 0 && to == stride {
+        vec![(0, (rows * stride * 4) as u64)]
+    } else {
+        (0..rows)
+            .map(|s| (((s * stride + from) * 4) as u64, ((to - from) * 4) as u64))
+            .collect()
+    };
+    ctx.download_regions_into(seqs, &regions, bytemuck::cast_slice_mut(out.as_mut_slice()))
 }
 
 /// The progress and result accessors of a job that embeds a [`Batch`] in a field named `batch`,
@@ -213,9 +214,15 @@ macro_rules! batch_accessors {
         pub fn sequence_columns(&self, from: usize, to: usize) -> $crate::Result<Vec<u32>> {
             self.batch.sequence_columns(from, to)
         }
-        /// [`sequence_columns`](Self::sequence_columns) as little-endian bytes.
-        pub fn sequence_column_bytes(&self, from: usize, to: usize) -> $crate::Result<Vec<u8>> {
-            self.batch.sequence_column_bytes(from, to)
+        /// [`sequence_columns`](Self::sequence_columns) into `out` (resized; its capacity
+        /// reused).
+        pub fn sequence_columns_into(
+            &self,
+            from: usize,
+            to: usize,
+            out: &mut Vec<u32>,
+        ) -> $crate::Result<()> {
+            self.batch.sequence_columns_into(from, to, out)
         }
         /// Every sequence so far, one `Vec` per start.
         pub fn sequences(&self) -> $crate::Result<Vec<Vec<u32>>> {
@@ -395,14 +402,20 @@ impl Batch {
         )
     }
 
-    /// [`Batch::sequence_columns`] as little-endian bytes.
-    pub(crate) fn sequence_column_bytes(&self, from: usize, to: usize) -> Result<Vec<u8>> {
-        download_column_bytes(
+    /// [`Batch::sequence_columns`] into `out` (resized; its capacity reused).
+    pub(crate) fn sequence_columns_into(
+        &self,
+        from: usize,
+        to: usize,
+        out: &mut Vec<u32>,
+    ) -> Result<()> {
+        download_columns_into(
             &self.ctx,
             &self.seqs,
             (self.starts.len(), self.seq_len, self.sequence_len()),
             from,
             to,
+            out,
         )
     }
 

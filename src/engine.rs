@@ -392,9 +392,9 @@ impl Job {
     pub fn sequence_columns(&self, from: usize, to: usize) -> Result<Vec<u32>> {
         both!(self, j => j.sequence_columns(from, to))
     }
-    /// Entries `from..to` of every sequence, row-major, as little-endian bytes (one copy fewer
-    /// than [`Job::sequence_columns`]).
-    pub fn sequence_column_bytes(&self, from: usize, to: usize) -> Result<Vec<u8>> {
-        both!(self, j => j.sequence_column_bytes(from, to))
+    /// Entries `from..to` of every sequence, row-major, into `out` (resized; its capacity
+    /// reused, so a caller downloading chunk after chunk into one buffer pays no fresh pages).
+    pub fn sequence_columns_into(&self, from: usize, to: usize, out: &mut Vec<u32>) -> Result<()> {
+        both!(self, j => j.sequence_columns_into(from, to, out))
     }
 }

@@ -149,7 +149,22 @@ impl Context {
     /// Read several `(offset, len)` regions of `src` back to the host, their bytes concatenated
     /// in order: one submission per [`STAGING_BYTES`] through one staging buffer.
     pub(crate) fn download_regions(&self, src: &Buffer, regions: &[(u64, u64)]) -> Result<Vec<u8>> {
-        self.download_regions_through(src, regions, STAGING_BYTES)
+        let total: u64 = regions.iter().map(|r| r.1).sum();
+        let mut out = vec![0u8; total as usize];
+        self.download_regions_through(src, regions, STAGING_BYTES, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`download_regions`](Self::download_regions) into `out`, which holds exactly the regions'
+    /// bytes: a caller reusing one host buffer pays no fresh pages for each download (a new
+    /// allocation's first touch cost more than the copy on the GPU machine).
+    pub(crate) fn download_regions_into(
+        &self,
+        src: &Buffer,
+        regions: &[(u64, u64)],
+        out: &mut [u8],
+    ) -> Result<()> {
+        self.download_regions_through(src, regions, STAGING_BYTES, out)
     }
 
     /// [`download_regions`](Self::download_regions) through a staging buffer of at most
@@ -159,10 +174,17 @@ impl Context {
         src: &Buffer,
         regions: &[(u64, u64)],
         staging: u64,
-    ) -> Result<Vec<u8>> {
+        out: &mut [u8],
+    ) -> Result<()> {
         let total: u64 = regions.iter().map(|r| r.1).sum();
+        if total != out.len() as u64 {
+            return Err(Error::Invalid(format!(
+                "a download of {total} bytes into {} bytes",
+                out.len()
+            )));
+        }
         if total == 0 {
-            return Ok(Vec::new());
+            return Ok(());
         }
         // One staging buffer, filled and read back as many times as needed: a large download
         // (a k = N ranking is hundreds of MB) neither pins that much host memory at once nor
@@ -175,7 +197,7 @@ impl Context {
             MemoryLocation::GpuToCpu,
             vk::BufferUsageFlags::TRANSFER_DST,
         )?;
-        let mut out = Vec::with_capacity(total as usize);
+        let mut filled = 0usize;
         let mut pending = regions.iter().filter(|r| r.1 > 0).copied();
         let mut carry: Option<(u64, u64)> = None;
         let dev = self.device();
@@ -218,9 +240,10 @@ impl Context {
                     &[],
                 );
             })?;
-            out.extend_from_slice(&staging.mapped()[..at as usize]);
+            out[filled..filled + at as usize].copy_from_slice(&staging.mapped()[..at as usize]);
+            filled += at as usize;
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Write `(offset, bytes)` regions into `dst` through one staging buffer and one submission,
@@ -307,11 +330,16 @@ mod tests {
             .flat_map(|&(o, l)| bytes[o as usize..(o + l) as usize].iter().copied())
             .collect();
         for staging in [1, 7, 64, 1000, 4321, 1 << 20] {
-            let got = ctx
-                .download_regions_through(&buf, &regions, staging)
+            let mut got = vec![0xAAu8; want.len()];
+            ctx.download_regions_through(&buf, &regions, staging, &mut got)
                 .unwrap();
             assert_eq!(got, want, "staging {staging}");
         }
+        // A buffer of the wrong size is refused, not overrun.
+        let mut short = vec![0u8; want.len() - 1];
+        assert!(ctx
+            .download_regions_into(&buf, &regions, &mut short)
+            .is_err());
         assert!(ctx.download_regions(&buf, &[(0, 0)]).unwrap().is_empty());
     }
 }

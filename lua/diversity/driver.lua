@@ -663,9 +663,16 @@ function M.batch_binding(run_text, b, list)
     diversity.checksum(table.concat(list, ",")))
 end
 
---- The checksum of a finished batch file: its binding (`M.batch_binding`) and its bytes.
+-- The checksum of a binary string or a `diversity.rows()` buffer (the same for the same bytes).
+local function checksum_of(data)
+  if type(data) == "string" then return diversity.checksum(data) end
+  return data:checksum()
+end
+
+--- The checksum of a finished batch file: its binding (`M.batch_binding`) and its bytes (a
+-- string or a `diversity.rows()` buffer).
 function M.batch_checksum(binding, bytes)
-  return diversity.checksum(binding .. "\n" .. diversity.checksum(bytes))
+  return diversity.checksum(binding .. "\n" .. checksum_of(bytes))
 end
 
 --- Check rows the way the cache readers do: `bytes` holds #list rows of `len` uint32 entries
@@ -702,14 +709,20 @@ end
 -- closed at once. The checksum covers the block's place (`binding`, from, count) and its bytes.
 local function block_words(binding, from, count, bytes)
   return checksum_words(("%s from=%d count=%d %s"):format(binding, from, count,
-    diversity.checksum(bytes)))
+    checksum_of(bytes)))
 end
 
 function M.append_part(path, from, count, bytes, binding)
+  local lo, hi = block_words(binding, from, count, bytes)
+  local head = u32le(from) .. u32le(count) .. u32le(lo) .. u32le(hi)
+  if type(bytes) ~= "string" then
+    local ok, e = pcall(bytes.append_to, bytes, path, head)
+    if not ok then error("diversity: checkpoint " .. diversity.message(e), 0) end
+    return
+  end
   local f, e = io.open(path, "ab")
   if not f then error("diversity: checkpoint " .. path .. ": " .. tostring(e), 0) end
-  local lo, hi = block_words(binding, from, count, bytes)
-  local ok, we = f:write(u32le(from), u32le(count), u32le(lo), u32le(hi), bytes)
+  local ok, we = f:write(head, bytes)
   local ok_c, ce = f:close()
   if not ok or not ok_c then
     error("diversity: checkpoint " .. path .. ": " .. tostring(we or ce), 0)
@@ -905,7 +918,12 @@ end
 -- `path`, so a batch file is never torn (a failure leaves the batch's steps in its .part).
 function M.write_batch(path, bytes, binding)
   write_file(path .. ".sum", M.batch_checksum(binding, bytes))
-  write_file(path .. ".tmp", bytes)
+  if type(bytes) == "string" then
+    write_file(path .. ".tmp", bytes)
+  else
+    local ok_w, e_w = pcall(bytes.write_to, bytes, path .. ".tmp")
+    if not ok_w then error("diversity: checkpoint " .. diversity.message(e_w), 0) end
+  end
   local ok, e = os.rename(path .. ".tmp", path)
   if not ok then error("diversity: checkpoint " .. path .. ": " .. tostring(e), 0) end
 end
@@ -1028,8 +1046,24 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
   -- Rows go to the writers in slices of about 32 MiB, so that no task keeps the devices
   -- waiting long; the JSON rows in batch order, whichever device finishes first.
   local slice_rows = math.max(1, math.floor(M.SLICE_BYTES / (4 * (steps + 1))))
+  -- Host buffers for downloads (`diversity.rows()`), reused: a task gives its buffer back.
+  local pool = {}
+  local function take() return table.remove(pool) or diversity.rows() end
+  local function give(r) pool[#pool + 1] = r end
   local function write_tasks(b, bytes)
     local list, len, out = lists[b], steps + 1, {}
+    if type(bytes) ~= "string" then
+      for first = 1, #list, slice_rows do
+        local last = math.min(first + slice_rows - 1, #list)
+        local part = { unpack(list, first, last) }
+        if bin then
+          out[#out + 1] = { "binary", "output", function() bin:write_rows(part, bytes, first - 1) end }
+        end
+        out[#out + 1] = { "json", "output", function() writer:write_rows(part, bytes, first - 1) end }
+      end
+      out[#out + 1] = { "json", "output", function() give(bytes) end }
+      return out
+    end
     for first = 1, #list, slice_rows do
       local last = math.min(first + slice_rows - 1, #list)
       -- The slice is cut when its first task runs, so one slice at a time is copied out.
@@ -1102,10 +1136,12 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
     local now = s.job:sequence_len()
     if now > s.have then
       local t0 = clock()
-      local from, cols, path, binding = s.have, s.job:columns(s.have, now), s.partfile, bindings[s.b]
+      local from, cols, path, binding = s.have, take(), s.partfile, bindings[s.b]
+      s.job:columns_into(cols, from, now)
       phases:add("download", clock() - t0)
       tasks[#tasks + 1] = { "checkpoint", "checkpoint", function()
         M.append_part(path, from, now - from, cols, binding)
+        give(cols)
       end }
       s.have = now
     end
@@ -1196,7 +1232,8 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
         s.chunk = s.chunk and math.max(s.chunk, chunk) or chunk
         if s.job:done() then
           local t0 = clock()
-          local bytes = s.job:sequences_bytes()
+          local bytes = take()
+          s.job:columns_into(bytes, 0, steps + 1)
           phases:add("download", clock() - t0)
           s.job:close()
           slots[d] = nil

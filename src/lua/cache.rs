@@ -5,6 +5,7 @@ use super::error::{msg, LuaCtx};
 use super::handle::Handle;
 use super::job::LJob;
 use super::json::{json_list, lua_to_json};
+use super::rows::{rows_arg, LRows};
 use crate::cache::{BinaryCache, BinaryCacheWriter, JsonCacheWriter};
 use mlua::prelude::*;
 use mlua::{UserData, UserDataMethods, Value};
@@ -47,6 +48,20 @@ impl UserData for LJsonWriter {
                     .lua_ctx(call)
             },
         );
+        // Rows `first .. first + #starts - 1` (0-based) of a `diversity.rows()` buffer, row i
+        // the sequence of starts[i]: as `write_bytes`, without a string in between.
+        m.add_method_mut(
+            "write_rows",
+            |_, this, (starts, rows, first): (LuaTable, LuaAnyUserData, Value)| {
+                let call = "json_cache:write_rows";
+                let starts = int_list(call, "starts", &starts)?;
+                let rows = rows.borrow::<LRows>()?;
+                let (flat, len) = rows_arg(call, &rows, &first, starts.len())?;
+                this.get_mut(call)?
+                    .write_batch(&starts, flat, len)
+                    .lua_ctx(call)
+            },
+        );
         m.add_method_mut("finish", |_, this, ()| {
             let call = "json_cache:finish";
             this.take(call)?.finish().lua_ctx(call)
@@ -75,6 +90,17 @@ impl UserData for LBinWriter {
                 this.get_mut(call)?
                     .write_batch(&starts, &flat)
                     .lua_ctx(call)
+            },
+        );
+        // As `json_cache:write_rows`.
+        m.add_method_mut(
+            "write_rows",
+            |_, this, (starts, rows, first): (LuaTable, LuaAnyUserData, Value)| {
+                let call = "binary_cache:write_rows";
+                let starts = int_list(call, "starts", &starts)?;
+                let rows = rows.borrow::<LRows>()?;
+                let (flat, _) = rows_arg(call, &rows, &first, starts.len())?;
+                this.get_mut(call)?.write_batch(&starts, flat).lua_ctx(call)
             },
         );
         m.add_method_mut("write", |_, this, (start, seq): (Value, LuaTable)| {

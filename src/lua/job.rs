@@ -220,19 +220,33 @@ impl UserData for LJob {
                 int(call, "from", &from)? as usize,
                 int(call, "to", &to)? as usize,
             );
-            let cols = this
-                .get(call)?
-                .sequence_column_bytes(from, to)
-                .lua_ctx(call)?;
-            lua.create_string(&cols)
+            let cols = this.get(call)?.sequence_columns(from, to).lua_ctx(call)?;
+            lua.create_string(bytemuck::cast_slice::<u32, u8>(&cols))
         });
+        // Entries from..to of every sequence into a `diversity.rows()` buffer (its memory reused
+        // from one download to the next): what the driver's checkpoint and writers take.
+        m.add_method(
+            "columns_into",
+            |_, this, (rows, from, to): (LuaAnyUserData, Value, Value)| {
+                let call = "job:columns_into";
+                let (from, to) = (
+                    int(call, "from", &from)? as usize,
+                    int(call, "to", &to)? as usize,
+                );
+                let job = this.get(call)?;
+                let mut r = rows.borrow_mut::<super::rows::LRows>()?;
+                r.fill(call, job.starts().len(), to.saturating_sub(from), |out| {
+                    job.sequence_columns_into(from, to, out)
+                })
+            },
+        );
         // FFI-friendly: the rows as one binary string of little-endian uint32.
         m.add_method("sequences_bytes", |lua, this, ()| {
-            let job = this.get("job:sequences_bytes")?;
-            let bytes = job
-                .sequence_column_bytes(0, job.sequence_len())
+            let flat = this
+                .get("job:sequences_bytes")?
+                .sequences_flat()
                 .lua_ctx("job:sequences_bytes")?;
-            lua.create_string(&bytes)
+            lua.create_string(bytemuck::cast_slice::<u32, u8>(&flat))
         });
         // FFI-friendly: fill `out`, a uint32_t[?] cdata of at least rows × len entries (its size
         // read with ffi.sizeof), with the rows; returns the number of entries written.

@@ -38,6 +38,7 @@ mod job;
 mod json;
 mod knn;
 mod multi;
+mod rows;
 mod table;
 
 use mlua::prelude::*;
@@ -56,6 +57,7 @@ fn diversity(lua: &Lua) -> LuaResult<LuaTable> {
     cache::register(lua, &m)?;
     knn::register(lua, &m)?;
     multi::register(lua, &m)?;
+    rows::register(lua, &m)?;
     ivf::register(lua, &m)?;
     ivfpq::register(lua, &m)?;
     // "diversity X.Y.Z", as Lua modules say what they are.

@@ -24,6 +24,33 @@ describe("host work beside the device", function()
     return driver.run(o)
   end
 
+  it("diversity.rows: what job:columns gives, reused; the writers take row ranges of it", function()
+    local ctx = diversity.open {}
+    local t = diversity.load(dir .. "/e.json")
+    local dt = ctx:upload(t, "fp32")
+    local job = dt:job({ 3, 1, 4, 15, 9 }, { mode = "gram", steps = 12 })
+    job:step(12)
+    local r = diversity.rows()
+    job:columns_into(r, 0, 13)
+    assert.are.equal(5, r:count()); assert.are.equal(13, r:len())
+    local whole = job:columns(0, 13)
+    assert.are.equal(whole, r:bytes())
+    assert.are.equal(diversity.checksum(whole), r:checksum())
+    job:columns_into(r, 4, 9) -- reused, smaller
+    assert.are.equal(job:columns(4, 9), r:bytes())
+    H.assert_error({ "job:columns_into", "columns 9..14" }, job.columns_into, job, r, 9, 14)
+    job:columns_into(r, 0, 13)
+    local a = diversity.json_cache_writer(dir .. "/rows-a.json", { model = "m" }, t:ids())
+    local b = diversity.json_cache_writer(dir .. "/rows-b.json", { model = "m" }, t:ids())
+    a:write_bytes({ 3, 1, 4, 15, 9 }, whole, 13); a:finish()
+    b:write_rows({ 3, 1 }, r, 0); b:write_rows({ 4, 15, 9 }, r, 2)
+    H.assert_error({ "json_cache:write_rows", "rows 3..6 of a buffer of 5 rows" }, b.write_rows, b,
+      { 4, 15, 9 }, r, 3)
+    b:finish()
+    assert.are.equal(H.read(dir .. "/rows-a.json"), H.read(dir .. "/rows-b.json"))
+    job:close(); dt:close(); t:close(); ctx:close()
+  end)
+
   it("slices of any size give the same bytes; --verbose phases are reported", function()
     local saved = driver.SLICE_BYTES
     local r = run("whole")
@@ -41,13 +68,15 @@ describe("host work beside the device", function()
     local calls = 0
     diversity.json_cache_writer = function(...)
       local w = real(...)
-      return setmetatable({
-        write_bytes = function(_, ...)
+      local function failing(name)
+        return function(_, ...)
           calls = calls + 1
           if calls == 2 then error("diversity.json_cache_writer: No space left on device (injected)", 0) end
-          return w:write_bytes(...)
-        end,
-      }, { __index = function(_, k) return function(_, ...) return w[k](w, ...) end end })
+          return w[name](w, ...)
+        end
+      end
+      return setmetatable({ write_bytes = failing("write_bytes"), write_rows = failing("write_rows") },
+        { __index = function(_, k) return function(_, ...) return w[k](w, ...) end end })
     end
     local ok, e = pcall(run, "cut")
     diversity.json_cache_writer = real
