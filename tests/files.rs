@@ -664,3 +664,32 @@ fn json_inconsistent_indices_and_ids() {
     );
     expect_format(load_embeddings_json(&p), &p, &["id is an object"]);
 }
+
+#[test]
+fn words_checksum_sees_every_byte_and_the_length() {
+    use diversity::files::words_checksum;
+    // Pinned: a checkpoint written by one build is read by the next.
+    assert_eq!(
+        words_checksum(b"diversity checkpoint"),
+        "w64:c6c1c2222259f63c"
+    );
+    let base: Vec<u8> = (0..103u32).map(|i| (i * 37 % 251) as u8).collect();
+    let h = words_checksum(&base);
+    assert!(h.starts_with("w64:") && h.len() == 20, "{h}");
+    // Every single-bit flip anywhere (the padded tail included) changes it …
+    for i in 0..base.len() {
+        for bit in 0..8 {
+            let mut e = base.clone();
+            e[i] ^= 1 << bit;
+            assert_ne!(words_checksum(&e), h, "byte {i} bit {bit}");
+        }
+    }
+    // … and so do trailing zeros (the length is part of it), and swapping two words.
+    let mut z = base.clone();
+    z.push(0);
+    assert_ne!(words_checksum(&z), h);
+    let mut sw = base.clone();
+    sw[..8].copy_from_slice(&base[8..16]);
+    sw[8..16].copy_from_slice(&base[..8]);
+    assert_ne!(words_checksum(&sw), h);
+}

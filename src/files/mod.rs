@@ -25,7 +25,7 @@ mod json;
 mod npy;
 
 pub use fp16_bin::{
-    bytes_checksum, file_checksum, fp16_bin_sidecar, load_fp16_bin, load_fp16_bin_space,
+    bytes_checksum, file_checksum, words_checksum, fp16_bin_sidecar, load_fp16_bin, load_fp16_bin_space,
     save_fp16_bin,
 };
 pub use json::load_embeddings_json;

@@ -8,7 +8,7 @@
 use super::args::int;
 use super::error::{msg, LuaCtx};
 use crate::error::Error;
-use crate::files::bytes_checksum;
+use crate::files::{bytes_checksum, words_checksum};
 use mlua::prelude::*;
 use mlua::{UserData, UserDataMethods, Value};
 use std::io::Write;
@@ -87,8 +87,12 @@ impl UserData for LRows {
         m.add_method("len", |_, this, ()| Ok(this.len));
         // The rows as a binary string of little-endian uint32 (a copy).
         m.add_method("bytes", |lua, this, ()| lua.create_string(this.bytes()));
-        // The checksum `diversity.checksum` gives for the same bytes.
+        // The checksums `diversity.checksum` and `diversity.words_checksum` give for the same
+        // bytes.
         m.add_method("checksum", |_, this, ()| Ok(bytes_checksum(this.bytes())));
+        m.add_method("words_checksum", |_, this, ()| {
+            Ok(words_checksum(this.bytes()))
+        });
         // Append `head` (a string) and the rows to the file at `path`, created if missing.
         m.add_method(
             "append_to",

@@ -258,5 +258,12 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
             Ok(files::bytes_checksum(&bytes.as_bytes()))
         })?,
     )?;
+    // The fast checksum of the checkpoint's batch data ("w64:…", `files::words_checksum`).
+    m.set(
+        "words_checksum",
+        lua.create_function(|_, bytes: mlua::LuaString| {
+            Ok(files::words_checksum(&bytes.as_bytes()))
+        })?,
+    )?;
     Ok(())
 }

@@ -36,6 +36,8 @@ describe("host work beside the device", function()
     local whole = job:columns(0, 13)
     assert.are.equal(whole, r:bytes())
     assert.are.equal(diversity.checksum(whole), r:checksum())
+    assert.are.equal(diversity.words_checksum(whole), r:words_checksum())
+    assert.are_not.equal(diversity.words_checksum(whole), diversity.words_checksum(whole .. "\0"))
     job:columns_into(r, 4, 9) -- reused, smaller
     assert.are.equal(job:columns(4, 9), r:bytes())
     H.assert_error({ "job:columns_into", "columns 9..14" }, job.columns_into, job, r, 9, 14)
