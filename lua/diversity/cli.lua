@@ -70,7 +70,7 @@ local FLAGS = {
   { "--tile", "tile", "T", number, "scan: candidates per tile", "85% of the device's L2" },
   { "--chunk", "chunk", "C", number, "steps per submission, fixed", "sized to --target-s" },
   { "--top-k", "top_k", "K", number, "steps per sequence", "all: N - 1" },
-  { "--batch", "batch", "B", number, "sequences per batch", D.batch .. " (scan), what fits (gram)" },
+  { "--batch", "batch", "B", number, "sequences per batch", D.batch .. " (scan), what fits in 4+ batches (gram)" },
   { "--starts", "starts", "LIST", nil, "all, or 0-based starts a,b,c", "all" },
   { "--binary", "binary", "FILE", nil, "also write the uint32 cache (needs every start)" },
   { "--dim", "dim", "D", number, "row length of a .f32 input" },

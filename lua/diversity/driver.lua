@@ -49,6 +49,10 @@ function Phases:line()
   return table.concat(out, ", ")
 end
 
+--- gram's default batching: at least this many batches of at least this many sequences.
+M.GRAM_BATCHES = 4
+M.GRAM_MIN_BATCH = 1024
+
 --- Bytes of rows a writer task takes at a time (the host's work runs in tasks between the
 -- devices' chunks; smaller tasks keep a device waiting less when it finishes mid-task).
 M.SLICE_BYTES = 2 ^ 25
@@ -540,10 +544,16 @@ function M.run(opts)
     error("diversity: --mode gram: " .. unfit .. " (--mode auto falls back to scan)", 0)
   end
   -- Batches fit the device's buffer, dispatch and memory limits (gram: next to G; by default
-  -- every sequence that fits, the whole cache in one batch on a GPU).
+  -- every sequence that fits, in at least M.GRAM_BATCHES batches).
   local fit = ctx:max_batch(n, dim, opts.precision, steps, mode)
   for d = 2, #devs do fit = math.min(fit, devs[d]:max_batch(n, dim, opts.precision, steps, mode)) end
   local batch = (mode == "gram" and not batch_given) and fit or math.max(1, math.min(opts.batch, fit))
+  -- gram: a large whole cache in at least M.GRAM_BATCHES batches (of at least
+  -- M.GRAM_MIN_BATCH sequences, enough to fill a GPU), so that the host writes one batch while
+  -- the device computes the next instead of writing everything after the device is done.
+  if mode == "gram" and not batch_given then
+    batch = math.min(batch, math.max(M.GRAM_MIN_BATCH, math.ceil(#all_starts / M.GRAM_BATCHES)))
+  end
   -- … and the host's budget: the results of a batch stay in host memory until written, so a
   -- whole cache of a large N goes in several batches rather than one of N² entries.
   local host_memory = opts.host_memory or M.default_host_memory()
