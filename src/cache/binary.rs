@@ -77,6 +77,13 @@ impl BinaryCacheWriter {
     /// start written twice is refused.
     pub fn write_row(&mut self, start: u32, seq: &[u32]) -> Result<()> {
         self.rows.check_usable()?;
+        self.check_row(start, seq)?;
+        self.write_run(start, seq)
+    }
+
+    /// What [`write_row`](Self::write_row) refuses: out of range, the wrong length, an entry
+    /// not below N, what the reader calls corrupt, a start already written.
+    fn check_row(&mut self, start: u32, seq: &[u32]) -> Result<()> {
         let path = self.rows.path();
         let s = start as usize;
         if s >= self.n {
@@ -116,13 +123,21 @@ impl BinaryCacheWriter {
                 path.display()
             )));
         }
+        Ok(())
+    }
+
+    /// Write checked rows of the consecutive starts `first`, `first + 1`, … (`flat`, whole rows)
+    /// in one write at their place.
+    fn write_run(&mut self, first: u32, flat: &[u32]) -> Result<()> {
         self.buf.clear();
-        for &v in seq {
+        for &v in flat {
             self.buf.extend_from_slice(&v.to_le_bytes());
         }
-        let offset = BIN_HEADER + s as u64 * self.len as u64 * 4;
+        let offset = BIN_HEADER + first as u64 * self.len as u64 * 4;
         self.rows.write_at(offset, &self.buf)?;
-        self.rows.rows.insert(s);
+        for k in 0..flat.len() / self.len {
+            self.rows.rows.insert(first as usize + k);
+        }
         Ok(())
     }
 
@@ -136,8 +151,29 @@ impl BinaryCacheWriter {
             self.len,
             "sequences",
         )?;
-        for (&s, row) in starts.iter().zip(flat.chunks_exact(self.len)) {
-            self.write_row(s, row)?;
+        self.rows.check_usable()?;
+        // Runs of consecutive starts (a whole cache in order is one run a batch) go to the file
+        // in one write each; every row is checked first, and a refused row leaves the rows
+        // before it written.
+        let len = self.len;
+        let mut i = 0;
+        while i < starts.len() {
+            let mut j = i;
+            let mut failed = None;
+            while j < starts.len() && (j == i || starts[j] == starts[j - 1].wrapping_add(1)) {
+                if let Err(e) = self.check_row(starts[j], &flat[j * len..(j + 1) * len]) {
+                    failed = Some(e);
+                    break;
+                }
+                j += 1;
+            }
+            if j > i {
+                self.write_run(starts[i], &flat[i * len..j * len])?;
+            }
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            i = j;
         }
         Ok(())
     }
