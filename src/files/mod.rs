@@ -25,8 +25,8 @@ mod json;
 mod npy;
 
 pub use fp16_bin::{
-    bytes_checksum, file_checksum, words_checksum, fp16_bin_sidecar, load_fp16_bin, load_fp16_bin_space,
-    save_fp16_bin,
+    bytes_checksum, file_checksum, fp16_bin_sidecar, load_fp16_bin, load_fp16_bin_space,
+    save_fp16_bin, words_checksum,
 };
 pub use json::load_embeddings_json;
 pub use npy::{load_npy, save_npy_f16, save_npy_f32};
