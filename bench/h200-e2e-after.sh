@@ -9,7 +9,7 @@ T=$(mktemp -d)
 L=$OUT/e2e-after.log
 E() { python3 bench/e2e.py "$@" 2>&1 | tee -a "$L"; }
 NEW=(env "LUA_CPATH=.gl/lua/?.so;;" "LUA_PATH=lua/?.lua;lua/?/init.lua;;" .gl/bin/luajit lua/diversity/cli.lua)
-{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc; } | tee "$L"
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; echo "nproc $(nproc), cpu.max $(cat /sys/fs/cgroup/cpu.max 2>/dev/null)"; } | tee "$L"
 h200_seed_npy "$T"
 python3 bench/make-real31k.py .gl/data/fortunes-minilm.f32 "$T/r31.npy" | tee -a "$L"
 "${NEW[@]}" --embeddings "$T/seed.npy" --top-k 200 --out "$T/w.json" --quiet >/dev/null 2>&1
