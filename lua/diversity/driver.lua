@@ -19,18 +19,8 @@ M.defaults = {
                        -- 2 GiB and a quarter of the machine's memory (M.default_host_memory)
 }
 
-local ffi = require "ffi"
-pcall(ffi.cdef, [[
-typedef struct { long tv_sec; long tv_nsec; } diversity_timespec;
-int clock_gettime(int clock_id, diversity_timespec* tp);
-]])
-local timespec = ffi.new("diversity_timespec")
-
 --- Wall-clock seconds (monotonic), for the per-phase times.
-function M.clock()
-  ffi.C.clock_gettime(1, timespec) -- CLOCK_MONOTONIC
-  return tonumber(timespec.tv_sec) + tonumber(timespec.tv_nsec) * 1e-9
-end
+M.clock = diversity.clock
 
 --- Wall time per phase of a run, in the order the phases first came: `p:add(name, seconds)`,
 -- `p:line()` ("open 0.31 s, load 0.12 s, ...").

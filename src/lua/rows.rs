@@ -133,5 +133,18 @@ pub(super) fn rows_arg<'a>(
 
 pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
     m.set("rows", lua.create_function(|_, ()| Ok(LRows::default()))?)?;
+    // Monotonic wall-clock seconds (from an arbitrary start): the driver's per-phase times.
+    // Here rather than through the FFI, so the module declares no C function that a user's own
+    // `ffi.cdef` could clash with.
+    m.set(
+        "clock",
+        lua.create_function(|_, ()| {
+            static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+            Ok(START
+                .get_or_init(std::time::Instant::now)
+                .elapsed()
+                .as_secs_f64())
+        })?,
+    )?;
     Ok(())
 }
