@@ -255,10 +255,12 @@ fn run(a: Args) -> Result<(), String> {
         validation: a.validation,
     })
     .map_err(err)?;
-    let mut table = files::load_table(&a.table, a.dim).map_err(err)?;
-    if a.center {
+    // An fp16 .bin saved centred is centred: not again, and labelled so.
+    let (mut table, centred) = files::load_table_centred(&a.table, a.dim).map_err(err)?;
+    if a.center && !centred {
         table = table.centered();
     }
+    let center = a.center || centred;
     let (n, d) = (table.n(), table.d());
     let caps = ctx.caps().clone();
     let out = a.out.clone().expect("checked in parse");
@@ -269,7 +271,7 @@ fn run(a: Args) -> Result<(), String> {
     meta.insert("precision".into(), a.precision.name().into());
     meta.insert("dim".into(), d.into());
     meta.insert("device".into(), caps.name.clone().into());
-    meta.insert("center".into(), a.center.into());
+    meta.insert("center".into(), center.into());
     meta.insert("table".into(), a.table.display().to_string().into());
     if let Some(m) = &a.model {
         meta.insert("model".into(), m.clone().into());

@@ -168,10 +168,13 @@ fn run(a: Args) -> Result<(), String> {
             return Ok(());
         }
     }
-    let mut table = files::load_table(&a.table, a.dim).map_err(|e| e.to_string())?;
-    if a.center {
+    // An fp16 .bin saved centred is centred: not again, and labelled so.
+    let (mut table, centred) =
+        files::load_table_centred(&a.table, a.dim).map_err(|e| e.to_string())?;
+    if a.center && !centred {
         table = table.centered();
     }
+    let center = a.center || centred;
     let n = table.n();
     let starts: Vec<u32> = a.starts.clone().unwrap_or_else(|| (0..n as u32).collect());
     let (pending, file) = PendingFile::create(&a.out).map_err(|e| e.to_string())?;
@@ -252,7 +255,7 @@ fn run(a: Args) -> Result<(), String> {
         "table": a.table.display().to_string(),
         "num_items": n,
         "dim": table.d(),
-        "center": a.center,
+        "center": center,
         "precision": a.precision.name(),
         "mode": mode.name(),
         "mode_reason": choice.to_string(),

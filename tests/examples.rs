@@ -408,3 +408,57 @@ fn examples_refuse_rows_outside_the_fp32_norm_range() {
     );
     assert_eq!(code, Some(0), "{err}");
 }
+
+/// A mean-centred fp16 `.bin` (its sidecar says so) is centred: the programs neither centre it
+/// again under `--center` nor label it raw without it; their rows are those of the centred
+/// table given as `.npy --center`.
+#[test]
+fn a_centred_bin_keeps_its_space_in_the_example_programs() {
+    use diversity::files::{save_fp16_bin, CENTERED_SPACE};
+    let dir = TempDir::new("ex-bin-space");
+    let t = load_table(&data(), None).unwrap().head(60).unwrap();
+    let npy = dir.path("t.npy");
+    diversity::files::save_npy_f32(&npy, &t).unwrap();
+    let bin = dir.path("c.bin");
+    save_fp16_bin(&bin, &t.centered(), CENTERED_SPACE, "none").unwrap();
+    let run = |name: &str, table: &Path, center: bool, out: &str| {
+        let out = dir.path(out);
+        let mut cmd = Command::new(example(name));
+        cmd.arg("--table")
+            .arg(table)
+            .args(["--precision", "fp16", "--out"]);
+        cmd.arg(&out);
+        if name == "sequences" {
+            cmd.args(["--mode", "scan", "--steps", "12"]);
+        } else {
+            cmd.args(["--top-k", "5"]);
+        }
+        if center {
+            cmd.arg("--center");
+        }
+        let o = cmd.output().expect("run");
+        assert!(
+            o.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+        v
+    };
+    for (name, section) in [("sequences", "sequences"), ("rankings", "rankings")] {
+        let want = run(name, &npy, true, &format!("{name}-npy.json"));
+        for center in [false, true] {
+            let got = run(name, &bin, center, &format!("{name}-bin-{center}.json"));
+            assert_eq!(got[section], want[section], "{name}, --center {center}");
+            let label = got
+                .get("metadata")
+                .and_then(|m| m.get("center"))
+                .or_else(|| got.get("center"));
+            assert_eq!(
+                label,
+                Some(&serde_json::json!(true)),
+                "{name}, --center {center}: {got:.200}"
+            );
+        }
+    }
+}

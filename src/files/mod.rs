@@ -38,6 +38,25 @@ use serde_json::Value;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+/// The space of rows mean-centred before they were saved (an fp16 `.bin`'s sidecar says so).
+pub const CENTERED_SPACE: &str = "mean-centered-v1";
+
+/// [`load_table`] and whether the rows are already mean-centred: an fp16 `.bin` carries the
+/// space it was saved in ([`CENTERED_SPACE`] or `"raw"`); the other formats hold rows as given
+/// (not centred). A program asked to centre such a table must not centre it again, and labels
+/// what it writes with the space the rows are in, asked for or not.
+pub fn load_table_centred(path: &Path, dim: Option<usize>) -> Result<(Table, bool)> {
+    let is_bin = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("bin"));
+    if is_bin {
+        let (t, space) = load_fp16_bin_space(path, None)?;
+        return Ok((t, space == CENTERED_SPACE));
+    }
+    Ok((load_table(path, dim)?, false))
+}
+
 /// Load any supported table file, choosing the format by extension: `.npy`, `.json`
 /// (`embeddings.json`), `.bin` (fp16 with its `<file>.json` sidecar, see [`load_fp16_bin`]; no
 /// staleness check here) or `.f32` (which needs `dim`, the command line's `--dim`, because the
