@@ -17,6 +17,7 @@
 pub mod batch;
 pub mod cache;
 pub mod capi;
+mod checksum;
 pub mod device;
 pub mod device_table;
 pub mod engine;
@@ -33,6 +34,7 @@ pub mod limits;
 #[cfg(feature = "lua")]
 mod lua;
 mod memory;
+pub mod mode;
 pub mod multi;
 pub mod rankings;
 pub mod reference;
@@ -47,11 +49,12 @@ pub use device::{Capabilities, Context, ContextOptions};
 pub use device_table::DeviceTable;
 pub use engine::{Engine, Job, JobOptions, ModeChoice, ModeReason};
 pub use error::{Error, Result};
-pub use gram::{Gram, GramJob, GramOptions, Mode, Placement};
+pub use gram::{Gram, GramJob, GramOptions, Placement};
 pub use ivf::{
     kmeans, IvfFlat, IvfOptions, IvfPq, IvfPqOptions, IvfPqSearch, KMeans, KMeansOptions,
 };
 pub use knn::{knn, KnnOptions, KnnResult, Metric};
+pub use mode::Mode;
 pub use multi::{open_devices, IndexReplicas, IndexShards};
 pub use scan::{ScanJob, ScanKernel, ScanOptions, Shape};
 pub use table::{Precision, Table};

@@ -4,6 +4,7 @@
 //! arithmetic is public, so whoever edits a file can recompute them, and the readers keep their
 //! own checks of what the rows mean.
 
+pub(super) use crate::checksum::{fnv1a64, FNV64_START};
 use crate::error::{Error, Result};
 use crate::table::{Precision, Table};
 use std::io::Read;
@@ -19,18 +20,6 @@ pub(super) const CHECKSUM_PLACEHOLDER: &str = "fnv1a64:0000000000000000";
 const JSON_HEAD: &[u8] = b"{\"metadata\":";
 /// The longest metadata object [`verify_checksum`] looks through for the checksum.
 const MAX_METADATA: usize = 16 << 20;
-
-/// The FNV-1a 64 state before any byte.
-pub(super) const FNV64_START: u64 = 0xcbf2_9ce4_8422_2325;
-
-/// FNV-1a, 64 bits, continued from `h` over `bytes`.
-pub(super) fn fnv1a64(mut h: u64, bytes: &[u8]) -> u64 {
-    for &b in bytes {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
 
 /// A digest as the files write it: `"fnv1a64:<16 lowercase hex digits>"`.
 pub(super) fn digest_text(h: u64) -> String {

@@ -4,6 +4,7 @@
 
 use super::{format_err, kind, read, table};
 use crate::cache::PendingFile;
+use crate::checksum::{fnv1a64, FNV64_PRIME, FNV64_START};
 use crate::error::{Error, Result};
 use crate::table::Table;
 use half::f16;
@@ -46,17 +47,6 @@ pub fn file_checksum(path: &Path) -> Result<String> {
     Ok(format!("fnv1a64:{h:016x}"))
 }
 
-const FNV64_START: u64 = 0xcbf2_9ce4_8422_2325;
-
-/// FNV-1a, 64 bits, continued from `h` over `bytes`.
-fn fnv1a64(mut h: u64, bytes: &[u8]) -> u64 {
-    for &b in bytes {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
-
 /// [`file_checksum`] of bytes in memory: `"fnv1a64:<16 hex digits>"`, the same value the
 /// bytes have as a file (the driver checksums its checkpoint files with it as it writes them).
 pub fn bytes_checksum(bytes: &[u8]) -> String {
@@ -70,7 +60,7 @@ pub fn bytes_checksum(bytes: &[u8]) -> String {
 /// here, it catches damage and stale files, not an editor who recomputes it (the checkpoint's
 /// rows are checked for what they mean as well).
 pub fn words_checksum(bytes: &[u8]) -> String {
-    const P: u64 = 0x0000_0100_0000_01b3;
+    const P: u64 = FNV64_PRIME;
     let mut h = [
         FNV64_START,
         FNV64_START ^ 1,

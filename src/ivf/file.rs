@@ -23,6 +23,7 @@
 
 use super::{IvfFlat, IvfOptions, KMeansOptions};
 use crate::cache::PendingFile;
+use crate::checksum;
 use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::knn::Metric;
@@ -37,15 +38,9 @@ pub const IVF_VERSION: u32 = 1;
 /// Bytes of the fixed header.
 const HEADER: usize = 40;
 
-const FNV64_START: u64 = 0xcbf2_9ce4_8422_2325;
-
+/// FNV-1a 64 of `bytes`, the index files' trailing checksum.
 pub(super) fn fnv1a64(bytes: &[u8]) -> u64 {
-    let mut h = FNV64_START;
-    for &b in bytes {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
+    checksum::fnv1a64(checksum::FNV64_START, bytes)
 }
 
 pub(super) fn metric_code(m: Metric) -> u32 {
