@@ -28,7 +28,7 @@
 
 use crate::engine::{Job, JobOptions};
 use crate::error::Error;
-use crate::gram::Mode;
+use crate::mode::Mode;
 use crate::scan::Shape;
 use crate::table_cache::{out_of_memory, SharedEngine, TableCache};
 use crate::{Context, ContextOptions, Precision, Table};

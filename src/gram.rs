@@ -22,6 +22,7 @@ use crate::device::{Capabilities, Pipeline, PipelineKey, G_SLABS};
 use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
 use crate::memory::Buffer;
+pub use crate::mode::Mode;
 use crate::spirv::{self, checked_push, spirv_for};
 use crate::submit::{barrier, bind, Set, Submitter};
 use std::sync::Arc;
@@ -40,42 +41,6 @@ const CPU_REGISTER_ITEMS: usize = 512;
 /// Items a lane the register placement may hold on a GPU beyond what its register file keeps
 /// (the rest spills; still faster than device memory where measured).
 const MAX_SPILL_ITEMS: usize = 32;
-
-/// Which engine computes the sequences (SPEC §Modes).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// Every step scans every candidate (O(N · D) per step).
-    Scan,
-    /// Keep `c · e_x` and add Gram rows (O(N) per step; needs N² × 4 bytes for G).
-    Gram,
-    /// Gram when it fits the device's memory budget, else scan ([`mode_for`]).
-    Auto,
-}
-
-impl Mode {
-    /// `scan`, `gram` or `auto`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Scan => "scan",
-            Mode::Gram => "gram",
-            Mode::Auto => "auto",
-        }
-    }
-}
-
-impl std::str::FromStr for Mode {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "scan" => Ok(Mode::Scan),
-            "gram" => Ok(Mode::Gram),
-            "auto" => Ok(Mode::Auto),
-            _ => Err(Error::Invalid(format!(
-                "mode '{s}': expected scan, gram or auto"
-            ))),
-        }
-    }
-}
 
 /// Where a gram job keeps each sequence's `acc`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

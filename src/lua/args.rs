@@ -2,7 +2,7 @@
 //! truncated), index lists, option tables, the engine's enums, binary rows.
 
 use super::error::{msg, LuaCtx};
-use crate::gram::Mode;
+use crate::mode::Mode;
 use crate::table::Precision;
 use mlua::prelude::*;
 use mlua::Value;

@@ -9,7 +9,7 @@ use super::table::LTable;
 use crate::device::{Context, ContextOptions};
 use crate::device_table::DeviceTable;
 use crate::engine::{self, Engine, ModeChoice};
-use crate::gram::Mode;
+use crate::mode::Mode;
 use mlua::prelude::*;
 use mlua::{UserData, UserDataMethods, Value};
 

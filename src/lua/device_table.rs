@@ -8,7 +8,8 @@ use super::handle::Handle;
 use super::job::{gram_only_options, job_options, LJob};
 use super::table::LTable;
 use crate::engine::{Engine, Job, ModeChoice, Prefix};
-use crate::gram::{Gram, Mode};
+use crate::gram::Gram;
+use crate::mode::Mode;
 use mlua::prelude::*;
 use mlua::{UserData, UserDataMethods, Value};
 
