@@ -1,4 +1,4 @@
-//! The scan-engine benchmark (SPEC §Performance): every scan kernel × shape × pipelining ×
+//! The scan-engine benchmark: every scan kernel × shape × pipelining ×
 //! fp32/fp16 on one workload in one process, GPU time from timestamp queries and wall time, ratios
 //! to untiled fp32, achieved multiply-adds per second, a same-bits check across configurations
 //! (every kernel against the first configuration of its precision), and optionally a picture of

@@ -1,4 +1,4 @@
-//! The gram-engine benchmark (SPEC §Performance, issue 5): in one process, G's build time, then
+//! The gram-engine benchmark: in one process, G's build time, then
 //! every requested (precision × workgroup size × state placement) run of one workload, with GPU
 //! time from timestamp queries, wall time, steps/s, the achieved Gram-row bandwidth
 //! (S × steps × N × 4 bytes / GPU time) and a same-bits check across configurations; optionally
@@ -363,7 +363,7 @@ fn run(a: Args) -> Result<(), String> {
     Ok(())
 }
 
-/// SPEC §Exactness 2 on the first `k` sequences, in parallel over the CPU cores: a violation, a
+/// The ε-argmax oracle on the first `k` sequences, in parallel over the CPU cores: a violation, a
 /// failed worker thread or nothing checked is an error.
 fn oracle(
     table: &diversity::Table,

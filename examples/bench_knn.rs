@@ -1,4 +1,4 @@
-//! The k-NN benchmark (issue 6): exact k-NN on the device for each requested k × precision, GPU
+//! The k-NN benchmark: exact k-NN on the device for each requested k × precision, GPU
 //! time from timestamp queries, wall time, queries/s, and the ids of the first configuration for
 //! comparison with the PyTorch peer (`bench/peer/torch_knn.py`, torch.topk over a matmul).
 //!

@@ -1,4 +1,4 @@
-//! The SPEC §Exactness 2 oracle as a command: checks every sequence of a `sequences` output JSON
+//! The ε-argmax oracle as a command: checks every sequence of a `sequences` output JSON
 //! against float64 distances along its own prefix, and prints the worst excess.
 //!
 //! Keys and entries are row indices, or the table's ids when it has them (an `embeddings.json`

@@ -1,4 +1,4 @@
---- vk_compute: the compatibility shim (SPEC §Lua API 2).
+--- vk_compute: the compatibility shim for the user's old Lua wrapper.
 --
 -- The function names, arguments and return shapes of the C wrapper the user's pipeline called
 -- through the FFI (`vk_compute.lua` over `libvkcompute.so`), implemented on `require "diversity"`.

@@ -1,7 +1,7 @@
 // Shared by the filter-and-judge scan (ScanKernel::Coopmat, and ScanKernel::Filter, its scalar
 // stand-in): a cheap fp16 filter scores every (sequence, candidate) pair, and the judge re-scores
 // with the exact fp32 chain of scan_gemm*.glsl only the candidates the filter cannot rule out,
-// so the sequences are the same bits as the Block64 / Block128 kernels' (SPEC §Exactness 1).
+// so the sequences are the same bits as the Block64 / Block128 kernels'.
 //
 // THE BOUND. Notation: c = the fp32 centroid (cen32), e = a stored row, inv = inv_norm[x] (so
 // |e|·inv ≤ 1 + 2u, u = 2^-24). Today's key is K = fl(chain(c·e) · inv), chain = the fused

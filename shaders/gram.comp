@@ -48,7 +48,7 @@
 // start of a dispatch and stored at its end (IN_REGS = 1), or in device memory, read and written
 // every step (IN_REGS = 0). Both run the same float operations per candidate in the same order,
 // and the (key, index) order is total, so every path, workgroup size, chunk and batch gives the
-// same bits (SPEC §Exactness 1), refreshes included (they depend only on keys, c and A).
+// same bits, refreshes included (they depend only on keys, c and A).
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 

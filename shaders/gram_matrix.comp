@@ -1,7 +1,8 @@
 #version 450
-// G = E Eᵀ for the gram engine (SPEC §Modes, gram): rows [row0, row0 + rows) of G written into
-// slab `slab`, which holds the rows from slab_row0 on (G is split into slabs of whole rows: one
-// binding sees at most maxStorageBufferRange bytes; a slab may take several submissions).
+// G = E Eᵀ for the gram engine (the running keys c·e_x grow by a row of G per step): rows
+// [row0, row0 + rows) of G written into slab `slab`, which holds the rows from slab_row0 on (G is
+// split into slabs of whole rows: one binding sees at most maxStorageBufferRange bytes; a slab may
+// take several submissions).
 // Column j is stored scaled by 1/|e_j|: the engine then sums keys c·e_j/|e_j| directly.
 // Each entry is a compensated dot product (Ogita, Rump and Oishi's Dot2) over d in ascending
 // order from 0: every product's rounding error comes exactly from fma(a, b, -a·b), every sum's

@@ -1,7 +1,6 @@
 // Shared by every scan shader: bindings, specialization constants, the candidate key and the
 // (key, index) order (key_order.glsl). Every shape computes a candidate's key with this one
-// function, so the bits of the result do not depend on tiling, chunking or batching (SPEC
-// §Exactness 1).
+// function, so the bits of the result do not depend on tiling, chunking or batching.
 #include "key_order.glsl"
 
 layout(local_size_x_id = 0) in;

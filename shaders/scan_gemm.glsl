@@ -1,9 +1,9 @@
 // One block of the candidate scan: sequences [by·BM, +BM) × candidates [bx·BN, +BN). Each key
 // (c · e_x) · (1/|e_x|) comes from one fused multiply-add chain over d in ascending order, the
-// same for every pair whatever the block, tile, dispatch or batch (SPEC §Exactness 1). Minimising
-// the key maximises d(x) = 1 - cos(c, e_x) for |c| > 0; a zero row has key 0 (d = 1); a zero
-// centroid gives every key ±0, so the lowest index wins. The block's winner per sequence, over
-// its unchosen candidates, goes to partial[s][bx].
+// same for every pair whatever the block, tile, dispatch or batch, so the sequences are too.
+// Minimising the key maximises d(x) = 1 - cos(c, e_x) for |c| > 0; a zero row has key 0 (d = 1);
+// a zero centroid gives every key ±0, so the lowest index wins. The block's winner per sequence,
+// over its unchosen candidates, goes to partial[s][bx].
 
 // Sequences a block (the entry points' workgroup numbering reads it).
 #define GEMM_M BM

@@ -9,8 +9,9 @@
 // values and two vec4 of row values from shared memory (16 invocations of a half-warp read 16
 // consecutive vec4: no bank conflicts) for 64 FMAs.
 //
-// Exactness (SPEC §Exactness 1): each pair's key is the same chain as in scan_gemm.glsl,
-// acc = fma(a_d, b_d, acc) for d = 0, 1, …, D−1 from 0.0, `precise`, then acc · inv_norm[x].
+// Exactness (the same bits as every other scan kernel): each pair's key is the same chain as in
+// scan_gemm.glsl, acc = fma(a_d, b_d, acc) for d = 0, 1, …, D−1 from 0.0, `precise`, then
+// acc · inv_norm[x].
 // Dims past D (the last stage's padding) add fma(0, 0, acc) = acc (only the sign of a zero may
 // change, and keys compare as floats, −0 == +0), so the keys equal the 64 × 64 kernel's.
 // Requires BIG (scan_common.glsl's BN = 128u) and a workgroup of 256.

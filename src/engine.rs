@@ -1,4 +1,4 @@
-//! Engine choice (SPEC §Modes): the one place that turns a device table, a list of starts and
+//! Engine choice: the one place that turns a device table, a list of starts and
 //! options into a running job of either engine. The Lua binding, the Rust command line and the
 //! driver all come through here; none of them decides anything on its own.
 //!
@@ -87,8 +87,8 @@ impl fmt::Display for ModeReason {
     }
 }
 
-/// The engine a requested mode resolves to for an N × D table on one device (SPEC §Modes: `auto`
-/// is gram when G fits the device's memory budget, else scan), with the reason. `Display` gives
+/// The engine a requested mode resolves to for an N × D table on one device (`auto` is gram
+/// when G fits the device's memory budget, else scan), with the reason. `Display` gives
 /// the reason in words, as the driver reports it and writes it into summaries.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModeChoice {

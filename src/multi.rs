@@ -1,4 +1,4 @@
-//! Several devices for one exact k-NN search, the Faiss way (issue 7): [`IndexShards`] splits
+//! Several devices for one exact k-NN search, the Faiss way: [`IndexShards`] splits
 //! the table, [`IndexReplicas`] splits the queries. Both give, bit for bit, what one device's
 //! [`knn_flat`] gives on the whole table.
 //!
@@ -41,7 +41,8 @@ use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
 // check_queries: the checks of `knn_flat`, run once for all devices so that a bad query is
 // named by its index in the whole batch, not in a device's block.
-use crate::knn::{check_queries, knn_flat, KnnOptions, KnnResult, Metric, NO_ID};
+use crate::knn::{check_queries, knn_flat, KnnOptions, KnnResult, NO_ID};
+use crate::metric::Metric;
 use crate::table::{Precision, Table};
 use std::cmp::Ordering;
 use std::sync::Mutex;

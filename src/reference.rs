@@ -1,10 +1,12 @@
-//! The float64 CPU reference and the exactness oracle of SPEC §Exactness 2.
+//! The float64 CPU reference and the exactness oracle: every pick of a sequence must be within
+//! ε of the best exact distance along the sequence's own prefix.
 //!
 //! The oracle does not ask for "the same sequence as some other code": it walks the engine's own
 //! sequence and, at every step, recomputes every candidate's distance in float64 from the
 //! engine's prefix. The pick must be within `eps` of the best distance. Rounding-level near-ties
 //! may go either way; nothing else may.
 
+use crate::metric::Metric;
 use crate::table::Table;
 
 /// The exact distance of the definition for a centroid `c` with squared norm `cc`, a row with
@@ -103,9 +105,9 @@ pub struct Check {
     pub near_ties: usize,
 }
 
-/// SPEC §Exactness 2 on one sequence: `seq` must start with `start`, be a prefix of a permutation,
-/// and every pick must be within `eps` of the best float64 distance along `seq`'s own prefix.
-/// `table` must be the table as stored ([`Table::as_stored`]).
+/// The exactness oracle on one sequence: `seq` must start with `start`, be a prefix of a
+/// permutation, and every pick must be within `eps` of the best float64 distance along `seq`'s
+/// own prefix. `table` must be the table as stored ([`Table::as_stored`]).
 pub fn check_sequence(
     table: &Table,
     start: u32,
@@ -166,7 +168,8 @@ pub fn check_sequence(
     Ok(check)
 }
 
-/// Length of the common prefix of two sequences (the agreement measure of SPEC §Exactness 3).
+/// Length of the common prefix of two sequences (the agreement measure reported between
+/// precisions or modes, whose sequences are not promised to be the same bits).
 pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
@@ -188,10 +191,9 @@ pub struct KnnReference {
 pub fn knn_reference(
     table: &Table,
     query: &[f32],
-    metric: crate::knn::Metric,
+    metric: Metric,
     exclude: Option<usize>,
 ) -> KnnReference {
-    use crate::knn::Metric;
     let n = table.n();
     let norm = |v: &[f32]| v.iter().map(|&a| (a as f64).powi(2)).sum::<f64>().sqrt();
     let nq = norm(query);

@@ -125,7 +125,8 @@ pub struct OracleReport {
     pub violations: Vec<String>,
 }
 
-/// SPEC §Exactness 2 on every `(name, start, sequence)` of `items`, in parallel over the CPU
+/// The ε-argmax oracle ([`diversity::reference::check_sequence`]) on every `(name, start,
+/// sequence)` of `items`, in parallel over the CPU
 /// cores. A worker that panics is an error naming the first item of its part (never a silently
 /// shorter result), and so is checking nothing at all: a checker must be able to fail.
 #[allow(dead_code)]

@@ -1,4 +1,4 @@
---- The driver (SPEC §Driver): the whole diversity-cache job from files, the way the user's pipeline
+--- The driver: the whole diversity-cache job from files, the way the user's pipeline
 -- runs it — load, centre, cache the fp16 conversion, batch, probe, adaptive chunks under the
 -- watchdog target, tile size from the device's L2, progress, streaming cache writers, checkpoints
 -- and resume.
@@ -378,7 +378,7 @@ function M.starts_fingerprint(starts)
 end
 
 --- Merge the partial caches of a --shard run: `opts.out` and `opts.inputs` (a list of paths,
--- any order). Returns {shards, layout, sequences} (SPEC §Files; `diversity.merge_caches`).
+-- any order). Returns {shards, layout, sequences} (`diversity.merge_caches`).
 function M.merge(opts)
   M.check_switches(opts, { "quiet" })
   if not opts.out then error("diversity: merge: --out FILE is required", 0) end
@@ -461,7 +461,8 @@ function M.run(opts)
   if opts.top_k and (opts.top_k < 0 or opts.top_k ~= math.floor(opts.top_k)) then
     error("diversity: --top-k must be a non-negative integer, got " .. tostring(opts.top_k), 0)
   end
-  -- A shard (issue 7): checked before any device or file work.
+  -- A shard (one part of the starts, for a cluster's array job): checked before any device or
+  -- file work.
   local shard = opts.shard ~= nil and M.parse_shard(opts.shard) or nil
   if shard and opts.binary then
     error("diversity: --binary cannot be combined with --shard: the binary cache holds a row "
@@ -511,7 +512,7 @@ function M.run(opts)
   if shard then starts = M.shard_starts(all_starts, shard) end
   local steps = math.min(opts.top_k or (n - 1), n - 1)
   local tile = opts.tile or M.tile_size(caps.l2_bytes, dim, opts.precision)
-  -- The engine (SPEC §Modes: auto = gram when G fits the device's memory budget, else scan),
+  -- The engine (auto = gram when G fits the device's memory budget, else scan),
   -- chosen by the Rust side (mode, reason in words, reason code, why G does not fit), reported
   -- before any work and written into the metadata.
   local mode, mode_reason, mode_code, unfit = ctx:mode_for(n, dim, opts.precision, opts.mode)
@@ -966,7 +967,8 @@ end
 -- batches are shared out as devices become free, so each device takes work in proportion to its
 -- speed), checkpointing each chunk, and stream the rows to the writers in batch order. Jobs step
 -- on threads of their own (`job:start`, `diversity.wait_any`), so one Lua thread keeps every
--- device busy. A sequence does not depend on its batch or device (SPEC §Exactness 1), so the
+-- device busy. A sequence does not depend on its batch or device (the same bits
+-- for any tile, chunk, batch, start order or device count), so the
 -- output is the same bytes for any number of devices. The checkpoint in `ckdir` is left in
 -- place: the caller removes it (`M.remove_checkpoint`) once its outputs are renamed into place.
 function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)

@@ -1,5 +1,6 @@
-//! Writing and reading the sequence caches of SPEC §Files, so that a failed run never leaves a
-//! partial or stale file behind. Every public item is re-exported here from its submodule:
+//! Writing and reading the sequence caches (`diversity_cache.json`, the uint32 binary cache, the
+//! k-NN graph), so that a failed run never leaves a partial or stale file behind. Every public
+//! item is re-exported here from its submodule:
 //!
 //! - `pending`: [`PendingFile`] (temporary file, renamed into place), which every writer uses.
 //! - `checksum`: [`table_checksum`], and the checksum a JSON cache carries of itself

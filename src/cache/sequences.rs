@@ -8,7 +8,7 @@ use serde_json::Value;
 use std::collections::HashSet;
 use std::path::Path;
 
-/// Streaming writer of `diversity_cache.json` (SPEC §Files):
+/// Streaming writer of `diversity_cache.json`:
 /// `{"metadata":{…},"sequences":{"<key>":[value, …], …}}`.
 ///
 /// Sequences are appended batch by batch as the device produces them and formatted straight to a
@@ -38,9 +38,9 @@ impl JsonCacheWriter {
     /// Start a cache at `path`: create the temporary file beside it (the output location check)
     /// and write `{"metadata":<metadata>,"sequences":{`.
     ///
-    /// `metadata` must be a JSON object (SPEC lists model, num_poems, algorithm, generated_at,
-    /// batch_size, top_k, space, precision, mode, device); `ids` are the table's row ids, strings
-    /// or numbers, unique.
+    /// `metadata` must be a JSON object (the driver writes model, num_poems, algorithm,
+    /// generated_at, batch_size, top_k, space, precision, mode, device); `ids` are the table's
+    /// row ids, strings or numbers, unique.
     ///
     /// The metadata of a shard (it has `"shard"`, see [`SHARD_KEYS`]) gains the file's own
     /// checksum as its last member ([`CHECKSUM_KEY`], filled in by [`finish`](Self::finish)),

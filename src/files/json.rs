@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 /// Load an `embeddings.json` file: `{metadata:{…}, embeddings:[{poem_index, id, embedding:[D
-/// floats]}, …]}` (SPEC §Files).
+/// floats]}, …]}`.
 ///
 /// Rows come out sorted by `poem_index` (file order when no entry has one), because that is the
 /// row numbering the user's tools use. Each row's id is its `id`, or its `poem_index` when it has

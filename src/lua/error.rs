@@ -1,5 +1,6 @@
-//! Errors as Lua sees them (SPEC §Lua API): a Lua string `"diversity.<call>: <cause>"`. Crate
-//! errors convert in one place, [`LuaCtx::lua_ctx`], with the crate's message as the cause.
+//! Errors as Lua sees them: every error, argument errors included, is a Lua string
+//! `"diversity.<call>: <cause>"`. Crate errors convert in one place, [`LuaCtx::lua_ctx`], with the
+//! crate's message as the cause.
 
 use mlua::prelude::*;
 

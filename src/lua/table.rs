@@ -28,8 +28,9 @@ impl UserData for LTable {
             let t = this.get(call)?.clone().with_ids(ids).lua_ctx(call)?;
             Ok(LTable::new("table", t))
         });
-        // SPEC §Exactness 2 on one sequence (0-based indices), against the table as stored at
-        // `precision`: returns the worst excess, or raises naming the step.
+        // The ε-argmax check on one sequence (0-based indices): every pick within `eps` of the
+        // best float64 distance along the sequence's own prefix, against the table as stored at
+        // `precision`. Returns the worst excess, or raises naming the step.
         m.add_method(
             "check_sequence",
             |_, this, (start, seq, eps, precision): (Value, LuaTable, Option<f64>, Option<String>)| {
