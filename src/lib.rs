@@ -34,8 +34,10 @@ pub mod limits;
 #[cfg(feature = "lua")]
 mod lua;
 mod memory;
+pub mod metric;
 pub mod mode;
 pub mod multi;
+mod pending_file;
 pub mod rankings;
 pub mod reference;
 pub mod scan;
@@ -53,7 +55,8 @@ pub use gram::{Gram, GramJob, GramOptions, Placement};
 pub use ivf::{
     kmeans, IvfFlat, IvfOptions, IvfPq, IvfPqOptions, IvfPqSearch, KMeans, KMeansOptions,
 };
-pub use knn::{knn, KnnOptions, KnnResult, Metric};
+pub use knn::{knn, KnnOptions, KnnResult};
+pub use metric::Metric;
 pub use mode::Mode;
 pub use multi::{open_devices, IndexReplicas, IndexShards};
 pub use scan::{ScanJob, ScanKernel, ScanOptions, Shape};

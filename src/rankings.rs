@@ -26,7 +26,8 @@
 use crate::cache::{KnnGraphWriter, KnnMetric, RankingsWriter, KNN_PAD};
 use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
-use crate::knn::{knn_flat, KnnOptions, KnnPath, Metric, NO_ID};
+use crate::knn::{knn_flat, KnnOptions, KnnPath, NO_ID};
+use crate::metric::Metric;
 use crate::table::Table;
 use serde_json::Value;
 use std::path::Path;

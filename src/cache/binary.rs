@@ -1,12 +1,12 @@
 //! [`BinaryCacheWriter`] and [`BinaryCache`]: the user's binary cache, a little-endian uint32
 //! `N` followed by N rows of L uint32.
 
-use super::pending::io_err;
 use super::rows::{
     check_flat_len, format_err, le_u32s, open_with_size, read_at, rows_u32, sequence_row_problem,
     ListChecker, RowFile,
 };
 use crate::error::{Error, Result};
+use crate::pending_file::io_err;
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};

@@ -2,11 +2,12 @@
 //! [`merge_graphs`], which rebuilds the one-shot graph file from every shard's slice.
 
 use super::checksum::{fnv1a64, FNV64_START};
-use super::knn_graph::{KnnGraphWriter, KnnMetric, KNN_PAD};
+use super::knn_graph::{KnnGraphWriter, KnnMetric};
 use super::merge::{shard_len, ShardLayout};
-use super::pending::{io_err, PendingFile};
+use super::rows::KNN_PAD;
 use super::rows::{format_err, le_u32s, open_with_size};
 use crate::error::{Error, Result};
+use crate::pending_file::{io_err, PendingFile};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};

@@ -3,8 +3,8 @@
 //! allocation (on several threads for large batches) and mapped through the table's row ids.
 
 use super::checksum::{fnv1a64, CHECKSUM_KEY, CHECKSUM_PLACEHOLDER, FNV64_START};
-use super::pending::{check_not_failed, io_err, PendingFile};
 use crate::error::{Error, Result};
+use crate::pending_file::{check_not_failed, io_err, PendingFile};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::fs::File;

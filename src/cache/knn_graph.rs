@@ -1,12 +1,12 @@
 //! The k-NN graph file: its format constants, [`KnnMetric`], the writer [`KnnGraphWriter`] and
 //! the reader [`KnnGraph`].
 
-use super::pending::io_err;
 use super::rows::{
     check_flat_len, format_err, item_out_of_range, le_u32s, open_with_size, read_at, rows_u32,
-    ListChecker, RowFile,
+    ListChecker, RowFile, KNN_PAD,
 };
 use crate::error::{Error, Result};
+use crate::pending_file::io_err;
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -17,8 +17,6 @@ pub const KNN_MAGIC: [u8; 4] = *b"DKNN";
 pub const KNN_VERSION: u32 = 1;
 /// Bytes of the k-NN graph file's header.
 pub const KNN_HEADER: u64 = 24;
-/// A missing neighbour's id (a row of fewer than k real neighbours, e.g. k ≥ N).
-pub const KNN_PAD: u32 = u32::MAX;
 
 /// What a k-NN graph's values are, and so which way is closer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

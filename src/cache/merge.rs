@@ -3,8 +3,8 @@
 
 use super::checksum::{check_checksum_bytes, CHECKSUM_KEY};
 use super::json_stream::{JsonStream, PIECE_BYTES};
-use super::pending::{io_err, PendingFile};
 use crate::error::{Error, Result};
+use crate::pending_file::{io_err, PendingFile};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,8 @@
 //! k-NN graph), so that a failed run never leaves a partial or stale file behind. Every public
 //! item is re-exported here from its submodule:
 //!
-//! - `pending`: [`PendingFile`] (temporary file, renamed into place), which every writer uses.
+//! - [`PendingFile`] (temporary file, renamed into place), which every writer uses, comes from
+//!   the crate's atomic-write module below this one.
 //! - `checksum`: [`table_checksum`], and the checksum a JSON cache carries of itself
 //!   ([`CHECKSUM_KEY`], [`verify_checksum`]).
 //! - `json_stream`: the streaming JSON writer shared by the two JSON caches and the merge.
@@ -23,22 +24,20 @@ mod json_stream;
 mod knn_graph;
 mod merge;
 mod metadata;
-mod pending;
 mod rankings;
 mod rows;
 mod sequences;
 
+pub use crate::pending_file::{stale_removed, PendingFile};
 pub use binary::{BinaryCache, BinaryCacheWriter};
 pub use checksum::{table_checksum, verify_checksum, CHECKSUM_KEY};
 pub use graph_shard::{merge_graphs, KnnGraphShard, KNN_SHARD_MAGIC};
-pub use knn_graph::{
-    KnnGraph, KnnGraphWriter, KnnMetric, KNN_HEADER, KNN_MAGIC, KNN_PAD, KNN_VERSION,
-};
+pub use knn_graph::{KnnGraph, KnnGraphWriter, KnnMetric, KNN_HEADER, KNN_MAGIC, KNN_VERSION};
 pub use merge::{
     merge_caches, merge_rankings, shard_len, MergeReport, ShardLayout, RANKINGS_SHARD_KEYS,
     SHARD_KEYS, SHARD_TABLE_KEY,
 };
 pub use metadata::read_metadata;
-pub use pending::{stale_removed, PendingFile};
 pub use rankings::RankingsWriter;
+pub use rows::KNN_PAD;
 pub use sequences::JsonCacheWriter;

@@ -2,12 +2,14 @@
 //! one item's list of other items, the pre-sized row file the binary cache and the k-NN graph
 //! are written through, and positioned reads of a row.
 
-use super::knn_graph::KNN_PAD;
-use super::pending::{check_not_failed, io_err, PendingFile};
 use crate::error::{Error, Result};
+use crate::pending_file::{check_not_failed, io_err, PendingFile};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
+
+/// A missing neighbour's id (a row of fewer than k real neighbours, e.g. k ≥ N).
+pub const KNN_PAD: u32 = u32::MAX;
 
 /// Refuse a flat batch whose length is not `rows × len`.
 pub(super) fn check_flat_len(

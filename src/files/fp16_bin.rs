@@ -3,9 +3,9 @@
 //! foreign or edited file is refused.
 
 use super::{format_err, kind, read, table};
-use crate::cache::PendingFile;
 use crate::checksum::{fnv1a64, FNV64_PRIME, FNV64_START};
 use crate::error::{Error, Result};
+use crate::pending_file::PendingFile;
 use crate::table::Table;
 use half::f16;
 use serde_json::Value;

@@ -31,8 +31,8 @@ pub use fp16_bin::{
 pub use json::load_embeddings_json;
 pub use npy::{load_npy, save_npy_f16, save_npy_f32};
 
-use crate::cache::PendingFile;
 use crate::error::{Error, Result};
+use crate::pending_file::PendingFile;
 use crate::table::Table;
 use serde_json::Value;
 use std::io::Write;

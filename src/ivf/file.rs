@@ -22,11 +22,11 @@
 //! [`Error::Format`] naming the file and the fault, before anything is uploaded.
 
 use super::{IvfFlat, IvfOptions, KMeansOptions};
-use crate::cache::PendingFile;
 use crate::checksum;
 use crate::device::Context;
 use crate::error::{Error, Result};
-use crate::knn::Metric;
+use crate::metric::Metric;
+use crate::pending_file::PendingFile;
 use crate::table::Precision;
 use std::io::Write;
 use std::path::Path;

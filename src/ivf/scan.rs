@@ -26,7 +26,7 @@
 
 use crate::device::{loop_budget, Buffer, Capabilities, Context, PipelineKey};
 use crate::error::{Error, Result};
-use crate::knn::Metric;
+use crate::metric::Metric;
 use crate::spirv::{self, checked_push, spirv_for};
 use crate::submit::{barrier, bind, Set, Submitter};
 use crate::table::{Precision, Table};

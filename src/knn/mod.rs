@@ -78,6 +78,7 @@ mod warp;
 use crate::device::Context;
 use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
+pub use crate::metric::Metric;
 use crate::submit::Submitter;
 use crate::table::Table;
 use launch::{Launch, Pipelines};
@@ -91,49 +92,6 @@ pub const MAX_WARP_K: usize = 1024;
 /// 64 is right at subgroup sizes 4 and 8; 128 gave wrong results at size 4 (right at 8), 256
 /// at both — cause not found (a miscompile of large private arrays is suspected).
 pub const MAX_WARP_REGS: usize = 64;
-
-/// Similarity or distance.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Metric {
-    /// `q · e`, largest first.
-    InnerProduct,
-    /// `q · e / (|q| |e|)`, largest first; 0 against a zero row or for a zero query.
-    Cosine,
-    /// Squared Euclidean distance `|q - e|²`, smallest first.
-    L2,
-}
-
-impl Metric {
-    /// `ip`, `cosine` or `l2`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Metric::InnerProduct => "ip",
-            Metric::Cosine => "cosine",
-            Metric::L2 => "l2",
-        }
-    }
-    fn code(self) -> u32 {
-        match self {
-            Metric::InnerProduct => 0,
-            Metric::Cosine => 1,
-            Metric::L2 => 2,
-        }
-    }
-}
-
-impl std::str::FromStr for Metric {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "ip" | "inner_product" | "dot" => Ok(Metric::InnerProduct),
-            "cosine" | "cos" => Ok(Metric::Cosine),
-            "l2" | "L2" => Ok(Metric::L2),
-            _ => Err(Error::Invalid(format!(
-                "metric '{s}': expected ip, cosine or l2"
-            ))),
-        }
-    }
-}
 
 /// How [`knn`] runs.
 #[derive(Clone, Debug)]

@@ -6,10 +6,11 @@
 
 use super::launch::Side;
 use super::plan::Plan;
-use super::{KnnResult, Metric, NO_ID};
+use super::{KnnResult, NO_ID};
 use crate::device::{Buffer, Pipeline};
 use crate::device_table::DeviceTable;
 use crate::error::Result;
+use crate::metric::Metric;
 use crate::submit::{bind, Set, Submitter};
 use std::cell::RefCell;
 

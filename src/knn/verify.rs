@@ -6,8 +6,9 @@
 //! returned, within 1e-5 of the metric's scale (ties may go either way, nothing else may).
 //! Costs one table download and `sample × N × D` float64 multiply-adds on the host.
 
-use super::{KnnResult, Metric, NO_ID};
+use super::{KnnResult, NO_ID};
 use crate::error::{Error, Result};
+use crate::metric::Metric;
 use crate::reference::knn_reference;
 use crate::table::{Precision, Table};
 

@@ -1,5 +1,8 @@
-//! [`PendingFile`]: the temporary file every writer here goes through, so that a failed run
-//! never leaves a partial or stale file behind; and the I/O error helpers the writers share.
+//! Atomic file writes: [`PendingFile`], the temporary file every writer of the crate goes
+//! through (the caches, the fp16 `.bin` and `.npy` files, the IVF index files), renamed into
+//! place only when the whole file is written, so that a failed run never leaves a partial or
+//! stale file behind; and the I/O error helpers the writers share. It may touch the file system
+//! and [`crate::error`], nothing else of the crate.
 
 use crate::error::{Error, Result};
 use std::ffi::OsString;
@@ -204,7 +207,7 @@ impl Drop for PendingFile {
 }
 
 /// An I/O error of `path`.
-pub(super) fn io_err(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
+pub(crate) fn io_err(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
     move |source| Error::Io {
         path: path.to_path_buf(),
         source,
@@ -213,7 +216,7 @@ pub(super) fn io_err(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
 
 /// Refuse a writer (of the file named `what`) whose earlier I/O error may have left part of a
 /// batch in its file: on `finish` the file "was not written", otherwise "start a new one".
-pub(super) fn check_not_failed(failed: bool, path: &Path, what: &str, finish: bool) -> Result<()> {
+pub(crate) fn check_not_failed(failed: bool, path: &Path, what: &str, finish: bool) -> Result<()> {
     if !failed {
         return Ok(());
     }
