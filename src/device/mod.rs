@@ -1,0 +1,534 @@
+//! The Vulkan device layer: [`Context`], an open device with its queue, allocator, descriptor-set
+//! layout and pipelines. Rust owns every Vulkan object; a context is a cheap clone (an `Arc`)
+//! and every buffer or pipeline keeps its context alive, so destruction always runs in the right
+//! order: allocations before the allocator, the allocator before the device, the device before
+//! the instance. This file opens and closes the device; which device (instance, listing,
+//! ranking, selection by name, index or UUID) is in `choice.rs`, what it can do in `caps.rs`,
+//! the pipeline cache in `pipelines.rs`. Buffers and transfers are in `memory.rs`, command
+//! submission in `submit.rs`. It touches Vulkan and the environment variables below, nothing
+//! of the engines.
+
+mod caps;
+mod choice;
+mod pipelines;
+
+#[cfg(test)]
+pub(crate) use caps::test_caps;
+pub use caps::{
+    check_loop_budget, host_memory_bytes, is_cpu_device, loop_budget, Capabilities,
+    LLVMPIPE_LOOP_LIMIT,
+};
+pub use choice::{is_uuid_selector, match_uuid, uuid_string, DeviceInfo};
+pub(crate) use pipelines::{Pipeline, PipelineKey};
+
+use crate::error::{Error, Result, VkContext};
+use ash::vk;
+use caps::{coopmat_shape_supported, disabled, l2_for};
+use choice::{create_instance, load_entry, type_name, version_string};
+use gpu_allocator::vulkan::{Allocator, AllocatorCreateDesc};
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A device buffer with its memory (defined with the transfers in `memory.rs`).
+pub use crate::memory::Buffer;
+
+/// Environment variable naming the device to use (a substring of its name, its index in
+/// [`Context::list_devices`], or its UUID as `GPU-…`, see [`match_uuid`]). The
+/// [`ContextOptions::device`] option wins over it.
+pub const ENV_DEVICE: &str = "DIVERSITY_DEVICE";
+/// Environment variable overriding the L2 size in bytes (Vulkan cannot query it).
+pub const ENV_L2_BYTES: &str = "DIVERSITY_L2_BYTES";
+/// Environment variable turning optional features off, comma separated: `fp16`, `timestamps`,
+/// `subgroups` (the gram engine then reduces through shared memory), `coopmat` (the scan then
+/// runs its fp32 kernels, not the tensor-core filter), `float64` (k-means then sums its
+/// clusters on the host).
+/// Every fallback path can so be tested on any machine.
+pub const ENV_DISABLE: &str = "DIVERSITY_DISABLE";
+/// Environment variable that turns validation layers on (`1`) for every context.
+pub const ENV_VALIDATION: &str = "DIVERSITY_VALIDATION";
+
+/// How to open a device.
+#[derive(Clone, Debug, Default)]
+pub struct ContextOptions {
+    /// A substring of the device name (case-insensitive), an index into
+    /// [`Context::list_devices`], or the device's UUID as NVIDIA's tools write it (`GPU-…`, a
+    /// unique prefix will do; see [`match_uuid`]: never taken as a name); `None` takes
+    /// [`ENV_DEVICE`], else the best device (discrete GPU first, then integrated, virtual, CPU).
+    pub device: Option<String>,
+    /// Enable `VK_LAYER_KHRONOS_validation` and collect its messages
+    /// ([`Context::validation_messages`]). Also on when [`ENV_VALIDATION`] is `1`.
+    pub validation: bool,
+}
+
+struct Debug {
+    utils: ash::ext::debug_utils::Instance,
+    messenger: vk::DebugUtilsMessengerEXT,
+    messages: *mut Mutex<Vec<String>>,
+}
+
+pub(crate) struct Inner {
+    _entry: ash::Entry,
+    instance: ash::Instance,
+    debug: Option<Debug>,
+    pub(crate) device: ash::Device,
+    pub(crate) queue: Mutex<vk::Queue>,
+    pub(crate) allocator: Mutex<Option<Allocator>>,
+    pub(crate) command_pool: Mutex<vk::CommandPool>,
+    pub(crate) set_layout: vk::DescriptorSetLayout,
+    pipelines: Mutex<HashMap<PipelineKey, Arc<Pipeline>>>,
+    pub(crate) caps: Capabilities,
+    timestamp_mask: u64,
+}
+
+// The raw pointers are only the debug callback's message sink, guarded by its mutex.
+unsafe impl Send for Inner {}
+unsafe impl Sync for Inner {}
+
+/// Single storage-buffer bindings (0..8) of the one descriptor-set layout every pipeline uses.
+pub(crate) const SINGLE_BINDINGS: u32 = 8;
+/// Binding 8 is an array of this many storage buffers: the slabs of the Gram matrix (one buffer
+/// binding may see only `maxStorageBufferRange` bytes, 4 GiB on most GPUs, 128 MiB on lavapipe).
+pub(crate) const G_SLABS: u32 = 8;
+/// Bindings 9 to 13, after the slab array: the tensor-core scan's filter buffers
+/// (`filter_common.glsl`).
+pub(crate) const FILTER_BINDING: u32 = SINGLE_BINDINGS + 1;
+/// Single bindings after the slab array.
+pub(crate) const FILTER_BINDINGS: u32 = 5;
+/// Storage-buffer descriptors in one set of that layout.
+pub(crate) const BINDINGS: u32 = SINGLE_BINDINGS + G_SLABS + FILTER_BINDINGS;
+
+/// An open Vulkan device with its queue, allocator and pipelines. Cloning shares it.
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) inner: Arc<Inner>,
+}
+
+unsafe extern "system" fn debug_callback(
+    severity: vk::DebugUtilsMessageSeverityFlagsEXT,
+    _types: vk::DebugUtilsMessageTypeFlagsEXT,
+    data: *const vk::DebugUtilsMessengerCallbackDataEXT<'_>,
+    user: *mut c_void,
+) -> vk::Bool32 {
+    if !data.is_null() && !user.is_null() {
+        let msg = (*data)
+            .message_as_c_str()
+            .map(|m| m.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let sink = &*(user as *const Mutex<Vec<String>>);
+        if let Ok(mut v) = sink.lock() {
+            // Keep the first messages; a broken loop would otherwise grow this without bound.
+            if v.len() < 64 {
+                v.push(format!("{severity:?}: {msg}"));
+            }
+        }
+    }
+    vk::FALSE
+}
+
+impl Context {
+    /// Open a device (see [`ContextOptions`]).
+    pub fn new(opts: &ContextOptions) -> Result<Context> {
+        let validation = opts.validation
+            || std::env::var(ENV_VALIDATION)
+                .map(|v| v == "1")
+                .unwrap_or(false);
+        let entry = load_entry()?;
+        let instance = create_instance(&entry, validation)?;
+        // From here on, `guard` destroys the instance if anything fails.
+        let mut guard = InstanceGuard {
+            instance: Some(instance),
+        };
+        let instance = guard.instance.as_ref().unwrap_or_else(|| unreachable!());
+        let debug = if validation {
+            let utils = ash::ext::debug_utils::Instance::new(&entry, instance);
+            let sink: *mut Mutex<Vec<String>> = Box::into_raw(Box::new(Mutex::new(Vec::new())));
+            let info = vk::DebugUtilsMessengerCreateInfoEXT::default()
+                .message_severity(
+                    vk::DebugUtilsMessageSeverityFlagsEXT::ERROR
+                        | vk::DebugUtilsMessageSeverityFlagsEXT::WARNING,
+                )
+                .message_type(
+                    vk::DebugUtilsMessageTypeFlagsEXT::VALIDATION
+                        | vk::DebugUtilsMessageTypeFlagsEXT::GENERAL,
+                )
+                .pfn_user_callback(Some(debug_callback))
+                .user_data(sink as *mut c_void);
+            match unsafe { utils.create_debug_utils_messenger(&info, None) } {
+                Ok(messenger) => Some(Debug {
+                    utils,
+                    messenger,
+                    messages: sink,
+                }),
+                Err(e) => {
+                    drop(unsafe { Box::from_raw(sink) });
+                    return Err(Error::Vulkan {
+                        call: "vkCreateDebugUtilsMessengerEXT",
+                        result: e,
+                    });
+                }
+            }
+        } else {
+            None
+        };
+        let result = Self::open_device(&entry, instance, opts);
+        let (physical, device, queue_family, caps, timestamp_mask) = match result {
+            Ok(v) => v,
+            Err(e) => {
+                if let Some(d) = debug {
+                    unsafe {
+                        d.utils.destroy_debug_utils_messenger(d.messenger, None);
+                        drop(Box::from_raw(d.messages));
+                    }
+                }
+                return Err(e);
+            }
+        };
+        let instance = guard.instance.take().unwrap_or_else(|| unreachable!());
+        let queue = unsafe { device.get_device_queue(queue_family, 0) };
+        let allocator = Allocator::new(&AllocatorCreateDesc {
+            instance: instance.clone(),
+            device: device.clone(),
+            physical_device: physical,
+            debug_settings: Default::default(),
+            buffer_device_address: false,
+            allocation_sizes: Default::default(),
+        });
+        // Build the inner object first so that its Drop cleans up whatever follows.
+        let mut inner = Inner {
+            _entry: entry,
+            instance,
+            debug,
+            device,
+            queue: Mutex::new(queue),
+            allocator: Mutex::new(None),
+            command_pool: Mutex::new(vk::CommandPool::null()),
+            set_layout: vk::DescriptorSetLayout::null(),
+            pipelines: Mutex::new(HashMap::new()),
+            caps,
+            timestamp_mask,
+        };
+        inner.allocator = Mutex::new(Some(allocator.map_err(|e| Error::Alloc {
+            what: "allocator",
+            bytes: 0,
+            reason: e.to_string(),
+        })?));
+        let pool_info = vk::CommandPoolCreateInfo::default()
+            .queue_family_index(queue_family)
+            .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
+        inner.command_pool = Mutex::new(
+            unsafe { inner.device.create_command_pool(&pool_info, None) }
+                .vk("vkCreateCommandPool")?,
+        );
+        let bindings: Vec<_> = (0..FILTER_BINDING + FILTER_BINDINGS)
+            .map(|b| {
+                vk::DescriptorSetLayoutBinding::default()
+                    .binding(b)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .descriptor_count(if b == SINGLE_BINDINGS { G_SLABS } else { 1 })
+                    .stage_flags(vk::ShaderStageFlags::COMPUTE)
+            })
+            .collect();
+        inner.set_layout = unsafe {
+            inner.device.create_descriptor_set_layout(
+                &vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings),
+                None,
+            )
+        }
+        .vk("vkCreateDescriptorSetLayout")?;
+        Ok(Context {
+            inner: Arc::new(inner),
+        })
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn open_device(
+        entry: &ash::Entry,
+        instance: &ash::Instance,
+        opts: &ContextOptions,
+    ) -> Result<(vk::PhysicalDevice, ash::Device, u32, Capabilities, u64)> {
+        let _ = entry;
+        let chosen = &choice::choose(instance, opts)?;
+        let pd = chosen.0;
+        let props = unsafe { instance.get_physical_device_properties(pd) };
+        let mut subgroup = vk::PhysicalDeviceSubgroupProperties::default();
+        let mut driver = vk::PhysicalDeviceDriverProperties::default();
+        let mut props2 = vk::PhysicalDeviceProperties2::default()
+            .push_next(&mut subgroup)
+            .push_next(&mut driver);
+        unsafe { instance.get_physical_device_properties2(pd, &mut props2) };
+        let mut f11 = vk::PhysicalDeviceVulkan11Features::default();
+        let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
+        let mut fcm = vk::PhysicalDeviceCooperativeMatrixFeaturesNV::default();
+        let mut feats2 = vk::PhysicalDeviceFeatures2::default()
+            .push_next(&mut f11)
+            .push_next(&mut f12);
+        let exts = unsafe { instance.enumerate_device_extension_properties(pd) }
+            .vk("vkEnumerateDeviceExtensionProperties")?;
+        let has_ext = |name: &std::ffi::CStr| {
+            exts.iter()
+                .any(|e| e.extension_name_as_c_str().ok() == Some(name))
+        };
+        let has_coopmat_ext = has_ext(ash::nv::cooperative_matrix::NAME);
+        if has_coopmat_ext {
+            feats2 = feats2.push_next(&mut fcm);
+        }
+        let mut fpe = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default();
+        let want_stats = std::env::var_os("DIVERSITY_PIPELINE_STATS").is_some()
+            && has_ext(ash::khr::pipeline_executable_properties::NAME);
+        if want_stats {
+            feats2 = feats2.push_next(&mut fpe);
+        }
+        unsafe { instance.get_physical_device_features2(pd, &mut feats2) };
+        let buffer_array_indexing =
+            feats2.features.shader_storage_buffer_array_dynamic_indexing == vk::TRUE;
+        let float64 = feats2.features.shader_float64 == vk::TRUE && !disabled("float64");
+        let coopmat_feature = fcm.cooperative_matrix == vk::TRUE;
+        let pipeline_stats = want_stats && fpe.pipeline_executable_info == vk::TRUE;
+        let qfs = unsafe { instance.get_physical_device_queue_family_properties(pd) };
+        // Prefer a compute-only queue family (async compute on GPUs), else any with compute.
+        let qf = qfs
+            .iter()
+            .position(|q| {
+                q.queue_flags.contains(vk::QueueFlags::COMPUTE)
+                    && !q.queue_flags.contains(vk::QueueFlags::GRAPHICS)
+            })
+            .or_else(|| {
+                qfs.iter()
+                    .position(|q| q.queue_flags.contains(vk::QueueFlags::COMPUTE))
+            })
+            .unwrap_or(0) as u32;
+        let valid_bits = qfs[qf as usize].timestamp_valid_bits;
+        let has_budget = has_ext(ash::ext::memory_budget::NAME);
+        let mem = unsafe { instance.get_physical_device_memory_properties(pd) };
+        let mut budget_props = vk::PhysicalDeviceMemoryBudgetPropertiesEXT::default();
+        let mut mem2 = vk::PhysicalDeviceMemoryProperties2::default();
+        if has_budget {
+            mem2 = mem2.push_next(&mut budget_props);
+        }
+        unsafe { instance.get_physical_device_memory_properties2(pd, &mut mem2) };
+        let heaps = &mem.memory_heaps[..mem.memory_heap_count as usize];
+        let budget = heaps
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL))
+            .map(|(i, h)| {
+                if has_budget && budget_props.heap_budget[i] > 0 {
+                    budget_props.heap_budget[i]
+                } else {
+                    h.size
+                }
+            })
+            .max()
+            .unwrap_or_else(|| heaps.iter().map(|h| h.size).max().unwrap_or(0));
+        let device_local_bytes = heaps
+            .iter()
+            .filter(|h| h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL))
+            .map(|h| h.size)
+            .sum();
+        let name = chosen.1.clone();
+        let fp16_storage = f11.storage_buffer16_bit_access == vk::TRUE && !disabled("fp16");
+        let timestamps = valid_bits > 0
+            && props.limits.timestamp_compute_and_graphics == vk::TRUE
+            && f12.host_query_reset == vk::TRUE
+            && !disabled("timestamps");
+        let (l2_bytes, l2_source) = l2_for(&name, props.device_type);
+        let driver_name = driver
+            .driver_name_as_c_str()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let driver_info = driver
+            .driver_info_as_c_str()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let subgroup_arithmetic = subgroup
+            .supported_operations
+            .contains(vk::SubgroupFeatureFlags::ARITHMETIC)
+            && subgroup
+                .supported_stages
+                .contains(vk::ShaderStageFlags::COMPUTE)
+            && !disabled("subgroups");
+        // The tensor-core filter also reduces with subgroup arithmetic and ballots.
+        let coopmat = has_coopmat_ext
+            && subgroup_arithmetic
+            && subgroup
+                .supported_operations
+                .contains(vk::SubgroupFeatureFlags::BALLOT)
+            && coopmat_feature
+            && fp16_storage
+            && f12.shader_float16 == vk::TRUE
+            && f12.vulkan_memory_model == vk::TRUE
+            && subgroup.subgroup_size == 32
+            && !disabled("coopmat")
+            && coopmat_shape_supported(entry, instance, pd);
+        let loop_limit = (driver.driver_id == vk::DriverId::MESA_LLVMPIPE
+            || name.contains("llvmpipe"))
+        .then_some(LLVMPIPE_LOOP_LIMIT);
+        let caps = Capabilities {
+            name,
+            device_type: type_name(props.device_type).into(),
+            uuid: uuid_string(&chosen.3),
+            driver: format!("{driver_name} {driver_info}").trim().to_string(),
+            api_version: version_string(props.api_version),
+            fp16_storage,
+            subgroup_size: subgroup.subgroup_size,
+            subgroup_arithmetic,
+            buffer_array_indexing,
+            shared_memory_bytes: props.limits.max_compute_shared_memory_size,
+            max_buffer_range: props.limits.max_storage_buffer_range as u64,
+            max_workgroup_invocations: props.limits.max_compute_work_group_invocations,
+            max_workgroup_count: props.limits.max_compute_work_group_count[0],
+            timestamps,
+            timestamp_period_ns: props.limits.timestamp_period as f64,
+            memory_budget_bytes: budget,
+            device_local_bytes,
+            l2_bytes,
+            l2_source,
+            loop_limit,
+            coopmat,
+            pipeline_stats,
+            float64,
+        };
+        let priorities = [1.0f32];
+        let queue_info = [vk::DeviceQueueCreateInfo::default()
+            .queue_family_index(qf)
+            .queue_priorities(&priorities)];
+        let mut en11 =
+            vk::PhysicalDeviceVulkan11Features::default().storage_buffer16_bit_access(fp16_storage);
+        let mut en12 = vk::PhysicalDeviceVulkan12Features::default()
+            .host_query_reset(timestamps)
+            .shader_float16(coopmat)
+            .vulkan_memory_model(coopmat);
+        let mut en_cm =
+            vk::PhysicalDeviceCooperativeMatrixFeaturesNV::default().cooperative_matrix(true);
+        let mut dev_exts = Vec::new();
+        if has_budget {
+            dev_exts.push(ash::ext::memory_budget::NAME.as_ptr());
+        }
+        if coopmat {
+            dev_exts.push(ash::nv::cooperative_matrix::NAME.as_ptr());
+        }
+        if pipeline_stats {
+            dev_exts.push(ash::khr::pipeline_executable_properties::NAME.as_ptr());
+        }
+        let mut en_pe = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default()
+            .pipeline_executable_info(true);
+        let base_features = vk::PhysicalDeviceFeatures::default()
+            .shader_storage_buffer_array_dynamic_indexing(caps.buffer_array_indexing)
+            .shader_float64(caps.float64);
+        let info = vk::DeviceCreateInfo::default()
+            .queue_create_infos(&queue_info)
+            .enabled_features(&base_features)
+            .enabled_extension_names(&dev_exts)
+            .push_next(&mut en11)
+            .push_next(&mut en12);
+        let info = if coopmat {
+            info.push_next(&mut en_cm)
+        } else {
+            info
+        };
+        let info = if pipeline_stats {
+            info.push_next(&mut en_pe)
+        } else {
+            info
+        };
+        let device = unsafe { instance.create_device(pd, &info, None) }.vk("vkCreateDevice")?;
+        let mask = if valid_bits >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << valid_bits) - 1
+        };
+        Ok((pd, device, qf, caps, mask))
+    }
+
+    /// The device's capabilities.
+    pub fn caps(&self) -> &Capabilities {
+        &self.inner.caps
+    }
+
+    /// Messages the validation layers reported so far (empty without validation).
+    pub fn validation_messages(&self) -> Vec<String> {
+        match &self.inner.debug {
+            Some(d) => unsafe { &*d.messages }
+                .lock()
+                .map(|v| v.clone())
+                .unwrap_or_default(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Whether validation layers are on.
+    pub fn validation_enabled(&self) -> bool {
+        self.inner.debug.is_some()
+    }
+
+    pub(crate) fn device(&self) -> &ash::Device {
+        &self.inner.device
+    }
+
+    pub(crate) fn allocator(&self) -> MutexGuard<'_, Option<Allocator>> {
+        self.inner
+            .allocator
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Ticks → nanoseconds for a pair of raw timestamps.
+    pub(crate) fn ticks_to_ns(&self, t0: u64, t1: u64) -> u64 {
+        let d = t1.wrapping_sub(t0) & self.inner.timestamp_mask;
+        (d as f64 * self.inner.caps.timestamp_period_ns) as u64
+    }
+}
+
+struct InstanceGuard {
+    instance: Option<ash::Instance>,
+}
+
+impl Drop for InstanceGuard {
+    fn drop(&mut self) {
+        if let Some(i) = self.instance.take() {
+            unsafe { i.destroy_instance(None) };
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        unsafe {
+            let _ = self.device.device_wait_idle();
+            for (_, p) in self
+                .pipelines
+                .get_mut()
+                .unwrap_or_else(|e| e.into_inner())
+                .drain()
+            {
+                self.device.destroy_pipeline(p.pipeline, None);
+                self.device.destroy_pipeline_layout(p.layout, None);
+            }
+            if self.set_layout != vk::DescriptorSetLayout::null() {
+                self.device
+                    .destroy_descriptor_set_layout(self.set_layout, None);
+            }
+            let pool = *self
+                .command_pool
+                .get_mut()
+                .unwrap_or_else(|e| e.into_inner());
+            if pool != vk::CommandPool::null() {
+                self.device.destroy_command_pool(pool, None);
+            }
+            // Allocations are all freed (their owners hold this Arc); the allocator goes before the device.
+            drop(
+                self.allocator
+                    .get_mut()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take(),
+            );
+            self.device.destroy_device(None);
+            if let Some(d) = self.debug.take() {
+                d.utils.destroy_debug_utils_messenger(d.messenger, None);
+                drop(Box::from_raw(d.messages));
+            }
+            self.instance.destroy_instance(None);
+        }
+    }
+}
