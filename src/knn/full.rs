@@ -2,7 +2,8 @@
 //! row (padded with (+inf, NO_ID) to P, a whole number of chunks) into A; each chunk sorted into
 //! B by one workgroup; then merge rounds of doubling run widths, B ↔ A, until one run is left.
 
-use super::launch::{DistPush, Launch, MergePush, Side, SortPush};
+use super::launch::Launch;
+use super::push::{DistPush, MergePush, Side, SortPush};
 use crate::error::Result;
 use crate::submit::barrier;
 

@@ -1,8 +1,9 @@
-//! What the three selection recorders share: the push blocks of the four k-NN shaders (each
-//! checked against its shader), their pipelines specialised by the [`Plan`], and [`Launch`],
-//! which records the blocked distance product and submits.
+//! What the three selection recorders share: the k-NN pipelines specialised by the [`Plan`]
+//! (each push block, from `push`, checked against its shader), and [`Launch`], which records
+//! the blocked distance product and submits.
 
 use super::plan::Plan;
+use super::push::{DistPush, GatherPush, MergePush, SortPush, WarpPush};
 use crate::device::{Context, Pipeline, PipelineKey};
 use crate::error::Result;
 use crate::spirv;
@@ -14,81 +15,6 @@ use std::sync::Arc;
 
 /// Queries and table rows of one workgroup of the blocked distance product (`knn_dist.comp`).
 pub(super) const DIST_BLOCK: usize = 128;
-
-/// Which scratch buffer pair a row is in (the shaders' `dst` / `flip` / `from_b` codes).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Side {
-    /// Keys A (binding 3), ids A (binding 4).
-    A = 0,
-    /// Keys B (binding 5), ids B (binding 6).
-    B = 1,
-}
-
-impl Side {
-    /// The other buffer pair.
-    pub fn other(self) -> Side {
-        match self {
-            Side::A => Side::B,
-            Side::B => Side::A,
-        }
-    }
-}
-
-/// `knn_dist.comp`'s push block.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-pub(crate) struct DistPush {
-    pub dim: u32,
-    pub q0: u32,
-    pub t0: u32,
-    pub cols: u32,
-    pub off: u32,
-    pub pad_to: u32,
-    pub stride: u32,
-    /// 0: A, 1: B, 2: A's keys only.
-    pub dst: u32,
-    pub metric: u32,
-    pub qn: u32,
-}
-
-/// `knn_warp.comp`'s push block.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-pub(crate) struct WarpPush {
-    pub dim: u32,
-    pub q0: u32,
-    pub qn: u32,
-    pub t0: u32,
-    pub cols: u32,
-    pub first: u32,
-    pub stride: u32,
-    pub metric: u32,
-    pub fused: u32,
-    pub a_stride: u32,
-}
-
-/// `knn_sort.comp`'s push block.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-pub(crate) struct SortPush {
-    pub len: u32,
-    pub src_stride: u32,
-    pub dst_stride: u32,
-    pub keep: u32,
-    /// 0: A → B, 1: B → A.
-    pub flip: u32,
-}
-
-/// `knn_merge.comp`'s push block.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-pub(crate) struct MergePush {
-    pub stride: u32,
-    pub len: u32,
-    pub width: u32,
-    /// 1: B → A, 0: A → B.
-    pub from_b: u32,
-}
 
 /// The k-NN pipelines of one call: the distance product, the chunk sort (the plan's chunk,
 /// workgroup and subgroup choice), the merge, and WarpSelect (its bucket) when it runs.
@@ -141,7 +67,7 @@ impl Pipelines {
         let gather = ctx.pipeline(PipelineKey {
             spirv: spirv_for(&spirv::KNN_GATHER, prec),
             spec: vec![],
-            push_bytes: checked_push::<super::scratch::GatherPush>(&spirv::KNN_GATHER)?,
+            push_bytes: checked_push::<GatherPush>(&spirv::KNN_GATHER)?,
         })?;
         Ok(Pipelines {
             dist,

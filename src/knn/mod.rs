@@ -60,8 +60,9 @@
 //!
 //! # Layout
 //! Like Faiss GPU's launchers, one file a piece: `plan.rs` (the pure plan: path, chunk, tiles,
-//! strides, scratch sizes, the loop budget and every refusal), `launch.rs` (the pipelines, push
-//! blocks and the distance product's dispatch the recorders share), one recorder a selection
+//! strides, scratch sizes, the loop budget and every refusal), `push.rs` (the shaders' push
+//! blocks and the scratch side they name), `launch.rs` (the pipelines and the distance
+//! product's dispatch the recorders share), one recorder a selection
 //! path (`warp.rs` WarpSelect, `select.rs` the tiled selection passes, `full.rs` the full
 //! ranking), `scratch.rs` (queries, scratch buffers, the download of the k best) and
 //! `verify.rs` (the float64 cross-check, [`crate::knn_verify`]). The shaders share
@@ -70,6 +71,7 @@
 mod full;
 mod launch;
 mod plan;
+mod push;
 mod scratch;
 mod select;
 pub mod verify;
@@ -538,7 +540,7 @@ pub(crate) struct DeviceKnn<'q> {
     scratch: Scratch<'q>,
     pipes: Pipelines,
     plan: plan::Plan,
-    side: launch::Side,
+    side: push::Side,
     /// Pairs kept a query.
     pub ke: usize,
     /// GPU nanoseconds of the search.

@@ -4,8 +4,8 @@
 //! `knn_gather.comp` (binding 7) when they are short (≤ 256 pairs a query), so one download
 //! brings them; longer ones come back as a region a query.
 
-use super::launch::Side;
 use super::plan::Plan;
+use super::push::{GatherPush, Side};
 use super::{KnnResult, NO_ID};
 use crate::device::{Buffer, Pipeline};
 use crate::device_table::DeviceTable;
@@ -17,16 +17,6 @@ use std::cell::RefCell;
 /// Results of at most this many pairs a query are packed on the device for one download
 /// (`knn_gather.comp`); longer ones come back as a region a query.
 const GATHER_KE: usize = 256;
-
-/// `knn_gather.comp`'s push block.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-pub(crate) struct GatherPush {
-    pub stride: u32,
-    pub ke: u32,
-    pub qn: u32,
-    pub from_b: u32,
-}
 
 /// A scratch id that marks padding (the shaders' `NO_ID`).
 const NO_ID_U32: u32 = u32::MAX;

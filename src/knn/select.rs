@@ -3,7 +3,8 @@
 //! shrink the row — every chunk of S pairs sorted and its first k kept — until one chunk is
 //! left, which holds the k best sorted. The row moves A ↔ B pass by pass.
 
-use super::launch::{DistPush, Launch, Side, SortPush};
+use super::launch::Launch;
+use super::push::{DistPush, Side, SortPush};
 use crate::error::Result;
 use crate::submit::barrier;
 

@@ -2,7 +2,8 @@
 //! tile's keys into A (unless the keys are fused into the selection) and WarpSelect folds them
 //! into the running queues in B; the queues end sorted in B.
 
-use super::launch::{DistPush, Launch, Side, WarpPush};
+use super::launch::Launch;
+use super::push::{DistPush, Side, WarpPush};
 use crate::error::{Error, Result};
 use crate::submit::barrier;
 
