@@ -104,7 +104,7 @@ impl IvfFlat {
         for v in [d, self.nlist, self.ntotal] {
             b.extend_from_slice(&(v as u64).to_le_bytes());
         }
-        for v in &self.centroids {
+        for v in self.coarse.centroids() {
             b.extend_from_slice(&v.to_le_bytes());
         }
         for l in &self.lists {
@@ -138,8 +138,7 @@ impl IvfFlat {
             path: path.to_path_buf(),
             reason,
         })?;
-        let centroids = std::mem::take(&mut index.centroids);
-        index.set_centroids(centroids)?;
+        index.coarse.upload(ctx)?;
         Ok(index)
     }
 
@@ -242,7 +241,7 @@ impl IvfFlat {
             o += size * d * 4;
         }
         index.ntotal = ntotal;
-        index.centroids = centroids; // uploaded by `load`
+        index.coarse.centroids = centroids; // uploaded by `load`
         Ok(index)
     }
 }

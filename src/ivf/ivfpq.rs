@@ -18,12 +18,12 @@
 //!   rows and queries scaled to unit length (float64 norms), the coarse quantizer then an inner
 //!   product one on the unit rows.
 
-use super::kmeans::{kmeans, nearest, KMeans, KMeansOptions};
+use super::coarse::{index_rows, normalized, Coarse};
+use super::kmeans::{nearest, KMeans, KMeansOptions};
 use super::pq::ProductQuantizer;
 use super::pq_scan::PqSlab;
-use super::{normalized, IvfSearchReport, MAX_SCAN_K};
+use super::{IvfSearchReport, MAX_SCAN_K};
 use crate::device::Context;
-use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
 use crate::knn::{check_queries, knn_flat, KnnOptions, KnnResult, Metric, NO_ID};
 use crate::table::{Precision, Table};
@@ -73,9 +73,8 @@ pub struct IvfPq {
     pub(super) metric: Metric,
     pub(super) keep_vectors: bool,
     pub(super) kmeans: KMeansOptions,
-    /// nlist × D, empty until trained.
-    pub(super) centroids: Vec<f32>,
-    pub(super) coarse: Option<DeviceTable>,
+    /// The centroids and their device copy.
+    pub(super) coarse: Coarse,
     pub(super) pq: Option<ProductQuantizer>,
     pub(super) lists: Vec<PqList>,
     pub(super) ntotal: usize,
@@ -103,8 +102,7 @@ impl IvfPq {
             metric: opts.metric,
             keep_vectors: opts.keep_vectors,
             kmeans: opts.kmeans.clone(),
-            centroids: Vec::new(),
-            coarse: None,
+            coarse: Coarse::new(opts.nlist, d),
             pq: None,
             lists: (0..opts.nlist).map(|_| PqList::default()).collect(),
             ntotal: 0,
@@ -143,7 +141,7 @@ impl IvfPq {
     }
     /// The nlist × D coarse centroids (empty until trained).
     pub fn centroids(&self) -> &[f32] {
-        &self.centroids
+        self.coarse.centroids()
     }
     /// The product quantizer (`None` until trained).
     pub fn pq(&self) -> Option<&ProductQuantizer> {
@@ -170,15 +168,6 @@ impl IvfPq {
         }
     }
 
-    /// The rows as the index sees them: unit rows for cosine.
-    fn rows(&self, t: &Table) -> Result<Table> {
-        if self.metric == Metric::Cosine {
-            normalized(t)
-        } else {
-            Ok(t.clone())
-        }
-    }
-
     fn check_dim(&self, what: &str, t: &Table) -> Result<()> {
         if t.d() != self.d {
             return Err(Error::Invalid(format!(
@@ -192,12 +181,12 @@ impl IvfPq {
 
     /// Residuals x − c(list) of `rows`, and their lists.
     fn residuals(&self, rows: &[f32]) -> Result<(Vec<f32>, Vec<u32>)> {
-        let coarse = self.coarse.as_ref().ok_or_else(untrained)?;
+        let coarse = self.coarse.device().ok_or_else(untrained)?;
         let (lists, _, _) = nearest(coarse, rows, self.d, self.coarse_metric())?;
         let d = self.d;
         let mut res = Vec::with_capacity(rows.len());
         for (r, &l) in rows.chunks_exact(d).zip(&lists) {
-            let c = &self.centroids[l as usize * d..(l as usize + 1) * d];
+            let c = &self.coarse.centroids()[l as usize * d..(l as usize + 1) * d];
             res.extend(r.iter().zip(c).map(|(&x, &y)| x - y));
         }
         Ok((res, lists))
@@ -220,9 +209,8 @@ impl IvfPq {
                 table.n()
             )));
         }
-        let rows = self.rows(table)?;
-        let km = kmeans(&self.ctx, &rows, self.nlist, &self.kmeans)?;
-        self.set_centroids(km.centroids.clone())?;
+        let rows = index_rows(self.metric, table)?;
+        let km = self.coarse.train(&self.ctx, &rows, &self.kmeans)?;
         let (res, _) = self.residuals(rows.data())?;
         self.pq = Some(ProductQuantizer::train(
             &self.ctx,
@@ -232,17 +220,6 @@ impl IvfPq {
             &self.kmeans,
         )?);
         Ok(km)
-    }
-
-    pub(super) fn set_centroids(&mut self, c: Vec<f32>) -> Result<()> {
-        let t = Table::new(c, self.nlist, self.d)?;
-        self.coarse = Some(DeviceTable::upload_unchecked(
-            &self.ctx,
-            &t,
-            Precision::Fp32,
-        )?);
-        self.centroids = t.data().to_vec();
-        Ok(())
     }
 
     /// Add `table`'s rows: ids `ntotal`, `ntotal + 1`, … in row order, each coded in the list
@@ -259,7 +236,7 @@ impl IvfPq {
                 table.n()
             )));
         }
-        let rows = self.rows(table)?;
+        let rows = index_rows(self.metric, table)?;
         rows.check_norms(Precision::Fp32)?;
         let (res, lists) = self.residuals(rows.data())?;
         let codes = pq.encode(&self.ctx, &res)?;
@@ -322,7 +299,7 @@ impl IvfPq {
         if !self.is_trained() {
             return Err(untrained());
         }
-        let coarse = self.coarse.as_ref().ok_or_else(untrained)?;
+        let coarse = self.coarse.device().ok_or_else(untrained)?;
         let nprobe = s.nprobe.min(self.nlist);
         // The queries as the index sees them (unit rows for cosine).
         let rows = if self.metric == Metric::Cosine && nq > 0 {
@@ -367,7 +344,7 @@ impl IvfPq {
                 &lists,
                 self.d,
                 self.m,
-                &self.centroids,
+                self.coarse.centroids(),
                 pq.centroids(),
             )?);
         }

@@ -35,6 +35,7 @@
 //! result is [`crate::knn::knn_flat`]'s on the whole table in the same precision: the same ids
 //! and distance bits, ties and padding included.
 
+mod coarse;
 mod file;
 mod ivfpq;
 pub mod kmeans;
@@ -53,6 +54,7 @@ pub use pq_file::{IVFPQ_MAGIC, IVFPQ_VERSION};
 pub use scan::{MAX_SCAN_DIM, MAX_SCAN_K};
 pub use shards::IvfShards;
 
+use coarse::{index_rows, Coarse};
 use crate::device::Context;
 use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
@@ -92,9 +94,8 @@ pub struct IvfFlat {
     metric: Metric,
     precision: Precision,
     kmeans: KMeansOptions,
-    /// nlist × D, empty until trained.
-    centroids: Vec<f32>,
-    coarse: Option<DeviceTable>,
+    /// The centroids and their device copy.
+    coarse: Coarse,
     lists: Vec<List>,
     ntotal: usize,
     /// Every list on the device for the list scan; `None` until the first search (and while
@@ -143,8 +144,7 @@ impl IvfFlat {
             metric: opts.metric,
             precision: opts.precision,
             kmeans: opts.kmeans.clone(),
-            centroids: Vec::new(),
-            coarse: None,
+            coarse: Coarse::new(opts.nlist, d),
             lists: (0..opts.nlist).map(|_| List::default()).collect(),
             ntotal: 0,
             slab: None,
@@ -174,11 +174,11 @@ impl IvfFlat {
     }
     /// Whether [`IvfFlat::train`] has run (or the index was loaded).
     pub fn is_trained(&self) -> bool {
-        !self.centroids.is_empty()
+        !self.coarse.centroids().is_empty()
     }
     /// The nlist × D centroids (empty until trained).
     pub fn centroids(&self) -> &[f32] {
-        &self.centroids
+        self.coarse.centroids()
     }
     /// Rows in each list.
     pub fn list_sizes(&self) -> Vec<usize> {
@@ -214,24 +214,12 @@ impl IvfFlat {
                 "the IVF index is already trained (make a new one to retrain)".into(),
             ));
         }
-        let km = if self.metric == Metric::Cosine {
-            kmeans(&self.ctx, &normalized(table)?, self.nlist, &self.kmeans)?
-        } else {
-            kmeans(&self.ctx, table, self.nlist, &self.kmeans)?
-        };
-        self.set_centroids(km.centroids.clone())?;
-        Ok(km)
+        let rows = index_rows(self.metric, table)?;
+        self.coarse.train(&self.ctx, &rows, &self.kmeans)
     }
 
     pub(super) fn set_centroids(&mut self, c: Vec<f32>) -> Result<()> {
-        let t = Table::new(c, self.nlist, self.d)?;
-        self.coarse = Some(DeviceTable::upload_unchecked(
-            &self.ctx,
-            &t,
-            Precision::Fp32,
-        )?);
-        self.centroids = t.data().to_vec();
-        Ok(())
+        self.coarse.set(&self.ctx, c)
     }
 
     /// Add `table`'s rows: ids `ntotal`, `ntotal + 1`, … in row order, each in the list of
@@ -241,7 +229,7 @@ impl IvfFlat {
     pub fn add(&mut self, table: &Table) -> Result<usize> {
         self.check_dim("added rows", table)?;
         table.check_norms(self.precision)?;
-        let coarse = self.coarse.as_ref().ok_or_else(untrained)?;
+        let coarse = self.coarse.device().ok_or_else(untrained)?;
         let (lists, _, _) = kmeans::nearest(coarse, table.data(), self.d, self.metric)?;
         let first = self.ntotal;
         for (i, &l) in lists.iter().enumerate() {
@@ -299,7 +287,7 @@ impl IvfFlat {
                 "verify is not supported by the IVF search (search a device table for it)".into(),
             ));
         }
-        let coarse = self.coarse.as_ref().ok_or_else(untrained)?;
+        let coarse = self.coarse.device().ok_or_else(untrained)?;
         let nprobe = nprobe.min(self.nlist);
         let copts = KnnOptions {
             k: nprobe,
@@ -488,17 +476,4 @@ impl std::fmt::Debug for IvfFlat {
 
 fn untrained() -> Error {
     Error::Invalid("the IVF index is not trained (train it first)".into())
-}
-
-/// The rows of `t` divided by their float64 norms (a zero row stays zero), rounded to f32.
-fn normalized(t: &Table) -> Result<Table> {
-    let d = t.d();
-    let mut data = Vec::with_capacity(t.data().len());
-    for i in 0..t.n() {
-        let r = t.row(i);
-        let n2: f64 = r.iter().map(|&v| (v as f64) * (v as f64)).sum();
-        let inv = if n2 > 0.0 { 1.0 / n2.sqrt() } else { 0.0 };
-        data.extend(r.iter().map(|&v| (v as f64 * inv) as f32));
-    }
-    Table::new(data, t.n(), d)
 }

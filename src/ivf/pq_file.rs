@@ -53,7 +53,7 @@ impl IvfPq {
         for v in [self.d, self.nlist, self.m, self.ntotal] {
             b.extend_from_slice(&(v as u64).to_le_bytes());
         }
-        for v in self.centroids.iter().chain(pq.centroids()) {
+        for v in self.coarse.centroids().iter().chain(pq.centroids()) {
             b.extend_from_slice(&v.to_le_bytes());
         }
         for l in &self.lists {
@@ -87,8 +87,7 @@ impl IvfPq {
             path: path.to_path_buf(),
             reason,
         })?;
-        let centroids = std::mem::take(&mut index.centroids);
-        index.set_centroids(centroids)?;
+        index.coarse.upload(ctx)?;
         Ok(index)
     }
 
@@ -207,7 +206,7 @@ impl IvfPq {
         index.ntotal = ntotal;
         index.loc = loc;
         index.pq = Some(pq);
-        index.centroids = centroids; // uploaded by `load`
+        index.coarse.centroids = centroids; // uploaded by `load`
         Ok(index)
     }
 }
