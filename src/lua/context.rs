@@ -46,7 +46,8 @@ impl UserData for LContext {
             t.set("l2_source", c.l2_source)?;
             Ok(t)
         });
-        // The largest batch the device allows for an N × D table and `steps` steps.
+        // The largest batch the device allows for an N × D table and `steps` steps, on the engine
+        // `mode` ("scan", "gram" or "auto", the default) resolves to.
         m.add_method(
             "max_batch",
             |_,
@@ -67,7 +68,7 @@ impl UserData for LContext {
                     Some(s) => int(call, "steps", &s)? as usize,
                     None => n.saturating_sub(1),
                 };
-                let mode = parse_mode(call, mode.as_deref(), Mode::Scan)?;
+                let mode = parse_mode(call, mode.as_deref(), Mode::Auto)?;
                 Ok(engine::max_batch(ctx.caps(), mode, n, d, p, steps))
             },
         );

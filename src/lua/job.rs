@@ -8,7 +8,6 @@ use super::multi::Stepping;
 use crate::batch::StepReport;
 use crate::engine::{Job, JobOptions};
 use crate::gram::{GramOptions, Placement};
-use crate::mode::Mode;
 use crate::scan::{ScanOptions, Shape};
 use mlua::prelude::*;
 use mlua::{UserData, UserDataMethods, Value};
@@ -75,10 +74,10 @@ impl LJob {
     }
 }
 
-/// Options of `dtable:job` / `dtable:resume_job`: `mode` ("scan", the default, "gram" or
-/// "auto"); shared `chunk`, `steps`, `workgroup`; scan's `shape`, `tile`, `pipelined`; gram's
-/// `placement` ("auto", "registers", "memory") and `subgroups` (boolean). Options of the engine
-/// not chosen are ignored.
+/// Options of `dtable:job` / `dtable:resume_job`: `mode` ("scan", "gram" or "auto", the default
+/// of [`JobOptions`] as on every front end); shared `chunk`, `steps`, `workgroup`; scan's
+/// `shape`, `tile`, `pipelined`; gram's `placement` ("auto", "registers", "memory") and
+/// `subgroups` (boolean). Options of the engine not chosen are ignored.
 pub(super) fn job_options(call: &str, o: &Option<LuaTable>) -> LuaResult<JobOptions> {
     let mut scan = ScanOptions::default();
     if let Some(s) = opt::<String>(o, "shape")? {
@@ -97,7 +96,11 @@ pub(super) fn job_options(call: &str, o: &Option<LuaTable>) -> LuaResult<JobOpti
     }
     scan.steps = gram.steps;
     scan.workgroup_size = gram.workgroup_size;
-    let mode = parse_mode(call, opt::<String>(o, "mode")?.as_deref(), Mode::Scan)?;
+    let mode = parse_mode(
+        call,
+        opt::<String>(o, "mode")?.as_deref(),
+        JobOptions::default().mode,
+    )?;
     Ok(JobOptions { mode, scan, gram })
 }
 

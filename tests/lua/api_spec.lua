@@ -84,7 +84,7 @@ describe("diversity (idiomatic API)", function()
 
     local function seq_of(t, precision)
       local dt = ctx:upload(t, precision)
-      local s = H.sequences(dt)
+      local s = H.sequences(dt, nil, { mode = "scan" })
       dt:close()
       return s
     end
@@ -288,8 +288,8 @@ describe("diversity (idiomatic API)", function()
         end
       end
       -- so at fp16 precision the two tables give the same sequences
-      local a = H.sequences(ctx:upload(js:head(30), "fp16"))
-      local b = H.sequences(ctx:upload(npy:head(30), "fp16"))
+      local a = H.sequences(ctx:upload(js:head(30), "fp16"), nil, { mode = "scan" })
+      local b = H.sequences(ctx:upload(npy:head(30), "fp16"), nil, { mode = "scan" })
       assert.is_nil(H.diff_rows(a, b, "json vs npy at fp16"))
       npy:close(); js:close()
     end)
@@ -353,7 +353,7 @@ describe("diversity (idiomatic API)", function()
 
     it("step(n) returns steps and GPU ns; progress, done, gpu_ns follow", function()
       local starts = { 3, 0, 17 }
-      local job = dt:job(starts)
+      local job = dt:job(starts, { mode = "scan" })
       assert.are.equal(3, job:batch_size())
       assert.are.same(starts, job:starts())
       local done, total = job:progress()
@@ -396,14 +396,14 @@ describe("diversity (idiomatic API)", function()
     end)
 
     it("before any step, each sequence is its start", function()
-      local job = dt:job({ 4, 1 })
+      local job = dt:job({ 4, 1 }, { mode = "scan" })
       assert.are.same({ { 4 }, { 1 } }, job:sequences())
       assert.are.equal(1, job:sequence_len())
       job:close()
     end)
 
     it("sequences_bytes() holds the rows as little-endian uint32", function()
-      local job = dt:job({ 5, 6, 7, 8 })
+      local job = dt:job({ 5, 6, 7, 8 }, { mode = "scan" })
       job:step(N)
       local s = job:sequences()
       local b = job:sequences_bytes()
@@ -413,7 +413,7 @@ describe("diversity (idiomatic API)", function()
     end)
 
     it("download(out) fills a uint32_t[?]", function()
-      local job = dt:job({ 9, 2 })
+      local job = dt:job({ 9, 2 }, { mode = "scan" })
       job:step(N)
       local s = job:sequences()
       local buf = ffi.new("uint32_t[?]", 2 * N)
@@ -426,7 +426,7 @@ describe("diversity (idiomatic API)", function()
     end)
 
     it("download into a too-small buffer is an error and writes nothing", function()
-      local job = dt:job({ 9, 2 })
+      local job = dt:job({ 9, 2 }, { mode = "scan" })
       job:step(N)
       local buf = ffi.new("uint32_t[?]", 2 * N - 1)
       for k = 0, 2 * N - 2 do buf[k] = 0xFFFFFFFF end
@@ -436,7 +436,7 @@ describe("diversity (idiomatic API)", function()
     end)
 
     it("download refuses integer addresses, pointers and other element types", function()
-      local job = dt:job({ 9, 2 })
+      local job = dt:job({ 9, 2 }, { mode = "scan" })
       job:step(N)
       local buf = ffi.new("uint32_t[?]", 2 * N)
       H.assert_error({ "job:download", "must be a cdata array", "number" }, job.download, job,
@@ -448,7 +448,7 @@ describe("diversity (idiomatic API)", function()
       job:close()
       -- Today's crash: an integer "address" given to download, in a child process.
       local cmd = [[luajit -e 'local d = require "diversity"; local t = d.table({{1,0},{0,1},{1,1}}); ]]
-        .. [[local dt = d.open():upload(t, "fp32"); local j = dt:job({0}); j:step(3); ]]
+        .. [[local dt = d.open():upload(t, "fp32"); local j = dt:job({0}, {mode = "scan"}); j:step(3); ]]
         .. [[local ok, e = pcall(j.download, j, 4096, 36); ]]
         .. [[os.exit((not ok and tostring(e):find("job:download", 1, true)) and 0 or 3)' 2>/dev/null]]
       local ok, how, code = os.execute(cmd)
@@ -457,8 +457,8 @@ describe("diversity (idiomatic API)", function()
     end)
 
     it("{steps = K} computes the first K steps of the full sequences", function()
-      local full = H.sequences(dt, { 1, 4 })
-      local job = dt:job({ 1, 4 }, { steps = 5 })
+      local full = H.sequences(dt, { 1, 4 }, { mode = "scan" })
+      local job = dt:job({ 1, 4 }, { steps = 5, mode = "scan" })
       local _, total = job:progress()
       assert.are.equal(5, total)
       job:step(100)
@@ -470,14 +470,14 @@ describe("diversity (idiomatic API)", function()
       end
       job:close()
       -- K above N - 1 is clamped
-      local j2 = dt:job({ 0 }, { steps = 10 * N })
+      local j2 = dt:job({ 0 }, { steps = 10 * N, mode = "scan" })
       assert.are.same({ 0, N - 1 }, { j2:progress() })
       j2:close()
     end)
 
     it("set_chunk and step(n, tile) do not change the result", function()
-      local ref = H.sequences(dt, { 0, 11, 29 })
-      local job = dt:job({ 0, 11, 29 })
+      local ref = H.sequences(dt, { 0, 11, 29 }, { mode = "scan" })
+      local job = dt:job({ 0, 11, 29 }, { mode = "scan" })
       job:set_chunk(1)
       job:step(3, 7)
       job:set_chunk(0)
@@ -495,24 +495,24 @@ describe("diversity (idiomatic API)", function()
   describe("edge cases that must work", function()
     it("N = 1 and N = 2", function()
       local t1 = diversity.table({ { 0.5, -1, 2 } })
-      local s1 = H.sequences(ctx:upload(t1, "fp32"))
+      local s1 = H.sequences(ctx:upload(t1, "fp32"), nil, { mode = "scan" })
       assert.are.same({ { 0 } }, s1)
       local t2 = diversity.table({ { 1, 0 }, { 0, 1 } })
-      local s2 = H.sequences(ctx:upload(t2, "fp16"))
+      local s2 = H.sequences(ctx:upload(t2, "fp16"), nil, { mode = "scan" })
       assert.are.same({ { 0, 1 }, { 1, 0 } }, s2)
     end)
 
     it("duplicate rows: ties go to the lowest index", function()
       local t = diversity.table({ { 1, 0 }, { 0, 1 }, { 0, 1 }, { 0, 1 } })
       for _, p in ipairs { "fp32", "fp16" } do
-        local s = H.sequences(ctx:upload(t, p), { 0, 3 })
+        local s = H.sequences(ctx:upload(t, p), { 0, 3 }, { mode = "scan" })
         assert.are.same({ { 0, 1, 2, 3 }, { 3, 0, 1, 2 } }, s)
       end
     end)
 
     it("zero rows and a zero running sum count as distance 1", function()
       local t = diversity.table({ { 1, 0 }, { 0, 0 }, { -1, 0 } })
-      local s = H.sequences(ctx:upload(t, "fp32"))
+      local s = H.sequences(ctx:upload(t, "fp32"), nil, { mode = "scan" })
       assert.are.same({ { 0, 2, 1 }, { 1, 0, 2 }, { 2, 0, 1 } }, s)
       for i, row in ipairs(s) do t:check_sequence(i - 1, row, 1e-5, "fp32") end
     end)
@@ -520,10 +520,11 @@ describe("diversity (idiomatic API)", function()
     it("tile size ≥ N", function()
       local t = diversity.table(H.random_rows(9, 5, 4242))
       local dt = ctx:upload(t, "fp32")
-      local ref = H.sequences(dt)
-      assert.is_nil(H.diff_rows(ref, H.sequences(dt, nil, { tile = 9 })))
-      assert.is_nil(H.diff_rows(ref, H.sequences(dt, nil, { tile = 1000 })))
-      assert.is_nil(H.diff_rows(ref, H.sequences(dt, nil, { shape = "per-tile", tile = 50 })))
+      local ref = H.sequences(dt, nil, { mode = "scan" })
+      assert.is_nil(H.diff_rows(ref, H.sequences(dt, nil, { tile = 9, mode = "scan" })))
+      assert.is_nil(H.diff_rows(ref, H.sequences(dt, nil, { tile = 1000, mode = "scan" })))
+      local per_tile = { shape = "per-tile", tile = 50, mode = "scan" }
+      assert.is_nil(H.diff_rows(ref, H.sequences(dt, nil, per_tile)))
     end)
   end)
 
@@ -536,7 +537,7 @@ describe("diversity (idiomatic API)", function()
 
     it("the oracle refuses a sequence that is not the ε-argmax", function()
       local dt = ctx:upload(fortunes, "fp32")
-      local s = H.sequences(dt, { 0 })[1]
+      local s = H.sequences(dt, { 0 }, { mode = "scan" })[1]
       dt:close()
       assert.is_true(fortunes:check_sequence(0, s, 1e-5, "fp32") >= 0)
       -- swapping two early picks breaks the argmax property at step 1
@@ -553,7 +554,7 @@ describe("diversity (idiomatic API)", function()
           centered and "centered" or "raw"), function()
           local t = centered and fortunes:centered() or fortunes
           local dt = ctx:upload(t, precision)
-          local s = H.sequences(dt)
+          local s = H.sequences(dt, nil, { mode = "scan" })
           dt:close()
           assert.are.equal(100, #s)
           local worst = 0
@@ -579,8 +580,8 @@ describe("diversity (idiomatic API)", function()
       tab = diversity.load(H.DATA_JSON):head(N)
       dt32 = ctx:upload(tab, "fp32")
       dt16 = ctx:upload(tab, "fp16")
-      ref32 = H.sequences(dt32, nil, { shape = "untiled" })
-      ref16 = H.sequences(dt16, nil, { shape = "untiled" })
+      ref32 = H.sequences(dt32, nil, { shape = "untiled", mode = "scan" })
+      ref16 = H.sequences(dt16, nil, { shape = "untiled", mode = "scan" })
     end)
 
     local variants = {
@@ -598,6 +599,7 @@ describe("diversity (idiomatic API)", function()
       for k, v in pairs(o) do words[#words + 1] = k .. "=" .. tostring(v) end
       table.sort(words)
       local name = table.concat(words, ", ")
+      o.mode = "scan"
       it("fp32 " .. name, function()
         assert.is_nil(H.diff_rows(ref32, H.sequences(dt32, nil, o)))
       end)
@@ -607,6 +609,7 @@ describe("diversity (idiomatic API)", function()
       local words = {}
       for k, v in pairs(o) do words[#words + 1] = k .. "=" .. tostring(v) end
       table.sort(words)
+      o.mode = "scan"
       it("fp16 " .. table.concat(words, ", "), function()
         assert.is_nil(H.diff_rows(ref16, H.sequences(dt16, nil, o)))
       end)
@@ -619,7 +622,7 @@ describe("diversity (idiomatic API)", function()
       for first = 1, N, size do
         local starts = {}
         for k = first, math.min(first + size - 1, N) do starts[#starts + 1] = all[k] end
-        local rows = H.sequences(dt, starts, { chunk = 0 })
+        local rows = H.sequences(dt, starts, { chunk = 0, mode = "scan" })
         for i, s in ipairs(starts) do out[s + 1] = rows[i] end
       end
       return out
@@ -664,7 +667,7 @@ describe("diversity (idiomatic API)", function()
         { chunk = -3 })
       H.assert_error({ "device_table:job", "steps -2", "negative" }, dt.job, dt, nil,
         { steps = -2 })
-      local job = dt:job({ 0 })
+      local job = dt:job({ 0 }, { mode = "scan" })
       H.assert_error({ "job:step", "negative" }, job.step, job, -1)
       H.assert_error({ "job:step", "tile -4", "negative" }, job.step, job, 1, -4)
       H.assert_error({ "job:set_chunk", "negative" }, job.set_chunk, job, -2)
@@ -749,7 +752,7 @@ describe("diversity (idiomatic API)", function()
       buf[0], buf[d + 1], buf[2 * d + 2], buf[2 * d + 3] = 1, 1, -1, 0.5
       local wide = diversity.table(buf, { n = 3, dim = d })
       local wdt = ctx:upload(wide, "fp32")
-      local job = wdt:job({ 0, 2 })
+      local job = wdt:job({ 0, 2 }, { mode = "scan" })
       job:step(2)
       local seqs = job:sequences()
       for i, start in ipairs({ 0, 2 }) do
@@ -762,7 +765,7 @@ describe("diversity (idiomatic API)", function()
     it("arguments of the wrong type or range name the call", function()
       -- mlua's own conversion errors ("bad argument #2 to `Handle<Table>.row`") are not the
       -- documented "diversity.<call>: <cause>"
-      local job = dt:job({ 0 })
+      local job = dt:job({ 0 }, { mode = "scan" })
       for _, case in ipairs {
         { "diversity.table:row", t.row, t, -1 },
         { "diversity.table:head", t.head, t, -1 },
@@ -782,7 +785,7 @@ describe("diversity (idiomatic API)", function()
         error("device_table:job({ 1.5 }) was accepted as start " .. job:starts()[1])
       end
       assert.truthy(H.message(job):find("^diversity%.device_table:job"), H.message(job))
-      local j = dt:job({ 0 })
+      local j = dt:job({ 0 }, { mode = "scan" })
       local ok2, steps = pcall(j.step, j, 2.5)
       if ok2 then
         error("job:step(2.5) was accepted as " .. steps .. " steps")
@@ -836,7 +839,7 @@ describe("diversity (idiomatic API)", function()
       local d = H.tmpdir()
       local t = diversity.table({ { 1, 0 }, { 0, 1 }, { 1, 1 } })
       local dt = ctx:upload(t, "fp32")
-      local j = dt:job({ 0 })
+      local j = dt:job({ 0 }, { mode = "scan" })
       local r = dt:knn(t, { k = 1 })
       local g = dt:gram()
       local jw = diversity.json_cache_writer(d .. "/c.json", {})
@@ -885,7 +888,7 @@ describe("diversity (idiomatic API)", function()
         ffi.cdef "int setenv(const char *, const char *, int);"
         local d = require "diversity"
         local dt = d.open():upload(d.table({ { 1, 0 }, { 0, 1 }, { 1, 1 } }), "fp32")
-        local j, j2 = dt:job({ 0 }), dt:job({ 1 })
+        local j, j2 = dt:job({ 0 }, { mode = "scan" }), dt:job({ 1 }, { mode = "scan" })
         ffi.C.setenv(d.ENV_INJECT_PANIC, "1", 1)
         local ok, e = pcall(j.step, j, 1)
         io.write(type(e), "|", tostring(e), "\n")
