@@ -7,7 +7,6 @@
 //! may go either way; nothing else may.
 
 use crate::metric::Metric;
-use crate::metric::Metric;
 use crate::table::Table;
 
 /// The exact distance of the definition for a centroid `c` with squared norm `cc`, a row with
