@@ -1,0 +1,232 @@
+//! A gram job: one batch of sequences with its state on the device (registers or memory, per
+//! the plan), advanced chunk by chunk, and resumed from a checkpoint by replaying its prefix.
+//! Touches G (shared with the other jobs over it), its own state buffer and the batch scaffold.
+
+use super::judge::{judge_loops, judge_refresh, judge_round, BAND};
+use super::matrix::{Gram, GramInner};
+use super::plan::{
+    arithmetic, batch_bytes, gram_loop_iterations, loads_in_flight, max_batch, plan_for,
+    state_floats,
+};
+use super::record::GramPush;
+use super::{GramOptions, Placement};
+use crate::batch::{batch_accessors, check_starts, sequence_length, Batch, StepReport};
+use crate::device::{Pipeline, PipelineKey};
+use crate::error::{Error, Result};
+use crate::memory::Buffer;
+use crate::spirv::{self, checked_push, spirv_for};
+use crate::submit::{Set, Submitter};
+use std::sync::Arc;
+
+/// A batch of diversity sequences advanced chunk by chunk by the gram engine.
+pub struct GramJob {
+    pub(super) gram: Arc<GramInner>,
+    pub(super) opts: GramOptions,
+    /// Starts, sequences, progress, GPU time, lost state.
+    pub(super) batch: Batch,
+    pub(super) wg: u32,
+    pub(super) placement: Placement,
+    pub(super) subgroups: bool,
+    /// Steps one dispatch may run within the device's loop budget.
+    pub(super) max_per_dispatch: usize,
+    /// Whether the judge runs ([`GramOptions::judge`] and the device allows it).
+    pub(super) judge: bool,
+    pub(super) pipeline: Arc<Pipeline>,
+    pub(super) sub: Submitter,
+    pub(super) set: Set,
+    /// (hi, lo) per candidate per sequence; kept alive for the descriptor set.
+    pub(super) _state: Buffer,
+}
+
+impl GramJob {
+    /// Prepare a batch: one sequence per entry of `starts` (0-based, distinct, < N). Nothing is
+    /// computed until [`GramJob::step`].
+    pub fn new(gram: &Gram, starts: &[u32], opts: &GramOptions) -> Result<GramJob> {
+        let shared = gram.inner.clone();
+        let gram = &*shared;
+        let table = &gram.table;
+        let ctx = table.context().clone();
+        let caps = ctx.caps().clone();
+        let n = table.n();
+        check_starts(starts, n)?;
+        let seq_len = sequence_length(n, opts.steps);
+        let steps = seq_len - 1;
+        let batch = starts.len();
+        let limit = max_batch(&caps, n, table.d(), table.precision().bytes(), steps);
+        if batch > limit {
+            return Err(Error::Limit(format!(
+                "a gram batch of {batch} sequences over N = {n} needs {} MiB of state; at most {limit} fit next to G on {}",
+                batch_bytes(n, batch, steps) / (1024 * 1024),
+                caps.name
+            )));
+        }
+        let subgroups = match opts.subgroups {
+            Some(true) if !caps.subgroup_arithmetic || caps.subgroup_size < 2 => {
+                return Err(Error::Unsupported {
+                    device: caps.name.clone(),
+                    what: "subgroup arithmetic in compute shaders".into(),
+                })
+            }
+            Some(s) => s,
+            // The shader keeps two halves of WG slots for the subgroups' results: 2 lanes or more.
+            None => caps.subgroup_arithmetic && caps.subgroup_size >= 2,
+        };
+        let d = table.d();
+        let arith = arithmetic(&caps, n, d, opts);
+        let (wg, placement, rper) = plan_for(&caps, n, arith.compensated, opts)?;
+        // lavapipe cuts an invocation's loops short after 65,535 iterations in all: a dispatch
+        // runs only as many steps as fit the budget (same bits: steps per dispatch never
+        // change them), and a step that alone does not fit is refused.
+        let (fixed, mut per_step) =
+            gram_loop_iterations(n, wg, rper, placement, caps.subgroup_size);
+        let judge = arith.judge;
+        if judge {
+            per_step += judge_loops(n, d, wg, placement, rper, judge_round(&caps, d, wg));
+        }
+        crate::device::check_loop_budget(
+            &caps,
+            &format!(
+                "a gram step over N = {n} ({} state, {wg} invocations)",
+                placement.name()
+            ),
+            fixed + per_step,
+        )?;
+        let max_per_dispatch = match crate::device::loop_budget(&caps) {
+            u64::MAX => usize::MAX,
+            b => ((b - fixed) / per_step).max(1) as usize,
+        };
+        let shader = &spirv::GRAM;
+        let pipeline = ctx.pipeline(PipelineKey {
+            spirv: spirv_for(shader, table.precision()),
+            spec: vec![
+                wg,
+                rper as u32,
+                (placement == Placement::Registers) as u32,
+                subgroups as u32,
+                seq_len as u32,
+                gram.slab_rows as u32,
+                arith.compensated as u32,
+                d as u32,
+                judge as u32,
+                loads_in_flight(rper, judge, opts) as u32,
+                judge_round(&caps, d, wg).max(1) as u32,
+                opts.judge_band.unwrap_or(BAND).min(BAND) as u32,
+                judge_refresh(opts) as u32,
+            ],
+            push_bytes: checked_push::<GramPush>(shader)?,
+        })?;
+        let rows = Batch::new(&ctx, starts, seq_len)?;
+        let state = Buffer::storage(&ctx, "gram state", (batch * state_floats(n, d) * 4) as u64)?;
+        let set = Set::new(
+            &ctx,
+            &[
+                (0, table.data_buffer()),
+                (1, table.inv_norm_buffer()),
+                (2, rows.starts_buffer()),
+                (3, &state),
+                (5, rows.seqs_buffer()),
+            ],
+            &gram.slabs,
+        )?;
+        // Column 0 holds the starts from the beginning, before any step has run.
+        rows.write_starts_column()?;
+        let sub = Submitter::new(&ctx)?;
+        // The descriptor set points at G's slabs: the job shares them, so they outlive it.
+        Ok(GramJob {
+            gram: shared.clone(),
+            opts: opts.clone(),
+            batch: rows,
+            wg,
+            placement,
+            subgroups,
+            max_per_dispatch,
+            judge,
+            pipeline,
+            sub,
+            set,
+            _state: state,
+        })
+    }
+
+    // total_steps, steps_done, done, starts, gpu_ns, sequence_len, sequences_flat,
+    // sequence_columns, sequences: the batch's, delegated (batch.rs).
+    batch_accessors!();
+
+    /// Invocations per workgroup (one workgroup per sequence).
+    pub fn workgroup_size(&self) -> u32 {
+        self.wg
+    }
+    /// Where the state lives ([`Placement::Registers`] or [`Placement::Memory`]).
+    pub fn placement(&self) -> Placement {
+        self.placement
+    }
+    /// Whether the reduction uses subgroup operations.
+    pub fn uses_subgroups(&self) -> bool {
+        self.subgroups
+    }
+    /// Whether the judge runs (see [`GramOptions::judge`]).
+    pub fn judge(&self) -> bool {
+        self.judge
+    }
+    /// The options the job runs with.
+    pub fn options(&self) -> &GramOptions {
+        &self.opts
+    }
+    /// Steps per submission from now on (0 = a whole `step` call at once).
+    pub fn set_chunk(&mut self, chunk: usize) {
+        self.opts.chunk = chunk;
+    }
+
+    /// Advance every sequence by up to `n` steps (fewer at the end), in submissions of
+    /// [`GramOptions::chunk`] steps. Returns when they are done.
+    pub fn step(&mut self, n: usize) -> Result<StepReport> {
+        let n = n.min(self.total_steps() - self.steps_done());
+        let chunk = if self.opts.chunk == 0 {
+            n.max(1)
+        } else {
+            self.opts.chunk
+        };
+        let mut report = StepReport::default();
+        let mut left = n;
+        while left > 0 {
+            let c = chunk.min(left);
+            let ns = self.dispatch(self.steps_done() + 1, c, false)?;
+            self.batch.complete(c, ns);
+            report.submissions += 1;
+            report.add((c, ns));
+            left -= c;
+        }
+        report.steps = n;
+        Ok(report)
+    }
+
+    /// Run every remaining step.
+    pub fn run(&mut self) -> Result<StepReport> {
+        self.step(self.total_steps() - self.steps_done())
+    }
+
+    /// A job that continues from sequences already computed (a checkpoint): `prefixes` holds
+    /// `starts.len()` rows of `len` entries, row i beginning with `starts[i]`. The state is
+    /// rebuilt on the device by replaying the prefix through the very shader (same operations,
+    /// same order, picks taken from the prefix), so the continued sequences are bit-identical to
+    /// an uninterrupted run.
+    pub fn resume(
+        gram: &Gram,
+        starts: &[u32],
+        prefixes: &[u32],
+        len: usize,
+        opts: &GramOptions,
+    ) -> Result<GramJob> {
+        let n = gram.table().n();
+        let mut job = GramJob::new(gram, starts, opts)?;
+        job.batch.resume(n, prefixes, len)?;
+        let chunk = if opts.chunk == 0 { len } else { opts.chunk };
+        let mut done = 0;
+        while done < len - 1 {
+            let c = chunk.min(len - 1 - done);
+            job.dispatch(done + 1, c, true)?;
+            done += c;
+        }
+        Ok(job)
+    }
+}

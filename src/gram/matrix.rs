@@ -1,0 +1,176 @@
+//! G, the gram engine's matrix: `G = E Eᵀ diag(1/|e|)` of a device table, computed once on the
+//! device in row slabs of at most `maxStorageBufferRange` bytes, shared by every job over the
+//! table (each keeps it alive). Touches the table it reads and its own slabs.
+
+use super::plan::{gram_bytes, gram_unfit, slab_rows};
+use super::MAX_SLABS;
+use crate::device::PipelineKey;
+use crate::device_table::DeviceTable;
+use crate::error::{Error, Result};
+use crate::memory::Buffer;
+use crate::spirv::{self, checked_push, spirv_for};
+use crate::submit::{bind, Set, Submitter};
+use std::sync::Arc;
+
+/// How [`Gram::build_with`] splits the work; `None` = the device's choice.
+#[derive(Clone, Debug, Default)]
+pub struct GramBuild {
+    /// Rows of G per slab (one buffer each; at most [`MAX_SLABS`] slabs). Default: as many as
+    /// `maxStorageBufferRange` allows.
+    pub slab_rows: Option<usize>,
+    /// Rows of G computed per submission (the watchdog knob). Default: ~2³³ multiply-adds.
+    pub rows_per_submission: Option<usize>,
+}
+
+/// G = E Eᵀ of a device table, on the device, in row slabs. Jobs share it (and keep it alive).
+#[derive(Clone)]
+pub struct Gram {
+    pub(super) inner: Arc<GramInner>,
+}
+
+pub(super) struct GramInner {
+    pub(super) table: DeviceTable,
+    pub(super) slabs: Vec<Buffer>,
+    pub(super) slab_rows: usize,
+    pub(super) build_ns: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+pub(crate) struct MatrixPush {
+    n: u32,
+    dim: u32,
+    slab_row0: u32,
+    row0: u32,
+    rows: u32,
+    slab: u32,
+}
+
+impl Gram {
+    /// Compute G = E Eᵀ diag(1/|e|) of `table` on the device (each entry one fused multiply-add
+    /// chain over d in ascending order, from the stored rows, then one multiply by 1/|e_j|). Refused with [`Error::Limit`] when G does not
+    /// fit ([`gram_unfit`] says why).
+    pub fn build(table: &DeviceTable) -> Result<Gram> {
+        Gram::build_with(table, &GramBuild::default())
+    }
+
+    /// [`Gram::build`] with explicit slab and submission sizes (tests use small ones so that
+    /// several slabs and submissions run on a small table).
+    pub fn build_with(table: &DeviceTable, how: &GramBuild) -> Result<Gram> {
+        let ctx = table.context().clone();
+        let caps = ctx.caps();
+        let (n, d) = (table.n(), table.d());
+        if let Some(why) = gram_unfit(caps, n, d, table.precision().bytes()) {
+            return Err(Error::Limit(why));
+        }
+        let rows = match how.slab_rows {
+            Some(r) => r.clamp(1, slab_rows(caps, n)),
+            None => slab_rows(caps, n),
+        };
+        if n.div_ceil(rows) > MAX_SLABS {
+            return Err(Error::Invalid(format!(
+                "slabs of {rows} rows: N = {n} needs {} slabs, at most {MAX_SLABS}",
+                n.div_ceil(rows)
+            )));
+        }
+        let mut slabs = Vec::new();
+        let mut r0 = 0;
+        while r0 < n {
+            let r = rows.min(n - r0);
+            slabs.push(Buffer::storage(
+                &ctx,
+                "Gram matrix slab",
+                (r * n * 4) as u64,
+            )?);
+            r0 += r;
+        }
+        let shader = &spirv::GRAM_MATRIX;
+        let pipeline = ctx.pipeline(PipelineKey {
+            spirv: spirv_for(shader, table.precision()),
+            spec: vec![],
+            push_bytes: checked_push::<MatrixPush>(shader)?,
+        })?;
+        let set = Set::new(
+            &ctx,
+            &[(0, table.data_buffer()), (1, table.inv_norm_buffer())],
+            &slabs,
+        )?;
+        let mut sub = Submitter::new(&ctx)?;
+        let dev = ctx.device().clone();
+        let mut build_ns = 0;
+        for k in 0..slabs.len() {
+            let row0 = k * rows;
+            let count = rows.min(n - row0);
+            let push = MatrixPush {
+                n: n as u32,
+                dim: d as u32,
+                slab_row0: row0 as u32,
+                row0: row0 as u32,
+                rows: count as u32,
+                slab: k as u32,
+            };
+            // Stay under a watchdog: at most ~2^33 multiply-adds per submission.
+            let per_sub = how
+                .rows_per_submission
+                .unwrap_or((1usize << 33) / (n * d).max(1))
+                .max(1);
+            let mut done = 0;
+            while done < count {
+                let part = per_sub.min(count - done);
+                let push = MatrixPush {
+                    row0: (row0 + done) as u32,
+                    rows: part as u32,
+                    ..push
+                };
+                build_ns += sub.run("computing the Gram matrix", |cb| unsafe {
+                    bind(&dev, cb, &pipeline, set.set, bytemuck::bytes_of(&push));
+                    dev.cmd_dispatch(cb, n.div_ceil(64) as u32, part.div_ceil(64) as u32, 1);
+                })?;
+                done += part;
+            }
+        }
+        drop(set);
+        Ok(Gram {
+            inner: Arc::new(GramInner {
+                table: table.clone(),
+                slabs,
+                slab_rows: rows,
+                build_ns,
+            }),
+        })
+    }
+
+    /// The table G was computed from.
+    pub fn table(&self) -> &DeviceTable {
+        &self.inner.table
+    }
+    /// GPU time of computing G, nanoseconds (0 without timestamps).
+    pub fn build_ns(&self) -> u64 {
+        self.inner.build_ns
+    }
+    /// Bytes of G on the device.
+    pub fn bytes(&self) -> u64 {
+        gram_bytes(self.inner.table.n())
+    }
+    /// Number of row slabs G is split into.
+    pub fn slabs(&self) -> usize {
+        self.inner.slabs.len()
+    }
+
+    /// Row `i` of G as stored, `G[i][j] = (e_i · e_j) / |e_j|` (0 for a zero row j), downloaded
+    /// (for tests and diagnostics).
+    pub fn row(&self, i: usize) -> Result<Vec<f32>> {
+        let g = &self.inner;
+        let n = g.table.n();
+        if i >= n {
+            return Err(Error::Invalid(format!("row {i} of G for N = {n}")));
+        }
+        let slab = i / g.slab_rows;
+        let off = ((i - slab * g.slab_rows) * n * 4) as u64;
+        let bytes = g
+            .table
+            .context()
+            .download(&g.slabs[slab], off, (n * 4) as u64)?;
+        Ok(bytemuck::cast_slice(&bytes).to_vec())
+    }
+}

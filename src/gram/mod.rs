@@ -1,0 +1,169 @@
+//! The gram engine: `c · e_x` is linear in the running sum c, so each
+//! sequence keeps `key[x] = c · e_x / |e_x|` for every candidate and adds row `G[pick]` of the
+//! Gram matrix with scaled columns, `G = E Eᵀ diag(1/|e|)` (computed once on the device,
+//! [`Gram::build`]) after each pick; the pick is the unchosen x of least key (largest distance,
+//! lowest index on ties). A step costs O(N) instead of the scan's O(N · D); the whole job reads
+//! N³ × 4 bytes of Gram rows.
+//!
+//! * the key is a compensated pair (hi + lo, Knuth TwoSum), so late steps on centered data, where
+//!   the running sums cancel, keep their direction.
+//! * The state lives in registers as a lane-stride array across one workgroup per sequence when
+//!   it fits ([`Placement::Registers`]), else in device memory ([`Placement::Memory`]); both run
+//!   the same float operations in the same order, so results have the same bits, as they do for
+//!   every workgroup size, chunk size, batch size and start order.
+//! * G is fp32, computed from the stored (for fp16 tables: rounded) rows, split into row slabs
+//!   of at most `maxStorageBufferRange` bytes each (at most [`MAX_SLABS`]).
+//!
+//! [`mode_for`] is the `auto` rule: gram when G and one batch's state fit the device's memory
+//! budget, else scan.//!
+//! The engine has the same rooms as the k-NN engine: `plan.rs` (the pure sizing and choices —
+//! the arithmetic, workgroup size, placement, batch limits and the `auto` rule — unit-tested
+//! without a device), `judge.rs` (the judge's shared memory and loop counts, and its counters
+//! read back from a job's state), `matrix.rs` (G itself, built on the device), `job.rs` (a
+//! batch's state on the device and its stepping) and `record.rs` (the dispatches one submission
+//! records). This file holds the options and the vocabulary they share. The engine touches the
+//! device table it reads, its own buffers and the batch scaffold; nothing of the other engines.
+
+mod job;
+mod judge;
+mod matrix;
+mod plan;
+mod record;
+
+pub use crate::mode::Mode;
+pub use job::GramJob;
+pub use matrix::{Gram, GramBuild};
+pub use plan::{arithmetic, batch_bytes, gram_bytes, gram_unfit, max_batch, mode_for, summation};
+
+use crate::device::G_SLABS;
+use crate::error::{Error, Result};
+
+/// The most slabs G may be split into (one descriptor array of storage buffers).
+pub const MAX_SLABS: usize = G_SLABS as usize;
+
+/// Fraction of the device memory budget the gram engine plans to use (G, state, output).
+pub const BUDGET_FRACTION: f64 = 0.9;
+/// Where a gram job keeps each sequence's `acc`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Registers when they hold N items across the workgroup, else device memory.
+    Auto,
+    /// A lane-stride array in registers, loaded and stored once per submission.
+    Registers,
+    /// Device memory, read and written every step (any N whose G fits).
+    Memory,
+}
+
+impl Placement {
+    /// `auto`, `registers` or `memory`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Placement::Auto => "auto",
+            Placement::Registers => "registers",
+            Placement::Memory => "memory",
+        }
+    }
+}
+
+impl std::str::FromStr for Placement {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "auto" => Ok(Placement::Auto),
+            "registers" => Ok(Placement::Registers),
+            "memory" => Ok(Placement::Memory),
+            _ => Err(Error::Invalid(format!(
+                "state '{s}': expected auto, registers or memory"
+            ))),
+        }
+    }
+}
+
+/// How a [`GramJob`] runs.
+#[derive(Clone, Debug)]
+pub struct GramOptions {
+    /// Steps per submission (the watchdog knob); 0 = everything a `step` call asks for at once.
+    pub chunk: usize,
+    /// Compute only the first K steps of each sequence (top_k); `None` = all N − 1.
+    pub steps: Option<usize>,
+    /// Invocations per workgroup (one workgroup per sequence; a power of two); `None` picks one.
+    pub workgroup_size: Option<u32>,
+    /// Where the state lives.
+    pub placement: Placement,
+    /// Reduce with subgroup operations: `None` = when the device has them; `Some(false)` forces
+    /// the shared-memory tree.
+    pub subgroups: Option<bool>,
+    /// Steps one dispatch loops over inside the shader (a submission records as many
+    /// dispatches as its chunk needs, with barriers between); 0 = the device's default: every
+    /// step of the chunk on GPUs, 1 on CPU devices. On lavapipe a dispatch never runs more
+    /// steps than its loop cap allows ([`crate::device::Capabilities::loop_limit`]: past 65,535
+    /// loop iterations an invocation's loops stop silently, which once made long in-shader
+    /// step loops pick wrongly there).
+    pub steps_per_dispatch: usize,
+    /// Keep each key as a compensated pair (Knuth TwoSum) or sum plain float32 (fewer registers
+    /// and operations, more rounding over long runs on centered data). `None` (the default)
+    /// chooses with [`GramOptions::judge`] (see [`arithmetic`]): compensated sums, except on GPUs
+    /// where their state would not fit the register file (N > 17,408 at 512 invocations), where
+    /// plain sums with the judge run. The settings give different bits; each is the same across
+    /// every other option.
+    pub compensated: Option<bool>,
+    /// The judge: each step also finds the second best key, and when it is within twice the
+    /// keys' rigorous error bound of the best (see `shaders/gram.comp`), the keys that could be
+    /// the exact best are re-scored from the compensated running sum (a compensated dot product
+    /// in 32 chains) and the pick made from them; past 64 of them, and every
+    /// [`JUDGE_REFRESH`] steps, every key is recomputed. Every pick is then within about 6u
+    /// (u = 2⁻²⁴) of the exact best, whatever N. `None` (the default): on where the
+    /// compensated state would not fit the register file on a GPU (with plain sums, see
+    /// [`GramOptions::compensated`]; measured on an H200 at N = 31,102 that is faster than
+    /// compensated sums without it), off elsewhere: below that size it costs about 2× the GPU
+    /// time (BENCHMARKS.md) and the default compensated keys measured 50× under ε. Other bits
+    /// at near-ties. Off where a step with a recompute would pass the device's loop cap or its
+    /// buffers do not fit shared memory ([`GramJob::judge`] says which ran).
+    pub judge: Option<bool>,
+    /// Register placement: Gram row loads a lane issues before using them (0 = every item's at
+    /// once). The same bits for every value on lavapipe; a benchmark knob (see
+    /// `loads_in_flight`).
+    #[doc(hidden)]
+    pub loads: usize,
+    /// The judge's widest band re-scored alone (`None` = 64; `Some(0)`: every uncertain step
+    /// recomputes every key). For tests and benchmarks: the results differ only at near-ties.
+    #[doc(hidden)]
+    pub judge_band: Option<usize>,
+    /// The judge recomputes every key after this many steps without one (`None` = the
+    /// default, [`JUDGE_REFRESH`]; `Some(0)`: only when a band overflows). Bounds the keys'
+    /// error growth, so uncertain steps stay rare. Other bits at near-ties.
+    #[doc(hidden)]
+    pub judge_refresh: Option<usize>,
+}
+
+/// Steps between the judge's full recomputes by default ([`GramOptions::judge_refresh`]):
+/// measured on an H200 at N = 31,102, a recompute every 4,096 steps cut band re-scores 5× and
+/// saved 8–10%; with row loads in groups of 8 as well, 19–22% (BENCHMARKS.md).
+pub const JUDGE_REFRESH: usize = 4096;
+
+/// The arithmetic a gram job runs: key sums and whether the judge runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Arithmetic {
+    /// Compensated key sums (else plain float32).
+    pub compensated: bool,
+    /// The judge runs: asked for (or chosen), and it fits the device (shared memory, loop cap).
+    pub judge: bool,
+}
+
+impl Default for GramOptions {
+    fn default() -> Self {
+        GramOptions {
+            chunk: 256,
+            steps: None,
+            workgroup_size: None,
+            placement: Placement::Auto,
+            subgroups: None,
+            steps_per_dispatch: 0,
+            compensated: None,
+            judge: None,
+            loads: 0,
+            judge_band: None,
+            judge_refresh: None,
+        }
+    }
+}

@@ -1,0 +1,353 @@
+//! The gram engine's plan, computed before any Vulkan object exists: from the device's
+//! [`Capabilities`], the table's N × D and the [`GramOptions`], the arithmetic (compensated or
+//! plain key sums, the judge or not), the workgroup size, where the state lives and the
+//! registers a lane holds, the loop iterations a dispatch runs, the largest batch, the bytes of
+//! G and of a batch, and the `auto` rule ([`mode_for`]). Pure functions of their inputs, tested
+//! without a device.
+
+use super::judge::{judge_fits, judge_refresh};
+use super::{Arithmetic, GramOptions, Placement, BUDGET_FRACTION, MAX_SLABS};
+use crate::device::Capabilities;
+use crate::error::{Error, Result};
+use crate::mode::Mode;
+
+/// Register state per lane, items per lane when compensated (hi, lo and the loaded row value:
+/// three registers each; plain sums take two, so 1.5× the items).
+const GPU_REGISTER_ITEMS: usize = 36;
+/// On CPU devices (lavapipe) "registers" are stack arrays: allow more per lane.
+const CPU_REGISTER_ITEMS: usize = 512;
+/// Items a lane the register placement may hold on a GPU beyond what its register file keeps
+/// (the rest spills; still faster than device memory where measured).
+const MAX_SPILL_ITEMS: usize = 32;
+
+/// The arithmetic a job with `opts` runs on `caps` for an N × D table: what `opts` names, and for
+/// what it leaves `None`, compensated sums without the judge where their register state fits the
+/// register file (or on CPU devices), else plain sums with the judge — on an H200 at N = 31,102
+/// (31 compensated items a lane spill) plain sums with the judge ran 5.1–5.3 s for 2,048 full
+/// sequences against 6.03 s for compensated sums without it, with a bound that does not grow
+/// with N (BENCHMARKS.md) — unless the judge does not fit the device there (a large D), when
+/// compensated sums without it remain.
+pub fn arithmetic(caps: &Capabilities, n: usize, d: usize, opts: &GramOptions) -> Arithmetic {
+    let cpu = crate::device::is_cpu_device(caps);
+    let max_wg = caps.max_workgroup_invocations.min(1024) as usize;
+    // The test `plan` uses for a register state held without spilling, compensated.
+    let fits = [256usize, 512, 1024]
+        .into_iter()
+        .filter(|&w| w <= max_wg)
+        .any(|w| {
+            let per = n.div_ceil(w);
+            per <= GPU_REGISTER_ITEMS && w * (3 * per + 24) <= 65536
+        });
+    let big = !cpu && !fits;
+    // Plain sums only to go with the judge (without it, compensated keys stay closer).
+    let compensated = opts
+        .compensated
+        .unwrap_or(!big || opts.judge == Some(false));
+    let wanted = opts.judge.unwrap_or(big && !compensated);
+    let judge = wanted
+        && plan_for(caps, n, compensated, opts)
+            .map(|(wg, placement, rper)| judge_fits(caps, n, d, wg, placement, rper))
+            .unwrap_or(false);
+    // Unnamed sums are plain only with a judge that runs.
+    let compensated = compensated || (!judge && opts.compensated.is_none());
+    Arithmetic { compensated, judge }
+}
+
+/// Bytes of G for N items.
+pub fn gram_bytes(n: usize) -> u64 {
+    // Saturates: past 2^64 bytes no device holds it anyway (2^31 items wrapped to 0 before).
+    (n as u64).saturating_mul(n as u64).saturating_mul(4)
+}
+
+/// Bytes of one batch's device state and output: (hi, lo) per candidate, the sequences, starts.
+pub fn batch_bytes(n: usize, batch: usize, steps: usize) -> u64 {
+    (batch as u64) * ((n as u64) * 8 + (steps as u64 + 1) * 4 + 4)
+}
+
+/// The arithmetic a gram job with `opts` runs on `caps` for an N × D table, as written in a
+/// cache's metadata (`summation`): `"compensated"` or `"plain"` key sums, `"; G dot2"` (G's
+/// entries from a compensated dot product, since the judge was added) and `"; judge2"` when the
+/// judge runs (`"; judge"` was the first judge, whose fresh keys were plain dot products),
+/// followed by `" refresh R"` when it recomputes every key each R steps. Caches written before
+/// G's entries were compensated say only `"compensated"` or `"plain"`, so old and new caches
+/// (other bits at near-ties) are never mixed silently.
+pub fn summation(caps: &Capabilities, n: usize, d: usize, opts: &GramOptions) -> Result<String> {
+    let arith = arithmetic(caps, n, d, opts);
+    // The same refusals as a job (a placement that cannot hold N).
+    plan_for(caps, n, arith.compensated, opts)?;
+    let judge = arith.judge;
+    let refresh = judge_refresh(opts);
+    Ok(format!(
+        "{}; G dot2{}",
+        if arith.compensated {
+            "compensated"
+        } else {
+            "plain"
+        },
+        match (judge, refresh) {
+            (false, _) => String::new(),
+            (true, 0) => "; judge2".into(),
+            (true, r) => format!("; judge2 refresh {r}"),
+        }
+    ))
+}
+
+/// Floats of one sequence's state in `gram.comp`: (hi, lo) per candidate, the judge's running
+/// sum (c_hi, c_lo) and its rounding record r per dimension, and sixteen scalars.
+pub(super) fn state_floats(n: usize, d: usize) -> usize {
+    2 * n + 3 * d + 16
+}
+
+/// Rows of G per slab on `caps`: whole rows of at most `maxStorageBufferRange` bytes.
+pub(super) fn slab_rows(caps: &Capabilities, n: usize) -> usize {
+    ((caps.max_buffer_range / (4 * n.max(1) as u64)) as usize).min(n.max(1))
+}
+
+/// Why gram mode cannot run an N × D table on `caps` (None: it can, with a batch of 1 at least):
+/// G's size against the memory budget and the slab limit.
+pub fn gram_unfit(
+    caps: &Capabilities,
+    n: usize,
+    d: usize,
+    bytes_per_value: usize,
+) -> Option<String> {
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    let rows = slab_rows(caps, n);
+    let max_slabs = if caps.buffer_array_indexing {
+        MAX_SLABS
+    } else {
+        1
+    };
+    if rows == 0 || n.div_ceil(rows) > max_slabs {
+        return Some(format!(
+            "G for N = {n} needs {:.0} MiB in slabs of whole rows of at most {:.0} MiB \
+             (maxStorageBufferRange), at most {max_slabs} slabs on {}",
+            mib(gram_bytes(n)),
+            mib(caps.max_buffer_range),
+            caps.name
+        ));
+    }
+    let need = gram_bytes(n) + (n * d * bytes_per_value) as u64 + batch_bytes(n, 1, n);
+    let budget = (caps.memory_budget_bytes as f64 * BUDGET_FRACTION) as u64;
+    if need > budget {
+        return Some(format!(
+            "gram mode for N = {n} needs {:.0} MiB of device memory (G = N² × 4 bytes is {:.0} MiB); \
+             {} has {:.0} MiB available",
+            mib(need),
+            mib(gram_bytes(n)),
+            caps.name,
+            mib(budget)
+        ));
+    }
+    None
+}
+
+/// The `auto` rule: [`Mode::Gram`] when [`gram_unfit`] finds nothing, else [`Mode::Scan`]. Other
+/// modes are returned as they are.
+pub fn mode_for(
+    caps: &Capabilities,
+    mode: Mode,
+    n: usize,
+    d: usize,
+    bytes_per_value: usize,
+) -> Mode {
+    match mode {
+        Mode::Auto if gram_unfit(caps, n, d, bytes_per_value).is_none() => Mode::Gram,
+        Mode::Auto => Mode::Scan,
+        m => m,
+    }
+}
+
+/// The largest batch a gram job may run on `caps` for N items and `steps` steps, next to a G
+/// already allocated: state and output within `maxStorageBufferRange` and the memory left, the
+/// workgroups within `maxComputeWorkGroupCount[0]`. At least 1.
+pub fn max_batch(
+    caps: &Capabilities,
+    n: usize,
+    d: usize,
+    bytes_per_value: usize,
+    steps: usize,
+) -> usize {
+    let per_seq = (batch_bytes(n, 1, steps) + (3 * d as u64 + 16) * 4).max(1);
+    let by_range = caps.max_buffer_range
+        / ((state_floats(n, d) as u64 * 4)
+            .max((steps as u64 + 1) * 4)
+            .max(1));
+    let used = gram_bytes(n) + (n * d * bytes_per_value) as u64;
+    let budget = (caps.memory_budget_bytes as f64 * BUDGET_FRACTION) as u64;
+    let by_memory = budget.saturating_sub(used) / per_seq;
+    (by_range.min(by_memory) as usize)
+        .min(caps.max_workgroup_count as usize)
+        .min(n.max(1))
+        .max(1)
+}
+
+/// Loop iterations one invocation of `gram.comp` runs, counted from above: (once a dispatch,
+/// once a step). A step loops over the lane's items (`rper` registers, or N / 4·WG blocks of
+/// four in memory) and reduces over the subgroups (WG / SG) or the workgroup (log₂ WG);
+/// a dispatch loads and stores the register state, or clears the memory state once.
+pub(super) fn gram_loop_iterations(
+    n: usize,
+    wg: u32,
+    rper: usize,
+    placement: Placement,
+    sg: u32,
+) -> (u64, u64) {
+    let wg = wg.max(1) as u64;
+    let pick = wg / sg.max(1) as u64 + 2 + wg.trailing_zeros() as u64 + 1;
+    match placement {
+        Placement::Registers => (2 * rper as u64 + 2, 2 * rper as u64 + 2 + pick),
+        _ => (
+            (n as u64).div_ceil(wg) + 2,
+            (n as u64).div_ceil(4 * wg) * 9 + 2 + pick,
+        ),
+    }
+}
+
+/// Workgroup size, placement and registers per lane for N on `caps` with compensated or plain
+/// key sums.
+pub(super) fn plan_for(
+    caps: &Capabilities,
+    n: usize,
+    compensated: bool,
+    opts: &GramOptions,
+) -> Result<(u32, Placement, usize)> {
+    let cpu = crate::device::is_cpu_device(caps);
+    // Registers per item: hi, the loaded row value and, compensated, lo.
+    let regs = if compensated { 3 } else { 2 };
+    let max_items = if cpu {
+        CPU_REGISTER_ITEMS
+    } else {
+        GPU_REGISTER_ITEMS * 3 / regs
+    };
+    let max_wg = caps.max_workgroup_invocations.min(1024);
+    // Registers while the register file holds the state, and on GPUs up to 32 items a lane even
+    // past it: measured on an H200 at N = 31,102 (31 items a lane at 1,024 invocations), the
+    // spilling register placement still ran 2.0× faster than device memory with compensated
+    // sums and 1.4× with plain ones (BENCHMARKS.md, 2026-11-30). Larger N is unmeasured.
+    let fits = |wg: u32| {
+        let per = n.div_ceil(wg as usize);
+        per <= max_items
+            && (cpu || wg as usize * (regs * per + 24) <= 65536 || per <= MAX_SPILL_ITEMS)
+    };
+    let wg = match opts.workgroup_size {
+        Some(w) => {
+            if !w.is_power_of_two() || w > max_wg || w < 1 {
+                return Err(Error::Invalid(format!(
+                    "workgroup size {w}: a power of two up to {max_wg}"
+                )));
+            }
+            w
+        }
+        None if cpu => 64.min(max_wg),
+        // Measured on an H200 (BENCHMARKS.md): both summations ran fastest at 256 invocations
+        // for N = 8,359 and at 512 or 1,024 for 14,943 (256 does not fit there).
+        None => [256, 512, 1024]
+            .into_iter()
+            .filter(|&w| w <= max_wg)
+            .find(|&w| fits(w))
+            .unwrap_or(512.min(max_wg)),
+    };
+    let placement = match opts.placement {
+        Placement::Auto if fits(wg) => Placement::Registers,
+        Placement::Auto => Placement::Memory,
+        Placement::Registers if n.div_ceil(wg as usize) > 4 * max_items => {
+            return Err(Error::Invalid(format!(
+                "register state for N = {n} with {wg} invocations needs {} items per invocation; \
+                 at most {} (use placement memory)",
+                n.div_ceil(wg as usize),
+                4 * max_items
+            )))
+        }
+        p => p,
+    };
+    let rper = match placement {
+        Placement::Registers => n.div_ceil(wg as usize).max(1),
+        _ => 1,
+    };
+    Ok((wg, placement, rper))
+}
+
+/// Row loads a lane of the register placement issues before using them: every item's at once by
+/// default without the judge, groups of 8 with it; `opts.loads` sets them, for benchmarks. On an
+/// H200 at N = 31,102 a build that grouped them without the judge (with two other changes) gave
+/// other bits from one run to the next, cause not isolated; with the judge, groups of 8 ran 1.2×
+/// faster and gave the same bits run to run (BENCHMARKS.md, 2026-11-30).
+pub(super) fn loads_in_flight(rper: usize, judge: bool, opts: &GramOptions) -> usize {
+    let rper = rper.max(1);
+    match opts.loads {
+        0 if judge => 8.min(rper),
+        0 => rper,
+        k => k.min(rper),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arith(gpu: bool, n: usize, opts: &GramOptions) -> (bool, bool) {
+        arith_d(gpu, n, 384, opts)
+    }
+
+    fn arith_d(gpu: bool, n: usize, d: usize, opts: &GramOptions) -> (bool, bool) {
+        let mut caps = crate::device::test_caps(32, None);
+        caps.device_type = if gpu { "discrete GPU" } else { "CPU" }.into();
+        caps.shared_memory_bytes = 48 << 10;
+        let a = arithmetic(&caps, n, d, opts);
+        (a.compensated, a.judge)
+    }
+
+    /// The default arithmetic: compensated without the judge while the compensated register
+    /// state fits the register file (N ≤ 17,408 at 512 invocations) or on CPU devices; plain
+    /// sums with the judge past it on GPUs where the judge fits; what the options name wins.
+    #[test]
+    fn default_arithmetic_by_size_and_device() {
+        let d = GramOptions::default();
+        for n in [1, 8_359, 14_943, 17_408] {
+            assert_eq!(arith(true, n, &d), (true, false), "N = {n}");
+        }
+        for n in [17_409, 31_102, 100_000] {
+            assert_eq!(arith(true, n, &d), (false, true), "N = {n}");
+            assert_eq!(arith(false, n, &d), (true, false), "CPU, N = {n}");
+        }
+        let comp = GramOptions {
+            compensated: Some(true),
+            ..GramOptions::default()
+        };
+        assert_eq!(arith(true, 31_102, &comp), (true, false));
+        let plain = GramOptions {
+            compensated: Some(false),
+            ..GramOptions::default()
+        };
+        assert_eq!(arith(true, 8_359, &plain), (false, false));
+        assert_eq!(arith(true, 31_102, &plain), (false, true));
+        let no_judge = GramOptions {
+            judge: Some(false),
+            ..GramOptions::default()
+        };
+        assert_eq!(arith(true, 31_102, &no_judge), (true, false));
+        let judge = GramOptions {
+            judge: Some(true),
+            ..GramOptions::default()
+        };
+        assert_eq!(arith(true, 8_359, &judge), (true, true));
+        // Where the judge's running sum does not fit shared memory (D = 8,192), the default
+        // past the register file stays compensated without it.
+        assert_eq!(arith_d(true, 31_102, 8_192, &d), (true, false));
+        assert_eq!(arith_d(true, 31_102, 8_192, &judge), (true, false));
+        // The summation names the refresh period the judge runs with.
+        let mut caps = crate::device::test_caps(32, None);
+        caps.device_type = "discrete GPU".into();
+        caps.shared_memory_bytes = 48 << 10;
+        caps.memory_budget_bytes = 64 << 30;
+        assert_eq!(
+            summation(&caps, 31_102, 384, &d).unwrap(),
+            "plain; G dot2; judge2 refresh 4096"
+        );
+        assert_eq!(
+            summation(&caps, 8_359, 768, &d).unwrap(),
+            "compensated; G dot2"
+        );
+    }
+}
