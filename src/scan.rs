@@ -1,7 +1,7 @@
-//! The scan engine (SPEC §Modes, scan): each step, every sequence of a batch scans every unchosen
+//! The scan engine: each step, every sequence of a batch scans every unchosen
 //! candidate and takes the one farthest from its running centroid. Three shapes, selectable at
 //! run time, all computing each candidate's key with the same shader code so that results are
-//! bit-identical across shapes, tile sizes, chunking, batching and pipelining (SPEC §Exactness 1):
+//! bit-identical across shapes, tile sizes, chunking, batching and pipelining:
 //!
 //! * [`Shape::Untiled`] — one strided pass over all candidates per step;
 //! * [`Shape::Tiled`] — the same dispatch walks candidates tile by tile (`tile_size` is the 5th
@@ -50,8 +50,8 @@ const GEMM_BIG_SHARED_BYTES: usize = 2 * 2 * 8 * 128 * 4 + 2 * 128 * 16 * 4;
 pub const ENV_SCAN_KERNEL: &str = "DIVERSITY_SCAN_KERNEL";
 
 /// Which shader computes the candidate scan. All compute the pick from the same fused
-/// multiply-add chain per key, so the sequences are bit-identical whichever runs (SPEC
-/// §Exactness 1); only speed differs.
+/// multiply-add chain per key, so the sequences are bit-identical whichever runs; only speed
+/// differs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ScanKernel {
     /// [`ENV_SCAN_KERNEL`] if set to a kernel's name, else [`ScanKernel::Coopmat`] on a device
@@ -423,8 +423,9 @@ impl ScanJob {
         Ok(job)
     }
 
-    /// Change the candidate walk for the following steps. Results do not depend on it (SPEC
-    /// §Exactness 1); the `vk_compute` shim passes a tile size with every chunk.
+    /// Change the candidate walk for the following steps. Results do not depend on it (every
+    /// walk computes each key with the same operations in the same order); the `vk_compute`
+    /// shim passes a tile size with every chunk.
     pub fn set_tiling(&mut self, shape: Shape, tile_size: u32) {
         self.opts.shape = shape;
         self.opts.tile_size = tile_size;
