@@ -204,14 +204,14 @@ macro_rules! batch_accessors {
         /// Every sequence so far, row-major: `starts().len()` rows of
         /// [`sequence_len`](Self::sequence_len) 0-based item indices; row i is the sequence of
         /// `starts()[i]`.
-        pub fn sequences_flat(&self) -> $crate::Result<Vec<u32>> {
+        pub fn sequences_flat(&self) -> $crate::error::Result<Vec<u32>> {
             self.batch.sequences_flat()
         }
         /// Entries `from..to` of every sequence (`to` at most
         /// [`sequence_len`](Self::sequence_len)), row-major (`starts().len()` rows of
         /// `to - from`), downloaded in one submission. The drivers append these to their
         /// checkpoint after each chunk.
-        pub fn sequence_columns(&self, from: usize, to: usize) -> $crate::Result<Vec<u32>> {
+        pub fn sequence_columns(&self, from: usize, to: usize) -> $crate::error::Result<Vec<u32>> {
             self.batch.sequence_columns(from, to)
         }
         /// [`sequence_columns`](Self::sequence_columns) into `out` (resized; its capacity
@@ -221,11 +221,11 @@ macro_rules! batch_accessors {
             from: usize,
             to: usize,
             out: &mut Vec<u32>,
-        ) -> $crate::Result<()> {
+        ) -> $crate::error::Result<()> {
             self.batch.sequence_columns_into(from, to, out)
         }
         /// Every sequence so far, one `Vec` per start.
-        pub fn sequences(&self) -> $crate::Result<Vec<Vec<u32>>> {
+        pub fn sequences(&self) -> $crate::error::Result<Vec<Vec<u32>>> {
             self.batch.sequences()
         }
     };

@@ -26,12 +26,13 @@
 //! device, with G once a gram job has built it, and an init whose table has the same shape,
 //! precision and bytes as a kept one reuses it (see [`crate::table_cache`]).
 
+use crate::device::{Context, ContextOptions};
 use crate::engine::{Job, JobOptions};
 use crate::error::Error;
 use crate::mode::Mode;
 use crate::scan::Shape;
+use crate::table::{Precision, Table};
 use crate::table_cache::{out_of_memory, SharedEngine, TableCache};
-use crate::{Context, ContextOptions, Precision, Table};
 use half::f16;
 use std::cell::RefCell;
 use std::ffi::{c_char, CStr, CString};

@@ -1,12 +1,14 @@
 //! Atomic file writes: [`PendingFile`], the temporary file every writer of the crate goes
 //! through (the caches, the fp16 `.bin` and `.npy` files, the IVF index files), renamed into
 //! place only when the whole file is written, so that a failed run never leaves a partial or
-//! stale file behind; and the I/O error helpers the writers share. It may touch the file system
-//! and [`crate::error`], nothing else of the crate.
+//! stale file behind; [`write_atomic`] for a file written in one go; [`check_output`], the
+//! refusal of an output path that is not a regular file; and the I/O error helpers the writers
+//! share. It may touch the file system and [`crate::error`], nothing else of the crate.
 
 use crate::error::{Error, Result};
 use std::ffi::OsString;
 use std::fs::File;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -103,7 +105,7 @@ impl PendingFile {
     /// Errors name `out` and the cause: [`Error::Io`] "output directory X does not exist" or
     /// "cannot write here: …" (e.g. permission denied), [`Error::Invalid`] when `out` has no file
     /// name or exists and is not a regular file (a directory, a device, a FIFO, a socket:
-    /// [`crate::files::check_output`]).
+    /// [`check_output`]).
     pub fn create(out: &Path) -> Result<(PendingFile, File)> {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let name = out.file_name().ok_or_else(|| {
@@ -125,7 +127,7 @@ impl PendingFile {
                 ),
             });
         }
-        crate::files::check_output(out)?;
+        check_output(out)?;
         remove_stale(&dir, name);
         let mut tmp_name = OsString::from(".");
         tmp_name.push(name);
@@ -171,11 +173,11 @@ impl PendingFile {
     /// Rename the temporary file onto the destination, replacing any file there in one step.
     ///
     /// The caller flushes (and, for durability, `sync_all`s) its file first. The destination is
-    /// checked again first ([`crate::files::check_output`]): something that is not a regular
+    /// checked again first ([`check_output`]): something that is not a regular
     /// file put there since [`create`](PendingFile::create) is refused, never renamed over. On
     /// error the temporary file is removed and the destination is untouched.
     pub fn commit(mut self) -> Result<()> {
-        crate::files::check_output(&self.out)?;
+        check_output(&self.out)?;
         std::fs::rename(&self.tmp, &self.out).map_err(|source| Error::Io {
             path: self.out.clone(),
             source,
@@ -229,4 +231,58 @@ pub(crate) fn check_not_failed(failed: bool, path: &Path, what: &str, finish: bo
         "{}: the {what} writer failed earlier; {then}",
         path.display()
     )))
+}
+
+/// Write `bytes` to `path` through a [`PendingFile`] (a temporary file beside it, fsynced, then
+/// renamed over it): on failure the temporary file is removed and the destination is untouched;
+/// an existing `path` that is not a regular file is refused ([`check_output`]).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let (pending, mut f) = PendingFile::create(path)?;
+    let io = |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    f.write_all(bytes).map_err(io)?;
+    f.sync_all().map_err(io)?;
+    drop(f);
+    pending.commit()
+}
+
+/// What kind of file `path` names, following symlinks: `"file"` (a regular file),
+/// `"directory"`, `"character device"`, `"block device"`, `"FIFO"`, `"socket"` or `"special
+/// file"`; `None` when nothing is there (or it cannot be examined).
+pub fn file_kind(path: &Path) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    let t = std::fs::metadata(path).ok()?.file_type();
+    Some(if t.is_file() {
+        "file"
+    } else if t.is_dir() {
+        "directory"
+    } else if t.is_char_device() {
+        "character device"
+    } else if t.is_block_device() {
+        "block device"
+    } else if t.is_fifo() {
+        "FIFO"
+    } else if t.is_socket() {
+        "socket"
+    } else {
+        "special file"
+    })
+}
+
+/// Refuse an output path that exists and is not a regular file (a directory, a device such as
+/// `/dev/null`, a FIFO, a socket; through a symlink too): replacing it by a rename would replace
+/// the device or directory entry itself, and writing into it would block or go nowhere.
+/// [`Error::Invalid`] "X: is a character device, not a regular file: refusing to write over it".
+/// A path that does not exist, or names a regular file, passes. Every writer's
+/// [`PendingFile`] asks this when it is created and again right before its rename.
+pub fn check_output(path: &Path) -> Result<()> {
+    match file_kind(path) {
+        None | Some("file") => Ok(()),
+        Some(kind) => Err(Error::Invalid(format!(
+            "{}: is a {kind}, not a regular file: refusing to write over it",
+            path.display()
+        ))),
+    }
 }

@@ -1,7 +1,7 @@
 //! The `metadata` object of a JSON cache file (`{"metadata":{…}, …}`), read with serde_json: the
 //! rest of the file is parsed but not kept, so a large cache costs one pass and no memory.
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};

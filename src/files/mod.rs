@@ -24,6 +24,8 @@ mod fp16_bin;
 mod json;
 mod npy;
 
+/// The atomic writes' checks and whole-file write, from the crate's atomic-write module.
+pub use crate::pending_file::{check_output, file_kind, write_atomic};
 pub use fp16_bin::{
     bytes_checksum, file_checksum, fp16_bin_sidecar, load_fp16_bin, load_fp16_bin_space,
     save_fp16_bin, words_checksum,
@@ -131,60 +133,6 @@ pub fn load_f32(path: &Path, dim: usize) -> Result<Table> {
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect();
     table(path, data, n, dim)
-}
-
-/// Write `bytes` to `path` through a [`PendingFile`] (a temporary file beside it, fsynced, then
-/// renamed over it): on failure the temporary file is removed and the destination is untouched;
-/// an existing `path` that is not a regular file is refused ([`check_output`]).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let (pending, mut f) = PendingFile::create(path)?;
-    let io = |source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    f.write_all(bytes).map_err(io)?;
-    f.sync_all().map_err(io)?;
-    drop(f);
-    pending.commit()
-}
-
-/// What kind of file `path` names, following symlinks: `"file"` (a regular file),
-/// `"directory"`, `"character device"`, `"block device"`, `"FIFO"`, `"socket"` or `"special
-/// file"`; `None` when nothing is there (or it cannot be examined).
-pub fn file_kind(path: &Path) -> Option<&'static str> {
-    use std::os::unix::fs::FileTypeExt;
-    let t = std::fs::metadata(path).ok()?.file_type();
-    Some(if t.is_file() {
-        "file"
-    } else if t.is_dir() {
-        "directory"
-    } else if t.is_char_device() {
-        "character device"
-    } else if t.is_block_device() {
-        "block device"
-    } else if t.is_fifo() {
-        "FIFO"
-    } else if t.is_socket() {
-        "socket"
-    } else {
-        "special file"
-    })
-}
-
-/// Refuse an output path that exists and is not a regular file (a directory, a device such as
-/// `/dev/null`, a FIFO, a socket; through a symlink too): replacing it by a rename would replace
-/// the device or directory entry itself, and writing into it would block or go nowhere.
-/// [`Error::Invalid`] "X: is a character device, not a regular file: refusing to write over it".
-/// A path that does not exist, or names a regular file, passes. Every writer's
-/// [`PendingFile`] asks this when it is created and again right before its rename.
-pub fn check_output(path: &Path) -> Result<()> {
-    match file_kind(path) {
-        None | Some("file") => Ok(()),
-        Some(kind) => Err(Error::Invalid(format!(
-            "{}: is a {kind}, not a regular file: refusing to write over it",
-            path.display()
-        ))),
-    }
 }
 
 /// Read a whole file, naming it in the error.

@@ -7,6 +7,7 @@
 //! Costs one table download and `sample × N × D` float64 multiply-adds on the host.
 
 use super::{KnnResult, NO_ID};
+use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
 use crate::metric::Metric;
 use crate::reference::knn_reference;
@@ -87,7 +88,7 @@ pub fn verify_result(
 }
 
 /// The table as the device stores it, downloaded, as a host table (fp16 rows widened exactly).
-pub(crate) fn stored_table(dt: &crate::DeviceTable) -> Result<Table> {
+pub(crate) fn stored_table(dt: &DeviceTable) -> Result<Table> {
     let (n, d, p) = (dt.n(), dt.d(), dt.precision());
     let bytes = dt
         .context()

@@ -15,7 +15,7 @@ pub(super) trait LuaCtx<T> {
     fn lua_ctx(self, call: &str) -> LuaResult<T>;
 }
 
-impl<T> LuaCtx<T> for crate::Result<T> {
+impl<T> LuaCtx<T> for crate::error::Result<T> {
     fn lua_ctx(self, call: &str) -> LuaResult<T> {
         self.map_err(|e| msg(call, e))
     }

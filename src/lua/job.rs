@@ -4,7 +4,7 @@
 use super::args::{int, int_list, int_u32, opt, opt_int, parse_mode};
 use super::cdata::copy_to_cdata;
 use super::error::{msg, LuaCtx};
-use super::multi::Stepping;
+use super::stepping::Stepping;
 use crate::batch::StepReport;
 use crate::engine::{Job, JobOptions};
 use crate::gram::{GramOptions, Placement};
@@ -67,7 +67,7 @@ impl LJob {
         self.running.as_ref().map(Stepping::is_finished)
     }
     /// Join the stepping thread (if any) and take the job back; the step's result.
-    fn join(&mut self) -> Option<crate::Result<StepReport>> {
+    fn join(&mut self) -> Option<crate::error::Result<StepReport>> {
         let (job, r) = self.running.take()?.join();
         self.inner = job;
         Some(r)

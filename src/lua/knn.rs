@@ -3,12 +3,12 @@
 
 use super::args::{int, int_list, int_u32, opt, opt_int};
 use super::cdata::copy_to_cdata;
-use super::device_table::LDeviceTable;
 use super::error::{msg, LuaCtx};
 use super::handle::Handle;
 use super::json::{json_list, lua_to_json};
 use super::table::LTable;
 use crate::cache::{KnnGraph, KnnMetric, KNN_PAD};
+use crate::engine::Engine;
 use crate::error::Error;
 use crate::knn::{knn, KnnOptions, KnnPath, KnnResult, NO_ID};
 use crate::metric::Metric;
@@ -22,8 +22,9 @@ pub(super) type LKnn = Handle<KnnResult>;
 pub(super) type LKnnGraph = Handle<KnnGraph>;
 
 /// The k-NN and rankings methods of the device table: `knn`, `rankings`,
-/// `write_rankings_cache`, `write_knn_graph`.
-pub(super) fn add_device_table_methods<M: UserDataMethods<LDeviceTable>>(m: &mut M) {
+/// `write_rankings_cache`, `write_knn_graph`. The device table's handle (`Handle<Engine>`)
+/// calls this from its own method list; this file does not import the device table's file.
+pub(super) fn add_device_table_methods<M: UserDataMethods<Handle<Engine>>>(m: &mut M) {
     // Exact k-NN of the rows of `queries` (a table object of the same dimension; the table
     // that was uploaded for a self-search) against this table: a knn result object.
     m.add_method(

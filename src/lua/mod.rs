@@ -21,7 +21,8 @@
 //! | `job.rs` | the job handle, job options, `check_starts` |
 //! | `knn.rs` | k-NN results, rankings, k-NN graphs, the device table's k-NN methods |
 //! | `cache.rs` | the cache writers and reader, `merge_caches` |
-//! | `multi.rs` | several devices (`open_devices`, `knn_index`) and jobs on threads (`wait_any`) |
+//! | `multi.rs` | several devices (`open_devices`, `knn_index`) and `wait_any` over stepping jobs |
+//! | `stepping.rs` | a job stepping on a thread of its own (`job:start`), cancelled at exit |
 //! | `ivf.rs` | `kmeans`, the IVF-Flat index (`ivf_index`, `load_ivf_index`) and its handle |
 //! | `ivfpq.rs` | the IVF-PQ index (`ivfpq_index`, `load_ivfpq_index`) and its handle |
 
@@ -39,6 +40,7 @@ mod json;
 mod knn;
 mod multi;
 mod rows;
+mod stepping;
 mod table;
 
 use mlua::prelude::*;

@@ -28,7 +28,7 @@ impl LRows {
         call: &str,
         rows: usize,
         len: usize,
-        f: impl FnOnce(&mut Vec<u32>) -> crate::Result<()>,
+        f: impl FnOnce(&mut Vec<u32>) -> crate::error::Result<()>,
     ) -> LuaResult<()> {
         self.rows = 0;
         self.len = 0;
