@@ -26,7 +26,7 @@
 use crate::cache::{KnnGraphWriter, KnnMetric, RankingsWriter, KNN_PAD};
 use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
-use crate::knn::{knn_flat, KnnOptions, KnnPath, NO_ID};
+use crate::knn::{knn_flat, verify, KnnOptions, KnnPath, NO_ID};
 use crate::metric::Metric;
 use crate::table::Table;
 use serde_json::Value;
@@ -54,7 +54,7 @@ pub struct RankingsOptions {
     /// Passed to [`KnnOptions::full_ranking`] (tests).
     pub full_ranking: bool,
     /// Cross-check this many items (spread over all, first and last included) against a
-    /// float64 brute force over the table as stored on the device ([`crate::knn_verify`]);
+    /// float64 brute force over the table as stored on the device ([`crate::knn::verify`]);
     /// a disagreement is an [`Error::Verification`] and nothing more reaches the sink.
     /// 0 = off.
     pub verify: usize,
@@ -192,8 +192,8 @@ pub fn rankings_with_values(
     let check = match opts.verify {
         0 => None,
         v => Some((
-            crate::knn_verify::stored_table(dt)?,
-            crate::knn_verify::verify_sample(items.len(), v),
+            verify::stored_table(dt)?,
+            verify::verify_sample(items.len(), v),
         )),
     };
     let mut queries = Vec::with_capacity(batch * d);
@@ -216,15 +216,14 @@ pub fn rankings_with_values(
                 .filter(|&&i| i >= at && i < at + chunk.len())
                 .map(|&i| i - at)
                 .collect();
-            report.verified +=
-                crate::knn_verify::verify_result(rows, &queries, opts.metric, &res, &local)
-                    .map_err(|e| match e {
-                        Error::Verification(m) => Error::Verification(format!(
-                            "item {} (batch {b}): {m}",
-                            chunk[local.first().copied().unwrap_or(0)]
-                        )),
-                        e => e,
-                    })?;
+            report.verified += verify::verify_result(rows, &queries, opts.metric, &res, &local)
+                .map_err(|e| match e {
+                    Error::Verification(m) => Error::Verification(format!(
+                        "item {} (batch {b}): {m}",
+                        chunk[local.first().copied().unwrap_or(0)]
+                    )),
+                    e => e,
+                })?;
         }
         ids.clear();
         values.clear();
