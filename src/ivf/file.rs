@@ -20,6 +20,10 @@
 //! exactly this — another magic or version, a length that does not add up, a checksum that
 //! does not match, an id out of place, a non-finite value — is refused with
 //! [`Error::Format`] naming the file and the fault, before anything is uploaded.
+//!
+//! What both index files share lives here too, for `pq_file.rs`: the metric codes, the atomic
+//! write, and the reader of the head (magic, version, truncation), the length and the trailing
+//! checksum ([`IndexBytes`]).
 
 use super::{IvfFlat, IvfOptions, KMeansOptions};
 use crate::checksum;
@@ -71,6 +75,97 @@ pub(super) fn read_index(path: &Path) -> Result<Vec<u8>> {
         path: path.to_path_buf(),
         source,
     })
+}
+
+/// An index file's bytes as a reader walks them, its magic, length and version checked (the
+/// IVF-Flat and IVF-PQ files share this head and the trailing checksum).
+pub(super) struct IndexBytes<'a> {
+    b: &'a [u8],
+    /// "IVF" or "IVF-PQ", for the messages.
+    kind: &'static str,
+}
+
+impl<'a> IndexBytes<'a> {
+    /// `b` if it starts with `magic`, holds at least a `header`-byte header and the checksum, and
+    /// has format `version`; the messages name the `kind` of index.
+    pub(super) fn open(
+        b: &'a [u8],
+        kind: &'static str,
+        magic: [u8; 4],
+        version: u32,
+        header: usize,
+    ) -> std::result::Result<IndexBytes<'a>, String> {
+        let len = b.len();
+        if len < 4 || b[..4] != magic {
+            let m = String::from_utf8_lossy(&magic);
+            return Err(format!("not a diversity {kind} index file (no {m} magic)"));
+        }
+        if len < header + 8 {
+            return Err(format!(
+                "truncated {kind} index: {len} bytes, the header and checksum alone take {}",
+                header + 8
+            ));
+        }
+        let bytes = IndexBytes { b, kind };
+        let v = bytes.u32_at(4);
+        if v != version {
+            return Err(format!(
+                "{kind} index version {v}, this build reads version {version}"
+            ));
+        }
+        Ok(bytes)
+    }
+
+    /// The u32 at byte `o`.
+    pub(super) fn u32_at(&self, o: usize) -> u32 {
+        u32::from_le_bytes(self.b[o..o + 4].try_into().expect("4 bytes"))
+    }
+
+    /// The u64 at byte `o`.
+    pub(super) fn u64_at(&self, o: usize) -> u64 {
+        u64::from_le_bytes(self.b[o..o + 8].try_into().expect("8 bytes"))
+    }
+
+    /// The `n` bytes at byte `o`.
+    pub(super) fn bytes(&self, o: usize, n: usize) -> &'a [u8] {
+        &self.b[o..o + n]
+    }
+
+    /// Refuses a file whose length is not `want`, the length its header's `shape` (e.g.
+    /// "D = 4, nlist = 2, ntotal = 9") makes, or whose trailing checksum does not match.
+    pub(super) fn check_length_and_checksum(
+        &self,
+        want: u128,
+        shape: &str,
+    ) -> std::result::Result<(), String> {
+        let (len, kind) = (self.b.len(), self.kind);
+        if want != len as u128 {
+            return Err(format!(
+                "length {len} bytes, but {shape} make {want}: truncated or not an {kind} index"
+            ));
+        }
+        let stored = self.u64_at(len - 8);
+        let h = fnv1a64(&self.b[..len - 8]);
+        if h != stored {
+            return Err(format!(
+                "checksum mismatch (stored {stored:016x}, bytes give {h:016x}): the file is \
+                 corrupt or was edited"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The `n` f32 values at byte `o`; a non-finite one is refused naming its byte.
+    pub(super) fn f32s(&self, o: usize, n: usize) -> std::result::Result<Vec<f32>, String> {
+        let v: Vec<f32> = self.b[o..o + n * 4]
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .collect();
+        match v.iter().position(|x| !x.is_finite()) {
+            Some(p) => Err(format!("non-finite value at byte {}", o + p * 4)),
+            None => Ok(v),
+        }
+    }
 }
 
 /// The metric of a file's code (the inverse of `metric_code`).
@@ -143,24 +238,8 @@ impl IvfFlat {
     }
 
     fn from_bytes(ctx: &Context, b: &[u8]) -> std::result::Result<IvfFlat, String> {
-        let len = b.len();
-        if len < 4 || b[..4] != IVF_MAGIC {
-            return Err("not a diversity IVF index file (no DIVF magic)".into());
-        }
-        if len < HEADER + 8 {
-            return Err(format!(
-                "truncated IVF index: {len} bytes, the header and checksum alone take {}",
-                HEADER + 8
-            ));
-        }
-        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
-        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
-        let version = u32_at(4);
-        if version != IVF_VERSION {
-            return Err(format!(
-                "IVF index version {version}, this build reads version {IVF_VERSION}"
-            ));
-        }
+        let b = IndexBytes::open(b, "IVF", IVF_MAGIC, IVF_VERSION, HEADER)?;
+        let (u32_at, u64_at) = (|o| b.u32_at(o), |o| b.u64_at(o));
         let metric = metric_from_code(u32_at(8))?;
         let precision = match u32_at(12) {
             0 => Precision::Fp32,
@@ -176,32 +255,13 @@ impl IvfFlat {
         // The length the header implies, in u128 so no header overflows it.
         let (d128, nl, nt) = (d as u128, nlist as u128, ntotal as u128);
         let want = HEADER as u128 + nl * d128 * 4 + nl * 8 + nt * (8 + d128 * 4) + 8;
-        if want != len as u128 {
-            return Err(format!(
-                "length {len} bytes, but D = {d}, nlist = {nlist}, ntotal = {ntotal} make {want}: \
-                 truncated or not an IVF index"
-            ));
-        }
+        b.check_length_and_checksum(
+            want,
+            &format!("D = {d}, nlist = {nlist}, ntotal = {ntotal}"),
+        )?;
         // The file's length is in memory, so every count below fits usize.
         let (d, nlist, ntotal) = (d as usize, nlist as usize, ntotal as usize);
-        let stored = u64_at(len - 8);
-        let h = fnv1a64(&b[..len - 8]);
-        if h != stored {
-            return Err(format!(
-                "checksum mismatch (stored {stored:016x}, bytes give {h:016x}): the file is \
-                 corrupt or was edited"
-            ));
-        }
-        let f32s = |o: usize, n: usize| -> std::result::Result<Vec<f32>, String> {
-            let v: Vec<f32> = b[o..o + n * 4]
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
-                .collect();
-            match v.iter().position(|x| !x.is_finite()) {
-                Some(p) => Err(format!("non-finite value at byte {}", o + p * 4)),
-                None => Ok(v),
-            }
-        };
+        let f32s = |o, n| b.f32s(o, n);
         let mut o = HEADER;
         let centroids = f32s(o, nlist * d)?;
         o += nlist * d * 4;

@@ -22,7 +22,7 @@
 //! does not match, an id out of place, a non-finite value — is refused with [`Error::Format`]
 //! naming the file and the fault, before anything is uploaded.
 
-use super::file::{fnv1a64, metric_code, metric_from_code, read_index, write_index};
+use super::file::{fnv1a64, metric_code, metric_from_code, read_index, write_index, IndexBytes};
 use super::ivfpq::{IvfPq, IvfPqOptions, PqList};
 use super::pq::{ProductQuantizer, PQ_KSUB};
 use super::KMeansOptions;
@@ -92,24 +92,8 @@ impl IvfPq {
     }
 
     fn from_bytes(ctx: &Context, b: &[u8]) -> std::result::Result<IvfPq, String> {
-        let len = b.len();
-        if len < 4 || b[..4] != IVFPQ_MAGIC {
-            return Err("not a diversity IVF-PQ index file (no DIVP magic)".into());
-        }
-        if len < HEADER + 8 {
-            return Err(format!(
-                "truncated IVF-PQ index: {len} bytes, the header and checksum alone take {}",
-                HEADER + 8
-            ));
-        }
-        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
-        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
-        let version = u32_at(4);
-        if version != IVFPQ_VERSION {
-            return Err(format!(
-                "IVF-PQ index version {version}, this build reads version {IVFPQ_VERSION}"
-            ));
-        }
+        let b = IndexBytes::open(b, "IVF-PQ", IVFPQ_MAGIC, IVFPQ_VERSION, HEADER)?;
+        let (u32_at, u64_at) = (|o| b.u32_at(o), |o| b.u64_at(o));
         let metric = metric_from_code(u32_at(8))?;
         let flags = u32_at(12);
         if flags > 1 {
@@ -131,31 +115,10 @@ impl IvfPq {
         let (d128, nl, m128, nt) = (d as u128, nlist as u128, m as u128, ntotal as u128);
         let row = 8 + m128 + if keep { d128 * 4 } else { 0 };
         let want = HEADER as u128 + nl * d128 * 4 + 256 * d128 * 4 + nl * 8 + nt * row + 8;
-        if want != len as u128 {
-            return Err(format!(
-                "length {len} bytes, but D = {d}, nlist = {nlist}, M = {m}, ntotal = {ntotal} \
-                 make {want}: truncated or not an IVF-PQ index"
-            ));
-        }
+        let shape = format!("D = {d}, nlist = {nlist}, M = {m}, ntotal = {ntotal}");
+        b.check_length_and_checksum(want, &shape)?;
         let (d, nlist, m, ntotal) = (d as usize, nlist as usize, m as usize, ntotal as usize);
-        let stored = u64_at(len - 8);
-        let h = fnv1a64(&b[..len - 8]);
-        if h != stored {
-            return Err(format!(
-                "checksum mismatch (stored {stored:016x}, bytes give {h:016x}): the file is \
-                 corrupt or was edited"
-            ));
-        }
-        let f32s = |o: usize, n: usize| -> std::result::Result<Vec<f32>, String> {
-            let v: Vec<f32> = b[o..o + n * 4]
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
-                .collect();
-            match v.iter().position(|x| !x.is_finite()) {
-                Some(p) => Err(format!("non-finite value at byte {}", o + p * 4)),
-                None => Ok(v),
-            }
-        };
+        let f32s = |o, n| b.f32s(o, n);
         let mut o = HEADER;
         let centroids = f32s(o, nlist * d)?;
         o += nlist * d * 4;
@@ -195,7 +158,7 @@ impl IvfPq {
                 list.ids.push(id as i64);
             }
             o += size * 8;
-            list.codes = b[o..o + size * m].to_vec();
+            list.codes = b.bytes(o, size * m).to_vec();
             o += size * m;
             if keep {
                 list.data = f32s(o, size * d)?;
