@@ -8,14 +8,17 @@
 //! cargo run --release --example bench -- --table FILE [--dim D] [--center] [--starts S]
 //!     [--steps K] [--chunk C] [--label NAME] [--precisions fp32,fp16] [--quick]
 //!     [--shapes untiled,tiled,per-tile] [--kernels block64,block128] [--budget-s S]
-//!     [--capacity C] [--gamma-scale G] [--probe]
+//!     [--capacity C] [--gamma-scale G] [--probe] [--tile-bytes B]
 //!     [--device NAME] [--json OUT.json] [--md OUT.md] [--plot OUT.png] [--best OUT.txt]
 //! cargo run --release --example bench -- --replot RUN.json --plot OUT.png
 //! ```
 //!
 //! `--starts S` takes the first S items as starts (the seed benchmark: 3,584), `--steps K` the
-//! first K steps (500). Tile sizes: the driver's formula `floor(L2 × 0.85 / (D × bytes))` and
-//! that ÷ 4 and × 4. `--quick` runs only untiled, tiled at the formula and per-tile, pipelined.
+//! first K steps (500). Tile sizes: a tile holds `--tile-bytes B` of table rows, so each
+//! precision's tile is `floor(B / (D × bytes per value))` candidates (default B: the device's L2
+//! size), and that ÷ 4 and × 4. The tile-size policy is the Lua driver's alone
+//! (`diversity.driver.tile_size`, 85% of L2): pass `--tile-bytes` 0.85 × L2 to time its tile.
+//! `--quick` runs only untiled, tiled at that tile and per-tile, pipelined.
 //! `--kernels` (default `auto`: the library's choice) runs each named scan kernel, kernel by
 //! kernel. `--budget-s S` starts no new configuration once S seconds of wall time have passed
 //! (what ran is still reported). `--best OUT.txt` writes the fastest configuration as one line
@@ -52,6 +55,7 @@ struct Args {
     replot: Option<String>,
     filter: FilterTuning,
     probe: bool,
+    tile_bytes: Option<u64>,
 }
 
 fn parse() -> Result<Args, String> {
@@ -76,6 +80,7 @@ fn parse() -> Result<Args, String> {
         replot: None,
         filter: FilterTuning::default(),
         probe: false,
+        tile_bytes: None,
     };
     let mut it = common::Cli::new(include_str!("bench.rs"));
     while let Some(f) = it.flag()? {
@@ -92,6 +97,7 @@ fn parse() -> Result<Args, String> {
             "--precisions" => a.precisions = common::list(&f, &val()?)?,
             "--quick" => a.quick = true,
             "--probe" => a.probe = true,
+            "--tile-bytes" => a.tile_bytes = Some(common::int_min::<u64>(&f, &val()?, 1)?),
             "--capacity" => {
                 let c: usize = min(val()?, 1)?;
                 a.filter.capacity =
@@ -239,8 +245,10 @@ fn run(a: Args) -> Result<(), String> {
     let nstarts = a.starts.unwrap_or(n).min(n);
     let starts: Vec<u32> = (0..nstarts as u32).collect();
     let steps = a.steps.unwrap_or(n - 1).min(n - 1);
+    let tile_bytes = a.tile_bytes.unwrap_or(caps.l2_bytes).max(1);
     eprintln!(
-        "{}: {} ({}), L2 {} MiB; table {n} × {d}; {nstarts} sequences × {steps} steps",
+        "{}: {} ({}), L2 {} MiB; table {n} × {d}; {nstarts} sequences × {steps} steps; \
+         tiles of {tile_bytes} bytes",
         a.label,
         caps.name,
         caps.driver,
@@ -261,15 +269,14 @@ fn run(a: Args) -> Result<(), String> {
         let kernel = kernel.for_batch(&caps, starts.len());
         for (p, dt) in &tables {
             let p = *p;
-            let formula = ((caps.l2_bytes as f64 * 0.85) / (d * p.bytes()) as f64)
-                .floor()
-                .max(1.0) as u32;
-            let mut shapes = vec![(Shape::Untiled, 0u32), (Shape::Tiled, formula)];
+            let tile =
+                u32::try_from((tile_bytes / (d * p.bytes()) as u64).max(1)).unwrap_or(u32::MAX);
+            let mut shapes = vec![(Shape::Untiled, 0u32), (Shape::Tiled, tile)];
             if !a.quick {
-                shapes.push((Shape::Tiled, (formula / 4).max(1)));
-                shapes.push((Shape::Tiled, formula.saturating_mul(4)));
+                shapes.push((Shape::Tiled, (tile / 4).max(1)));
+                shapes.push((Shape::Tiled, tile.saturating_mul(4)));
             }
-            shapes.push((Shape::PerTile, formula));
+            shapes.push((Shape::PerTile, tile));
             if let Some(only) = &a.shapes {
                 shapes.retain(|(sh, _)| only.iter().any(|o| o == sh.name()));
             }
@@ -481,7 +488,7 @@ fn run(a: Args) -> Result<(), String> {
         let j = serde_json::json!({
             "label": a.label, "device": caps.name, "driver": caps.driver, "l2_bytes": caps.l2_bytes,
             "n": n, "dim": d, "sequences": nstarts, "steps": steps, "chunk": a.chunk,
-            "skipped": skipped,
+            "skipped": skipped, "tile_bytes": tile_bytes,
             "runs": runs.iter().map(|r| serde_json::json!({
                 "kernel": r.kernel.name(), "tfma_per_s": fma / r.gpu_s.max(1e-12) / 1e12,
                 "precision": r.precision.name(), "shape": r.shape.name(), "tile": r.tile,
