@@ -3,6 +3,7 @@
 //! fault injection ([`ENV_FAIL_AFTER_CHUNKS`]). [`ScanJob`](crate::ScanJob) and
 //! [`GramJob`](crate::GramJob) each embed a `Batch` and delegate their progress and result
 //! accessors to it; they differ only in how a chunk of steps is computed.
+//! It may touch the device context, device memory and [`crate::error`]; no engine's arithmetic.
 //!
 //! The sequences buffer holds `starts.len()` rows of `seq_len` entries (the start, then one
 //! entry per step); row i is the sequence of `starts[i]`. Entries past

@@ -1,6 +1,9 @@
 //! The C ABI of the user's `libvkcompute.so`, exported by this library (the cdylib) so that a
 //! `vk_compute.lua` written against the old library runs unchanged with
 //! `VK_COMPUTE_LIB=…/diversity.so` (declarations in `include/vk_compute.h`).
+//! A skin like the Lua binding: it may touch the engine choice ([`crate::engine`]), the table
+//! cache, the device context, host tables and the vocabulary (mode, shape, precision); it decides
+//! nothing itself.
 //!
 //! Beyond the original: every failure leaves its full message for [`vkc_last_error`] (per
 //! thread), a NULL, zero or oversized argument is answered with an error code (or NULL) instead

@@ -1,6 +1,8 @@
 //! The table on the device: a host [`Table`] uploaded once at a storage precision (fp32, or fp16
 //! rounded on the host) with its inverse row norms. Every engine reads it — the scan, the gram
 //! matrix, k-NN and rankings — so it lives here, below them all, not in any one engine.
+//! It may touch the device context, device memory, the host table and [`crate::error`]; no
+//! engine.
 
 use crate::device::Context;
 use crate::error::{Error, Result};

@@ -1,6 +1,9 @@
 //! Engine choice: the one place that turns a device table, a list of starts and
 //! options into a running job of either engine. The Lua binding, the Rust command line and the
 //! driver all come through here; none of them decides anything on its own.
+//! It may touch the two sequence engines ([`crate::scan`], [`crate::gram`]), the batch scaffold,
+//! the device table and the vocabulary below them (mode, table, device capabilities); nothing
+//! above it (no binding, no file format).
 //!
 //! * [`ModeChoice`] — what `scan`, `gram` or `auto` resolves to on a device, and why, as data
 //!   ([`ModeReason`], with a short [`code`](ModeReason::code) for programs and a `Display` for

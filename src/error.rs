@@ -1,5 +1,6 @@
 //! One error type for the whole crate. Every message names the input and the cause, so that the
 //! Lua binding can hand it to the user unchanged.
+//! It touches nothing else in the crate; every other module reports through it.
 
 use std::path::PathBuf;
 

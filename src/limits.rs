@@ -1,4 +1,5 @@
 //! Driver limits that fail silently, measured on the device itself.
+//! It may touch the device context, the compiled shaders and command submission; no engine.
 //!
 //! Mesa's llvmpipe (lavapipe, the CPU device CI runs on) gives every shader invocation one
 //! counter of 65,535 loop iterations for all its loops together; once it is spent, each loop

@@ -1,6 +1,7 @@
 //! Device memory: [`Buffer`] (a buffer with its allocation, freed on drop) and the transfers
 //! between host and device — uploads, downloads through one bounded staging buffer, and writes
 //! of scattered regions. Every transfer is one or more [`Context::one_shot`] submissions.
+//! It may touch the device context ([`crate::device`]) and [`crate::error`]; no engine.
 
 use crate::device::Context;
 use crate::error::{Error, Result, VkContext};

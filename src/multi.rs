@@ -1,6 +1,8 @@
 //! Several devices for one exact k-NN search, the Faiss way: [`IndexShards`] splits
 //! the table, [`IndexReplicas`] splits the queries. Both give, bit for bit, what one device's
 //! [`knn_flat`] gives on the whole table.
+//! It may touch the device context, device tables and the exact k-NN search of [`crate::knn`];
+//! no sequence engine, no file format.
 //!
 //! # Shards (Faiss's `IndexShards`)
 //! The table's rows are cut into contiguous slices, one per device (sizes in proportion to

@@ -1,5 +1,7 @@
 //! The float64 CPU reference and the exactness oracle: every pick of a sequence must be within
 //! ε of the best exact distance along the sequence's own prefix.
+//! Host arithmetic only: it may touch the host [`Table`] and [`crate::metric`], never a device,
+//! so it can judge every engine.
 //!
 //! The oracle does not ask for "the same sequence as some other code": it walks the engine's own
 //! sequence and, at every step, recomputes every candidate's distance in float64 from the

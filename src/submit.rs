@@ -1,6 +1,8 @@
 //! Command submission: one-off submissions ([`Context::one_shot`]), the memory barrier between
 //! dispatches, descriptor sets ([`Set`]), timed submissions one or several in flight
 //! ([`Submitter`]), and the binding of a pipeline with its push constants ([`bind`]).
+//! It may touch the device context and its pipelines, device memory and [`crate::error`]; no
+//! engine.
 
 use crate::device::{Context, Pipeline, BINDINGS, G_SLABS, SINGLE_BINDINGS};
 use crate::error::{Error, Result, VkContext};

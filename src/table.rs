@@ -1,5 +1,6 @@
 //! The host-side embedding table: N rows × D dims of float32, validated once, optionally centered,
 //! and rounded to the storage precision before it goes to a device.
+//! Host data only: it may touch [`crate::error`], never a device.
 
 use crate::error::{Error, Result};
 use half::f16;

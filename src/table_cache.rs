@@ -1,4 +1,6 @@
 //! Device tables kept by content, for callers that hand the same table over and over.
+//! It may touch [`Engine`] and what an engine is made of (device context, device table, host
+//! table, errors); the C ABI is its caller.
 //!
 //! The old C wrapper re-initialises with the same table for every batch (`vkd_batch_init`) and
 //! around every single sequence (`vkd_init` … `vkd_destroy`). A [`TableCache`] keeps the most
