@@ -17,8 +17,9 @@ pub struct Capabilities {
     /// Discrete GPU, integrated GPU, CPU, ...
     pub device_type: String,
     /// The device's UUID (`VkPhysicalDeviceIDProperties::deviceUUID`) as NVIDIA's tools write
-    /// a GPU's (`GPU-` and 8-4-4-4-12 lowercase hex digits; [`uuid_string`]): on an NVIDIA GPU
-    /// the same string as `nvidia-smi -L` and `CUDA_VISIBLE_DEVICES`, which selects it.
+    /// a GPU's (`GPU-` and 8-4-4-4-12 lowercase hex digits; [`uuid_string`](super::uuid_string)):
+    /// on an NVIDIA GPU the same string as `nvidia-smi -L` and `CUDA_VISIBLE_DEVICES`, which
+    /// selects it.
     pub uuid: String,
     /// Driver name and version.
     pub driver: String,

@@ -16,7 +16,8 @@ pub struct DeviceInfo {
     pub name: String,
     /// Discrete GPU, integrated GPU, CPU, ...
     pub device_type: String,
-    /// The device's UUID as `GPU-…` (see [`Capabilities::uuid`]), usable as a selector.
+    /// The device's UUID as `GPU-…` (see [`Capabilities::uuid`](super::Capabilities::uuid)),
+    /// usable as a selector.
     pub uuid: String,
 }
 
