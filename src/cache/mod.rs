@@ -1,6 +1,10 @@
 //! Writing and reading the sequence caches (`diversity_cache.json`, the uint32 binary cache, the
-//! k-NN graph), so that a failed run never leaves a partial or stale file behind. Every public
-//! item is re-exported here from its submodule:
+//! k-NN graph), so that a failed run never leaves a partial or stale file behind. The cache
+//! modules may touch each other, [`crate::error`], the checksum, the atomic writer, the host
+//! table (a table's content checksum) and [`crate::files::same_file`] (a merge's output is never
+//! one of its inputs); no device and no engine: results reach them as plain rows.
+//!
+//! Every public item is re-exported here from its submodule:
 //!
 //! - [`PendingFile`] (temporary file, renamed into place), which every writer uses, comes from
 //!   the crate's atomic-write module below this one.

@@ -1,6 +1,7 @@
 //! The fp16 `.bin` cache beside an input: halves, row-major, no header, and a JSON sidecar
 //! (N, D, space, the source's checksum, the `.bin`'s own checksum) so a truncated, stale,
-//! foreign or edited file is refused.
+//! foreign or edited file is refused. It may touch the host table, the checksum, [`crate::error`]
+//! and the atomic writer only.
 
 use super::{format_err, kind, read, table};
 use crate::checksum::{fnv1a64, FNV64_PRIME, FNV64_START};

@@ -1,4 +1,5 @@
-//! `embeddings.json`: rows in `poem_index` order, ids kept, bare NaN/Infinity tokens named.
+//! `embeddings.json`: rows in `poem_index` order, ids kept, bare NaN/Infinity tokens named. It
+//! may touch the host table and [`crate::error`] only.
 
 use super::{format_err, in_file, kind, read, table};
 use crate::error::Result;

@@ -1,5 +1,6 @@
 //! NumPy `.npy` arrays: the header parsed by hand (a Python-literal parser), float32 and
-//! float16 bodies, and the writers.
+//! float16 bodies, and the writers. It may touch the host table, [`crate::error`] and the atomic
+//! writer only.
 
 use super::{format_err, read, table, write_atomic};
 use crate::error::{Error, Result};

@@ -3,7 +3,9 @@
 //! everything (each handle keeps what it needs alive through `Arc`s). Errors carry the call's
 //! name and the cause (`"diversity.<call>: <cause>"`, converted once in `error.rs`). No logic
 //! lives here that the Rust tests cannot reach, except the conversion of Lua values and FFI
-//! cdata; engine choice is [`crate::engine`]'s.
+//! cdata; engine choice is [`crate::engine`]'s. Each binding file may touch the crate's public
+//! API and the binding's own helpers (`args`, `error`, `handle`, `cdata`); nothing in the crate
+//! depends on the binding.
 //!
 //! This file builds the module table; each family of handles lives in its own file and adds its
 //! functions to the table:
