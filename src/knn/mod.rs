@@ -1,7 +1,9 @@
 //! Exact k-nearest-neighbour search on the device: a batch of queries against a [`DeviceTable`]
 //! (fp32 or fp16 storage: distances are against the stored, rounded rows), by inner product,
 //! cosine similarity or squared L2 distance, with the k-selection done by bitonic networks on
-//! the device.
+//! the device. A peer of the sequence engines: it may touch the device context, device memory,
+//! the device table, the compiled shaders, command submission, the metric and (for its
+//! cross-check) the float64 reference; no sequence engine and no file format.
 //!
 //! # Results
 //! [`KnnResult`] holds, per query (row-major), the k best table rows sorted best first: largest
