@@ -48,11 +48,22 @@ pub struct IvfPqOptions {
 pub struct IvfPqSearch {
     /// Results a query (k × k_factor ≤ [`MAX_SCAN_K`]).
     pub k: usize,
-    /// Lists probed a query (clamped to nlist).
+    /// Lists probed a query (clamped to nlist; [`super::DEFAULT_NPROBE`] by default).
     pub nprobe: usize,
     /// 1: the ADC result; > 1: re-rank k_factor × k ADC candidates exactly (needs
     /// `keep_vectors`).
     pub k_factor: usize,
+}
+
+impl Default for IvfPqSearch {
+    /// k = 10, [`super::DEFAULT_NPROBE`] lists, no re-rank.
+    fn default() -> Self {
+        IvfPqSearch {
+            k: 10,
+            nprobe: super::DEFAULT_NPROBE,
+            k_factor: 1,
+        }
+    }
 }
 
 /// One inverted list: ids (ascending), codes (M bytes a row), and the rows if kept.

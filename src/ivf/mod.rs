@@ -54,7 +54,6 @@ pub use pq_file::{IVFPQ_MAGIC, IVFPQ_VERSION};
 pub use scan::{MAX_SCAN_DIM, MAX_SCAN_K};
 pub use shards::IvfShards;
 
-use coarse::{index_rows, Coarse};
 use crate::device::Context;
 use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
@@ -63,6 +62,74 @@ use crate::knn::{
     KnnResult, Metric, NO_ID,
 };
 use crate::table::{Precision, Table};
+use coarse::{index_rows, Coarse};
+
+/// Lists probed a query when the caller names no `nprobe` (both indexes, every front end).
+pub const DEFAULT_NPROBE: usize = 1;
+
+/// What the IVF-Flat and IVF-PQ indexes both answer, so a front end (the Lua handles) writes
+/// each of these once; each method is the index's own method of that name.
+pub(crate) trait InvertedFile {
+    /// Dimension D.
+    fn d(&self) -> usize;
+    /// Lists.
+    fn nlist(&self) -> usize;
+    /// Rows added.
+    fn ntotal(&self) -> usize;
+    /// The metric.
+    fn metric(&self) -> Metric;
+    /// Whether the index is trained (or was loaded).
+    fn is_trained(&self) -> bool;
+    /// The nlist × D coarse centroids (empty until trained).
+    fn centroids(&self) -> &[f32];
+    /// Rows in each list.
+    fn list_sizes(&self) -> Vec<usize>;
+    /// Train the index; returns the coarse k-means.
+    fn train(&mut self, table: &Table) -> Result<KMeans>;
+    /// Add rows; returns the first id.
+    fn add(&mut self, table: &Table) -> Result<usize>;
+    /// Write the index file.
+    fn save(&self, path: &std::path::Path) -> Result<()>;
+}
+
+macro_rules! inverted_file {
+    ($t:ty) => {
+        impl InvertedFile for $t {
+            fn d(&self) -> usize {
+                <$t>::d(self)
+            }
+            fn nlist(&self) -> usize {
+                <$t>::nlist(self)
+            }
+            fn ntotal(&self) -> usize {
+                <$t>::ntotal(self)
+            }
+            fn metric(&self) -> Metric {
+                <$t>::metric(self)
+            }
+            fn is_trained(&self) -> bool {
+                <$t>::is_trained(self)
+            }
+            fn centroids(&self) -> &[f32] {
+                <$t>::centroids(self)
+            }
+            fn list_sizes(&self) -> Vec<usize> {
+                <$t>::list_sizes(self)
+            }
+            fn train(&mut self, table: &Table) -> Result<KMeans> {
+                <$t>::train(self, table)
+            }
+            fn add(&mut self, table: &Table) -> Result<usize> {
+                <$t>::add(self, table)
+            }
+            fn save(&self, path: &std::path::Path) -> Result<()> {
+                <$t>::save(self, path)
+            }
+        }
+    };
+}
+inverted_file!(IvfFlat);
+inverted_file!(IvfPq);
 
 /// How an [`IvfFlat`] is built.
 #[derive(Clone, Debug)]

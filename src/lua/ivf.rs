@@ -7,7 +7,9 @@ use super::error::{msg, LuaCtx};
 use super::handle::Handle;
 use super::knn::{knn_options, knn_result, parse_metric};
 use super::table::LTable;
-use crate::ivf::{kmeans, IvfFlat, IvfOptions, KMeans, KMeansOptions};
+use crate::ivf::{
+    kmeans, InvertedFile, IvfFlat, IvfOptions, KMeans, KMeansOptions, DEFAULT_NPROBE,
+};
 use crate::table::Table;
 use mlua::prelude::*;
 use mlua::{UserData, UserDataMethods, Value};
@@ -49,45 +51,67 @@ pub(super) fn kmeans_report(lua: &Lua, km: &KMeans) -> LuaResult<LuaTable> {
     Ok(t)
 }
 
+/// The methods both index handles have (`what` names the handle in messages, e.g. `ivf:add`):
+/// `dim`, `nlist`, `ntotal`, `metric`, `is_trained`, `list_sizes` (a Lua array, list 0 at
+/// [1]), `centroids` (a table handle, nil until trained), `train` (the k-means report), `add`
+/// (the first id given, 0-based; ids follow in row order), `save(path)`, `close`.
+pub(super) fn add_index_methods<T, M>(m: &mut M, what: &'static str)
+where
+    T: InvertedFile + 'static,
+    M: UserDataMethods<Handle<T>>,
+{
+    m.add_method("dim", move |_, this, ()| {
+        Ok(this.get(&format!("{what}:dim"))?.d())
+    });
+    m.add_method("nlist", move |_, this, ()| {
+        Ok(this.get(&format!("{what}:nlist"))?.nlist())
+    });
+    m.add_method("ntotal", move |_, this, ()| {
+        Ok(this.get(&format!("{what}:ntotal"))?.ntotal())
+    });
+    m.add_method("metric", move |_, this, ()| {
+        Ok(this.get(&format!("{what}:metric"))?.metric().name())
+    });
+    m.add_method("is_trained", move |_, this, ()| {
+        Ok(this.get(&format!("{what}:is_trained"))?.is_trained())
+    });
+    m.add_method("list_sizes", move |lua, this, ()| {
+        lua.create_sequence_from(this.get(&format!("{what}:list_sizes"))?.list_sizes())
+    });
+    m.add_method("centroids", move |_, this, ()| {
+        let call = format!("{what}:centroids");
+        let ix = this.get(&call)?;
+        if !ix.is_trained() {
+            return Ok(None);
+        }
+        let t = Table::new(ix.centroids().to_vec(), ix.nlist(), ix.d()).lua_ctx(&call)?;
+        Ok(Some(LTable::new("table", t)))
+    });
+    m.add_method_mut("train", move |lua, this, table: LuaAnyUserData| {
+        let call = format!("{what}:train");
+        let t = table.borrow::<LTable>()?;
+        let km = this.get_mut(&call)?.train(t.get(&call)?).lua_ctx(&call)?;
+        kmeans_report(lua, &km)
+    });
+    m.add_method_mut("add", move |_, this, table: LuaAnyUserData| {
+        let call = format!("{what}:add");
+        let t = table.borrow::<LTable>()?;
+        this.get_mut(&call)?.add(t.get(&call)?).lua_ctx(&call)
+    });
+    m.add_method("save", move |_, this, path: String| {
+        let call = format!("{what}:save");
+        this.get(&call)?
+            .save(std::path::Path::new(&path))
+            .lua_ctx(&call)
+    });
+    Handle::add_close(m);
+}
+
 impl UserData for LIvf {
     fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
-        m.add_method("dim", |_, this, ()| Ok(this.get("ivf:dim")?.d()));
-        m.add_method("nlist", |_, this, ()| Ok(this.get("ivf:nlist")?.nlist()));
-        m.add_method("ntotal", |_, this, ()| Ok(this.get("ivf:ntotal")?.ntotal()));
-        m.add_method("metric", |_, this, ()| {
-            Ok(this.get("ivf:metric")?.metric().name())
-        });
+        add_index_methods(m, "ivf");
         m.add_method("precision", |_, this, ()| {
             Ok(this.get("ivf:precision")?.precision().name())
-        });
-        m.add_method("is_trained", |_, this, ()| {
-            Ok(this.get("ivf:is_trained")?.is_trained())
-        });
-        // Rows in each list: a Lua array, list 0 at [1].
-        m.add_method("list_sizes", |lua, this, ()| {
-            lua.create_sequence_from(this.get("ivf:list_sizes")?.list_sizes())
-        });
-        // The centroids as a table handle (nil until trained).
-        m.add_method("centroids", |_, this, ()| {
-            let call = "ivf:centroids";
-            let ix = this.get(call)?;
-            if !ix.is_trained() {
-                return Ok(None);
-            }
-            let t = Table::new(ix.centroids().to_vec(), ix.nlist(), ix.d()).lua_ctx(call)?;
-            Ok(Some(LTable::new("table", t)))
-        });
-        m.add_method_mut("train", |lua, this, table: LuaAnyUserData| {
-            let call = "ivf:train";
-            let t = table.borrow::<LTable>()?;
-            let km = this.get_mut(call)?.train(t.get(call)?).lua_ctx(call)?;
-            kmeans_report(lua, &km)
-        });
-        // Returns the first id given (0-based; ids follow in row order).
-        m.add_method_mut("add", |_, this, table: LuaAnyUserData| {
-            let call = "ivf:add";
-            let t = table.borrow::<LTable>()?;
-            this.get_mut(call)?.add(t.get(call)?).lua_ctx(call)
         });
         // `search(queries, {k = 10, nprobe = 1, metric = the index's, …dtable:knn options})`:
         // the knn result and a report {nprobe, rows_scanned, coarse_ns, lists_ns, list_scan,
@@ -104,7 +128,7 @@ impl UserData for LIvf {
                     None | Some(Value::Nil) => ix.metric(),
                     Some(_) => parse_metric(call, &o)?,
                 };
-                let nprobe = opt_int(call, &o, "nprobe")?.unwrap_or(1) as usize;
+                let nprobe = opt_int(call, &o, "nprobe")?.map_or(DEFAULT_NPROBE, |v| v as usize);
                 let (r, rep) = ix.search(q.data(), q.d(), nprobe, &opts).lua_ctx(call)?;
                 let t = lua.create_table()?;
                 t.set("nprobe", rep.nprobe)?;
@@ -116,13 +140,6 @@ impl UserData for LIvf {
                 Ok((knn_result(call, r)?, t))
             },
         );
-        m.add_method("save", |_, this, path: String| {
-            let call = "ivf:save";
-            this.get(call)?
-                .save(std::path::Path::new(&path))
-                .lua_ctx(call)
-        });
-        Handle::add_close(m);
     }
 }
 

@@ -5,11 +5,10 @@ use super::args::{opt, opt_int};
 use super::context::LContext;
 use super::error::{msg, LuaCtx};
 use super::handle::Handle;
-use super::ivf::{kmeans_options, kmeans_report};
+use super::ivf::{add_index_methods, kmeans_options};
 use super::knn::{knn_result, parse_metric};
 use super::table::LTable;
 use crate::ivf::{IvfPq, IvfPqOptions, IvfPqSearch};
-use crate::table::Table;
 use mlua::prelude::*;
 use mlua::{UserData, UserDataMethods, Value};
 
@@ -18,46 +17,10 @@ pub(super) type LIvfPq = Handle<IvfPq>;
 
 impl UserData for LIvfPq {
     fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
-        m.add_method("dim", |_, this, ()| Ok(this.get("ivfpq:dim")?.d()));
-        m.add_method("nlist", |_, this, ()| Ok(this.get("ivfpq:nlist")?.nlist()));
+        add_index_methods(m, "ivfpq");
         m.add_method("m", |_, this, ()| Ok(this.get("ivfpq:m")?.m()));
-        m.add_method("ntotal", |_, this, ()| {
-            Ok(this.get("ivfpq:ntotal")?.ntotal())
-        });
-        m.add_method("metric", |_, this, ()| {
-            Ok(this.get("ivfpq:metric")?.metric().name())
-        });
         m.add_method("refine", |_, this, ()| {
             Ok(this.get("ivfpq:refine")?.keeps_vectors())
-        });
-        m.add_method("is_trained", |_, this, ()| {
-            Ok(this.get("ivfpq:is_trained")?.is_trained())
-        });
-        // Rows in each list: a Lua array, list 0 at [1].
-        m.add_method("list_sizes", |lua, this, ()| {
-            lua.create_sequence_from(this.get("ivfpq:list_sizes")?.list_sizes())
-        });
-        // The coarse centroids as a table handle (nil until trained).
-        m.add_method("centroids", |_, this, ()| {
-            let call = "ivfpq:centroids";
-            let ix = this.get(call)?;
-            if !ix.is_trained() {
-                return Ok(None);
-            }
-            let t = Table::new(ix.centroids().to_vec(), ix.nlist(), ix.d()).lua_ctx(call)?;
-            Ok(Some(LTable::new("table", t)))
-        });
-        m.add_method_mut("train", |lua, this, table: LuaAnyUserData| {
-            let call = "ivfpq:train";
-            let t = table.borrow::<LTable>()?;
-            let km = this.get_mut(call)?.train(t.get(call)?).lua_ctx(call)?;
-            kmeans_report(lua, &km)
-        });
-        // Returns the first id given (0-based; ids follow in row order).
-        m.add_method_mut("add", |_, this, table: LuaAnyUserData| {
-            let call = "ivfpq:add";
-            let t = table.borrow::<LTable>()?;
-            this.get_mut(call)?.add(t.get(call)?).lua_ctx(call)
         });
         // `search(queries, {k = 10, nprobe = 1, k_factor = 1})`: the knn result and a report
         // {nprobe, rows_scanned, coarse_ns, lists_ns}.
@@ -67,10 +30,11 @@ impl UserData for LIvfPq {
                 let call = "ivfpq:search";
                 let q = queries.borrow::<LTable>()?;
                 let q = q.get(call)?;
+                let d = IvfPqSearch::default();
                 let s = IvfPqSearch {
-                    k: opt_int(call, &o, "k")?.unwrap_or(10) as usize,
-                    nprobe: opt_int(call, &o, "nprobe")?.unwrap_or(1) as usize,
-                    k_factor: opt_int(call, &o, "k_factor")?.unwrap_or(1) as usize,
+                    k: opt_int(call, &o, "k")?.map_or(d.k, |v| v as usize),
+                    nprobe: opt_int(call, &o, "nprobe")?.map_or(d.nprobe, |v| v as usize),
+                    k_factor: opt_int(call, &o, "k_factor")?.map_or(d.k_factor, |v| v as usize),
                 };
                 let (r, rep) = this
                     .get_mut(call)?
@@ -84,13 +48,6 @@ impl UserData for LIvfPq {
                 Ok((knn_result(call, r)?, t))
             },
         );
-        m.add_method("save", |_, this, path: String| {
-            let call = "ivfpq:save";
-            this.get(call)?
-                .save(std::path::Path::new(&path))
-                .lua_ctx(call)
-        });
-        Handle::add_close(m);
     }
 }
 
