@@ -15,9 +15,11 @@
 //! Two kernels compute the candidate scan ([`ScanKernel`]): 64 candidates × 16/32/64 sequences
 //! per workgroup (the default) and 128 × 128 with compile-time sizes. They give the same bits.
 
-mod kernels;
+mod plan;
+mod record;
+mod state;
 
-pub use kernels::{CommitPush, InitPush, ScanPush, TilePush};
+pub use record::{CommitPush, InitPush, ScanPush, TilePush};
 
 use crate::batch::{batch_accessors, sequence_length, Batch, StepReport};
 use crate::device::{Capabilities, Context};
@@ -25,7 +27,9 @@ use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
 use crate::submit::Submitter;
 use crate::table::{Precision, Table};
-use kernels::{buffer_bytes, Pipelines, Plan, Recorder, State};
+use plan::{buffer_bytes, Plan};
+use record::Recorder;
+use state::{Pipelines, State};
 
 /// Sequences per workgroup block of the scan (the shaders' BM): 16, 32 or 64, the smallest that
 /// holds the batch, so a small batch does not pay for 64.
@@ -344,7 +348,7 @@ pub fn max_batch(
     if caps.coopmat {
         let k = ScanKernel::Coopmat;
         let [ftab, fconst, c16, fseq, bands] =
-            kernels::filter_buffer_bytes(n, d, k.block_n(), 1, 1, FilterTuning::default().capacity);
+            plan::filter_buffer_bytes(n, d, k.block_n(), 1, 1, FilterTuning::default().capacity);
         best = best.min((caps.max_buffer_range / bands.1.max(1)) as usize);
         per_seq += c16.1 + fseq.1 + bands.1;
         table += ftab.1 + fconst.1;

@@ -1,0 +1,408 @@
+//! The recording of a scan job's work: the push constants each dispatch carries, step 0, and a
+//! chunk of steps in any shape (untiled, in-shader tiles, one dispatch per tile) with the
+//! barriers between dispatches, plus the filter's probes. Records into the job's command
+//! buffers; allocates nothing.
+
+use super::plan::Plan;
+use super::state::{Pipelines, State};
+use super::{ScanKernel, ScanOptions, Shape};
+use crate::device::{Context, Pipeline, PipelineKey};
+use crate::device_table::DeviceTable;
+use crate::error::Result;
+use crate::spirv::{self, checked_push, spirv_for};
+use crate::submit::{barrier, bind, Set};
+use ash::vk;
+
+/// Push constants of `scan.comp` (untiled and in-shader tiles): the user's five fields.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ScanPush {
+    /// N.
+    pub num_items: u32,
+    /// D.
+    pub dim: u32,
+    /// First step of the dispatch (≥ 1; step 0 is the start).
+    pub start_slot: u32,
+    /// Steps in the dispatch.
+    pub slot_count: u32,
+    /// Candidates per tile; 0 = untiled.
+    pub tile_size: u32,
+}
+
+/// Push constants of `scan_tile.comp`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct TilePush {
+    /// N.
+    pub num_items: u32,
+    /// D.
+    pub dim: u32,
+    /// The step being computed.
+    pub slot: u32,
+    /// First candidate of the tile.
+    pub tile_begin: u32,
+    /// One past the last candidate of the tile.
+    pub tile_end: u32,
+}
+
+/// Push constants of `scan_commit.comp`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct CommitPush {
+    /// N.
+    pub num_items: u32,
+    /// D.
+    pub dim: u32,
+    /// The step being committed.
+    pub slot: u32,
+}
+
+/// Push constants of `scan_init.comp`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct InitPush {
+    /// N.
+    pub num_items: u32,
+    /// D.
+    pub dim: u32,
+}
+
+/// Push constants of `scan_ftable.comp`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct FTablePush {
+    /// N.
+    pub num_items: u32,
+    /// D.
+    pub dim: u32,
+    /// Rows to write: N rounded up to whole filter blocks.
+    pub rows: u32,
+}
+
+/// What recording a chunk of steps needs: the pipelines, the descriptor set, the geometry.
+pub(super) struct Recorder {
+    pub(super) pipes: Pipelines,
+    pub(super) set: Set,
+    pub(super) n: u32,
+    pub(super) d: u32,
+    pub(super) batch: u32,
+    pub(super) bn: usize,
+    pub(super) bm: usize,
+    pub(super) scan_groups: u32,
+    /// Candidate ranges of the tiles for the current shape and tile size.
+    pub(super) tiles: Vec<(u32, u32)>,
+    /// maxComputeWorkGroupCount[0].
+    pub(super) max_groups: u32,
+    /// The candidate scan's specialization constants (the filter probe's too).
+    pub(super) scan_spec: Vec<u32>,
+}
+
+impl Recorder {
+    /// The recorder of `plan` on `table` with its pipelines and descriptor set, walking the
+    /// candidates as `opts` says until [`Recorder::set_tiling`].
+    pub(super) fn new(
+        table: &DeviceTable,
+        plan: &Plan,
+        pipes: Pipelines,
+        set: Set,
+        opts: &ScanOptions,
+    ) -> Recorder {
+        Recorder {
+            pipes,
+            set,
+            n: table.n() as u32,
+            d: table.d() as u32,
+            batch: plan.batch as u32,
+            bn: plan.bn,
+            bm: plan.bm,
+            scan_groups: plan.scan_groups,
+            tiles: tile_ranges(table.n(), opts.shape, opts.tile_size, plan.bn),
+            max_groups: table.context().caps().max_workgroup_count,
+            scan_spec: plan.scan_spec.clone(),
+        }
+    }
+
+    /// Step 0 on the device, in one submission: the starts into column 0, the running sums,
+    /// the masks; for the filter-and-judge kernels first the filter's table and then each
+    /// sequence's fp16 centroid, scale and bound.
+    pub(super) fn init(&self, ctx: &Context, state: &State) -> Result<()> {
+        let dev = ctx.device();
+        let push = InitPush {
+            num_items: self.n,
+            dim: self.d,
+        };
+        let (init, set) = (&self.pipes.init, self.set.set);
+        ctx.one_shot(|cb| unsafe {
+            if let (Some((ftable, _)), Some(f)) = (&self.pipes.filter, &state.filter) {
+                // ρ_max, σ_max start at 0 (raised with atomicMax); padded fp16 centroids at 0.
+                dev.cmd_fill_buffer(cb, f.fconst.buffer, 0, 16, 0);
+                dev.cmd_fill_buffer(cb, f.c16.buffer, 0, vk::WHOLE_SIZE, 0);
+                barrier(dev, cb);
+                let rows = (self.n as usize).div_ceil(self.bn) * self.bn;
+                let fpush = FTablePush {
+                    num_items: self.n,
+                    dim: self.d,
+                    rows: rows as u32,
+                };
+                bind(dev, cb, ftable, set, bytemuck::bytes_of(&fpush));
+                dev.cmd_dispatch(cb, (rows as u32).min(self.max_groups), 1, 1);
+            }
+            barrier(dev, cb);
+            bind(dev, cb, init, set, bytemuck::bytes_of(&push));
+            dev.cmd_dispatch(cb, self.batch, 1, 1);
+            if let Some((_, prep)) = &self.pipes.filter {
+                barrier(dev, cb);
+                bind(dev, cb, prep, set, bytemuck::bytes_of(&push));
+                dev.cmd_dispatch(cb, self.batch, 1, 1);
+            }
+        })
+    }
+
+    /// For the filter-and-judge kernels, each sequence's fp16 centroid, scale and bound from
+    /// the fp32 centroids as they are now (after a resume wrote them); nothing for the others.
+    pub(super) fn prepare(&self, ctx: &Context) -> Result<()> {
+        let Some((_, prep)) = &self.pipes.filter else {
+            return Ok(());
+        };
+        let dev = ctx.device();
+        let push = InitPush {
+            num_items: self.n,
+            dim: self.d,
+        };
+        ctx.one_shot(|cb| unsafe {
+            barrier(dev, cb);
+            bind(dev, cb, prep, self.set.set, bytemuck::bytes_of(&push));
+            dev.cmd_dispatch(cb, self.batch, 1, 1);
+        })
+    }
+
+    /// Run the filter probe (`scan_filter_probe.comp`) of `kernel` once; `table` is the job's.
+    pub(super) fn probe(
+        &self,
+        ctx: &Context,
+        table: &DeviceTable,
+        plan_spec: &[u32],
+        kernel: ScanKernel,
+        mode: u32,
+    ) -> Result<()> {
+        let sh = match kernel {
+            ScanKernel::Coopmat => &spirv::SCAN_FILTER_PROBE_TC,
+            _ => &spirv::SCAN_FILTER_PROBE,
+        };
+        let pipe = ctx.pipeline(PipelineKey {
+            spirv: spirv_for(sh, table.precision()),
+            spec: plan_spec.to_vec(),
+            push_bytes: checked_push::<ScanPush>(sh)?,
+        })?;
+        let dev = ctx.device();
+        let push = ScanPush {
+            num_items: self.n,
+            dim: self.d,
+            start_slot: 0,
+            slot_count: mode,
+            tile_size: 0,
+        };
+        ctx.one_shot(|cb| unsafe {
+            barrier(dev, cb);
+            bind(dev, cb, &pipe, self.set.set, bytemuck::bytes_of(&push));
+            dev.cmd_dispatch(cb, 1, 1, 1);
+        })
+    }
+
+    /// Record `reps` dispatches of one phase of a step at `slot` (0: the candidate scan or
+    /// filter, untiled; 1: the commit or judge), barriers between: for timing the phases apart.
+    ///
+    /// # Safety
+    /// `cb` is recording, on the device of this recorder's pipelines.
+    pub(super) unsafe fn record_phase(
+        &self,
+        dev: &ash::Device,
+        cb: vk::CommandBuffer,
+        phase: u32,
+        slot: u32,
+        reps: u32,
+    ) {
+        for _ in 0..reps {
+            if phase == 0 {
+                let push = ScanPush {
+                    num_items: self.n,
+                    dim: self.d,
+                    start_slot: slot,
+                    slot_count: 1,
+                    tile_size: 0,
+                };
+                bind(
+                    dev,
+                    cb,
+                    &self.pipes.scan,
+                    self.set.set,
+                    bytemuck::bytes_of(&push),
+                );
+                dev.cmd_dispatch(cb, self.scan_groups, 1, 1);
+            } else {
+                let push = CommitPush {
+                    num_items: self.n,
+                    dim: self.d,
+                    slot,
+                };
+                bind(
+                    dev,
+                    cb,
+                    &self.pipes.commit,
+                    self.set.set,
+                    bytemuck::bytes_of(&push),
+                );
+                dev.cmd_dispatch(cb, self.batch, 1, 1);
+            }
+            barrier(dev, cb);
+        }
+    }
+
+    /// The tiles of `shape` and `tile_size` for the following chunks.
+    pub(super) fn set_tiling(&mut self, shape: Shape, tile_size: u32) {
+        self.tiles = tile_ranges(self.n as usize, shape, tile_size, self.bn);
+    }
+
+    /// Record steps `first..first + steps` on `cb`, walking candidates as `opts` says.
+    ///
+    /// # Safety
+    /// `cb` is recording, on the device of this recorder's pipelines.
+    pub(super) unsafe fn record(
+        &self,
+        dev: &ash::Device,
+        cb: vk::CommandBuffer,
+        opts: &ScanOptions,
+        first: usize,
+        steps: usize,
+    ) {
+        let (n, d, batch, bn) = (self.n, self.d, self.batch, self.bn);
+        let row_blocks = (batch as usize).div_ceil(self.bm) as u32;
+        let bind = |p: &Pipeline| {
+            dev.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, p.pipeline);
+            dev.cmd_bind_descriptor_sets(
+                cb,
+                vk::PipelineBindPoint::COMPUTE,
+                p.layout,
+                0,
+                &[self.set.set],
+                &[],
+            );
+        };
+        let push = |p: &Pipeline, bytes: &[u8]| {
+            dev.cmd_push_constants(cb, p.layout, vk::ShaderStageFlags::COMPUTE, 0, bytes);
+        };
+        // One step per dispatch sequence, a barrier between: the shader's multi-step loop
+        // (slot_count > 1) gave wrong picks on Mesa 22.3 lavapipe after a few steps.
+        for slot in first..first + steps {
+            match opts.shape {
+                Shape::Untiled | Shape::Tiled => {
+                    let tile = if opts.shape == Shape::Untiled {
+                        0
+                    } else {
+                        opts.tile_size
+                    };
+                    bind(&self.pipes.scan);
+                    push(
+                        &self.pipes.scan,
+                        bytemuck::bytes_of(&ScanPush {
+                            num_items: n,
+                            dim: d,
+                            start_slot: slot as u32,
+                            slot_count: 1,
+                            tile_size: tile,
+                        }),
+                    );
+                    dev.cmd_dispatch(cb, self.scan_groups, 1, 1);
+                    barrier(dev, cb);
+                }
+                Shape::PerTile => {
+                    bind(&self.pipes.tile);
+                    for &(b, e) in &self.tiles {
+                        push(
+                            &self.pipes.tile,
+                            bytemuck::bytes_of(&TilePush {
+                                num_items: n,
+                                dim: d,
+                                slot: slot as u32,
+                                tile_begin: b,
+                                tile_end: e,
+                            }),
+                        );
+                        let blocks = (e as usize).div_ceil(bn) - b as usize / bn;
+                        dev.cmd_dispatch(cb, blocks as u32 * row_blocks, 1, 1);
+                        barrier(dev, cb);
+                    }
+                }
+            }
+            // The winner of every sequence over all candidate blocks, then the next step.
+            bind(&self.pipes.commit);
+            push(
+                &self.pipes.commit,
+                bytemuck::bytes_of(&CommitPush {
+                    num_items: n,
+                    dim: d,
+                    slot: slot as u32,
+                }),
+            );
+            dev.cmd_dispatch(cb, batch, 1, 1);
+            barrier(dev, cb);
+        }
+    }
+}
+
+/// Candidate ranges of the tiles over `n` candidates for `shape` and `tile_size` (one range for
+/// untiled or `tile_size` 0); tiles are whole candidate blocks of `bn` (the last may be short).
+pub(super) fn tile_ranges(n: usize, shape: Shape, tile_size: u32, bn: usize) -> Vec<(u32, u32)> {
+    let n = n as u64;
+    let t = match shape {
+        Shape::Untiled => 0,
+        _ => tile_size as u64,
+    };
+    let t = if t == 0 {
+        n
+    } else {
+        t.div_ceil(bn as u64) * bn as u64
+    };
+    let mut v = Vec::new();
+    let mut b = 0;
+    while b < n {
+        let e = (b + t).min(n);
+        v.push((b as u32, e as u32));
+        b = e;
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spirv::push_constant_size;
+
+    /// Every push struct of the scan matches the block its shaders declare, in both precisions
+    /// and both kernels.
+    #[test]
+    fn push_blocks_match_the_rust_structs() {
+        let size = std::mem::size_of::<ScanPush>();
+        let cases = [
+            (spirv::SCAN, size),
+            (spirv::SCAN_BIG, size),
+            (spirv::SCAN_TILE, std::mem::size_of::<TilePush>()),
+            (spirv::SCAN_BIG_TILE, std::mem::size_of::<TilePush>()),
+            (spirv::SCAN_COMMIT, std::mem::size_of::<CommitPush>()),
+            (spirv::SCAN_BIG_COMMIT, std::mem::size_of::<CommitPush>()),
+            (spirv::SCAN_INIT, std::mem::size_of::<InitPush>()),
+        ];
+        for (shader, size) in cases {
+            for spv in [shader.fp32, shader.fp16] {
+                assert_eq!(
+                    push_constant_size(spv),
+                    Some(size as u32),
+                    "{}",
+                    shader.name
+                );
+            }
+        }
+        // The user's block: five u32 fields, tile_size the fifth.
+        assert_eq!(size, 20);
+    }
+}
