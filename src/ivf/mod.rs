@@ -69,6 +69,7 @@ pub const DEFAULT_NPROBE: usize = 1;
 
 /// What the IVF-Flat and IVF-PQ indexes both answer, so a front end (the Lua handles) writes
 /// each of these once; each method is the index's own method of that name.
+#[cfg_attr(not(feature = "lua"), allow(dead_code))]
 pub(crate) trait InvertedFile {
     /// Dimension D.
     fn d(&self) -> usize;
