@@ -22,9 +22,12 @@
 //! number of generated inputs (default [`DEFAULT_ITERS`], sized for CI, and then cut off after
 //! [`CI_SECS`] whatever it reached);
 //! `DIVERSITY_FUZZ_ONLY=<iteration>` runs that one input alone, printing what it is.
+//!
+//! The IVF-Flat and IVF-PQ index files are fuzzed in this process instead (their loaders upload
+//! to a device): 400 mutations of each, refused naming the file or loaded whole, never a panic.
 
 mod common;
-use common::TempDir;
+use common::{fnv, TempDir};
 use diversity::cache::{
     merge_caches, merge_graphs, merge_rankings, BinaryCache, BinaryCacheWriter, JsonCacheWriter,
     KnnGraph, KnnGraphShard, KnnGraphWriter, KnnMetric, RankingsWriter, ShardLayout,
@@ -35,7 +38,9 @@ use diversity::files::{
     load_embeddings_json, load_f32, load_fp16_bin, load_ids, load_npy, load_table, save_fp16_bin,
     save_ids, save_npy_f16, save_npy_f32,
 };
-use diversity::table::Table;
+use diversity::ivf::{IvfFlat, IvfOptions, IvfPq, IvfPqOptions, KMeansOptions};
+use diversity::table::{Precision, Table};
+use diversity::Metric;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::fmt::Write as _;
@@ -1792,4 +1797,143 @@ fn fuzz_merge_edits_are_refused_or_change_nothing() {
     }
     eprintln!("merge edits: {refused} refused, {same} merged to the same bytes");
     assert!(refused > 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// IVF index files: their loaders upload to a device, so they run here in this process (lavapipe
+// in CI) rather than in the loaders' child.
+
+/// Mutations of each IVF index file: bit flips, truncations, and a header, size or id word
+/// (or any 4 bytes) overwritten with the checksum made right again. Each is refused naming the
+/// file or loaded whole, every id once, saving to the very bytes read; never a panic. Returns
+/// (refused, loaded).
+fn fuzz_index_file<T>(
+    name: &str,
+    good: &[u8],
+    iters: usize,
+    load: impl Fn(&Path) -> diversity::Result<T>,
+    whole: impl Fn(&T) -> (Vec<i64>, usize, Vec<u8>),
+) -> (usize, usize) {
+    let dir = TempDir::new(&format!("{name}-mutate"));
+    let mut s = 0x5eed_u64;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let (mut refused, mut loaded) = (0, 0);
+    for i in 0..iters {
+        let mut b = good.to_vec();
+        let n = b.len();
+        match i % 4 {
+            0 => b[next() as usize % n] ^= 1 << (next() % 8),
+            1 => b.truncate(next() as usize % n),
+            _ => {
+                let o = if i % 4 == 2 {
+                    16 + 8 * (next() as usize % 40)
+                } else {
+                    next() as usize % (n - 12)
+                };
+                let v = match next() % 3 {
+                    0 => u64::MAX - next() % 4,
+                    1 => next() % 1000,
+                    _ => next(),
+                };
+                let w = if i % 4 == 2 { 8 } else { 4 };
+                let o = o.min(n - 8 - w);
+                b[o..o + w].copy_from_slice(&v.to_le_bytes()[..w]);
+                let h = fnv(&b[..n - 8]);
+                b[n - 8..].copy_from_slice(&h.to_le_bytes());
+            }
+        }
+        let p = dir.file(&format!("m.{name}"), &b);
+        let r = catch_unwind(AssertUnwindSafe(|| load(&p)));
+        match r.unwrap_or_else(|_| panic!("{name} mutation {i} panicked")) {
+            Ok(x) => {
+                let (mut ids, ntotal, bytes) = whole(&x);
+                ids.sort_unstable();
+                let want: Vec<i64> = (0..ntotal as i64).collect();
+                assert_eq!(ids, want, "{name} mutation {i}");
+                assert_eq!(bytes, b, "{name} mutation {i}: not the bytes read");
+                loaded += 1;
+            }
+            Err(Error::Format { path, .. }) => {
+                assert_eq!(path, p, "{name} mutation {i}");
+                refused += 1;
+            }
+            Err(e) => panic!("{name} mutation {i}: {e}"),
+        }
+    }
+    (refused, loaded)
+}
+
+#[test]
+fn fuzz_ivf_flat_files() {
+    let ctx = common::ctx();
+    let t = common::random_table(120, 3, 5);
+    let opts = IvfOptions {
+        nlist: 5,
+        metric: Metric::L2,
+        precision: Precision::Fp32,
+        kmeans: KMeansOptions {
+            iters: 6,
+            ..KMeansOptions::default()
+        },
+    };
+    let mut ix = IvfFlat::new(&ctx, 3, &opts).unwrap();
+    ix.train(&t).unwrap();
+    ix.add(&t).unwrap();
+    let good = ix.to_bytes().unwrap();
+    let (refused, loaded) = fuzz_index_file(
+        "ivf",
+        &good,
+        400,
+        |p| IvfFlat::load(&ctx, p),
+        |x| {
+            let ids = (0..x.nlist()).flat_map(|l| x.list_ids(l).to_vec());
+            (ids.collect(), x.ntotal(), x.to_bytes().unwrap())
+        },
+    );
+    // Both outcomes happen.
+    assert!(
+        refused >= 250 && loaded >= 20,
+        "{refused} refused, {loaded} loaded"
+    );
+    common::assert_clean(&ctx);
+}
+
+#[test]
+fn fuzz_ivfpq_files() {
+    let ctx = common::ctx();
+    let data = common::random_table(300, 8, 51);
+    let opts = IvfPqOptions {
+        nlist: 3,
+        m: 2,
+        metric: Metric::L2,
+        keep_vectors: true,
+        kmeans: KMeansOptions {
+            iters: 4,
+            ..KMeansOptions::default()
+        },
+    };
+    let mut ix = IvfPq::new(&ctx, 8, &opts).unwrap();
+    ix.train(&data).unwrap();
+    ix.add(&data.head(40).unwrap()).unwrap();
+    let good = ix.to_bytes().unwrap();
+    let (refused, loaded) = fuzz_index_file(
+        "ivfpq",
+        &good,
+        400,
+        |p| IvfPq::load(&ctx, p),
+        |x| {
+            let ids = (0..x.nlist()).flat_map(|l| x.list_ids(l).to_vec());
+            (ids.collect(), x.ntotal(), x.to_bytes().unwrap())
+        },
+    );
+    assert!(
+        refused >= 150 && loaded >= 10,
+        "{refused} refused, {loaded} loaded"
+    );
+    common::assert_clean(&ctx);
 }

@@ -139,3 +139,11 @@ pub fn assert_same(got: &diversity::KnnResult, want: &diversity::KnnResult, what
         "{what}: distance bits"
     );
 }
+
+/// FNV-1a 64 of `b` (the IVF index files' trailing checksum), to build files whose checksum is
+/// right around bad content.
+pub fn fnv(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325, |h, &x| {
+        (h ^ x as u64).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
