@@ -2,6 +2,8 @@
 //! block, so every `#[repr(C)]` push struct is checked against the shader that reads it (a block
 //! 4 bytes short once silently lost a field in the user's C wrapper). [`spirv_for`] and
 //! [`checked_push`] are what every engine calls to turn a shader into a pipeline key.
+//! It may touch [`crate::error`] and the storage precision (which variant to pick); nothing
+//! on a device.
 
 use crate::error::{Error, Result};
 use crate::table::Precision;

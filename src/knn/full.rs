@@ -1,6 +1,8 @@
 //! The full-ranking recorder (`knn_sort.comp` then `knn_merge.comp`): every key of a query's
 //! row (padded with (+inf, NO_ID) to P, a whole number of chunks) into A; each chunk sorted into
 //! B by one workgroup; then merge rounds of doubling run widths, B ↔ A, until one run is left.
+//! It may touch [`Launch`](super::launch::Launch), the push blocks and the barrier; nothing
+//! outside the k-NN room.
 
 use super::launch::Launch;
 use super::push::{DistPush, MergePush, Side, SortPush};

@@ -1,6 +1,8 @@
 //! What the three selection recorders share: the k-NN pipelines specialised by the [`Plan`]
 //! (each push block, from `push`, checked against its shader), and [`Launch`], which records
 //! the blocked distance product and submits.
+//! It may touch the plan, the push blocks, the device's pipelines, the compiled shaders and
+//! command submission; no buffer of its own.
 
 use super::plan::Plan;
 use super::push::{DistPush, GatherPush, MergePush, SortPush, WarpPush};

@@ -5,6 +5,8 @@
 //! refusal (an unsupported forced path, a loop budget, a buffer range, a workgroup count). A
 //! pure function of its inputs, so the planner is tested without a device (Faiss plans its tiles
 //! the same way, `chooseTileSize`, apart from the kernels).
+//! It may touch the device's [`Capabilities`] (a value, with its loop budget) and
+//! [`crate::error`]; no Vulkan object.
 
 use super::{warp_bucket, KnnOptions, KnnPath, MAX_WARP_K, MAX_WARP_REGS};
 use crate::device::{check_loop_budget, loop_budget, Capabilities};

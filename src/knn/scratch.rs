@@ -3,6 +3,8 @@
 //! download of each query tile's k best into the [`KnnResult`] — packed first on the device by
 //! `knn_gather.comp` (binding 7) when they are short (≤ 256 pairs a query), so one download
 //! brings them; longer ones come back as a region a query.
+//! It may touch the plan, the push blocks, device memory, the device table, the metric and
+//! command submission.
 
 use super::plan::Plan;
 use super::push::{GatherPush, Side};

@@ -2,6 +2,8 @@
 //! blocked product appends the tile's keys to each query's running k best, and sort passes
 //! shrink the row — every chunk of S pairs sorted and its first k kept — until one chunk is
 //! left, which holds the k best sorted. The row moves A ↔ B pass by pass.
+//! It may touch [`Launch`](super::launch::Launch), the push blocks and the barrier; nothing
+//! outside the k-NN room.
 
 use super::launch::Launch;
 use super::push::{DistPush, Side, SortPush};

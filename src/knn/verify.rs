@@ -5,6 +5,8 @@
 //! to the brute force's at that rank, and each id's own float64 distance equal to the one
 //! returned, within 1e-5 of the metric's scale (ties may go either way, nothing else may).
 //! Costs one table download and `sample × N × D` float64 multiply-adds on the host.
+//! Host arithmetic over a download: it may touch the device table (to read it back), the metric
+//! and the float64 reference; no shader.
 
 use super::{KnnResult, NO_ID};
 use crate::device_table::DeviceTable;

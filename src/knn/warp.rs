@@ -1,6 +1,8 @@
 //! The WarpSelect recorder (`knn_warp.comp`): per table tile, the blocked product writes the
 //! tile's keys into A (unless the keys are fused into the selection) and WarpSelect folds them
 //! into the running queues in B; the queues end sorted in B.
+//! It may touch [`Launch`](super::launch::Launch), the push blocks and the barrier; nothing
+//! outside the k-NN room.
 
 use super::launch::Launch;
 use super::push::{DistPush, Side, WarpPush};
