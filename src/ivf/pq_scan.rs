@@ -19,15 +19,13 @@
 use crate::device::{Buffer, Capabilities, Context, PipelineKey};
 use crate::error::{Error, Result};
 use crate::spirv::{self, checked_push};
-use crate::submit::{barrier, bind, Set, Submitter};
+use crate::submit::Set;
 
 use super::pq::PQ_KSUB;
-use super::scan::{merge_iterations, split, LoopCost};
+use super::scan::{merge_iterations, record_list_scan, split, LoopCost};
 
 /// Invocations a workgroup (one query).
 const SCAN_WG: usize = 128;
-/// Queries a dispatch (workgroups along x).
-const QUERY_TILE: usize = 65_535;
 /// Shared memory of block_select.glsl (256 reduction pairs, 64 best pairs).
 const BS_SHARED: usize = 256 * 8 + 64 * 8;
 
@@ -172,35 +170,29 @@ impl PqSlab {
             ],
             &[],
         )?;
-        let mut sub = Submitter::new(ctx)?;
-        let dev = ctx.device();
-        let mut gpu_ns = 0;
-        for q0 in (0..nq).step_by(QUERY_TILE) {
-            let qn = QUERY_TILE.min(nq - q0);
-            for (g, group) in steps.chunks(64).enumerate() {
-                gpu_ns += sub.run("IVF-PQ list scan", |cb| unsafe {
-                    for (i, &(p0, p1, r0, r1)) in group.iter().enumerate() {
-                        if i > 0 {
-                            barrier(dev, cb);
-                        }
-                        let push = PqScanPush {
-                            q0: q0 as u32,
-                            nprobe: nprobe as u32,
-                            p0: p0 as u32,
-                            p1: p1 as u32,
-                            r0: r0 as u32,
-                            r1: r1.min(u32::MAX as usize) as u32,
-                            k: k as u32,
-                            seed: (g > 0 || i > 0) as u32,
-                            ip: ip as u32,
-                            pq_at: (self.nlist * d) as u32,
-                        };
-                        bind(dev, cb, &pipe, set.set, bytemuck::bytes_of(&push));
-                        dev.cmd_dispatch(cb, qn as u32, 1, 1);
-                    }
-                })?;
-            }
-        }
+        let none = None::<fn(ash::vk::CommandBuffer)>;
+        let (gpu_ns, _) = record_list_scan(
+            ctx,
+            "IVF-PQ list scan",
+            &pipe,
+            set.set,
+            nq,
+            &steps,
+            none,
+            none,
+            |q0, (p0, p1, r0, r1), seed| PqScanPush {
+                q0: q0 as u32,
+                nprobe: nprobe as u32,
+                p0: p0 as u32,
+                p1: p1 as u32,
+                r0: r0 as u32,
+                r1: r1.min(u32::MAX as usize) as u32,
+                k: k as u32,
+                seed: seed as u32,
+                ip: ip as u32,
+                pq_at: (self.nlist * d) as u32,
+            },
+        )?;
         drop(set);
         let keys = ctx
             .download(&out_key, 0, out_bytes)?

@@ -24,7 +24,7 @@
 //! and cuts the scan into dispatches over ranges of probe ranks and of rows within the lists,
 //! each starting from the k best the one before wrote.
 
-use crate::device::{loop_budget, Buffer, Capabilities, Context, PipelineKey};
+use crate::device::{loop_budget, Buffer, Capabilities, Context, Pipeline, PipelineKey};
 use crate::error::{Error, Result};
 use crate::metric::Metric;
 use crate::spirv::{self, checked_push, spirv_for};
@@ -282,52 +282,39 @@ impl Slab {
             ],
             &[],
         )?;
-        let mut sub = Submitter::new(ctx)?;
         let dev = ctx.device();
-        let mut before = Some(before);
-        // All the dispatches in one submission on a GPU (one); groups of them on a capped device.
-        for q0 in (0..nq).step_by(QUERY_TILE) {
-            let qn = QUERY_TILE.min(nq - q0);
-            for (g, group) in steps.chunks(64).enumerate() {
-                res.gpu_ns += sub.run("IVF list scan", |cb| unsafe {
-                    if let Some(f) = before.take() {
-                        f(cb);
-                        barrier(dev, cb);
-                    }
-                    for (i, &(p0, p1, r0, r1)) in group.iter().enumerate() {
-                        if i > 0 {
-                            barrier(dev, cb);
-                        }
-                        let push = ScanPush {
-                            dim: d as u32,
-                            q0: q0 as u32,
-                            nprobe: nprobe as u32,
-                            p0: p0 as u32,
-                            p1: p1 as u32,
-                            r0: r0 as u32,
-                            r1: r1.min(u32::MAX as usize) as u32,
-                            k: k as u32,
-                            seed: !(g == 0 && i == 0) as u32,
-                            metric: metric_code(metric),
-                            probe_off: probe_off as u32,
-                            ids_off: results as u32,
-                        };
-                        bind(dev, cb, &pipe, set.set, bytemuck::bytes_of(&push));
-                        dev.cmd_dispatch(cb, qn as u32, 1, 1);
-                    }
-                    let last = q0 + qn == nq && (g + 1) * 64 >= steps.len();
-                    if last && copy_probes {
-                        let region = ash::vk::BufferCopy::default()
-                            .src_offset((probe_off * 4) as u64)
-                            .dst_offset((2 * results * 4) as u64)
-                            .size((nq * nprobe * 4) as u64);
-                        compute_to_copy(dev, cb);
-                        dev.cmd_copy_buffer(cb, pbuf.buffer, out.buffer, &[region]);
-                    }
-                })?;
-                res.dispatches += group.len();
-            }
-        }
+        let after = copy_probes.then_some(|cb| unsafe {
+            let region = ash::vk::BufferCopy::default()
+                .src_offset((probe_off * 4) as u64)
+                .dst_offset((2 * results * 4) as u64)
+                .size((nq * nprobe * 4) as u64);
+            compute_to_copy(dev, cb);
+            dev.cmd_copy_buffer(cb, pbuf.buffer, out.buffer, &[region]);
+        });
+        (res.gpu_ns, res.dispatches) = record_list_scan(
+            ctx,
+            "IVF list scan",
+            &pipe,
+            set.set,
+            nq,
+            &steps,
+            Some(before),
+            after,
+            |q0, (p0, p1, r0, r1), seed| ScanPush {
+                dim: d as u32,
+                q0: q0 as u32,
+                nprobe: nprobe as u32,
+                p0: p0 as u32,
+                p1: p1 as u32,
+                r0: r0 as u32,
+                r1: r1.min(u32::MAX as usize) as u32,
+                k: k as u32,
+                seed: seed as u32,
+                metric: metric_code(metric),
+                probe_off: probe_off as u32,
+                ids_off: results as u32,
+            },
+        )?;
         drop(set);
         let w: Vec<u32> = ctx
             .download(&out, 0, (words * 4) as u64)?
@@ -341,6 +328,61 @@ impl Slab {
         }
         Ok(res)
     }
+}
+
+/// A list scan's dispatches `(p0, p1, r0, r1)`: probe ranks [p0, p1) and rows [r0, r1).
+pub(crate) type Step = (usize, usize, usize, usize);
+
+/// Records and runs a list scan's dispatches, the IVF-Flat and IVF-PQ scans alike: one
+/// workgroup a query, tiles of [`QUERY_TILE`] queries, the `steps` in submissions of at most 64
+/// with a barrier between dispatches, each with the push constants `push(q0, step, seed)` makes
+/// (`seed`: the dispatch carries on from the k best of the one before, every one but the first
+/// of a tile). `before` is recorded at the head of the first submission (a barrier after it),
+/// `after` at the end of the last. Returns the GPU nanoseconds and the dispatches.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn record_list_scan<P: bytemuck::Pod>(
+    ctx: &Context,
+    label: &str,
+    pipe: &Pipeline,
+    set: ash::vk::DescriptorSet,
+    nq: usize,
+    steps: &[Step],
+    before: Option<impl FnOnce(ash::vk::CommandBuffer)>,
+    after: Option<impl FnOnce(ash::vk::CommandBuffer)>,
+    push: impl Fn(usize, Step, bool) -> P,
+) -> Result<(u64, usize)> {
+    let mut sub = Submitter::new(ctx)?;
+    let dev = ctx.device();
+    let (mut before, mut after) = (before, after);
+    let (mut gpu_ns, mut count) = (0, 0);
+    // All the dispatches in one submission on a GPU (one); groups of them on a capped device.
+    for q0 in (0..nq).step_by(QUERY_TILE) {
+        let qn = QUERY_TILE.min(nq - q0);
+        for (g, group) in steps.chunks(64).enumerate() {
+            gpu_ns += sub.run(label, |cb| unsafe {
+                if let Some(f) = before.take() {
+                    f(cb);
+                    barrier(dev, cb);
+                }
+                for (i, &step) in group.iter().enumerate() {
+                    if i > 0 {
+                        barrier(dev, cb);
+                    }
+                    let p = push(q0, step, g > 0 || i > 0);
+                    bind(dev, cb, pipe, set, bytemuck::bytes_of(&p));
+                    dev.cmd_dispatch(cb, qn as u32, 1, 1);
+                }
+                let last = q0 + qn == nq && (g + 1) * 64 >= steps.len();
+                if last {
+                    if let Some(f) = after.take() {
+                        f(cb);
+                    }
+                }
+            })?;
+            count += group.len();
+        }
+    }
+    Ok((gpu_ns, count))
 }
 
 /// Shader reads and writes before → a copy after that reads and writes.
