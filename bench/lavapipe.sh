@@ -6,5 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet --example bench
 mkdir -p bench/results
+# --tile-bytes: the driver's tile, 85% of the 2 MiB L2 lavapipe reports.
 ./target/release/examples/bench --table data/fortunes-2k.npy --starts 256 --steps 8 --chunk 4 \
+  --tile-bytes 1782579 \
   --label "lavapipe, fortunes 2048x384, 256 x 8" --md bench/results/lavapipe.md
