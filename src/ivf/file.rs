@@ -69,12 +69,32 @@ pub(super) fn write_index(path: &Path, bytes: &[u8]) -> Result<()> {
     pending.commit()
 }
 
-/// An index file's bytes.
-pub(super) fn read_index(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|source| Error::Io {
+/// An index file read and parsed by `parse`, whose refusal becomes [`Error::Format`] naming
+/// the file.
+pub(super) fn read_index<T>(
+    path: &Path,
+    parse: impl FnOnce(&[u8]) -> std::result::Result<T, String>,
+) -> Result<T> {
+    let bytes = std::fs::read(path).map_err(|source| Error::Io {
         path: path.to_path_buf(),
         source,
+    })?;
+    parse(&bytes).map_err(|reason| Error::Format {
+        path: path.to_path_buf(),
+        reason,
     })
+}
+
+/// Appends an inverted list as both index files store it: its u64 ids, then its codes (none in
+/// an IVF-Flat file), then its f32 values.
+pub(super) fn put_list(b: &mut Vec<u8>, ids: &[i64], codes: &[u8], data: &[f32]) {
+    for &id in ids {
+        b.extend_from_slice(&(id as u64).to_le_bytes());
+    }
+    b.extend_from_slice(codes);
+    for v in data {
+        b.extend_from_slice(&v.to_le_bytes());
+    }
 }
 
 /// An index file's bytes as a reader walks them, its magic, length and version checked (the
@@ -206,12 +226,7 @@ impl IvfFlat {
             b.extend_from_slice(&(l.ids.len() as u64).to_le_bytes());
         }
         for l in &self.lists {
-            for &id in &l.ids {
-                b.extend_from_slice(&(id as u64).to_le_bytes());
-            }
-            for v in &l.data {
-                b.extend_from_slice(&v.to_le_bytes());
-            }
+            put_list(&mut b, &l.ids, &[], &l.data);
         }
         let h = fnv1a64(&b);
         b.extend_from_slice(&h.to_le_bytes());
@@ -228,11 +243,7 @@ impl IvfFlat {
     /// anything is uploaded; see the format above). The k-means options of the loaded index
     /// are the defaults (it is trained already).
     pub fn load(ctx: &Context, path: &Path) -> Result<IvfFlat> {
-        let bytes = read_index(path)?;
-        let mut index = Self::from_bytes(ctx, &bytes).map_err(|reason| Error::Format {
-            path: path.to_path_buf(),
-            reason,
-        })?;
+        let mut index = read_index(path, |b| Self::from_bytes(ctx, b))?;
         index.coarse.upload(ctx)?;
         Ok(index)
     }

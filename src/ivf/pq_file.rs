@@ -22,7 +22,9 @@
 //! does not match, an id out of place, a non-finite value — is refused with [`Error::Format`]
 //! naming the file and the fault, before anything is uploaded.
 
-use super::file::{fnv1a64, metric_code, metric_from_code, read_index, write_index, IndexBytes};
+use super::file::{
+    fnv1a64, metric_code, metric_from_code, put_list, read_index, write_index, IndexBytes,
+};
 use super::ivfpq::{IvfPq, IvfPqOptions, PqList};
 use super::pq::{ProductQuantizer, PQ_KSUB};
 use super::KMeansOptions;
@@ -60,13 +62,7 @@ impl IvfPq {
             b.extend_from_slice(&(l.ids.len() as u64).to_le_bytes());
         }
         for l in &self.lists {
-            for &id in &l.ids {
-                b.extend_from_slice(&(id as u64).to_le_bytes());
-            }
-            b.extend_from_slice(&l.codes);
-            for v in &l.data {
-                b.extend_from_slice(&v.to_le_bytes());
-            }
+            put_list(&mut b, &l.ids, &l.codes, &l.data);
         }
         let h = fnv1a64(&b);
         b.extend_from_slice(&h.to_le_bytes());
@@ -82,11 +78,7 @@ impl IvfPq {
     /// Read an index file written by [`IvfPq::save`] onto `ctx` (every check before anything
     /// is uploaded). The k-means options of the loaded index are the defaults.
     pub fn load(ctx: &Context, path: &Path) -> Result<IvfPq> {
-        let bytes = read_index(path)?;
-        let mut index = Self::from_bytes(ctx, &bytes).map_err(|reason| Error::Format {
-            path: path.to_path_buf(),
-            reason,
-        })?;
+        let mut index = read_index(path, |b| Self::from_bytes(ctx, b))?;
         index.coarse.upload(ctx)?;
         Ok(index)
     }
