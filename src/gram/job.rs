@@ -1,5 +1,6 @@
 //! A gram job: one batch of sequences with its state on the device (registers or memory, per
-//! the plan), advanced chunk by chunk, and resumed from a checkpoint by replaying its prefix.
+//! the plan), advanced chunk by chunk (each submission recorded by `record.rs`), resumed from a
+//! checkpoint by replaying its prefix, and the judge's counters read back from its state.
 //! Touches G (shared with the other jobs over it), its own state buffer and the batch scaffold.
 
 use super::judge::{judge_loops, judge_refresh, judge_round, BAND};
@@ -8,7 +9,7 @@ use super::plan::{
     arithmetic, batch_bytes, gram_loop_iterations, loads_in_flight, max_batch, plan_for,
     state_floats,
 };
-use super::record::GramPush;
+use super::record::{record_steps, GramPush};
 use super::{GramOptions, Placement};
 use crate::batch::{batch_accessors, check_starts, sequence_length, Batch, StepReport};
 use crate::device::{Pipeline, PipelineKey};
@@ -20,22 +21,22 @@ use std::sync::Arc;
 
 /// A batch of diversity sequences advanced chunk by chunk by the gram engine.
 pub struct GramJob {
-    pub(super) gram: Arc<GramInner>,
-    pub(super) opts: GramOptions,
+    gram: Arc<GramInner>,
+    opts: GramOptions,
     /// Starts, sequences, progress, GPU time, lost state.
-    pub(super) batch: Batch,
-    pub(super) wg: u32,
-    pub(super) placement: Placement,
-    pub(super) subgroups: bool,
+    batch: Batch,
+    wg: u32,
+    placement: Placement,
+    subgroups: bool,
     /// Steps one dispatch may run within the device's loop budget.
-    pub(super) max_per_dispatch: usize,
+    max_per_dispatch: usize,
     /// Whether the judge runs ([`GramOptions::judge`] and the device allows it).
-    pub(super) judge: bool,
-    pub(super) pipeline: Arc<Pipeline>,
-    pub(super) sub: Submitter,
-    pub(super) set: Set,
+    judge: bool,
+    pipeline: Arc<Pipeline>,
+    sub: Submitter,
+    set: Set,
     /// (hi, lo) per candidate per sequence; kept alive for the descriptor set.
-    pub(super) _state: Buffer,
+    _state: Buffer,
 }
 
 impl GramJob {
@@ -228,5 +229,81 @@ impl GramJob {
             done += c;
         }
         Ok(job)
+    }
+
+    /// Per sequence, how many times the judge recomputed every key so far (0s without it).
+    pub fn refreshes(&self) -> Result<Vec<u32>> {
+        self.judge_slot(3)
+    }
+    /// Per sequence, how many uncertain steps the judge settled by re-scoring only the band of
+    /// keys within twice their bound of the best (0s without it).
+    pub fn band_rescores(&self) -> Result<Vec<u32>> {
+        self.judge_slot(5)
+    }
+    /// Per sequence, the largest error bound of the fresh keys (E_F in `shaders/gram.comp`, key
+    /// units: c · e_x / |e_x|) at a full recompute so far (0 without one).
+    pub fn fresh_error_max(&self) -> Result<Vec<f32>> {
+        self.judge_floats(6)
+    }
+    fn judge_slot(&self, slot: usize) -> Result<Vec<u32>> {
+        Ok(self
+            .judge_floats(slot)?
+            .into_iter()
+            .map(|v| v as u32)
+            .collect())
+    }
+    fn judge_floats(&self, slot: usize) -> Result<Vec<f32>> {
+        if !self.judge {
+            // Without the judge these slots are never written.
+            return Ok(vec![0.0; self.batch.starts().len()]);
+        }
+        let (n, d) = (self.gram.table.n(), self.gram.table.d());
+        let stride = state_floats(n, d);
+        let regions: Vec<(u64, u64)> = (0..self.batch.starts().len())
+            .map(|i| (((i * stride + 2 * n + 3 * d + slot) * 4) as u64, 4))
+            .collect();
+        let bytes = self
+            .gram
+            .table
+            .context()
+            .download_regions(&self._state, &regions)?;
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    }
+
+    /// One submission of `count` steps from step `first` (`replay`: picks read from the
+    /// sequences buffer, for [`GramJob::resume`]); its GPU ns.
+    fn dispatch(&mut self, first: usize, count: usize, replay: bool) -> Result<u64> {
+        self.batch.check_live()?;
+        let push = GramPush {
+            n: self.gram.table.n() as u32,
+            first: first as u32,
+            count: count as u32,
+            replay: replay as u32,
+        };
+        let what = format!(
+            "gram steps {first}..{} of a batch of {}",
+            first + count - 1,
+            self.batch.starts().len()
+        );
+        let ctx = self.gram.table.context().clone();
+        let dev = ctx.device().clone();
+        let (p, set, groups) = (
+            &self.pipeline,
+            self.set.set,
+            self.batch.starts().len() as u32,
+        );
+        let per = match self.opts.steps_per_dispatch {
+            0 if crate::device::is_cpu_device(ctx.caps()) => 1,
+            0 => count,
+            k => k,
+        }
+        .min(self.max_per_dispatch);
+        let waited = self.sub.run(&what, |cb| unsafe {
+            record_steps(&dev, cb, p, set, groups, push, per)
+        });
+        self.batch.settle(&what, waited)
     }
 }

@@ -1,12 +1,10 @@
 //! The judge of the gram engine (see `shaders/gram.comp` and [`super::GramOptions::judge`]):
-//! how much shared memory and how many loop iterations it adds to a step, whether it fits a
-//! device, its full-recompute period, and its counters read back from a job's state. The
-//! sizing is pure; the readouts download from the job's own state buffer only.
+//! its widest band, the shared memory and loop iterations it adds to a step, and its
+//! full-recompute period. Pure functions of the device's capabilities and the options; the plan
+//! decides from them whether the judge fits, a job reads its counters back.
 
-use super::plan::{gram_loop_iterations, state_floats};
-use super::{GramJob, GramOptions, Placement, JUDGE_REFRESH};
+use super::{GramOptions, Placement, JUDGE_REFRESH};
 use crate::device::Capabilities;
-use crate::error::Result;
 
 /// The judge's full-recompute period `opts` asks for (0 = only when a band overflows).
 pub(super) fn judge_refresh(opts: &GramOptions) -> usize {
@@ -62,65 +60,4 @@ pub(super) fn judge_loops(
     let rounds = n.div_ceil(round).max((BAND as u64).div_ceil(round));
     let worst = items + 3 * items + rounds * (one + 1) + d + 2 * pick + 4;
     worst + d.div_ceil(wg) + 2
-}
-
-/// Whether the judge fits: the running sum fits shared memory next to the reduction's buffers,
-/// and a step with a recompute fits the device's loop budget.
-pub(super) fn judge_fits(
-    caps: &Capabilities,
-    n: usize,
-    d: usize,
-    wg: u32,
-    placement: Placement,
-    rper: usize,
-) -> bool {
-    let (fixed, per_step) = gram_loop_iterations(n, wg, rper, placement, caps.subgroup_size);
-    let round = judge_round(caps, d, wg);
-    round > 0
-        && fixed + per_step + judge_loops(n, d, wg, placement, rper, round)
-            <= crate::device::loop_budget(caps)
-}
-
-impl GramJob {
-    /// Per sequence, how many times the judge recomputed every key so far (0s without it).
-    pub fn refreshes(&self) -> Result<Vec<u32>> {
-        self.judge_slot(3)
-    }
-    /// Per sequence, how many uncertain steps the judge settled by re-scoring only the band of
-    /// keys within twice their bound of the best (0s without it).
-    pub fn band_rescores(&self) -> Result<Vec<u32>> {
-        self.judge_slot(5)
-    }
-    /// Per sequence, the largest error bound of the fresh keys (E_F in `shaders/gram.comp`, key
-    /// units: c · e_x / |e_x|) at a full recompute so far (0 without one).
-    pub fn fresh_error_max(&self) -> Result<Vec<f32>> {
-        self.judge_floats(6)
-    }
-    fn judge_slot(&self, slot: usize) -> Result<Vec<u32>> {
-        Ok(self
-            .judge_floats(slot)?
-            .into_iter()
-            .map(|v| v as u32)
-            .collect())
-    }
-    fn judge_floats(&self, slot: usize) -> Result<Vec<f32>> {
-        if !self.judge {
-            // Without the judge these slots are never written.
-            return Ok(vec![0.0; self.batch.starts().len()]);
-        }
-        let (n, d) = (self.gram.table.n(), self.gram.table.d());
-        let stride = state_floats(n, d);
-        let regions: Vec<(u64, u64)> = (0..self.batch.starts().len())
-            .map(|i| (((i * stride + 2 * n + 3 * d + slot) * 4) as u64, 4))
-            .collect();
-        let bytes = self
-            .gram
-            .table
-            .context()
-            .download_regions(&self._state, &regions)?;
-        Ok(bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect())
-    }
 }

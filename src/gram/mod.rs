@@ -15,14 +15,16 @@
 //!   of at most `maxStorageBufferRange` bytes each (at most [`MAX_SLABS`]).
 //!
 //! [`mode_for`] is the `auto` rule: gram when G and one batch's state fit the device's memory
-//! budget, else scan.//!
+//! budget, else scan.
+//!
 //! The engine has the same rooms as the k-NN engine: `plan.rs` (the pure sizing and choices —
 //! the arithmetic, workgroup size, placement, batch limits and the `auto` rule — unit-tested
-//! without a device), `judge.rs` (the judge's shared memory and loop counts, and its counters
-//! read back from a job's state), `matrix.rs` (G itself, built on the device), `job.rs` (a
-//! batch's state on the device and its stepping) and `record.rs` (the dispatches one submission
-//! records). This file holds the options and the vocabulary they share. The engine touches the
-//! device table it reads, its own buffers and the batch scaffold; nothing of the other engines.
+//! without a device), `judge.rs` (the judge's band, shared memory, loop counts and refresh
+//! period), `matrix.rs` (G itself, built on the device), `job.rs` (a batch's state on the
+//! device, its stepping and the judge's counters read back) and `record.rs` (the dispatches one
+//! submission records). This file holds the options and the vocabulary they share. The engine
+//! touches the device table it reads, its own buffers and the batch scaffold; nothing of the
+//! other engines.
 
 mod job;
 mod judge;

@@ -5,7 +5,7 @@
 //! G and of a batch, and the `auto` rule ([`mode_for`]). Pure functions of their inputs, tested
 //! without a device.
 
-use super::judge::{judge_fits, judge_refresh};
+use super::judge::{judge_loops, judge_refresh, judge_round};
 use super::{Arithmetic, GramOptions, Placement, BUDGET_FRACTION, MAX_SLABS};
 use crate::device::Capabilities;
 use crate::error::{Error, Result};
@@ -96,6 +96,23 @@ pub fn summation(caps: &Capabilities, n: usize, d: usize, opts: &GramOptions) ->
 /// sum (c_hi, c_lo) and its rounding record r per dimension, and sixteen scalars.
 pub(super) fn state_floats(n: usize, d: usize) -> usize {
     2 * n + 3 * d + 16
+}
+
+/// Whether the judge fits: the running sum fits shared memory next to the reduction's buffers,
+/// and a step with a recompute fits the device's loop budget.
+pub(super) fn judge_fits(
+    caps: &Capabilities,
+    n: usize,
+    d: usize,
+    wg: u32,
+    placement: Placement,
+    rper: usize,
+) -> bool {
+    let (fixed, per_step) = gram_loop_iterations(n, wg, rper, placement, caps.subgroup_size);
+    let round = judge_round(caps, d, wg);
+    round > 0
+        && fixed + per_step + judge_loops(n, d, wg, placement, rper, round)
+            <= crate::device::loop_budget(caps)
 }
 
 /// Rows of G per slab on `caps`: whole rows of at most `maxStorageBufferRange` bytes.

@@ -1,10 +1,10 @@
 //! What one submission of a gram job records: its dispatches of `gram.comp`, each a run of steps
 //! within the device's loop budget, with barriers between them, and the push constants they
-//! take. Touches the job's command buffer and batch progress only.
+//! take. Records into the command buffer it is given; knows nothing of the job.
 
-use super::GramJob;
-use crate::error::Result;
+use crate::device::Pipeline;
 use crate::submit::{barrier, bind};
+use ash::vk;
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -15,52 +15,34 @@ pub(crate) struct GramPush {
     pub(super) replay: u32,
 }
 
-impl GramJob {
-    /// One submission of `count` steps from step `first` (`replay`: picks read from the
-    /// sequences buffer, for [`GramJob::resume`]); its GPU ns.
-    pub(super) fn dispatch(&mut self, first: usize, count: usize, replay: bool) -> Result<u64> {
-        self.batch.check_live()?;
+/// Records `push.count` steps from step `push.first` into `cb`: dispatches of `groups`
+/// workgroups (one a sequence) of at most `per` steps each, a barrier between two.
+///
+/// # Safety
+/// `cb` is recording, and `pipeline` and `set` live until it has run.
+pub(super) unsafe fn record_steps(
+    dev: &ash::Device,
+    cb: vk::CommandBuffer,
+    pipeline: &Pipeline,
+    set: vk::DescriptorSet,
+    groups: u32,
+    push: GramPush,
+    per: usize,
+) {
+    let (first, count) = (push.first as usize, push.count as usize);
+    let mut done = 0;
+    while done < count {
+        let c = per.min(count - done);
         let push = GramPush {
-            n: self.gram.table.n() as u32,
-            first: first as u32,
-            count: count as u32,
-            replay: replay as u32,
+            first: (first + done) as u32,
+            count: c as u32,
+            ..push
         };
-        let what = format!(
-            "gram steps {first}..{} of a batch of {}",
-            first + count - 1,
-            self.batch.starts().len()
-        );
-        let ctx = self.gram.table.context().clone();
-        let dev = ctx.device().clone();
-        let (p, set, groups) = (
-            &self.pipeline,
-            self.set.set,
-            self.batch.starts().len() as u32,
-        );
-        let per = match self.opts.steps_per_dispatch {
-            0 if crate::device::is_cpu_device(ctx.caps()) => 1,
-            0 => count,
-            k => k,
+        if done > 0 {
+            barrier(dev, cb);
         }
-        .min(self.max_per_dispatch);
-        let waited = self.sub.run(&what, |cb| unsafe {
-            let mut done = 0;
-            while done < count {
-                let c = per.min(count - done);
-                let push = GramPush {
-                    first: (first + done) as u32,
-                    count: c as u32,
-                    ..push
-                };
-                if done > 0 {
-                    barrier(&dev, cb);
-                }
-                bind(&dev, cb, p, set, bytemuck::bytes_of(&push));
-                dev.cmd_dispatch(cb, groups, 1, 1);
-                done += c;
-            }
-        });
-        self.batch.settle(&what, waited)
+        bind(dev, cb, pipeline, set, bytemuck::bytes_of(&push));
+        dev.cmd_dispatch(cb, groups, 1, 1);
+        done += c;
     }
 }
