@@ -16,10 +16,11 @@
 //! per workgroup (the default) and 128 × 128 with compile-time sizes. They give the same bits.
 
 mod plan;
+mod push;
 mod record;
 mod state;
 
-pub use record::{CommitPush, InitPush, ScanPush, TilePush};
+pub use push::{CommitPush, InitPush, ScanPush, TilePush};
 
 use crate::batch::{batch_accessors, sequence_length, Batch, StepReport};
 use crate::device::{Capabilities, Context};

@@ -4,7 +4,7 @@
 //! the filter's counters). Touches the job's own buffers and the table it reads.
 
 use super::plan::{band_words, padded_dim, Plan};
-use super::record::{CommitPush, FTablePush, InitPush, ScanPush, TilePush};
+use super::push::{CommitPush, FTablePush, InitPush, ScanPush, TilePush};
 use super::ScanKernel;
 use crate::batch::Batch;
 use crate::device::{Context, Pipeline, PipelineKey, FILTER_BINDING};
