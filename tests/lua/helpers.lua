@@ -233,6 +233,42 @@ function H.ls(dir)
   return names
 end
 
+-- An index handle saved to `path`, loaded by `load` (diversity.load_ivf_index or
+-- load_ivfpq_index) and saved again gives the same bytes, and the loaded index the ids `want`
+-- for search(q, o); the loaded handle is closed (and refuses use after). Returns its metric.
+function H.index_round_trip(ctx, ix, load, path, q, o, want)
+  local assert = require "luassert"
+  ix:save(path)
+  local back = load(ctx, path)
+  back:save(path .. "2")
+  assert.are.equal(H.read(path), H.read(path .. "2"))
+  assert.are.equal(want, back:search(q, o):ids_bytes())
+  local metric = back:metric()
+  back:close()
+  H.assert_error("used after close()", back.ntotal, back)
+  return metric
+end
+
+-- Corrupt and foreign index files (a byte changed, another file, a truncated one) are refused by
+-- diversity[loader] naming the file, and no file is changed; `ext` names the files, `magic` and
+-- `kind` ("IVF", "IVF-PQ") are the format's.
+function H.corrupt_index_files(ctx, ix, loader, dir, ext, magic, kind)
+  local assert = require "luassert"
+  local load = diversity[loader]
+  local good = dir .. "/good." .. ext
+  ix:save(good)
+  local bytes = H.read(good)
+  local bad = dir .. "/bad." .. ext
+  H.write(bad, bytes:sub(1, 60) .. string.char((bytes:byte(61) + 1) % 256) .. bytes:sub(62))
+  H.assert_error({ "diversity." .. loader .. ": ", "bad." .. ext, "checksum mismatch" }, load, ctx, bad)
+  H.write(bad, "not an index")
+  H.assert_error("no " .. magic .. " magic", load, ctx, bad)
+  assert.are.equal("not an index", H.read(bad))
+  H.write(bad, bytes:sub(1, #bytes - 4))
+  H.assert_error("truncated or not an " .. kind .. " index", load, ctx, bad)
+  assert.are.equal(bytes, H.read(good))
+end
+
 --- Names in `dir` that look like a writer's temporary file for `name` (`.<name>.tmp-*`).
 function H.temp_files(dir, name)
   local out = {}

@@ -84,14 +84,8 @@ describe("k-means and IVF-Flat from Lua", function()
       local few = ix:search(q, { k = 12, nprobe = 2 })
       assert.are.equal(25, few:queries())
       local path = dir .. "/" .. metric .. ".ivf"
-      ix:save(path)
-      local back = diversity.load_ivf_index(ctx, path)
-      assert.are.equal(metric, back:metric())
-      back:save(path .. "2")
-      assert.are.equal(H.read(path), H.read(path .. "2"))
-      assert.are.equal(few:ids_bytes(), back:search(q, { k = 12, nprobe = 2 }):ids_bytes())
-      back:close()
-      H.assert_error("used after close()", back.ntotal, back)
+      assert.are.equal(metric, H.index_round_trip(ctx, ix, diversity.load_ivf_index, path, q,
+        { k = 12, nprobe = 2 }, few:ids_bytes()))
       ix:close()
     end
     H.assert_no_validation(ctx)
@@ -120,19 +114,7 @@ describe("k-means and IVF-Flat from Lua", function()
     H.assert_error("k must be between 1 and N = 40", big.train, big, t)
     assert.are.same(before, H.snapshot(dir))
     -- Corrupt and foreign files: refused, left as they were.
-    local good = dir .. "/good.ivf"
-    ix:save(good)
-    local bytes = H.read(good)
-    local bad = dir .. "/bad.ivf"
-    H.write(bad, bytes:sub(1, 60) .. string.char((bytes:byte(61) + 1) % 256) .. bytes:sub(62))
-    H.assert_error({ "diversity.load_ivf_index: ", "bad.ivf", "checksum mismatch" },
-      diversity.load_ivf_index, ctx, bad)
-    H.write(bad, "not an index")
-    H.assert_error("no DIVF magic", diversity.load_ivf_index, ctx, bad)
-    assert.are.equal("not an index", H.read(bad))
-    H.write(bad, bytes:sub(1, #bytes - 4))
-    H.assert_error("truncated or not an IVF index", diversity.load_ivf_index, ctx, bad)
-    assert.are.equal(bytes, H.read(good))
+    H.corrupt_index_files(ctx, ix, "load_ivf_index", dir, "ivf", "DIVF", "IVF")
     ix:close()
     H.assert_no_validation(ctx)
   end)

@@ -45,14 +45,8 @@ describe("IVF-PQ from Lua", function()
       for r, id in ipairs(ids) do if id == i then rank = r end end
       assert.is_true(rank <= 5, "query " .. i .. " ranks itself " .. rank)
     end
-    local path = dir .. "/a.ivfpq"
-    ix:save(path)
-    local back = diversity.load_ivfpq_index(ctx, path)
-    back:save(path .. "2")
-    assert.are.equal(H.read(path), H.read(path .. "2"))
-    assert.are.equal(adc:ids_bytes(), back:search(q, { k = 40, nprobe = 4 }):ids_bytes())
-    back:close()
-    H.assert_error("used after close()", back.ntotal, back)
+    H.index_round_trip(ctx, ix, diversity.load_ivfpq_index, dir .. "/a.ivfpq", q,
+      { k = 40, nprobe = 4 }, adc:ids_bytes())
     ix:close()
     H.assert_no_validation(ctx)
   end)
@@ -80,17 +74,7 @@ describe("IVF-PQ from Lua", function()
       ix.search, ix, diversity.table(H.random_rows(2, 3, 1)))
     H.assert_error("diversity.ivfpq:save: ", ix.save, ix, dir .. "/no/such/x.ivfpq")
     assert.are.same(before, H.snapshot(dir))
-    local good = dir .. "/good.ivfpq"
-    ix:save(good)
-    local bytes = H.read(good)
-    local bad = dir .. "/bad.ivfpq"
-    H.write(bad, bytes:sub(1, 60) .. string.char((bytes:byte(61) + 1) % 256) .. bytes:sub(62))
-    H.assert_error({ "diversity.load_ivfpq_index: ", "bad.ivfpq", "checksum mismatch" },
-      diversity.load_ivfpq_index, ctx, bad)
-    H.write(bad, "not an index")
-    H.assert_error("no DIVP magic", diversity.load_ivfpq_index, ctx, bad)
-    assert.are.equal("not an index", H.read(bad))
-    assert.are.equal(bytes, H.read(good))
+    H.corrupt_index_files(ctx, ix, "load_ivfpq_index", dir, "ivfpq", "DIVP", "IVF-PQ")
     ix:close()
     H.assert_no_validation(ctx)
   end)
