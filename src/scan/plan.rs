@@ -1,12 +1,15 @@
 //! The plan of one scan job, computed before anything is allocated: `starts` and the options
 //! checked against the table and its device's limits, the kernel, the dispatch geometry, the
-//! sizes of every buffer (the job's own and the filter's) and the loop counts a dispatch may
-//! run. Reads the device's capabilities only; allocates nothing.
+//! sizes of every buffer (the job's own and the filter's), the loop counts a dispatch may run,
+//! and the largest batch a device allows ([`max_batch`]). Reads the device's capabilities only;
+//! allocates nothing.
 
-use super::{ScanKernel, ScanOptions};
+use super::{FilterTuning, ScanKernel, ScanOptions, BLOCK_N};
 use crate::batch::{check_starts, sequence_length};
+use crate::device::Capabilities;
 use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
+use crate::table::Precision;
 
 /// Bytes of each per-batch buffer of a scan job for `batch` sequences of `seq_len` entries over N
 /// candidates of D dims in blocks of `bn`, with its name for error messages. The job's descriptor
@@ -314,4 +317,45 @@ pub(super) fn check_filter_loops(
     let groups = rows.min(caps.max_workgroup_count as u64);
     let ftable = rows.div_ceil(groups) * (d.div_ceil(w) + dp.div_ceil(w) + 3 * reduce + 2);
     crate::device::check_loop_budget(caps, "the scan's filter table", ftable)
+}
+
+/// The largest batch (sequences per [`ScanJob`](super::ScanJob)) that `caps` allows for an
+/// N × D table (stored at `precision`) and `steps` steps: every per-batch buffer within
+/// `maxStorageBufferRange`, the per-sequence and scan dispatches within
+/// `maxComputeWorkGroupCount[0]`, and all buffers within the memory budget. At least 1 (a job that cannot run at all reports why when created). The
+/// Rust CLI and the Lua driver size their batches with it. Computed for the 64-candidate blocks,
+/// so it holds for both [`ScanKernel`]s (128 × 128 blocks need fewer workgroups and a smaller
+/// block-winner buffer).
+pub fn max_batch(
+    caps: &Capabilities,
+    n: usize,
+    d: usize,
+    precision: Precision,
+    steps: usize,
+) -> usize {
+    let n = n.max(1);
+    let per_buffer = buffer_bytes(n, d, sequence_length(n, Some(steps)), BLOCK_N, 1);
+    let mut best = caps.max_workgroup_count as usize;
+    for (_, bytes) in per_buffer {
+        best = best.min((caps.max_buffer_range / bytes.max(1)) as usize);
+    }
+    // Scan dispatch: ceil(N / BN) × ceil(batch / 64) workgroups.
+    let row_blocks = caps.max_workgroup_count as usize / n.div_ceil(BLOCK_N);
+    best = best.min(row_blocks.saturating_mul(64));
+    let mut table = (n * d * precision.bytes()) as u64;
+    let mut per_seq: u64 = per_buffer.iter().map(|b| b.1).sum();
+    // Where `auto` runs the tensor-core filter, its per-sequence buffers (the band lists above
+    // all) and its fp16 copy of the table count too.
+    if caps.coopmat {
+        let k = ScanKernel::Coopmat;
+        let [ftab, fconst, c16, fseq, bands] =
+            filter_buffer_bytes(n, d, k.block_n(), 1, 1, FilterTuning::default().capacity);
+        best = best.min((caps.max_buffer_range / bands.1.max(1)) as usize);
+        per_seq += c16.1 + fseq.1 + bands.1;
+        table += ftab.1 + fconst.1;
+    }
+    if let Some(room) = caps.memory_budget_bytes.checked_sub(table) {
+        best = best.min((room / per_seq.max(1)) as usize);
+    }
+    best.max(1)
 }
