@@ -1053,12 +1053,19 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
   local pool = {}
   local function take() return table.remove(pool) or diversity.rows() end
   local function give(r) pool[#pool + 1] = r end
+  -- Starts first .. last of a list, as a new list (not `unpack`: LuaJIT refuses to unpack
+  -- more than a few thousand values, and a slice of short rows holds many more).
+  local function sublist(list, first, last)
+    local part = {}
+    for i = first, last do part[#part + 1] = list[i] end
+    return part
+  end
   local function write_tasks(b, bytes)
     local list, len, out = lists[b], steps + 1, {}
     if type(bytes) ~= "string" then
       for first = 1, #list, slice_rows do
         local last = math.min(first + slice_rows - 1, #list)
-        local part = { unpack(list, first, last) }
+        local part = sublist(list, first, last)
         if bin then
           out[#out + 1] = { "binary", "output", function() bin:write_rows(part, bytes, first - 1) end }
         end
@@ -1070,7 +1077,7 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
     for first = 1, #list, slice_rows do
       local last = math.min(first + slice_rows - 1, #list)
       -- The slice is cut when its first task runs, so one slice at a time is copied out.
-      local part, piece = { unpack(list, first, last) }, nil
+      local part, piece = sublist(list, first, last), nil
       local function cut()
         piece = piece or ((first == 1 and last == #list) and bytes
           or bytes:sub((first - 1) * len * 4 + 1, last * len * 4))

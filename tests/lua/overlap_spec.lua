@@ -65,6 +65,28 @@ describe("host work beside the device", function()
     assert.are.equal(H.read(dir .. "/whole.bin"), H.read(dir .. "/sliced.bin"))
   end)
 
+  it("a batch of more rows than LuaJIT unpacks at once (8,200 short rows)", function()
+    local ffi = require "ffi"
+    local n, d = 8200, 4
+    local v = ffi.new("float[?]", n * d)
+    local x = 7
+    for i = 0, n * d - 1 do
+      x = (x * 1103515245 + 12345) % 2147483648
+      v[i] = x / 2147483648 - 0.5
+    end
+    local path = dir .. "/short.f32"
+    local f = assert(io.open(path, "wb"))
+    f:write(ffi.string(v, n * d * 4)); f:close()
+    local r = driver.run({ embeddings = path, dim = d, out = dir .. "/short.json",
+      binary = dir .. "/short.bin", top_k = 2, batch = n, mode = "scan", quiet = true,
+      precision = "fp32" })
+    assert.are.equal(1, r.batches)
+    local c = diversity.open_binary_cache(dir .. "/short.bin")
+    assert.are.equal(n, c:n())
+    assert.are.equal(8199, c:sequence(8199)[1])
+    c:close()
+  end)
+
   it("a writer failing mid-run keeps the checkpoint; --resume computes nothing again", function()
     local real = diversity.json_cache_writer
     local calls = 0
