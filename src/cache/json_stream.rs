@@ -11,44 +11,60 @@ use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::Path;
 
-/// Append the decimal digits of `v` to `buf`, two digits at a time, without allocating.
-#[inline]
-fn push_u32(buf: &mut Vec<u8>, mut v: u32) {
-    const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+/// Two decimal digits for every value 0..100, for writing numbers two digits at a time.
+const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
 2021222324252627282930313233343536373839\
 4041424344454647484950515253545556575859\
 6061626364656667686970717273747576777879\
 8081828384858687888990919293949596979899";
-    let mut tmp = [0u8; 10];
-    let mut i = tmp.len();
+
+/// Write the decimal digits of `v` at the start of `out` (at least 10 bytes), two at a time;
+/// returns how many.
+#[inline]
+fn put_u32(out: &mut [u8], v: u32) -> usize {
+    let n = match v {
+        0..=9 => 1,
+        10..=99 => 2,
+        100..=999 => 3,
+        1_000..=9_999 => 4,
+        10_000..=99_999 => 5,
+        100_000..=999_999 => 6,
+        1_000_000..=9_999_999 => 7,
+        10_000_000..=99_999_999 => 8,
+        100_000_000..=999_999_999 => 9,
+        _ => 10,
+    };
+    let digits = &mut out[..n];
+    let (mut v, mut i) = (v, n);
     while v >= 100 {
         let p = (v % 100) as usize * 2;
         v /= 100;
         i -= 2;
-        tmp[i] = PAIRS[p];
-        tmp[i + 1] = PAIRS[p + 1];
+        digits[i] = PAIRS[p];
+        digits[i + 1] = PAIRS[p + 1];
     }
     if v >= 10 {
         let p = v as usize * 2;
-        i -= 2;
-        tmp[i] = PAIRS[p];
-        tmp[i + 1] = PAIRS[p + 1];
+        digits[0] = PAIRS[p];
+        digits[1] = PAIRS[p + 1];
     } else {
-        i -= 1;
-        tmp[i] = b'0' + v as u8;
+        digits[0] = b'0' + v as u8;
     }
-    buf.extend_from_slice(&tmp[i..]);
+    n
+}
+
+/// Append the decimal digits of `v` to `buf`, without allocating.
+#[inline]
+fn push_u32(buf: &mut Vec<u8>, v: u32) {
+    let mut tmp = [0u8; 10];
+    let n = put_u32(&mut tmp, v);
+    buf.extend_from_slice(&tmp[..n]);
 }
 
 /// Append `v0,v1,…` (decimal, comma-separated) to `buf`: the text is written into room made
 /// once for the whole list (at most 11 bytes a number), then the unused room is cut off, so
 /// the inner loop does no capacity checks (one core formats well over 1 GB/s of text).
 fn push_u32_list(buf: &mut Vec<u8>, seq: &[u32]) {
-    const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
-2021222324252627282930313233343536373839\
-4041424344454647484950515253545556575859\
-6061626364656667686970717273747576777879\
-8081828384858687888990919293949596979899";
     let at = buf.len();
     buf.resize(at + seq.len() * 11, 0);
     let out = &mut buf[at..];
@@ -58,35 +74,7 @@ fn push_u32_list(buf: &mut Vec<u8>, seq: &[u32]) {
             out[k] = b',';
             k += 1;
         }
-        let n = match v {
-            0..=9 => 1,
-            10..=99 => 2,
-            100..=999 => 3,
-            1_000..=9_999 => 4,
-            10_000..=99_999 => 5,
-            100_000..=999_999 => 6,
-            1_000_000..=9_999_999 => 7,
-            10_000_000..=99_999_999 => 8,
-            100_000_000..=999_999_999 => 9,
-            _ => 10,
-        };
-        let digits = &mut out[k..k + n];
-        let (mut v, mut i) = (v, n);
-        while v >= 100 {
-            let p = (v % 100) as usize * 2;
-            v /= 100;
-            i -= 2;
-            digits[i] = PAIRS[p];
-            digits[i + 1] = PAIRS[p + 1];
-        }
-        if v >= 10 {
-            let p = v as usize * 2;
-            digits[0] = PAIRS[p];
-            digits[1] = PAIRS[p + 1];
-        } else {
-            digits[0] = b'0' + v as u8;
-        }
-        k += n;
+        k += put_u32(&mut out[k..], v);
     }
     buf.truncate(at + k);
 }
@@ -543,6 +531,11 @@ mod tests {
                 String::from_utf8(buf).unwrap(),
                 format!("[{}", want.join(","))
             );
+            for &v in seq {
+                let mut one = Vec::new();
+                push_u32(&mut one, v);
+                assert_eq!(one, v.to_string().into_bytes());
+            }
         }
     }
 }
