@@ -140,7 +140,7 @@ fn object_end(bytes: &[u8]) -> Option<usize> {
 }
 
 /// A JSON object's members in file order, each value's text as it is.
-struct RawMembers<'a>(Vec<(String, &'a serde_json::value::RawValue)>);
+pub(super) struct RawMembers<'a>(pub(super) Vec<(String, &'a serde_json::value::RawValue)>);
 
 impl<'de> serde::Deserialize<'de> for RawMembers<'de> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {

@@ -1,7 +1,7 @@
 //! Shards: partial caches of one run (`--shard i/n`), and [`merge_caches`] /
 //! [`merge_rankings`] merging them back into the one-shot diversity / rankings cache.
 
-use super::checksum::{check_checksum_bytes, CHECKSUM_KEY};
+use super::checksum::{check_checksum_bytes, RawMembers, CHECKSUM_KEY};
 use super::json_stream::{JsonStream, PIECE_BYTES};
 use crate::error::{Error, Result};
 use crate::pending_file::{io_err, PendingFile};
@@ -157,37 +157,11 @@ pub struct MergeReport {
     pub sequences: usize,
 }
 
-/// A JSON object's members in file order, each value's text as it is in the file.
-struct RawEntries<'a>(Vec<(String, &'a serde_json::value::RawValue)>);
-
-impl<'de> serde::Deserialize<'de> for RawEntries<'de> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = RawEntries<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> std::result::Result<Self::Value, A::Error> {
-                let mut out = Vec::new();
-                while let Some(key) = map.next_key::<String>()? {
-                    out.push((key, map.next_value()?));
-                }
-                Ok(RawEntries(out))
-            }
-        }
-        d.deserialize_map(V)
-    }
-}
-
 /// A cache's members `metadata` and `sequences` or `rankings` (others skipped), read in one pass.
 struct CacheEntries<'a> {
-    metadata: Option<RawEntries<'a>>,
-    sequences: Option<RawEntries<'a>>,
-    rankings: Option<RawEntries<'a>>,
+    metadata: Option<RawMembers<'a>>,
+    sequences: Option<RawMembers<'a>>,
+    rankings: Option<RawMembers<'a>>,
 }
 
 impl<'de> serde::Deserialize<'de> for CacheEntries<'de> {
