@@ -16,10 +16,10 @@
 //!
 //! Every id 0 … ntotal − 1 is in exactly one list. The values are the rows as added (f32); the
 //! device copy is made on load. A file is written through a temporary file and a rename
-//! ([`PendingFile`]): an error leaves no file and never a half-written one. A file that is not
-//! exactly this — another magic or version, a length that does not add up, a checksum that
-//! does not match, an id out of place, a non-finite value — is refused with
-//! [`Error::Format`] naming the file and the fault, before anything is uploaded.
+//! ([`crate::files::write_atomic`]): an error leaves no file and never a half-written one. A file
+//! that is not exactly this — another magic or version, a length that does not add up, a checksum
+//! that does not match, an id out of place, a non-finite value — is refused with [`Error::Format`]
+//! naming the file and the fault, before anything is uploaded.
 //!
 //! What both index files share lives here too, for `pq_file.rs`: the metric codes, the atomic
 //! write, and the reader of the head (magic, version, truncation), the length and the trailing
@@ -30,9 +30,7 @@ use crate::checksum;
 use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::metric::Metric;
-use crate::pending_file::PendingFile;
 use crate::table::Precision;
-use std::io::Write;
 use std::path::Path;
 
 /// The index file's first four bytes.
@@ -58,15 +56,7 @@ pub(super) fn metric_code(m: Metric) -> u32 {
 /// Writes an index file's bytes to `path` through a temporary file (fsync, rename): an error
 /// leaves no file, never a half-written one.
 pub(super) fn write_index(path: &Path, bytes: &[u8]) -> Result<()> {
-    let (pending, mut f) = PendingFile::create(path)?;
-    let io = |source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    f.write_all(bytes).map_err(io)?;
-    f.sync_all().map_err(io)?;
-    drop(f);
-    pending.commit()
+    crate::pending_file::write_atomic(path, bytes)
 }
 
 /// An index file read and parsed by `parse`, whose refusal becomes [`Error::Format`] naming

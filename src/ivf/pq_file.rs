@@ -17,10 +17,10 @@
 //! | 8 | u64 FNV-1a 64 of every byte before it |
 //!
 //! Every id 0 … ntotal − 1 is in exactly one list. Written through a temporary file and a rename
-//! ([`PendingFile`]): an error leaves no file. A file that is not exactly this — another magic
-//! or version, unknown flags, M not dividing D, a length that does not add up, a checksum that
-//! does not match, an id out of place, a non-finite value — is refused with [`Error::Format`]
-//! naming the file and the fault, before anything is uploaded.
+//! ([`crate::files::write_atomic`]): an error leaves no file. A file that is not exactly this —
+//! another magic or version, unknown flags, M not dividing D, a length that does not add up, a
+//! checksum that does not match, an id out of place, a non-finite value — is refused with
+//! [`Error::Format`] naming the file and the fault, before anything is uploaded.
 
 use super::file::{
     fnv1a64, metric_code, metric_from_code, put_list, read_index, write_index, IndexBytes,
