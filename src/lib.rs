@@ -37,6 +37,7 @@ mod memory;
 pub mod metric;
 pub mod mode;
 pub mod multi;
+mod names;
 mod pending_file;
 pub mod rankings;
 pub mod reference;

@@ -1,8 +1,8 @@
 //! The engine choice every front end names: `scan`, `gram` or `auto`. Vocabulary only: it
-//! parses and prints the name and may touch nothing but [`crate::error`]; the `auto` rule itself
-//! is [`crate::gram::mode_for`].
+//! parses and prints the name and may touch nothing but [`crate::error`] and `crate::names`
+//! (which writes the name and the parse); the `auto` rule itself is [`crate::gram::mode_for`].
 
-use crate::error::{Error, Result};
+use crate::names::named_enum;
 
 /// Which engine computes the sequences.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -15,27 +15,8 @@ pub enum Mode {
     Auto,
 }
 
-impl Mode {
-    /// `scan`, `gram` or `auto`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Scan => "scan",
-            Mode::Gram => "gram",
-            Mode::Auto => "auto",
-        }
-    }
-}
-
-impl std::str::FromStr for Mode {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "scan" => Ok(Mode::Scan),
-            "gram" => Ok(Mode::Gram),
-            "auto" => Ok(Mode::Auto),
-            _ => Err(Error::Invalid(format!(
-                "mode '{s}': expected scan, gram or auto"
-            ))),
-        }
-    }
-}
+named_enum!(Mode, "mode", {
+    Scan => "scan",
+    Gram => "gram",
+    Auto => "auto",
+});

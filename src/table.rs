@@ -1,8 +1,9 @@
 //! The host-side embedding table: N rows × D dims of float32, validated once, optionally centered,
 //! and rounded to the storage precision before it goes to a device.
-//! Host data only: it may touch [`crate::error`], never a device.
+//! Host data only: it may touch [`crate::error`] and `crate::names`, never a device.
 
 use crate::error::{Error, Result};
+use crate::names::named_enum;
 use half::f16;
 
 /// How the table is stored on the device. Arithmetic is always fp32 ("load fp16, widen at once").
@@ -22,27 +23,12 @@ impl Precision {
             Precision::Fp16 => 2,
         }
     }
-    /// `"fp32"` or `"fp16"`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Precision::Fp32 => "fp32",
-            Precision::Fp16 => "fp16",
-        }
-    }
 }
 
-impl std::str::FromStr for Precision {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "fp32" | "f32" => Ok(Precision::Fp32),
-            "fp16" | "f16" => Ok(Precision::Fp16),
-            _ => Err(Error::Invalid(format!(
-                "precision '{s}': expected fp32 or fp16"
-            ))),
-        }
-    }
-}
+named_enum!(Precision, "precision", {
+    Fp32 => "fp32" | "f32",
+    Fp16 => "fp16" | "f16",
+});
 
 /// An N × D table of finite float32 values, row-major, with optional row ids (from
 /// `embeddings.json`) so results can be keyed by them.

@@ -38,7 +38,7 @@ pub use matrix::{Gram, GramBuild};
 pub use plan::{arithmetic, batch_bytes, gram_bytes, gram_unfit, max_batch, mode_for, summation};
 
 use crate::device::G_SLABS;
-use crate::error::{Error, Result};
+use crate::names::named_enum;
 
 /// The most slabs G may be split into (one descriptor array of storage buffers).
 pub const MAX_SLABS: usize = G_SLABS as usize;
@@ -56,30 +56,11 @@ pub enum Placement {
     Memory,
 }
 
-impl Placement {
-    /// `auto`, `registers` or `memory`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Placement::Auto => "auto",
-            Placement::Registers => "registers",
-            Placement::Memory => "memory",
-        }
-    }
-}
-
-impl std::str::FromStr for Placement {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "auto" => Ok(Placement::Auto),
-            "registers" => Ok(Placement::Registers),
-            "memory" => Ok(Placement::Memory),
-            _ => Err(Error::Invalid(format!(
-                "state '{s}': expected auto, registers or memory"
-            ))),
-        }
-    }
-}
+named_enum!(Placement, "state", {
+    Auto => "auto",
+    Registers => "registers",
+    Memory => "memory",
+});
 
 /// How a [`GramJob`] runs.
 #[derive(Clone, Debug)]

@@ -33,7 +33,7 @@ pub use plan::max_batch;
 pub use push::{CommitPush, InitPush, ScanPush, TilePush};
 
 use crate::device::Capabilities;
-use crate::error::{Error, Result};
+use crate::names::named_enum;
 
 /// Sequences per workgroup block of the scan (the shaders' BM): 16, 32 or 64, the smallest that
 /// holds the batch, so a small batch does not pay for 64.
@@ -91,18 +91,15 @@ pub enum ScanKernel {
     Filter,
 }
 
-impl ScanKernel {
-    /// `auto`, `block64`, `block128`, `coopmat` or `filter`.
-    pub fn name(self) -> &'static str {
-        match self {
-            ScanKernel::Auto => "auto",
-            ScanKernel::Block64 => "block64",
-            ScanKernel::Block128 => "block128",
-            ScanKernel::Coopmat => "coopmat",
-            ScanKernel::Filter => "filter",
-        }
-    }
+named_enum!(ScanKernel, "scan kernel", {
+    Auto => "auto",
+    Block64 => "block64" | "64",
+    Block128 => "block128" | "128",
+    Coopmat => "coopmat" | "tensor",
+    Filter => "filter",
+});
 
+impl ScanKernel {
     /// The kernel named by [`ENV_SCAN_KERNEL`], if any.
     fn from_env() -> Option<ScanKernel> {
         std::env::var(ENV_SCAN_KERNEL)
@@ -190,22 +187,6 @@ impl ScanKernel {
     }
 }
 
-impl std::str::FromStr for ScanKernel {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "auto" => Ok(ScanKernel::Auto),
-            "block64" | "64" => Ok(ScanKernel::Block64),
-            "block128" | "128" => Ok(ScanKernel::Block128),
-            "coopmat" | "tensor" => Ok(ScanKernel::Coopmat),
-            "filter" => Ok(ScanKernel::Filter),
-            _ => Err(Error::Invalid(format!(
-                "scan kernel '{s}': expected auto, block64, block128, coopmat or filter"
-            ))),
-        }
-    }
-}
-
 /// How a scan step walks the candidates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shape {
@@ -217,30 +198,11 @@ pub enum Shape {
     PerTile,
 }
 
-impl Shape {
-    /// `untiled`, `tiled` or `per-tile`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Shape::Untiled => "untiled",
-            Shape::Tiled => "tiled",
-            Shape::PerTile => "per-tile",
-        }
-    }
-}
-
-impl std::str::FromStr for Shape {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "untiled" => Ok(Shape::Untiled),
-            "tiled" | "in-shader" => Ok(Shape::Tiled),
-            "per-tile" | "dispatch-per-tile" => Ok(Shape::PerTile),
-            _ => Err(Error::Invalid(format!(
-                "shape '{s}': expected untiled, tiled or per-tile"
-            ))),
-        }
-    }
-}
+named_enum!(Shape, "shape", {
+    Untiled => "untiled",
+    Tiled => "tiled" | "in-shader",
+    PerTile => "per-tile" | "dispatch-per-tile",
+});
 
 /// How a [`ScanJob`] runs. The defaults are an untiled scan of every step, 64 steps a submission.
 #[derive(Clone, Debug)]
