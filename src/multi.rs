@@ -61,15 +61,11 @@ use std::sync::Mutex;
 pub fn open_devices(spec: &str, validation: bool) -> Result<Vec<Context>> {
     let devices = Context::list_devices()?;
     let listing = || {
-        if devices.is_empty() {
-            "none".to_string()
-        } else {
+        crate::device::device_listing(
             devices
                 .iter()
-                .map(|d| format!("{}: {} ({})", d.index, d.name, d.device_type))
-                .collect::<Vec<_>>()
-                .join(", ")
-        }
+                .map(|d| format!("{}: {} ({})", d.index, d.name, d.device_type)),
+        )
     };
     let trimmed = spec.trim();
     let indices: Vec<usize> = if trimmed.eq_ignore_ascii_case("all") {

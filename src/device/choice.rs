@@ -205,6 +205,16 @@ pub fn is_uuid_selector(sel: &str) -> bool {
 }
 
 /// The index of the one device of `devices` (index, name, UUID as [`uuid_string`] writes it)
+/// The devices as the selection errors list them: one entry each, joined by ", ", or "none".
+pub(crate) fn device_listing(entries: impl Iterator<Item = String>) -> String {
+    let all: Vec<String> = entries.collect();
+    if all.is_empty() {
+        "none".to_string()
+    } else {
+        all.join(", ")
+    }
+}
+
 /// whose UUID `sel` names: `GPU-` (any case) then the UUID's hex digits, whole or a leading
 /// part as long as it is unique (as `CUDA_VISIBLE_DEVICES` takes them), hyphens and case
 /// ignored. Refused, naming the selector and listing the devices with their UUIDs: a selector
@@ -213,15 +223,11 @@ pub fn is_uuid_selector(sel: &str) -> bool {
 /// or one GPU listed twice) — so that two tasks given two different GPUs never share one.
 pub fn match_uuid(sel: &str, devices: &[(usize, String, String)]) -> Result<usize> {
     let listing = || {
-        if devices.is_empty() {
-            "none".to_string()
-        } else {
+        device_listing(
             devices
                 .iter()
-                .map(|(i, name, uuid)| format!("{i}: {name} ({uuid})"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        }
+                .map(|(i, name, uuid)| format!("{i}: {name} ({uuid})")),
+        )
     };
     let digits = |u: &str| -> String {
         u.chars()

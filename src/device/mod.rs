@@ -18,6 +18,7 @@ pub use caps::{
     check_loop_budget, host_memory_bytes, is_cpu_device, loop_budget, Capabilities,
     LLVMPIPE_LOOP_LIMIT,
 };
+pub(crate) use choice::device_listing;
 pub use choice::{is_uuid_selector, match_uuid, uuid_string, DeviceInfo};
 pub(crate) use pipelines::{Pipeline, PipelineKey};
 
