@@ -39,21 +39,26 @@ pub fn reference_sequence(table: &Table, start: u32, steps: usize) -> Vec<u32> {
     add_row(&mut c, table.row(start as usize));
     for _ in 0..steps.min(n - 1) {
         let cc: f64 = c.iter().map(|v| v * v).sum();
-        let mut best = (f64::NEG_INFINITY, 0usize);
-        for x in 0..n {
-            if chosen[x] {
-                continue;
-            }
-            let dist = distance(dot(&c, table.row(x)), cc, ee[x]);
-            if dist > best.0 {
-                best = (dist, x);
-            }
-        }
+        let best = farthest(table, &c, cc, &ee, &chosen);
         chosen[best.1] = true;
         seq.push(best.1 as u32);
         add_row(&mut c, table.row(best.1));
     }
     seq
+}
+
+/// The candidate farthest from the running sum `c` (squared norm `cc`; `ee` the rows' squared
+/// norms) among those not yet `chosen`, with its exact distance: the largest [`distance`], ties
+/// to the lowest index. Both the reference and the oracle pick with it.
+fn farthest(table: &Table, c: &[f64], cc: f64, ee: &[f64], chosen: &[bool]) -> (f64, usize) {
+    let mut best = (f64::NEG_INFINITY, 0usize);
+    for (x, _) in chosen.iter().enumerate().filter(|(_, &taken)| !taken) {
+        let dist = distance(dot(c, table.row(x)), cc, ee[x]);
+        if dist > best.0 {
+            best = (dist, x);
+        }
+    }
+    best
 }
 
 fn add_row(c: &mut [f64], row: &[f32]) {
@@ -134,20 +139,8 @@ pub fn check_sequence(
             return Err(Violation::NotAPermutation { step, index: p });
         }
         let cc: f64 = c.iter().map(|v| v * v).sum();
-        let mut best = (f64::NEG_INFINITY, 0usize);
-        let mut picked = f64::NAN;
-        for x in 0..n {
-            if chosen[x] {
-                continue;
-            }
-            let dist = distance(dot(&c, table.row(x)), cc, ee[x]);
-            if dist > best.0 {
-                best = (dist, x);
-            }
-            if x == p as usize {
-                picked = dist;
-            }
-        }
+        let best = farthest(table, &c, cc, &ee, &chosen);
+        let picked = distance(dot(&c, table.row(p as usize)), cc, ee[p as usize]);
         let excess = best.0 - picked;
         if excess > eps {
             return Err(Violation::NotArgmax {
