@@ -228,17 +228,14 @@ impl Context {
             self.one_shot(|cb| unsafe {
                 transfer_barrier(dev, cb, true);
                 dev.cmd_copy_buffer(cb, src.buffer, staging.buffer, &copies);
-                let barrier = [vk::MemoryBarrier::default()
-                    .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
-                    .dst_access_mask(vk::AccessFlags::HOST_READ)];
-                dev.cmd_pipeline_barrier(
+                memory_barrier(
+                    dev,
                     cb,
-                    vk::PipelineStageFlags::TRANSFER,
-                    vk::PipelineStageFlags::HOST,
-                    vk::DependencyFlags::empty(),
-                    &barrier,
-                    &[],
-                    &[],
+                    (
+                        vk::PipelineStageFlags::TRANSFER,
+                        vk::AccessFlags::TRANSFER_WRITE,
+                    ),
+                    (vk::PipelineStageFlags::HOST, vk::AccessFlags::HOST_READ),
                 );
             })?;
             out[filled..filled + at as usize].copy_from_slice(&staging.mapped()[..at as usize]);
@@ -292,13 +289,33 @@ unsafe fn transfer_barrier(dev: &ash::Device, cb: vk::CommandBuffer, read: bool)
     } else {
         vk::AccessFlags::TRANSFER_WRITE
     };
+    memory_barrier(
+        dev,
+        cb,
+        (
+            vk::PipelineStageFlags::COMPUTE_SHADER,
+            vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::SHADER_READ,
+        ),
+        (vk::PipelineStageFlags::TRANSFER, dst),
+    );
+}
+
+/// One global memory barrier: what the `src` (stages, accesses) did is made visible to the
+/// `dst` (stages, accesses) after it. The transfers here and the barrier between dispatches
+/// ([`crate::submit`]) record theirs with it.
+pub(crate) unsafe fn memory_barrier(
+    dev: &ash::Device,
+    cb: vk::CommandBuffer,
+    src: (vk::PipelineStageFlags, vk::AccessFlags),
+    dst: (vk::PipelineStageFlags, vk::AccessFlags),
+) {
     let barrier = [vk::MemoryBarrier::default()
-        .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::SHADER_READ)
-        .dst_access_mask(dst)];
+        .src_access_mask(src.1)
+        .dst_access_mask(dst.1)];
     dev.cmd_pipeline_barrier(
         cb,
-        vk::PipelineStageFlags::COMPUTE_SHADER,
-        vk::PipelineStageFlags::TRANSFER,
+        src.0,
+        dst.0,
         vk::DependencyFlags::empty(),
         &barrier,
         &[],

@@ -6,7 +6,7 @@
 
 use crate::device::{Context, Pipeline, BINDINGS, G_SLABS, SINGLE_BINDINGS};
 use crate::error::{Error, Result, VkContext};
-use crate::memory::Buffer;
+use crate::memory::{memory_barrier, Buffer};
 use ash::vk;
 
 /// A recorded-and-submitted command buffer with its fence: the unit of one-off transfers.
@@ -95,18 +95,17 @@ impl Context {
 
 /// A transfer/compute → compute memory barrier: everything written before is visible after.
 pub(crate) unsafe fn barrier(dev: &ash::Device, cb: vk::CommandBuffer) {
-    let src = vk::PipelineStageFlags::TRANSFER | vk::PipelineStageFlags::COMPUTE_SHADER;
-    let mb = [vk::MemoryBarrier::default()
-        .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
-        .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE)];
-    dev.cmd_pipeline_barrier(
+    memory_barrier(
+        dev,
         cb,
-        src,
-        vk::PipelineStageFlags::COMPUTE_SHADER,
-        vk::DependencyFlags::empty(),
-        &mb,
-        &[],
-        &[],
+        (
+            vk::PipelineStageFlags::TRANSFER | vk::PipelineStageFlags::COMPUTE_SHADER,
+            vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE,
+        ),
+        (
+            vk::PipelineStageFlags::COMPUTE_SHADER,
+            vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE,
+        ),
     );
 }
 
