@@ -133,6 +133,16 @@ pub(crate) fn sequence_length(n: usize, steps: Option<usize>) -> usize {
     steps.unwrap_or(n - 1).min(n - 1) + 1
 }
 
+/// Steps a submission of a `step(n)` call holds: the options' `chunk`, or, when it is 0, all
+/// `n` at once (at least 1). Every engine's `step` cuts its work with this one function.
+pub(crate) fn steps_per_submission(chunk: usize, n: usize) -> usize {
+    if chunk == 0 {
+        n.max(1)
+    } else {
+        chunk
+    }
+}
+
 /// Entries `from..to` of every row of a sequence buffer of `rows` rows of `stride` entries, of
 /// which `len` are computed so far: row-major, `rows` × (`to` − `from`), one submission.
 pub(crate) fn download_columns(

@@ -11,7 +11,9 @@ use super::plan::{
 };
 use super::record::{record_steps, GramPush};
 use super::{GramOptions, Placement};
-use crate::batch::{batch_accessors, check_starts, sequence_length, Batch, StepReport};
+use crate::batch::{
+    batch_accessors, check_starts, sequence_length, steps_per_submission, Batch, StepReport,
+};
 use crate::device::{Pipeline, PipelineKey};
 use crate::error::{Error, Result};
 use crate::memory::Buffer;
@@ -182,11 +184,7 @@ impl GramJob {
     /// [`GramOptions::chunk`] steps. Returns when they are done.
     pub fn step(&mut self, n: usize) -> Result<StepReport> {
         let n = n.min(self.total_steps() - self.steps_done());
-        let chunk = if self.opts.chunk == 0 {
-            n.max(1)
-        } else {
-            self.opts.chunk
-        };
+        let chunk = steps_per_submission(self.opts.chunk, n);
         let mut report = StepReport::default();
         let mut left = n;
         while left > 0 {

@@ -8,7 +8,7 @@ use super::plan::Plan;
 use super::record::Recorder;
 use super::state::{Pipelines, State};
 use super::{FilterStats, ScanKernel, ScanOptions, Shape};
-use crate::batch::{batch_accessors, Batch, StepReport};
+use crate::batch::{batch_accessors, steps_per_submission, Batch, StepReport};
 use crate::device::Context;
 use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
@@ -195,11 +195,7 @@ impl ScanJob {
     /// [`ScanOptions::chunk`] steps, two in flight when pipelined. Returns when they are done.
     pub fn step(&mut self, n: usize) -> Result<StepReport> {
         let n = n.min(self.total_steps() - self.submitted);
-        let chunk = if self.opts.chunk == 0 {
-            n.max(1)
-        } else {
-            self.opts.chunk
-        };
+        let chunk = steps_per_submission(self.opts.chunk, n);
         let mut report = StepReport::default();
         let mut left = n;
         let result = (|| {
