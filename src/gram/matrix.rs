@@ -3,6 +3,7 @@
 //! table (each keeps it alive). Touches the table it reads and its own slabs.
 
 use super::plan::{gram_bytes, gram_unfit, slab_rows};
+use super::record::in_parts;
 use super::MAX_SLABS;
 use crate::device::PipelineKey;
 use crate::device_table::DeviceTable;
@@ -114,11 +115,9 @@ impl Gram {
                 .rows_per_submission
                 .unwrap_or((1usize << 33) / (n * d).max(1))
                 .max(1);
-            let mut done = 0;
-            while done < count {
-                let part = per_sub.min(count - done);
+            for (first, part) in in_parts(row0, count, per_sub) {
                 let push = MatrixPush {
-                    row0: (row0 + done) as u32,
+                    row0: first as u32,
                     rows: part as u32,
                     ..push
                 };
@@ -126,7 +125,6 @@ impl Gram {
                     bind(&dev, cb, &pipeline, set.set, bytemuck::bytes_of(&push));
                     dev.cmd_dispatch(cb, n.div_ceil(64) as u32, part.div_ceil(64) as u32, 1);
                 })?;
-                done += part;
             }
         }
         drop(set);

@@ -1,6 +1,7 @@
 //! What one submission of a gram job records: its dispatches of `gram.comp`, each a run of steps
 //! within the device's loop budget, with barriers between them, and the push constants they
-//! take. Records into the command buffer it is given; knows nothing of the job.
+//! take; and [`in_parts`], the cut of a count into bounded parts that `matrix.rs` uses too.
+//! Records into the command buffer it is given; knows nothing of the job.
 
 use crate::device::Pipeline;
 use crate::submit::{barrier, bind};
@@ -29,20 +30,30 @@ pub(super) unsafe fn record_steps(
     push: GramPush,
     per: usize,
 ) {
-    let (first, count) = (push.first as usize, push.count as usize);
-    let mut done = 0;
-    while done < count {
-        let c = per.min(count - done);
+    for (i, (first, count)) in in_parts(push.first as usize, push.count as usize, per).enumerate() {
         let push = GramPush {
-            first: (first + done) as u32,
-            count: c as u32,
+            first: first as u32,
+            count: count as u32,
             ..push
         };
-        if done > 0 {
+        if i > 0 {
             barrier(dev, cb);
         }
         bind(dev, cb, pipeline, set, bytemuck::bytes_of(&push));
         dev.cmd_dispatch(cb, groups, 1, 1);
-        done += c;
     }
+}
+
+/// `count` items from `first` cut into consecutive parts of at most `per` (taken as 1 if 0),
+/// each as `(its first item, its items)`: how the gram engine splits both its steps into
+/// dispatches and the matrix's rows into submissions.
+pub(super) fn in_parts(
+    first: usize,
+    count: usize,
+    per: usize,
+) -> impl Iterator<Item = (usize, usize)> {
+    let per = per.max(1);
+    (0..count)
+        .step_by(per)
+        .map(move |done| (first + done, per.min(count - done)))
 }
