@@ -1,6 +1,7 @@
 //! `diversity`: diversity sequences, similarity rankings and exact k-NN computed by Vulkan
 //! compute shaders on any device — a discrete GPU or Mesa's lavapipe on a CPU — for a LuaJIT
-//! pipeline that loads this crate with `require "diversity"`.
+//! pipeline that loads this crate with `require "diversity"`. It declares the modules and
+//! re-exports their public types; it holds no logic.
 //!
 //! The data path reads top-down: [`device`] (instance, capabilities, pipelines; with the private
 //! `memory` (buffers, transfers), `spirv` (the shaders, push-constant checks) and `submit`
@@ -17,6 +18,7 @@
 pub mod batch;
 pub mod cache;
 pub mod capi;
+pub mod checkpoint;
 mod checksum;
 pub mod device;
 pub mod device_table;
@@ -24,6 +26,7 @@ pub mod engine;
 pub mod error;
 pub mod files;
 pub mod gram;
+pub mod host;
 pub mod ivf;
 pub mod knn;
 /// The k-NN cross-check ([`knn::verify`]), at its old path.
@@ -53,9 +56,7 @@ pub use device_table::DeviceTable;
 pub use engine::{Engine, Job, JobOptions, ModeChoice, ModeReason};
 pub use error::{Error, Result};
 pub use gram::{Gram, GramJob, GramOptions, Placement};
-pub use ivf::{
-    kmeans, IvfFlat, IvfOptions, IvfPq, IvfPqOptions, IvfPqSearch, KMeans, KMeansOptions,
-};
+pub use ivf::{kmeans, IvfFlat, IvfOptions, IvfPq, IvfPqOptions, IvfSearch, KMeans, KMeansOptions};
 pub use knn::{knn, KnnOptions, KnnResult};
 pub use metric::Metric;
 pub use mode::Mode;

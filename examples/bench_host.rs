@@ -1,0 +1,84 @@
+//! The native CPU engine's whole-cache benchmark: every item a start, every step, on every core;
+//! prints G's build time, the steps' time, G entry-updates per second and the bytes per second
+//! they read from G, next to this machine's measured read bandwidth (one pass over a buffer
+//! much larger than its caches, on every core). Compare with `../shared/peer/numpy_gram.py` on
+//! the same table in the same run (bench/host.sh does both).
+//!
+//! usage: bench_host TABLE.npy [--n N] [--center] [--precision fp32|fp16] [--out F.u32]
+
+use diversity::host::{isa, threads, HostGram, HostJob, HostOptions, HostTable};
+use diversity::Precision;
+use rayon::prelude::*;
+use std::time::Instant;
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let mut table = None;
+    let (mut n, mut center, mut precision, mut out) = (None, false, Precision::Fp32, None);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--n" => n = Some(args.next().expect("--n N").parse::<usize>().expect("N")),
+            "--center" => center = true,
+            "--precision" => {
+                precision = args.next().expect("precision").parse().expect("fp32|fp16")
+            }
+            "--out" => out = Some(args.next().expect("--out FILE")),
+            _ if table.is_none() => table = Some(a),
+            _ => panic!("unexpected argument {a}"),
+        }
+    }
+    let mut t = diversity::files::load_npy(std::path::Path::new(
+        &table.expect("usage: bench_host TABLE.npy [--n N] [--center] [--precision P]"),
+    ))
+    .expect("table");
+    if let Some(n) = n {
+        t = t.head(n).expect("head");
+    }
+    if center {
+        t = t.centered();
+    }
+    let (n, d) = (t.n(), t.d());
+    let bw = read_bandwidth();
+    let ht = HostTable::new(&t, precision).expect("table");
+    let t0 = Instant::now();
+    let g = HostGram::build(&ht).expect("G");
+    let g_s = t0.elapsed().as_secs_f64();
+    let starts: Vec<u32> = (0..n as u32).collect();
+    let mut job = HostJob::gram(&g, &starts, &HostOptions::default()).expect("job");
+    let t1 = Instant::now();
+    job.run().expect("run");
+    let steps_s = t1.elapsed().as_secs_f64();
+    let total = g_s + steps_s;
+    let updates = (n as f64) * (n as f64) * (n as f64 - 1.0);
+    let rescored: u64 = job.rescored_steps().iter().map(|&r| r as u64).sum();
+    println!(
+        "host gram whole cache N={n} D={d} {} centred={center}: {total:.3} s (G {g_s:.3} s, steps \
+         {steps_s:.3} s) on {} threads ({}); {:.3} G entry-updates/s = {:.2} GB/s of G rows; \
+         machine read bandwidth {bw:.2} GB/s; certificate re-scored {rescored} of {} steps ({:.3}%)",
+        precision.name(),
+        threads(),
+        isa(),
+        updates / steps_s / 1e9,
+        updates * 4.0 / steps_s / 1e9,
+        n * (n - 1),
+        100.0 * rescored as f64 / (n * (n - 1)).max(1) as f64
+    );
+    if let Some(path) = out {
+        let flat = job.sequence_columns(0, n).expect("sequences");
+        std::fs::write(path, bytemuck::cast_slice::<u32, u8>(&flat)).expect("write");
+    }
+}
+
+/// GB/s of one read pass over 1 GiB of f64 on every core (the best of three).
+fn read_bandwidth() -> f64 {
+    let v = vec![1.0f64; 1 << 27];
+    let mut best = 0f64;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let s: f64 = v.par_chunks(1 << 16).map(|c| c.iter().sum::<f64>()).sum();
+        let el = t.elapsed().as_secs_f64();
+        assert!(s > 0.0);
+        best = best.max((v.len() * 8) as f64 / el / 1e9);
+    }
+    best
+}

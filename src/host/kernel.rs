@@ -1,0 +1,247 @@
+//! The host engine's inner loops: one pass over a sequence's keys that adds a row of G and finds
+//! the two smallest keys (the gram step), and the float64 dot products of the re-score and the
+//! host scan. Pure functions over slices, compiled once per instruction set (AVX-512, AVX2 + FMA,
+//! and the baseline) and chosen at run time: every variant performs the same float operations
+//! on each element (an f32 widened to f64 and one f64 addition; exact comparisons), so every
+//! variant returns the same bits. It may touch nothing but its arguments.
+
+use std::sync::OnceLock;
+
+/// The two smallest keys after a pass: the best (smallest; on equal keys the lowest index), its
+/// index, and the second smallest key of any other index (+∞ when there is none).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Top2 {
+    pub best: f64,
+    pub idx: usize,
+    pub second: f64,
+}
+
+/// Lanes the passes keep apart (a multiple of every vector width used).
+const L: usize = 8;
+
+#[inline(always)]
+fn add_row_top2_impl(keys: &mut [f64], g: &[f32]) -> Top2 {
+    debug_assert_eq!(keys.len(), g.len());
+    let mut m1 = [f64::INFINITY; L];
+    let mut m2 = [f64::INFINITY; L];
+    let mut i1 = [0u64; L];
+    let blocks = keys.len() / L;
+    let (kb, kr) = keys.split_at_mut(blocks * L);
+    let (gb, gr) = g.split_at(blocks * L);
+    for (b, (k, gg)) in kb.chunks_exact_mut(L).zip(gb.chunks_exact(L)).enumerate() {
+        for l in 0..L {
+            let v = k[l] + gg[l] as f64;
+            k[l] = v;
+            let lt = v < m1[l];
+            // m2 = min(m2, max(m1, v)): the old best when v replaces it, else v if smaller.
+            let hi = if v > m1[l] { v } else { m1[l] };
+            m2[l] = if hi < m2[l] { hi } else { m2[l] };
+            i1[l] = if lt { b as u64 } else { i1[l] };
+            m1[l] = if lt { v } else { m1[l] };
+        }
+    }
+    let mut top = reduce(&m1, &m2, &i1);
+    for (j, (k, &gg)) in kr.iter_mut().zip(gr).enumerate() {
+        let v = *k + gg as f64;
+        *k = v;
+        push(&mut top, v, blocks * L + j);
+    }
+    top
+}
+
+/// Fold one more key (at an index larger than every one seen) into `top`.
+#[inline(always)]
+fn push(top: &mut Top2, v: f64, idx: usize) {
+    if v < top.best {
+        top.second = top.best;
+        top.best = v;
+        top.idx = idx;
+    } else if v < top.second {
+        top.second = v;
+    }
+}
+
+/// The lanes' results as one [`Top2`]: the smallest key, lowest index among equals; the second
+/// smallest of everything else.
+fn reduce(m1: &[f64; L], m2: &[f64; L], i1: &[u64; L]) -> Top2 {
+    let mut best = f64::INFINITY;
+    let mut idx = usize::MAX;
+    let mut lane = 0;
+    for l in 0..L {
+        let i = i1[l] as usize * L + l;
+        if m1[l] < best || (m1[l] == best && m1[l].is_finite() && i < idx) {
+            best = m1[l];
+            idx = i;
+            lane = l;
+        }
+    }
+    let mut second = f64::INFINITY;
+    for l in 0..L {
+        if l != lane && m1[l] < second {
+            second = m1[l];
+        }
+        if m2[l] < second {
+            second = m2[l];
+        }
+    }
+    if idx == usize::MAX {
+        idx = 0;
+    }
+    Top2 { best, idx, second }
+}
+
+#[inline(always)]
+fn dot_impl(c: &[f64], e: &[f32]) -> f64 {
+    let mut acc = [0f64; L];
+    let blocks = c.len() / L;
+    for (cc, ee) in c[..blocks * L]
+        .chunks_exact(L)
+        .zip(e[..blocks * L].chunks_exact(L))
+    {
+        for l in 0..L {
+            acc[l] += cc[l] * ee[l] as f64;
+        }
+    }
+    let mut s = 0.0;
+    for a in acc {
+        s += a;
+    }
+    for (cc, &ee) in c[blocks * L..].iter().zip(&e[blocks * L..]) {
+        s += cc * ee as f64;
+    }
+    s
+}
+
+type AddRow = unsafe fn(&mut [f64], &[f32]) -> Top2;
+type Dot = unsafe fn(&[f64], &[f32]) -> f64;
+
+unsafe fn add_row_base(keys: &mut [f64], g: &[f32]) -> Top2 {
+    add_row_top2_impl(keys, g)
+}
+unsafe fn dot_base(c: &[f64], e: &[f32]) -> f64 {
+    dot_impl(c, e)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::*;
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn add_row_avx2(keys: &mut [f64], g: &[f32]) -> Top2 {
+        add_row_top2_impl(keys, g)
+    }
+    #[target_feature(enable = "avx512f,avx512vl,avx512dq")]
+    pub(super) unsafe fn add_row_avx512(keys: &mut [f64], g: &[f32]) -> Top2 {
+        add_row_top2_impl(keys, g)
+    }
+    // No FMA here: the dot products must round the same on every machine.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn dot_avx2(c: &[f64], e: &[f32]) -> f64 {
+        dot_impl(c, e)
+    }
+    #[target_feature(enable = "avx512f,avx512vl,avx512dq")]
+    pub(super) unsafe fn dot_avx512(c: &[f64], e: &[f32]) -> f64 {
+        dot_impl(c, e)
+    }
+}
+
+/// The instruction set the passes use on this machine (for reports): `"avx512"`, `"avx2"` or
+/// `"baseline"`.
+pub fn isa() -> &'static str {
+    table().2
+}
+
+fn table() -> &'static (AddRow, Dot, &'static str) {
+    static T: OnceLock<(AddRow, Dot, &'static str)> = OnceLock::new();
+    T.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::env::var_os("DIVERSITY_HOST_BASELINE").is_none() {
+                if is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512vl")
+                    && is_x86_feature_detected!("avx512dq")
+                {
+                    return (x86::add_row_avx512, x86::dot_avx512, "avx512");
+                }
+                if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                    return (x86::add_row_avx2, x86::dot_avx2, "avx2");
+                }
+            }
+        }
+        (add_row_base, dot_base, "baseline")
+    })
+}
+
+/// `keys[x] += g[x]` (g widened to f64) for every x, and the two smallest keys afterwards.
+/// Keys at +∞ (items already chosen) stay there.
+pub(crate) fn add_row_top2(keys: &mut [f64], g: &[f32]) -> Top2 {
+    assert_eq!(keys.len(), g.len());
+    // SAFETY: the function was chosen for the features this CPU reports.
+    unsafe { (table().0)(keys, g) }
+}
+
+/// c · e in float64 (e widened), summed in 8 lanes then across them: the same order everywhere.
+pub(crate) fn dot(c: &[f64], e: &[f32]) -> f64 {
+    assert_eq!(c.len(), e.len());
+    // SAFETY: as above.
+    unsafe { (table().1)(c, e) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive(keys: &mut [f64], g: &[f32]) -> Top2 {
+        let mut top = Top2 {
+            best: f64::INFINITY,
+            idx: 0,
+            second: f64::INFINITY,
+        };
+        for (i, (k, &gg)) in keys.iter_mut().zip(g).enumerate() {
+            *k += gg as f64;
+            push(&mut top, *k, i);
+        }
+        top
+    }
+
+    #[test]
+    fn the_pass_agrees_with_a_plain_loop_on_ties_infinities_and_every_length() {
+        let mut seed = 12345u64;
+        let mut rnd = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 40) % 7) as f32 - 3.0
+        };
+        for n in 1..70 {
+            for trial in 0..20 {
+                let g: Vec<f32> = (0..n).map(|_| rnd()).collect();
+                let mut a: Vec<f64> = (0..n)
+                    .map(|i| {
+                        if (i + trial) % 5 == 0 {
+                            f64::INFINITY
+                        } else {
+                            rnd() as f64
+                        }
+                    })
+                    .collect();
+                let mut b = a.clone();
+                let got = add_row_top2(&mut a, &g);
+                let want = naive(&mut b, &g);
+                assert_eq!(a, b);
+                assert_eq!(got.best, want.best, "n {n}");
+                if want.best.is_finite() {
+                    assert_eq!(got.idx, want.idx, "n {n} trial {trial}");
+                }
+                assert_eq!(got.second, want.second, "n {n} trial {trial}");
+            }
+        }
+    }
+
+    #[test]
+    fn dot_matches_float64() {
+        let c: Vec<f64> = (0..37).map(|i| i as f64 * 0.5 - 3.0).collect();
+        let e: Vec<f32> = (0..37).map(|i| (i % 5) as f32).collect();
+        let want: f64 = c.iter().zip(&e).map(|(a, &b)| a * b as f64).sum();
+        assert_eq!(dot(&c, &e), want);
+    }
+}
