@@ -99,6 +99,49 @@ pub struct RankingsReport {
     pub gpu_ns: u64,
 }
 
+impl RankingsReport {
+    /// The report of a run over `items` items, rows of `top_k`, `knn_k` neighbours asked a
+    /// query and batches of `batch`, before any batch has run.
+    fn before_batches(items: usize, top_k: usize, knn_k: usize, batch: usize) -> Self {
+        RankingsReport {
+            items,
+            top_k,
+            knn_k,
+            batch,
+            batches: 0,
+            path: None,
+            subgroups: false,
+            verified: 0,
+            gpu_ns: 0,
+        }
+    }
+
+    /// Counts one batch's search `res`: its GPU time, its path and subgroups.
+    fn add_batch(&mut self, res: &crate::knn::KnnResult) {
+        self.batches += 1;
+        self.gpu_ns += res.gpu_ns;
+        self.path = Some(res.path);
+        self.subgroups = res.subgroups;
+    }
+}
+
+/// The items a run over a table of `n` items ranks: `opts.items` (checked by [`check_items`])
+/// or all of 0..n; a batch of 0 is refused here too. The exact and the approximate rankings
+/// both start from it.
+fn ranked_items(n: usize, opts: &RankingsOptions) -> Result<std::borrow::Cow<'_, [u32]>> {
+    let items = match &opts.items {
+        Some(items) => {
+            check_items(n, items)?;
+            std::borrow::Cow::Borrowed(items.as_slice())
+        }
+        None => std::borrow::Cow::Owned((0..n as u32).collect()),
+    };
+    if opts.batch == Some(0) {
+        return Err(Error::Invalid("a batch of 0 items".into()));
+    }
+    Ok(items)
+}
+
 /// The row length for `top_k` over `n` items: `min(top_k, n − 1)`, or n − 1 for all.
 pub fn row_len(n: usize, top_k: Option<usize>) -> Result<usize> {
     match top_k {
@@ -143,20 +186,7 @@ pub fn rankings_with_values(
         )));
     }
     let len = row_len(n, opts.top_k)?;
-    let all: Vec<u32>;
-    let items: &[u32] = match &opts.items {
-        Some(items) => {
-            check_items(n, items)?;
-            items
-        }
-        None => {
-            all = (0..n as u32).collect();
-            &all
-        }
-    };
-    if opts.batch == Some(0) {
-        return Err(Error::Invalid("a batch of 0 items".into()));
-    }
+    let items = ranked_items(n, opts)?;
     // The queries are the rows as stored, so an item and its duplicates score the same.
     let stored = match dt.precision() {
         crate::table::Precision::Fp32 => std::borrow::Cow::Borrowed(table),
@@ -180,17 +210,7 @@ pub fn rankings_with_values(
         full_ranking: opts.full_ranking,
         ..KnnOptions::default()
     };
-    let mut report = RankingsReport {
-        items: items.len(),
-        top_k: len,
-        knn_k: kk,
-        batch,
-        batches: 0,
-        path: None,
-        subgroups: false,
-        verified: 0,
-        gpu_ns: 0,
-    };
+    let mut report = RankingsReport::before_batches(items.len(), len, kk, batch);
     let check = match opts.verify {
         0 => None,
         v => Some((
@@ -207,10 +227,7 @@ pub fn rankings_with_values(
             queries.extend_from_slice(stored.row(i as usize));
         }
         let res = knn_flat(dt, &queries, d, &kopts)?;
-        report.batches += 1;
-        report.gpu_ns += res.gpu_ns;
-        report.path = Some(res.path);
-        report.subgroups = res.subgroups;
+        report.add_batch(&res);
         if let Some((rows, sample)) = &check {
             let at = b * batch;
             let local: Vec<usize> = sample
@@ -440,33 +457,10 @@ pub fn rankings_approx(
         ));
     }
     let len = row_len(n, opts.top_k)?;
-    let all: Vec<u32>;
-    let items: &[u32] = match &opts.items {
-        Some(items) => {
-            check_items(n, items)?;
-            items
-        }
-        None => {
-            all = (0..n as u32).collect();
-            &all
-        }
-    };
-    if opts.batch == Some(0) {
-        return Err(Error::Invalid("a batch of 0 items".into()));
-    }
+    let items = ranked_items(n, opts)?;
     let kk = (len + 1).min(n);
     let batch = opts.batch.unwrap_or(65_536).min(items.len()).max(1);
-    let mut report = RankingsReport {
-        items: items.len(),
-        top_k: len,
-        knn_k: kk,
-        batch,
-        batches: 0,
-        path: None,
-        subgroups: false,
-        verified: 0,
-        gpu_ns: 0,
-    };
+    let mut report = RankingsReport::before_batches(items.len(), len, kk, batch);
     // The other items of row `q` of `res`, best first, at most `len`.
     let others = |res: &crate::knn::KnnResult, q: usize, item: u32| -> Vec<(u32, f32)> {
         res.ids_of(q)
@@ -486,10 +480,7 @@ pub fn rankings_approx(
     let (mut ids, mut values) = (Vec::new(), Vec::new());
     for chunk in items.chunks(batch) {
         let res = search(&rows_of(chunk), 0)?;
-        report.batches += 1;
-        report.gpu_ns += res.gpu_ns;
-        report.path = Some(res.path);
-        report.subgroups = res.subgroups;
+        report.add_batch(&res);
         let mut rows: Vec<Vec<(u32, f32)>> = chunk
             .iter()
             .enumerate()
