@@ -3,7 +3,7 @@
 
 use super::checksum::{fnv1a64, FNV64_START};
 use super::knn_graph::{KnnGraphWriter, KnnMetric};
-use super::merge::{shard_len, ShardLayout};
+use super::merge::{shard_len, shards_missing, ShardLayout};
 use super::rows::KNN_PAD;
 use super::rows::{format_err, le_u32s, open_with_size};
 use crate::error::{Error, Result};
@@ -336,24 +336,15 @@ pub fn merge_graphs(inputs: &[PathBuf], out: &Path) -> Result<usize> {
     }
     let (n, k, code, count) = first;
     if seen.len() < count {
-        let missing: Vec<String> = (1..=count)
-            .filter(|i| !seen.contains_key(i))
-            .map(|i| format!("{i}/{count}"))
-            .collect();
-        let named = if missing.len() <= 16 {
-            missing.join(", ")
-        } else {
-            format!("{} of {count}", missing.len())
-        };
-        return Err(Error::Invalid(format!(
-            "{}: cannot merge: graph shard(s) {named} missing (given: {})",
-            out.display(),
-            heads
-                .iter()
-                .map(|h| format!("{} = {}/{count}", h.path.display(), h.index))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )));
+        let missing: Vec<usize> = (1..=count).filter(|i| !seen.contains_key(i)).collect();
+        return Err(shards_missing(
+            out,
+            "graph shard(s)",
+            count,
+            missing.len(),
+            missing.into_iter(),
+            heads.iter().map(|h| (h.path.as_path(), h.index)),
+        ));
     }
     let metric = KnnMetric::from_code(code).expect("checked in open");
     // Each shard is read whole and its checksum checked before the output is renamed into

@@ -200,6 +200,36 @@ impl<'de> serde::Deserialize<'de> for CacheEntries<'de> {
 
 /// The number of elements of `text`, JSON the parser has already checked; None when it is not an
 /// array. Counts the commas at depth 1, outside strings, without parsing the elements again.
+/// The refusal of a merge that lacks `absent` of its `count` shards: the `missing` ones (1-based
+/// indices) named when there are at most 16, else only counted, then the `given` files with
+/// their indices. `what` names the shards ("shard(s)", "graph shard(s)"); the merges of JSON
+/// caches and of k-NN graph shards both refuse with it.
+pub(super) fn shards_missing<'a>(
+    out: &Path,
+    what: &str,
+    count: usize,
+    absent: usize,
+    missing: impl Iterator<Item = usize>,
+    given: impl Iterator<Item = (&'a Path, usize)>,
+) -> Error {
+    let named = if absent <= 16 {
+        missing
+            .map(|i| format!("{i}/{count}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    } else {
+        format!("{absent} of {count}")
+    };
+    Error::Invalid(format!(
+        "{}: cannot merge: {what} {named} missing (given: {})",
+        out.display(),
+        given
+            .map(|(path, index)| format!("{} = {index}/{count}", path.display()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
+
 /// Whether a merge's rows hold row indices or ids (every row must hold the same kind).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum RowKind {
@@ -667,25 +697,14 @@ fn merge_json(inputs: &[PathBuf], out: &Path, flavor: &Flavor) -> Result<MergeRe
         check_same_run(&parts[0], p)?;
     }
     if count > parts.len() {
-        let absent = count - parts.len();
-        let named = if absent <= 16 {
-            (1..=count)
-                .filter(|i| !seen.contains_key(i))
-                .map(|i| format!("{i}/{count}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        } else {
-            format!("{absent} of {count}")
-        };
-        return Err(Error::Invalid(format!(
-            "{}: cannot merge: shard(s) {named} missing (given: {})",
-            out.display(),
-            parts
-                .iter()
-                .map(|p| format!("{} = {}/{count}", p.path.display(), p.index))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )));
+        return Err(shards_missing(
+            out,
+            "shard(s)",
+            count,
+            count - parts.len(),
+            (1..=count).filter(|i| !seen.contains_key(i)),
+            parts.iter().map(|p| (p.path, p.index)),
+        ));
     }
     parts.sort_by_key(|p| p.index);
     let (layout, total) = (parts[0].layout, parts[0].total);
