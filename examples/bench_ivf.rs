@@ -28,9 +28,7 @@
 //! the search re-ranked exactly from F × k candidates (`k_factor`; the rows are kept).
 
 mod common;
-use diversity::ivf::{
-    assign, IvfFlat, IvfOptions, IvfPq, IvfPqOptions, IvfPqSearch, KMeansOptions,
-};
+use diversity::ivf::{assign, IvfFlat, IvfOptions, IvfPq, IvfPqOptions, IvfSearch, KMeansOptions};
 use diversity::knn::{knn_flat, KnnOptions, KnnResult, Metric};
 use diversity::{files, Context, ContextOptions, DeviceTable, Precision, Table};
 use std::time::Instant;
@@ -275,7 +273,8 @@ fn run(a: Args) -> Result<(), String> {
     );
     // The first search puts the lists on the device (one slab); timed apart from the searches.
     let t0 = Instant::now();
-    ix.search(&q.data()[..d], d, 1, &ko).map_err(err)?;
+    ix.search(&q.data()[..d], d, &IvfSearch::new(1, ko.clone()))
+        .map_err(err)?;
     println!(
         "lists to the device (first search) wall {:.3} s",
         t0.elapsed().as_secs_f64()
@@ -284,7 +283,8 @@ fn run(a: Args) -> Result<(), String> {
     let widest = a.nprobe.iter().copied().max().unwrap_or(1);
     let warm = Instant::now();
     while warm.elapsed().as_secs_f64() < 1.0 {
-        ix.search(q.data(), d, widest, &ko).map_err(err)?;
+        ix.search(q.data(), d, &IvfSearch::new(widest, ko.clone()))
+            .map_err(err)?;
     }
     let mut rows = Vec::new();
     let mut probes = a.nprobe.clone();
@@ -297,7 +297,9 @@ fn run(a: Args) -> Result<(), String> {
         let mut last = None;
         for _ in 0..3 {
             let t0 = Instant::now();
-            let got = ix.search(q.data(), d, np, &ko).map_err(err)?;
+            let got = ix
+                .search(q.data(), d, &IvfSearch::new(np, ko.clone()))
+                .map_err(err)?;
             s = s.min(t0.elapsed().as_secs_f64());
             if let Some((prev, _)) = &last {
                 let prev: &diversity::knn::KnnResult = prev;
@@ -397,11 +399,12 @@ fn run_pq(
     }
     // The first search puts the lists on the device; timed apart, as for IVF-Flat.
     let t0 = Instant::now();
-    let first = IvfPqSearch {
+    let knn = KnnOptions {
         k: a.k,
-        nprobe: 1,
-        k_factor: 1,
+        metric: ix.metric(),
+        ..KnnOptions::default()
     };
+    let first = IvfSearch::new(1, knn.clone());
     ix.search(&q.data()[..d], d, &first).map_err(err)?;
     println!(
         "lists to the device (first search) wall {:.3} s",
@@ -414,10 +417,9 @@ fn run_pq(
     }
     for &np in &probes {
         for &f in &factors {
-            let s = IvfPqSearch {
-                k: a.k,
-                nprobe: np,
+            let s = IvfSearch {
                 k_factor: f,
+                ..IvfSearch::new(np, knn.clone())
             };
             // The best wall time of three searches (the first also builds the pipelines of a
             // new k × k_factor).

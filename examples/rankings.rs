@@ -45,7 +45,7 @@ use diversity::cache::{
     merge_graphs, merge_rankings, KnnGraphShard, KnnGraphWriter, KnnMetric, RankingsWriter,
     ShardLayout, KNN_PAD, SHARD_TABLE_KEY,
 };
-use diversity::ivf::{IvfFlat, IvfOptions, KMeansOptions};
+use diversity::ivf::{IvfFlat, IvfOptions, IvfSearch, KMeansOptions};
 use diversity::knn::KnnOptions;
 use diversity::knn::KnnPath;
 use diversity::rankings::{
@@ -404,7 +404,8 @@ fn run(a: Args) -> Result<(), String> {
             };
             let search = |q: &[f32], widen: usize| {
                 let np = a.nprobe.saturating_mul(1 << widen.min(40)).min(nlist);
-                ix.search(q, d, np, &ko).map(|r| r.0)
+                ix.search(q, d, &IvfSearch::new(np, ko.clone()))
+                    .map(|r| r.0)
             };
             rankings_approx(&stored, &opts, search, &mut sink).map_err(err)?
         }

@@ -12,7 +12,7 @@ use common::{
     assert_clean, assert_same, bits, ctx, fnv, format_message, fortunes, precisions, random_table,
     TempDir,
 };
-use diversity::ivf::{assign, kmeans, IvfFlat, IvfOptions, IvfShards, KMeansOptions};
+use diversity::ivf::{assign, kmeans, IvfFlat, IvfOptions, IvfSearch, IvfShards, KMeansOptions};
 use diversity::knn::knn_flat;
 use diversity::{DeviceTable, KnnOptions, Metric, Precision, Table};
 
@@ -258,7 +258,9 @@ fn ivf_flat_with_every_list_probed_is_the_exact_search() {
                         ..KnnOptions::default()
                     };
                     let want = knn_flat(&dt, q.data(), q.d(), &ko).unwrap();
-                    let (got, rep) = ix.search(q.data(), q.d(), 12, &ko).unwrap();
+                    let (got, rep) = ix
+                        .search(q.data(), q.d(), &IvfSearch::new(12, ko.clone()))
+                        .unwrap();
                     let what = format!("{name} {p:?} {m:?} k={k}");
                     assert_same(&got, &want, &what);
                     assert_eq!(rep.rows_scanned, (t.n() * 40) as u64, "{what}");
@@ -268,7 +270,9 @@ fn ivf_flat_with_every_list_probed_is_the_exact_search() {
                     assert_eq!(rep.probes_on_device, k <= 64, "{what}");
                     if k == 1 {
                         // nprobe past nlist is clamped.
-                        let (again, _) = ix.search(q.data(), q.d(), 99, &ko).unwrap();
+                        let (again, _) = ix
+                            .search(q.data(), q.d(), &IvfSearch::new(99, ko.clone()))
+                            .unwrap();
                         assert_same(&again, &want, &what);
                     }
                 }
@@ -321,7 +325,9 @@ fn a_scan_cut_into_dispatches_is_still_exact() {
         let mut ix = IvfFlat::new(&ctx, d, &o).unwrap();
         ix.train(&t).unwrap();
         ix.add(&t).unwrap();
-        let (got, rep) = ix.search(q.data(), d, nlist, &ko).unwrap();
+        let (got, rep) = ix
+            .search(q.data(), d, &IvfSearch::new(nlist, ko.clone()))
+            .unwrap();
         assert!(rep.list_scan);
         assert!(rep.scan_dispatches > 1, "nlist {nlist}: one dispatch");
         assert_same(&got, &want, &format!("nlist {nlist}"));
@@ -347,7 +353,9 @@ fn more_queries_than_a_coarse_tile() {
     let mut ix = IvfFlat::new(&ctx, 4, &opts(4, Metric::L2, Precision::Fp32)).unwrap();
     ix.train(&t).unwrap();
     ix.add(&t).unwrap();
-    let (got, rep) = ix.search(q.data(), 4, 4, &ko).unwrap();
+    let (got, rep) = ix
+        .search(q.data(), 4, &IvfSearch::new(4, ko.clone()))
+        .unwrap();
     assert!(rep.list_scan && !rep.probes_on_device);
     assert_eq!(rep.rows_scanned, (600 * nq) as u64);
     assert_same(&got, &want, "66,000 queries");
@@ -377,7 +385,9 @@ fn recall_grows_with_nprobe_to_the_exact_search() {
     // An nprobe that fills the coarse search's WarpSelect rows (8: a power of two ≥ lavapipe's
     // subgroup size) has its probes read straight from its scratch; the others packed first.
     for nprobe in [1, 4, 8, 24] {
-        let (r, rep) = ix.search(q.data(), 384, nprobe, &ko).unwrap();
+        let (r, rep) = ix
+            .search(q.data(), 384, &IvfSearch::new(nprobe, ko.clone()))
+            .unwrap();
         assert!(rep.probes_on_device, "nprobe {nprobe}");
         assert!(rep.rows_scanned <= (t.n() * 50) as u64);
         let mut hits = 0;
@@ -413,7 +423,9 @@ fn each_query_gets_the_exact_search_of_its_probed_lists() {
             metric: m,
             ..KnnOptions::default()
         };
-        let (got, _) = ix.search(q.data(), 8, nprobe, &ko).unwrap();
+        let (got, _) = ix
+            .search(q.data(), 8, &IvfSearch::new(nprobe, ko.clone()))
+            .unwrap();
         // The probed lists: the exact k-NN of the query among the centroids.
         let cent = Table::new(ix.centroids().to_vec(), 10, 8).unwrap();
         let cdt = DeviceTable::upload(&ctx, &cent, Precision::Fp32).unwrap();
@@ -481,8 +493,12 @@ fn index_files_round_trip_byte_for_byte() {
             ..KnnOptions::default()
         };
         let q = t.head(30).unwrap();
-        let (a, _) = ix.search(q.data(), 16, 3, &ko).unwrap();
-        let (b, _) = back.search(q.data(), 16, 3, &ko).unwrap();
+        let (a, _) = ix
+            .search(q.data(), 16, &IvfSearch::new(3, ko.clone()))
+            .unwrap();
+        let (b, _) = back
+            .search(q.data(), 16, &IvfSearch::new(3, ko.clone()))
+            .unwrap();
         assert_same(&b, &a, "loaded index");
         // A loaded index takes more rows.
         back.add(&q).unwrap();
@@ -537,7 +553,9 @@ fn bad_inputs_are_refused_with_their_message() {
         invalid(ix.add(&t)),
         "the IVF index is not trained (train it first)"
     );
-    assert!(invalid(ix.search(t.data(), 8, 2, &ko)).contains("not trained"));
+    assert!(
+        invalid(ix.search(t.data(), 8, &IvfSearch::new(2, ko.clone()))).contains("not trained")
+    );
     let dir = TempDir::new("ivf-bad");
     let untouched = dir.file("keep.ivf", b"old bytes");
     assert!(invalid(ix.save(&untouched)).contains("not trained: nothing to save"));
@@ -555,20 +573,24 @@ fn bad_inputs_are_refused_with_their_message() {
     );
     ix.add(&t).unwrap();
     assert_eq!(
-        invalid(ix.search(wide.data(), 9, 2, &ko)),
+        invalid(ix.search(wide.data(), 9, &IvfSearch::new(2, ko.clone()))),
         "queries have dimension 9, the table 8"
     );
-    assert!(invalid(ix.search(t.data(), 8, 0, &ko)).contains("nprobe ≥ 1"));
+    let zero = IvfSearch::new(0, ko.clone());
+    assert!(invalid(ix.search(t.data(), 8, &zero)).contains("nprobe ≥ 1"));
     let cos = KnnOptions {
         metric: Metric::Cosine,
         ..ko.clone()
     };
-    assert!(invalid(ix.search(t.data(), 8, 2, &cos)).contains("not the index's (l2)"));
+    assert!(
+        invalid(ix.search(t.data(), 8, &IvfSearch::new(2, cos.clone())))
+            .contains("not the index's (l2)")
+    );
     let ver = KnnOptions {
         verify: 2,
         ..ko.clone()
     };
-    assert!(invalid(ix.search(t.data(), 8, 2, &ver)).contains("verify"));
+    assert!(invalid(ix.search(t.data(), 8, &IvfSearch::new(2, ver.clone()))).contains("verify"));
     // A missing directory: an error naming it, nothing written.
     let missing = dir.path("no/such/x.ivf");
     let e = ix.save(&missing).unwrap_err().to_string();
@@ -654,8 +676,12 @@ fn ivf_shards_are_one_index_bit_for_bit() {
                     metric: m,
                     ..KnnOptions::default()
                 };
-                let (want, wrep) = one.search(q.data(), t.d(), nprobe, &ko).unwrap();
-                let (got, rep, multi) = sh.search(q.data(), t.d(), nprobe, &ko).unwrap();
+                let (want, wrep) = one
+                    .search(q.data(), t.d(), &IvfSearch::new(nprobe, ko.clone()))
+                    .unwrap();
+                let (got, rep, multi) = sh
+                    .search(q.data(), t.d(), &IvfSearch::new(nprobe, ko.clone()))
+                    .unwrap();
                 let what = format!("{m:?} {weights:?} nprobe {nprobe}");
                 assert_same(&got, &want, &what);
                 assert_eq!(rep.rows_scanned, wrep.rows_scanned, "{what}");
@@ -694,7 +720,8 @@ fn adds_grow_the_device_lists_in_place() {
             let mut ix = IvfFlat::new(&ctx, d, &o).unwrap();
             ix.train(&t).unwrap();
             ix.add(&part(0, 500)).unwrap();
-            ix.search(q.data(), d, 2, &ko).unwrap();
+            ix.search(q.data(), d, &IvfSearch::new(2, ko.clone()))
+                .unwrap();
             assert_eq!(ix.slab_uploads(), (1, 0));
             // 30 more rows: every list has room (a quarter more, at least 32 rows).
             ix.add(&part(500, 530)).unwrap();
@@ -706,8 +733,12 @@ fn adds_grow_the_device_lists_in_place() {
                 f
             };
             for nprobe in [2, 6] {
-                let (got, _) = ix.search(q.data(), d, nprobe, &ko).unwrap();
-                let (want, _) = fresh(530).search(q.data(), d, nprobe, &ko).unwrap();
+                let (got, _) = ix
+                    .search(q.data(), d, &IvfSearch::new(nprobe, ko.clone()))
+                    .unwrap();
+                let (want, _) = fresh(530)
+                    .search(q.data(), d, &IvfSearch::new(nprobe, ko.clone()))
+                    .unwrap();
                 assert_same(
                     &got,
                     &want,
@@ -716,9 +747,13 @@ fn adds_grow_the_device_lists_in_place() {
             }
             // 370 more: some list outgrows its room; the next search builds the lists again.
             ix.add(&part(530, 900)).unwrap();
-            let (got, _) = ix.search(q.data(), d, 3, &ko).unwrap();
+            let (got, _) = ix
+                .search(q.data(), d, &IvfSearch::new(3, ko.clone()))
+                .unwrap();
             assert_eq!(ix.slab_uploads(), (2, 1), "{p:?} {m:?}");
-            let (want, _) = fresh(900).search(q.data(), d, 3, &ko).unwrap();
+            let (want, _) = fresh(900)
+                .search(q.data(), d, &IvfSearch::new(3, ko.clone()))
+                .unwrap();
             assert_same(&got, &want, &format!("{p:?} {m:?} rebuilt"));
         }
     }

@@ -19,7 +19,7 @@
 mod common;
 use common::{assert_clean, assert_same, ctx, fnv, format_message, random_table, TempDir};
 use diversity::ivf::pq::{reference_adc, reference_codes, reference_table, PQ_KSUB};
-use diversity::ivf::{IvfPq, IvfPqOptions, IvfPqSearch, KMeansOptions, ProductQuantizer};
+use diversity::ivf::{IvfPq, IvfPqOptions, IvfSearch, KMeansOptions, ProductQuantizer};
 use diversity::knn::knn_flat;
 use diversity::{DeviceTable, KnnOptions, KnnResult, Metric, Precision, Table};
 
@@ -42,9 +42,13 @@ fn opts(nlist: usize, m: usize, metric: Metric, keep: bool) -> IvfPqOptions {
     }
 }
 
-fn search(k: usize, nprobe: usize, k_factor: usize) -> IvfPqSearch {
-    IvfPqSearch {
-        k,
+fn search(ix: &IvfPq, k: usize, nprobe: usize, k_factor: usize) -> IvfSearch {
+    IvfSearch {
+        knn: KnnOptions {
+            k,
+            metric: ix.metric(),
+            ..KnnOptions::default()
+        },
         nprobe,
         k_factor,
     }
@@ -253,7 +257,9 @@ fn searches_are_the_brute_force_over_float64_adc_distances() {
         // 56 rows, every list probed, k = 64: every row comes back, with its distance.
         ix.add(&data.head(56).unwrap()).unwrap();
         let q = as_seen(queries.data(), d, metric);
-        let (r, rep) = ix.search(queries.data(), d, &search(64, 8, 1)).unwrap();
+        let (r, rep) = ix
+            .search(queries.data(), d, &search(&ix, 64, 8, 1))
+            .unwrap();
         assert!(rep.list_scan);
         assert_eq!(rep.rows_scanned, 24 * 56);
         let o = adc_oracle(&ctx, &ix, &q, 8);
@@ -265,7 +271,9 @@ fn searches_are_the_brute_force_over_float64_adc_distances() {
         // The rest added (the slab rebuilt), three lists of eight probed, k = 10.
         let tail = Table::new(data.data()[56 * d..].to_vec(), 344, d).unwrap();
         assert_eq!(ix.add(&tail).unwrap(), 56);
-        let (r, _) = ix.search(queries.data(), d, &search(10, 3, 1)).unwrap();
+        let (r, _) = ix
+            .search(queries.data(), d, &search(&ix, 10, 3, 1))
+            .unwrap();
         let o = adc_oracle(&ctx, &ix, &q, 3);
         let eq = check_adc(&r, &o, ip, &format!("{metric:?} nprobe 3"));
         assert!(
@@ -287,7 +295,9 @@ fn a_search_cut_by_the_loop_cap_is_the_same_brute_force() {
     ix.train(&data).unwrap();
     ix.add(&data).unwrap();
     let queries = random_table(4, d, 22);
-    let (r, _) = ix.search(queries.data(), d, &search(10, 32, 1)).unwrap();
+    let (r, _) = ix
+        .search(queries.data(), d, &search(&ix, 10, 32, 1))
+        .unwrap();
     let o = adc_oracle(&ctx, &ix, queries.data(), 32);
     assert!(check_adc(&r, &o, false, "D 1024") >= 3);
     assert_clean(&ctx);
@@ -320,7 +330,9 @@ fn the_rerank_is_exact_once_it_sees_every_probed_row() {
         ix.train(&data).unwrap();
         // 60 rows, every list probed, k × k_factor = 60: the float64 exact search.
         ix.add(&data.head(60).unwrap()).unwrap();
-        let (r, _) = ix.search(queries.data(), d, &search(k, 4, 12)).unwrap();
+        let (r, _) = ix
+            .search(queries.data(), d, &search(&ix, k, 4, 12))
+            .unwrap();
         let seen = as_seen(&data.data()[..60 * d], d, metric);
         let q = as_seen(queries.data(), d, metric);
         for qi in 0..600 {
@@ -345,8 +357,12 @@ fn the_rerank_is_exact_once_it_sees_every_probed_row() {
                 })
                 .sum()
         };
-        let (plain, _) = ix.search(queries.data(), d, &search(10, 4, 1)).unwrap();
-        let (rr, _) = ix.search(queries.data(), d, &search(10, 4, 6)).unwrap();
+        let (plain, _) = ix
+            .search(queries.data(), d, &search(&ix, 10, 4, 1))
+            .unwrap();
+        let (rr, _) = ix
+            .search(queries.data(), d, &search(&ix, 10, 4, 6))
+            .unwrap();
         let (p, q6) = (recall(&plain), recall(&rr));
         assert!(
             q6 >= p && q6 > 150,
@@ -376,7 +392,7 @@ fn bad_inputs_are_refused_with_their_message() {
     let data = random_table(300, d, 41);
     let q = random_table(3, d, 42);
     assert!(invalid(ix.add(&data)).contains("not trained"));
-    assert!(invalid(ix.search(q.data(), d, &search(5, 1, 1))).contains("not trained"));
+    assert!(invalid(ix.search(q.data(), d, &search(&ix, 5, 1, 1))).contains("not trained"));
     assert!(invalid(ix.to_bytes()).contains("not trained: nothing to save"));
     assert!(invalid(ix.train(&data.head(255).unwrap())).contains("at least 256 rows"));
     assert!(invalid(ix.train(&random_table(300, 8, 1))).contains("training rows have dimension 8"));
@@ -393,8 +409,9 @@ fn bad_inputs_are_refused_with_their_message() {
     assert!(invalid(ix.train(&data)).contains("already trained"));
     assert!(invalid(ix.add(&random_table(3, 8, 1))).contains("added rows have dimension 8"));
     ix.add(&data).unwrap();
-    let mut s = |k, nprobe, f| ix_search(&mut ix, q.data(), d, search(k, nprobe, f));
-    fn ix_search(ix: &mut IvfPq, q: &[f32], d: usize, s: IvfPqSearch) -> String {
+    let mut s = |k, nprobe, f| ix_search(&mut ix, q.data(), d, (k, nprobe, f));
+    fn ix_search(ix: &mut IvfPq, q: &[f32], d: usize, s: (usize, usize, usize)) -> String {
+        let s = search(ix, s.0, s.1, s.2);
         invalid(ix.search(q, d, &s))
     }
     assert!(s(0, 1, 1).contains("k ≥ 1"));
@@ -403,14 +420,18 @@ fn bad_inputs_are_refused_with_their_message() {
     assert!(s(65, 1, 1).contains("65 × 1 = 65 candidates"));
     assert!(s(10, 1, 7).contains("10 × 7 = 70 candidates"));
     assert!(s(5, 1, 2).contains("keep_vectors"));
-    assert!(invalid(ix.search(&q.data()[..8], 8, &search(5, 1, 1))).contains("dimension 8"));
+    assert!(invalid(ix.search(&q.data()[..8], 8, &search(&ix, 5, 1, 1))).contains("dimension 8"));
     // A lookup table larger than the device's shared memory: a Limit naming M.
     let big_m = ctx.caps().shared_memory_bytes as usize / 1024 + 1;
     let mut big = IvfPq::new(&ctx, big_m, &opts(1, big_m, Metric::L2, false)).unwrap();
     big.train(&random_table(256, big_m, 43)).unwrap();
     big.add(&random_table(10, big_m, 44)).unwrap();
     let e = big
-        .search(random_table(1, big_m, 45).data(), big_m, &search(5, 1, 1))
+        .search(
+            random_table(1, big_m, 45).data(),
+            big_m,
+            &search(&big, 5, 1, 1),
+        )
         .unwrap_err();
     assert!(
         matches!(&e, diversity::Error::Limit(m) if m.contains(&format!("M = {big_m}")) && m.contains("shared memory")),
@@ -443,8 +464,8 @@ fn index_files_round_trip_and_corrupt_ones_are_refused() {
         assert_eq!(back.to_bytes().unwrap(), bytes, "byte for byte");
         assert_eq!(back.keeps_vectors(), keep);
         let f = if keep { 4 } else { 1 };
-        let (a, _) = ix.search(q.data(), 8, &search(5, 2, f)).unwrap();
-        let (b, _) = back.search(q.data(), 8, &search(5, 2, f)).unwrap();
+        let (a, _) = ix.search(q.data(), 8, &search(&ix, 5, 2, f)).unwrap();
+        let (b, _) = back.search(q.data(), 8, &search(&back, 5, 2, f)).unwrap();
         assert_same(&b, &a, "loaded");
     }
     let good = small_index(&ctx, Metric::L2, false).to_bytes().unwrap();

@@ -6,7 +6,7 @@
 
 mod common;
 use common::{assert_clean, ctx, fortunes, random_table};
-use diversity::ivf::{IvfFlat, IvfOptions, KMeansOptions};
+use diversity::ivf::{IvfFlat, IvfOptions, IvfSearch, KMeansOptions};
 use diversity::knn::KnnOptions;
 use diversity::rankings::{rankings_approx, rankings_with_values, RankingsOptions};
 use diversity::{DeviceTable, Metric, Precision, Table};
@@ -44,7 +44,8 @@ fn approx(ix: &mut IvfFlat, stored: &Table, opts: &RankingsOptions, nprobe: usiz
         opts,
         |q, widen| {
             let np = (nprobe << widen).min(nlist);
-            ix.search(q, d, np, &ko).map(|r| r.0)
+            ix.search(q, d, &IvfSearch::new(np, ko.clone()))
+                .map(|r| r.0)
         },
         |it, i, v, _| {
             items.extend_from_slice(it);
@@ -132,7 +133,8 @@ fn refusals() {
         metric: Metric::L2,
         ..KnnOptions::default()
     };
-    let mut search = |q: &[f32], _w: usize| ix.search(q, 4, 4, &ko).map(|r| r.0);
+    let mut search =
+        |q: &[f32], _w: usize| ix.search(q, 4, &IvfSearch::new(4, ko.clone())).map(|r| r.0);
     let sink = |_: &[u32], _: &[u32], _: &[f32], _: usize| Ok(());
     let msg = |o: RankingsOptions, search: &mut dyn FnMut(&[f32], usize) -> _| {
         rankings_approx(&t, &o, search, sink)

@@ -22,7 +22,7 @@ use super::coarse::{index_rows, normalized, Coarse};
 use super::kmeans::{nearest, KMeans, KMeansOptions};
 use super::pq::ProductQuantizer;
 use super::pq_scan::PqSlab;
-use super::{IvfSearchReport, MAX_SCAN_K};
+use super::{IvfSearch, IvfSearchReport, MAX_SCAN_K};
 use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::knn::{check_queries, knn_flat, KnnOptions, KnnResult, Metric, NO_ID};
@@ -41,29 +41,6 @@ pub struct IvfPqOptions {
     pub keep_vectors: bool,
     /// The k-means of the coarse quantizer and of each sub-space.
     pub kmeans: KMeansOptions,
-}
-
-/// How [`IvfPq::search`] runs.
-#[derive(Clone, Debug)]
-pub struct IvfPqSearch {
-    /// Results a query (k × k_factor ≤ [`MAX_SCAN_K`]).
-    pub k: usize,
-    /// Lists probed a query (clamped to nlist; [`super::DEFAULT_NPROBE`] by default).
-    pub nprobe: usize,
-    /// 1: the ADC result; > 1: re-rank k_factor × k ADC candidates exactly (needs
-    /// `keep_vectors`).
-    pub k_factor: usize,
-}
-
-impl Default for IvfPqSearch {
-    /// k = 10, [`super::DEFAULT_NPROBE`] lists, no re-rank.
-    fn default() -> Self {
-        IvfPqSearch {
-            k: 10,
-            nprobe: super::DEFAULT_NPROBE,
-            k_factor: 1,
-        }
-    }
 }
 
 /// One inverted list: ids (ascending), codes (M bytes a row), and the rows if kept.
@@ -272,32 +249,24 @@ impl IvfPq {
     /// nearest to it (re-ranked exactly with `k_factor` > 1 from the scan's k × k_factor best,
     /// in float64 on the host). Distances are squared L2, or similarities (inner product, cosine);
     /// missing results are padded with [`NO_ID`] and ±∞. The result's `path` and `query_tile`
-    /// are the coarse search's. Errors: the dimension, k = 0, nprobe = 0, k × k_factor >
-    /// [`MAX_SCAN_K`], a re-rank without kept rows, untrained, the device's limits.
+    /// are the coarse search's (which runs with the default k-NN options). Errors: the
+    /// dimension, k = 0, those of [`IvfSearch`] (nprobe = 0, k_factor = 0, another metric,
+    /// verify), k × k_factor > [`MAX_SCAN_K`], a re-rank without kept rows, untrained, the
+    /// device's limits.
     pub fn search(
         &mut self,
         queries: &[f32],
         dim: usize,
-        s: &IvfPqSearch,
+        s: &IvfSearch,
     ) -> Result<(KnnResult, IvfSearchReport)> {
-        let kopts = KnnOptions {
-            k: s.k,
-            metric: self.metric,
-            ..KnnOptions::default()
-        };
-        let nq = check_queries(self.d, queries, dim, &kopts)?;
-        if s.nprobe == 0 {
-            return Err(Error::Invalid("IVF-PQ search needs nprobe ≥ 1".into()));
-        }
-        if s.k_factor == 0 {
-            return Err(Error::Invalid("IVF-PQ search needs k_factor ≥ 1".into()));
-        }
-        let kk = s.k.saturating_mul(s.k_factor);
+        let nq = check_queries(self.d, queries, dim, &s.knn)?;
+        s.check("IVF-PQ", self.metric)?;
+        let kk = s.knn.k.saturating_mul(s.k_factor);
         if kk > MAX_SCAN_K {
             return Err(Error::Invalid(format!(
                 "IVF-PQ search keeps k × k_factor = {} × {} = {kk} candidates a query; the \
                  list scan keeps at most {MAX_SCAN_K}",
-                s.k, s.k_factor
+                s.knn.k, s.k_factor
             )));
         }
         if s.k_factor > 1 && !self.keep_vectors {
@@ -362,7 +331,7 @@ impl IvfPq {
         let slab = self.slab.as_ref().expect("built above");
         let (keys, ids, ns) = slab.scan(rows, &pr, nprobe, kk, ip)?;
         report.lists_ns = ns;
-        let (k, pad) = (s.k, if ip { f32::NEG_INFINITY } else { f32::INFINITY });
+        let (k, pad) = (s.knn.k, if ip { f32::NEG_INFINITY } else { f32::INFINITY });
         let mut out = KnnResult {
             k,
             queries: nq,

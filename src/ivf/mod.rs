@@ -47,7 +47,7 @@ mod shards;
 mod update;
 
 pub use file::{IVF_MAGIC, IVF_VERSION};
-pub use ivfpq::{IvfPq, IvfPqOptions, IvfPqSearch};
+pub use ivfpq::{IvfPq, IvfPqOptions};
 pub use kmeans::{assign, kmeans, KMeans, KMeansOptions};
 pub use pq::ProductQuantizer;
 pub use pq_file::{IVFPQ_MAGIC, IVFPQ_VERSION};
@@ -66,6 +66,62 @@ use coarse::{index_rows, Coarse};
 
 /// Lists probed a query when the caller names no `nprobe` (both indexes, every front end).
 pub const DEFAULT_NPROBE: usize = 1;
+
+/// How an IVF index is searched: the one options struct of [`IvfFlat::search`],
+/// [`IvfShards::search`] and [`IvfPq::search`] (and of both Lua handles' `search`).
+#[derive(Clone, Debug)]
+pub struct IvfSearch {
+    /// Results a query (`k`) and the metric, which must be the index's; `verify` is refused.
+    /// IVF-Flat's exact path for a large k or D also takes the k-NN tile options from here.
+    pub knn: KnnOptions,
+    /// Lists probed a query (≥ 1, clamped to nlist; [`DEFAULT_NPROBE`] by default).
+    pub nprobe: usize,
+    /// IVF-PQ: 1 keeps the ADC result; > 1 re-ranks k × k_factor ADC candidates exactly
+    /// (needs `keep_vectors`). IVF-Flat is exact already and takes only 1.
+    pub k_factor: usize,
+}
+
+impl IvfSearch {
+    /// `nprobe` lists with the k-NN options `knn` (its k and metric), no re-rank.
+    pub fn new(nprobe: usize, knn: KnnOptions) -> Self {
+        IvfSearch {
+            knn,
+            nprobe,
+            k_factor: 1,
+        }
+    }
+
+    /// The checks both indexes make before any work: nprobe ≥ 1, k_factor ≥ 1, the index's
+    /// metric, no verify. `what` names the index in messages ("IVF", "IVF-PQ").
+    fn check(&self, what: &str, metric: Metric) -> Result<()> {
+        if self.nprobe == 0 {
+            return Err(Error::Invalid(format!("{what} search needs nprobe ≥ 1")));
+        }
+        if self.k_factor == 0 {
+            return Err(Error::Invalid(format!("{what} search needs k_factor ≥ 1")));
+        }
+        if self.knn.metric != metric {
+            return Err(Error::Invalid(format!(
+                "search metric {} is not the index's ({})",
+                self.knn.metric.name(),
+                metric.name()
+            )));
+        }
+        if self.knn.verify > 0 {
+            return Err(Error::Invalid(format!(
+                "verify is not supported by the {what} search (search a device table for it)"
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Default for IvfSearch {
+    /// k = 10, cosine, [`DEFAULT_NPROBE`] lists, no re-rank.
+    fn default() -> Self {
+        IvfSearch::new(DEFAULT_NPROBE, KnnOptions::default())
+    }
+}
 
 /// What the IVF-Flat and IVF-PQ indexes both answer, so a front end (the Lua handles) writes
 /// each of these once; each method is the index's own method of that name.
@@ -327,36 +383,27 @@ impl IvfFlat {
         Ok(first)
     }
 
-    /// The `opts.k` nearest added rows of each query among the `nprobe` lists nearest to it
-    /// (nprobe is clamped to nlist; `opts.metric` must be the index's; `opts.verify` is not
-    /// supported here). With nprobe = nlist the result is bit for bit [`knn_flat`] on all the
+    /// The `s.knn.k` nearest added rows of each query among the `s.nprobe` lists nearest to it
+    /// (nprobe is clamped to nlist; see [`IvfSearch`] for what is checked; `k_factor` must be
+    /// 1). With nprobe = nlist the result is bit for bit [`knn_flat`] on all the
     /// rows added, in this index's precision. The result's `path` and `query_tile` are the
     /// coarse search's.
     pub fn search(
         &mut self,
         queries: &[f32],
         dim: usize,
-        nprobe: usize,
-        opts: &KnnOptions,
+        s: &IvfSearch,
     ) -> Result<(KnnResult, IvfSearchReport)> {
+        let opts = &s.knn;
         let nq = check_queries(self.d, queries, dim, opts)?;
-        if nprobe == 0 {
-            return Err(Error::Invalid("IVF search needs nprobe ≥ 1".into()));
-        }
-        if opts.metric != self.metric {
-            return Err(Error::Invalid(format!(
-                "search metric {} is not the index's ({})",
-                opts.metric.name(),
-                self.metric.name()
-            )));
-        }
-        if opts.verify > 0 {
+        s.check("IVF", self.metric)?;
+        if s.k_factor != 1 {
             return Err(Error::Invalid(
-                "verify is not supported by the IVF search (search a device table for it)".into(),
+                "the IVF-Flat search is exact and has no re-rank: k_factor must be 1".into(),
             ));
         }
         let coarse = self.coarse.device().ok_or_else(untrained)?;
-        let nprobe = nprobe.min(self.nlist);
+        let nprobe = s.nprobe.min(self.nlist);
         let copts = KnnOptions {
             k: nprobe,
             metric: self.metric,

@@ -12,10 +12,10 @@
 //! probed rows — what one [`IvfFlat`] holding every row returns, ids, distance bits, ties and
 //! padding included (`tests/ivf.rs` checks it, two logical devices on one).
 
-use super::{IvfFlat, IvfOptions, IvfSearchReport, KMeans};
+use super::{IvfFlat, IvfOptions, IvfSearch, IvfSearchReport, KMeans};
 use crate::device::Context;
 use crate::error::{Error, Result};
-use crate::knn::{check_queries, KnnOptions, KnnResult};
+use crate::knn::{check_queries, KnnResult};
 use crate::multi::{first_error, merge, names, split_ranges, MultiReport};
 use crate::table::Table;
 
@@ -85,9 +85,9 @@ impl IvfShards {
         &mut self,
         queries: &[f32],
         dim: usize,
-        nprobe: usize,
-        opts: &KnnOptions,
+        search: &IvfSearch,
     ) -> Result<(KnnResult, IvfSearchReport, MultiReport)> {
+        let opts = &search.knn;
         let nq = check_queries(self.d, queries, dim, opts)?;
         let parts: Vec<Result<Option<(KnnResult, IvfSearchReport)>>> = std::thread::scope(|s| {
             let handles: Vec<_> = self
@@ -96,7 +96,7 @@ impl IvfShards {
                 .map(|shard| {
                     s.spawn(move || match shard {
                         None => Ok(None),
-                        Some(ix) => ix.search(queries, dim, nprobe, opts).map(Some),
+                        Some(ix) => ix.search(queries, dim, search).map(Some),
                     })
                 })
                 .collect();

@@ -7,9 +7,8 @@ use super::error::{msg, LuaCtx};
 use super::handle::Handle;
 use super::knn::{knn_options, knn_result, parse_metric};
 use super::table::LTable;
-use crate::ivf::{
-    kmeans, InvertedFile, IvfFlat, IvfOptions, KMeans, KMeansOptions, DEFAULT_NPROBE,
-};
+use crate::ivf::{kmeans, InvertedFile, IvfFlat, IvfOptions, IvfSearch, KMeans, KMeansOptions};
+use crate::metric::Metric;
 use crate::table::Table;
 use mlua::prelude::*;
 use mlua::{UserData, UserDataMethods, Value};
@@ -35,6 +34,26 @@ pub(super) fn kmeans_options(call: &str, o: &Option<LuaTable>) -> LuaResult<KMea
         k.init = Some(t.get(call)?.data().to_vec());
     }
     Ok(k)
+}
+
+/// The search options of both index handles: `k` (10), `nprobe` (1), `k_factor` (1),
+/// `metric` (the index's, `index_metric`) and the `dtable:knn` options.
+pub(super) fn search_options(
+    call: &str,
+    o: &Option<LuaTable>,
+    index_metric: Metric,
+) -> LuaResult<IvfSearch> {
+    let d = IvfSearch::default();
+    let mut knn = knn_options(call, o)?;
+    knn.metric = match opt::<Value>(o, "metric")? {
+        None | Some(Value::Nil) => index_metric,
+        Some(_) => parse_metric(call, o)?,
+    };
+    Ok(IvfSearch {
+        knn,
+        nprobe: opt_int(call, o, "nprobe")?.map_or(d.nprobe, |v| v as usize),
+        k_factor: opt_int(call, o, "k_factor")?.map_or(d.k_factor, |v| v as usize),
+    })
 }
 
 /// The k-means report: `objective` (per iteration, a Lua array), `trained_on`, `splits`,
@@ -123,13 +142,8 @@ impl UserData for LIvf {
                 let q = queries.borrow::<LTable>()?;
                 let q = q.get(call)?;
                 let ix = this.get_mut(call)?;
-                let mut opts = knn_options(call, &o)?;
-                opts.metric = match opt::<Value>(&o, "metric")? {
-                    None | Some(Value::Nil) => ix.metric(),
-                    Some(_) => parse_metric(call, &o)?,
-                };
-                let nprobe = opt_int(call, &o, "nprobe")?.map_or(DEFAULT_NPROBE, |v| v as usize);
-                let (r, rep) = ix.search(q.data(), q.d(), nprobe, &opts).lua_ctx(call)?;
+                let s = search_options(call, &o, ix.metric())?;
+                let (r, rep) = ix.search(q.data(), q.d(), &s).lua_ctx(call)?;
                 let t = lua.create_table()?;
                 t.set("nprobe", rep.nprobe)?;
                 t.set("rows_scanned", rep.rows_scanned)?;

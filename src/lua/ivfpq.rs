@@ -5,10 +5,10 @@ use super::args::{opt, opt_int};
 use super::context::LContext;
 use super::error::{msg, LuaCtx};
 use super::handle::Handle;
-use super::ivf::{add_index_methods, kmeans_options};
+use super::ivf::{add_index_methods, kmeans_options, search_options};
 use super::knn::{knn_result, parse_metric};
 use super::table::LTable;
-use crate::ivf::{IvfPq, IvfPqOptions, IvfPqSearch};
+use crate::ivf::{IvfPq, IvfPqOptions};
 use mlua::prelude::*;
 use mlua::{UserData, UserDataMethods, Value};
 
@@ -22,24 +22,17 @@ impl UserData for LIvfPq {
         m.add_method("refine", |_, this, ()| {
             Ok(this.get("ivfpq:refine")?.keeps_vectors())
         });
-        // `search(queries, {k = 10, nprobe = 1, k_factor = 1})`: the knn result and a report
-        // {nprobe, rows_scanned, coarse_ns, lists_ns}.
+        // `search(queries, {k = 10, nprobe = 1, k_factor = 1, metric = the index's})`: the knn
+        // result and a report {nprobe, rows_scanned, coarse_ns, lists_ns}.
         m.add_method_mut(
             "search",
             |lua, this, (queries, o): (LuaAnyUserData, Option<LuaTable>)| {
                 let call = "ivfpq:search";
                 let q = queries.borrow::<LTable>()?;
                 let q = q.get(call)?;
-                let d = IvfPqSearch::default();
-                let s = IvfPqSearch {
-                    k: opt_int(call, &o, "k")?.map_or(d.k, |v| v as usize),
-                    nprobe: opt_int(call, &o, "nprobe")?.map_or(d.nprobe, |v| v as usize),
-                    k_factor: opt_int(call, &o, "k_factor")?.map_or(d.k_factor, |v| v as usize),
-                };
-                let (r, rep) = this
-                    .get_mut(call)?
-                    .search(q.data(), q.d(), &s)
-                    .lua_ctx(call)?;
+                let ix = this.get_mut(call)?;
+                let s = search_options(call, &o, ix.metric())?;
+                let (r, rep) = ix.search(q.data(), q.d(), &s).lua_ctx(call)?;
                 let t = lua.create_table()?;
                 t.set("nprobe", rep.nprobe)?;
                 t.set("rows_scanned", rep.rows_scanned)?;
