@@ -47,24 +47,16 @@ M.GRAM_MIN_BATCH = 1024
 -- devices' chunks; smaller tasks keep a device waiting less when it finishes mid-task).
 M.SLICE_BYTES = 2 ^ 25
 
---- Host bytes a batch holds per entry (sequence step) at its peak: the downloaded uint32 rows,
--- the checkpoint columns and the rows' JSON text while they stream to the cache. Measured on the
--- whole cache of a 31,102-row table: batches of 6,220 sized at 10 bytes an entry peaked at
--- 3.8 GB resident (about 20 bytes an entry), so 24 keeps the default budget.
-M.HOST_BYTES_PER_ENTRY = 24
-
---- The default host budget: the smaller of 2 GiB and a quarter of the host's memory
--- (`diversity.host_memory()`; 2 GiB where it cannot be read).
+--- Host batch sizing is Rust's (`diversity.host_batch`, `diversity.default_host_memory`):
+-- a batch holds about 24 bytes an entry at its peak; the default budget is the smaller of 2 GiB
+-- and a quarter of the host's memory.
 function M.default_host_memory()
-  local budget = 2 * 1024 ^ 3
-  local total = diversity.host_memory()
-  if total then budget = math.min(budget, total / 4) end
-  return math.floor(budget)
+  return diversity.default_host_memory()
 end
 
 --- The most sequences of `steps` steps a batch may hold within `bytes` of host memory (≥ 1).
 function M.host_batch(bytes, steps)
-  return math.max(1, math.floor(bytes / ((steps + 1) * M.HOST_BYTES_PER_ENTRY)))
+  return diversity.host_batch(bytes, steps)
 end
 
 --- The user's tile formula: a tile of candidates fills 85% of L2.
@@ -295,14 +287,6 @@ local function write_file(path, data)
   end
 end
 
-local function read_file(path)
-  local f = io.open(path, "rb")
-  if not f then return nil end
-  local d = f:read("*a")
-  f:close()
-  return d
-end
-
 --- Parse a `--shard` spec: "i/n" (1-based: shard i of n, contiguous), "i/n:strided" or
 -- "i/n:contiguous"; a table {index =, count =, layout =} is checked the same way. Returns
 -- {index, count, layout, spec = "i/n"}; a bad spec is an error naming it.
@@ -359,22 +343,10 @@ function M.shard_starts(starts, shard)
 end
 
 --- A checksum of a starts list (FNV-1a, 32 bits, over "s1,s2,…"), "fnv1a32:xxxxxxxx": shards
--- record the whole run's, so that merge refuses parts cut from different lists.
+-- record the whole run's, so that merge refuses parts cut from different lists (Rust's
+-- `diversity.starts_fingerprint`).
 function M.starts_fingerprint(starts)
-  local bit = require "bit"
-  local h = bit.tobit(2166136261)
-  local function feed(str)
-    for k = 1, #str do
-      h = bit.bxor(h, str:byte(k))
-      -- h × 16777619 (2^24 + 403) mod 2^32, exact in doubles
-      h = bit.tobit(h * 403 + bit.lshift(h, 24))
-    end
-  end
-  for k, s in ipairs(starts) do
-    if k > 1 then feed(",") end
-    feed(("%d"):format(s))
-  end
-  return "fnv1a32:" .. bit.tohex(h)
+  return diversity.starts_fingerprint(starts)
 end
 
 --- Merge the partial caches of a --shard run: `opts.out` and `opts.inputs` (a list of paths,
@@ -536,8 +508,7 @@ function M.run(opts)
   end
   -- Batches fit the device's buffer, dispatch and memory limits (gram: next to G; by default
   -- every sequence that fits, in at least M.GRAM_BATCHES batches).
-  local fit = ctx:max_batch(n, dim, opts.precision, steps, mode)
-  for d = 2, #devs do fit = math.min(fit, devs[d]:max_batch(n, dim, opts.precision, steps, mode)) end
+  local fit = diversity.max_batch(devs, n, dim, opts.precision, steps, mode)
   local batch = (mode == "gram" and not batch_given) and fit or math.max(1, math.min(opts.batch, fit))
   -- gram: a large whole cache in at least M.GRAM_BATCHES batches (of at least
   -- M.GRAM_MIN_BATCH sequences, enough to fill a GPU), so that the host writes one batch while
@@ -640,83 +611,36 @@ function M.finish_outputs(writer, bin)
   end
 end
 
-local function u32le(n)
-  return string.char(n % 256, math.floor(n / 256) % 256, math.floor(n / 65536) % 256,
-    math.floor(n / 16777216) % 256)
-end
-
-local function read_u32(s, pos)
-  local a, b, c, d = s:byte(pos, pos + 3)
-  return a + b * 256 + c * 65536 + d * 16777216
-end
-
--- A checksum as two u32 words (the 64-bit FNV-1a of `diversity.checksum`).
-local function checksum_words(bytes)
-  local hex = diversity.checksum(bytes):match("^fnv1a64:(%x+)$")
-  return tonumber(hex:sub(9, 16), 16), tonumber(hex:sub(1, 8), 16)
-end
+--- The checkpoint format (`<out>.partial/`) is Rust's (`diversity.checkpoint_*`, the crate's
+-- `checkpoint` module): run.txt's text, the batch files' names, every checksum, the .part block
+-- header and the checks a resume makes. The driver decides when to write and read, and writes
+-- the files itself (its error messages name the file as Lua's io does).
 
 --- What binds a checkpoint file to its run and its place: the run (the text of its run.txt,
 -- `M.run_text`), the batch's index and its starts, as one line that every checksum of the
 -- batch's files covers. A file written by another run, or for another batch, fails its checksum.
 function M.batch_binding(run_text, b, list)
-  return ("run=%s batch=%d starts=%d,%s"):format(diversity.checksum(run_text), b, #list,
-    diversity.checksum(table.concat(list, ",")))
-end
-
--- The checksum of a binary string or a `diversity.rows()` buffer (the same for the same bytes):
--- the fast word checksum, since a batch is hundreds of MB (the bytes' FNV-1a ran at 0.6 GB/s).
-local function checksum_of(data)
-  if type(data) == "string" then return diversity.words_checksum(data) end
-  return data:words_checksum()
+  return diversity.checkpoint_binding(run_text, b, list)
 end
 
 --- The checksum of a finished batch file: its binding (`M.batch_binding`) and its bytes (a
 -- string or a `diversity.rows()` buffer).
 function M.batch_checksum(binding, bytes)
-  return diversity.checksum(binding .. "\n" .. checksum_of(bytes))
+  return diversity.checkpoint_batch_checksum(binding, bytes)
 end
 
 --- Check rows the way the cache readers do: `bytes` holds #list rows of `len` uint32 entries
 -- (row-major, little-endian); row i must start with its start list[i], hold no entry twice and
 -- none at or past `n`. Returns nil, or a description of the first bad row.
 function M.check_rows(bytes, list, len, n)
-  local ffi = require "ffi"
-  if #bytes ~= #list * len * 4 then
-    return ("%d bytes, not %d rows of %d entries"):format(#bytes, #list, len)
-  end
-  local p = ffi.cast("const uint32_t *", bytes)
-  local seen = ffi.new("int32_t[?]", n) -- the last row (1-based) each index was seen in
-  for i = 1, #list do
-    local base = (i - 1) * len
-    if len > 0 and p[base] ~= list[i] then
-      return ("row %d starts with %d, not its start %d"):format(i, p[base], list[i])
-    end
-    for k = base, base + len - 1 do
-      local v = p[k]
-      if v >= n then
-        return ("row %d (start %d) holds %d, not below N = %d"):format(i, list[i], v, n)
-      end
-      if seen[v] == i then
-        return ("row %d (start %d) holds %d twice"):format(i, list[i], v)
-      end
-      seen[v] = i
-    end
-  end
-  return nil
+  return diversity.checkpoint_check_rows(bytes, list, len, n)
 end
 
 --- Append one chunk to a batch's in-progress checkpoint: entries from..from+count-1 of every
 -- sequence, as a block [from, count, checksum (2 words), rows × count uint32], written and
 -- closed at once. The checksum covers the block's place (`binding`, from, count) and its bytes.
-local function block_words(binding, from, count, bytes)
-  return checksum_words(("%s from=%d count=%d %s"):format(binding, from, count,
-    checksum_of(bytes)))
-end
-
 function M.append_part(path, from, count, bytes, binding)
-  local lo, hi = block_words(binding, from, count, bytes)
-  local head = u32le(from) .. u32le(count) .. u32le(lo) .. u32le(hi)
+  local head = diversity.checkpoint_part_head(binding, from, count, bytes)
   if type(bytes) ~= "string" then
     local ok, e = pcall(bytes.append_to, bytes, path, head)
     if not ok then error("diversity: checkpoint " .. diversity.message(e), 0) end
@@ -731,57 +655,10 @@ function M.append_part(path, from, count, bytes, binding)
   end
 end
 
---- Read a batch's in-progress checkpoint back: the rows' first `len` entries, row-major, as a
--- binary string, and `len`; nil when there is none. Each block carries its checksum over
--- `binding` and its bytes: a torn last block (a crash mid-write) and anything after a gap are
--- ignored; a whole block that fails its checksum (edited, or written for another run or
--- batch) is an error.
-function M.read_part(path, rows, binding)
-  local s = read_file(path)
-  if not s then return nil end
-  local blocks, pos, len = {}, 1, 0
-  while pos + 16 <= #s + 1 do
-    local from, count = read_u32(s, pos), read_u32(s, pos + 4)
-    local size = rows * count * 4
-    if from ~= len or count == 0 or pos + 16 + size > #s + 1 then break end
-    local lo, hi = block_words(binding, from, count, s:sub(pos + 16, pos + 15 + size))
-    if lo ~= read_u32(s, pos + 8) or hi ~= read_u32(s, pos + 12) then
-      error(("diversity: --resume: checkpoint %s was changed after it was written, or was "
-        .. "written for another run or batch (steps %d..%d fail their checksum); remove %s to "
-        .. "start over"):format(path, from + 1, from + count, path), 0)
-    end
-    blocks[#blocks + 1] = { pos = pos + 16, count = count }
-    len = len + count
-    pos = pos + 16 + size
-  end
-  if len == 0 then return nil end
-  local out = {}
-  for r = 0, rows - 1 do
-    for _, blk in ipairs(blocks) do
-      local at = blk.pos + r * blk.count * 4
-      out[#out + 1] = s:sub(at, at + blk.count * 4 - 1)
-    end
-  end
-  return table.concat(out), len
-end
-
--- The names of the files the driver writes in a checkpoint directory.
-local CHECKPOINT_NAMES = { "^run%.txt$", "^generated_at%.txt$", "^batch%-%d+%.u32$",
-  "^batch%-%d+%.u32%.sum$", "^batch%-%d+%.u32%.tmp$", "^batch%-%d+%.part$" }
-
 --- The driver's files in the checkpoint directory `ckdir` (names only; none when it does not
 -- exist), whatever run or batch count wrote them.
 function M.checkpoint_files(ckdir)
-  local names = {}
-  local p = io.popen("ls -A -- '" .. ckdir:gsub("'", "'\\''") .. "' 2>/dev/null")
-  if not p then return names end
-  for name in p:lines() do
-    for _, pat in ipairs(CHECKPOINT_NAMES) do
-      if name:match(pat) then names[#names + 1] = name; break end
-    end
-  end
-  p:close()
-  return names
+  return diversity.checkpoint_files(ckdir)
 end
 
 --- Remove a checkpoint directory and what the driver put in it (any run's files: a fresh run
@@ -826,48 +703,14 @@ function M.device_names(devs)
   return table.concat(names, " + ")
 end
 
--- What a checkpoint belongs to, as "key=value" lines: every input and option that changes the
--- bytes of the output. v7: batch data checksummed with `diversity.words_checksum`; v6: each
--- batch file's checksum also covers the run (its run.txt), the batch's index and its starts (`M.batch_binding`), and run.txt holds generated_at; v5: the
--- gram arithmetic that runs (the `summation` of the cache's metadata, as the engine resolves
--- it) instead of the plain_sums and judge options; v4: the input's content checksum, the whole starts list and checksummed
--- checkpoint files (v3 had the path and the starts' count, first and last only).
+-- What a checkpoint belongs to, as "key=value" lines (run.txt without its generated_at line):
+-- every input and option that changes the bytes of the output (`diversity.checkpoint_fingerprint`).
 local function fingerprint(t, starts, run, opts)
-  local lines = {
-    { "version", "v7" },
-    { "input", opts.embeddings },
-    { "input_checksum", opts.embeddings and diversity.file_checksum(opts.embeddings) or "none" },
-    { "center", tostring(opts.center or false) },
-    { "precision", opts.precision },
-    { "mode", run.mode },
-    { "summation", run.summation or "none" },
-    { "steps", tostring(run.steps) },
-    { "batch", tostring(run.batch) },
-    { "starts", ("%d, %s"):format(#starts, M.starts_fingerprint(starts)) },
-    { "table", ("%d x %d"):format(t:n(), t:dim()) },
+  return diversity.checkpoint_fingerprint {
+    input = opts.embeddings, center = opts.center or false, precision = opts.precision,
+    mode = run.mode, summation = run.summation, steps = run.steps, batch = run.batch,
+    starts = starts, n = t:n(), dim = t:dim(),
   }
-  local out = {}
-  for _, kv in ipairs(lines) do out[#out + 1] = kv[1] .. "=" .. kv[2] end
-  return table.concat(out, "\n") .. "\n"
-end
-
--- The keys whose values differ between two fingerprints, as "key: here vs checkpoint".
-local function fingerprint_diff(now, saved)
-  local function parse(text)
-    local m = {}
-    for k, v in text:gmatch("([%w_]+)=([^\n]*)") do m[k] = v end
-    return m
-  end
-  local a, b = parse(now), parse(saved)
-  local diffs = {}
-  -- The keys in the order the fingerprint writes them.
-  for k in now:gmatch("([%w_]+)=") do
-    if a[k] ~= b[k] then
-      diffs[#diffs + 1] = ("%s: %s now, %s in the checkpoint"):format(k, tostring(a[k]),
-        tostring(b[k] or "(missing: an older checkpoint format)"))
-    end
-  end
-  return table.concat(diffs, "; ")
 end
 
 --- Check that the checkpoint in `ckdir` belongs to the run whose fingerprint is `fp` and whose
@@ -875,31 +718,13 @@ end
 -- edited otherwise as such; batch files without a run.txt are refused, as nothing says which
 -- run wrote them.
 function M.check_run_file(ckdir, fp, run_text)
-  local text = read_file(ckdir .. "/run.txt")
-  local saved = text and (text:gsub("generated_at=[^\n]*\n", ""))
-  if saved and saved ~= fp then
-    error("diversity: --resume: the checkpoint in " .. ckdir .. " belongs to another run ("
-      .. fingerprint_diff(fp, saved) .. ")", 0)
-  end
-  if text and text ~= run_text then
-    error("diversity: --resume: " .. ckdir .. "/run.txt was changed after it was written (its "
-      .. "generated_at line); remove " .. ckdir .. " to start over", 0)
-  end
-  if not saved then
-    for _, name in ipairs(M.checkpoint_files(ckdir)) do
-      if name:match("^batch") then
-        error("diversity: --resume: the checkpoint in " .. ckdir .. " has batch files ("
-          .. name .. ") but no run.txt, so nothing says which run they belong to; remove "
-          .. ckdir .. " to start over", 0)
-      end
-    end
-  end
+  diversity.checkpoint_check_run(ckdir, fp, run_text)
 end
 
 --- The text of run.txt: what the run is (its fingerprint `fp`) and when it started (a last line
 -- "generated_at=…", kept by a resume: `M.checkpoint_time`).
 function M.run_text(fp, generated_at)
-  return fp .. "generated_at=" .. generated_at .. "\n"
+  return diversity.checkpoint_run_text(fp, generated_at)
 end
 
 --- Create the checkpoint directory `ckdir` and write its run.txt (`M.run_text`).
@@ -911,8 +736,7 @@ end
 --- When the run checkpointed in `ckdir` started (its run.txt's generated_at, a UTC time
 -- "YYYY-MM-DDTHH:MM:SSZ"), or nil when there is none.
 function M.checkpoint_time(ckdir)
-  local saved = read_file(ckdir .. "/run.txt")
-  return saved and saved:match("\ngenerated_at=(%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%dZ)\n$")
+  return diversity.checkpoint_time(ckdir)
 end
 
 --- Write a finished batch to the checkpoint file `path`: its checksum file (`M.batch_checksum`
@@ -930,35 +754,19 @@ function M.write_batch(path, bytes, binding)
   if not ok then error("diversity: checkpoint " .. path .. ": " .. tostring(e), 0) end
 end
 
--- A checkpoint file that a resume cannot take: an error naming it.
-local function refuse_checkpoint(path, why)
-  error(("diversity: --resume: checkpoint %s was changed after it was written, or written for "
-    .. "another run or batch (%s); remove %s to start over"):format(path, why, path), 0)
-end
-
 --- A finished batch from the checkpoint (`path`, the rows of the starts `list`, `len` entries
 -- each, of a table of `n` rows), or nil when there is none. Taken only when its checksum file
 -- matches its bytes and `binding` (this run, this batch) and its rows pass `M.check_rows`.
 function M.read_batch(path, binding, list, len, n)
-  local bytes = read_file(path)
-  if not bytes then return nil end
-  local sum = read_file(path .. ".sum")
-  if not sum then refuse_checkpoint(path, "its checksum file is missing") end
-  if sum ~= M.batch_checksum(binding, bytes) then
-    refuse_checkpoint(path, "its checksum differs")
-  end
-  local bad = M.check_rows(bytes, list, len, n)
-  if bad then refuse_checkpoint(path, "its checksum matches, but " .. bad) end
-  return bytes
+  return diversity.checkpoint_read_batch(path, binding, list, len, n)
 end
 
---- The steps so far of an unfinished batch (`M.read_part`), as {prefix =, have =}, or nil when
--- there are none; its rows must pass `M.check_rows` as well as their checksums.
+--- The steps so far of an unfinished batch (its .part's checksummed blocks), as {prefix =,
+-- have =}, or nil when there are none; its rows must pass `M.check_rows` as well as their
+-- checksums.
 function M.read_part_rows(path, binding, list, n)
-  local prefix, have = M.read_part(path, #list, binding)
+  local prefix, have = diversity.checkpoint_read_part(path, binding, list, n)
   if not prefix then return nil end
-  local bad = M.check_rows(prefix, list, have, n)
-  if bad then refuse_checkpoint(path, ("its first %d entries a row: %s"):format(have, bad)) end
   return { prefix = prefix, have = have }
 end
 
@@ -992,8 +800,8 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
   local nbatches = math.ceil(#starts / batch)
   local fp = fingerprint(t, starts, run, opts)
   local run_text = M.run_text(fp, generated_at)
-  local function ckfile(b) return ("%s/batch-%05d.u32"):format(ckdir, b) end
-  local function partfile(b) return ("%s/batch-%05d.part"):format(ckdir, b) end
+  local function ckfile(b) return diversity.checkpoint_batch_file(ckdir, b) end
+  local function partfile(b) return diversity.checkpoint_part_file(ckdir, b) end
   local lists, bindings = {}, {}
   for b = 1, nbatches do
     local first = (b - 1) * batch + 1

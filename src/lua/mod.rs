@@ -27,12 +27,14 @@
 //! | `stepping.rs` | a job stepping on a thread of its own (`job:start`), cancelled at exit |
 //! | `ivf.rs` | `kmeans`, the IVF-Flat index (`ivf_index`, `load_ivf_index`) and its handle |
 //! | `ivfpq.rs` | the IVF-PQ index (`ivfpq_index`, `load_ivfpq_index`) and its handle |
+//! | `driver.rs` | the driver's mechanics: the checkpoint format, batch sizing over devices |
 
 mod args;
 mod cache;
 mod cdata;
 mod context;
 mod device_table;
+mod driver;
 mod error;
 mod handle;
 mod ivf;
@@ -64,6 +66,7 @@ fn diversity(lua: &Lua) -> LuaResult<LuaTable> {
     rows::register(lua, &m)?;
     ivf::register(lua, &m)?;
     ivfpq::register(lua, &m)?;
+    driver::register(lua, &m)?;
     // "diversity X.Y.Z", as Lua modules say what they are.
     m.set("_VERSION", concat!("diversity ", env!("CARGO_PKG_VERSION")))?;
     m.set("ENV_FAIL_AFTER_CHUNKS", crate::batch::ENV_FAIL_AFTER_CHUNKS)?;

@@ -66,7 +66,7 @@ impl LRows {
         }
     }
 
-    fn bytes(&self) -> &[u8] {
+    pub(super) fn bytes(&self) -> &[u8] {
         bytemuck::cast_slice(&self.data[..self.rows * self.len])
     }
 }

@@ -259,3 +259,49 @@ describe("an fp16 .bin input keeps the space its sidecar records", function()
     assert.is_false(H.exists(dir .. "/no.json"))
   end)
 end)
+
+-- tests/lua/fixtures/checkpoint-v7/ is a checkpoint the driver wrote while the format still
+-- lived in driver.lua (a --mode scan run of the bundled 300 fortunes, --top-k 12, --batch 100,
+-- SOURCE_DATE_EPOCH=1700000000, lost after 7 submissions: batches 1 and 2 finished, steps 1..10
+-- of batch 3 in its .part). The format now written in Rust reads it, and writes the same bytes.
+describe("a checkpoint written before the format moved to Rust", function()
+  local FIXTURE = "tests/lua/fixtures/checkpoint-v7"
+  local FILES = { "batch-00001.u32", "batch-00001.u32.sum", "batch-00002.u32",
+    "batch-00002.u32.sum", "batch-00003.part", "run.txt" }
+  local dir
+  setup(function() dir = H.tmpdir() end)
+  teardown(function() H.cleanup() end)
+
+  local function args(name, extra)
+    local a = { "--embeddings", "data/fortunes-300.embeddings.json", "--out",
+      dir .. "/" .. name .. ".json", "--mode", "scan", "--top-k", "12", "--batch", "100",
+      "--target-s", "0.000001", "--cache-dir", dir }
+    for _, x in ipairs(extra or {}) do a[#a + 1] = x end
+    return a
+  end
+
+  it("resumes, giving the uninterrupted run's bytes", function()
+    local rc, _, err = H.cli(args("whole"), EPOCH)
+    assert.are.equal(0, rc, err)
+    os.execute("mkdir -p " .. H.q(dir .. "/old.json.partial"))
+    for _, f in ipairs(FILES) do
+      H.write(dir .. "/old.json.partial/" .. f, H.read(FIXTURE .. "/" .. f))
+    end
+    -- Another clock: the output's generated_at must come from the fixture's run.txt.
+    local out
+    rc, out, err = H.cli(args("old", { "--resume" }), "SOURCE_DATE_EPOCH=1800000000")
+    assert.are.equal(0, rc, err)
+    assert.truthy(out:find("2 from the checkpoint", 1, true), out)
+    assert.are.equal(H.read(dir .. "/whole.json"), H.read(dir .. "/old.json"))
+    assert.is_false(H.exists(dir .. "/old.json.partial"))
+  end)
+
+  it("is what the run writes today, byte for byte", function()
+    local rc, out, err = H.cli(args("new"), EPOCH .. " DIVERSITY_FAIL_AFTER_CHUNKS=7")
+    assert.are.equal(1, rc, out .. err)
+    for _, f in ipairs(FILES) do
+      assert.are.equal(H.read(FIXTURE .. "/" .. f), H.read(dir .. "/new.json.partial/" .. f), f)
+    end
+    assert.are.same(FILES, driver.checkpoint_files(dir .. "/new.json.partial"))
+  end)
+end)

@@ -1,0 +1,271 @@
+//! The mechanics the Lua driver (`lua/diversity/driver.lua`) asks of Rust, so that the driver
+//! keeps only the policy: the checkpoint format (`diversity.checkpoint_*`,
+//! `diversity.starts_fingerprint`: thin bindings of [`crate::checkpoint`], which writes run.txt's
+//! text, the batch files' names and checksums and checks what a `--resume` reads) and batch
+//! sizing (`diversity.max_batch` over several devices, `diversity.host_batch`,
+//! `diversity.default_host_memory`). May touch [`crate::checkpoint`], [`crate::engine`]'s and
+//! [`crate::batch`]'s sizing, the rows buffer (`rows.rs`) and the binding's helpers; the driver
+//! keeps the file writes.
+
+use super::args::{int, int_list, parse_mode, parse_precision};
+use super::context::LContext;
+use super::error::{msg, LuaCtx};
+use super::rows::LRows;
+use crate::checkpoint::{self as ck, RunFingerprint};
+use crate::engine;
+use crate::mode::Mode;
+use mlua::prelude::*;
+use mlua::Value;
+use std::path::Path;
+
+/// A `--resume` refusal as the driver has always raised it.
+fn resume_error(e: crate::error::Error) -> LuaError {
+    LuaError::RuntimeError(format!("diversity: --resume: {e}"))
+}
+
+/// A Lua array of starts as u64.
+fn starts(call: &str, t: &LuaTable) -> LuaResult<Vec<u64>> {
+    Ok(int_list(call, "start", t)?
+        .into_iter()
+        .map(u64::from)
+        .collect())
+}
+
+/// The bytes of a binary string or of a `diversity.rows()` buffer, handed to `f`.
+fn with_bytes<R>(call: &str, v: &Value, f: impl FnOnce(&[u8]) -> R) -> LuaResult<R> {
+    match v {
+        Value::String(s) => Ok(f(&s.as_bytes())),
+        Value::UserData(u) => Ok(f(u.borrow::<LRows>()?.bytes())),
+        other => Err(msg(
+            call,
+            format!(
+                "expected a string or a rows buffer, got a {}",
+                other.type_name()
+            ),
+        )),
+    }
+}
+
+/// The `checkpoint_*` functions, `starts_fingerprint`, `max_batch`, `host_batch` and
+/// `default_host_memory`.
+pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
+    // `diversity.max_batch(contexts, n, dim, precision [, steps = n − 1 [, mode = "auto"]])`:
+    // the largest batch that every context of the Lua array allows (the smallest of their
+    // `ctx:max_batch`), so that batches shared out over several devices fit each of them.
+    m.set(
+        "max_batch",
+        lua.create_function(
+            |_,
+             (ctxs, n, d, precision, steps, mode): (
+                LuaTable,
+                Value,
+                Value,
+                Option<String>,
+                Option<Value>,
+                Option<String>,
+            )| {
+                let call = "max_batch";
+                let n = int(call, "n", &n)? as usize;
+                let d = int(call, "dim", &d)? as usize;
+                let p = parse_precision(call, precision)?;
+                let steps = match steps.filter(|s| !s.is_nil()) {
+                    Some(s) => int(call, "steps", &s)? as usize,
+                    None => n.saturating_sub(1),
+                };
+                let mode = parse_mode(call, mode.as_deref(), Mode::Auto)?;
+                let mut fit = None::<usize>;
+                for c in ctxs.sequence_values::<LuaAnyUserData>() {
+                    let c = c?;
+                    let c = c.borrow::<LContext>()?;
+                    let f = engine::context_max_batch(c.get(call)?, mode, n, d, p, steps);
+                    fit = Some(fit.map_or(f, |m| m.min(f)));
+                }
+                fit.ok_or_else(|| msg(call, "no contexts"))
+            },
+        )?,
+    )?;
+    // `diversity.host_batch(bytes, steps)`: the most sequences of `steps` steps a batch may
+    // hold within `bytes` of host memory (≥ 1).
+    m.set(
+        "host_batch",
+        lua.create_function(|_, (bytes, steps): (f64, Value)| {
+            let steps = int("host_batch", "steps", &steps)?;
+            Ok(crate::batch::host_batch(
+                bytes.max(0.0).floor() as u64,
+                steps,
+            ))
+        })?,
+    )?;
+    // `diversity.default_host_memory()`: min(2 GiB, a quarter of the host's memory).
+    m.set(
+        "default_host_memory",
+        lua.create_function(|_, ()| Ok(crate::batch::default_host_memory()))?,
+    )?;
+    // `diversity.starts_fingerprint(starts)`: "fnv1a32:xxxxxxxx" over "s1,s2,…".
+    m.set(
+        "starts_fingerprint",
+        lua.create_function(|_, list: LuaTable| {
+            Ok(ck::starts_fingerprint(&starts(
+                "starts_fingerprint",
+                &list,
+            )?))
+        })?,
+    )?;
+    // `diversity.checkpoint_fingerprint{input =, center =, precision =, mode =, summation =,
+    // steps =, batch =, starts =, n =, dim =}`: run.txt's fingerprint lines (the input's
+    // content checksum read from `input`).
+    m.set(
+        "checkpoint_fingerprint",
+        lua.create_function(|_, o: LuaTable| {
+            let call = "checkpoint_fingerprint";
+            let input: String = o
+                .get::<Option<String>>("input")?
+                .ok_or_else(|| msg(call, "input is required"))?;
+            let num = |k: &str| -> LuaResult<u64> { int(call, k, &o.get::<Value>(k)?) };
+            let list = starts(call, &o.get::<LuaTable>("starts")?)?;
+            let precision: String = o.get("precision")?;
+            let mode: String = o.get("mode")?;
+            let summation: Option<String> = o.get("summation")?;
+            let fp = RunFingerprint {
+                input: &input,
+                input_checksum: Some(RunFingerprint::checksum_input(&input).lua_ctx(call)?),
+                center: o.get::<Option<bool>>("center")?.unwrap_or(false),
+                precision: &precision,
+                mode: &mode,
+                summation: summation.as_deref(),
+                steps: num("steps")?,
+                batch: num("batch")?,
+                starts: &list,
+                n: num("n")?,
+                dim: num("dim")?,
+            };
+            Ok(fp.text())
+        })?,
+    )?;
+    // `diversity.checkpoint_run_text(fp, generated_at)`: the whole text of run.txt.
+    m.set(
+        "checkpoint_run_text",
+        lua.create_function(|_, (fp, at): (String, String)| Ok(ck::run_text(&fp, &at)))?,
+    )?;
+    // `diversity.checkpoint_check_run(ckdir, fp, run_text)`: raises the `--resume` refusal when
+    // the checkpoint belongs to another run, its run.txt was edited, or it has batch files but
+    // no run.txt.
+    m.set(
+        "checkpoint_check_run",
+        lua.create_function(|_, (dir, fp, text): (String, String, String)| {
+            ck::check_run_file(&dir, &fp, &text).map_err(resume_error)
+        })?,
+    )?;
+    // `diversity.checkpoint_time(ckdir)`: run.txt's generated_at, or nil.
+    m.set(
+        "checkpoint_time",
+        lua.create_function(|_, dir: String| Ok(ck::checkpoint_time(Path::new(&dir))))?,
+    )?;
+    // `diversity.checkpoint_files(ckdir)`: the driver's files there (names, a Lua array).
+    m.set(
+        "checkpoint_files",
+        lua.create_function(|lua, dir: String| {
+            lua.create_sequence_from(ck::checkpoint_files(Path::new(&dir)))
+        })?,
+    )?;
+    // `diversity.checkpoint_batch_file(ckdir, b)` / `checkpoint_part_file(ckdir, b)`: the
+    // paths of batch b's (1-based) finished and in-progress files.
+    m.set(
+        "checkpoint_batch_file",
+        lua.create_function(|_, (dir, b): (String, Value)| {
+            let b = int("checkpoint_batch_file", "b", &b)? as usize;
+            Ok(format!("{dir}/{}", ck::batch_file(b)))
+        })?,
+    )?;
+    m.set(
+        "checkpoint_part_file",
+        lua.create_function(|_, (dir, b): (String, Value)| {
+            let b = int("checkpoint_part_file", "b", &b)? as usize;
+            Ok(format!("{dir}/{}", ck::part_file(b)))
+        })?,
+    )?;
+    // `diversity.checkpoint_binding(run_text, b, starts)`: what every checksum of batch b's
+    // files covers.
+    m.set(
+        "checkpoint_binding",
+        lua.create_function(|_, (text, b, list): (String, Value, LuaTable)| {
+            let call = "checkpoint_binding";
+            let b = int(call, "b", &b)?;
+            Ok(ck::batch_binding(&text, b, &starts(call, &list)?))
+        })?,
+    )?;
+    // `diversity.checkpoint_batch_checksum(binding, bytes)`: a finished batch's .sum text
+    // (`bytes` a binary string or a rows buffer).
+    m.set(
+        "checkpoint_batch_checksum",
+        lua.create_function(|_, (binding, bytes): (String, Value)| {
+            with_bytes("checkpoint_batch_checksum", &bytes, |b| {
+                ck::batch_checksum(&binding, b)
+            })
+        })?,
+    )?;
+    // `diversity.checkpoint_part_head(binding, from, count, bytes)`: the 16-byte header of a
+    // .part block.
+    m.set(
+        "checkpoint_part_head",
+        lua.create_function(
+            |lua, (binding, from, count, bytes): (String, Value, Value, Value)| {
+                let call = "checkpoint_part_head";
+                let from = super::args::int_u32(call, "from", &from)?;
+                let count = super::args::int_u32(call, "count", &count)?;
+                let head = with_bytes(call, &bytes, |b| {
+                    ck::part_block_head(&binding, from, count, b)
+                })?;
+                lua.create_string(head)
+            },
+        )?,
+    )?;
+    // `diversity.checkpoint_check_rows(bytes, starts, len, n)`: nil, or the first bad row.
+    m.set(
+        "checkpoint_check_rows",
+        lua.create_function(
+            |_, (bytes, list, len, n): (LuaString, LuaTable, Value, Value)| {
+                let call = "checkpoint_check_rows";
+                let list = starts(call, &list)?;
+                let len = int(call, "len", &len)? as usize;
+                let n = int(call, "n", &n)? as usize;
+                Ok(ck::check_rows(&bytes.as_bytes(), &list, len, n))
+            },
+        )?,
+    )?;
+    // `diversity.checkpoint_read_batch(path, binding, starts, len, n)`: a finished batch's
+    // bytes, or nil; raises the `--resume` refusal for a file it cannot take.
+    m.set(
+        "checkpoint_read_batch",
+        lua.create_function(
+            |lua, (path, binding, list, len, n): (String, String, LuaTable, Value, Value)| {
+                let call = "checkpoint_read_batch";
+                let list = starts(call, &list)?;
+                let len = int(call, "len", &len)? as usize;
+                let n = int(call, "n", &n)? as usize;
+                match ck::read_batch(&path, &binding, &list, len, n).map_err(resume_error)? {
+                    Some(b) => Ok(Some(lua.create_string(b)?)),
+                    None => Ok(None),
+                }
+            },
+        )?,
+    )?;
+    // `diversity.checkpoint_read_part(path, binding, starts, n)`: the steps so far of an
+    // unfinished batch (the rows' first `have` entries as a binary string, and `have`), or nil;
+    // raises the `--resume` refusal for a block it cannot take.
+    m.set(
+        "checkpoint_read_part",
+        lua.create_function(
+            |lua, (path, binding, list, n): (String, String, LuaTable, Value)| {
+                let call = "checkpoint_read_part";
+                let list = starts(call, &list)?;
+                let n = int(call, "n", &n)? as usize;
+                match ck::read_part_rows(&path, &binding, &list, n).map_err(resume_error)? {
+                    Some((b, have)) => Ok((Some(lua.create_string(b)?), Some(have))),
+                    None => Ok((None, None)),
+                }
+            },
+        )?,
+    )?;
+    Ok(())
+}
