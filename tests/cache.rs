@@ -1,5 +1,5 @@
-//! Cache writers and readers (SPEC §Files) and the fp16 `.bin` table format: round trips, the
-//! streaming JSON writer's parallel formatting, and the §Bad input cases that concern output
+//! Cache writers and readers and the fp16 `.bin` table format: round trips, the
+//! streaming JSON writer's parallel formatting, and the bad-input cases that concern output
 //! files — no partial or stale file is ever left behind. Error tests check the variant and the
 //! words a user needs to see. No Vulkan device is needed.
 

@@ -1,7 +1,7 @@
 //! One contract for every sequence engine, run against each through `diversity::engine` (the
 //! same calls the Lua binding and the command lines make): the same bits across chunk sizes,
-//! batch sizes, start order and a resume from a checkpointed prefix (SPEC §Exactness 1), and the
-//! float64 ε-argmax oracle along each sequence's own prefix (§Exactness 2), fp32 and fp16, on
+//! batch sizes, start order and a resume from a checkpointed prefix, and the
+//! float64 ε-argmax oracle along each sequence's own prefix, fp32 and fp16, on
 //! real data centred (where the running sum cancels) and on random data with an odd dimension.
 //! A new engine joins by adding its mode to `ENGINES`.
 

@@ -1,5 +1,5 @@
-//! File loaders and writers: the bundled data, round trips, and every bad input of SPEC §Bad input
-//! that concerns files. Each error test checks the variant and the words a user needs to see.
+//! File loaders and writers: the bundled data, round trips, and every bad input that
+//! concerns files. Each error test checks the variant and the words a user needs to see.
 
 use diversity::error::Error;
 use diversity::files::{

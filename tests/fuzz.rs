@@ -1,4 +1,4 @@
-//! A bounded, deterministic mutation fuzzer of every file loader and reader (issue 16: no input
+//! A bounded, deterministic mutation fuzzer of every file loader and reader (no input
 //! crashes the process or corrupts a result), plus focused regression tests of what it found.
 //!
 //! Seeds are small valid files from the project's own writers and slices of the bundled data;

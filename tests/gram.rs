@@ -1,7 +1,7 @@
 //! The gram engine on a real Vulkan device (lavapipe in CI), validation layers on: G against a
 //! float64 product, the same bits across placements, workgroup sizes, reductions, chunks,
-//! batches and start order (SPEC §Exactness 1), the float64 ε-argmax oracle along the engine's
-//! own prefix (SPEC §Exactness 2) on real and random data, fp32 and fp16, centered and not,
+//! batches and start order, the float64 ε-argmax oracle along the engine's
+//! own prefix on real and random data, fp32 and fp16, centered and not,
 //! edge cases, bad input, resume, and the memory-budget rule of `auto`.
 
 mod common;
@@ -408,7 +408,7 @@ fn edge_cases_n1_n2_zero_rows_duplicates() {
         ),
         vec![vec![1, 0], vec![0, 1]]
     );
-    // Worked by hand from SPEC §Sequence (see tests/scan.rs): duplicates and |c| = 0.
+    // Worked by hand from the definition (see tests/scan.rs): duplicates and |c| = 0.
     let dup = Table::new(vec![1.0, 0.0, 0.0, 1.0, 0.0, 1.0, -1.0, 0.0], 4, 2).unwrap();
     for placement in [Placement::Registers, Placement::Memory] {
         let o = GramOptions {

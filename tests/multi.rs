@@ -1,4 +1,4 @@
-//! k-NN over several devices (issue 7): shards (the table split by rows) and replicas (the
+//! k-NN over several devices: shards (the table split by rows) and replicas (the
 //! queries split) against one device's `knn_flat`, ids and distance bits equal, on two or three
 //! logical devices opened on the one physical device ("0,0"), validation layers on every
 //! context; all three metrics, fp32 and fp16, k = 1, 10, 33 and k > N, duplicate rows across

@@ -1,6 +1,6 @@
 //! The scan engine on a real Vulkan device (lavapipe in CI), validation layers on. Every test
-//! checks real properties: the same bits across shapes (SPEC §Exactness 1), the float64
-//! ε-argmax oracle along the engine's own prefix (SPEC §Exactness 2), edge cases, bad input.
+//! checks real properties: the same bits across shapes, the float64
+//! ε-argmax oracle along the engine's own prefix, edge cases, bad input.
 
 mod common;
 use common::{assert_clean, ctx, fortunes, random_table};
@@ -298,7 +298,7 @@ fn edge_cases_n1_n2_zero_rows_duplicates() {
     )
     .unwrap();
     assert_eq!(s, vec![vec![1, 0], vec![0, 1]]);
-    // Duplicates and |c| = 0, worked by hand from SPEC §Sequence: from 0, c = (1,0):
+    // Duplicates and |c| = 0, worked by hand from the definition: from 0, c = (1,0):
     // d(1) = d(2) = 1, d(3) = 2 → 3; then c = (0,0): every d = 1 → lowest index 1; then 2.
     let dup = Table::new(vec![1.0, 0.0, 0.0, 1.0, 0.0, 1.0, -1.0, 0.0], 4, 2).unwrap();
     for shape in [Shape::Untiled, Shape::Tiled, Shape::PerTile] {
@@ -535,7 +535,7 @@ fn resume_from_a_prefix_is_bit_identical() {
     assert_clean(&ctx);
 }
 
-/// The 128 × 128 kernel gives the 64-candidate kernel's bits (SPEC §Exactness 1) for every
+/// The 128 × 128 kernel gives the 64-candidate kernel's bits for every
 /// shape, tile, chunk, batch and precision, on shapes that stress its edges: N not a multiple of
 /// 128 (and N < 128, N = 1, N = 2), batches not a multiple of 128 (and above 128: two row
 /// blocks), odd D and D not a multiple of its 8-dim stages.
@@ -644,7 +644,7 @@ fn block128_kernel_gives_the_same_bits_as_block64() {
     assert_clean(&ctx);
 }
 
-/// The float64 ε-argmax oracle (SPEC §Exactness 2) on the 128 × 128 kernel's own output.
+/// The float64 ε-argmax oracle on the 128 × 128 kernel's own output.
 #[test]
 fn block128_kernel_passes_the_exactness_oracle() {
     let ctx = ctx();

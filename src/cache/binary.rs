@@ -1,5 +1,6 @@
 //! [`BinaryCacheWriter`] and [`BinaryCache`]: the user's binary cache, a little-endian uint32
-//! `N` followed by N rows of L uint32.
+//! `N` followed by N rows of L uint32. May touch the row files of `rows.rs`, the crate's errors and
+//! atomic writes; no device.
 
 use super::rows::{
     check_flat_len, format_err, le_u32s, open_with_size, read_at, rows_u32, sequence_row_problem,

@@ -2,7 +2,8 @@
 //! a table's content checksum ([`table_checksum`]) and the checksum a JSON cache carries of
 //! itself ([`verify_checksum`]). They catch edits, truncation and mix-ups, not tampering: the
 //! arithmetic is public, so whoever edits a file can recompute them, and the readers keep their
-//! own checks of what the rows mean.
+//! own checks of what the rows mean. May touch the host table and the crate's errors; no file and
+//! no device.
 
 pub(super) use crate::checksum::{fnv1a64, FNV64_START};
 use crate::error::{Error, Result};

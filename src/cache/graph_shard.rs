@@ -1,5 +1,7 @@
 //! [`KnnGraphShard`]: the slice of a k-NN graph one shard of a sharded rankings run computes, and
-//! [`merge_graphs`], which rebuilds the one-shot graph file from every shard's slice.
+//! [`merge_graphs`], which rebuilds the one-shot graph file from every shard's slice. May touch the
+//! k-NN graph writer, the shard layout of `merge.rs`, the row files of `rows.rs`, the checksums and
+//! atomic writes; no device.
 
 use super::checksum::{fnv1a64, FNV64_START};
 use super::knn_graph::{KnnGraphWriter, KnnMetric};

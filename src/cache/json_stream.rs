@@ -1,6 +1,7 @@
 //! The streaming JSON writer shared by the sequence cache, the rankings cache and the shard
 //! merge: `{"metadata":{…},"<section>":{"<key>":[…], …}}`, rows formatted without per-number
-//! allocation (on several threads for large batches) and mapped through the table's row ids.
+//! allocation (on several threads for large batches) and mapped through the table's row ids. May
+//! touch the checksums of `checksum.rs`, the crate's errors and atomic writes; no device.
 
 use super::checksum::{fnv1a64, CHECKSUM_KEY, CHECKSUM_PLACEHOLDER, FNV64_START};
 use crate::error::{Error, Result};

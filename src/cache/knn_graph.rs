@@ -1,5 +1,6 @@
 //! The k-NN graph file: its format constants, [`KnnMetric`], the writer [`KnnGraphWriter`] and
-//! the reader [`KnnGraph`].
+//! the reader [`KnnGraph`]. May touch the row files of `rows.rs`, the crate's errors and atomic
+//! writes; no device.
 
 use super::rows::{
     check_flat_len, format_err, item_out_of_range, le_u32s, open_with_size, read_at, rows_u32,

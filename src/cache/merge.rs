@@ -1,5 +1,7 @@
 //! Shards: partial caches of one run (`--shard i/n`), and [`merge_caches`] /
-//! [`merge_rankings`] merging them back into the one-shot diversity / rankings cache.
+//! [`merge_rankings`] merging them back into the one-shot diversity / rankings cache. May touch the
+//! checksums of `checksum.rs`, the JSON writer of `json_stream.rs`, the crate's errors and atomic
+//! writes; no device.
 
 use super::checksum::{check_checksum_bytes, RawMembers, CHECKSUM_KEY};
 use super::json_stream::{JsonStream, PIECE_BYTES};

@@ -1,5 +1,6 @@
 //! The `metadata` object of a JSON cache file (`{"metadata":{…}, …}`), read with serde_json: the
-//! rest of the file is parsed but not kept, so a large cache costs one pass and no memory.
+//! rest of the file is parsed but not kept, so a large cache costs one pass and no memory. May
+//! touch the file it reads and the crate's errors; nothing else.
 
 use crate::error::{Error, Result};
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};

@@ -1,4 +1,5 @@
-//! [`RankingsWriter`]: the streaming writer of the similarity rankings cache.
+//! [`RankingsWriter`]: the streaming writer of the similarity rankings cache. May touch the JSON
+//! writer of `json_stream.rs`, the row checks of `rows.rs` and the crate's errors; no device.
 
 use super::json_stream::{json_kind, IdText, JsonStream};
 use super::rows::{check_flat_len, rows_u32, ListChecker, RowSet};

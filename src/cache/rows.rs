@@ -1,6 +1,7 @@
 //! Row bookkeeping shared by the writers and readers: which rows were written, the checks of
 //! one item's list of other items, the pre-sized row file the binary cache and the k-NN graph
-//! are written through, and positioned reads of a row.
+//! are written through, and positioned reads of a row. May touch the files it is given, the crate's
+//! errors and atomic writes; no device.
 
 use crate::error::{Error, Result};
 use crate::pending_file::{check_not_failed, io_err, PendingFile};

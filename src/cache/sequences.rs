@@ -1,4 +1,6 @@
-//! [`JsonCacheWriter`]: the streaming writer of `diversity_cache.json`.
+//! [`JsonCacheWriter`]: the streaming writer of `diversity_cache.json`. May touch the JSON writer
+//! of `json_stream.rs`, the row checks of `rows.rs`, the checksum key and the crate's errors; no
+//! device.
 
 use super::checksum::CHECKSUM_KEY;
 use super::json_stream::{json_kind, IdText, JsonStream};

@@ -2,7 +2,8 @@
 //! facts Vulkan does not report (the L2 size from a table of known devices or the host CPU, the
 //! host's memory, lavapipe's loop cap and the loop budget every planner keeps within), the
 //! feature switches of `DIVERSITY_DISABLE`, and [`Context::describe`]. Reads the environment,
-//! sysfs and /proc; creates no Vulkan object.
+//! sysfs and /proc; creates no Vulkan object. May touch the context it describes and the crate's
+//! errors.
 
 use super::{Context, ENV_DISABLE, ENV_L2_BYTES};
 use crate::error::{Error, Result};

@@ -1,6 +1,7 @@
 //! Which device: the Vulkan loader and instance, the usable devices ranked (discrete GPU first,
 //! then integrated, virtual, CPU), [`Context::list_devices`], and the choice by index, name or
 //! UUID as NVIDIA's tools write it. Opens instances only; the device itself is opened in `mod.rs`.
+//! May touch the Vulkan loader and instance, the context options and the crate's errors.
 
 use super::{Context, ContextOptions, ENV_DEVICE};
 use crate::error::{Error, Result, VkContext};

@@ -1,7 +1,8 @@
 //! The judge of the gram engine (see `shaders/gram.comp` and [`super::GramOptions::judge`]):
 //! its widest band, the shared memory and loop iterations it adds to a step, and its
 //! full-recompute period. Pure functions of the device's capabilities and the options; the plan
-//! decides from them whether the judge fits, a job reads its counters back.
+//! decides from them whether the judge fits, a job reads its counters back. May touch the gram
+//! options and the device's capabilities; nothing else.
 
 use super::{GramOptions, Placement, JUDGE_REFRESH};
 use crate::device::Capabilities;

@@ -3,7 +3,8 @@
 //! plain key sums, the judge or not), the workgroup size, where the state lives and the
 //! registers a lane holds, the loop iterations a dispatch runs, the largest batch, the bytes of
 //! G and of a batch, and the `auto` rule ([`mode_for`]). Pure functions of their inputs, tested
-//! without a device.
+//! without a device. May touch the gram options, the judge's arithmetic, the device's capabilities,
+//! the mode and the crate's errors; no Vulkan object.
 
 use super::judge::{judge_loops, judge_refresh, judge_round};
 use super::{Arithmetic, GramOptions, Placement, BUDGET_FRACTION, MAX_SLABS};

@@ -1,7 +1,8 @@
 //! What one submission of a gram job records: its dispatches of `gram.comp`, each a run of steps
 //! within the device's loop budget, with barriers between them, and the push constants they
 //! take; and [`in_parts`], the cut of a count into bounded parts that `matrix.rs` uses too.
-//! Records into the command buffer it is given; knows nothing of the job.
+//! Records into the command buffer it is given; knows nothing of the job. May touch the pipelines
+//! and command buffers it is handed and the barriers of `submit.rs`; nothing else.
 
 use crate::device::Pipeline;
 use crate::submit::{barrier, bind};

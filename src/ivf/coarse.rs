@@ -2,7 +2,7 @@
 //! copy on the device (the table the coarse k-NN searches) and their training, k-means of the
 //! rows as the index sees them (unit rows for cosine, as spherical k-means does). It uses the
 //! device table and `kmeans.rs`; the lists, their scans and the file formats stay with each
-//! index.
+//! index. May touch the device context, the device table, the host table and `kmeans.rs`.
 
 use super::kmeans::{kmeans, KMeans, KMeansOptions};
 use crate::device::Context;

@@ -1,4 +1,5 @@
-//! The IVF-Flat index file, little-endian:
+//! The IVF-Flat index file: its writer and its reader. May touch the index it reads or writes, the
+//! file, the checksum, atomic writes and the crate's errors. The format, little-endian:
 //!
 //! | bytes | field |
 //! |---|---|

@@ -1,5 +1,7 @@
 //! The inverted file with product-quantized residuals, IVFADC (Faiss's `IndexIVFPQ`, M × 8
-//! bits), and its optional exact re-rank (Faiss's `IndexRefineFlat` idea).
+//! bits), and its optional exact re-rank (Faiss's `IndexRefineFlat` idea). May touch the coarse
+//! quantizer, k-means, the product quantizer, its list scan (`pq_scan.rs`), the exact k-NN and the
+//! host table.
 //!
 //! * **Train**: the coarse quantizer as [`super::IvfFlat`]'s (k-means of the rows into nlist
 //!   centroids), then each training row's residual x − c(x) from its nearest centroid, and the

@@ -1,4 +1,5 @@
-//! k-means (Lloyd's algorithm) with the assignment on the device.
+//! k-means (Lloyd's algorithm) with the assignment on the device. May touch the device context, the
+//! device table, the exact k-NN's resident search, the sums of `update.rs` and the host table.
 //!
 //! Each iteration assigns every training row to its nearest centroid by squared L2 distance on
 //! the device — the exact k-NN search of [`crate::knn()`] with k = 1, the centroids uploaded as

@@ -2,7 +2,8 @@
 //! [`IvfFlat`] (Faiss's `IndexIVFFlat`), saved and loaded by [`IvfFlat::save`] /
 //! [`IvfFlat::load`] (the format is in `file.rs`), and [`IvfPq`] (Faiss's `IndexIVFPQ`, IVFADC,
 //! with the [`ProductQuantizer`]; see `ivfpq.rs`, `pq.rs`, `pq_scan.rs`, `pq_file.rs`), and
-//! [`IvfShards`], an IVF-Flat index over several devices (`shards.rs`).
+//! [`IvfShards`], an IVF-Flat index over several devices (`shards.rs`). May touch the device
+//! context, the device table, the exact k-NN, the host table and this folder's files.
 //!
 //! # IVF-Flat
 //! *Train*: k-means of the training rows into `nlist` centroids (rows normalised first for

@@ -1,6 +1,7 @@
 //! The product quantizer of [`super::IvfPq`] (Faiss's `ProductQuantizer` with 8 bits): D split
 //! into M sub-spaces of D / M consecutive dimensions, each with its own 256 centroids; a vector
-//! is coded as M bytes, the nearest sub-centroid of each of its sub-vectors.
+//! is coded as M bytes, the nearest sub-centroid of each of its sub-vectors. May touch k-means
+//! (training and assignment on the device), the host table and the crate's errors.
 //!
 //! * **Training**: [`kmeans()`](super::kmeans::kmeans) of each sub-space's sub-vectors into 256 centroids (the
 //!   caller's [`KMeansOptions`]: iterations, seed, subsampling; an `init` is not used — it is

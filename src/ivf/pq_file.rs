@@ -1,4 +1,6 @@
-//! The IVF-PQ index file, little-endian:
+//! The IVF-PQ index file: its writer and its reader. May touch the IVF-PQ index it reads or writes,
+//! the header reader of `file.rs`, the checksum, atomic writes and the crate's errors. The
+//! format, little-endian:
 //!
 //! | bytes | field |
 //! |---|---|

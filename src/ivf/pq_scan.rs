@@ -1,7 +1,8 @@
 //! The IVF-PQ list scan on the device (`shaders/ivfpq_scan.comp`): every list's codes in one
 //! buffer, and one dispatch in which a workgroup a query builds, for each list it probes, the
 //! M × 256 lookup table of (query, list) in shared memory and sums the table entries of the
-//! list's codes, keeping its k best with `shaders/block_select.glsl`.
+//! list's codes, keeping its k best with `shaders/block_select.glsl`. May touch the device context,
+//! device memory, the compiled shaders, command submission and the scan helpers of `scan.rs`.
 //!
 //! # Exactness
 //! The keys are fp32 sums of fp32 table entries (see the shader for the order of the operations);

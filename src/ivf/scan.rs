@@ -1,6 +1,8 @@
 //! The IVF-Flat list scan on the device (`shaders/ivf_scan.comp`): every list in one slab, and
 //! one dispatch that scans, for every query, the rows of every list it probes and keeps its k
-//! best (`shaders/block_select.glsl`: a sorted queue per invocation, then a workgroup merge).
+//! best (`shaders/block_select.glsl`: a sorted queue per invocation, then a workgroup merge). May
+//! touch the device context, device memory, the compiled shaders and command submission; no index
+//! logic.
 //!
 //! # The slab
 //! The lists' rows, list after list, each list given room for a quarter more rows (at least 32)

@@ -2,7 +2,9 @@
 //! coarse quantizer is trained once (on the first device), every device holds the same
 //! centroids and an [`IvfFlat`] of its contiguous slice of the rows ([`crate::multi::split_ranges`],
 //! equal or weighted), and a search runs on every device in its own thread, the per-device
-//! k-lists merged on the host by the device's `(key, id)` order with global ids.
+//! k-lists merged on the host by the device's `(key, id)` order with global ids. May touch the
+//! IVF-Flat index, the multi-device merge of `multi.rs`, the host table and the device contexts it
+//! is given.
 //!
 //! # Why the result is one device's, bit for bit
 //! Every device assigns a row to the same list (the same centroids, the same deterministic

@@ -4,7 +4,8 @@
 //! stable: ascending rows within a cluster), and one workgroup a centroid adds its rows in
 //! float64 in that order — the host update's additions in the host update's order, so the
 //! centroids are the same bits either way (`tests/ivf.rs` checks it). The means and the splits
-//! of empty clusters stay on the host ([`super::kmeans::finish`]): O(k·D).
+//! of empty clusters stay on the host ([`super::kmeans::finish`]): O(k·D). May touch the device
+//! context, device memory, the compiled shaders and command submission.
 
 use crate::device::{loop_budget, Buffer, Context, PipelineKey};
 use crate::error::Result;

@@ -1,5 +1,6 @@
 //! Lua arguments to Rust values: integers checked the way the errors promise (named, never
-//! truncated), index lists, option tables, the engine's enums, binary rows.
+//! truncated), index lists, option tables, the engine's enums, binary rows. May touch Lua values,
+//! the binding's errors and the crate's enums.
 
 use super::error::{msg, LuaCtx};
 use crate::mode::Mode;

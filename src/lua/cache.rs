@@ -1,4 +1,5 @@
-//! The cache writers (JSON, binary) and the binary cache reader; `merge_caches`.
+//! The cache writers (JSON, binary) and the binary cache reader; `merge_caches`. May touch the
+//! crate's cache writers and reader, the job and rows handles and the binding's helpers.
 
 use super::args::{int, int_list, int_u32, rows_of_starts};
 use super::error::{msg, LuaCtx};

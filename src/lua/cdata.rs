@@ -1,6 +1,7 @@
 //! LuaJIT FFI cdata: what a cdata is (address, byte size, element type, read through a small Lua
 //! helper), values read from it, rows written into it; the fp16 conversions of the compat shim.
-//! The only `unsafe` of the binding lives here.
+//! The only `unsafe` of the binding lives here. May touch raw memory the caller's cdata names
+//! (checked for size) and the binding's helpers.
 
 use super::args::{int, opt_int};
 use super::error::msg;

@@ -1,5 +1,6 @@
 //! `diversity.open`, `diversity.devices` and the context handle: a device, its capabilities,
-//! the engine a mode resolves to on it, and table uploads.
+//! the engine a mode resolves to on it, and table uploads. May touch the crate's device context,
+//! engine choice and device table, and the binding's helpers.
 
 use super::args::{int, opt, parse_mode, parse_precision};
 use super::device_table::{mode_values, LDeviceTable};

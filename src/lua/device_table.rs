@@ -1,6 +1,7 @@
 //! The device table handle (a table on its device, ready to run jobs of either engine through
 //! [`Engine`], which keeps G once built) and the Gram handle. The k-NN and rankings methods of
-//! the device table live with their family in `knn.rs`.
+//! the device table live with their family in `knn.rs`. May touch the crate's engine and Gram, the
+//! job handle and the binding's helpers.
 
 use super::args::{int, parse_mode, rows_of_starts, starts_or_all};
 use super::error::{msg, LuaCtx};

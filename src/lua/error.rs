@@ -1,6 +1,6 @@
 //! Errors as Lua sees them: every error, argument errors included, is a Lua string
 //! `"diversity.<call>: <cause>"`. Crate errors convert in one place, [`LuaCtx::lua_ctx`], with the
-//! crate's message as the cause.
+//! crate's message as the cause. May touch Lua errors and the crate's error type; nothing else.
 
 use mlua::prelude::*;
 

@@ -1,5 +1,6 @@
 //! The handle every userdata wraps: `close()` empties it, and every method reaches its value
-//! through [`Handle::get`], so that use after close is a Lua error naming the call.
+//! through [`Handle::get`], so that use after close is a Lua error naming the call. May touch the
+//! value it wraps and the binding's errors; nothing else.
 
 use super::error::msg;
 use mlua::prelude::*;

@@ -1,5 +1,6 @@
 //! k-means and the IVF-Flat index: `kmeans`, `ivf_index`, `load_ivf_index` and the index
-//! handle (`train`, `add`, `search`, `save`, …).
+//! handle (`train`, `add`, `search`, `save`, …). May touch the crate's IVF API (`crate::ivf`), the
+//! table and k-NN handles and the binding's helpers.
 
 use super::args::{opt, opt_int, parse_precision};
 use super::context::LContext;

@@ -1,5 +1,6 @@
 //! The IVF-PQ index: `ivfpq_index`, `load_ivfpq_index` and its handle (`train`, `add`,
-//! `search`, `save`, …).
+//! `search`, `save`, …). May touch the crate's IVF-PQ index, the shared index methods of `ivf.rs`
+//! and the binding's helpers.
 
 use super::args::{opt, opt_int};
 use super::context::LContext;

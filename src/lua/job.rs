@@ -1,5 +1,6 @@
 //! The job handle (either engine, stepped by chunks, on the calling thread or a thread of its
-//! own) and the job options of `dtable:job` and `gram:job`.
+//! own) and the job options of `dtable:job` and `gram:job`. May touch the crate's jobs and their
+//! options, the stepping thread of `stepping.rs`, cdata and the binding's helpers.
 
 use super::args::{int, int_list, int_u32, opt, opt_int, parse_mode};
 use super::cdata::copy_to_cdata;

@@ -1,4 +1,5 @@
-//! JSON values to and from Lua values (row ids, cache metadata).
+//! JSON values to and from Lua values (row ids, cache metadata). May touch Lua values and
+//! serde_json values; nothing else.
 
 use super::error::msg;
 use mlua::prelude::*;

@@ -1,5 +1,6 @@
 //! k-NN and rankings: the k-NN result and k-NN graph handles, the options of `dtable:knn`,
-//! `dtable:rankings` and the rankings cache writers, and those device table methods.
+//! `dtable:rankings` and the rankings cache writers, and those device table methods. May touch the
+//! crate's k-NN, rankings and k-NN graph APIs, cdata and the binding's helpers.
 
 use super::args::{int, int_list, int_u32, opt, opt_int};
 use super::cdata::copy_to_cdata;

@@ -1,5 +1,6 @@
 //! Several devices and threads: `open_devices`, `knn_index` and its handle, and `wait_any` over
-//! jobs stepping on threads of their own (the threads themselves are `stepping.rs`'s).
+//! jobs stepping on threads of their own (the threads themselves are `stepping.rs`'s). May touch
+//! the crate's multi-device API, the context, table and job handles and the binding's helpers.
 
 use super::args::{opt, parse_precision};
 use super::context::LContext;

@@ -3,7 +3,8 @@
 //! finished batch into one (`job:columns_into`), checksums and appends it to its checkpoint
 //! (`rows:checksum`, `rows:append_to`, `rows:write_to`) and hands row ranges of it to the
 //! writers (`writer:write_rows`): no copy into Lua memory, and its memory is reused from one
-//! download to the next (fresh pages cost more than the copy itself on a large host).
+//! download to the next (fresh pages cost more than the copy itself on a large host). May touch the
+//! files it is told to write, the checksums of `crate::files` and the binding's helpers.
 
 use super::args::int;
 use super::error::{msg, LuaCtx};

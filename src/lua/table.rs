@@ -1,5 +1,6 @@
 //! Host tables: `diversity.table` (Lua tables, binary strings, FFI cdata), the file loaders
-//! and savers, and the table handle.
+//! and savers, and the table handle. May touch the crate's host table and file loaders, cdata and
+//! the binding's helpers.
 
 use super::args::{int, int_list, int_u32, opt, opt_int, parse_precision};
 use super::cdata::{rows_from_cdata, values_from_memory, Dtype};

@@ -2,7 +2,8 @@
 //! checked against the table and its device's limits, the kernel, the dispatch geometry, the
 //! sizes of every buffer (the job's own and the filter's), the loop counts a dispatch may run,
 //! and the largest batch a device allows ([`max_batch`]). Reads the device's capabilities only;
-//! allocates nothing.
+//! allocates nothing. May touch the device's capabilities, the device table's shape, the batch
+//! checks and the crate's errors; allocates nothing.
 
 use super::{FilterTuning, ScanKernel, ScanOptions, BLOCK_N};
 use crate::batch::{check_starts, sequence_length};

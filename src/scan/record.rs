@@ -1,6 +1,7 @@
 //! The recording of a scan job's work: step 0, and a chunk of steps in any shape (untiled,
 //! in-shader tiles, one dispatch per tile) with the barriers between dispatches, plus the
-//! filter's probes. Records into the job's command buffers; allocates nothing.
+//! filter's probes. Records into the job's command buffers; allocates nothing. May touch the job's
+//! plan, pipelines and buffers, push constants and the barriers of `submit.rs`.
 
 use super::plan::Plan;
 use super::push::{CommitPush, FTablePush, InitPush, ScanPush, TilePush};

@@ -1,4 +1,4 @@
--- The idiomatic module (`require "diversity"`, SPEC §Lua API 1): context, tables from every kind
+-- The idiomatic module (`require "diversity"`): context, tables from every kind
 -- of source, loading files, jobs and their results, exactness against the float64 oracle, same
 -- bits across shapes, tiles, chunks and batches, and bad inputs.
 local ffi = require "ffi"
@@ -76,7 +76,7 @@ describe("diversity (idiomatic API)", function()
 
   -------------------------------------------------------------------------------------------------
   describe("tables from every source", function()
-    -- Odd D on purpose (SPEC: odd D must work).
+    -- Odd D on purpose: odd D must work.
     local N, D = 40, 23
     local rows = H.random_rows(N, D, 12345)
     local flat = H.flatten(rows)

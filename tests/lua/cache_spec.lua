@@ -1,4 +1,4 @@
--- The cache writers and the binary cache reader (SPEC §Files): diversity_cache.json keyed and
+-- The cache writers and the binary cache reader: diversity_cache.json keyed and
 -- valued through the row ids, written to a temporary file and renamed on finish (an unfinished
 -- writer leaves nothing behind); the uint32 binary cache and its one-row reader.
 local ffi = require "ffi"

@@ -1,4 +1,4 @@
--- The command line (SPEC §Driver and command line, §Files, §Bad input and faults): runs
+-- The command line: runs
 -- `luajit lua/diversity/cli.lua` as a user would, on copies of the bundled data in temporary
 -- directories; checks the output JSON, the fp16 cache beside the input, every bad input reachable
 -- from the command line (message words, exit status, nothing left behind), and device loss +
@@ -454,7 +454,7 @@ describe("command line", function()
 
     it("a NaN token (as Python's json.dump writes NaN) names the row", function()
       -- JSON has no NaN; Python writes the bare token NaN (allow_nan=True is its default), so
-      -- this is how a NaN reaches an embeddings.json. SPEC: NaN or Inf — name the row.
+      -- this is how a NaN reaches an embeddings.json. A NaN or Inf is refused naming the row.
       local dir = input({ { 1, 2 }, { 3, "NaN" }, { 5, 6 } })
       local rc, out, err = run(dir)
       assert_failed_cleanly(rc, out, err, { "e.json" }, dir)

@@ -1,4 +1,4 @@
--- The driver's pieces (SPEC §Driver): the user's tile formula from the device's L2 (with the
+-- The driver's pieces: the user's tile formula from the device's L2 (with the
 -- DIVERSITY_L2_BYTES override), the adaptive chunk size, and driver.run called from Lua.
 local diversity = require "diversity"
 local driver = require "diversity.driver"

@@ -1,7 +1,7 @@
--- The gram engine and the mode choice through the idiomatic API (SPEC §Modes, §Lua API):
+-- The gram engine and the mode choice through the idiomatic API:
 -- `mode = "scan" | "gram" | "auto"` on dtable:job / dtable:resume_job, dtable:gram() and the gram
 -- object, job:mode() / job:placement(), ctx:mode_for and ctx:max_batch(..., mode). Gram and scan
--- bits are not promised equal (SPEC §Exactness 3), so gram is compared with gram across chunk,
+-- bits are not promised equal, so gram is compared with gram across chunk,
 -- batch, placement, workgroup, reduction, start order and resume, with the Rust command line's
 -- gram, and every sequence is checked to be a permutation and ε-argmax of the exact distance.
 local ffi = require "ffi"
@@ -146,7 +146,7 @@ describe("gram mode", function()
           assert.is_nil(seen[v])
           seen[v] = true
         end
-        -- ε-argmax of the exact distance along its own prefix (SPEC §Exactness 2)
+        -- ε-argmax of the exact distance along its own prefix
         assert.is_true(t:check_sequence(row[1], row, 1e-5, "fp16") <= 0)
       end
       local flat = H.u32s(job:sequences_bytes())

@@ -1,4 +1,4 @@
--- Exact k-NN, similarity rankings and the k-NN graph from Lua (issue 6, Lua API): results
+-- Exact k-NN, similarity rankings and the k-NN graph from Lua: results
 -- against a brute-force float64 computation, padding, the rankings cache and the compat entry
 -- `vk_compute.generate_similarity_matrix_gpu_parallel`, the graph reader, bad input, lifetimes.
 local ffi = require "ffi"

@@ -1,4 +1,4 @@
--- Object lifetimes (SPEC §Lua API 1, §Bad input): every object has close(); any method after
+-- Object lifetimes: every object has close(); any method after
 -- close() is a clean error "… used after close()"; close() twice is fine; garbage collection in
 -- any order frees everything without a crash; objects work from inside coroutines.
 local ffi = require "ffi"

@@ -1,4 +1,4 @@
--- Several devices (issue 7): the driver replicates the table on every device of --devices and
+-- Several devices: the driver replicates the table on every device of --devices and
 -- shares the batches out as devices become free. Tested with one device opened twice (two
 -- logical devices, the same lavapipe): the output must be the same bytes as a one-device run, a
 -- device failing mid-run must be named and leave a checkpoint that --resume (on any number of

@@ -1,4 +1,4 @@
--- Spreading one job over machines (issue 7): `--shard i/n[:strided]` computes a slice of the
+-- Spreading one job over machines: `--shard i/n[:strided]` computes a slice of the
 -- starts into a partial cache, `merge` puts the shards back together. Runs the command line on
 -- the 300 bundled fortunes (ids as keys) in scan and gram mode and checks that the merged cache
 -- is byte-identical to the one-shot run's; then every refusal: its message, and that nothing was

@@ -1,4 +1,4 @@
--- The compat shim `require "vk_compute"` (SPEC §Lua API 2): the old wrapper's names and semantics,
+-- The compat shim `require "vk_compute"`: the old wrapper's names and semantics,
 -- a driver loop written the way the user's pipeline drives it, and its errors.
 local ffi = require "ffi"
 local diversity = require "diversity"
