@@ -204,6 +204,75 @@ pub struct MultiReport {
     pub ranges: Vec<(usize, usize)>,
 }
 
+impl MultiReport {
+    /// The report of the devices' `parts` (`None`: a skipped device, 0 ns), each one's time
+    /// given by `ns`, over `ranges`.
+    pub(crate) fn of<T>(
+        parts: &[Option<T>],
+        ns: impl Fn(&T) -> u64,
+        ranges: Vec<(usize, usize)>,
+    ) -> MultiReport {
+        MultiReport {
+            per_device_ns: parts.iter().map(|p| p.as_ref().map_or(0, &ns)).collect(),
+            ranges,
+        }
+    }
+
+    /// The largest device time: the search's GPU time, the devices running side by side.
+    pub(crate) fn max_ns(&self) -> u64 {
+        self.per_device_ns.iter().copied().max().unwrap_or(0)
+    }
+}
+
+/// The k-NN results of the devices that ran (`parts`, `None` for a skipped device), each with
+/// the first row of its slice (`ranges`), as [`merge`] takes them; `knn` picks the k-NN result
+/// out of a device's part.
+pub(crate) fn shard_results<'a, T>(
+    parts: &'a [Option<T>],
+    ranges: &[(usize, usize)],
+    knn: impl Fn(&'a T) -> &'a KnnResult,
+) -> Vec<(usize, &'a KnnResult)> {
+    parts
+        .iter()
+        .zip(ranges)
+        .filter_map(|(p, r)| p.as_ref().map(|p| (r.0, knn(p))))
+        .collect()
+}
+
+/// The sharded search's result: the shards' k-lists `ran` (at least one) merged by [`merge`]
+/// for `nq` queries, with the first shard's path, subgroups and query tile, the report's
+/// largest device time and `verified` queries.
+pub(crate) fn merged(
+    ran: &[(usize, &KnnResult)],
+    nq: usize,
+    opts: &KnnOptions,
+    report: &MultiReport,
+    verified: usize,
+) -> KnnResult {
+    let first = ran[0].1;
+    let (ids, distances) = merge(ran, nq, opts.k, opts.metric);
+    KnnResult {
+        k: opts.k,
+        queries: nq,
+        ids,
+        distances,
+        path: first.path,
+        subgroups: first.subgroups,
+        query_tile: first.query_tile,
+        gpu_ns: report.max_ns(),
+        verified,
+    }
+}
+
+/// Refuses, before any upload and naming the table's row, a `table` that cannot be stored at
+/// `precision`: values out of the fp16 range, rows of a norm fp32 cannot handle exactly.
+fn check_storable(table: &Table, precision: Precision) -> Result<()> {
+    if precision == Precision::Fp16 {
+        table.to_f16_bits_checked()?;
+    }
+    table.check_norms(precision)
+}
+
 /// A table split into contiguous row slices over several devices (Faiss's `IndexShards`; see
 /// the [module](self) documentation). Search with [`IndexShards::knn`].
 pub struct IndexShards {
@@ -229,10 +298,7 @@ impl IndexShards {
     ) -> Result<IndexShards> {
         let (n, d) = (table.n(), table.d());
         let ranges = split_ranges(n, ctxs.len(), weights)?;
-        if precision == Precision::Fp16 {
-            table.to_f16_bits_checked()?;
-        }
-        table.check_norms(precision)?;
+        check_storable(table, precision)?;
         let names = names(ctxs);
         let shards = parallel(ctxs, |i, ctx| -> Result<Option<DeviceTable>> {
             let (s, e) = ranges[i];
@@ -289,33 +355,12 @@ impl IndexShards {
             Some(dt) => knn_flat(dt, queries, dim, opts).map(Some),
         });
         let parts = first_error(parts, &self.names)?;
-        let report = MultiReport {
-            per_device_ns: parts
-                .iter()
-                .map(|p| p.as_ref().map_or(0, |r| r.gpu_ns))
-                .collect(),
-            ranges: self.ranges.clone(),
-        };
-        let ran: Vec<(usize, &KnnResult)> = parts
-            .iter()
-            .zip(&self.ranges)
-            .filter_map(|(p, r)| p.as_ref().map(|p| (r.0, p)))
-            .collect();
-        let first = ran[0].1; // N ≥ 1: some slice is not empty
-        let (ids, distances) = merge(&ran, nq, opts.k, opts.metric);
-        let result = KnnResult {
-            k: opts.k,
-            queries: nq,
-            ids,
-            distances,
-            path: first.path,
-            subgroups: first.subgroups,
-            query_tile: first.query_tile,
-            gpu_ns: report.per_device_ns.iter().copied().max().unwrap_or(0),
-            // Every shard checked the same queries against its own rows.
-            verified: ran.iter().map(|(_, p)| p.verified).min().unwrap_or(0),
-        };
-        Ok((result, report))
+        let report = MultiReport::of(&parts, |r| r.gpu_ns, self.ranges.clone());
+        let ran = shard_results(&parts, &self.ranges, |r| r);
+        // N ≥ 1: some slice is not empty. Every shard checked the same queries against its own
+        // rows.
+        let verified = ran.iter().map(|(_, p)| p.verified).min().unwrap_or(0);
+        Ok((merged(&ran, nq, opts, &report, verified), report))
     }
 }
 
@@ -338,10 +383,7 @@ impl IndexReplicas {
         weights: Option<&[f64]>,
     ) -> Result<IndexReplicas> {
         split_ranges(0, ctxs.len(), weights)?; // checks the weights
-        if precision == Precision::Fp16 {
-            table.to_f16_bits_checked()?;
-        }
-        table.check_norms(precision)?;
+        check_storable(table, precision)?;
         let names = names(ctxs);
         let tables = parallel(ctxs, |_, ctx| DeviceTable::upload(ctx, table, precision));
         let tables = first_error(tables, &names)?;
@@ -384,13 +426,7 @@ impl IndexReplicas {
             knn_flat(dt, &queries[s * dim..e * dim], dim, opts).map(Some)
         });
         let parts = first_error(parts, &self.names)?;
-        let report = MultiReport {
-            per_device_ns: parts
-                .iter()
-                .map(|p| p.as_ref().map_or(0, |r| r.gpu_ns))
-                .collect(),
-            ranges,
-        };
+        let report = MultiReport::of(&parts, |r| r.gpu_ns, ranges);
         let mut ran = parts.into_iter().flatten();
         let mut result = ran.next().unwrap_or_else(|| unreachable!());
         for r in ran {
@@ -398,7 +434,7 @@ impl IndexReplicas {
             result.distances.extend_from_slice(&r.distances);
         }
         result.queries = nq;
-        result.gpu_ns = report.per_device_ns.iter().copied().max().unwrap_or(0);
+        result.gpu_ns = report.max_ns();
         Ok((result, report))
     }
 }

@@ -18,7 +18,7 @@ use super::{IvfFlat, IvfOptions, IvfSearch, IvfSearchReport, KMeans};
 use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::knn::{check_queries, KnnResult};
-use crate::multi::{first_error, merge, names, split_ranges, MultiReport};
+use crate::multi::{first_error, merged, names, shard_results, split_ranges, MultiReport};
 use crate::table::Table;
 
 /// An IVF-Flat index sharded over devices (see the [module](self) documentation).
@@ -108,22 +108,11 @@ impl IvfShards {
                 .collect()
         });
         let parts = first_error(parts, &self.names)?;
-        let ran: Vec<(usize, &KnnResult)> = parts
-            .iter()
-            .zip(&self.ranges)
-            .filter_map(|(p, r)| p.as_ref().map(|p| (r.0, &p.0)))
-            .collect();
-        let Some(&(_, first)) = ran.first() else {
+        let ran = shard_results(&parts, &self.ranges, |p| &p.0);
+        if ran.is_empty() {
             return Err(Error::Invalid("no device holds any row".into()));
-        };
-        let (ids, distances) = merge(&ran, nq, opts.k, opts.metric);
-        let multi = MultiReport {
-            per_device_ns: parts
-                .iter()
-                .map(|p| p.as_ref().map_or(0, |r| r.0.gpu_ns))
-                .collect(),
-            ranges: self.ranges.clone(),
-        };
+        }
+        let multi = MultiReport::of(&parts, |r| r.0.gpu_ns, self.ranges.clone());
         let mut report = IvfSearchReport::default();
         for (_, r) in parts.iter().flatten() {
             report.nprobe = r.nprobe;
@@ -134,17 +123,6 @@ impl IvfShards {
             report.scan_dispatches = report.scan_dispatches.max(r.scan_dispatches);
             report.probes_on_device = r.probes_on_device;
         }
-        let result = KnnResult {
-            k: opts.k,
-            queries: nq,
-            ids,
-            distances,
-            path: first.path,
-            subgroups: first.subgroups,
-            query_tile: first.query_tile,
-            gpu_ns: multi.per_device_ns.iter().copied().max().unwrap_or(0),
-            verified: 0,
-        };
-        Ok((result, report, multi))
+        Ok((merged(&ran, nq, opts, &multi, 0), report, multi))
     }
 }
