@@ -128,11 +128,7 @@ fn guard<T>(call: &str, on_fail: T, f: impl FnOnce() -> Result<T, Fail>) -> (T, 
             (on_fail, code)
         }
         Err(p) => {
-            let what = p
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| p.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown".into());
+            let what = crate::error::panic_message(&*p, "unknown");
             set_error(&format!("{call}: internal error (panic: {what})"));
             (on_fail, VKC_ERROR_COMMAND_EXECUTION)
         }

@@ -87,3 +87,13 @@ impl<T> VkContext<T> for std::result::Result<T, ash::vk::Result> {
         })
     }
 }
+
+/// The message a panic carried (`panic!("…")` gives a `&str` or a `String`), or `otherwise`
+/// when it carried something else: for the C ABI's and the stepping threads' reports of a panic.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send), otherwise: &str) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| otherwise.into())
+}

@@ -106,11 +106,7 @@ impl Stepping {
         match thread.join() {
             Ok((job, r)) => (Some(job.0), r),
             Err(p) => {
-                let why = p
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| p.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "no message".into());
+                let why = crate::error::panic_message(&*p, "no message");
                 (
                     None,
                     Err(Error::Invalid(format!(
