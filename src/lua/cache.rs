@@ -18,105 +18,104 @@ pub(super) type LBinWriter = Handle<BinaryCacheWriter>;
 /// An opened binary cache.
 pub(super) type LBinCache = Handle<BinaryCache>;
 
+/// What the JSON and the binary cache writers' Lua methods share: a batch of rows of `len`
+/// entries, row i the sequence of `starts[i]` (the binary writer knows its row length and takes
+/// `len` from its own creation), and the end of the file.
+trait RowsWriter: Sized + 'static {
+    /// Writes one sequence, `seq` beginning with `start`.
+    fn write_one(&mut self, start: u32, seq: &[u32]) -> crate::Result<()>;
+    /// Writes the rows.
+    fn write_rows(&mut self, starts: &[u32], flat: &[u32], len: usize) -> crate::Result<()>;
+    /// Finishes the file (checksum, rename into place).
+    fn finish_file(self) -> crate::Result<()>;
+}
+
+impl RowsWriter for JsonCacheWriter {
+    fn write_one(&mut self, start: u32, seq: &[u32]) -> crate::Result<()> {
+        self.write_sequence(start, seq)
+    }
+    fn write_rows(&mut self, starts: &[u32], flat: &[u32], len: usize) -> crate::Result<()> {
+        self.write_batch(starts, flat, len)
+    }
+    fn finish_file(self) -> crate::Result<()> {
+        self.finish()
+    }
+}
+
+impl RowsWriter for BinaryCacheWriter {
+    fn write_one(&mut self, start: u32, seq: &[u32]) -> crate::Result<()> {
+        self.write_row(start, seq)
+    }
+    fn write_rows(&mut self, starts: &[u32], flat: &[u32], _len: usize) -> crate::Result<()> {
+        self.write_batch(starts, flat)
+    }
+    fn finish_file(self) -> crate::Result<()> {
+        self.finish()
+    }
+}
+
+/// The methods both cache writers have, their messages naming `kind` (`json_cache`,
+/// `binary_cache`): `write` (one sequence beginning with its start), `write_job` (a job's
+/// sequences), `write_bytes` (a binary string of little-endian uint32 rows), `write_rows` (rows
+/// `first .. first + #starts - 1`, 0-based, of a `diversity.rows()` buffer, as `write_bytes`
+/// without a string in between), `finish` and `close` (an unfinished writer removes its
+/// temporary file).
+fn add_writer_methods<W: RowsWriter, M: UserDataMethods<Handle<W>>>(m: &mut M, kind: &'static str) {
+    m.add_method_mut("write", move |_, this, (start, seq): (Value, LuaTable)| {
+        let call = &format!("{kind}:write");
+        let (start, seq) = (
+            int_u32(call, "start", &start)?,
+            int_list(call, "seq", &seq)?,
+        );
+        this.get_mut(call)?.write_one(start, &seq).lua_ctx(call)
+    });
+    m.add_method_mut("write_job", move |_, this, job: LuaAnyUserData| {
+        let call = &format!("{kind}:write_job");
+        let job = job.borrow::<LJob>()?;
+        let j = job.get(call)?;
+        let flat = j.sequences_flat().lua_ctx(call)?;
+        this.get_mut(call)?
+            .write_rows(j.starts(), &flat, j.sequence_len())
+            .lua_ctx(call)
+    });
+    m.add_method_mut(
+        "write_bytes",
+        move |_, this, (starts, bytes, len): (LuaTable, LuaString, Value)| {
+            let call = &format!("{kind}:write_bytes");
+            let (starts, flat, len) = rows_of_starts(call, "starts", &starts, &bytes, &len)?;
+            this.get_mut(call)?
+                .write_rows(&starts, &flat, len)
+                .lua_ctx(call)
+        },
+    );
+    m.add_method_mut(
+        "write_rows",
+        move |_, this, (starts, rows, first): (LuaTable, LuaAnyUserData, Value)| {
+            let call = &format!("{kind}:write_rows");
+            let starts = int_list(call, "starts", &starts)?;
+            let rows = rows.borrow::<LRows>()?;
+            let (flat, len) = rows_arg(call, &rows, &first, starts.len())?;
+            this.get_mut(call)?
+                .write_rows(&starts, flat, len)
+                .lua_ctx(call)
+        },
+    );
+    m.add_method_mut("finish", move |_, this, ()| {
+        let call = &format!("{kind}:finish");
+        this.take(call)?.finish_file().lua_ctx(call)
+    });
+    Handle::add_close(m);
+}
+
 impl UserData for LJsonWriter {
     fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
-        m.add_method_mut("write_job", |_, this, job: LuaAnyUserData| {
-            let call = "json_cache:write_job";
-            let job = job.borrow::<LJob>()?;
-            let j = job.get(call)?;
-            let flat = j.sequences_flat().lua_ctx(call)?;
-            this.get_mut(call)?
-                .write_batch(j.starts(), &flat, j.sequence_len())
-                .lua_ctx(call)
-        });
-        m.add_method_mut("write", |_, this, (start, seq): (Value, LuaTable)| {
-            let call = "json_cache:write";
-            let (start, seq) = (
-                int_u32(call, "start", &start)?,
-                int_list(call, "seq", &seq)?,
-            );
-            this.get_mut(call)?
-                .write_sequence(start, &seq)
-                .lua_ctx(call)
-        });
-        m.add_method_mut(
-            "write_bytes",
-            |_, this, (starts, bytes, len): (LuaTable, LuaString, Value)| {
-                let call = "json_cache:write_bytes";
-                let (starts, flat, len) = rows_of_starts(call, "starts", &starts, &bytes, &len)?;
-                this.get_mut(call)?
-                    .write_batch(&starts, &flat, len)
-                    .lua_ctx(call)
-            },
-        );
-        // Rows `first .. first + #starts - 1` (0-based) of a `diversity.rows()` buffer, row i
-        // the sequence of starts[i]: as `write_bytes`, without a string in between.
-        m.add_method_mut(
-            "write_rows",
-            |_, this, (starts, rows, first): (LuaTable, LuaAnyUserData, Value)| {
-                let call = "json_cache:write_rows";
-                let starts = int_list(call, "starts", &starts)?;
-                let rows = rows.borrow::<LRows>()?;
-                let (flat, len) = rows_arg(call, &rows, &first, starts.len())?;
-                this.get_mut(call)?
-                    .write_batch(&starts, flat, len)
-                    .lua_ctx(call)
-            },
-        );
-        m.add_method_mut("finish", |_, this, ()| {
-            let call = "json_cache:finish";
-            this.take(call)?.finish().lua_ctx(call)
-        });
-        // An unfinished writer removes its temporary file.
-        Handle::add_close(m);
+        add_writer_methods(m, "json_cache");
     }
 }
 
 impl UserData for LBinWriter {
     fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
-        m.add_method_mut("write_job", |_, this, job: LuaAnyUserData| {
-            let call = "binary_cache:write_job";
-            let job = job.borrow::<LJob>()?;
-            let j = job.get(call)?;
-            let flat = j.sequences_flat().lua_ctx(call)?;
-            this.get_mut(call)?
-                .write_batch(j.starts(), &flat)
-                .lua_ctx(call)
-        });
-        m.add_method_mut(
-            "write_bytes",
-            |_, this, (starts, bytes, len): (LuaTable, LuaString, Value)| {
-                let call = "binary_cache:write_bytes";
-                let (starts, flat, _) = rows_of_starts(call, "starts", &starts, &bytes, &len)?;
-                this.get_mut(call)?
-                    .write_batch(&starts, &flat)
-                    .lua_ctx(call)
-            },
-        );
-        // As `json_cache:write_rows`.
-        m.add_method_mut(
-            "write_rows",
-            |_, this, (starts, rows, first): (LuaTable, LuaAnyUserData, Value)| {
-                let call = "binary_cache:write_rows";
-                let starts = int_list(call, "starts", &starts)?;
-                let rows = rows.borrow::<LRows>()?;
-                let (flat, _) = rows_arg(call, &rows, &first, starts.len())?;
-                this.get_mut(call)?.write_batch(&starts, flat).lua_ctx(call)
-            },
-        );
-        m.add_method_mut("write", |_, this, (start, seq): (Value, LuaTable)| {
-            let call = "binary_cache:write";
-            let (start, seq) = (
-                int_u32(call, "start", &start)?,
-                int_list(call, "seq", &seq)?,
-            );
-            this.get_mut(call)?.write_row(start, &seq).lua_ctx(call)
-        });
-        m.add_method_mut("finish", |_, this, ()| {
-            let call = "binary_cache:finish";
-            this.take(call)?.finish().lua_ctx(call)
-        });
-        Handle::add_close(m);
+        add_writer_methods(m, "binary_cache");
     }
 }
 
