@@ -16,7 +16,11 @@ pub(crate) fn one_of(names: &[&str]) -> String {
 /// parse accepts all of them, and anything else is `Error::Invalid("<what> '<s>': expected
 /// <the first spellings, as a, b or c>")`.
 macro_rules! named_enum {
-    ($ty:ident, $what:literal, { $($variant:ident => $name:literal $(| $alias:literal)*),+ $(,)? }) => {
+    (
+        $ty:ident,
+        $what:literal,
+        { $($variant:ident => $name:literal $(| $alias:literal)*),+ $(,)? }
+    ) => {
         impl $ty {
             /// The name (the first spelling its `FromStr` accepts).
             pub fn name(self) -> &'static str {
