@@ -56,7 +56,8 @@ VkComputeResult vkd_batch_compute_chunk(VkDiversityBatchContext* batch, uint32_t
                                         uint32_t slot_count, uint32_t tile_size);
 VkComputeResult vkd_batch_download_sequences(VkDiversityBatchContext* batch,
                                              uint32_t* output_sequences);
-/* The engine a batch runs: "gram" or "scan" (static); NULL for a NULL batch. Not in the old
+/* The engine a batch runs: "gram" or "scan" on the device, "host gram" or "host scan" on the
+ * native CPU engine (where no GPU is present; static); NULL for a NULL batch. Not in the old
  * library. DIVERSITY_MODE=scan|gram|auto (read by vkd_init and vkd_batch_init) pins it. */
 const char* vkd_batch_engine(const VkDiversityBatchContext* batch);
 void vkd_batch_destroy(VkDiversityBatchContext* batch);

@@ -361,9 +361,11 @@ function M.batch_download_sequences(b, out)
   guarded(call, b.job.download, b.job, out)
 end
 
---- The engine a batch runs: "gram" or "scan".
+--- The engine a batch runs: "gram" or "scan" on the device, "host gram" or "host scan" on the
+-- native CPU engine (where no GPU is present).
 function M.batch_engine(b)
   if type(b) ~= "table" or not b.job then fail("batch_engine", "not a batch (or destroyed)") end
+  if b.job:engine() == "host" then return "host " .. b.job:mode() end
   return b.job:mode()
 end
 

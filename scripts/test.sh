@@ -7,6 +7,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup-debian.sh
+# Where the best Vulkan device is a CPU (lavapipe), diversity sequences run on the native host
+# engine by default; the tests name lavapipe so that every shader still runs there (tests/host.rs
+# and tests/lua/host_spec.lua run the host engine and its default choice). An exported
+# DIVERSITY_DEVICE (a GPU's name, say) wins.
+export DIVERSITY_DEVICE="${DIVERSITY_DEVICE:-llvmpipe}"
 cargo fmt --check
 cargo clippy --release --all-targets --quiet -- -D warnings
 cargo clippy --release --features lua --lib --quiet -- -D warnings
@@ -25,6 +30,8 @@ rm -f "$smoke_log"
 cargo run --release --quiet --example bench_gram -- --table data/fortunes-2k.npy --starts 8 \
   --steps 20 --wg 32,64 --placements registers,memory --compensated 1,0 --spd 0,1 --oracle 2 \
   --e2e "$(mktemp -d)/e2e.json" --label "CI smoke" >/dev/null
+# The host engine's benchmark (about 1 s): the whole cache of 600 fortunes.
+cargo run --release --quiet --example bench_host -- data/fortunes-2k.npy --n 600 --center >/dev/null
 cargo run --release --quiet --example bench_knn -- --table data/fortunes-2k.npy --n 300 \
   --k 10,all --precisions fp32,fp16 --variants auto,tiles,fused,nowarp --devices 0,0 --repeat 2 --verify 8 \
   --label "CI smoke" >/dev/null

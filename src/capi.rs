@@ -243,7 +243,8 @@ pub extern "C" fn vkc_init(enable_validation: bool) -> *mut VkComputeContext {
             Error::NoDevice(_) => Fail::from(e),
             e => Fail(VKC_ERROR_INIT_FAILED, e.to_string()),
         })?;
-        let name = CString::new(ctx.caps().name.replace('\0', " ")).unwrap_or_default();
+        let name = CString::new(crate::engine::sequence_device_name(&ctx).replace('\0', " "))
+            .unwrap_or_default();
         Ok(Box::into_raw(Box::new(VkComputeContext {
             ctx,
             name,
@@ -291,7 +292,8 @@ pub extern "C" fn vkc_last_error() -> *const c_char {
     LAST_ERROR.with(|e| e.borrow().as_ptr())
 }
 
-/// The device's name (valid while `ctx` lives); NULL for a NULL context.
+/// The device's name (valid while `ctx` lives): where sequences run on the host engine (no
+/// GPU), the CPU's model followed by "(host engine)"; NULL for a NULL context.
 ///
 /// # Safety
 /// `ctx` is NULL or a live pointer from [`vkc_init`].
@@ -308,7 +310,8 @@ pub unsafe extern "C" fn vkc_get_device_name(ctx: *mut VkComputeContext) -> *con
 }
 
 /// The device's memory in bytes as the old library reported it: the sizes of the device-local
-/// heaps added up (not the budget this library plans with); 0 for a NULL context.
+/// heaps added up (not the budget this library plans with); where sequences run on the host
+/// engine (no GPU), the host engine's memory budget; 0 for a NULL context.
 ///
 /// # Safety
 /// `ctx` is NULL or a live pointer from [`vkc_init`].
@@ -316,6 +319,7 @@ pub unsafe extern "C" fn vkc_get_device_name(ctx: *mut VkComputeContext) -> *con
 pub unsafe extern "C" fn vkc_get_device_memory(ctx: *mut VkComputeContext) -> u64 {
     // SAFETY: per the contract above.
     match unsafe { ctx.as_ref() } {
+        Some(c) if c.ctx.native_host() => crate::host::host_memory_budget(),
         Some(c) => c.ctx.caps().device_local_bytes,
         None => {
             set_error("vkc_get_device_memory: ctx is NULL");
@@ -579,7 +583,8 @@ pub unsafe extern "C" fn vkd_batch_download_sequences(
     .1
 }
 
-/// The engine a batch runs: `"gram"` or `"scan"` (a static string); NULL for a NULL batch.
+/// The engine a batch runs: `"gram"` or `"scan"` on the device, `"host gram"` or `"host scan"`
+/// on the host engine (no GPU; a static string); NULL for a NULL batch.
 ///
 /// # Safety
 /// `b` is NULL or a live pointer from [`vkd_batch_init`].
@@ -587,6 +592,10 @@ pub unsafe extern "C" fn vkd_batch_download_sequences(
 pub unsafe extern "C" fn vkd_batch_engine(b: *const VkDiversityBatchContext) -> *const c_char {
     // SAFETY: per the contract above.
     match unsafe { b.as_ref() } {
+        Some(b) if b.job.engine() == "host" => match b.job.mode() {
+            Mode::Gram => c"host gram".as_ptr(),
+            _ => c"host scan".as_ptr(),
+        },
         Some(b) => mode_cstr(b.job.mode()).as_ptr(),
         None => {
             set_error("vkd_batch_engine: batch is NULL");

@@ -15,14 +15,16 @@
 //! * [`Job`] — a job of either engine behind one set of methods.
 
 use crate::batch::StepReport;
-use crate::device::Capabilities;
+use crate::device::{Capabilities, Context};
 use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
 use crate::gram::{self, Gram, GramJob, GramOptions, Placement};
+use crate::host::{self, HostGram, HostJob, HostOptions, HostTable};
 use crate::mode::Mode;
 use crate::scan::{ScanJob, ScanOptions, Shape};
 use crate::table::{Precision, Table};
 use std::fmt;
+use std::sync::Arc;
 
 /// Why a [`ModeChoice`] came out the way it did.
 #[derive(Clone, Debug, PartialEq)]
@@ -144,6 +146,102 @@ impl ModeChoice {
     }
 }
 
+impl ModeChoice {
+    /// Resolve `requested` for an N × D table on the host engine: `auto` is gram when G fits the
+    /// host memory budget ([`host::host_memory_budget`]), else scan.
+    pub fn host(requested: Mode, n: usize, d: usize) -> ModeChoice {
+        let budget = host::host_memory_budget();
+        let unfit = host::gram_unfit(n, d, budget);
+        let reason = match (requested, unfit) {
+            (Mode::Auto, None) => ModeReason::AutoFits {
+                n,
+                gram_bytes: host::gram_bytes(n),
+                device: host_engine_name(),
+                budget_bytes: budget,
+            },
+            (Mode::Auto, Some(why)) => ModeReason::AutoUnfit(why),
+            (Mode::Gram, Some(why)) => ModeReason::RequestedUnfit(why),
+            _ => ModeReason::Requested,
+        };
+        ModeChoice {
+            mode: host::mode_for(requested, n, d, budget),
+            requested,
+            reason,
+        }
+    }
+
+    /// Resolve `requested` on a context: the host engine's rule where the context runs
+    /// sequences on the host ([`Context::native_host`]), else the device's.
+    pub fn for_context(
+        ctx: &Context,
+        requested: Mode,
+        n: usize,
+        d: usize,
+        precision: Precision,
+    ) -> ModeChoice {
+        if ctx.native_host() {
+            ModeChoice::host(requested, n, d)
+        } else {
+            ModeChoice::new(ctx.caps(), requested, n, d, precision)
+        }
+    }
+}
+
+/// The name the host engine reports (summary lines, metadata, `describe`): the CPU's model and
+/// "(host engine)".
+pub fn host_engine_name() -> String {
+    format!("{} (host engine)", host::cpu_name())
+}
+
+/// The name a context's sequences report: [`host_engine_name`] where they run on the host, else
+/// the device's name.
+pub fn sequence_device_name(ctx: &Context) -> String {
+    if ctx.native_host() {
+        host_engine_name()
+    } else {
+        ctx.caps().name.clone()
+    }
+}
+
+/// The first line of a host context's `describe()`: where sequences run, on how many threads
+/// with which instruction set.
+pub fn host_line() -> String {
+    format!(
+        "sequences:       {} — {} threads, {}; rankings and k-NN on the device below\n",
+        host_engine_name(),
+        host::threads(),
+        host::isa()
+    )
+}
+
+/// The arithmetic the host engine runs in `mode` (gram or scan), as written in a cache's
+/// metadata (`summation`) and bound by the checkpoint's fingerprint, so that its caches are
+/// never mixed with a device engine's (other bits at near-ties).
+pub fn host_summation(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Gram => {
+            "host: G float64 rounded to float32; float64 keys; certificate with float64 re-scores"
+        }
+        _ => "host: float64 scan",
+    }
+}
+
+/// [`max_batch`] on a context: the host engine's limit where it runs the sequences.
+pub fn context_max_batch(
+    ctx: &Context,
+    requested: Mode,
+    n: usize,
+    d: usize,
+    precision: Precision,
+    steps: usize,
+) -> usize {
+    if ctx.native_host() {
+        host::max_batch(requested, n, d, steps, host::host_memory_budget())
+    } else {
+        max_batch(ctx.caps(), requested, n, d, precision, steps)
+    }
+}
+
 impl fmt::Display for ModeChoice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.reason.fmt(f)
@@ -211,12 +309,47 @@ pub struct Prefix<'a> {
 pub struct Engine {
     table: DeviceTable,
     gram: Option<Gram>,
+    /// The host engine's table and G, where sequences run on the host.
+    host: Option<HostSide>,
+}
+
+/// The host engine's side of an [`Engine`].
+struct HostSide {
+    table: Arc<HostTable>,
+    gram: Option<HostGram>,
 }
 
 impl Engine {
     /// Wrap a device table (nothing is built yet).
     pub fn new(table: DeviceTable) -> Engine {
-        Engine { table, gram: None }
+        Engine {
+            table,
+            gram: None,
+            host: None,
+        }
+    }
+
+    /// Upload `table` to `ctx` at `precision`; where the context runs sequences on the host
+    /// ([`Context::native_host`]), the host engine's copy is made too and every job of this
+    /// engine runs there (rankings and k-NN use the device table).
+    pub fn upload(ctx: &Context, table: &Table, precision: Precision) -> Result<Engine> {
+        let host = match ctx.native_host() {
+            true => Some(HostSide {
+                table: HostTable::new(table, precision)?,
+                gram: None,
+            }),
+            false => None,
+        };
+        Ok(Engine {
+            table: DeviceTable::upload(ctx, table, precision)?,
+            gram: None,
+            host,
+        })
+    }
+
+    /// Whether this engine's jobs run on the host.
+    pub fn native_host(&self) -> bool {
+        self.host.is_some()
     }
 
     /// The device table.
@@ -236,17 +369,24 @@ impl Engine {
 
     /// Whether G has been built and is held.
     pub fn has_gram(&self) -> bool {
-        self.gram.is_some()
+        self.gram.is_some() || self.host.as_ref().is_some_and(|h| h.gram.is_some())
     }
 
-    /// Drop the cached G (jobs and handles that hold it keep it alive).
+    /// Drop the cached G, the device's and the host engine's (jobs and handles that hold it
+    /// keep it alive).
     pub fn release_gram(&mut self) {
         self.gram = None;
+        if let Some(h) = &mut self.host {
+            h.gram = None;
+        }
     }
 
     /// The engine `requested` resolves to for this table, and why.
     pub fn mode_for(&self, requested: Mode) -> ModeChoice {
-        ModeChoice::for_table(&self.table, requested)
+        match &self.host {
+            Some(h) => ModeChoice::host(requested, h.table.n(), h.table.d()),
+            None => ModeChoice::for_table(&self.table, requested),
+        }
     }
 
     /// A job for `starts` in the engine `opts.mode` resolves to (auto: gram when G fits the
@@ -264,7 +404,29 @@ impl Engine {
         // The engines check their starts too (the same function); checked here first so that a
         // bad list fails before G is built.
         check_starts(starts, self.table.n())?;
-        if self.mode_for(opts.mode).mode == Mode::Gram {
+        let mode = self.mode_for(opts.mode).mode;
+        if let Some(h) = &mut self.host {
+            let hopts = HostOptions {
+                chunk: opts.gram.chunk,
+                steps: opts.gram.steps,
+            };
+            let job = match mode {
+                Mode::Gram => {
+                    if h.gram.is_none() {
+                        h.gram = Some(HostGram::build(&h.table)?);
+                    }
+                    let g = h.gram.as_ref().unwrap_or_else(|| unreachable!());
+                    HostJob::gram(g, starts, &hopts)?
+                }
+                _ => HostJob::scan(&h.table, starts, &hopts)?,
+            };
+            let job = match prefix {
+                Some(p) => job.resume(p.rows, p.len)?,
+                None => job,
+            };
+            return Ok(Job::Host(Box::new(job)));
+        }
+        if mode == Mode::Gram {
             let g = self.gram()?;
             return Job::gram(&g, starts, &opts.gram, prefix.map(|p| (p.rows, p.len)));
         }
@@ -291,13 +453,17 @@ pub enum Job {
     Scan(Box<ScanJob>),
     /// A gram job.
     Gram(Box<GramJob>),
+    /// A job of the host engine (gram or scan on the CPU's cores).
+    Host(Box<HostJob>),
 }
 
+/// The same method call on every kind of job (their methods share names and meanings).
 macro_rules! both {
     ($self:expr, $j:ident => $e:expr) => {
         match $self {
             Job::Scan($j) => $e,
             Job::Gram($j) => $e,
+            Job::Host($j) => $e,
         }
     };
 }
@@ -317,11 +483,19 @@ impl Job {
         Ok(Job::Gram(Box::new(job)))
     }
 
-    /// The engine this job runs on.
+    /// The recurrence this job runs: scan or gram (on a device or on the host).
     pub fn mode(&self) -> Mode {
         match self {
             Job::Scan(_) => Mode::Scan,
             Job::Gram(_) => Mode::Gram,
+            Job::Host(j) => j.mode(),
+        }
+    }
+    /// Where the job runs: `"host"` (the native CPU engine) or `"device"` (a Vulkan device).
+    pub fn engine(&self) -> &'static str {
+        match self {
+            Job::Host(_) => "host",
+            _ => "device",
         }
     }
     /// Advance every sequence by up to `n` steps.
@@ -358,9 +532,14 @@ impl Job {
     pub fn total_steps(&self) -> usize {
         both!(self, j => j.total_steps())
     }
-    /// GPU time so far, nanoseconds.
+    /// Compute time so far, nanoseconds: the device's timestamps, or the host engine's wall
+    /// time of its steps.
     pub fn gpu_ns(&self) -> u64 {
-        both!(self, j => j.gpu_ns())
+        match self {
+            Job::Scan(j) => j.gpu_ns(),
+            Job::Gram(j) => j.gpu_ns(),
+            Job::Host(j) => j.compute_ns(),
+        }
     }
     /// The starts, in batch order.
     pub fn starts(&self) -> &[u32] {
@@ -370,22 +549,26 @@ impl Job {
     pub fn sequence_len(&self) -> usize {
         both!(self, j => j.sequence_len())
     }
-    /// Invocations per workgroup of the per-sequence dispatches.
+    /// Invocations per workgroup of the per-sequence dispatches (a host job: its threads).
     pub fn workgroup_size(&self) -> u32 {
-        both!(self, j => j.workgroup_size())
+        match self {
+            Job::Scan(j) => j.workgroup_size(),
+            Job::Gram(j) => j.workgroup_size(),
+            Job::Host(j) => j.threads() as u32,
+        }
     }
-    /// Where a gram job keeps its state; `None` for a scan job.
+    /// Where a device gram job keeps its state; `None` for other jobs.
     pub fn placement(&self) -> Option<Placement> {
         match self {
             Job::Gram(j) => Some(j.placement()),
-            Job::Scan(_) => None,
+            _ => None,
         }
     }
-    /// Whether a gram job reduces with subgroup operations; `None` for a scan job.
+    /// Whether a device gram job reduces with subgroup operations; `None` for other jobs.
     pub fn uses_subgroups(&self) -> Option<bool> {
         match self {
             Job::Gram(j) => Some(j.uses_subgroups()),
-            Job::Scan(_) => None,
+            _ => None,
         }
     }
     /// Every sequence so far, row-major, [`Job::sequence_len`] entries a row.

@@ -15,7 +15,6 @@
 //! cache.
 
 use crate::device::Context;
-use crate::device_table::DeviceTable;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::table::{Precision, Table};
@@ -95,13 +94,13 @@ impl TableCache {
             self.hits += 1;
             return Ok(e.engine.clone());
         }
-        let dt = match DeviceTable::upload(ctx, &table, precision) {
+        let up = match Engine::upload(ctx, &table, precision) {
             Err(e) if out_of_memory(&e) && self.drop_unused() > 0 => {
-                DeviceTable::upload(ctx, &table, precision)?
+                Engine::upload(ctx, &table, precision)?
             }
             r => r?,
         };
-        let engine = Arc::new(Mutex::new(Engine::new(dt)));
+        let engine = Arc::new(Mutex::new(up));
         if self.capacity > 0 {
             if self.entries.len() >= self.capacity {
                 let oldest = (0..self.entries.len())

@@ -186,11 +186,11 @@ local ok, err = pcall(function()
   if not opts.embeddings then usage_error("--embeddings FILE is required") end
   if not opts.out then usage_error("--out FILE is required") end
   local r = driver.run(opts)
-  io.stdout:write(("%s%s: %s mode, %d sequences x %d steps of %d x %d in %d batch(es)%s%s, GPU %.3f s -> %s\n"):format(
+  io.stdout:write(("%s%s: %s mode, %d sequences x %d steps of %d x %d in %d batch(es)%s%s, %s %.3f s -> %s\n"):format(
     r.device, r.devices > 1 and (" (" .. r.devices .. " devices)") or "", r.mode, r.sequences, r.steps, r.n, r.dim, r.batches,
     r.resumed_batches > 0 and (" (" .. r.resumed_batches .. " from the checkpoint)") or "",
     r.shard and (", shard " .. r.shard .. " " .. r.shard_layout) or "",
-    r.gpu_ns / 1e9, opts.out))
+    r.engine == "host" and "CPU" or "GPU", r.gpu_ns / 1e9, opts.out))
 end)
 if not ok then
   if type(err) == "table" and err.usage then

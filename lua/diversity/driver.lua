@@ -546,9 +546,8 @@ function M.run(opts)
     space = space, precision = opts.precision, mode = mode, device = M.device_names(devs),
   }
   -- The gram arithmetic (key sums, G's entries, the judge): other values give other bits.
-  if mode == "gram" then
-    meta.summation = ctx:gram_summation(n, dim, M.gram_arithmetic(opts))
-  end
+  -- (nil for the scan on a device; the host engine names its own for either mode.)
+  meta.summation = ctx:summation(n, dim, mode, M.gram_arithmetic(opts))
   if shard then
     meta.shard, meta.shard_layout = shard.spec, shard.layout
     meta.shard_starts_total = #all_starts
@@ -1133,7 +1132,8 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
   -- Every batch is computed; the checkpoint stays until the caller's outputs are in place.
   return { n = t:n(), dim = t:dim(), sequences = #starts, steps = steps, batches = nbatches,
     batch = batch, gpu_ns = total_gpu_ns, device_gpu_ns = device_ns, resumed_batches = resumed,
-    device = M.device_names(devs), devices = ndev, mode = run.mode, phases = phases }
+    device = M.device_names(devs), devices = ndev, mode = run.mode, phases = phases,
+    engine = devs[1]:engine() }
 end
 
 return M

@@ -3,7 +3,7 @@
 //! UUID as NVIDIA's tools write it. Opens instances only; the device itself is opened in `mod.rs`.
 //! May touch the Vulkan loader and instance, the context options and the crate's errors.
 
-use super::{Context, ContextOptions, ENV_DEVICE};
+use super::{Capabilities, Context, ContextOptions, ENV_DEVICE, HOST_SELECTOR};
 use crate::error::{Error, Result, VkContext};
 use ash::vk;
 use std::ffi::CString;
@@ -120,6 +120,24 @@ fn ranked_devices(instance: &ash::Instance) -> Result<Vec<Ranked>> {
     Ok(devs)
 }
 
+/// The selector `opts` names, else [`ENV_DEVICE`]'s (empty counts as none).
+fn selector(opts: &ContextOptions) -> Option<String> {
+    opts.device
+        .clone()
+        .or_else(|| std::env::var(ENV_DEVICE).ok())
+        .filter(|s| !s.is_empty())
+}
+
+/// Whether a context opened with `opts` on a device of `caps` runs diversity sequences on the
+/// host engine: the selector is [`HOST_SELECTOR`], or there is none and the device is a CPU
+/// device (naming a device, lavapipe included, runs its shaders).
+pub(super) fn native_host(opts: &ContextOptions, caps: &Capabilities) -> bool {
+    match selector(opts) {
+        Some(s) => s.eq_ignore_ascii_case(HOST_SELECTOR),
+        None => super::is_cpu_device(caps),
+    }
+}
+
 /// The device `opts` names (or [`ENV_DEVICE`], else the best ranked): by UUID, index or a
 /// substring of its name.
 pub(super) fn choose(instance: &ash::Instance, opts: &ContextOptions) -> Result<Ranked> {
@@ -129,10 +147,7 @@ pub(super) fn choose(instance: &ash::Instance, opts: &ContextOptions) -> Result<
             "no Vulkan 1.2 device with a compute queue (for a CPU device: apt-get install mesa-vulkan-drivers)".into(),
         ));
     }
-    let wanted = opts
-        .device
-        .clone()
-        .or_else(|| std::env::var(ENV_DEVICE).ok().filter(|s| !s.is_empty()));
+    let wanted = selector(opts).filter(|s| !s.eq_ignore_ascii_case(HOST_SELECTOR));
     let chosen = match &wanted {
         None => &devs[0],
         Some(sel) if is_uuid_selector(sel) => {

@@ -38,6 +38,10 @@ pub use crate::memory::Buffer;
 /// [`Context::list_devices`], or its UUID as `GPU-…`, see [`match_uuid`]). The
 /// [`ContextOptions::device`] option wins over it.
 pub const ENV_DEVICE: &str = "DIVERSITY_DEVICE";
+/// The device selector that runs diversity sequences on the host engine (on the best Vulkan
+/// device for everything else), even where a GPU is present: `open{device = "host"}`,
+/// `--device host`, `DIVERSITY_DEVICE=host`.
+pub const HOST_SELECTOR: &str = "host";
 /// Environment variable overriding the L2 size in bytes (Vulkan cannot query it).
 pub const ENV_L2_BYTES: &str = "DIVERSITY_L2_BYTES";
 /// Environment variable turning optional features off, comma separated: `fp16`, `timestamps`,
@@ -80,6 +84,8 @@ pub(crate) struct Inner {
     pipelines: Mutex<HashMap<PipelineKey, Arc<Pipeline>>>,
     pub(crate) caps: Capabilities,
     timestamp_mask: u64,
+    /// Whether diversity sequences run on the host engine ([`Context::native_host`]).
+    native_host: bool,
 }
 
 // The raw pointers are only the debug callback's message sink, guarded by its mutex.
@@ -208,7 +214,9 @@ impl Context {
             pipelines: Mutex::new(HashMap::new()),
             caps,
             timestamp_mask,
+            native_host: false,
         };
+        inner.native_host = choice::native_host(opts, &inner.caps);
         inner.allocator = Mutex::new(Some(allocator.map_err(|e| Error::Alloc {
             what: "allocator",
             bytes: 0,
@@ -440,6 +448,14 @@ impl Context {
             (1u64 << valid_bits) - 1
         };
         Ok((pd, device, qf, caps, mask))
+    }
+
+    /// Whether diversity sequences run natively on the host ([`crate::host`]) rather than in this
+    /// device's shaders: when no device was named and the best one is a CPU device (lavapipe),
+    /// or when the device was named `host` ([`HOST_SELECTOR`]). Rankings and k-NN always run
+    /// on the device.
+    pub fn native_host(&self) -> bool {
+        self.inner.native_host
     }
 
     /// The device's capabilities.

@@ -34,7 +34,10 @@
 use super::kernel::{add_row_top2, dot, Top2};
 use super::matrix::{HostGram, HostTable};
 use super::plan::{gram_sequence_bytes, host_memory_budget, max_batch, scan_sequence_bytes};
-use crate::batch::{check_cancelled, check_prefixes, check_starts, sequence_length, StepReport};
+use crate::batch::{
+    check_cancelled, check_prefixes, check_starts, injected_loss, sequence_length, StepReport,
+    ENV_FAIL_AFTER_CHUNKS,
+};
 use crate::error::{Error, Result};
 use crate::mode::Mode;
 use rayon::prelude::*;
@@ -86,6 +89,8 @@ pub struct HostJob {
     seqs: Vec<u32>,
     states: Vec<State>,
     ns: u64,
+    /// A slice failed (an injected loss): the state is not trusted, nothing more may run.
+    lost: bool,
 }
 
 /// The certificate's bound on every key's error after `terms` picks whose norms sum to `s`, for
@@ -152,6 +157,7 @@ impl HostJob {
             seqs,
             states: Vec::new(),
             ns: 0,
+            lost: false,
         };
         let t0 = Instant::now();
         let kind = job.kind.clone();
@@ -206,6 +212,12 @@ impl HostJob {
         let mut left = n;
         while left > 0 {
             check_cancelled()?;
+            if self.lost {
+                return Err(Error::DeviceLost(format!(
+                    "an earlier slice of this host batch of {} failed; the batch must be restarted",
+                    self.starts.len()
+                )));
+            }
             let c = chunk.min(left);
             let t0 = Instant::now();
             let first = self.completed + 1;
@@ -221,6 +233,17 @@ impl HostJob {
                     }
                 });
             let ns = t0.elapsed().as_nanos() as u64;
+            // Fault injection for the checkpoint tests: the slice is lost as a device's
+            // submission would be.
+            if let Some(k) = injected_loss() {
+                self.lost = true;
+                return Err(Error::DeviceLost(format!(
+                    "host steps {first}..{} of a batch of {} (injected by \
+                     {ENV_FAIL_AFTER_CHUNKS}={k})",
+                    first + c - 1,
+                    self.starts.len()
+                )));
+            }
             self.ns += ns;
             self.completed += c;
             report.submissions += 1;

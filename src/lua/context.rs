@@ -8,7 +8,6 @@ use super::error::LuaCtx;
 use super::handle::Handle;
 use super::table::LTable;
 use crate::device::{Context, ContextOptions};
-use crate::device_table::DeviceTable;
 use crate::engine::{self, Engine, ModeChoice};
 use crate::mode::Mode;
 use mlua::prelude::*;
@@ -20,18 +19,34 @@ pub(super) type LContext = Handle<Context>;
 impl UserData for LContext {
     fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
         m.add_method("describe", |_, this, ()| {
-            Ok(this.get("context:describe")?.describe())
+            let ctx = this.get("context:describe")?;
+            Ok(match ctx.native_host() {
+                true => format!("{}{}", engine::host_line(), ctx.describe()),
+                false => ctx.describe(),
+            })
         });
+        // The name sequences report: the device's, or the CPU's with "(host engine)".
         m.add_method("name", |_, this, ()| {
-            Ok(this.get("context:name")?.caps().name.clone())
+            Ok(engine::sequence_device_name(this.get("context:name")?))
+        });
+        // Where diversity sequences run: "host" (the native CPU engine) or "device".
+        m.add_method("engine", |_, this, ()| {
+            Ok(match this.get("context:engine")?.native_host() {
+                true => "host",
+                false => "device",
+            })
         });
         m.add_method("l2_bytes", |_, this, ()| {
             Ok(this.get("context:l2_bytes")?.caps().l2_bytes)
         });
         m.add_method("caps", |lua, this, ()| {
-            let c = this.get("context:caps")?.caps();
+            let ctx = this.get("context:caps")?;
+            let c = ctx.caps();
             let t = lua.create_table()?;
-            t.set("name", c.name.clone())?;
+            // `name` is where sequences run (see `name`); `device_name` the Vulkan device's.
+            t.set("name", engine::sequence_device_name(ctx))?;
+            t.set("device_name", c.name.clone())?;
+            t.set("engine", if ctx.native_host() { "host" } else { "device" })?;
             t.set("device_type", c.device_type.clone())?;
             t.set("uuid", c.uuid.clone())?;
             t.set("driver", c.driver.clone())?;
@@ -70,7 +85,7 @@ impl UserData for LContext {
                     None => n.saturating_sub(1),
                 };
                 let mode = parse_mode(call, mode.as_deref(), Mode::Auto)?;
-                Ok(engine::max_batch(ctx.caps(), mode, n, d, p, steps))
+                Ok(engine::context_max_batch(ctx, mode, n, d, p, steps))
             },
         );
         // The engine `mode` ("scan", "gram" or "auto", the default) resolves to for an N × D
@@ -85,7 +100,7 @@ impl UserData for LContext {
                 let d = int(call, "dim", &d)? as usize;
                 let p = parse_precision(call, precision)?;
                 let mode = parse_mode(call, mode.as_deref(), Mode::Auto)?;
-                Ok(mode_values(&ModeChoice::new(ctx.caps(), mode, n, d, p)))
+                Ok(mode_values(&ModeChoice::for_context(ctx, mode, n, d, p)))
             },
         );
         // The gram arithmetic a job with `opts` (placement, workgroup, compensated, judge) runs
@@ -101,6 +116,33 @@ impl UserData for LContext {
                 crate::gram::summation(ctx.caps(), n, d, &g).lua_ctx(call)
             },
         );
+        // The arithmetic a job of the engine `mode` resolves to runs, as the cache metadata's
+        // `summation` names it (and the checkpoint binds): the host engine's for either mode on
+        // a host context, the gram arithmetic with `opts` on a device, nil for a device scan.
+        m.add_method(
+            "summation",
+            |_, this, (n, d, mode, o): (Value, Value, Option<String>, Option<LuaTable>)| {
+                let call = "context:summation";
+                let ctx = this.get(call)?;
+                let n = int(call, "n", &n)? as usize;
+                let d = int(call, "dim", &d)? as usize;
+                let mode = parse_mode(call, mode.as_deref(), Mode::Auto)?;
+                let g = super::job::gram_only_options(call, &o)?;
+                if ctx.native_host() {
+                    return Ok(Some(
+                        engine::host_summation(ModeChoice::host(mode, n, d).mode).to_string(),
+                    ));
+                }
+                if ModeChoice::new(ctx.caps(), mode, n, d, crate::table::Precision::Fp32).mode
+                    != Mode::Gram
+                {
+                    return Ok(None);
+                }
+                crate::gram::summation(ctx.caps(), n, d, &g)
+                    .lua_ctx(call)
+                    .map(Some)
+            },
+        );
         m.add_method("validation_messages", |lua, this, ()| {
             lua.create_sequence_from(
                 this.get("context:validation_messages")?
@@ -113,9 +155,9 @@ impl UserData for LContext {
                 let ctx = this.get("context:upload")?;
                 let p = parse_precision("context:upload", precision)?;
                 let t = table.borrow::<LTable>()?;
-                let dt = DeviceTable::upload(ctx, t.get("context:upload")?, p)
-                    .lua_ctx("context:upload")?;
-                Ok(LDeviceTable::new("device table", Engine::new(dt)))
+                let e =
+                    Engine::upload(ctx, t.get("context:upload")?, p).lua_ctx("context:upload")?;
+                Ok(LDeviceTable::new("device table", e))
             },
         );
         Handle::add_close(m);

@@ -181,6 +181,8 @@ impl UserData for LJob {
         m.add_method("mode", |_, this, ()| {
             Ok(this.get("job:mode")?.mode().name())
         });
+        // Where the job runs: "host" (the native CPU engine) or "device".
+        m.add_method("engine", |_, this, ()| Ok(this.get("job:engine")?.engine()));
         // Where a gram job keeps its state ("registers" or "memory"); nil for a scan job.
         m.add_method("placement", |_, this, ()| {
             Ok(this.get("job:placement")?.placement().map(Placement::name))
