@@ -55,18 +55,24 @@ use mlua::Value;
 fn diversity(lua: &Lua) -> LuaResult<LuaTable> {
     let m = lua.create_table()?;
     m.set("version", env!("CARGO_PKG_VERSION"))?;
-    context::register(lua, &m)?;
-    table::register(lua, &m)?;
-    cdata::register(lua, &m)?;
-    device_table::register(lua, &m)?;
-    job::register(lua, &m)?;
-    cache::register(lua, &m)?;
-    knn::register(lua, &m)?;
-    multi::register(lua, &m)?;
-    rows::register(lua, &m)?;
-    ivf::register(lua, &m)?;
-    ivfpq::register(lua, &m)?;
-    driver::register(lua, &m)?;
+    // Each handle family's file adds its functions, in this order.
+    let families: [fn(&Lua, &LuaTable) -> LuaResult<()>; 12] = [
+        context::register,
+        table::register,
+        cdata::register,
+        device_table::register,
+        job::register,
+        cache::register,
+        knn::register,
+        multi::register,
+        rows::register,
+        ivf::register,
+        ivfpq::register,
+        driver::register,
+    ];
+    for register in families {
+        register(lua, &m)?;
+    }
     // "diversity X.Y.Z", as Lua modules say what they are.
     m.set("_VERSION", concat!("diversity ", env!("CARGO_PKG_VERSION")))?;
     m.set("ENV_FAIL_AFTER_CHUNKS", crate::batch::ENV_FAIL_AFTER_CHUNKS)?;
