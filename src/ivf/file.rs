@@ -23,8 +23,8 @@
 //! naming the file and the fault, before anything is uploaded.
 //!
 //! What both index files share lives here too, for `pq_file.rs`: the metric codes, the atomic
-//! write, and the reader of the head (magic, version, truncation), the length and the trailing
-//! checksum ([`IndexBytes`]).
+//! write, the writer of the lists and the trailing checksum, and the reader of the head (magic,
+//! version, truncation), the length, the checksum, the list sizes and ids ([`IndexBytes`]).
 
 use super::{IvfFlat, IvfOptions, KMeansOptions};
 use crate::checksum;
@@ -76,16 +76,27 @@ pub(super) fn read_index<T>(
     })
 }
 
-/// Appends an inverted list as both index files store it: its u64 ids, then its codes (none in
-/// an IVF-Flat file), then its f32 values.
-pub(super) fn put_list(b: &mut Vec<u8>, ids: &[i64], codes: &[u8], data: &[f32]) {
-    for &id in ids {
-        b.extend_from_slice(&(id as u64).to_le_bytes());
+/// Appends the inverted lists `(ids, codes, values)` as both index files end: each list's size
+/// (u64), then each list's u64 ids, its codes (none in an IVF-Flat file) and its f32 values,
+/// then the FNV-1a 64 of every byte before it.
+pub(super) fn put_lists_and_checksum<'a>(
+    b: &mut Vec<u8>,
+    lists: impl Iterator<Item = (&'a [i64], &'a [u8], &'a [f32])> + Clone,
+) {
+    for (ids, _, _) in lists.clone() {
+        b.extend_from_slice(&(ids.len() as u64).to_le_bytes());
     }
-    b.extend_from_slice(codes);
-    for v in data {
-        b.extend_from_slice(&v.to_le_bytes());
+    for (ids, codes, data) in lists {
+        for &id in ids {
+            b.extend_from_slice(&(id as u64).to_le_bytes());
+        }
+        b.extend_from_slice(codes);
+        for v in data {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
     }
+    let h = fnv1a64(b);
+    b.extend_from_slice(&h.to_le_bytes());
 }
 
 /// An index file's bytes as a reader walks them, its magic, length and version checked (the
@@ -166,6 +177,51 @@ impl<'a> IndexBytes<'a> {
         Ok(())
     }
 
+    /// The `nlist` u64 list sizes at byte `o`, refused unless they add up to `ntotal`.
+    pub(super) fn list_sizes(
+        &self,
+        o: usize,
+        nlist: usize,
+        ntotal: usize,
+    ) -> std::result::Result<Vec<usize>, String> {
+        let sizes: Vec<usize> = (0..nlist)
+            .map(|l| self.u64_at(o + l * 8) as usize)
+            .collect();
+        let total: u128 = sizes.iter().map(|&s| s as u128).sum();
+        if total != ntotal as u128 {
+            return Err(format!(
+                "the lists hold {total} rows, the header says ntotal = {ntotal}"
+            ));
+        }
+        Ok(sizes)
+    }
+
+    /// List `l`'s `size` u64 ids at byte `o`: each below ntotal (`seen.len()`), ascending, and
+    /// in no list before (`seen`, which marks them). Both index files read their ids with it.
+    pub(super) fn list_ids(
+        &self,
+        o: usize,
+        l: usize,
+        size: usize,
+        seen: &mut [bool],
+    ) -> std::result::Result<Vec<i64>, String> {
+        let mut ids: Vec<i64> = Vec::with_capacity(size);
+        for i in 0..size {
+            let id = self.u64_at(o + i * 8);
+            let ok = (id as u128) < seen.len() as u128
+                && !seen[id as usize]
+                && ids.last().is_none_or(|&p| (p as u64) < id);
+            if !ok {
+                return Err(format!(
+                    "list {l} entry {i}: id {id} is out of range, repeated or out of order"
+                ));
+            }
+            seen[id as usize] = true;
+            ids.push(id as i64);
+        }
+        Ok(ids)
+    }
+
     /// The `n` f32 values at byte `o`; a non-finite one is refused naming its byte.
     pub(super) fn f32s(&self, o: usize, n: usize) -> std::result::Result<Vec<f32>, String> {
         let v: Vec<f32> = self.b[o..o + n * 4]
@@ -213,14 +269,11 @@ impl IvfFlat {
         for v in self.coarse.centroids() {
             b.extend_from_slice(&v.to_le_bytes());
         }
-        for l in &self.lists {
-            b.extend_from_slice(&(l.ids.len() as u64).to_le_bytes());
-        }
-        for l in &self.lists {
-            put_list(&mut b, &l.ids, &[], &l.data);
-        }
-        let h = fnv1a64(&b);
-        b.extend_from_slice(&h.to_le_bytes());
+        let lists = self
+            .lists
+            .iter()
+            .map(|l| (&l.ids[..], &[][..], &l.data[..]));
+        put_lists_and_checksum(&mut b, lists);
         Ok(b)
     }
 
@@ -267,14 +320,8 @@ impl IvfFlat {
         let mut o = HEADER;
         let centroids = f32s(o, nlist * d)?;
         o += nlist * d * 4;
-        let sizes: Vec<usize> = (0..nlist).map(|l| u64_at(o + l * 8) as usize).collect();
+        let sizes = b.list_sizes(o, nlist, ntotal)?;
         o += nlist * 8;
-        let total: u128 = sizes.iter().map(|&s| s as u128).sum();
-        if total != ntotal as u128 {
-            return Err(format!(
-                "the lists hold {total} rows, the header says ntotal = {ntotal}"
-            ));
-        }
         let opts = IvfOptions {
             nlist,
             metric,
@@ -285,19 +332,7 @@ impl IvfFlat {
         let mut seen = vec![false; ntotal];
         for (l, &size) in sizes.iter().enumerate() {
             let list = &mut index.lists[l];
-            for i in 0..size {
-                let id = u64_at(o + i * 8);
-                let ok = (id as u128) < ntotal as u128
-                    && !seen[id as usize]
-                    && list.ids.last().is_none_or(|&p| (p as u64) < id);
-                if !ok {
-                    return Err(format!(
-                        "list {l} entry {i}: id {id} is out of range, repeated or out of order"
-                    ));
-                }
-                seen[id as usize] = true;
-                list.ids.push(id as i64);
-            }
+            list.ids = b.list_ids(o, l, size, &mut seen)?;
             o += size * 8;
             list.data = f32s(o, size * d)?;
             o += size * d * 4;

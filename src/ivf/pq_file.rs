@@ -25,7 +25,7 @@
 //! [`Error::Format`] naming the file and the fault, before anything is uploaded.
 
 use super::file::{
-    fnv1a64, metric_code, metric_from_code, put_list, read_index, write_index, IndexBytes,
+    metric_code, metric_from_code, put_lists_and_checksum, read_index, write_index, IndexBytes,
 };
 use super::ivfpq::{IvfPq, IvfPqOptions, PqList};
 use super::pq::{ProductQuantizer, PQ_KSUB};
@@ -60,14 +60,11 @@ impl IvfPq {
         for v in self.coarse.centroids().iter().chain(pq.centroids()) {
             b.extend_from_slice(&v.to_le_bytes());
         }
-        for l in &self.lists {
-            b.extend_from_slice(&(l.ids.len() as u64).to_le_bytes());
-        }
-        for l in &self.lists {
-            put_list(&mut b, &l.ids, &l.codes, &l.data);
-        }
-        let h = fnv1a64(&b);
-        b.extend_from_slice(&h.to_le_bytes());
+        let lists = self
+            .lists
+            .iter()
+            .map(|l| (&l.ids[..], &l.codes[..], &l.data[..]));
+        put_lists_and_checksum(&mut b, lists);
         Ok(b)
     }
 
@@ -119,14 +116,8 @@ impl IvfPq {
         let pq = ProductQuantizer::from_centroids(d, m, f32s(o, PQ_KSUB * d)?)
             .map_err(|e| e.to_string())?;
         o += PQ_KSUB * d * 4;
-        let sizes: Vec<usize> = (0..nlist).map(|l| u64_at(o + l * 8) as usize).collect();
+        let sizes = b.list_sizes(o, nlist, ntotal)?;
         o += nlist * 8;
-        let total: u128 = sizes.iter().map(|&s| s as u128).sum();
-        if total != ntotal as u128 {
-            return Err(format!(
-                "the lists hold {total} rows, the header says ntotal = {ntotal}"
-            ));
-        }
         let opts = IvfPqOptions {
             nlist,
             m,
@@ -136,20 +127,14 @@ impl IvfPq {
         };
         let mut index = IvfPq::new(ctx, d, &opts).map_err(|e| e.to_string())?;
         let mut loc = vec![(u32::MAX, 0u32); ntotal];
+        let mut seen = vec![false; ntotal];
         for (l, &size) in sizes.iter().enumerate() {
-            let mut list = PqList::default();
-            for i in 0..size {
-                let id = u64_at(o + i * 8);
-                let ok = (id as u128) < ntotal as u128
-                    && loc[id as usize].0 == u32::MAX
-                    && list.ids.last().is_none_or(|&p| (p as u64) < id);
-                if !ok {
-                    return Err(format!(
-                        "list {l} entry {i}: id {id} is out of range, repeated or out of order"
-                    ));
-                }
+            let mut list = PqList {
+                ids: b.list_ids(o, l, size, &mut seen)?,
+                ..PqList::default()
+            };
+            for (i, &id) in list.ids.iter().enumerate() {
                 loc[id as usize] = (l as u32, i as u32);
-                list.ids.push(id as i64);
             }
             o += size * 8;
             list.codes = b.bytes(o, size * m).to_vec();
