@@ -2,7 +2,9 @@
 //! the device and its downloads, the steps done, the GPU time, and the lost-device state with its
 //! fault injection ([`ENV_FAIL_AFTER_CHUNKS`]). [`ScanJob`](crate::ScanJob) and
 //! [`GramJob`](crate::GramJob) each embed a `Batch` and delegate their progress and result
-//! accessors to it; they differ only in how a chunk of steps is computed.
+//! accessors to it; they differ only in how a chunk of steps is computed. Also how many
+//! sequences a run's batches hold ([`batch_sizes`], from the devices' fit and the host budget
+//! [`host_batch`]), which the driver asks for.
 //! It may touch the device context, device memory and [`crate::error`]; no engine's arithmetic.
 //!
 //! The sequences buffer holds `starts.len()` rows of `seq_len` entries (the start, then one
@@ -482,4 +484,113 @@ pub fn default_host_memory() -> u64 {
 /// The most sequences of `steps` steps a batch may hold within `bytes` of host memory (≥ 1).
 pub fn host_batch(bytes: u64, steps: u64) -> u64 {
     (bytes / ((steps + 1) * HOST_BYTES_PER_ENTRY)).max(1)
+}
+
+/// gram's default batching: at least this many batches of a whole cache …
+pub const GRAM_BATCHES: u64 = 4;
+/// … each of at least this many sequences (enough to fill a GPU).
+pub const GRAM_MIN_BATCH: u64 = 1024;
+
+/// What a run's batch size is chosen from (see [`batch_sizes`]).
+#[derive(Clone, Copy, Debug)]
+pub struct BatchRequest {
+    /// The engine is gram (else the scan).
+    pub gram: bool,
+    /// The batch the caller asked for (`--batch`), if any.
+    pub requested: Option<u64>,
+    /// The scan's default batch, used when none is requested.
+    pub default: u64,
+    /// The largest batch every device allows (the smallest of their `max_batch`).
+    pub fit: u64,
+    /// The largest batch the host budget allows ([`host_batch`]).
+    pub host_fit: u64,
+    /// Devices sharing the batches.
+    pub devices: u64,
+    /// Starts this run computes (a shard's own).
+    pub starts: u64,
+    /// Starts of the whole run (every shard's).
+    pub all_starts: u64,
+}
+
+/// The batch sizes of a run, as `(batch, device_batch, run_batch)`: `batch` fits every device
+/// and the host budget (gram, unrequested: every sequence that fits, but a large whole cache in
+/// at least [`GRAM_BATCHES`] batches of at least [`GRAM_MIN_BATCH`], so that the host writes one
+/// batch while the device computes the next); `device_batch` is what the batches hold (several
+/// devices, unrequested: about four batches a device, so a faster device takes more of them);
+/// `run_batch` is the whole run's, which a shard records in its metadata.
+pub fn batch_sizes(r: &BatchRequest) -> (u64, u64, u64) {
+    let given = r.requested.is_some();
+    let mut batch = if r.gram && !given {
+        r.fit
+    } else {
+        r.requested.unwrap_or(r.default).min(r.fit).max(1)
+    };
+    if r.gram && !given {
+        batch = batch.min(GRAM_MIN_BATCH.max(r.all_starts.div_ceil(GRAM_BATCHES)));
+    }
+    batch = batch.min(r.host_fit);
+    let (mut device_batch, mut run_batch) = (batch, batch);
+    if r.devices > 1 && !given {
+        device_batch = device_batch.min(r.starts.div_ceil(4 * r.devices).max(1));
+        run_batch = run_batch.min(r.all_starts.div_ceil(4 * r.devices).max(1));
+    }
+    (batch, device_batch, run_batch)
+}
+
+#[cfg(test)]
+mod sizing_tests {
+    use super::*;
+
+    #[test]
+    fn batch_sizes_follow_the_driver_rules() {
+        let r = BatchRequest {
+            gram: false,
+            requested: None,
+            default: 3584,
+            fit: 10_000,
+            host_fit: 1_000_000,
+            devices: 1,
+            starts: 8359,
+            all_starts: 8359,
+        };
+        // The scan's default, within the device's fit and the host's budget.
+        assert_eq!(batch_sizes(&r), (3584, 3584, 3584));
+        assert_eq!(
+            batch_sizes(&BatchRequest { host_fit: 100, ..r }),
+            (100, 100, 100)
+        );
+        // gram, unrequested: what fits, but a whole cache in at least four batches of ≥ 1,024.
+        let g = BatchRequest { gram: true, ..r };
+        assert_eq!(batch_sizes(&g), (2090, 2090, 2090));
+        assert_eq!(
+            batch_sizes(&BatchRequest {
+                all_starts: 300,
+                starts: 300,
+                ..g
+            })
+            .0,
+            1024
+        );
+        // Two devices share about four batches each; a shard records the whole run's.
+        let two = BatchRequest {
+            devices: 2,
+            starts: 1000,
+            ..r
+        };
+        assert_eq!(batch_sizes(&two), (3584, 125, 1045));
+        // A requested batch is kept (within the fits), on any number of devices.
+        let asked = BatchRequest {
+            requested: Some(50),
+            ..two
+        };
+        assert_eq!(batch_sizes(&asked), (50, 50, 50));
+        assert_eq!(
+            batch_sizes(&BatchRequest {
+                requested: Some(0),
+                ..r
+            })
+            .0,
+            1
+        );
+    }
 }

@@ -39,10 +39,6 @@ function Phases:line()
   return table.concat(out, ", ")
 end
 
---- gram's default batching: at least this many batches of at least this many sequences.
-M.GRAM_BATCHES = 4
-M.GRAM_MIN_BATCH = 1024
-
 --- Bytes of rows a writer task takes at a time (the host's work runs in tasks between the
 -- devices' chunks; smaller tasks keep a device waiting less when it finishes mid-task).
 M.SLICE_BYTES = 2 ^ 25
@@ -506,34 +502,27 @@ function M.run(opts)
     t:close(); close_devs()
     error("diversity: --mode gram: " .. unfit .. " (--mode auto falls back to scan)", 0)
   end
-  -- Batches fit the device's buffer, dispatch and memory limits (gram: next to G; by default
-  -- every sequence that fits, in at least M.GRAM_BATCHES batches).
+  -- Batches fit each device's buffer, dispatch and memory limits (gram: next to G).
   local fit = diversity.max_batch(devs, n, dim, opts.precision, steps, mode)
-  local batch = (mode == "gram" and not batch_given) and fit or math.max(1, math.min(opts.batch, fit))
-  -- gram: a large whole cache in at least M.GRAM_BATCHES batches (of at least
-  -- M.GRAM_MIN_BATCH sequences, enough to fill a GPU), so that the host writes one batch while
-  -- the device computes the next instead of writing everything after the device is done.
-  if mode == "gram" and not batch_given then
-    batch = math.min(batch, math.max(M.GRAM_MIN_BATCH, math.ceil(#all_starts / M.GRAM_BATCHES)))
-  end
-  -- … and the host's budget: the results of a batch stay in host memory until written, so a
-  -- whole cache of a large N goes in several batches rather than one of N² entries.
+  -- Batches fit every device and the host's budget (the results of a batch stay in host memory
+  -- until written, so a whole cache of a large N goes in several batches rather than one of N²
+  -- entries); gram's default is every sequence that fits, but a large whole cache in at least
+  -- four batches, so that the host writes one batch while the device computes the next; several
+  -- devices share about four batches each, so a faster device takes more of them. A shard sizes
+  -- them to its own starts but records the whole run's batch size, the one-shot run's metadata.
+  -- The arithmetic is Rust's (`diversity.batch_sizes`).
   local host_memory = opts.host_memory or M.default_host_memory()
   local host_fit = M.host_batch(host_memory, steps)
-  batch = math.min(batch, host_fit)
+  local batch, device_batch, run_batch = diversity.batch_sizes {
+    gram = mode == "gram", requested = batch_given and opts.batch or nil, default = opts.batch,
+    fit = fit, host_fit = host_fit, devices = #devs, starts = #starts, all_starts = #all_starts,
+  }
   if not opts.quiet then
     io.stderr:write(("batch %d sequences (the device fits %d; %d MiB of host memory fits %d)\n")
       :format(batch, fit, math.floor(host_memory / 2 ^ 20), host_fit))
     io.stderr:flush()
   end
-  -- Several devices share the batches as they become free: by default about four a device, so a
-  -- faster device takes more of them. A shard sizes them to its own starts but records the whole
-  -- run's batch size, the one-shot run's metadata.
-  local run_batch = batch
-  if #devs > 1 and not batch_given then
-    batch = math.min(batch, math.max(1, math.ceil(#starts / (4 * #devs))))
-    run_batch = math.min(run_batch, math.max(1, math.ceil(#all_starts / (4 * #devs))))
-  end
+  batch = device_batch
   -- generated_at: SOURCE_DATE_EPOCH when set (reproducible output), else now; a resumed run keeps
   -- the time of the run it continues, so its output is byte-identical to an uninterrupted one.
   local ckdir = opts.out .. ".partial"

@@ -3,9 +3,9 @@
 //! `diversity.starts_fingerprint`: thin bindings of [`crate::checkpoint`], which writes run.txt's
 //! text, the batch files' names and checksums and checks what a `--resume` reads) and batch
 //! sizing (`diversity.max_batch` over several devices, `diversity.host_batch`,
-//! `diversity.default_host_memory`). May touch [`crate::checkpoint`], [`crate::engine`]'s and
-//! [`crate::batch`]'s sizing, the rows buffer (`rows.rs`) and the binding's helpers; the driver
-//! keeps the file writes.
+//! `diversity.default_host_memory`, `diversity.batch_sizes`). May touch [`crate::checkpoint`],
+//! [`crate::engine`]'s and [`crate::batch`]'s sizing, the rows buffer (`rows.rs`) and the
+//! binding's helpers; the driver keeps the file writes.
 
 use super::args::{int, int_list, parse_mode, parse_precision};
 use super::context::LContext;
@@ -46,8 +46,8 @@ fn with_bytes<R>(call: &str, v: &Value, f: impl FnOnce(&[u8]) -> R) -> LuaResult
     }
 }
 
-/// The `checkpoint_*` functions, `starts_fingerprint`, `max_batch`, `host_batch` and
-/// `default_host_memory`.
+/// The `checkpoint_*` functions, `starts_fingerprint`, `max_batch`, `host_batch`,
+/// `default_host_memory` and `batch_sizes`.
 pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
     // `diversity.max_batch(contexts, n, dim, precision [, steps = n − 1 [, mode = "auto"]])`:
     // the largest batch that every context of the Lua array allows (the smallest of their
@@ -94,6 +94,31 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
                 bytes.max(0.0).floor() as u64,
                 steps,
             ))
+        })?,
+    )?;
+    // `diversity.batch_sizes{gram =, requested =, default =, fit =, host_fit =, devices =,
+    // starts =, all_starts =}`: a run's batch, the batches' size over its devices and the whole
+    // run's batch (`crate::batch::batch_sizes`; `requested` nil when `--batch` is not given).
+    m.set(
+        "batch_sizes",
+        lua.create_function(|_, o: LuaTable| {
+            let call = "batch_sizes";
+            let num = |k: &str| -> LuaResult<u64> { int(call, k, &o.get::<Value>(k)?) };
+            let requested = match o.get::<Value>("requested")? {
+                Value::Nil => None,
+                v => Some(int(call, "requested", &v)?),
+            };
+            let r = crate::batch::BatchRequest {
+                gram: o.get::<Option<bool>>("gram")?.unwrap_or(false),
+                requested,
+                default: num("default")?,
+                fit: num("fit")?,
+                host_fit: num("host_fit")?,
+                devices: num("devices")?,
+                starts: num("starts")?,
+                all_starts: num("all_starts")?,
+            };
+            Ok(crate::batch::batch_sizes(&r))
         })?,
     )?;
     // `diversity.default_host_memory()`: min(2 GiB, a quarter of the host's memory).
