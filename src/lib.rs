@@ -1,7 +1,7 @@
 //! `diversity`: diversity sequences, similarity rankings and exact k-NN computed by Vulkan
 //! compute shaders on any device — a discrete GPU or Mesa's lavapipe on a CPU — for a LuaJIT
 //! pipeline that loads this crate with `require "diversity"`. It declares the modules and
-//! re-exports their public types; it holds no logic.
+//! re-exports their public types; it holds no logic and touches nothing itself.
 //!
 //! The data path reads top-down: [`device`] (instance, capabilities, pipelines; with the private
 //! `memory` (buffers, transfers), `spirv` (the shaders, push-constant checks) and `submit`

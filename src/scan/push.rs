@@ -1,6 +1,7 @@
 //! The push constants of the scan's shaders, one `#[repr(C)]` struct a block, laid out as the
 //! shaders declare them (a unit test checks the sizes against the compiled shaders). Shared by
-//! the pipelines (`state.rs`) and the recorder (`record.rs`); depends on nothing.
+//! the pipelines (`state.rs`) and the recorder (`record.rs`); depends on nothing and may touch
+//! nothing.
 
 /// Push constants of `scan.comp` (untiled and in-shader tiles): the user's five fields.
 #[repr(C)]
