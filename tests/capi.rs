@@ -90,6 +90,17 @@ fn build_driver(tmp: &TempDir) -> PathBuf {
 /// `mode` (None: unset) and check everything it wrote with the float64 oracle. Returns its
 /// standard output.
 fn run_driver(tag: &str, mode: Option<&str>, n: usize, batch: usize) -> String {
+    run_driver_on(tag, mode, None, n, batch)
+}
+
+/// [`run_driver`] with `DIVERSITY_DEVICE` = `device` (None: as the test runs).
+fn run_driver_on(
+    tag: &str,
+    mode: Option<&str>,
+    device: Option<&str>,
+    n: usize,
+    batch: usize,
+) -> String {
     let tmp = TempDir::new(tag);
     let d = 384usize;
     let table = fortunes(n);
@@ -104,6 +115,9 @@ fn run_driver(tag: &str, mode: Option<&str>, n: usize, batch: usize) -> String {
         .env_remove("DIVERSITY_MODE");
     if let Some(m) = mode {
         cmd.env("DIVERSITY_MODE", m);
+    }
+    if let Some(d) = device {
+        cmd.env("DIVERSITY_DEVICE", d);
     }
     let run = cmd
         .arg(&tab)
@@ -165,6 +179,36 @@ fn an_old_style_c_driver_gets_the_gram_engine_for_the_whole_cache() {
     let (first, later) = cycles(&stdout);
     eprintln!("cycles: first {first:.4} s, later {later:.4} s");
     assert!(later < 0.5 * first, "{stdout}");
+}
+
+#[test]
+fn the_unchanged_wrapper_runs_on_the_host_engine_where_there_is_no_gpu() {
+    // "host" names the host engine wherever the test runs; "" (no device named) gets it by
+    // default where the best device is a CPU.
+    let cpu_only = diversity::Context::list_devices()
+        .unwrap()
+        .iter()
+        .all(|d| d.device_type.eq_ignore_ascii_case("cpu"));
+    for (device, tag) in [("host", "capi-host"), ("", "capi-default")] {
+        if device.is_empty() && !cpu_only {
+            continue;
+        }
+        let stdout = run_driver_on(tag, None, Some(device), 160, 48);
+        assert!(stdout.contains("engine: host gram\n"), "{stdout}");
+        // The CPU's name and the host engine's memory budget.
+        let line = stdout.lines().find(|l| l.starts_with("device: ")).unwrap();
+        assert!(line.contains("(host engine), "), "{line}");
+        let bytes: u64 = line
+            .rsplit(", ")
+            .next()
+            .and_then(|w| w.strip_suffix(" bytes"))
+            .and_then(|w| w.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        assert_eq!(bytes, diversity::host::host_memory_budget(), "{line}");
+    }
+    // DIVERSITY_MODE=scan on the host: the float64 scan.
+    let stdout = run_driver_on("capi-host-scan", Some("scan"), Some("host"), 90, 40);
+    assert!(stdout.contains("engine: host scan\n"), "{stdout}");
 }
 
 #[test]
