@@ -2,7 +2,8 @@
 //! (`NAME.fp32.spv`, `NAME.fp16.spv` with `FP16` defined), into `OUT_DIR`: every
 //! `shaders/*.comp` under its own name, and the variants of [`VARIANTS`] (one source, several
 //! compiled shaders, as ggml's `vulkan-shaders-gen` does). `*.glsl` files are includes, resolved
-//! from `shaders/`, never compiled alone.
+//! from `shaders/`, never compiled alone. `shaders.txt` in `OUT_DIR` lists the names compiled,
+//! one a line: `src/spirv.rs`'s unit test holds its shader list to it.
 
 use std::path::{Path, PathBuf};
 
@@ -57,6 +58,8 @@ fn main() {
     for &(name, source, defines) in VARIANTS {
         jobs.push((name.to_string(), dir.join(source), defines));
     }
+    let names: Vec<&str> = jobs.iter().map(|(name, _, _)| name.as_str()).collect();
+    std::fs::write(out.join("shaders.txt"), names.join("\n") + "\n").expect("write shaders.txt");
     for (name, path, defines) in jobs {
         let source =
             std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

@@ -9,11 +9,11 @@
 //! [`crate::device::loop_budget`] is what a planner may spend, and [`measure_loop_iterations`]
 //! lets a test check both against the driver in hand.
 
-use crate::device::{Buffer, Context, PipelineKey};
+use crate::device::{Buffer, Context};
 use crate::error::Result;
 use crate::spirv;
-use crate::spirv::checked_push;
 use crate::submit::{bind, Set, Submitter};
+use crate::table::Precision;
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -26,11 +26,7 @@ struct ProbePush {
 /// many it really ran, with the loop's hash (each iteration feeds the next, so the compiler
 /// cannot fold the loop away): `n` on a device without a cap, the cap on one with.
 pub fn measure_loop_iterations(ctx: &Context, n: u32) -> Result<(u32, u32)> {
-    let pipe = ctx.pipeline(PipelineKey {
-        spirv: spirv::LOOP_PROBE.fp32,
-        spec: vec![],
-        push_bytes: checked_push::<ProbePush>(&spirv::LOOP_PROBE)?,
-    })?;
+    let pipe = ctx.pipeline_for::<ProbePush>(&spirv::LOOP_PROBE, Precision::Fp32, &[])?;
     let out = Buffer::storage(ctx, "loop probe", 16)?;
     let set = Set::new(ctx, &[(0, &out)], &[])?;
     let dev = ctx.device().clone();

@@ -1,7 +1,10 @@
-//! The compiled shaders and a minimal SPIR-V reflection: the byte size of a shader's push-constant
-//! block, so every `#[repr(C)]` push struct is checked against the shader that reads it (a block
-//! 4 bytes short once silently lost a field in the user's C wrapper). [`spirv_for`] and
-//! [`checked_push`] are what every engine calls to turn a shader into a pipeline key.
+//! The compiled shaders and a minimal SPIR-V reflection. Every shader `build.rs` compiles is a
+//! [`Shader`] constant here (its name and its SPIR-V in both storage precisions), declared once
+//! in one list below; [`crate::device::Context::pipeline_for`] takes one, so the pipeline
+//! cache is keyed by it and every error names it. The reflection: the byte size of a shader's
+//! push-constant block, so every `#[repr(C)]` push struct is checked against the shader that
+//! reads it ([`checked_push`]; a block 4 bytes short once silently lost a field in the user's C
+//! wrapper), and the specialization-constant ids it declares ([`check_spec_constants`]).
 //! It may touch [`crate::error`] and the storage precision (which variant to pick); nothing
 //! on a device.
 
@@ -16,53 +19,65 @@ pub(crate) struct Shader {
     pub fp16: &'static [u8],
 }
 
-macro_rules! shader {
-    ($name:literal) => {
-        Shader {
-            name: $name,
-            fp32: include_bytes!(concat!(env!("OUT_DIR"), "/", $name, ".fp32.spv")),
-            fp16: include_bytes!(concat!(env!("OUT_DIR"), "/", $name, ".fp16.spv")),
-        }
+/// Declares one `Shader` constant per compiled shader, and `ALL`, the list of them the tests
+/// hold to the build's: a shader is named once, on its line of the list below.
+macro_rules! shaders {
+    ($($konst:ident = $name:literal,)*) => {
+        $(
+            pub(crate) const $konst: Shader = Shader {
+                name: $name,
+                fp32: include_bytes!(concat!(env!("OUT_DIR"), "/", $name, ".fp32.spv")),
+                fp16: include_bytes!(concat!(env!("OUT_DIR"), "/", $name, ".fp16.spv")),
+            };
+        )*
+        /// Every shader `build.rs` compiles: the unit tests hold it to the build's own list and
+        /// check every shader's errors against it.
+        #[cfg(test)]
+        pub(crate) const ALL: &[Shader] = &[$($konst),*];
     };
 }
 
-pub(crate) const SCAN: Shader = shader!("scan");
-pub(crate) const SCAN_TILE: Shader = shader!("scan_tile");
-pub(crate) const SCAN_COMMIT: Shader = shader!("scan_commit");
-pub(crate) const SCAN_INIT: Shader = shader!("scan_init");
-pub(crate) const GRAM_MATRIX: Shader = shader!("gram_matrix");
-pub(crate) const GRAM: Shader = shader!("gram");
-pub(crate) const SCAN_BIG: Shader = shader!("scan_big");
-pub(crate) const SCAN_BIG_TILE: Shader = shader!("scan_big_tile");
-pub(crate) const SCAN_BIG_COMMIT: Shader = shader!("scan_big_commit");
-pub(crate) const SCAN_FILTER: Shader = shader!("scan_filter");
-pub(crate) const SCAN_FILTER_TILE: Shader = shader!("scan_filter_tile");
-pub(crate) const SCAN_JUDGE: Shader = shader!("scan_judge");
-pub(crate) const SCAN_PREP: Shader = shader!("scan_prep");
-pub(crate) const SCAN_FTABLE: Shader = shader!("scan_ftable");
-pub(crate) const SCAN_FILTER_TC: Shader = shader!("scan_filter_tc");
-pub(crate) const SCAN_FILTER_TC_TILE: Shader = shader!("scan_filter_tc_tile");
-pub(crate) const SCAN_JUDGE_TC: Shader = shader!("scan_judge_tc");
-pub(crate) const SCAN_PREP_TC: Shader = shader!("scan_prep_tc");
-pub(crate) const SCAN_FTABLE_TC: Shader = shader!("scan_ftable_tc");
-pub(crate) const SCAN_FILTER_PROBE: Shader = shader!("scan_filter_probe");
-pub(crate) const SCAN_FILTER_PROBE_TC: Shader = shader!("scan_filter_probe_tc");
-pub(crate) const KNN_DIST: Shader = shader!("knn_dist");
-pub(crate) const KNN_SORT: Shader = shader!("knn_sort");
-pub(crate) const KNN_MERGE: Shader = shader!("knn_merge");
-pub(crate) const KNN_WARP: Shader = shader!("knn_warp");
-pub(crate) const IVFPQ_SCAN: Shader = shader!("ivfpq_scan");
-pub(crate) const KNN_GATHER: Shader = shader!("knn_gather");
-pub(crate) const LOOP_PROBE: Shader = shader!("loop_probe");
-pub(crate) const IVF_SCAN: Shader = shader!("ivf_scan");
-pub(crate) const KMEANS_UPDATE: Shader = shader!("kmeans_update");
+shaders! {
+    SCAN = "scan",
+    SCAN_TILE = "scan_tile",
+    SCAN_COMMIT = "scan_commit",
+    SCAN_INIT = "scan_init",
+    GRAM_MATRIX = "gram_matrix",
+    GRAM = "gram",
+    SCAN_BIG = "scan_big",
+    SCAN_BIG_TILE = "scan_big_tile",
+    SCAN_BIG_COMMIT = "scan_big_commit",
+    SCAN_FILTER = "scan_filter",
+    SCAN_FILTER_TILE = "scan_filter_tile",
+    SCAN_JUDGE = "scan_judge",
+    SCAN_PREP = "scan_prep",
+    SCAN_FTABLE = "scan_ftable",
+    SCAN_FILTER_TC = "scan_filter_tc",
+    SCAN_FILTER_TC_TILE = "scan_filter_tc_tile",
+    SCAN_JUDGE_TC = "scan_judge_tc",
+    SCAN_PREP_TC = "scan_prep_tc",
+    SCAN_FTABLE_TC = "scan_ftable_tc",
+    SCAN_FILTER_PROBE = "scan_filter_probe",
+    SCAN_FILTER_PROBE_TC = "scan_filter_probe_tc",
+    KNN_DIST = "knn_dist",
+    KNN_SORT = "knn_sort",
+    KNN_MERGE = "knn_merge",
+    KNN_WARP = "knn_warp",
+    IVFPQ_SCAN = "ivfpq_scan",
+    KNN_GATHER = "knn_gather",
+    LOOP_PROBE = "loop_probe",
+    IVF_SCAN = "ivf_scan",
+    KMEANS_UPDATE = "kmeans_update",
+}
 
-/// The SPIR-V of `shader` for tables stored at precision `p` (each shader is compiled once per
-/// storage precision; the arithmetic is fp32 in both).
-pub(crate) fn spirv_for(shader: &Shader, p: Precision) -> &'static [u8] {
-    match p {
-        Precision::Fp32 => shader.fp32,
-        Precision::Fp16 => shader.fp16,
+impl Shader {
+    /// The SPIR-V of this shader for tables stored at precision `p` (each shader is compiled once
+    /// per storage precision; the arithmetic is fp32 in both).
+    pub(crate) fn spirv(&self, p: Precision) -> &'static [u8] {
+        match p {
+            Precision::Fp32 => self.fp32,
+            Precision::Fp16 => self.fp16,
+        }
     }
 }
 
@@ -151,34 +166,9 @@ pub(crate) fn push_constant_size(spirv: &[u8]) -> Option<u32> {
     Some(off + sizes.get(&members[last])?)
 }
 
-/// Every shader, for naming a module in an error.
-const ALL: [Shader; 14] = [
-    SCAN,
-    SCAN_TILE,
-    SCAN_COMMIT,
-    SCAN_INIT,
-    GRAM_MATRIX,
-    GRAM,
-    SCAN_BIG,
-    SCAN_BIG_TILE,
-    SCAN_BIG_COMMIT,
-    KNN_DIST,
-    KNN_SORT,
-    KNN_MERGE,
-    KNN_WARP,
-    LOOP_PROBE,
-];
-
-/// The name of the shader whose SPIR-V `spirv` is (either precision), or `"a shader"`.
-pub(crate) fn shader_name(spirv: &[u8]) -> &'static str {
-    ALL.iter()
-        .find(|s| s.fp32 == spirv || s.fp16 == spirv)
-        .map_or("a shader", |s| s.name)
-}
-
 /// The specialization-constant ids `spirv` declares (`OpDecorate … SpecId n`, the workgroup
 /// size's `local_size_x_id` included; a constant the shader does not use may be optimised away),
-/// sorted. [`crate::device::Context::pipeline`] passes constant i as the i-th value of its list,
+/// sorted. [`crate::device::Context::pipeline_for`] passes constant i as the i-th value of its list,
 /// so it checks the list against these: a shader that gains a constant its host does not set
 /// (it would silently keep its default) is an error, not a wrong result.
 pub(crate) fn spec_constant_ids(spirv: &[u8]) -> Vec<u32> {
@@ -202,14 +192,16 @@ pub(crate) fn spec_constant_ids(spirv: &[u8]) -> Vec<u32> {
     ids
 }
 
-/// Checks the values a pipeline passes (constant i = `values[i]`) against the ids the shader
-/// declares: every declared id must get a value.
-pub(crate) fn check_spec_constants(name: &str, spirv: &[u8], values: &[u32]) -> Result<()> {
-    let ids = spec_constant_ids(spirv);
+/// Checks the values a pipeline of `shader` at precision `p` passes (constant i = `values[i]`)
+/// against the ids that variant declares: every declared id must get a value. The error names
+/// the shader.
+pub(crate) fn check_spec_constants(shader: &Shader, p: Precision, values: &[u32]) -> Result<()> {
+    let ids = spec_constant_ids(shader.spirv(p));
     if ids.iter().any(|&id| id as usize >= values.len()) {
         return Err(Error::Invalid(format!(
-            "internal: {name} declares specialization constants {ids:?}; the host passes {} \
+            "internal: {} declares specialization constants {ids:?}; the host passes {} \
              values (ids 0..{})",
+            shader.name,
             values.len(),
             values.len()
         )));
@@ -238,12 +230,54 @@ mod tests {
         assert_eq!(spec_constant_ids(KNN_SORT.fp16), vec![0, 1, 2]);
         // scan.comp does not read SEQ_LEN (id 3): the compiler drops its decoration.
         assert_eq!(spec_constant_ids(SCAN.fp32), vec![0, 1, 2, 4, 5]);
-        assert!(check_spec_constants("scan", SCAN.fp32, &[0; 6]).is_ok());
+        let fp32 = Precision::Fp32;
+        assert!(check_spec_constants(&SCAN, fp32, &[0; 6]).is_ok());
         assert_eq!(spec_constant_ids(KNN_DIST.fp32), Vec::<u32>::new());
-        assert!(check_spec_constants("gram", GRAM.fp32, &[0; 13]).is_ok());
-        assert!(check_spec_constants("gram", GRAM.fp32, &[0; 12]).is_err());
-        assert!(check_spec_constants("knn_warp", KNN_WARP.fp32, &[0; 3]).is_err());
-        let e = check_spec_constants(shader_name(GRAM.fp16), GRAM.fp16, &[0; 7]).unwrap_err();
+        assert!(check_spec_constants(&GRAM, fp32, &[0; 13]).is_ok());
+        assert!(check_spec_constants(&GRAM, fp32, &[0; 12]).is_err());
+        assert!(check_spec_constants(&KNN_WARP, fp32, &[0; 3]).is_err());
+        let e = check_spec_constants(&GRAM, Precision::Fp16, &[0; 7]).unwrap_err();
         assert!(e.to_string().contains("gram declares"), "{e}");
+    }
+
+    /// The list is the build's: `build.rs` writes the name of every shader it compiled (each
+    /// `shaders/*.comp` and each variant) to `shaders.txt`, and [`ALL`] must hold exactly those,
+    /// each once.
+    #[test]
+    fn every_compiled_shader_is_listed() {
+        let compiled = include_str!(concat!(env!("OUT_DIR"), "/shaders.txt"));
+        let mut built: Vec<&str> = compiled.lines().filter(|l| !l.is_empty()).collect();
+        built.sort_unstable();
+        let mut listed: Vec<&str> = ALL.iter().map(|s| s.name).collect();
+        listed.sort_unstable();
+        assert_eq!(listed, built);
+    }
+
+    /// A pipeline whose specialization list is short is refused with the shader's name, for
+    /// every shader that declares constants (the IVF, filter and judge shaders included), in
+    /// both precisions.
+    #[test]
+    fn spec_constant_errors_name_the_shader() {
+        let mut checked = Vec::new();
+        for s in ALL {
+            for p in [Precision::Fp32, Precision::Fp16] {
+                if spec_constant_ids(s.spirv(p)).is_empty() {
+                    assert!(check_spec_constants(s, p, &[]).is_ok(), "{}", s.name);
+                    continue;
+                }
+                let e = check_spec_constants(s, p, &[]).unwrap_err().to_string();
+                assert!(e.contains(&format!("{} declares", s.name)), "{e}");
+                checked.push(s.name);
+            }
+        }
+        for name in [
+            "ivf_scan",
+            "ivfpq_scan",
+            "scan_filter",
+            "scan_judge_tc",
+            "knn_warp",
+        ] {
+            assert!(checked.contains(&name), "{name} declares no constants");
+        }
     }
 }

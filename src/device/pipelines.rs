@@ -1,20 +1,26 @@
-//! The context's pipeline cache: one compute pipeline per shader, specialization and push-constant
-//! size, created on first use over the context's one descriptor-set layout and kept until the
-//! context closes; with `DIVERSITY_PIPELINE_STATS`, each new pipeline's driver statistics.
+//! The context's pipeline cache and its one entry point, [`Context::pipeline_for`]: one compute
+//! pipeline per shader (a [`Shader`] of `spirv.rs`, which carries its name), storage precision,
+//! specialization and push-constant block, created on first use over the context's one
+//! descriptor-set layout and kept until the context closes; with `DIVERSITY_PIPELINE_STATS`,
+//! each new pipeline's driver statistics. Every error names the shader.
 //! Touches the device's pipeline objects only.
 
 use super::Context;
 use crate::error::{Error, Result, VkContext};
+use crate::spirv::{check_spec_constants, checked_push, Shader};
+use crate::table::Precision;
 use ash::vk;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-/// Which compiled shader and specialization: the key of the context's pipeline cache.
+/// Which shader (by its name, unique among the compiled shaders), which of its two compiled
+/// variants, which specialization and push block size: the key of the context's pipeline cache.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct PipelineKey {
-    pub spirv: &'static [u8],
-    pub spec: Vec<u32>,
-    pub push_bytes: u32,
+    shader: &'static str,
+    precision: Precision,
+    spec: Vec<u32>,
+    push_bytes: u32,
 }
 
 /// A compute pipeline over the context's one descriptor-set layout.
@@ -24,8 +30,22 @@ pub(crate) struct Pipeline {
 }
 
 impl Context {
-    /// A compute pipeline for `key`, created once per context and cached.
-    pub(crate) fn pipeline(&self, key: PipelineKey) -> Result<Arc<Pipeline>> {
+    /// The compute pipeline of `shader` for tables stored at `precision` (the SPIR-V variant it
+    /// runs), specialization constant i = `spec[i]`, with push block `P`: created once per
+    /// context and cached. At creation `P`'s size is checked against the shader's push-constant
+    /// block and `spec` against the constants it declares; an error names the shader.
+    pub(crate) fn pipeline_for<P>(
+        &self,
+        shader: &Shader,
+        precision: Precision,
+        spec: &[u32],
+    ) -> Result<Arc<Pipeline>> {
+        let key = PipelineKey {
+            shader: shader.name,
+            precision,
+            spec: spec.to_vec(),
+            push_bytes: std::mem::size_of::<P>() as u32,
+        };
         let mut cache = self
             .inner
             .pipelines
@@ -34,15 +54,12 @@ impl Context {
         if let Some(p) = cache.get(&key) {
             return Ok(p.clone());
         }
+        checked_push::<P>(shader)?;
         // Constant i is the list's i-th value: the list must cover exactly the shader's ids.
-        crate::spirv::check_spec_constants(
-            crate::spirv::shader_name(key.spirv),
-            key.spirv,
-            &key.spec,
-        )?;
+        check_spec_constants(shader, precision, spec)?;
+        let spirv = shader.spirv(precision);
         let dev = self.device();
-        let words: Vec<u32> = key
-            .spirv
+        let words: Vec<u32> = spirv
             .chunks_exact(4)
             .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect();
@@ -110,7 +127,10 @@ impl Context {
             }
         };
         if self.inner.caps.pipeline_stats {
-            eprintln!("{}", self.pipeline_statistics(pipeline, &key.spec));
+            eprintln!(
+                "{}",
+                self.pipeline_statistics(pipeline, shader.name, &key.spec)
+            );
         }
         let p = Arc::new(Pipeline { pipeline, layout });
         cache.insert(key, p.clone());
@@ -118,12 +138,12 @@ impl Context {
     }
 
     /// One line of the driver's statistics of `pipeline` (see [`super::Capabilities::pipeline_stats`]).
-    fn pipeline_statistics(&self, pipeline: vk::Pipeline, spec: &[u32]) -> String {
+    fn pipeline_statistics(&self, pipeline: vk::Pipeline, name: &str, spec: &[u32]) -> String {
         let ext = ash::khr::pipeline_executable_properties::Device::new(
             &self.inner.instance,
             &self.inner.device,
         );
-        let mut line = format!("pipeline statistics (spec {spec:?}):");
+        let mut line = format!("pipeline statistics ({name}, spec {spec:?}):");
         let info = vk::PipelineInfoKHR::default().pipeline(pipeline);
         let executables = unsafe { ext.get_pipeline_executable_properties(&info) };
         for i in 0..executables.map(|e| e.len()).unwrap_or(0) as u32 {

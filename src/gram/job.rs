@@ -14,10 +14,10 @@ use super::{GramOptions, Placement};
 use crate::batch::{
     batch_accessors, check_starts, sequence_length, steps_per_submission, Batch, StepReport,
 };
-use crate::device::{Pipeline, PipelineKey};
+use crate::device::Pipeline;
 use crate::error::{Error, Result};
 use crate::memory::Buffer;
-use crate::spirv::{self, checked_push, spirv_for};
+use crate::spirv;
 use crate::submit::{Set, Submitter};
 use std::sync::Arc;
 
@@ -98,10 +98,10 @@ impl GramJob {
             u64::MAX => usize::MAX,
             b => ((b - fixed) / per_step).max(1) as usize,
         };
-        let shader = &spirv::GRAM;
-        let pipeline = ctx.pipeline(PipelineKey {
-            spirv: spirv_for(shader, table.precision()),
-            spec: vec![
+        let pipeline = ctx.pipeline_for::<GramPush>(
+            &spirv::GRAM,
+            table.precision(),
+            &[
                 wg,
                 rper as u32,
                 (placement == Placement::Registers) as u32,
@@ -116,8 +116,7 @@ impl GramJob {
                 opts.judge_band.unwrap_or(BAND).min(BAND) as u32,
                 judge_refresh(opts) as u32,
             ],
-            push_bytes: checked_push::<GramPush>(shader)?,
-        })?;
+        )?;
         let rows = Batch::new(&ctx, starts, seq_len)?;
         let state = Buffer::storage(&ctx, "gram state", (batch * state_floats(n, d) * 4) as u64)?;
         let set = Set::new(

@@ -5,11 +5,10 @@
 use super::plan::{gram_bytes, gram_unfit, slab_rows};
 use super::record::in_parts;
 use super::MAX_SLABS;
-use crate::device::PipelineKey;
 use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
 use crate::memory::Buffer;
-use crate::spirv::{self, checked_push, spirv_for};
+use crate::spirv;
 use crate::submit::{bind, Set, Submitter};
 use std::sync::Arc;
 
@@ -85,12 +84,8 @@ impl Gram {
             )?);
             r0 += r;
         }
-        let shader = &spirv::GRAM_MATRIX;
-        let pipeline = ctx.pipeline(PipelineKey {
-            spirv: spirv_for(shader, table.precision()),
-            spec: vec![],
-            push_bytes: checked_push::<MatrixPush>(shader)?,
-        })?;
+        let pipeline =
+            ctx.pipeline_for::<MatrixPush>(&spirv::GRAM_MATRIX, table.precision(), &[])?;
         let set = Set::new(
             &ctx,
             &[(0, table.data_buffer()), (1, table.inv_norm_buffer())],

@@ -17,10 +17,11 @@
 //! invocation) [`dispatches`] counts an invocation's iterations from above and cuts the scan
 //! into dispatches over probe ranks and row ranges, each starting from the last one's k best.
 
-use crate::device::{Buffer, Capabilities, Context, PipelineKey};
+use crate::device::{Buffer, Capabilities, Context};
 use crate::error::{Error, Result};
-use crate::spirv::{self, checked_push};
+use crate::spirv;
 use crate::submit::Set;
+use crate::table::Precision;
 
 use super::pq::PQ_KSUB;
 use super::scan::{merge_iterations, record_list_scan, split, LoopCost};
@@ -146,11 +147,11 @@ impl PqSlab {
         }
         let bs_k = k.next_power_of_two();
         let steps = dispatches(caps, d, m, k, bs_k, nprobe, self.max_len)?;
-        let pipe = ctx.pipeline(PipelineKey {
-            spirv: spirv::IVFPQ_SCAN.fp32,
-            spec: vec![SCAN_WG as u32, bs_k as u32, m as u32, d as u32],
-            push_bytes: checked_push::<PqScanPush>(&spirv::IVFPQ_SCAN)?,
-        })?;
+        let pipe = ctx.pipeline_for::<PqScanPush>(
+            &spirv::IVFPQ_SCAN,
+            Precision::Fp32,
+            &[SCAN_WG as u32, bs_k as u32, m as u32, d as u32],
+        )?;
         let pr: Vec<u32> = probes.iter().flat_map(|&(l, b)| [l, b.to_bits()]).collect();
         let qbuf = ctx.upload("IVF-PQ queries", bytemuck::cast_slice(queries))?;
         let pbuf = ctx.upload("IVF-PQ probes", bytemuck::cast_slice(&pr))?;

@@ -26,10 +26,10 @@
 //! and cuts the scan into dispatches over ranges of probe ranks and of rows within the lists,
 //! each starting from the k best the one before wrote.
 
-use crate::device::{loop_budget, Buffer, Capabilities, Context, Pipeline, PipelineKey};
+use crate::device::{loop_budget, Buffer, Capabilities, Context, Pipeline};
 use crate::error::{Error, Result};
 use crate::metric::Metric;
-use crate::spirv::{self, checked_push, spirv_for};
+use crate::spirv;
 use crate::submit::{barrier, bind, Set, Submitter};
 use crate::table::{Precision, Table};
 
@@ -254,11 +254,11 @@ impl Slab {
         let bs_k = k.next_power_of_two();
         let (wg, ilp) = shape();
         let steps = dispatches(ctx.caps(), wg, d, k, bs_k, nprobe, self.max_len)?;
-        let pipe = ctx.pipeline(PipelineKey {
-            spirv: spirv_for(&spirv::IVF_SCAN, self.precision),
-            spec: vec![wg as u32, bs_k as u32, ilp as u32],
-            push_bytes: checked_push::<ScanPush>(&spirv::IVF_SCAN)?,
-        })?;
+        let pipe = ctx.pipeline_for::<ScanPush>(
+            &spirv::IVF_SCAN,
+            self.precision,
+            &[wg as u32, bs_k as u32, ilp as u32],
+        )?;
         let uploaded;
         let (pbuf, probe_off, copy_probes) = match probes {
             Probes::Host(p) => {

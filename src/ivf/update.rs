@@ -7,9 +7,9 @@
 //! of empty clusters stay on the host ([`super::kmeans::finish`]): O(k·D). May touch the device
 //! context, device memory, the compiled shaders and command submission.
 
-use crate::device::{loop_budget, Buffer, Context, PipelineKey};
+use crate::device::{loop_budget, Buffer, Context};
 use crate::error::Result;
-use crate::spirv::{self, checked_push};
+use crate::spirv;
 use crate::submit::{barrier, bind, Set, Submitter};
 use crate::table::Precision;
 
@@ -63,11 +63,7 @@ pub(crate) fn cluster_sums(
         None => largest.max(1),
         Some(_) => ((loop_budget(ctx.caps()) as usize / per_member).saturating_sub(4)).max(1),
     };
-    let pipe = ctx.pipeline(PipelineKey {
-        spirv: spirv::KMEANS_UPDATE.fp32,
-        spec: vec![],
-        push_bytes: checked_push::<UpdatePush>(&spirv::KMEANS_UPDATE)?,
-    })?;
+    let pipe = ctx.pipeline_for::<UpdatePush>(&spirv::KMEANS_UPDATE, Precision::Fp32, &[])?;
     let mbuf = ctx.upload("k-means members", bytemuck::cast_slice(&members))?;
     let rbuf = ctx.upload("k-means ranges", bytemuck::cast_slice(&ranges))?;
     let bytes = (k * d * 8) as u64;

@@ -6,10 +6,9 @@
 
 use super::plan::Plan;
 use super::push::{DistPush, GatherPush, MergePush, SortPush, WarpPush};
-use crate::device::{Context, Pipeline, PipelineKey};
+use crate::device::{Context, Pipeline};
 use crate::error::Result;
 use crate::spirv;
-use crate::spirv::{checked_push, spirv_for};
 use crate::submit::{bind, Submitter};
 use crate::table::Precision;
 use ash::vk;
@@ -30,47 +29,35 @@ pub(super) struct Pipelines {
 
 impl Pipelines {
     pub fn new(ctx: &Context, prec: Precision, plan: &Plan) -> Result<Pipelines> {
-        let dist = ctx.pipeline(PipelineKey {
-            spirv: spirv_for(&spirv::KNN_DIST, prec),
-            spec: vec![],
-            push_bytes: checked_push::<DistPush>(&spirv::KNN_DIST)?,
-        })?;
-        let sort = ctx.pipeline(PipelineKey {
-            spirv: spirv_for(&spirv::KNN_SORT, prec),
-            spec: vec![
+        let dist = ctx.pipeline_for::<DistPush>(&spirv::KNN_DIST, prec, &[])?;
+        let sort = ctx.pipeline_for::<SortPush>(
+            &spirv::KNN_SORT,
+            prec,
+            &[
                 plan.sort_wg as u32,
                 plan.sort_regs as u32,
                 plan.subgroups as u32,
             ],
-            push_bytes: checked_push::<SortPush>(&spirv::KNN_SORT)?,
-        })?;
+        )?;
         let warp = match plan.path {
             super::KnnPath::WarpSelect {
                 k_bucket,
                 thread_queue,
                 ..
-            } => Some(ctx.pipeline(PipelineKey {
-                spirv: spirv_for(&spirv::KNN_WARP, prec),
-                spec: vec![
+            } => Some(ctx.pipeline_for::<WarpPush>(
+                &spirv::KNN_WARP,
+                prec,
+                &[
                     plan.warp_wg as u32,
                     plan.sg as u32,
                     k_bucket as u32,
                     thread_queue as u32,
                 ],
-                push_bytes: checked_push::<WarpPush>(&spirv::KNN_WARP)?,
-            })?),
+            )?),
             _ => None,
         };
-        let merge = ctx.pipeline(PipelineKey {
-            spirv: spirv_for(&spirv::KNN_MERGE, prec),
-            spec: vec![],
-            push_bytes: checked_push::<MergePush>(&spirv::KNN_MERGE)?,
-        })?;
-        let gather = ctx.pipeline(PipelineKey {
-            spirv: spirv_for(&spirv::KNN_GATHER, prec),
-            spec: vec![],
-            push_bytes: checked_push::<GatherPush>(&spirv::KNN_GATHER)?,
-        })?;
+        let merge = ctx.pipeline_for::<MergePush>(&spirv::KNN_MERGE, prec, &[])?;
+        let gather = ctx.pipeline_for::<GatherPush>(&spirv::KNN_GATHER, prec, &[])?;
         Ok(Pipelines {
             dist,
             sort,

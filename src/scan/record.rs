@@ -7,10 +7,10 @@ use super::plan::Plan;
 use super::push::{CommitPush, FTablePush, InitPush, ScanPush, TilePush};
 use super::state::{Pipelines, State};
 use super::{ScanKernel, ScanOptions, Shape};
-use crate::device::{Context, Pipeline, PipelineKey};
+use crate::device::{Context, Pipeline};
 use crate::device_table::DeviceTable;
 use crate::error::Result;
-use crate::spirv::{self, checked_push, spirv_for};
+use crate::spirv;
 use crate::submit::{barrier, bind, Set};
 use ash::vk;
 
@@ -106,8 +106,7 @@ impl Recorder {
         };
         ctx.one_shot(|cb| unsafe {
             barrier(dev, cb);
-            bind(dev, cb, prep, self.set.set, bytemuck::bytes_of(&push));
-            dev.cmd_dispatch(cb, self.batch, 1, 1);
+            self.dispatch(dev, cb, prep, &push, self.batch);
         })
     }
 
@@ -124,11 +123,7 @@ impl Recorder {
             ScanKernel::Coopmat => &spirv::SCAN_FILTER_PROBE_TC,
             _ => &spirv::SCAN_FILTER_PROBE,
         };
-        let pipe = ctx.pipeline(PipelineKey {
-            spirv: spirv_for(sh, table.precision()),
-            spec: plan_spec.to_vec(),
-            push_bytes: checked_push::<ScanPush>(sh)?,
-        })?;
+        let pipe = ctx.pipeline_for::<ScanPush>(sh, table.precision(), plan_spec)?;
         let dev = ctx.device();
         let push = ScanPush {
             num_items: self.n,
@@ -139,9 +134,25 @@ impl Recorder {
         };
         ctx.one_shot(|cb| unsafe {
             barrier(dev, cb);
-            bind(dev, cb, &pipe, self.set.set, bytemuck::bytes_of(&push));
-            dev.cmd_dispatch(cb, 1, 1, 1);
+            self.dispatch(dev, cb, &pipe, &push, 1);
         })
+    }
+
+    /// Records `pipe` bound with this recorder's descriptor set and `push`, dispatched over
+    /// `groups` workgroups.
+    ///
+    /// # Safety
+    /// `cb` is recording, on the device of `pipe`.
+    unsafe fn dispatch<P: bytemuck::Pod>(
+        &self,
+        dev: &ash::Device,
+        cb: vk::CommandBuffer,
+        pipe: &Pipeline,
+        push: &P,
+        groups: u32,
+    ) {
+        bind(dev, cb, pipe, self.set.set, bytemuck::bytes_of(push));
+        dev.cmd_dispatch(cb, groups, 1, 1);
     }
 
     /// Record `reps` dispatches of one phase of a step at `slot` (0: the candidate scan or
@@ -166,28 +177,14 @@ impl Recorder {
                     slot_count: 1,
                     tile_size: 0,
                 };
-                bind(
-                    dev,
-                    cb,
-                    &self.pipes.scan,
-                    self.set.set,
-                    bytemuck::bytes_of(&push),
-                );
-                dev.cmd_dispatch(cb, self.scan_groups, 1, 1);
+                self.dispatch(dev, cb, &self.pipes.scan, &push, self.scan_groups);
             } else {
                 let push = CommitPush {
                     num_items: self.n,
                     dim: self.d,
                     slot,
                 };
-                bind(
-                    dev,
-                    cb,
-                    &self.pipes.commit,
-                    self.set.set,
-                    bytemuck::bytes_of(&push),
-                );
-                dev.cmd_dispatch(cb, self.batch, 1, 1);
+                self.dispatch(dev, cb, &self.pipes.commit, &push, self.batch);
             }
             barrier(dev, cb);
         }
@@ -236,18 +233,14 @@ impl Recorder {
                     } else {
                         opts.tile_size
                     };
-                    bind(&self.pipes.scan);
-                    push(
-                        &self.pipes.scan,
-                        bytemuck::bytes_of(&ScanPush {
-                            num_items: n,
-                            dim: d,
-                            start_slot: slot as u32,
-                            slot_count: 1,
-                            tile_size: tile,
-                        }),
-                    );
-                    dev.cmd_dispatch(cb, self.scan_groups, 1, 1);
+                    let push = ScanPush {
+                        num_items: n,
+                        dim: d,
+                        start_slot: slot as u32,
+                        slot_count: 1,
+                        tile_size: tile,
+                    };
+                    self.dispatch(dev, cb, &self.pipes.scan, &push, self.scan_groups);
                     barrier(dev, cb);
                 }
                 Shape::PerTile => {
@@ -270,16 +263,12 @@ impl Recorder {
                 }
             }
             // The winner of every sequence over all candidate blocks, then the next step.
-            bind(&self.pipes.commit);
-            push(
-                &self.pipes.commit,
-                bytemuck::bytes_of(&CommitPush {
-                    num_items: n,
-                    dim: d,
-                    slot: slot as u32,
-                }),
-            );
-            dev.cmd_dispatch(cb, batch, 1, 1);
+            let push = CommitPush {
+                num_items: n,
+                dim: d,
+                slot: slot as u32,
+            };
+            self.dispatch(dev, cb, &self.pipes.commit, &push, batch);
             barrier(dev, cb);
         }
     }

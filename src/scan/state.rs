@@ -7,11 +7,11 @@ use super::plan::{band_words, padded_dim, Plan};
 use super::push::{CommitPush, FTablePush, InitPush, ScanPush, TilePush};
 use super::ScanKernel;
 use crate::batch::Batch;
-use crate::device::{Context, Pipeline, PipelineKey, FILTER_BINDING};
+use crate::device::{Context, Pipeline, FILTER_BINDING};
 use crate::device_table::DeviceTable;
 use crate::error::Result;
 use crate::memory::Buffer;
-use crate::spirv::{self, checked_push, spirv_for, Shader};
+use crate::spirv;
 use crate::submit::Set;
 use crate::table::Table;
 use std::sync::Arc;
@@ -52,13 +52,6 @@ impl Pipelines {
         gemm_spec[0] = plan.kernel.scan_workgroup();
         plan.scan_spec = gemm_spec.clone();
         let p = table.precision();
-        let make = |shader: &Shader, push: u32, spec: &Vec<u32>| {
-            ctx.pipeline(PipelineKey {
-                spirv: spirv_for(shader, p),
-                spec: spec.clone(),
-                push_bytes: push,
-            })
-        };
         // The commit reduces ceil(N / BN) block winners, so it comes with the kernel.
         let (scan_sh, tile_sh, commit_sh) = match plan.kernel {
             ScanKernel::Block128 => (
@@ -85,20 +78,16 @@ impl Pipelines {
         };
         let filter = match filter {
             Some((ft, prep)) => Some((
-                make(ft, checked_push::<FTablePush>(ft)?, &spec)?,
-                make(prep, checked_push::<InitPush>(prep)?, &spec)?,
+                ctx.pipeline_for::<FTablePush>(ft, p, &spec)?,
+                ctx.pipeline_for::<InitPush>(prep, p, &spec)?,
             )),
             None => None,
         };
         Ok(Pipelines {
-            scan: make(scan_sh, checked_push::<ScanPush>(scan_sh)?, &gemm_spec)?,
-            tile: make(tile_sh, checked_push::<TilePush>(tile_sh)?, &gemm_spec)?,
-            commit: make(commit_sh, checked_push::<CommitPush>(commit_sh)?, &spec)?,
-            init: make(
-                &spirv::SCAN_INIT,
-                checked_push::<InitPush>(&spirv::SCAN_INIT)?,
-                &spec[..6].to_vec(),
-            )?,
+            scan: ctx.pipeline_for::<ScanPush>(scan_sh, p, &gemm_spec)?,
+            tile: ctx.pipeline_for::<TilePush>(tile_sh, p, &gemm_spec)?,
+            commit: ctx.pipeline_for::<CommitPush>(commit_sh, p, &spec)?,
+            init: ctx.pipeline_for::<InitPush>(&spirv::SCAN_INIT, p, &spec[..6])?,
             filter,
         })
     }
