@@ -329,26 +329,20 @@ mod tests {
             assert_eq!(arith(true, n, &d), (false, true), "N = {n}");
             assert_eq!(arith(false, n, &d), (true, false), "CPU, N = {n}");
         }
-        let comp = GramOptions {
-            compensated: Some(true),
+        // The default options with `compensated` and `judge` named.
+        let named = |compensated, judge| GramOptions {
+            compensated,
+            judge,
             ..GramOptions::default()
         };
+        let comp = named(Some(true), None);
         assert_eq!(arith(true, 31_102, &comp), (true, false));
-        let plain = GramOptions {
-            compensated: Some(false),
-            ..GramOptions::default()
-        };
+        let plain = named(Some(false), None);
         assert_eq!(arith(true, 8_359, &plain), (false, false));
         assert_eq!(arith(true, 31_102, &plain), (false, true));
-        let no_judge = GramOptions {
-            judge: Some(false),
-            ..GramOptions::default()
-        };
+        let no_judge = named(None, Some(false));
         assert_eq!(arith(true, 31_102, &no_judge), (true, false));
-        let judge = GramOptions {
-            judge: Some(true),
-            ..GramOptions::default()
-        };
+        let judge = named(None, Some(true));
         assert_eq!(arith(true, 8_359, &judge), (true, true));
         // Where the judge's running sum does not fit shared memory (D = 8,192), the default
         // past the register file stays compensated without it.

@@ -254,18 +254,17 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
             files::file_checksum(path.as_ref()).lua_ctx("file_checksum")
         })?,
     )?;
-    m.set(
-        "checksum",
-        lua.create_function(|_, bytes: mlua::LuaString| {
-            Ok(files::bytes_checksum(&bytes.as_bytes()))
-        })?,
-    )?;
-    // The fast checksum of the checkpoint's batch data ("w64:…", `files::words_checksum`).
-    m.set(
-        "words_checksum",
-        lua.create_function(|_, bytes: mlua::LuaString| {
-            Ok(files::words_checksum(&bytes.as_bytes()))
-        })?,
-    )?;
+    // `checksum` (`files::bytes_checksum`) and the fast checksum of the checkpoint's batch data
+    // ("w64:…", `files::words_checksum`), each of a string's bytes.
+    let checksums: [(&str, fn(&[u8]) -> String); 2] = [
+        ("checksum", files::bytes_checksum),
+        ("words_checksum", files::words_checksum),
+    ];
+    for (name, sum) in checksums {
+        m.set(
+            name,
+            lua.create_function(move |_, bytes: mlua::LuaString| Ok(sum(&bytes.as_bytes())))?,
+        )?;
+    }
     Ok(())
 }
