@@ -483,17 +483,10 @@ function M.run(opts)
   -- The engine (auto = gram when G fits the device's memory budget, else scan),
   -- chosen by the Rust side (mode, reason in words, reason code, why G does not fit), reported
   -- before any work and written into the metadata.
-  local mode, mode_reason, mode_code, unfit = ctx:mode_for(n, dim, opts.precision, opts.mode)
-  -- Several devices: gram only where G fits every one of them.
-  for d = 2, #devs do
-    local m, r, c, u = devs[d]:mode_for(n, dim, opts.precision, opts.mode)
-    if m ~= mode or c == "requested_unfit" then
-      mode, mode_code, unfit = m, c, u
-      mode_reason = ("device %d of %d (%s): %s"):format(d, #devs, devs[d]:caps().name, r)
-      if c == "requested_unfit" then mode_reason = r end
-      break
-    end
-  end
+  -- Several devices: gram only where G fits every one of them (the agreement is Rust's,
+  -- `diversity.mode_for`; the reason names the device that decided).
+  local mode, mode_reason, mode_code, unfit = diversity.mode_for(devs, n, dim, opts.precision,
+    opts.mode)
   if not opts.quiet then
     io.stderr:write(("mode %s (%s)\n"):format(mode, mode_reason))
     io.stderr:flush()

@@ -7,6 +7,7 @@ use super::handle::Handle;
 use super::job::LJob;
 use super::json::{json_list, lua_to_json};
 use super::rows::{rows_arg, LRows};
+use super::set_function;
 use crate::cache::{BinaryCache, BinaryCacheWriter, JsonCacheWriter};
 use mlua::prelude::*;
 use mlua::{UserData, UserDataMethods, Value};
@@ -140,27 +141,29 @@ impl UserData for LBinCache {
 /// `cache_metadata` (the scalar fields of a JSON cache's `metadata`, as a Lua table; null and
 /// nested values are left out).
 pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
-    m.set(
+    set_function(
+        lua,
+        m,
         "json_cache_writer",
-        lua.create_function(
-            |_, (path, meta, ids): (String, Option<Value>, Option<LuaTable>)| {
-                let call = "json_cache_writer";
-                let meta = match meta {
-                    Some(v) => lua_to_json(call, v)?,
-                    None => serde_json::json!({}),
-                };
-                let ids = match ids {
-                    Some(t) => Some(json_list(call, &t)?),
-                    None => None,
-                };
-                let w = JsonCacheWriter::create(path.as_ref(), &meta, ids).lua_ctx(call)?;
-                Ok(LJsonWriter::new("json cache writer", w))
-            },
-        )?,
+        |_, (path, meta, ids): (String, Option<Value>, Option<LuaTable>)| {
+            let call = "json_cache_writer";
+            let meta = match meta {
+                Some(v) => lua_to_json(call, v)?,
+                None => serde_json::json!({}),
+            };
+            let ids = match ids {
+                Some(t) => Some(json_list(call, &t)?),
+                None => None,
+            };
+            let w = JsonCacheWriter::create(path.as_ref(), &meta, ids).lua_ctx(call)?;
+            Ok(LJsonWriter::new("json cache writer", w))
+        },
     )?;
-    m.set(
+    set_function(
+        lua,
+        m,
         "binary_cache_writer",
-        lua.create_function(|_, (path, n, len): (String, Value, Option<Value>)| {
+        |_, (path, n, len): (String, Value, Option<Value>)| {
             let call = "binary_cache_writer";
             let n = int(call, "n", &n)? as usize;
             let len = match len.filter(|l| !l.is_nil()) {
@@ -169,27 +172,21 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
             };
             let w = BinaryCacheWriter::create(path.as_ref(), n, len).lua_ctx(call)?;
             Ok(LBinWriter::new("binary cache writer", w))
-        })?,
+        },
     )?;
-    m.set(
-        "open_binary_cache",
-        lua.create_function(|_, path: String| {
-            let c = BinaryCache::open(path.as_ref()).lua_ctx("open_binary_cache")?;
-            Ok(LBinCache::new("binary cache", c))
-        })?,
-    )?;
-    m.set(
-        "cache_metadata",
-        lua.create_function(|lua, path: String| {
-            let call = "cache_metadata";
-            let meta = crate::cache::read_metadata(path.as_ref()).lua_ctx(call)?;
-            let t = lua.create_table()?;
-            for (k, v) in &meta {
-                t.raw_set(k.as_str(), super::json::json_to_lua(lua, v)?)?;
-            }
-            Ok(t)
-        })?,
-    )?;
+    set_function(lua, m, "open_binary_cache", |_, path: String| {
+        let c = BinaryCache::open(path.as_ref()).lua_ctx("open_binary_cache")?;
+        Ok(LBinCache::new("binary cache", c))
+    })?;
+    set_function(lua, m, "cache_metadata", |lua, path: String| {
+        let call = "cache_metadata";
+        let meta = crate::cache::read_metadata(path.as_ref()).lua_ctx(call)?;
+        let t = lua.create_table()?;
+        for (k, v) in &meta {
+            t.raw_set(k.as_str(), super::json::json_to_lua(lua, v)?)?;
+        }
+        Ok(t)
+    })?;
     register_merge_caches(lua, m)?;
     register_checksums(lua, m)
 }
@@ -199,9 +196,11 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
 /// `path` matches the checksum it carries of itself (`cache::verify_checksum`), else an error
 /// naming the file and the cause.
 fn register_checksums(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
-    m.set(
+    set_function(
+        lua,
+        m,
         "table_checksum",
-        lua.create_function(|_, (table, precision): (LuaAnyUserData, Option<String>)| {
+        |_, (table, precision): (LuaAnyUserData, Option<String>)| {
             let call = "table_checksum";
             let precision = match precision.as_deref() {
                 None => crate::table::Precision::Fp32,
@@ -209,7 +208,7 @@ fn register_checksums(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
             };
             let t = table.borrow::<super::table::LTable>()?;
             Ok(crate::cache::table_checksum(t.get(call)?, precision))
-        })?,
+        },
     )?;
     m.set(
         "verify_cache_checksum",

@@ -2,17 +2,18 @@
 //! keeps only the policy: the checkpoint format (`diversity.checkpoint_*`,
 //! `diversity.starts_fingerprint`: thin bindings of [`crate::checkpoint`], which writes run.txt's
 //! text, the batch files' names and checksums and checks what a `--resume` reads) and batch
-//! sizing (`diversity.max_batch` over several devices, `diversity.host_batch`,
-//! `diversity.default_host_memory`, `diversity.batch_sizes`). May touch [`crate::checkpoint`],
-//! [`crate::engine`]'s and [`crate::batch`]'s sizing, the rows buffer (`rows.rs`) and the
-//! binding's helpers; the driver keeps the file writes.
+//! sizing and engine choice over several devices (`diversity.max_batch`, `diversity.mode_for`,
+//! `diversity.host_batch`, `diversity.default_host_memory`, `diversity.batch_sizes`). May touch
+//! [`crate::checkpoint`], [`crate::engine`]'s and [`crate::batch`]'s sizing and mode choice, the
+//! rows buffer (`rows.rs`) and the binding's helpers; the driver keeps the file writes.
 
 use super::args::{int, int_list, parse_mode, parse_precision};
 use super::context::LContext;
+use super::device_table::mode_values;
 use super::error::{msg, LuaCtx};
 use super::rows::LRows;
 use crate::checkpoint::{self as ck, RunFingerprint};
-use crate::engine;
+use crate::engine::{self, ModeChoice};
 use crate::mode::Mode;
 use mlua::prelude::*;
 use mlua::Value;
@@ -46,7 +47,7 @@ fn with_bytes<R>(call: &str, v: &Value, f: impl FnOnce(&[u8]) -> R) -> LuaResult
     }
 }
 
-/// The `checkpoint_*` functions, `starts_fingerprint`, `max_batch`, `host_batch`,
+/// The `checkpoint_*` functions, `starts_fingerprint`, `max_batch`, `mode_for`, `host_batch`,
 /// `default_host_memory` and `batch_sizes`.
 pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
     // `diversity.max_batch(contexts, n, dim, precision [, steps = n − 1 [, mode = "auto"]])`:
@@ -81,6 +82,57 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
                     fit = Some(fit.map_or(f, |m| m.min(f)));
                 }
                 fit.ok_or_else(|| msg(call, "no contexts"))
+            },
+        )?,
+    )?;
+    // `diversity.mode_for(contexts, n, dim, precision [, mode = "auto"])`: the engine every
+    // context of the Lua array agrees on, as `ctx:mode_for` returns it (mode, reason, code, why
+    // G does not fit or nil): the first context's choice, unless another context chooses
+    // otherwise or cannot run a requested gram, whose choice then stands, its reason naming it
+    // ("device d of k (name): …"; a requested gram that does not fit keeps its own reason).
+    m.set(
+        "mode_for",
+        lua.create_function(
+            |_,
+             (ctxs, n, d, precision, mode): (
+                LuaTable,
+                Value,
+                Value,
+                Option<String>,
+                Option<String>,
+            )| {
+                let call = "mode_for";
+                let n = int(call, "n", &n)? as usize;
+                let d = int(call, "dim", &d)? as usize;
+                let p = parse_precision(call, precision)?;
+                let mode = parse_mode(call, mode.as_deref(), Mode::Auto)?;
+                let ctxs: Vec<LuaAnyUserData> = ctxs.sequence_values().collect::<LuaResult<_>>()?;
+                let k = ctxs.len();
+                let mut out: Option<(&'static str, String, &'static str, Option<String>)> = None;
+                for (i, u) in ctxs.iter().enumerate() {
+                    let c = u.borrow::<LContext>()?;
+                    let ctx = c.get(call)?;
+                    let (m, r, code, unfit) =
+                        mode_values(&ModeChoice::for_context(ctx, mode, n, d, p));
+                    match &out {
+                        None => out = Some((m, r, code, unfit)),
+                        Some(first) if m != first.0 || code == "requested_unfit" => {
+                            let reason = if code == "requested_unfit" {
+                                r
+                            } else {
+                                format!(
+                                    "device {} of {k} ({}): {r}",
+                                    i + 1,
+                                    engine::sequence_device_name(ctx)
+                                )
+                            };
+                            out = Some((m, reason, code, unfit));
+                            break;
+                        }
+                        Some(_) => {}
+                    }
+                }
+                out.ok_or_else(|| msg(call, "no contexts"))
             },
         )?,
     )?;

@@ -7,6 +7,7 @@ use super::cdata::copy_to_cdata;
 use super::error::{msg, LuaCtx};
 use super::handle::Handle;
 use super::json::{json_list, lua_to_json};
+use super::set_function;
 use super::table::LTable;
 use crate::cache::{KnnGraph, KnnMetric, KNN_PAD};
 use crate::engine::Engine;
@@ -32,7 +33,7 @@ pub(super) fn add_device_table_methods<M: UserDataMethods<Handle<Engine>>>(m: &m
         "knn",
         |_, this, (queries, o): (LuaAnyUserData, Option<LuaTable>)| {
             let call = "device_table:knn";
-            let dt = this.get(call)?.table();
+            let dt = this.get(call)?.table().lua_ctx(call)?;
             let q = queries.borrow::<LTable>()?;
             let opts = knn_options(call, &o)?;
             let r = knn(dt, q.get(call)?, &opts).lua_ctx(call)?;
@@ -46,7 +47,7 @@ pub(super) fn add_device_table_methods<M: UserDataMethods<Handle<Engine>>>(m: &m
         "rankings",
         |lua, this, (table, o): (LuaAnyUserData, Option<LuaTable>)| {
             let call = "device_table:rankings";
-            let dt = this.get(call)?.table();
+            let dt = this.get(call)?.table().lua_ctx(call)?;
             let t = table.borrow::<LTable>()?;
             let t = t.get(call)?;
             let opts = rankings_options(call, &o)?;
@@ -125,7 +126,7 @@ pub(super) fn add_device_table_methods<M: UserDataMethods<Handle<Engine>>>(m: &m
         "write_rankings_cache",
         |lua, this, (table, path, o): (LuaAnyUserData, String, Option<LuaTable>)| {
             let call = "device_table:write_rankings_cache";
-            let dt = this.get(call)?.table();
+            let dt = this.get(call)?.table().lua_ctx(call)?;
             let t = table.borrow::<LTable>()?;
             let t = t.get(call)?;
             let opts = rankings_options(call, &o)?;
@@ -170,7 +171,7 @@ pub(super) fn add_device_table_methods<M: UserDataMethods<Handle<Engine>>>(m: &m
         "write_knn_graph",
         |lua, this, (table, path, o): (LuaAnyUserData, String, Option<LuaTable>)| {
             let call = "device_table:write_knn_graph";
-            let dt = this.get(call)?.table();
+            let dt = this.get(call)?.table().lua_ctx(call)?;
             let t = table.borrow::<LTable>()?;
             let t = t.get(call)?;
             let k = opt_int(call, &o, "k")?.map(|k| k as usize);
@@ -407,12 +408,9 @@ impl UserData for LKnnGraph {
 
 /// `knn_graph`.
 pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
-    m.set(
-        "knn_graph",
-        lua.create_function(|_, path: String| {
-            let g = KnnGraph::open(path.as_ref()).lua_ctx("knn_graph")?;
-            Ok(LKnnGraph::new("knn graph", g))
-        })?,
-    )?;
+    set_function(lua, m, "knn_graph", |_, path: String| {
+        let g = KnnGraph::open(path.as_ref()).lua_ctx("knn_graph")?;
+        Ok(LKnnGraph::new("knn graph", g))
+    })?;
     Ok(())
 }

@@ -50,6 +50,21 @@ mod table;
 use mlua::prelude::*;
 use mlua::Value;
 
+/// `m[name] = f` as a Lua function: how every binding file adds its functions to the module
+/// table.
+pub(super) fn set_function<A, R>(
+    lua: &Lua,
+    m: &LuaTable,
+    name: &str,
+    f: impl Fn(&Lua, A) -> LuaResult<R> + mlua::MaybeSend + 'static,
+) -> LuaResult<()>
+where
+    A: FromLuaMulti,
+    R: IntoLuaMulti,
+{
+    m.set(name, lua.create_function(f)?)
+}
+
 /// The module table.
 #[mlua::lua_module]
 fn diversity(lua: &Lua) -> LuaResult<LuaTable> {
