@@ -8,6 +8,7 @@
 pub(super) use crate::checksum::{fnv1a64, FNV64_START};
 use crate::error::{Error, Result};
 use crate::table::{Precision, Table};
+use serde::de::MapAccess;
 use std::io::Read;
 use std::path::Path;
 
@@ -113,20 +114,13 @@ fn object_end(bytes: &[u8]) -> Option<usize> {
     if bytes[first] != b'{' {
         return None;
     }
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    let (mut depth, mut string) = (0usize, InString::default());
     for (i, &c) in bytes.iter().enumerate().skip(first) {
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if c == b'\\' {
-                escaped = true;
-            } else if c == b'"' {
-                in_string = false;
-            }
+        if string.took(c) {
             continue;
         }
         match c {
-            b'"' => in_string = true,
+            b'"' => string.inside = true,
             b'{' | b'[' => depth += 1,
             b'}' | b']' => {
                 depth = depth.checked_sub(1)?;
@@ -140,30 +134,85 @@ fn object_end(bytes: &[u8]) -> Option<usize> {
     None
 }
 
+/// Where a byte walk over JSON text stands with strings: inside one, and just after a backslash
+/// in it. The bracket counters (`object_end` here, the merge's `array_len`) skip strings with it.
+#[derive(Default)]
+pub(super) struct InString {
+    /// Within a string: set by the caller at its opening quote, cleared at its closing one.
+    pub(super) inside: bool,
+    escaped: bool,
+}
+
+impl InString {
+    /// Whether byte `c` is within a string (its closing quote included), taken in if so; a
+    /// byte outside a string is left to the caller.
+    pub(super) fn took(&mut self, c: u8) -> bool {
+        if !self.inside {
+            return false;
+        }
+        if self.escaped {
+            self.escaped = false;
+        } else if c == b'\\' {
+            self.escaped = true;
+        } else if c == b'"' {
+            self.inside = false;
+        }
+        true
+    }
+}
+
 /// A JSON object's members in file order, each value's text as it is.
+#[derive(Default)]
 pub(super) struct RawMembers<'a>(pub(super) Vec<(String, &'a serde_json::value::RawValue)>);
 
 impl<'de> serde::Deserialize<'de> for RawMembers<'de> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = RawMembers<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> std::result::Result<Self::Value, A::Error> {
-                let mut out = Vec::new();
-                while let Some(key) = map.next_key::<String>()? {
-                    out.push((key, map.next_value()?));
-                }
-                Ok(RawMembers(out))
-            }
-        }
-        d.deserialize_map(V)
+        deserialize_members(d, "a JSON object")
     }
+}
+
+impl<'de> FromMembers<'de> for RawMembers<'de> {
+    fn member<A: MapAccess<'de>>(&mut self, key: String, map: &mut A) -> MemberRead<'de, A> {
+        self.0.push((key, map.next_value()?));
+        Ok(())
+    }
+}
+
+/// A value read from a JSON object one member at a time, in file order, from the empty value
+/// ([`Default`]): [`RawMembers`] and the merge's cache entries.
+pub(super) trait FromMembers<'de>: Default {
+    /// Reads the value of the member `key` from `map` (or skips it).
+    fn member<A: MapAccess<'de>>(&mut self, key: String, map: &mut A) -> MemberRead<'de, A>;
+}
+
+/// What reading one member gives: nothing, or the parser's error.
+pub(super) type MemberRead<'de, A> = std::result::Result<(), <A as MapAccess<'de>>::Error>;
+
+/// Deserializes a [`FromMembers`] value from a JSON object; anything else is refused as not
+/// being what `expecting` says.
+pub(super) fn deserialize_members<'de, T, D>(
+    d: D,
+    expecting: &'static str,
+) -> std::result::Result<T, D::Error>
+where
+    T: FromMembers<'de>,
+    D: serde::Deserializer<'de>,
+{
+    struct V<T>(&'static str, std::marker::PhantomData<T>);
+    impl<'de, T: FromMembers<'de>> serde::de::Visitor<'de> for V<T> {
+        type Value = T;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<T, A::Error> {
+            let mut out = T::default();
+            while let Some(key) = map.next_key::<String>()? {
+                out.member(key, &mut map)?;
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_map(V(expecting, std::marker::PhantomData))
 }
 
 /// Check the checksum a JSON cache carries of itself, the file's bytes in memory: `Ok` when

@@ -3,10 +3,14 @@
 //! checksums of `checksum.rs`, the JSON writer of `json_stream.rs`, the crate's errors and atomic
 //! writes; no device.
 
-use super::checksum::{check_checksum_bytes, RawMembers, CHECKSUM_KEY};
+use super::checksum::{
+    check_checksum_bytes, deserialize_members, FromMembers, InString, MemberRead, RawMembers,
+    CHECKSUM_KEY,
+};
 use super::json_stream::{JsonStream, PIECE_BYTES};
 use crate::error::{Error, Result};
 use crate::pending_file::{io_err, PendingFile};
+use serde::de::MapAccess;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -160,6 +164,7 @@ pub struct MergeReport {
 }
 
 /// A cache's members `metadata` and `sequences` or `rankings` (others skipped), read in one pass.
+#[derive(Default)]
 struct CacheEntries<'a> {
     metadata: Option<RawMembers<'a>>,
     sequences: Option<RawMembers<'a>>,
@@ -168,40 +173,27 @@ struct CacheEntries<'a> {
 
 impl<'de> serde::Deserialize<'de> for CacheEntries<'de> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = CacheEntries<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a JSON object {\"metadata\":{…},\"sequences\" or \"rankings\":{…}}")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> std::result::Result<Self::Value, A::Error> {
-                let mut out = CacheEntries {
-                    metadata: None,
-                    sequences: None,
-                    rankings: None,
-                };
-                while let Some(key) = map.next_key::<String>()? {
-                    match key.as_str() {
-                        "metadata" => out.metadata = Some(map.next_value()?),
-                        "sequences" => out.sequences = Some(map.next_value()?),
-                        "rankings" => out.rankings = Some(map.next_value()?),
-                        _ => {
-                            map.next_value::<serde::de::IgnoredAny>()?;
-                        }
-                    }
-                }
-                Ok(out)
-            }
-        }
-        d.deserialize_map(V)
+        deserialize_members(
+            d,
+            "a JSON object {\"metadata\":{…},\"sequences\" or \"rankings\":{…}}",
+        )
     }
 }
 
-/// The number of elements of `text`, JSON the parser has already checked; None when it is not an
-/// array. Counts the commas at depth 1, outside strings, without parsing the elements again.
+impl<'de> FromMembers<'de> for CacheEntries<'de> {
+    fn member<A: MapAccess<'de>>(&mut self, key: String, map: &mut A) -> MemberRead<'de, A> {
+        match key.as_str() {
+            "metadata" => self.metadata = Some(map.next_value()?),
+            "sequences" => self.sequences = Some(map.next_value()?),
+            "rankings" => self.rankings = Some(map.next_value()?),
+            _ => {
+                map.next_value::<serde::de::IgnoredAny>()?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The refusal of a merge that lacks `absent` of its `count` shards: the `missing` ones (1-based
 /// indices) named when there are at most 16, else only counted, then the `given` files with
 /// their indices. `what` names the shards ("shard(s)", "graph shard(s)"); the merges of JSON
@@ -232,6 +224,8 @@ pub(super) fn shards_missing<'a>(
     ))
 }
 
+/// The number of elements of `text`, JSON the parser has already checked; None when it is not an
+/// array. Counts the commas at depth 1, outside strings, without parsing the elements again.
 /// Whether a merge's rows hold row indices or ids (every row must hold the same kind).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum RowKind {
@@ -402,17 +396,10 @@ fn array_len(text: &str) -> Option<usize> {
     if bytes.first() != Some(&b'[') {
         return None;
     }
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    let (mut depth, mut string) = (0usize, InString::default());
     let (mut commas, mut any) = (0usize, false);
     for &c in bytes {
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if c == b'\\' {
-                escaped = true;
-            } else if c == b'"' {
-                in_string = false;
-            }
+        if string.took(c) {
             continue;
         }
         match c {
@@ -425,7 +412,7 @@ fn array_len(text: &str) -> Option<usize> {
             b',' if depth == 1 => commas += 1,
             _ => {
                 any |= depth == 1;
-                in_string = c == b'"';
+                string.inside = c == b'"';
             }
         }
     }
