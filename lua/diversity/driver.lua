@@ -649,7 +649,6 @@ function M.remove_checkpoint(ckdir)
   os.remove(ckdir)
 end
 
--- A fingerprint of what a checkpoint belongs to.
 --- The devices of a run: `spec` is nil (the one device `device` names, or the best one), `all`
 -- (every Vulkan device), or a comma list of indices into `diversity.devices()` or name
 -- substrings — `0,0` opens one device twice (two logical devices: how the multi-device path is
