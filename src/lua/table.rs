@@ -256,8 +256,8 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
     )?;
     // `checksum` (`files::bytes_checksum`) and the fast checksum of the checkpoint's batch data
     // ("w64:…", `files::words_checksum`), each of a string's bytes.
-    let checksums: [(&str, fn(&[u8]) -> String); 2] = [
-        ("checksum", files::bytes_checksum),
+    let checksums = [
+        ("checksum", files::bytes_checksum as fn(&[u8]) -> String),
         ("words_checksum", files::words_checksum),
     ];
     for (name, sum) in checksums {
