@@ -170,7 +170,8 @@ unsafe fn slice_of<'a, T>(
 
 /// A Vulkan device opened for the old API, with the tables it keeps for repeated inits.
 pub struct VkComputeContext {
-    ctx: Context,
+    /// The device; `None` on a machine with no Vulkan device (the host engine alone).
+    ctx: Option<Context>,
     name: CString,
     tables: Mutex<TableCache>,
 }
@@ -230,21 +231,28 @@ fn start_job(
     }
 }
 
-/// Open the first suitable Vulkan device (`enable_validation`: with the validation layers).
+/// Open the first suitable Vulkan device (`enable_validation`: with the validation layers);
+/// on a machine with no Vulkan device at all, a context whose sequences run on the host engine.
 /// NULL on failure ([`vkc_last_error`] says why).
 #[no_mangle]
 pub extern "C" fn vkc_init(enable_validation: bool) -> *mut VkComputeContext {
     guard("vkc_init", std::ptr::null_mut(), || {
-        let ctx = Context::new(&ContextOptions {
+        let opts = ContextOptions {
             validation: enable_validation,
             ..ContextOptions::default()
-        })
-        .map_err(|e| match e {
-            Error::NoDevice(_) => Fail::from(e),
-            e => Fail(VKC_ERROR_INIT_FAILED, e.to_string()),
-        })?;
-        let name = CString::new(crate::engine::sequence_device_name(&ctx).replace('\0', " "))
-            .unwrap_or_default();
+        };
+        // No Vulkan device on this machine (and none named): the host engine alone.
+        let ctx = match Context::new(&opts) {
+            Ok(ctx) => Some(ctx),
+            Err(e) if crate::engine::host_fallback(&opts, &e) => None,
+            Err(e @ Error::NoDevice(_)) => return Err(Fail::from(e)),
+            Err(e) => return Err(Fail(VKC_ERROR_INIT_FAILED, e.to_string())),
+        };
+        let name = match &ctx {
+            Some(ctx) => crate::engine::sequence_device_name(ctx),
+            None => crate::engine::host_engine_name(),
+        };
+        let name = CString::new(name.replace('\0', " ")).unwrap_or_default();
         Ok(Box::into_raw(Box::new(VkComputeContext {
             ctx,
             name,
@@ -319,8 +327,10 @@ pub unsafe extern "C" fn vkc_get_device_name(ctx: *mut VkComputeContext) -> *con
 pub unsafe extern "C" fn vkc_get_device_memory(ctx: *mut VkComputeContext) -> u64 {
     // SAFETY: per the contract above.
     match unsafe { ctx.as_ref() } {
-        Some(c) if c.ctx.native_host() => crate::host::host_memory_budget(),
-        Some(c) => c.ctx.caps().device_local_bytes,
+        Some(c) => match &c.ctx {
+            Some(ctx) if !ctx.native_host() => ctx.caps().device_local_bytes,
+            _ => crate::host::host_memory_budget(),
+        },
         None => {
             set_error("vkc_get_device_memory: ctx is NULL");
             0
@@ -381,7 +391,7 @@ pub unsafe extern "C" fn vkd_init(
         let data = unsafe { slice_of(call, "embeddings", embeddings, num_poems, embedding_dim)? };
         let mode = mode_from_env(call)?;
         let table = Table::new(data.to_vec(), num_poems as usize, embedding_dim as usize)?;
-        let engine = c.tables().engine(&c.ctx, table, Precision::Fp32)?;
+        let engine = c.tables().engine(c.ctx.as_ref(), table, Precision::Fp32)?;
         Ok(Box::into_raw(Box::new(VkDiversityContext {
             engine,
             n: num_poems as usize,
@@ -484,7 +494,7 @@ pub unsafe extern "C" fn vkd_batch_init(
         let mode = mode_from_env(call)?;
         let data: Vec<f32> = halves.iter().map(|&b| f16::from_bits(b).to_f32()).collect();
         let table = Table::new(data, num_poems as usize, embedding_dim as usize)?;
-        let engine = c.tables().engine(&c.ctx, table, Precision::Fp16)?;
+        let engine = c.tables().engine(c.ctx.as_ref(), table, Precision::Fp16)?;
         let job = start_job(Some(c), &engine, starts, &batch_options(mode))?;
         Ok(Box::into_raw(Box::new(VkDiversityBatchContext {
             job,

@@ -15,7 +15,7 @@
 //! * [`Job`] — a job of either engine behind one set of methods.
 
 use crate::batch::StepReport;
-use crate::device::{Capabilities, Context};
+use crate::device::{Capabilities, Context, ContextOptions};
 use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
 use crate::gram::{self, Gram, GramJob, GramOptions, Placement};
@@ -187,6 +187,26 @@ impl ModeChoice {
     }
 }
 
+/// The error for what needs a Vulkan device on a machine that has none (where diversity
+/// sequences still run on the host engine).
+pub fn no_vulkan() -> Error {
+    Error::NoDevice(
+        "none on this machine (no loader, driver or device); diversity sequences run on the \
+         host engine, but rankings, k-NN, IVF and G on a device need one (on Debian: apt-get \
+         install libvulkan1 mesa-vulkan-drivers)"
+            .into(),
+    )
+}
+
+/// Whether opening a device with `opts` that failed with `e` leaves the host engine to run
+/// diversity sequences: no device was named (or the selector `host` was) and the machine has
+/// no Vulkan loader, no driver or no device.
+pub fn host_fallback(opts: &ContextOptions, e: &Error) -> bool {
+    let unnamed = crate::device::device_selector(opts)
+        .is_none_or(|s| s.eq_ignore_ascii_case(crate::device::HOST_SELECTOR));
+    unnamed && matches!(e, Error::NoDevice(_))
+}
+
 /// The name the host engine reports (summary lines, metadata, `describe`): the CPU's model and
 /// "(host engine)".
 pub fn host_engine_name() -> String {
@@ -307,7 +327,11 @@ pub struct Prefix<'a> {
 /// A device table ready to run jobs of either engine. G = E Eᵀ is built by the first gram job
 /// (or [`Engine::gram`]) and kept, so that every batch of a run shares one G.
 pub struct Engine {
-    table: DeviceTable,
+    /// The device table; `None` on a machine with no Vulkan device ([`Engine::host_only`]).
+    table: Option<DeviceTable>,
+    n: usize,
+    d: usize,
+    precision: Precision,
     gram: Option<Gram>,
     /// The host engine's table and G, where sequences run on the host.
     host: Option<HostSide>,
@@ -323,10 +347,30 @@ impl Engine {
     /// Wrap a device table (nothing is built yet).
     pub fn new(table: DeviceTable) -> Engine {
         Engine {
-            table,
+            n: table.n(),
+            d: table.d(),
+            precision: table.precision(),
+            table: Some(table),
             gram: None,
             host: None,
         }
+    }
+
+    /// An engine on a machine with no Vulkan device: the host engine's copy of `table` only;
+    /// every job runs on the host, and what needs a device (G on a device, k-NN) is refused
+    /// with [`no_vulkan`].
+    pub fn host_only(table: &Table, precision: Precision) -> Result<Engine> {
+        Ok(Engine {
+            table: None,
+            n: table.n(),
+            d: table.d(),
+            precision,
+            gram: None,
+            host: Some(HostSide {
+                table: HostTable::new(table, precision)?,
+                gram: None,
+            }),
+        })
     }
 
     /// Upload `table` to `ctx` at `precision`; where the context runs sequences on the host
@@ -341,7 +385,10 @@ impl Engine {
             false => None,
         };
         Ok(Engine {
-            table: DeviceTable::upload(ctx, table, precision)?,
+            table: Some(DeviceTable::upload(ctx, table, precision)?),
+            n: table.n(),
+            d: table.d(),
+            precision,
             gram: None,
             host,
         })
@@ -352,9 +399,21 @@ impl Engine {
         self.host.is_some()
     }
 
-    /// The device table.
-    pub fn table(&self) -> &DeviceTable {
-        &self.table
+    /// The device table (an error naming what needs it on a machine with no Vulkan device).
+    pub fn table(&self) -> Result<&DeviceTable> {
+        self.table.as_ref().ok_or_else(no_vulkan)
+    }
+    /// Rows N.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+    /// Dimension D.
+    pub fn d(&self) -> usize {
+        self.d
+    }
+    /// The storage precision.
+    pub fn precision(&self) -> Precision {
+        self.precision
     }
 
     /// G of the table, built on first use and shared with every later gram job.
@@ -362,7 +421,7 @@ impl Engine {
         if let Some(g) = &self.gram {
             return Ok(g.clone());
         }
-        let g = Gram::build(&self.table)?;
+        let g = Gram::build(self.table()?)?;
         self.gram = Some(g.clone());
         Ok(g)
     }
@@ -385,7 +444,10 @@ impl Engine {
     pub fn mode_for(&self, requested: Mode) -> ModeChoice {
         match &self.host {
             Some(h) => ModeChoice::host(requested, h.table.n(), h.table.d()),
-            None => ModeChoice::for_table(&self.table, requested),
+            None => match &self.table {
+                Some(t) => ModeChoice::for_table(t, requested),
+                None => ModeChoice::host(requested, self.n, self.d),
+            },
         }
     }
 
@@ -403,7 +465,7 @@ impl Engine {
     fn start(&mut self, starts: &[u32], opts: &JobOptions, prefix: Option<Prefix>) -> Result<Job> {
         // The engines check their starts too (the same function); checked here first so that a
         // bad list fails before G is built.
-        check_starts(starts, self.table.n())?;
+        check_starts(starts, self.n)?;
         let mode = self.mode_for(opts.mode).mode;
         if let Some(h) = &mut self.host {
             let hopts = HostOptions {
@@ -432,7 +494,7 @@ impl Engine {
         }
         let job =
             match prefix {
-                None => ScanJob::new(&self.table, starts, &opts.scan)?,
+                None => ScanJob::new(self.table()?, starts, &opts.scan)?,
                 Some(Prefix { host: None, .. }) => return Err(Error::Invalid(
                     "the scan engine resumes from the host table: pass it as the first argument"
                         .into(),
@@ -441,7 +503,7 @@ impl Engine {
                     host: Some(host),
                     rows,
                     len,
-                }) => ScanJob::resume(&self.table, host, starts, rows, len, &opts.scan)?,
+                }) => ScanJob::resume(self.table()?, host, starts, rows, len, &opts.scan)?,
             };
         Ok(Job::Scan(Box::new(job)))
     }

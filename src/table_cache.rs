@@ -78,7 +78,7 @@ impl TableCache {
     /// same shape, precision and bytes was kept, else a new upload (kept in turn).
     pub fn engine(
         &mut self,
-        ctx: &Context,
+        ctx: Option<&Context>,
         table: Table,
         precision: Precision,
     ) -> Result<SharedEngine> {
@@ -94,10 +94,13 @@ impl TableCache {
             self.hits += 1;
             return Ok(e.engine.clone());
         }
-        let up = match Engine::upload(ctx, &table, precision) {
-            Err(e) if out_of_memory(&e) && self.drop_unused() > 0 => {
-                Engine::upload(ctx, &table, precision)?
-            }
+        // No device (a machine without Vulkan): the host engine's copy only.
+        let upload = |t: &Table| match ctx {
+            Some(ctx) => Engine::upload(ctx, t, precision),
+            None => Engine::host_only(t, precision),
+        };
+        let up = match upload(&table) {
+            Err(e) if out_of_memory(&e) && self.drop_unused() > 0 => upload(&table)?,
             r => r?,
         };
         let engine = Arc::new(Mutex::new(up));

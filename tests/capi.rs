@@ -93,7 +93,19 @@ fn run_driver(tag: &str, mode: Option<&str>, n: usize, batch: usize) -> String {
     run_driver_on(tag, mode, None, n, batch)
 }
 
-/// [`run_driver`] with `DIVERSITY_DEVICE` = `device` (None: as the test runs).
+/// Whether every Vulkan device here is a CPU device (then sequences default to the host engine).
+fn cpu_only() -> bool {
+    diversity::Context::list_devices()
+        .unwrap()
+        .iter()
+        .all(|d| d.device_type.eq_ignore_ascii_case("cpu"))
+}
+
+/// The `device` of [`run_driver_on`] for a machine without any Vulkan device.
+const NO_VULKAN: &str = "(no Vulkan device)";
+
+/// [`run_driver`] with `DIVERSITY_DEVICE` = `device` (None: as the test runs; [`NO_VULKAN`]: as
+/// on a machine with no Vulkan driver).
 fn run_driver_on(
     tag: &str,
     mode: Option<&str>,
@@ -116,8 +128,26 @@ fn run_driver_on(
     if let Some(m) = mode {
         cmd.env("DIVERSITY_MODE", m);
     }
-    if let Some(d) = device {
-        cmd.env("DIVERSITY_DEVICE", d);
+    match device {
+        // A machine with no Vulkan device: the loader finds only a driver that does not exist.
+        Some(NO_VULKAN) => {
+            let icd = tmp.file(
+                "none.json",
+                br#"{"file_format_version": "1.0.0", "ICD": {"library_path": "/nonexistent/libnone.so", "api_version": "1.2.0"}}"#,
+            );
+            cmd.env("VK_ICD_FILENAMES", &icd)
+                .env("VK_DRIVER_FILES", &icd)
+                .env_remove("DIVERSITY_DEVICE");
+        }
+        Some(d) => {
+            cmd.env("DIVERSITY_DEVICE", d);
+        }
+        // The shaders: where the best device is a CPU, sequences would run on the host engine
+        // unless a device is named, so lavapipe is named (scripts/test.sh names it too).
+        None if std::env::var_os("DIVERSITY_DEVICE").is_none() && cpu_only() => {
+            cmd.env("DIVERSITY_DEVICE", "llvmpipe");
+        }
+        None => {}
     }
     let run = cmd
         .arg(&tab)
@@ -185,11 +215,12 @@ fn an_old_style_c_driver_gets_the_gram_engine_for_the_whole_cache() {
 fn the_unchanged_wrapper_runs_on_the_host_engine_where_there_is_no_gpu() {
     // "host" names the host engine wherever the test runs; "" (no device named) gets it by
     // default where the best device is a CPU.
-    let cpu_only = diversity::Context::list_devices()
-        .unwrap()
-        .iter()
-        .all(|d| d.device_type.eq_ignore_ascii_case("cpu"));
-    for (device, tag) in [("host", "capi-host"), ("", "capi-default")] {
+    let cpu_only = cpu_only();
+    for (device, tag) in [
+        ("host", "capi-host"),
+        ("", "capi-default"),
+        (NO_VULKAN, "capi-no-vulkan"),
+    ] {
         if device.is_empty() && !cpu_only {
             continue;
         }

@@ -86,7 +86,15 @@ pub(super) fn create_instance(entry: &ash::Entry, validation: bool) -> Result<as
         .application_info(&app_info)
         .enabled_layer_names(&layers)
         .enabled_extension_names(&exts);
-    unsafe { entry.create_instance(&info, None) }.vk("vkCreateInstance")
+    match unsafe { entry.create_instance(&info, None) } {
+        // The loader found no driver: no Vulkan device on this machine.
+        Err(vk::Result::ERROR_INCOMPATIBLE_DRIVER) => Err(Error::NoDevice(
+            "the Vulkan loader found no driver (ICD) on this machine (for a CPU device: \
+             apt-get install mesa-vulkan-drivers)"
+                .into(),
+        )),
+        r => r.vk("vkCreateInstance"),
+    }
 }
 
 /// A usable device: its handle, name, type and UUID.
@@ -121,7 +129,7 @@ fn ranked_devices(instance: &ash::Instance) -> Result<Vec<Ranked>> {
 }
 
 /// The selector `opts` names, else [`ENV_DEVICE`]'s (empty counts as none).
-fn selector(opts: &ContextOptions) -> Option<String> {
+pub fn device_selector(opts: &ContextOptions) -> Option<String> {
     opts.device
         .clone()
         .or_else(|| std::env::var(ENV_DEVICE).ok())
@@ -132,7 +140,7 @@ fn selector(opts: &ContextOptions) -> Option<String> {
 /// host engine: the selector is [`HOST_SELECTOR`], or there is none and the device is a CPU
 /// device (naming a device, lavapipe included, runs its shaders).
 pub(super) fn native_host(opts: &ContextOptions, caps: &Capabilities) -> bool {
-    match selector(opts) {
+    match device_selector(opts) {
         Some(s) => s.eq_ignore_ascii_case(HOST_SELECTOR),
         None => super::is_cpu_device(caps),
     }
@@ -147,7 +155,7 @@ pub(super) fn choose(instance: &ash::Instance, opts: &ContextOptions) -> Result<
             "no Vulkan 1.2 device with a compute queue (for a CPU device: apt-get install mesa-vulkan-drivers)".into(),
         ));
     }
-    let wanted = selector(opts).filter(|s| !s.eq_ignore_ascii_case(HOST_SELECTOR));
+    let wanted = device_selector(opts).filter(|s| !s.eq_ignore_ascii_case(HOST_SELECTOR));
     let chosen = match &wanted {
         None => &devs[0],
         Some(sel) if is_uuid_selector(sel) => {

@@ -19,7 +19,7 @@ pub use caps::{
     LLVMPIPE_LOOP_LIMIT,
 };
 pub(crate) use choice::device_listing;
-pub use choice::{is_uuid_selector, match_uuid, uuid_string, DeviceInfo};
+pub use choice::{device_selector, is_uuid_selector, match_uuid, uuid_string, DeviceInfo};
 pub(crate) use pipelines::{Pipeline, PipelineKey};
 
 use crate::error::{Error, Result, VkContext};

@@ -9,26 +9,91 @@ use super::handle::Handle;
 use super::table::LTable;
 use crate::device::{Context, ContextOptions};
 use crate::engine::{self, Engine, ModeChoice};
+use crate::host;
 use crate::mode::Mode;
+use crate::table::Precision;
 use mlua::prelude::*;
 use mlua::{UserData, UserDataMethods, Value};
 
+/// What a context handle holds: a Vulkan device, or none on a machine that has no Vulkan
+/// device (loader, driver or device missing), where diversity sequences still run on the host
+/// engine and what needs a device is refused naming the cause.
+pub(super) enum Device {
+    /// An open Vulkan device (its sequences on the host engine where
+    /// [`Context::native_host`]).
+    Vulkan(Context),
+    /// No Vulkan device: the host engine only.
+    HostOnly,
+}
+
+impl Device {
+    /// The Vulkan device, or an error for `call` saying the machine has none.
+    pub(super) fn vulkan(&self, call: &str) -> LuaResult<&Context> {
+        match self {
+            Device::Vulkan(c) => Ok(c),
+            Device::HostOnly => Err::<&Context, _>(engine::no_vulkan()).lua_ctx(call),
+        }
+    }
+    /// Whether diversity sequences run on the host engine.
+    pub(super) fn native_host(&self) -> bool {
+        match self {
+            Device::Vulkan(c) => c.native_host(),
+            Device::HostOnly => true,
+        }
+    }
+    /// The engine `mode` resolves to for an N × D table at `p`, and why.
+    pub(super) fn mode_for(&self, mode: Mode, n: usize, d: usize, p: Precision) -> ModeChoice {
+        match self {
+            Device::Vulkan(c) => ModeChoice::for_context(c, mode, n, d, p),
+            Device::HostOnly => ModeChoice::host(mode, n, d),
+        }
+    }
+    /// The largest batch for an N × D table at `p` and `steps` steps in `mode`.
+    pub(super) fn max_batch(
+        &self,
+        mode: Mode,
+        n: usize,
+        d: usize,
+        p: Precision,
+        steps: usize,
+    ) -> usize {
+        match self {
+            Device::Vulkan(c) => engine::context_max_batch(c, mode, n, d, p, steps),
+            Device::HostOnly => host::max_batch(mode, n, d, steps, host::host_memory_budget()),
+        }
+    }
+    /// The name sequences report.
+    pub(super) fn name(&self) -> String {
+        match self {
+            Device::Vulkan(c) => engine::sequence_device_name(c),
+            Device::HostOnly => engine::host_engine_name(),
+        }
+    }
+}
+
+/// The L2 size a context without a device reports (the driver's tile formula reads it; the host
+/// engine has no tiles).
+const NO_DEVICE_L2: u64 = 1 << 20;
+
 /// A device.
-pub(super) type LContext = Handle<Context>;
+pub(super) type LContext = Handle<Device>;
 
 impl UserData for LContext {
     fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
         m.add_method("describe", |_, this, ()| {
-            let ctx = this.get("context:describe")?;
-            Ok(match ctx.native_host() {
-                true => format!("{}{}", engine::host_line(), ctx.describe()),
-                false => ctx.describe(),
+            Ok(match this.get("context:describe")? {
+                Device::Vulkan(c) if c.native_host() => {
+                    format!("{}{}", engine::host_line(), c.describe())
+                }
+                Device::Vulkan(c) => c.describe(),
+                Device::HostOnly => format!(
+                    "{}device:          none (no Vulkan loader, driver or device on this machine)\n",
+                    engine::host_line()
+                ),
             })
         });
         // The name sequences report: the device's, or the CPU's with "(host engine)".
-        m.add_method("name", |_, this, ()| {
-            Ok(engine::sequence_device_name(this.get("context:name")?))
-        });
+        m.add_method("name", |_, this, ()| Ok(this.get("context:name")?.name()));
         // Where diversity sequences run: "host" (the native CPU engine) or "device".
         m.add_method("engine", |_, this, ()| {
             Ok(match this.get("context:engine")?.native_host() {
@@ -37,14 +102,32 @@ impl UserData for LContext {
             })
         });
         m.add_method("l2_bytes", |_, this, ()| {
-            Ok(this.get("context:l2_bytes")?.caps().l2_bytes)
+            Ok(match this.get("context:l2_bytes")? {
+                Device::Vulkan(c) => c.caps().l2_bytes,
+                Device::HostOnly => NO_DEVICE_L2,
+            })
         });
         m.add_method("caps", |lua, this, ()| {
-            let ctx = this.get("context:caps")?;
-            let c = ctx.caps();
+            let dev = this.get("context:caps")?;
             let t = lua.create_table()?;
+            let ctx = match dev {
+                Device::Vulkan(c) => c,
+                Device::HostOnly => {
+                    t.set("name", dev.name())?;
+                    t.set("device_name", "none")?;
+                    t.set("engine", "host")?;
+                    t.set("device_type", "none")?;
+                    t.set("fp16_storage", true)?;
+                    t.set("timestamps", false)?;
+                    t.set("memory_budget_bytes", host::host_memory_budget())?;
+                    t.set("l2_bytes", NO_DEVICE_L2)?;
+                    t.set("l2_source", "none")?;
+                    return Ok(t);
+                }
+            };
+            let c = ctx.caps();
             // `name` is where sequences run (see `name`); `device_name` the Vulkan device's.
-            t.set("name", engine::sequence_device_name(ctx))?;
+            t.set("name", dev.name())?;
             t.set("device_name", c.name.clone())?;
             t.set("engine", if ctx.native_host() { "host" } else { "device" })?;
             t.set("device_type", c.device_type.clone())?;
@@ -76,7 +159,7 @@ impl UserData for LContext {
                 Option<String>,
             )| {
                 let call = "context:max_batch";
-                let ctx = this.get(call)?;
+                let dev = this.get(call)?;
                 let n = int(call, "n", &n)? as usize;
                 let d = int(call, "dim", &d)? as usize;
                 let p = parse_precision(call, precision)?;
@@ -85,7 +168,7 @@ impl UserData for LContext {
                     None => n.saturating_sub(1),
                 };
                 let mode = parse_mode(call, mode.as_deref(), Mode::Auto)?;
-                Ok(engine::context_max_batch(ctx, mode, n, d, p, steps))
+                Ok(dev.max_batch(mode, n, d, p, steps))
             },
         );
         // The engine `mode` ("scan", "gram" or "auto", the default) resolves to for an N × D
@@ -95,12 +178,12 @@ impl UserData for LContext {
             "mode_for",
             |_, this, (n, d, precision, mode): (Value, Value, Option<String>, Option<String>)| {
                 let call = "context:mode_for";
-                let ctx = this.get(call)?;
+                let dev = this.get(call)?;
                 let n = int(call, "n", &n)? as usize;
                 let d = int(call, "dim", &d)? as usize;
                 let p = parse_precision(call, precision)?;
                 let mode = parse_mode(call, mode.as_deref(), Mode::Auto)?;
-                Ok(mode_values(&ModeChoice::for_context(ctx, mode, n, d, p)))
+                Ok(mode_values(&dev.mode_for(mode, n, d, p)))
             },
         );
         // The gram arithmetic a job with `opts` (placement, workgroup, compensated, judge) runs
@@ -109,11 +192,14 @@ impl UserData for LContext {
             "gram_summation",
             |_, this, (n, d, o): (Value, Value, Option<LuaTable>)| {
                 let call = "context:gram_summation";
-                let ctx = this.get(call)?;
+                let dev = this.get(call)?;
                 let n = int(call, "n", &n)? as usize;
                 let d = int(call, "dim", &d)? as usize;
                 let g = super::job::gram_only_options(call, &o)?;
-                crate::gram::summation(ctx.caps(), n, d, &g).lua_ctx(call)
+                if dev.native_host() {
+                    return Ok(engine::host_summation(Mode::Gram).to_string());
+                }
+                crate::gram::summation(dev.vulkan(call)?.caps(), n, d, &g).lua_ctx(call)
             },
         );
         // The arithmetic a job of the engine `mode` resolves to runs, as the cache metadata's
@@ -123,19 +209,18 @@ impl UserData for LContext {
             "summation",
             |_, this, (n, d, mode, o): (Value, Value, Option<String>, Option<LuaTable>)| {
                 let call = "context:summation";
-                let ctx = this.get(call)?;
+                let dev = this.get(call)?;
                 let n = int(call, "n", &n)? as usize;
                 let d = int(call, "dim", &d)? as usize;
                 let mode = parse_mode(call, mode.as_deref(), Mode::Auto)?;
                 let g = super::job::gram_only_options(call, &o)?;
-                if ctx.native_host() {
+                if dev.native_host() {
                     return Ok(Some(
                         engine::host_summation(ModeChoice::host(mode, n, d).mode).to_string(),
                     ));
                 }
-                if ModeChoice::new(ctx.caps(), mode, n, d, crate::table::Precision::Fp32).mode
-                    != Mode::Gram
-                {
+                let ctx = dev.vulkan(call)?;
+                if ModeChoice::new(ctx.caps(), mode, n, d, Precision::Fp32).mode != Mode::Gram {
                     return Ok(None);
                 }
                 crate::gram::summation(ctx.caps(), n, d, &g)
@@ -144,19 +229,23 @@ impl UserData for LContext {
             },
         );
         m.add_method("validation_messages", |lua, this, ()| {
-            lua.create_sequence_from(
-                this.get("context:validation_messages")?
-                    .validation_messages(),
-            )
+            lua.create_sequence_from(match this.get("context:validation_messages")? {
+                Device::Vulkan(c) => c.validation_messages(),
+                Device::HostOnly => Vec::new(),
+            })
         });
         m.add_method(
             "upload",
             |_, this, (table, precision): (LuaAnyUserData, Option<String>)| {
-                let ctx = this.get("context:upload")?;
-                let p = parse_precision("context:upload", precision)?;
+                let call = "context:upload";
+                let dev = this.get(call)?;
+                let p = parse_precision(call, precision)?;
                 let t = table.borrow::<LTable>()?;
-                let e =
-                    Engine::upload(ctx, t.get("context:upload")?, p).lua_ctx("context:upload")?;
+                let e = match dev {
+                    Device::Vulkan(ctx) => Engine::upload(ctx, t.get(call)?, p),
+                    Device::HostOnly => Engine::host_only(t.get(call)?, p),
+                }
+                .lua_ctx(call)?;
                 Ok(LDeviceTable::new("device table", e))
             },
         );
@@ -173,8 +262,13 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
                 device: opt(&o, "device")?,
                 validation: opt(&o, "validation")?.unwrap_or(false),
             };
-            let ctx = Context::new(&opts).lua_ctx("open")?;
-            Ok(LContext::new("context", ctx))
+            // No Vulkan device on this machine (and none named): the host engine alone.
+            let dev = match Context::new(&opts) {
+                Ok(ctx) => Device::Vulkan(ctx),
+                Err(e) if engine::host_fallback(&opts, &e) => Device::HostOnly,
+                Err(e) => return Err(e).lua_ctx("open"),
+            };
+            Ok(LContext::new("context", dev))
         })?,
     )?;
     m.set(

@@ -13,7 +13,6 @@ use super::device_table::mode_values;
 use super::error::{msg, LuaCtx};
 use super::rows::LRows;
 use crate::checkpoint::{self as ck, RunFingerprint};
-use crate::engine::{self, ModeChoice};
 use crate::mode::Mode;
 use mlua::prelude::*;
 use mlua::Value;
@@ -78,7 +77,7 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
                 for c in ctxs.sequence_values::<LuaAnyUserData>() {
                     let c = c?;
                     let c = c.borrow::<LContext>()?;
-                    let f = engine::context_max_batch(c.get(call)?, mode, n, d, p, steps);
+                    let f = c.get(call)?.max_batch(mode, n, d, p, steps);
                     fit = Some(fit.map_or(f, |m| m.min(f)));
                 }
                 fit.ok_or_else(|| msg(call, "no contexts"))
@@ -111,20 +110,15 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
                 let mut out: Option<(&'static str, String, &'static str, Option<String>)> = None;
                 for (i, u) in ctxs.iter().enumerate() {
                     let c = u.borrow::<LContext>()?;
-                    let ctx = c.get(call)?;
-                    let (m, r, code, unfit) =
-                        mode_values(&ModeChoice::for_context(ctx, mode, n, d, p));
+                    let dev = c.get(call)?;
+                    let (m, r, code, unfit) = mode_values(&dev.mode_for(mode, n, d, p));
                     match &out {
                         None => out = Some((m, r, code, unfit)),
                         Some(first) if m != first.0 || code == "requested_unfit" => {
                             let reason = if code == "requested_unfit" {
                                 r
                             } else {
-                                format!(
-                                    "device {} of {k} ({}): {r}",
-                                    i + 1,
-                                    engine::sequence_device_name(ctx)
-                                )
+                                format!("device {} of {k} ({}): {r}", i + 1, dev.name())
                             };
                             out = Some((m, reason, code, unfit));
                             break;

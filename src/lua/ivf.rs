@@ -168,7 +168,7 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
             |lua, (ctx, table, k, o): (LuaAnyUserData, LuaAnyUserData, Value, Option<LuaTable>)| {
                 let call = "kmeans";
                 let c = ctx.borrow::<LContext>()?;
-                let c = c.get(call)?;
+                let c = c.get(call)?.vulkan(call)?;
                 let t = table.borrow::<LTable>()?;
                 let t = t.get(call)?;
                 let k = super::args::int(call, "k", &k)? as usize;
@@ -192,7 +192,7 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
             |_, (ctx, dim, o): (LuaAnyUserData, Value, Option<LuaTable>)| {
                 let call = "ivf_index";
                 let c = ctx.borrow::<LContext>()?;
-                let c = c.get(call)?;
+                let c = c.get(call)?.vulkan(call)?;
                 let dim = super::args::int(call, "dim", &dim)? as usize;
                 let nlist = opt_int(call, &o, "nlist")?
                     .ok_or_else(|| msg(call, "opts.nlist is required"))?;
@@ -213,7 +213,8 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
         lua.create_function(|_, (ctx, path): (LuaAnyUserData, String)| {
             let call = "load_ivf_index";
             let c = ctx.borrow::<LContext>()?;
-            let ix = IvfFlat::load(c.get(call)?, std::path::Path::new(&path)).lua_ctx(call)?;
+            let ix = IvfFlat::load(c.get(call)?.vulkan(call)?, std::path::Path::new(&path))
+                .lua_ctx(call)?;
             Ok(LIvf::new("ivf index", ix))
         })?,
     )?;

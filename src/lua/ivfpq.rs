@@ -55,7 +55,7 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
             |_, (ctx, dim, o): (LuaAnyUserData, Value, Option<LuaTable>)| {
                 let call = "ivfpq_index";
                 let c = ctx.borrow::<LContext>()?;
-                let c = c.get(call)?;
+                let c = c.get(call)?.vulkan(call)?;
                 let dim = super::args::int(call, "dim", &dim)? as usize;
                 let nlist = opt_int(call, &o, "nlist")?
                     .ok_or_else(|| msg(call, "opts.nlist is required"))?;
@@ -88,7 +88,8 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
         lua.create_function(|_, (ctx, path): (LuaAnyUserData, String)| {
             let call = "load_ivfpq_index";
             let c = ctx.borrow::<LContext>()?;
-            let ix = IvfPq::load(c.get(call)?, std::path::Path::new(&path)).lua_ctx(call)?;
+            let ix = IvfPq::load(c.get(call)?.vulkan(call)?, std::path::Path::new(&path))
+                .lua_ctx(call)?;
             Ok(LIvfPq::new("ivfpq index", ix))
         })?,
     )?;

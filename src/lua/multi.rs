@@ -3,7 +3,7 @@
 //! the crate's multi-device API, the context, table and job handles and the binding's helpers.
 
 use super::args::{opt, parse_precision};
-use super::context::LContext;
+use super::context::{Device, LContext};
 use super::error::{msg, LuaCtx};
 use super::handle::Handle;
 use super::job::LJob;
@@ -71,7 +71,10 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
         lua.create_function(|lua, (spec, o): (String, Option<LuaTable>)| {
             let validation = opt(&o, "validation")?.unwrap_or(false);
             let ctxs = crate::multi::open_devices(&spec, validation).lua_ctx("open_devices")?;
-            lua.create_sequence_from(ctxs.into_iter().map(|c| LContext::new("context", c)))
+            lua.create_sequence_from(
+                ctxs.into_iter()
+                    .map(|c| LContext::new("context", Device::Vulkan(c))),
+            )
         })?,
     )?;
     // `diversity.knn_index(contexts, table, precision [, {layout = "shards" | "replicas",
@@ -94,7 +97,7 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
                 for u in ctxs.sequence_values::<LuaAnyUserData>() {
                     let u = u?;
                     let c = u.borrow::<LContext>()?;
-                    list.push(c.get(call)?.clone());
+                    list.push(c.get(call)?.vulkan(call)?.clone());
                 }
                 let t = table.borrow::<LTable>()?;
                 let t = t.get(call)?;

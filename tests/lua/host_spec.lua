@@ -151,6 +151,41 @@ describe("host engine", function()
     assert.truthy(err:find("summation", 1, true), err)
   end)
 
+  it("with no Vulkan device at all, the module loads and sequences run on the host engine", function()
+    -- The loader finds only a driver that does not exist: no device on this machine.
+    local icd = dir .. "/none.json"
+    H.write(icd, '{"file_format_version": "1.0.0", "ICD": {"library_path": '
+      .. '"/nonexistent/libnone.so", "api_version": "1.2.0"}}')
+    local env = ("VK_ICD_FILENAMES=%s VK_DRIVER_FILES=%s DIVERSITY_DEVICE= "):format(H.q(icd), H.q(icd))
+    local rc, out, err = H.sh(("%s %s luajit -e %s"):format(H.lua_env(), env, H.q([[
+      local diversity = require "diversity"
+      local ctx = diversity.open {}
+      io.write(ctx:engine(), "|", ctx:describe():match("device: +([^\n]*)"), "|")
+      local t = diversity.load("data/fortunes-300.embeddings.json"):head(50)
+      local dt = ctx:upload(t, "fp16")
+      local job = dt:job({ 3 })
+      job:step(49)
+      io.write(job:engine(), " ", tostring(job:done()), "|")
+      io.write(string.format("%.3g|", t:check_sequence(3, job:sequences()[1], 1e-5, "fp16")))
+      local ok, e = pcall(dt.knn, dt, t, { k = 3 })
+      io.write(tostring(ok), "|", tostring(e))
+    ]])))
+    assert.are.equal(0, rc, err)
+    assert.truthy(out:find("^host|none %(no Vulkan loader, driver or device"), out)
+    assert.truthy(out:find("|host true|", 1, true), out)
+    assert.truthy(out:find("|false|.*no Vulkan device: none on this machine"), out)
+    -- The command line, end to end, and a named device is still refused.
+    rc, out, err = H.cli({ "--embeddings", dir .. "/e.json", "--out", dir .. "/nv.json", "--quiet" },
+      EPOCH .. " " .. env)
+    assert.are.equal(0, rc, err)
+    assert.truthy(out:find("(host engine): gram mode, 160 sequences", 1, true), out)
+    rc, out, err = H.cli({ "--embeddings", dir .. "/e.json", "--out", dir .. "/nv2.json",
+      "--device", "llvmpipe", "--quiet" }, EPOCH .. " " .. env)
+    assert.are_not.equal(0, rc, out)
+    assert.truthy(err:find("no Vulkan device", 1, true), err)
+    assert.is_false(H.exists(dir .. "/nv2.json"))
+  end)
+
   it("the shim runs batches on it and says so", function()
     local rc, out, err = H.sh(("%s DIVERSITY_DEVICE=host luajit -e %s"):format(H.lua_env(), H.q([[
       local ffi = require "ffi"
