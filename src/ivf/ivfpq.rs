@@ -334,17 +334,8 @@ impl IvfPq {
         let (keys, ids, ns) = slab.scan(rows, &pr, nprobe, kk, ip)?;
         report.lists_ns = ns;
         let (k, pad) = (s.knn.k, if ip { f32::NEG_INFINITY } else { f32::INFINITY });
-        let mut out = KnnResult {
-            k,
-            queries: nq,
-            ids: Vec::with_capacity(nq * k),
-            distances: Vec::with_capacity(nq * k),
-            path: probes.path,
-            subgroups: probes.subgroups,
-            query_tile: probes.query_tile,
-            gpu_ns: report.coarse_ns + report.lists_ns,
-            verified: 0,
-        };
+        let mut out = KnnResult::started(k, nq, probes.path, probes.subgroups, probes.query_tile);
+        out.gpu_ns = report.coarse_ns + report.lists_ns;
         let best_of = |q: usize| -> Vec<(f32, u32)> {
             let cand = (0..kk)
                 .map(|i| (keys[q * kk + i], ids[q * kk + i]))

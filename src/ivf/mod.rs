@@ -421,17 +421,7 @@ impl IvfFlat {
             nprobe,
             ..IvfSearchReport::default()
         };
-        let mut out = KnnResult {
-            k,
-            queries: nq,
-            ids: Vec::with_capacity(nq * k),
-            distances: Vec::with_capacity(nq * k),
-            path: crate::knn::KnnPath::Select { chunk: 0 },
-            subgroups: false,
-            query_tile: 0,
-            gpu_ns: 0,
-            verified: 0,
-        };
+        let mut out = KnnResult::started(k, nq, crate::knn::KnnPath::Select { chunk: 0 }, false, 0);
         if nq == 0 {
             return Ok((out, report));
         }

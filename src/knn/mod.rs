@@ -196,6 +196,29 @@ pub struct KnnResult {
 }
 
 impl KnnResult {
+    /// The result of `queries` queries, k a query, before any row is in: room reserved for all
+    /// of them, the selection `path` (with its `subgroups` and `query_tile`) that will run, no
+    /// GPU time and nothing verified yet. The exact search and both IVF indexes start from it.
+    pub(crate) fn started(
+        k: usize,
+        queries: usize,
+        path: KnnPath,
+        subgroups: bool,
+        query_tile: usize,
+    ) -> KnnResult {
+        KnnResult {
+            k,
+            queries,
+            ids: Vec::with_capacity(queries * k),
+            distances: Vec::with_capacity(queries * k),
+            path,
+            subgroups,
+            query_tile,
+            gpu_ns: 0,
+            verified: 0,
+        }
+    }
+
     /// Ids of query `q`.
     pub fn ids_of(&self, q: usize) -> &[i64] {
         &self.ids[q * self.k..(q + 1) * self.k]
@@ -343,18 +366,8 @@ pub(crate) fn knn_derived(
     let nq = check_query_shape(d, queries, dim, opts)?;
     let plan = plan::plan(ctx.caps(), n, d, nq, opts)?;
     let k = opts.k;
-    let mut out = KnnResult {
-        k,
-        queries: nq,
-        // check_query_shape checked nq × k against the host budget.
-        ids: Vec::with_capacity(nq * k),
-        distances: Vec::with_capacity(nq * k),
-        path: plan.path,
-        subgroups: plan.subgroups,
-        query_tile: plan.query_tile,
-        gpu_ns: 0,
-        verified: 0,
-    };
+    // check_query_shape checked nq × k against the host budget.
+    let mut out = KnnResult::started(k, nq, plan.path, plan.subgroups, plan.query_tile);
     if nq == 0 {
         return Ok(out);
     }
@@ -507,17 +520,8 @@ impl<'q> Resident<'q> {
     /// The search, on the table's rows as they are now.
     pub(crate) fn run(&self) -> Result<KnnResult> {
         let (nq, k) = (self.nq, self.k);
-        let mut out = KnnResult {
-            k,
-            queries: nq,
-            ids: Vec::with_capacity(nq * k),
-            distances: Vec::with_capacity(nq * k),
-            path: self.plan.path,
-            subgroups: self.plan.subgroups,
-            query_tile: self.plan.query_tile,
-            gpu_ns: 0,
-            verified: 0,
-        };
+        let plan = &self.plan;
+        let mut out = KnnResult::started(k, nq, plan.path, plan.subgroups, plan.query_tile);
         if let Some(scratch) = &self.scratch {
             run(
                 &self.table,
