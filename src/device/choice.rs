@@ -228,7 +228,6 @@ pub fn is_uuid_selector(sel: &str) -> bool {
     s.len() >= 4 && (s[..4].eq_ignore_ascii_case(b"GPU-") || s[..4].eq_ignore_ascii_case(b"MIG-"))
 }
 
-/// The index of the one device of `devices` (index, name, UUID as [`uuid_string`] writes it)
 /// The devices as the selection errors list them: one entry each, joined by ", ", or "none".
 pub(crate) fn device_listing(entries: impl Iterator<Item = String>) -> String {
     let all: Vec<String> = entries.collect();
@@ -239,6 +238,7 @@ pub(crate) fn device_listing(entries: impl Iterator<Item = String>) -> String {
     }
 }
 
+/// The index of the one device of `devices` (index, name, UUID as [`uuid_string`] writes it)
 /// whose UUID `sel` names: `GPU-` (any case) then the UUID's hex digits, whole or a leading
 /// part as long as it is unique (as `CUDA_VISIBLE_DEVICES` takes them), hyphens and case
 /// ignored. Refused, naming the selector and listing the devices with their UUIDs: a selector
