@@ -4,7 +4,9 @@
 //! much larger than its caches, on every core). Compare with `../shared/peer/numpy_gram.py` on
 //! the same table in the same run (bench/host.sh does both).
 //!
-//! usage: bench_host TABLE.npy [--n N] [--center] [--precision fp32|fp16] [--out F.u32]
+//! usage: bench_host TABLE.npy [--n N] [--center] [--precision fp32|fp16] [--chunk C] [--out F.u32]
+//! (`--chunk C`: every sequence advances C steps before any goes on; 0, the default: each
+//! sequence runs to its end at once)
 
 use diversity::host::{isa, threads, HostGram, HostJob, HostOptions, HostTable};
 use diversity::Precision;
@@ -15,6 +17,7 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let mut table = None;
     let (mut n, mut center, mut precision, mut out) = (None, false, Precision::Fp32, None);
+    let mut chunk = 0usize;
     while let Some(a) = args.next() {
         match a.as_str() {
             "--n" => n = Some(args.next().expect("--n N").parse::<usize>().expect("N")),
@@ -23,6 +26,7 @@ fn main() {
                 precision = args.next().expect("precision").parse().expect("fp32|fp16")
             }
             "--out" => out = Some(args.next().expect("--out FILE")),
+            "--chunk" => chunk = args.next().expect("--chunk C").parse().expect("C"),
             _ if table.is_none() => table = Some(a),
             _ => panic!("unexpected argument {a}"),
         }
@@ -44,7 +48,8 @@ fn main() {
     let g = HostGram::build(&ht).expect("G");
     let g_s = t0.elapsed().as_secs_f64();
     let starts: Vec<u32> = (0..n as u32).collect();
-    let mut job = HostJob::gram(&g, &starts, &HostOptions::default()).expect("job");
+    let opts = HostOptions { chunk, steps: None };
+    let mut job = HostJob::gram(&g, &starts, &opts).expect("job");
     let t1 = Instant::now();
     job.run().expect("run");
     let steps_s = t1.elapsed().as_secs_f64();

@@ -31,12 +31,12 @@
 //! resume and thread count; and every instruction-set variant of the passes performs the same
 //! operations. The job may touch its table and G (shared), its own state and the thread pool.
 
-use super::kernel::{add_row_top2, dot, Top2};
+use super::kernel::{add_row_top2, add_rows_top2_pair, dot, Top2};
 use super::matrix::{HostGram, HostTable};
 use super::plan::{gram_sequence_bytes, host_memory_budget, max_batch, scan_sequence_bytes};
 use crate::batch::{
-    check_cancelled, check_prefixes, check_starts, injected_loss, sequence_length, StepReport,
-    ENV_FAIL_AFTER_CHUNKS,
+    check_cancelled, check_prefixes, check_starts, injected_loss, sequence_length,
+    steps_per_submission, StepReport, ENV_FAIL_AFTER_CHUNKS,
 };
 use crate::error::{Error, Result};
 use crate::mode::Mode;
@@ -203,11 +203,7 @@ impl HostJob {
     /// of the chunk (cancellation is checked between them).
     pub fn step(&mut self, n: usize) -> Result<StepReport> {
         let n = n.min(self.total_steps() - self.completed);
-        let chunk = if self.opts.chunk == 0 {
-            n.max(1)
-        } else {
-            self.opts.chunk
-        };
+        let chunk = steps_per_submission(self.opts.chunk, n);
         let mut report = StepReport::default();
         let mut left = n;
         while left > 0 {
@@ -222,14 +218,38 @@ impl HostJob {
             let t0 = Instant::now();
             let first = self.completed + 1;
             let (kind, seq_len) = (self.kind.clone(), self.seq_len);
+            // Sequences two at a time: a gram pair's passes run in one loop (two memory
+            // streams); every sequence still gets its own operations in its own order.
             self.states
-                .par_iter_mut()
-                .zip(self.seqs.par_chunks_mut(seq_len))
-                .for_each(|(st, row)| {
-                    for (t, slot) in row.iter_mut().enumerate().skip(first).take(c) {
-                        let p = st.pick(&kind);
-                        *slot = p as u32;
-                        st.take(&kind, p, t + 1 < seq_len);
+                .par_chunks_mut(2)
+                .zip(self.seqs.par_chunks_mut(2 * seq_len))
+                .for_each(|(sts, rows)| match (&kind, sts) {
+                    (Kind::Gram(g), [a, b]) => {
+                        let (ra, rb) = rows.split_at_mut(seq_len);
+                        for t in first..first + c {
+                            let (pa, pb) = (a.pick(&kind), b.pick(&kind));
+                            ra[t] = pa as u32;
+                            rb[t] = pb as u32;
+                            a.mark(&kind, pa);
+                            b.mark(&kind, pb);
+                            if t + 1 < seq_len {
+                                (a.top, b.top) = add_rows_top2_pair(
+                                    &mut a.keys,
+                                    g.row(pa),
+                                    &mut b.keys,
+                                    g.row(pb),
+                                );
+                            }
+                        }
+                    }
+                    (_, sts) => {
+                        for (st, row) in sts.iter_mut().zip(rows.chunks_mut(seq_len)) {
+                            for (t, slot) in row.iter_mut().enumerate().skip(first).take(c) {
+                                let p = st.pick(&kind);
+                                *slot = p as u32;
+                                st.take(&kind, p, t + 1 < seq_len);
+                            }
+                        }
                     }
                 });
             let ns = t0.elapsed().as_nanos() as u64;
@@ -354,6 +374,14 @@ impl State {
     /// Take `p` into the sequence: mark it chosen, add its row to the running sum, and (gram,
     /// when another step follows) add its row of G to the keys in the step's one pass.
     fn take(&mut self, kind: &Kind, p: usize, more: bool) {
+        self.mark(kind, p);
+        if let (Kind::Gram(g), true) = (kind, more) {
+            self.top = add_row_top2(&mut self.keys, g.row(p));
+        }
+    }
+
+    /// [`State::take`] but the pass: `p` chosen, its row added to the running sum.
+    fn mark(&mut self, kind: &Kind, p: usize) {
         let t = match kind {
             Kind::Gram(g) => &*g.table,
             Kind::Scan(t) => &**t,
@@ -364,12 +392,7 @@ impl State {
         self.s += t.norm(p);
         self.terms += 1;
         match kind {
-            Kind::Gram(g) => {
-                self.keys[p] = f64::INFINITY;
-                if more {
-                    self.top = add_row_top2(&mut self.keys, g.row(p));
-                }
-            }
+            Kind::Gram(_) => self.keys[p] = f64::INFINITY,
             Kind::Scan(_) => self.chosen[p] = true,
         }
     }

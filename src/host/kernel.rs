@@ -19,34 +19,87 @@ pub(crate) struct Top2 {
 /// Lanes the passes keep apart (a multiple of every vector width used).
 const L: usize = 8;
 
-#[inline(always)]
-fn add_row_top2_impl(keys: &mut [f64], g: &[f32]) -> Top2 {
-    debug_assert_eq!(keys.len(), g.len());
-    let mut m1 = [f64::INFINITY; L];
-    let mut m2 = [f64::INFINITY; L];
-    let mut i1 = [0u64; L];
-    let blocks = keys.len() / L;
-    let (kb, kr) = keys.split_at_mut(blocks * L);
-    let (gb, gr) = g.split_at(blocks * L);
-    for (b, (k, gg)) in kb.chunks_exact_mut(L).zip(gb.chunks_exact(L)).enumerate() {
+/// One sequence's lane accumulators in a pass: per lane the smallest key, the second smallest,
+/// and the block of the smallest.
+struct Lanes {
+    m1: [f64; L],
+    m2: [f64; L],
+    i1: [u64; L],
+}
+
+impl Lanes {
+    #[inline(always)]
+    fn new() -> Lanes {
+        Lanes {
+            m1: [f64::INFINITY; L],
+            m2: [f64::INFINITY; L],
+            i1: [0; L],
+        }
+    }
+    /// Add block `b` of a row into its keys and fold them in.
+    #[inline(always)]
+    fn block(&mut self, b: usize, k: &mut [f64], gg: &[f32]) {
         for l in 0..L {
             let v = k[l] + gg[l] as f64;
             k[l] = v;
-            let lt = v < m1[l];
-            // m2 = min(m2, max(m1, v)): the old best when v replaces it, else v if smaller.
-            let hi = if v > m1[l] { v } else { m1[l] };
-            m2[l] = if hi < m2[l] { hi } else { m2[l] };
-            i1[l] = if lt { b as u64 } else { i1[l] };
-            m1[l] = if lt { v } else { m1[l] };
+            let lt = v < self.m1[l];
+            let hi = if v > self.m1[l] { v } else { self.m1[l] };
+            self.m2[l] = if hi < self.m2[l] { hi } else { self.m2[l] };
+            self.i1[l] = if lt { b as u64 } else { self.i1[l] };
+            self.m1[l] = if lt { v } else { self.m1[l] };
         }
     }
-    let mut top = reduce(&m1, &m2, &i1);
-    for (j, (k, &gg)) in kr.iter_mut().zip(gr).enumerate() {
-        let v = *k + gg as f64;
-        *k = v;
-        push(&mut top, v, blocks * L + j);
+    /// The result, with the keys past the last whole block (`kr`, `gr`, from index `from`).
+    #[inline(always)]
+    fn finish(self, kr: &mut [f64], gr: &[f32], from: usize) -> Top2 {
+        let mut top = reduce(&self.m1, &self.m2, &self.i1);
+        for (j, (k, &gg)) in kr.iter_mut().zip(gr).enumerate() {
+            let v = *k + gg as f64;
+            *k = v;
+            push(&mut top, v, from + j);
+        }
+        top
     }
-    top
+}
+
+/// Two sequences' passes in one loop (two independent memory streams keep more loads in
+/// flight); each sequence's keys get exactly the operations of [`add_row_top2_impl`].
+#[inline(always)]
+fn add_rows_top2_pair_impl(ka: &mut [f64], ga: &[f32], kb: &mut [f64], gb: &[f32]) -> (Top2, Top2) {
+    let n = ka.len();
+    let blocks = n / L;
+    let (kab, kar) = ka.split_at_mut(blocks * L);
+    let (gab, gar) = ga.split_at(blocks * L);
+    let (kbb, kbr) = kb.split_at_mut(blocks * L);
+    let (gbb, gbr) = gb.split_at(blocks * L);
+    let (mut a, mut b) = (Lanes::new(), Lanes::new());
+    for (blk, (((k1, g1), k2), g2)) in kab
+        .chunks_exact_mut(L)
+        .zip(gab.chunks_exact(L))
+        .zip(kbb.chunks_exact_mut(L))
+        .zip(gbb.chunks_exact(L))
+        .enumerate()
+    {
+        a.block(blk, k1, g1);
+        b.block(blk, k2, g2);
+    }
+    (
+        a.finish(kar, gar, blocks * L),
+        b.finish(kbr, gbr, blocks * L),
+    )
+}
+
+#[inline(always)]
+fn add_row_top2_impl(keys: &mut [f64], g: &[f32]) -> Top2 {
+    debug_assert_eq!(keys.len(), g.len());
+    let blocks = keys.len() / L;
+    let (kb, kr) = keys.split_at_mut(blocks * L);
+    let (gb, gr) = g.split_at(blocks * L);
+    let mut lanes = Lanes::new();
+    for (b, (k, gg)) in kb.chunks_exact_mut(L).zip(gb.chunks_exact(L)).enumerate() {
+        lanes.block(b, k, gg);
+    }
+    lanes.finish(kr, gr, blocks * L)
 }
 
 /// Fold one more key (at an index larger than every one seen) into `top`.
@@ -113,6 +166,7 @@ fn dot_impl(c: &[f64], e: &[f32]) -> f64 {
 }
 
 type AddRow = unsafe fn(&mut [f64], &[f32]) -> Top2;
+type AddPair = unsafe fn(&mut [f64], &[f32], &mut [f64], &[f32]) -> (Top2, Top2);
 type Dot = unsafe fn(&[f64], &[f32]) -> f64;
 
 unsafe fn add_row_base(keys: &mut [f64], g: &[f32]) -> Top2 {
@@ -120,6 +174,9 @@ unsafe fn add_row_base(keys: &mut [f64], g: &[f32]) -> Top2 {
 }
 unsafe fn dot_base(c: &[f64], e: &[f32]) -> f64 {
     dot_impl(c, e)
+}
+unsafe fn add_pair_base(ka: &mut [f64], ga: &[f32], kb: &mut [f64], gb: &[f32]) -> (Top2, Top2) {
+    add_rows_top2_pair_impl(ka, ga, kb, gb)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -132,6 +189,24 @@ mod x86 {
     #[target_feature(enable = "avx512f,avx512vl,avx512dq")]
     pub(super) unsafe fn add_row_avx512(keys: &mut [f64], g: &[f32]) -> Top2 {
         add_row_top2_impl(keys, g)
+    }
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn add_pair_avx2(
+        ka: &mut [f64],
+        ga: &[f32],
+        kb: &mut [f64],
+        gb: &[f32],
+    ) -> (Top2, Top2) {
+        add_rows_top2_pair_impl(ka, ga, kb, gb)
+    }
+    #[target_feature(enable = "avx512f,avx512vl,avx512dq")]
+    pub(super) unsafe fn add_pair_avx512(
+        ka: &mut [f64],
+        ga: &[f32],
+        kb: &mut [f64],
+        gb: &[f32],
+    ) -> (Top2, Top2) {
+        add_rows_top2_pair_impl(ka, ga, kb, gb)
     }
     // No FMA here: the dot products must round the same on every machine.
     #[target_feature(enable = "avx2")]
@@ -150,8 +225,8 @@ pub fn isa() -> &'static str {
     table().2
 }
 
-fn table() -> &'static (AddRow, Dot, &'static str) {
-    static T: OnceLock<(AddRow, Dot, &'static str)> = OnceLock::new();
+fn table() -> &'static (AddRow, Dot, &'static str, AddPair) {
+    static T: OnceLock<(AddRow, Dot, &'static str, AddPair)> = OnceLock::new();
     T.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         {
@@ -160,14 +235,19 @@ fn table() -> &'static (AddRow, Dot, &'static str) {
                     && is_x86_feature_detected!("avx512vl")
                     && is_x86_feature_detected!("avx512dq")
                 {
-                    return (x86::add_row_avx512, x86::dot_avx512, "avx512");
+                    return (
+                        x86::add_row_avx512,
+                        x86::dot_avx512,
+                        "avx512",
+                        x86::add_pair_avx512,
+                    );
                 }
                 if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-                    return (x86::add_row_avx2, x86::dot_avx2, "avx2");
+                    return (x86::add_row_avx2, x86::dot_avx2, "avx2", x86::add_pair_avx2);
                 }
             }
         }
-        (add_row_base, dot_base, "baseline")
+        (add_row_base, dot_base, "baseline", add_pair_base)
     })
 }
 
@@ -177,6 +257,18 @@ pub(crate) fn add_row_top2(keys: &mut [f64], g: &[f32]) -> Top2 {
     assert_eq!(keys.len(), g.len());
     // SAFETY: the function was chosen for the features this CPU reports.
     unsafe { (table().0)(keys, g) }
+}
+
+/// [`add_row_top2`] for two sequences at once (`ka`, `kb` of one length), in one loop.
+pub(crate) fn add_rows_top2_pair(
+    ka: &mut [f64],
+    ga: &[f32],
+    kb: &mut [f64],
+    gb: &[f32],
+) -> (Top2, Top2) {
+    assert!(ka.len() == ga.len() && kb.len() == gb.len() && ka.len() == kb.len());
+    // SAFETY: the function was chosen for the features this CPU reports.
+    unsafe { (table().3)(ka, ga, kb, gb) }
 }
 
 /// c · e in float64 (e widened), summed in 8 lanes then across them: the same order everywhere.
@@ -234,6 +326,23 @@ mod tests {
                 }
                 assert_eq!(got.second, want.second, "n {n} trial {trial}");
             }
+        }
+    }
+
+    #[test]
+    fn the_pair_pass_is_two_single_passes() {
+        for n in [1usize, 7, 8, 9, 100] {
+            let g1: Vec<f32> = (0..n).map(|i| ((i * 7) % 5) as f32 - 2.0).collect();
+            let g2: Vec<f32> = (0..n).map(|i| ((i * 3) % 4) as f32 - 1.5).collect();
+            let mut a: Vec<f64> = (0..n).map(|i| (i % 3) as f64).collect();
+            let mut b: Vec<f64> = (0..n)
+                .map(|i| if i == 2 { f64::INFINITY } else { 0.5 })
+                .collect();
+            let (mut a2, mut b2) = (a.clone(), b.clone());
+            let (ta, tb) = add_rows_top2_pair(&mut a, &g1, &mut b, &g2);
+            assert_eq!(ta, add_row_top2(&mut a2, &g1));
+            assert_eq!(tb, add_row_top2(&mut b2, &g2));
+            assert_eq!((a, b), (a2, b2));
         }
     }
 
