@@ -145,6 +145,27 @@ pub(crate) fn steps_per_submission(chunk: usize, n: usize) -> usize {
     }
 }
 
+/// Advance by `n` steps in slices of at most `chunk` (0: one slice), each run by `slice(c)`,
+/// which returns its time in nanoseconds; the report counts every slice as a submission.
+pub(crate) fn step_in_slices(
+    n: usize,
+    chunk: usize,
+    mut slice: impl FnMut(usize) -> Result<u64>,
+) -> Result<StepReport> {
+    let per = steps_per_submission(chunk, n);
+    let mut report = StepReport::default();
+    let mut left = n;
+    while left > 0 {
+        let c = per.min(left);
+        let ns = slice(c)?;
+        report.submissions += 1;
+        report.add((c, ns));
+        left -= c;
+    }
+    report.steps = n;
+    Ok(report)
+}
+
 /// Check sequences to continue from: `starts.len()` rows of `len` entries (1 ≤ `len` ≤
 /// `seq_len`), row i beginning with `starts[i]`, every entry below `n` and none repeated within
 /// its row. Every engine's resume checks its prefixes with this one function.

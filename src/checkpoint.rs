@@ -2,7 +2,7 @@
 //! `--resume`: what run.txt says (the run's fingerprint and start time), the names of the batch
 //! files, the checksums that bind each batch file to its run, batch and starts, the header of a
 //! `.part` block, and the checks a resume makes before it trusts a file (the rows' meaning as
-//! well as their checksums). The driver (`lua/diversity/driver.lua`) decides when to write and
+//! well as their checksums). The Lua driver decides when to write and
 //! read; the bytes and the refusals are written here, once. May touch the file system (reading
 //! a checkpoint directory, never writing it) and [`crate::checksum`] / [`crate::files`]'s
 //! checksums; nothing else in the crate.

@@ -403,17 +403,9 @@ impl Engine {
     pub fn table(&self) -> Result<&DeviceTable> {
         self.table.as_ref().ok_or_else(no_vulkan)
     }
-    /// Rows N.
-    pub fn n(&self) -> usize {
-        self.n
-    }
-    /// Dimension D.
-    pub fn d(&self) -> usize {
-        self.d
-    }
-    /// The storage precision.
-    pub fn precision(&self) -> Precision {
-        self.precision
+    /// The table's shape: rows N, dimension D and storage precision.
+    pub fn shape(&self) -> (usize, usize, Precision) {
+        (self.n, self.d, self.precision)
     }
 
     /// G of the table, built on first use and shared with every later gram job.
@@ -443,7 +435,7 @@ impl Engine {
     /// The engine `requested` resolves to for this table, and why.
     pub fn mode_for(&self, requested: Mode) -> ModeChoice {
         match &self.host {
-            Some(h) => ModeChoice::host(requested, h.table.n(), h.table.d()),
+            Some(h) => ModeChoice::host(requested, h.table.n, h.table.d),
             None => match &self.table {
                 Some(t) => ModeChoice::for_table(t, requested),
                 None => ModeChoice::host(requested, self.n, self.d),
@@ -597,11 +589,7 @@ impl Job {
     /// Compute time so far, nanoseconds: the device's timestamps, or the host engine's wall
     /// time of its steps.
     pub fn gpu_ns(&self) -> u64 {
-        match self {
-            Job::Scan(j) => j.gpu_ns(),
-            Job::Gram(j) => j.gpu_ns(),
-            Job::Host(j) => j.compute_ns(),
-        }
+        both!(self, j => j.gpu_ns())
     }
     /// The starts, in batch order.
     pub fn starts(&self) -> &[u32] {
@@ -613,11 +601,7 @@ impl Job {
     }
     /// Invocations per workgroup of the per-sequence dispatches (a host job: its threads).
     pub fn workgroup_size(&self) -> u32 {
-        match self {
-            Job::Scan(j) => j.workgroup_size(),
-            Job::Gram(j) => j.workgroup_size(),
-            Job::Host(j) => j.threads() as u32,
-        }
+        both!(self, j => j.workgroup_size())
     }
     /// Where a device gram job keeps its state; `None` for other jobs.
     pub fn placement(&self) -> Option<Placement> {

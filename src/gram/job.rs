@@ -12,7 +12,7 @@ use super::plan::{
 use super::record::{record_steps, GramPush};
 use super::{GramOptions, Placement};
 use crate::batch::{
-    batch_accessors, check_starts, sequence_length, steps_per_submission, Batch, StepReport,
+    batch_accessors, check_starts, sequence_length, step_in_slices, Batch, StepReport,
 };
 use crate::device::Pipeline;
 use crate::error::{Error, Result};
@@ -183,19 +183,11 @@ impl GramJob {
     /// [`GramOptions::chunk`] steps. Returns when they are done.
     pub fn step(&mut self, n: usize) -> Result<StepReport> {
         let n = n.min(self.total_steps() - self.steps_done());
-        let chunk = steps_per_submission(self.opts.chunk, n);
-        let mut report = StepReport::default();
-        let mut left = n;
-        while left > 0 {
-            let c = chunk.min(left);
+        step_in_slices(n, self.opts.chunk, |c| {
             let ns = self.dispatch(self.steps_done() + 1, c, false)?;
             self.batch.complete(c, ns);
-            report.submissions += 1;
-            report.add((c, ns));
-            left -= c;
-        }
-        report.steps = n;
-        Ok(report)
+            Ok(ns)
+        })
     }
 
     /// Run every remaining step.

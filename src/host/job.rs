@@ -35,8 +35,8 @@ use super::kernel::{add_row_top2, add_rows_top2_pair, dot, Top2};
 use super::matrix::{HostGram, HostTable};
 use super::plan::{gram_sequence_bytes, host_memory_budget, max_batch, scan_sequence_bytes};
 use crate::batch::{
-    check_cancelled, check_prefixes, check_starts, injected_loss, sequence_length,
-    steps_per_submission, StepReport, ENV_FAIL_AFTER_CHUNKS,
+    check_cancelled, check_prefixes, check_starts, injected_loss, sequence_length, step_in_slices,
+    StepReport, ENV_FAIL_AFTER_CHUNKS,
 };
 use crate::error::{Error, Result};
 use crate::mode::Mode;
@@ -124,7 +124,7 @@ impl HostJob {
             Kind::Gram(g) => g.table.clone(),
             Kind::Scan(t) => t.clone(),
         };
-        let (n, d) = (t.n(), t.d());
+        let (n, d) = (t.n, t.d);
         check_starts(starts, n)?;
         let seq_len = sequence_length(n, opts.steps);
         let steps = seq_len - 1;
@@ -174,7 +174,7 @@ impl HostJob {
     /// operations in the same order as the steps that computed the prefix, so the continued
     /// sequences are bit-identical to an uninterrupted run.
     pub fn resume(mut self, prefixes: &[u32], len: usize) -> Result<HostJob> {
-        let n = self.table().n();
+        let n = self.table().n;
         check_prefixes(&self.starts, self.seq_len, n, prefixes, len)?;
         let t0 = Instant::now();
         let kind = self.kind.clone();
@@ -203,75 +203,65 @@ impl HostJob {
     /// of the chunk (cancellation is checked between them).
     pub fn step(&mut self, n: usize) -> Result<StepReport> {
         let n = n.min(self.total_steps() - self.completed);
-        let chunk = steps_per_submission(self.opts.chunk, n);
-        let mut report = StepReport::default();
-        let mut left = n;
-        while left > 0 {
-            check_cancelled()?;
-            if self.lost {
-                return Err(Error::DeviceLost(format!(
-                    "an earlier slice of this host batch of {} failed; the batch must be restarted",
-                    self.starts.len()
-                )));
-            }
-            let c = chunk.min(left);
-            let t0 = Instant::now();
-            let first = self.completed + 1;
-            let (kind, seq_len) = (self.kind.clone(), self.seq_len);
-            // Sequences two at a time: a gram pair's passes run in one loop (two memory
-            // streams); every sequence still gets its own operations in its own order.
-            self.states
-                .par_chunks_mut(2)
-                .zip(self.seqs.par_chunks_mut(2 * seq_len))
-                .for_each(|(sts, rows)| match (&kind, sts) {
-                    (Kind::Gram(g), [a, b]) => {
-                        let (ra, rb) = rows.split_at_mut(seq_len);
-                        for t in first..first + c {
-                            let (pa, pb) = (a.pick(&kind), b.pick(&kind));
-                            ra[t] = pa as u32;
-                            rb[t] = pb as u32;
-                            a.mark(&kind, pa);
-                            b.mark(&kind, pb);
-                            if t + 1 < seq_len {
-                                (a.top, b.top) = add_rows_top2_pair(
-                                    &mut a.keys,
-                                    g.row(pa),
-                                    &mut b.keys,
-                                    g.row(pb),
-                                );
-                            }
-                        }
-                    }
-                    (_, sts) => {
-                        for (st, row) in sts.iter_mut().zip(rows.chunks_mut(seq_len)) {
-                            for (t, slot) in row.iter_mut().enumerate().skip(first).take(c) {
-                                let p = st.pick(&kind);
-                                *slot = p as u32;
-                                st.take(&kind, p, t + 1 < seq_len);
-                            }
-                        }
-                    }
-                });
-            let ns = t0.elapsed().as_nanos() as u64;
-            // Fault injection for the checkpoint tests: the slice is lost as a device's
-            // submission would be.
-            if let Some(k) = injected_loss() {
-                self.lost = true;
-                return Err(Error::DeviceLost(format!(
-                    "host steps {first}..{} of a batch of {} (injected by \
-                     {ENV_FAIL_AFTER_CHUNKS}={k})",
-                    first + c - 1,
-                    self.starts.len()
-                )));
-            }
-            self.ns += ns;
-            self.completed += c;
-            report.submissions += 1;
-            report.add((c, ns));
-            left -= c;
+        step_in_slices(n, self.opts.chunk, |c| self.slice(c))
+    }
+
+    /// Advance every sequence by `c` steps; the slice's wall time in nanoseconds.
+    fn slice(&mut self, c: usize) -> Result<u64> {
+        check_cancelled()?;
+        if self.lost {
+            return Err(Error::DeviceLost(format!(
+                "an earlier slice of this host batch of {} failed; the batch must be restarted",
+                self.starts.len()
+            )));
         }
-        report.steps = n;
-        Ok(report)
+        let t0 = Instant::now();
+        let first = self.completed + 1;
+        let (kind, seq_len) = (self.kind.clone(), self.seq_len);
+        // Sequences two at a time: a gram pair's passes run in one loop (two memory
+        // streams); every sequence still gets its own operations in its own order.
+        self.states
+            .par_chunks_mut(2)
+            .zip(self.seqs.par_chunks_mut(2 * seq_len))
+            .for_each(|(sts, rows)| match (&kind, sts) {
+                (Kind::Gram(g), [a, b]) => {
+                    let (ra, rb) = rows.split_at_mut(seq_len);
+                    for t in first..first + c {
+                        let (pa, pb) = (a.pick(&kind), b.pick(&kind));
+                        ra[t] = pa as u32;
+                        rb[t] = pb as u32;
+                        a.mark(&kind, pa);
+                        b.mark(&kind, pb);
+                        if t + 1 < seq_len {
+                            (a.top, b.top) =
+                                add_rows_top2_pair(&mut a.keys, g.row(pa), &mut b.keys, g.row(pb));
+                        }
+                    }
+                }
+                (_, sts) => {
+                    for (st, row) in sts.iter_mut().zip(rows.chunks_mut(seq_len)) {
+                        for (t, slot) in row.iter_mut().enumerate().skip(first).take(c) {
+                            let p = st.pick(&kind);
+                            *slot = p as u32;
+                            st.take(&kind, p, t + 1 < seq_len);
+                        }
+                    }
+                }
+            });
+        let ns = t0.elapsed().as_nanos() as u64;
+        // Fault injection for the checkpoint tests: the slice is lost as a device's submission
+        // would be.
+        if let Some(k) = injected_loss() {
+            self.lost = true;
+            return Err(Error::DeviceLost(format!(
+                "host steps {first}..{} of a batch of {} (injected by {ENV_FAIL_AFTER_CHUNKS}={k})",
+                first + c - 1,
+                self.starts.len()
+            )));
+        }
+        self.ns += ns;
+        self.completed += c;
+        Ok(ns)
     }
 
     /// Run every remaining step.
@@ -302,17 +292,18 @@ impl HostJob {
     pub fn starts(&self) -> &[u32] {
         &self.starts
     }
-    /// Compute time so far (wall time of the steps on the host), nanoseconds.
-    pub fn compute_ns(&self) -> u64 {
+    /// Compute time so far, nanoseconds: the wall time of the steps on the host (named as a
+    /// device job's GPU time, so that every job answers the same call).
+    pub fn gpu_ns(&self) -> u64 {
         self.ns
     }
     /// Entries of each sequence so far.
     pub fn sequence_len(&self) -> usize {
         self.completed + 1
     }
-    /// Threads the steps run on.
-    pub fn threads(&self) -> usize {
-        rayon::current_num_threads()
+    /// The threads the steps run on (what a device job's workgroup size reports).
+    pub fn workgroup_size(&self) -> u32 {
+        rayon::current_num_threads() as u32
     }
     /// Per sequence, the steps the certificate settled by re-scoring in float64 (0s for the
     /// scan, which computes every key in float64).
@@ -349,11 +340,11 @@ impl State {
             Kind::Gram(g) => &*g.table,
             Kind::Scan(t) => &**t,
         };
-        let n = t.n();
+        let n = t.n;
         let mut st = State {
             keys: Vec::new(),
             chosen: Vec::new(),
-            c: vec![0.0; t.d()],
+            c: vec![0.0; t.d],
             s: 0.0,
             terms: 0,
             top: Top2 {
@@ -402,7 +393,7 @@ impl State {
         match kind {
             Kind::Gram(g) => {
                 let t = &*g.table;
-                let b = 2.0 * key_bound(self.s, self.terms, t.d()) * (1.0 + f64::powi(2.0, -30));
+                let b = 2.0 * key_bound(self.s, self.terms, t.d) * (1.0 + f64::powi(2.0, -30));
                 let top = self.top;
                 if top.second - top.best > b {
                     return top.idx;
@@ -422,7 +413,7 @@ impl State {
             }
             Kind::Scan(t) => {
                 let mut best = (f64::INFINITY, usize::MAX);
-                for x in 0..t.n() {
+                for x in 0..t.n {
                     if !self.chosen[x] {
                         let v = dot(&self.c, t.row(x)) * t.inv_norm(x);
                         if v < best.0 || best.1 == usize::MAX {

@@ -182,41 +182,36 @@ unsafe fn add_pair_base(ka: &mut [f64], ga: &[f32], kb: &mut [f64], gb: &[f32]) 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::*;
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn add_row_avx2(keys: &mut [f64], g: &[f32]) -> Top2 {
-        add_row_top2_impl(keys, g)
+    /// The three passes compiled for one instruction set (Rust never fuses a multiply and an
+    /// add on its own, so FMA support changes no result).
+    macro_rules! variant {
+        ($add:ident, $pair:ident, $dot:ident, $features:literal) => {
+            #[target_feature(enable = $features)]
+            pub(super) unsafe fn $add(keys: &mut [f64], g: &[f32]) -> Top2 {
+                add_row_top2_impl(keys, g)
+            }
+            #[target_feature(enable = $features)]
+            pub(super) unsafe fn $pair(
+                ka: &mut [f64],
+                ga: &[f32],
+                kb: &mut [f64],
+                gb: &[f32],
+            ) -> (Top2, Top2) {
+                add_rows_top2_pair_impl(ka, ga, kb, gb)
+            }
+            #[target_feature(enable = $features)]
+            pub(super) unsafe fn $dot(c: &[f64], e: &[f32]) -> f64 {
+                dot_impl(c, e)
+            }
+        };
     }
-    #[target_feature(enable = "avx512f,avx512vl,avx512dq")]
-    pub(super) unsafe fn add_row_avx512(keys: &mut [f64], g: &[f32]) -> Top2 {
-        add_row_top2_impl(keys, g)
-    }
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn add_pair_avx2(
-        ka: &mut [f64],
-        ga: &[f32],
-        kb: &mut [f64],
-        gb: &[f32],
-    ) -> (Top2, Top2) {
-        add_rows_top2_pair_impl(ka, ga, kb, gb)
-    }
-    #[target_feature(enable = "avx512f,avx512vl,avx512dq")]
-    pub(super) unsafe fn add_pair_avx512(
-        ka: &mut [f64],
-        ga: &[f32],
-        kb: &mut [f64],
-        gb: &[f32],
-    ) -> (Top2, Top2) {
-        add_rows_top2_pair_impl(ka, ga, kb, gb)
-    }
-    // No FMA here: the dot products must round the same on every machine.
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn dot_avx2(c: &[f64], e: &[f32]) -> f64 {
-        dot_impl(c, e)
-    }
-    #[target_feature(enable = "avx512f,avx512vl,avx512dq")]
-    pub(super) unsafe fn dot_avx512(c: &[f64], e: &[f32]) -> f64 {
-        dot_impl(c, e)
-    }
+    variant!(add_row_avx2, add_pair_avx2, dot_avx2, "avx2,fma");
+    variant!(
+        add_row_avx512,
+        add_pair_avx512,
+        dot_avx512,
+        "avx512f,avx512vl,avx512dq"
+    );
 }
 
 /// The instruction set the passes use on this machine (for reports): `"avx512"`, `"avx2"` or

@@ -14,9 +14,10 @@ use std::time::Instant;
 /// rounded to half and widened back), with each row's norm and inverse norm in float64 (0 for a
 /// zero row, whose distance is 1 by definition).
 pub struct HostTable {
-    n: usize,
-    d: usize,
-    precision: Precision,
+    /// Rows N.
+    pub(crate) n: usize,
+    /// Dimension D.
+    pub(crate) d: usize,
     rows: Vec<f32>,
     norm: Vec<f64>,
     inv: Vec<f64>,
@@ -50,23 +51,10 @@ impl HostTable {
         Ok(Arc::new(HostTable {
             n,
             d,
-            precision,
             rows,
             norm,
             inv,
         }))
-    }
-    /// Rows N.
-    pub fn n(&self) -> usize {
-        self.n
-    }
-    /// Dimension D.
-    pub fn d(&self) -> usize {
-        self.d
-    }
-    /// The storage precision the values were rounded to.
-    pub fn precision(&self) -> Precision {
-        self.precision
     }
     /// Row `i` as stored.
     pub(crate) fn row(&self, i: usize) -> &[f32] {

@@ -48,6 +48,19 @@ pub(super) fn opt<T: FromLua + 'static>(t: &Option<LuaTable>, key: &str) -> LuaR
     t.get::<Option<T>>(key)
 }
 
+/// The `n` and `dim` arguments of a sizing call, as counts.
+pub(super) fn dims(call: &str, n: &Value, d: &Value) -> LuaResult<(usize, usize)> {
+    Ok((int(call, "n", n)? as usize, int(call, "dim", d)? as usize))
+}
+
+/// The optional `steps` argument of a sizing call: every step of N items (N − 1) when nil.
+pub(super) fn steps_or_all(call: &str, steps: Option<Value>, n: usize) -> LuaResult<usize> {
+    match steps.filter(|s| !s.is_nil()) {
+        Some(s) => Ok(int(call, "steps", &s)? as usize),
+        None => Ok(n.saturating_sub(1)),
+    }
+}
+
 /// A non-negative integer argument, refused with a named error when it is negative, fractional
 /// or not a number (mlua would truncate 1.5 to 1, or report a conversion in its own words).
 pub(super) fn int(call: &str, what: &str, v: &Value) -> LuaResult<u64> {

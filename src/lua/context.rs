@@ -2,7 +2,7 @@
 //! the engine a mode resolves to on it, and table uploads. May touch the crate's device context,
 //! engine choice and device table, and the binding's helpers.
 
-use super::args::{int, opt, parse_mode, parse_precision};
+use super::args::{dims, opt, parse_mode, parse_precision, steps_or_all};
 use super::device_table::{mode_values, LDeviceTable};
 use super::error::LuaCtx;
 use super::handle::Handle;
@@ -160,13 +160,9 @@ impl UserData for LContext {
             )| {
                 let call = "context:max_batch";
                 let dev = this.get(call)?;
-                let n = int(call, "n", &n)? as usize;
-                let d = int(call, "dim", &d)? as usize;
+                let (n, d) = dims(call, &n, &d)?;
                 let p = parse_precision(call, precision)?;
-                let steps = match steps.filter(|s| !s.is_nil()) {
-                    Some(s) => int(call, "steps", &s)? as usize,
-                    None => n.saturating_sub(1),
-                };
+                let steps = steps_or_all(call, steps, n)?;
                 let mode = parse_mode(call, mode.as_deref(), Mode::Auto)?;
                 Ok(dev.max_batch(mode, n, d, p, steps))
             },
@@ -179,8 +175,7 @@ impl UserData for LContext {
             |_, this, (n, d, precision, mode): (Value, Value, Option<String>, Option<String>)| {
                 let call = "context:mode_for";
                 let dev = this.get(call)?;
-                let n = int(call, "n", &n)? as usize;
-                let d = int(call, "dim", &d)? as usize;
+                let (n, d) = dims(call, &n, &d)?;
                 let p = parse_precision(call, precision)?;
                 let mode = parse_mode(call, mode.as_deref(), Mode::Auto)?;
                 Ok(mode_values(&dev.mode_for(mode, n, d, p)))
@@ -193,8 +188,7 @@ impl UserData for LContext {
             |_, this, (n, d, o): (Value, Value, Option<LuaTable>)| {
                 let call = "context:gram_summation";
                 let dev = this.get(call)?;
-                let n = int(call, "n", &n)? as usize;
-                let d = int(call, "dim", &d)? as usize;
+                let (n, d) = dims(call, &n, &d)?;
                 let g = super::job::gram_only_options(call, &o)?;
                 if dev.native_host() {
                     return Ok(engine::host_summation(Mode::Gram).to_string());
@@ -210,8 +204,7 @@ impl UserData for LContext {
             |_, this, (n, d, mode, o): (Value, Value, Option<String>, Option<LuaTable>)| {
                 let call = "context:summation";
                 let dev = this.get(call)?;
-                let n = int(call, "n", &n)? as usize;
-                let d = int(call, "dim", &d)? as usize;
+                let (n, d) = dims(call, &n, &d)?;
                 let mode = parse_mode(call, mode.as_deref(), Mode::Auto)?;
                 let g = super::job::gram_only_options(call, &o)?;
                 if dev.native_host() {

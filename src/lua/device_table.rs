@@ -33,10 +33,12 @@ pub(super) fn mode_values(c: &ModeChoice) -> (&'static str, String, &'static str
 
 impl UserData for LDeviceTable {
     fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
-        m.add_method("n", |_, this, ()| Ok(this.get("device_table:n")?.n()));
-        m.add_method("dim", |_, this, ()| Ok(this.get("device_table:dim")?.d()));
+        m.add_method("n", |_, this, ()| Ok(this.get("device_table:n")?.shape().0));
+        m.add_method("dim", |_, this, ()| {
+            Ok(this.get("device_table:dim")?.shape().1)
+        });
         m.add_method("precision", |_, this, ()| {
-            Ok(this.get("device_table:precision")?.precision().name())
+            Ok(this.get("device_table:precision")?.shape().2.name())
         });
         // G = E Eᵀ of this table, built on the first call (or the first gram job) and shared by
         // every later gram job of the table.
@@ -61,7 +63,7 @@ impl UserData for LDeviceTable {
             |_, this, (starts, o): (Option<LuaTable>, Option<LuaTable>)| {
                 let call = "device_table:job";
                 let t = this.get_mut(call)?;
-                let starts = starts_or_all(call, starts, t.n())?;
+                let starts = starts_or_all(call, starts, t.shape().0)?;
                 let opts = job_options(call, &o)?;
                 let job = t.job(&starts, &opts).lua_ctx(call)?;
                 Ok(LJob::new("job", job))

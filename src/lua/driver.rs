@@ -1,4 +1,4 @@
-//! The mechanics the Lua driver (`lua/diversity/driver.lua`) asks of Rust, so that the driver
+//! The mechanics the Lua driver (the `diversity.driver` module) asks of Rust, so that the driver
 //! keeps only the policy: the checkpoint format (`diversity.checkpoint_*`,
 //! `diversity.starts_fingerprint`: thin bindings of [`crate::checkpoint`], which writes run.txt's
 //! text, the batch files' names and checksums and checks what a `--resume` reads) and batch
@@ -7,7 +7,7 @@
 //! [`crate::checkpoint`], [`crate::engine`]'s and [`crate::batch`]'s sizing and mode choice, the
 //! rows buffer (`rows.rs`) and the binding's helpers; the driver keeps the file writes.
 
-use super::args::{int, int_list, parse_mode, parse_precision};
+use super::args::{dims, int, int_list, parse_mode, parse_precision, steps_or_all};
 use super::context::LContext;
 use super::device_table::mode_values;
 use super::error::{msg, LuaCtx};
@@ -65,13 +65,9 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
                 Option<String>,
             )| {
                 let call = "max_batch";
-                let n = int(call, "n", &n)? as usize;
-                let d = int(call, "dim", &d)? as usize;
+                let (n, d) = dims(call, &n, &d)?;
                 let p = parse_precision(call, precision)?;
-                let steps = match steps.filter(|s| !s.is_nil()) {
-                    Some(s) => int(call, "steps", &s)? as usize,
-                    None => n.saturating_sub(1),
-                };
+                let steps = steps_or_all(call, steps, n)?;
                 let mode = parse_mode(call, mode.as_deref(), Mode::Auto)?;
                 let mut fit = None::<usize>;
                 for c in ctxs.sequence_values::<LuaAnyUserData>() {
@@ -101,8 +97,7 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
                 Option<String>,
             )| {
                 let call = "mode_for";
-                let n = int(call, "n", &n)? as usize;
-                let d = int(call, "dim", &d)? as usize;
+                let (n, d) = dims(call, &n, &d)?;
                 let p = parse_precision(call, precision)?;
                 let mode = parse_mode(call, mode.as_deref(), Mode::Auto)?;
                 let ctxs: Vec<LuaAnyUserData> = ctxs.sequence_values().collect::<LuaResult<_>>()?;
