@@ -148,6 +148,13 @@ pub(crate) trait InvertedFile {
     fn add(&mut self, table: &Table) -> Result<usize>;
     /// Write the index file.
     fn save(&self, path: &std::path::Path) -> Result<()>;
+    /// The k nearest added rows of each query among the nearest lists.
+    fn search(
+        &mut self,
+        queries: &[f32],
+        dim: usize,
+        s: &IvfSearch,
+    ) -> Result<(KnnResult, IvfSearchReport)>;
 }
 
 macro_rules! inverted_file {
@@ -182,6 +189,14 @@ macro_rules! inverted_file {
             }
             fn save(&self, path: &std::path::Path) -> Result<()> {
                 <$t>::save(self, path)
+            }
+            fn search(
+                &mut self,
+                queries: &[f32],
+                dim: usize,
+                s: &IvfSearch,
+            ) -> Result<(KnnResult, IvfSearchReport)> {
+                <$t>::search(self, queries, dim, s)
             }
         }
     };

@@ -6,9 +6,11 @@ use super::args::{opt, opt_int, parse_precision};
 use super::context::LContext;
 use super::error::{msg, LuaCtx};
 use super::handle::Handle;
-use super::knn::{knn_options, knn_result, parse_metric};
+use super::knn::{knn_options, knn_result, parse_metric, LKnn};
 use super::table::LTable;
-use crate::ivf::{kmeans, InvertedFile, IvfFlat, IvfOptions, IvfSearch, KMeans, KMeansOptions};
+use crate::ivf::{
+    kmeans, InvertedFile, IvfFlat, IvfOptions, IvfSearch, IvfSearchReport, KMeans, KMeansOptions,
+};
 use crate::metric::Metric;
 use crate::table::Table;
 use mlua::prelude::*;
@@ -127,6 +129,30 @@ where
     Handle::add_close(m);
 }
 
+/// `search(queries, opts)` on either index handle (`call` names it in messages): the options
+/// of [`search_options`] with the index's metric as the default, the knn result, a report table
+/// with the fields both indexes fill (`nprobe`, `rows_scanned`, `coarse_ns`, `lists_ns`), and the
+/// whole report for the fields of one index alone.
+pub(super) fn search_index<T: InvertedFile>(
+    lua: &Lua,
+    call: &str,
+    this: &mut Handle<T>,
+    queries: &LuaAnyUserData,
+    o: &Option<LuaTable>,
+) -> LuaResult<(LKnn, LuaTable, IvfSearchReport)> {
+    let q = queries.borrow::<LTable>()?;
+    let q = q.get(call)?;
+    let ix = this.get_mut(call)?;
+    let s = search_options(call, o, ix.metric())?;
+    let (r, rep) = ix.search(q.data(), q.d(), &s).lua_ctx(call)?;
+    let t = lua.create_table()?;
+    t.set("nprobe", rep.nprobe)?;
+    t.set("rows_scanned", rep.rows_scanned)?;
+    t.set("coarse_ns", rep.coarse_ns)?;
+    t.set("lists_ns", rep.lists_ns)?;
+    Ok((knn_result(call, r)?, t, rep))
+}
+
 impl UserData for LIvf {
     fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
         add_index_methods(m, "ivf");
@@ -139,20 +165,10 @@ impl UserData for LIvf {
         m.add_method_mut(
             "search",
             |lua, this, (queries, o): (LuaAnyUserData, Option<LuaTable>)| {
-                let call = "ivf:search";
-                let q = queries.borrow::<LTable>()?;
-                let q = q.get(call)?;
-                let ix = this.get_mut(call)?;
-                let s = search_options(call, &o, ix.metric())?;
-                let (r, rep) = ix.search(q.data(), q.d(), &s).lua_ctx(call)?;
-                let t = lua.create_table()?;
-                t.set("nprobe", rep.nprobe)?;
-                t.set("rows_scanned", rep.rows_scanned)?;
-                t.set("coarse_ns", rep.coarse_ns)?;
-                t.set("lists_ns", rep.lists_ns)?;
+                let (r, t, rep) = search_index(lua, "ivf:search", this, &queries, &o)?;
                 t.set("list_scan", rep.list_scan)?;
                 t.set("probes_on_device", rep.probes_on_device)?;
-                Ok((knn_result(call, r)?, t))
+                Ok((r, t))
             },
         );
     }

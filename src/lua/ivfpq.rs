@@ -6,9 +6,8 @@ use super::args::{opt, opt_int};
 use super::context::LContext;
 use super::error::{msg, LuaCtx};
 use super::handle::Handle;
-use super::ivf::{add_index_methods, kmeans_options, search_options};
-use super::knn::{knn_result, parse_metric};
-use super::table::LTable;
+use super::ivf::{add_index_methods, kmeans_options, search_index};
+use super::knn::parse_metric;
 use crate::ivf::{IvfPq, IvfPqOptions};
 use mlua::prelude::*;
 use mlua::{UserData, UserDataMethods, Value};
@@ -28,18 +27,8 @@ impl UserData for LIvfPq {
         m.add_method_mut(
             "search",
             |lua, this, (queries, o): (LuaAnyUserData, Option<LuaTable>)| {
-                let call = "ivfpq:search";
-                let q = queries.borrow::<LTable>()?;
-                let q = q.get(call)?;
-                let ix = this.get_mut(call)?;
-                let s = search_options(call, &o, ix.metric())?;
-                let (r, rep) = ix.search(q.data(), q.d(), &s).lua_ctx(call)?;
-                let t = lua.create_table()?;
-                t.set("nprobe", rep.nprobe)?;
-                t.set("rows_scanned", rep.rows_scanned)?;
-                t.set("coarse_ns", rep.coarse_ns)?;
-                t.set("lists_ns", rep.lists_ns)?;
-                Ok((knn_result(call, r)?, t))
+                let (r, t, _) = search_index(lua, "ivfpq:search", this, &queries, &o)?;
+                Ok((r, t))
             },
         );
     }
