@@ -135,6 +135,32 @@ fn guard<T>(call: &str, on_fail: T, f: impl FnOnce() -> Result<T, Fail>) -> (T, 
     }
 }
 
+/// The error "`what` is NULL" of `call` where `p` is NULL.
+fn not_null<T>(call: &str, what: &str, p: *const T) -> Result<(), Fail> {
+    if p.is_null() {
+        return Err(invalid(call, format!("{what} is NULL")));
+    }
+    Ok(())
+}
+
+/// The handle behind `p`, shared, or the error "`what` is NULL" of `call`.
+///
+/// # Safety
+/// `p` is NULL or a live pointer from this library that nothing frees while `'a` lasts.
+unsafe fn handle<'a, T>(call: &str, what: &str, p: *const T) -> Result<&'a T, Fail> {
+    // SAFETY: per the contract above.
+    unsafe { p.as_ref() }.ok_or_else(|| invalid(call, format!("{what} is NULL")))
+}
+
+/// The handle behind `p`, for this call alone, or the error "`what` is NULL" of `call`.
+///
+/// # Safety
+/// `p` is NULL or a live pointer from this library that nothing else uses while `'a` lasts.
+unsafe fn handle_mut<'a, T>(call: &str, what: &str, p: *mut T) -> Result<&'a mut T, Fail> {
+    // SAFETY: per the contract above.
+    unsafe { p.as_mut() }.ok_or_else(|| invalid(call, format!("{what} is NULL")))
+}
+
 /// `n × d` values at `p`, checked: not NULL, not empty, the count within memory.
 unsafe fn slice_of<'a, T>(
     call: &str,
@@ -143,9 +169,7 @@ unsafe fn slice_of<'a, T>(
     n: u32,
     d: u32,
 ) -> Result<&'a [T], Fail> {
-    if p.is_null() {
-        return Err(invalid(call, format!("{what} is NULL")));
-    }
+    not_null(call, what, p)?;
     if n == 0 || d == 0 {
         return Err(invalid(
             call,
@@ -386,7 +410,7 @@ pub unsafe extern "C" fn vkd_init(
     let call = "vkd_init";
     guard(call, std::ptr::null_mut(), || {
         // SAFETY: per the contract above.
-        let c = unsafe { ctx.as_ref() }.ok_or_else(|| invalid(call, "ctx is NULL"))?;
+        let c = unsafe { handle(call, "ctx", ctx)? };
         // SAFETY: per the contract above.
         let data = unsafe { slice_of(call, "embeddings", embeddings, num_poems, embedding_dim)? };
         let mode = mode_from_env(call)?;
@@ -416,10 +440,8 @@ pub unsafe extern "C" fn vkd_compute_sequence(
     let call = "vkd_compute_sequence";
     guard(call, (), || {
         // SAFETY: per the contract above.
-        let d = unsafe { dctx.as_mut() }.ok_or_else(|| invalid(call, "context is NULL"))?;
-        if output_sequence.is_null() {
-            return Err(invalid(call, "output_sequence is NULL"));
-        }
+        let d = unsafe { handle_mut(call, "context", dctx)? };
+        not_null(call, "output_sequence", output_sequence)?;
         if start_poem as usize >= d.n {
             return Err(invalid(
                 call,
@@ -472,7 +494,7 @@ pub unsafe extern "C" fn vkd_batch_init(
     let call = "vkd_batch_init";
     guard(call, std::ptr::null_mut(), || {
         // SAFETY: per the contract above.
-        let c = unsafe { ctx.as_ref() }.ok_or_else(|| invalid(call, "ctx is NULL"))?;
+        let c = unsafe { handle(call, "ctx", ctx)? };
         // SAFETY: per the contract above.
         let halves = unsafe {
             slice_of(
@@ -523,7 +545,7 @@ pub unsafe extern "C" fn vkd_batch_compute_chunk(
     let call = "vkd_batch_compute_chunk";
     guard(call, (), || {
         // SAFETY: per the contract above.
-        let b = unsafe { b.as_mut() }.ok_or_else(|| invalid(call, "batch is NULL"))?;
+        let b = unsafe { handle_mut(call, "batch", b)? };
         if start_slot != b.next_slot {
             return Err(invalid(
                 call,
@@ -570,10 +592,8 @@ pub unsafe extern "C" fn vkd_batch_download_sequences(
     let call = "vkd_batch_download_sequences";
     guard(call, (), || {
         // SAFETY: per the contract above.
-        let b = unsafe { b.as_mut() }.ok_or_else(|| invalid(call, "batch is NULL"))?;
-        if output_sequences.is_null() {
-            return Err(invalid(call, "output_sequences is NULL"));
-        }
+        let b = unsafe { handle_mut(call, "batch", b)? };
+        not_null(call, "output_sequences", output_sequences)?;
         if !b.job.done() {
             return Err(invalid(
                 call,
