@@ -243,6 +243,7 @@ pub(crate) fn dispatches(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ivf::scan::tests::{assert_one_rank_each, assert_ranks_covered};
 
     #[test]
     fn pq_dispatches_fit_the_loop_cap() {
@@ -255,9 +256,7 @@ mod tests {
         // Short lists: 221 iterations a probe, 220 probes a dispatch, every rank covered once.
         let s = dispatches(&capped, 64, 8, 10, 16, 500, 300).unwrap();
         assert_eq!(s.len(), 3);
-        assert_eq!(s.first().unwrap().0, 0);
-        assert_eq!(s.last().unwrap().1, 500);
-        assert!(s.windows(2).all(|w| w[0].1 == w[1].0));
+        assert_ranks_covered(&s, 500);
         // tests/ivfpq.rs's loop-cap search: D = 1024, M = 8, 32 probes of short lists in two.
         assert_eq!(
             dispatches(&capped, 1024, 8, 10, 16, 32, 100).unwrap().len(),
@@ -265,7 +264,6 @@ mod tests {
         );
         // Long lists: one rank at a time, rows in ranges covering the longest list.
         let s = dispatches(&capped, 384, 32, 10, 16, 2, 300_000).unwrap();
-        assert!(s.iter().all(|&(p0, p1, _, _)| p1 == p0 + 1));
-        assert!(s.last().unwrap().3 >= 300_000);
+        assert_one_rank_each(&s, 300_000);
     }
 }

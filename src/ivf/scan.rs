@@ -546,8 +546,23 @@ pub(crate) fn split(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
+
+    /// What every [`split`] of `nprobe` probe ranks holds: the dispatches run from rank 0 to
+    /// `nprobe`, each starting where the one before ended.
+    pub(in crate::ivf) fn assert_ranks_covered(s: &[(usize, usize, usize, usize)], nprobe: usize) {
+        assert_eq!(s.first().unwrap().0, 0);
+        assert_eq!(s.last().unwrap().1, nprobe);
+        assert!(s.windows(2).all(|w| w[0].1 == w[1].0));
+    }
+
+    /// A [`split`] of lists too long for one rank a dispatch: every dispatch one rank, the last
+    /// one's rows reaching `max_len`.
+    pub(in crate::ivf) fn assert_one_rank_each(s: &[(usize, usize, usize, usize)], max_len: usize) {
+        assert!(s.iter().all(|&(p0, p1, _, _)| p1 == p0 + 1));
+        assert!(s.last().unwrap().3 >= max_len);
+    }
 
     #[test]
     fn interleaved_by_blocks_of_32() {
@@ -572,16 +587,13 @@ mod tests {
         // Short lists: several probes a dispatch, every rank covered once, rows whole.
         let s = dispatches(&capped, 128, 384, 10, 16, 50, 2000).unwrap();
         assert!(s.len() > 1);
-        assert_eq!(s.first().unwrap().0, 0);
-        assert_eq!(s.last().unwrap().1, 50);
-        assert!(s.windows(2).all(|w| w[0].1 == w[1].0));
+        assert_ranks_covered(&s, 50);
         // Long lists: one rank at a time, rows in ranges covering the longest list.
         let s = dispatches(&capped, 128, 384, 10, 16, 2, 200_000).unwrap();
-        assert!(s.iter().all(|&(p0, p1, _, _)| p1 == p0 + 1));
+        assert_one_rank_each(&s, 200_000);
         assert_eq!(
             s.iter().filter(|e| e.0 == 1).map(|e| e.3).max(),
             Some(s[s.len() - 1].3)
         );
-        assert!(s.last().unwrap().3 >= 200_000);
     }
 }
