@@ -31,6 +31,20 @@ fn starts(call: &str, t: &LuaTable) -> LuaResult<Vec<u64>> {
         .collect())
 }
 
+/// The arguments that say what a batch's rows must be: the starts (a Lua array), the row
+/// length and N, checked.
+fn rows_args(
+    call: &str,
+    list: &LuaTable,
+    len: &Value,
+    n: &Value,
+) -> LuaResult<(Vec<u64>, usize, usize)> {
+    let list = starts(call, list)?;
+    let len = int(call, "len", len)? as usize;
+    let n = int(call, "n", n)? as usize;
+    Ok((list, len, n))
+}
+
 /// The bytes of a binary string or of a `diversity.rows()` buffer, handed to `f`.
 fn with_bytes<R>(call: &str, v: &Value, f: impl FnOnce(&[u8]) -> R) -> LuaResult<R> {
     match v {
@@ -236,20 +250,21 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
     )?;
     // `diversity.checkpoint_batch_file(ckdir, b)` / `checkpoint_part_file(ckdir, b)`: the
     // paths of batch b's (1-based) finished and in-progress files.
-    m.set(
-        "checkpoint_batch_file",
-        lua.create_function(|_, (dir, b): (String, Value)| {
-            let b = int("checkpoint_batch_file", "b", &b)? as usize;
-            Ok(format!("{dir}/{}", ck::batch_file(b)))
-        })?,
-    )?;
-    m.set(
-        "checkpoint_part_file",
-        lua.create_function(|_, (dir, b): (String, Value)| {
-            let b = int("checkpoint_part_file", "b", &b)? as usize;
-            Ok(format!("{dir}/{}", ck::part_file(b)))
-        })?,
-    )?;
+    for (name, file) in [
+        (
+            "checkpoint_batch_file",
+            ck::batch_file as fn(usize) -> String,
+        ),
+        ("checkpoint_part_file", ck::part_file),
+    ] {
+        m.set(
+            name,
+            lua.create_function(move |_, (dir, b): (String, Value)| {
+                let b = int(name, "b", &b)? as usize;
+                Ok(format!("{dir}/{}", file(b)))
+            })?,
+        )?;
+    }
     // `diversity.checkpoint_binding(run_text, b, starts)`: what every checksum of batch b's
     // files covers.
     m.set(
@@ -291,10 +306,7 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
         "checkpoint_check_rows",
         lua.create_function(
             |_, (bytes, list, len, n): (LuaString, LuaTable, Value, Value)| {
-                let call = "checkpoint_check_rows";
-                let list = starts(call, &list)?;
-                let len = int(call, "len", &len)? as usize;
-                let n = int(call, "n", &n)? as usize;
+                let (list, len, n) = rows_args("checkpoint_check_rows", &list, &len, &n)?;
                 Ok(ck::check_rows(&bytes.as_bytes(), &list, len, n))
             },
         )?,
@@ -305,10 +317,7 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
         "checkpoint_read_batch",
         lua.create_function(
             |lua, (path, binding, list, len, n): (String, String, LuaTable, Value, Value)| {
-                let call = "checkpoint_read_batch";
-                let list = starts(call, &list)?;
-                let len = int(call, "len", &len)? as usize;
-                let n = int(call, "n", &n)? as usize;
+                let (list, len, n) = rows_args("checkpoint_read_batch", &list, &len, &n)?;
                 match ck::read_batch(&path, &binding, &list, len, n).map_err(resume_error)? {
                     Some(b) => Ok(Some(lua.create_string(b)?)),
                     None => Ok(None),
