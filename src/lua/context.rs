@@ -78,6 +78,13 @@ const NO_DEVICE_L2: u64 = 1 << 20;
 /// A device.
 pub(super) type LContext = Handle<Device>;
 
+/// The Vulkan device of a context handle passed to `call` (shared: a clone of the context), or
+/// the error where the handle is closed or the machine has no Vulkan device.
+pub(super) fn vulkan_arg(call: &str, ctx: &LuaAnyUserData) -> LuaResult<Context> {
+    let c = ctx.borrow::<LContext>()?;
+    Ok(c.get(call)?.vulkan(call)?.clone())
+}
+
 impl UserData for LContext {
     fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
         m.add_method("describe", |_, this, ()| {

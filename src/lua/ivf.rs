@@ -3,11 +3,12 @@
 //! table and k-NN handles and the binding's helpers.
 
 use super::args::{opt, opt_int, parse_precision};
-use super::context::LContext;
+use super::context::vulkan_arg;
 use super::error::{msg, LuaCtx};
 use super::handle::Handle;
 use super::knn::{knn_options, knn_result, parse_metric, LKnn};
 use super::table::LTable;
+use crate::device::Context;
 use crate::ivf::{
     kmeans, InvertedFile, IvfFlat, IvfOptions, IvfSearch, IvfSearchReport, KMeans, KMeansOptions,
 };
@@ -57,6 +58,17 @@ pub(super) fn search_options(
         nprobe: opt_int(call, o, "nprobe")?.map_or(d.nprobe, |v| v as usize),
         k_factor: opt_int(call, o, "k_factor")?.map_or(d.k_factor, |v| v as usize),
     })
+}
+
+/// The `dim` argument and the required `opts.nlist` of an index constructor, as counts.
+pub(super) fn index_sizes(
+    call: &str,
+    dim: &Value,
+    o: &Option<LuaTable>,
+) -> LuaResult<(usize, usize)> {
+    let dim = super::args::int(call, "dim", dim)? as usize;
+    let nlist = opt_int(call, o, "nlist")?.ok_or_else(|| msg(call, "opts.nlist is required"))?;
+    Ok((dim, nlist as usize))
 }
 
 /// The k-means report: `objective` (per iteration, a Lua array), `trained_on`, `splits`,
@@ -183,8 +195,7 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
         lua.create_function(
             |lua, (ctx, table, k, o): (LuaAnyUserData, LuaAnyUserData, Value, Option<LuaTable>)| {
                 let call = "kmeans";
-                let c = ctx.borrow::<LContext>()?;
-                let c = c.get(call)?.vulkan(call)?;
+                let c = &vulkan_arg(call, &ctx)?;
                 let t = table.borrow::<LTable>()?;
                 let t = t.get(call)?;
                 let k = super::args::int(call, "k", &k)? as usize;
@@ -207,32 +218,41 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
         lua.create_function(
             |_, (ctx, dim, o): (LuaAnyUserData, Value, Option<LuaTable>)| {
                 let call = "ivf_index";
-                let c = ctx.borrow::<LContext>()?;
-                let c = c.get(call)?.vulkan(call)?;
-                let dim = super::args::int(call, "dim", &dim)? as usize;
-                let nlist = opt_int(call, &o, "nlist")?
-                    .ok_or_else(|| msg(call, "opts.nlist is required"))?;
+                let c = vulkan_arg(call, &ctx)?;
+                let (dim, nlist) = index_sizes(call, &dim, &o)?;
                 let opts = IvfOptions {
-                    nlist: nlist as usize,
+                    nlist,
                     metric: parse_metric(call, &o)?,
                     precision: parse_precision(call, opt(&o, "precision")?)?,
                     kmeans: kmeans_options(call, &o)?,
                 };
-                let ix = IvfFlat::new(c, dim, &opts).lua_ctx(call)?;
+                let ix = IvfFlat::new(&c, dim, &opts).lua_ctx(call)?;
                 Ok(LIvf::new("ivf index", ix))
             },
         )?,
     )?;
     // `diversity.load_ivf_index(ctx, path)`: an index saved by `ivf:save`.
+    register_load(lua, m, "load_ivf_index", "ivf index", IvfFlat::load)
+}
+
+/// `diversity.<name>(ctx, path)`: the index file at `path` read by `load` onto the context's
+/// device, as a handle called `what`.
+pub(super) fn register_load<T>(
+    lua: &Lua,
+    m: &LuaTable,
+    name: &'static str,
+    what: &'static str,
+    load: fn(&Context, &std::path::Path) -> crate::error::Result<T>,
+) -> LuaResult<()>
+where
+    Handle<T>: UserData + 'static,
+{
     m.set(
-        "load_ivf_index",
-        lua.create_function(|_, (ctx, path): (LuaAnyUserData, String)| {
-            let call = "load_ivf_index";
-            let c = ctx.borrow::<LContext>()?;
-            let ix = IvfFlat::load(c.get(call)?.vulkan(call)?, std::path::Path::new(&path))
-                .lua_ctx(call)?;
-            Ok(LIvf::new("ivf index", ix))
+        name,
+        lua.create_function(move |_, (ctx, path): (LuaAnyUserData, String)| {
+            let c = vulkan_arg(name, &ctx)?;
+            let ix = load(&c, std::path::Path::new(&path)).lua_ctx(name)?;
+            Ok(Handle::new(what, ix))
         })?,
-    )?;
-    Ok(())
+    )
 }

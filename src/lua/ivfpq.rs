@@ -3,10 +3,10 @@
 //! and the binding's helpers.
 
 use super::args::{opt, opt_int};
-use super::context::LContext;
+use super::context::vulkan_arg;
 use super::error::{msg, LuaCtx};
 use super::handle::Handle;
-use super::ivf::{add_index_methods, kmeans_options, search_index};
+use super::ivf::{add_index_methods, index_sizes, kmeans_options, register_load, search_index};
 use super::knn::parse_metric;
 use crate::ivf::{IvfPq, IvfPqOptions};
 use mlua::prelude::*;
@@ -43,11 +43,8 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
         lua.create_function(
             |_, (ctx, dim, o): (LuaAnyUserData, Value, Option<LuaTable>)| {
                 let call = "ivfpq_index";
-                let c = ctx.borrow::<LContext>()?;
-                let c = c.get(call)?.vulkan(call)?;
-                let dim = super::args::int(call, "dim", &dim)? as usize;
-                let nlist = opt_int(call, &o, "nlist")?
-                    .ok_or_else(|| msg(call, "opts.nlist is required"))?;
+                let c = vulkan_arg(call, &ctx)?;
+                let (dim, nlist) = index_sizes(call, &dim, &o)?;
                 let pm = opt_int(call, &o, "m")?.ok_or_else(|| msg(call, "opts.m is required"))?;
                 let refine = match opt::<Value>(&o, "refine")? {
                     None | Some(Value::Nil) => false,
@@ -60,27 +57,17 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
                     }
                 };
                 let opts = IvfPqOptions {
-                    nlist: nlist as usize,
+                    nlist,
                     m: pm as usize,
                     metric: parse_metric(call, &o)?,
                     keep_vectors: refine,
                     kmeans: kmeans_options(call, &o)?,
                 };
-                let ix = IvfPq::new(c, dim, &opts).lua_ctx(call)?;
+                let ix = IvfPq::new(&c, dim, &opts).lua_ctx(call)?;
                 Ok(LIvfPq::new("ivfpq index", ix))
             },
         )?,
     )?;
     // `diversity.load_ivfpq_index(ctx, path)`: an index saved by `ivfpq:save`.
-    m.set(
-        "load_ivfpq_index",
-        lua.create_function(|_, (ctx, path): (LuaAnyUserData, String)| {
-            let call = "load_ivfpq_index";
-            let c = ctx.borrow::<LContext>()?;
-            let ix = IvfPq::load(c.get(call)?.vulkan(call)?, std::path::Path::new(&path))
-                .lua_ctx(call)?;
-            Ok(LIvfPq::new("ivfpq index", ix))
-        })?,
-    )?;
-    Ok(())
+    register_load(lua, m, "load_ivfpq_index", "ivfpq index", IvfPq::load)
 }

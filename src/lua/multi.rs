@@ -3,7 +3,7 @@
 //! the crate's multi-device API, the context, table and job handles and the binding's helpers.
 
 use super::args::{opt, parse_precision};
-use super::context::{Device, LContext};
+use super::context::{vulkan_arg, Device, LContext};
 use super::error::{msg, LuaCtx};
 use super::handle::Handle;
 use super::job::LJob;
@@ -95,9 +95,7 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
                 super::args::dense(call, "the contexts", &ctxs)?;
                 let mut list = Vec::new();
                 for u in ctxs.sequence_values::<LuaAnyUserData>() {
-                    let u = u?;
-                    let c = u.borrow::<LContext>()?;
-                    list.push(c.get(call)?.vulkan(call)?.clone());
+                    list.push(vulkan_arg(call, &u?)?);
                 }
                 let t = table.borrow::<LTable>()?;
                 let t = t.get(call)?;
