@@ -10,13 +10,16 @@ use super::json::{json_list, lua_to_json};
 use super::set_function;
 use super::table::LTable;
 use crate::cache::{KnnGraph, KnnMetric, KNN_PAD};
+use crate::device_table::DeviceTable;
 use crate::engine::Engine;
 use crate::error::Error;
 use crate::knn::{knn, KnnOptions, KnnPath, KnnResult, NO_ID};
 use crate::metric::Metric;
 use crate::rankings::{self, RankingsOptions, RankingsReport};
+use crate::table::Table;
 use mlua::prelude::*;
 use mlua::{UserData, UserDataMethods, Value};
+use std::path::Path;
 
 /// A k-NN result.
 pub(super) type LKnn = Handle<KnnResult>;
@@ -122,66 +125,75 @@ pub(super) fn add_device_table_methods<M: UserDataMethods<Handle<Engine>>>(m: &m
         },
     );
     // The user's rankings cache at `path`, streamed from Rust.
-    m.add_method(
-        "write_rankings_cache",
-        |lua, this, (table, path, o): (LuaAnyUserData, String, Option<LuaTable>)| {
-            let call = "device_table:write_rankings_cache";
-            let dt = this.get(call)?.table().lua_ctx(call)?;
-            let t = table.borrow::<LTable>()?;
-            let t = t.get(call)?;
-            let opts = rankings_options(call, &o)?;
-            let mut extra = match opt::<Value>(&o, "metadata")? {
-                None | Some(Value::Nil) => serde_json::Map::new(),
-                Some(v) => match lua_to_json(call, v)? {
-                    serde_json::Value::Object(m) => m,
-                    other => {
-                        return Err(msg(
-                            call,
-                            format!("metadata must be a table of fields, got {other}"),
-                        ))
-                    }
-                },
-            };
-            if let Some(model) = opt::<String>(&o, "model")? {
-                extra.insert("model".into(), model.into());
-            }
-            let ids = match opt::<LuaTable>(&o, "ids")? {
-                Some(ids) => Some(json_list(call, &ids)?),
-                None => None,
-            };
-            let threads = match opt_int(call, &o, "threads")? {
-                Some(0) | None => None,
-                Some(n) => Some(n as usize),
-            };
-            let r = rankings::write_rankings_cache_threads(
-                dt,
-                t,
-                path.as_ref(),
-                &opts,
-                &serde_json::Value::Object(extra),
-                ids,
-                threads,
-            )
-            .lua_ctx(call)?;
-            report_table(lua, &r)
-        },
-    );
+    add_file_writer(m, "write_rankings_cache", |call, dt, t, path, o| {
+        let opts = rankings_options(call, o)?;
+        let mut extra = match opt::<Value>(o, "metadata")? {
+            None | Some(Value::Nil) => serde_json::Map::new(),
+            Some(v) => match lua_to_json(call, v)? {
+                serde_json::Value::Object(m) => m,
+                other => {
+                    return Err(msg(
+                        call,
+                        format!("metadata must be a table of fields, got {other}"),
+                    ))
+                }
+            },
+        };
+        if let Some(model) = opt::<String>(o, "model")? {
+            extra.insert("model".into(), model.into());
+        }
+        let ids = match opt::<LuaTable>(o, "ids")? {
+            Some(ids) => Some(json_list(call, &ids)?),
+            None => None,
+        };
+        let threads = match opt_int(call, o, "threads")? {
+            Some(0) | None => None,
+            Some(n) => Some(n as usize),
+        };
+        rankings::write_rankings_cache_threads(
+            dt,
+            t,
+            path,
+            &opts,
+            &serde_json::Value::Object(extra),
+            ids,
+            threads,
+        )
+        .lua_ctx(call)
+    });
     // The k-NN graph file at `path` (k = 10 by default).
+    add_file_writer(m, "write_knn_graph", |call, dt, t, path, o| {
+        let k = opt_int(call, o, "k")?.map(|k| k as usize);
+        if k == Some(0) {
+            return Err(msg(call, "k = 0: a k-NN graph needs k ≥ 1"));
+        }
+        let metric = parse_metric(call, o)?;
+        let batch = opt_int(call, o, "batch")?.map(|b| b as usize);
+        rankings::write_knn_graph(dt, t, path, k, metric, batch).lua_ctx(call)
+    });
+}
+
+/// How a file writer of [`add_file_writer`] writes its file: `(call, device table, host table,
+/// path, opts)` to the report.
+type FileWriter =
+    fn(&str, &DeviceTable, &Table, &Path, &Option<LuaTable>) -> LuaResult<RankingsReport>;
+
+/// A device table method `name(table, path [, opts])` that writes a file from the device table
+/// and its host `table` with `write`, answering the writer's report as a Lua table; messages
+/// name the call `device_table:<name>`.
+fn add_file_writer<M: UserDataMethods<Handle<Engine>>>(
+    m: &mut M,
+    name: &'static str,
+    write: FileWriter,
+) {
     m.add_method(
-        "write_knn_graph",
-        |lua, this, (table, path, o): (LuaAnyUserData, String, Option<LuaTable>)| {
-            let call = "device_table:write_knn_graph";
-            let dt = this.get(call)?.table().lua_ctx(call)?;
+        name,
+        move |lua, this, (table, path, o): (LuaAnyUserData, String, Option<LuaTable>)| {
+            let call = format!("device_table:{name}");
+            let dt = this.get(&call)?.table().lua_ctx(&call)?;
             let t = table.borrow::<LTable>()?;
-            let t = t.get(call)?;
-            let k = opt_int(call, &o, "k")?.map(|k| k as usize);
-            if k == Some(0) {
-                return Err(msg(call, "k = 0: a k-NN graph needs k ≥ 1"));
-            }
-            let metric = parse_metric(call, &o)?;
-            let batch = opt_int(call, &o, "batch")?.map(|b| b as usize);
-            let r =
-                rankings::write_knn_graph(dt, t, path.as_ref(), k, metric, batch).lua_ctx(call)?;
+            let t = t.get(&call)?;
+            let r = write(&call, dt, t, Path::new(&path), &o)?;
             report_table(lua, &r)
         },
     );
