@@ -15,6 +15,41 @@ use crate::table::Precision;
 use mlua::prelude::*;
 use mlua::{UserData, UserDataMethods, Value};
 
+/// The sizing arguments of `ctx:max_batch` and `diversity.max_batch`, checked: `n`, `dim`, the
+/// precision, the steps (N − 1 when nil) and the engine mode ("auto" when nil).
+#[derive(Clone, Copy)]
+pub(super) struct BatchSizing {
+    mode: Mode,
+    n: usize,
+    d: usize,
+    p: Precision,
+    steps: usize,
+}
+
+impl BatchSizing {
+    /// The arguments of `call`, checked in that order.
+    pub(super) fn parse(
+        call: &str,
+        n: &Value,
+        d: &Value,
+        precision: Option<String>,
+        steps: Option<Value>,
+        mode: Option<String>,
+    ) -> LuaResult<BatchSizing> {
+        let (n, d) = dims(call, n, d)?;
+        let p = parse_precision(call, precision)?;
+        let steps = steps_or_all(call, steps, n)?;
+        let mode = parse_mode(call, mode.as_deref(), Mode::Auto)?;
+        Ok(BatchSizing {
+            mode,
+            n,
+            d,
+            p,
+            steps,
+        })
+    }
+}
+
 /// What a context handle holds: a Vulkan device, or none on a machine that has no Vulkan
 /// device (loader, driver or device missing), where diversity sequences still run on the host
 /// engine and what needs a device is refused naming the cause.
@@ -48,15 +83,15 @@ impl Device {
             Device::HostOnly => ModeChoice::host(mode, n, d),
         }
     }
-    /// The largest batch for an N × D table at `p` and `steps` steps in `mode`.
-    pub(super) fn max_batch(
-        &self,
-        mode: Mode,
-        n: usize,
-        d: usize,
-        p: Precision,
-        steps: usize,
-    ) -> usize {
+    /// The largest batch for the N × D table, precision, steps and mode of `s`.
+    pub(super) fn max_batch(&self, s: &BatchSizing) -> usize {
+        let BatchSizing {
+            mode,
+            n,
+            d,
+            p,
+            steps,
+        } = *s;
         match self {
             Device::Vulkan(c) => engine::context_max_batch(c, mode, n, d, p, steps),
             Device::HostOnly => host::max_batch(mode, n, d, steps, host::host_memory_budget()),
@@ -167,11 +202,8 @@ impl UserData for LContext {
             )| {
                 let call = "context:max_batch";
                 let dev = this.get(call)?;
-                let (n, d) = dims(call, &n, &d)?;
-                let p = parse_precision(call, precision)?;
-                let steps = steps_or_all(call, steps, n)?;
-                let mode = parse_mode(call, mode.as_deref(), Mode::Auto)?;
-                Ok(dev.max_batch(mode, n, d, p, steps))
+                let sizing = BatchSizing::parse(call, &n, &d, precision, steps, mode)?;
+                Ok(dev.max_batch(&sizing))
             },
         );
         // The engine `mode` ("scan", "gram" or "auto", the default) resolves to for an N × D

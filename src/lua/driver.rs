@@ -7,8 +7,8 @@
 //! [`crate::checkpoint`], [`crate::engine`]'s and [`crate::batch`]'s sizing and mode choice, the
 //! rows buffer (`rows.rs`) and the binding's helpers; the driver keeps the file writes.
 
-use super::args::{dims, int, int_list, parse_mode, parse_precision, steps_or_all};
-use super::context::LContext;
+use super::args::{dims, int, int_list, parse_mode, parse_precision};
+use super::context::{BatchSizing, LContext};
 use super::device_table::mode_values;
 use super::error::{msg, LuaCtx};
 use super::rows::LRows;
@@ -79,15 +79,12 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
                 Option<String>,
             )| {
                 let call = "max_batch";
-                let (n, d) = dims(call, &n, &d)?;
-                let p = parse_precision(call, precision)?;
-                let steps = steps_or_all(call, steps, n)?;
-                let mode = parse_mode(call, mode.as_deref(), Mode::Auto)?;
+                let sizing = BatchSizing::parse(call, &n, &d, precision, steps, mode)?;
                 let mut fit = None::<usize>;
                 for c in ctxs.sequence_values::<LuaAnyUserData>() {
                     let c = c?;
                     let c = c.borrow::<LContext>()?;
-                    let f = c.get(call)?.max_batch(mode, n, d, p, steps);
+                    let f = c.get(call)?.max_batch(&sizing);
                     fit = Some(fit.map_or(f, |m| m.min(f)));
                 }
                 fit.ok_or_else(|| msg(call, "no contexts"))
