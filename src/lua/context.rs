@@ -97,6 +97,28 @@ impl Device {
             Device::HostOnly => host::max_batch(mode, n, d, steps, host::host_memory_budget()),
         }
     }
+    /// The arithmetic a job of the engine `mode` (resolved: gram or scan) runs for an N × D
+    /// table, as the cache metadata's `summation` names it: the host engine's on a host context,
+    /// the gram arithmetic with `g` for a gram on a device, nil for a scan on a device.
+    fn summation(
+        &self,
+        call: &str,
+        mode: Mode,
+        n: usize,
+        d: usize,
+        g: &crate::gram::GramOptions,
+    ) -> LuaResult<Option<String>> {
+        if self.native_host() {
+            return Ok(Some(engine::host_summation(mode).to_string()));
+        }
+        if mode != Mode::Gram {
+            return Ok(None);
+        }
+        let caps = self.vulkan(call)?.caps();
+        crate::gram::summation(caps, n, d, g)
+            .lua_ctx(call)
+            .map(Some)
+    }
     /// The name sequences report.
     pub(super) fn name(&self) -> String {
         match self {
@@ -229,10 +251,7 @@ impl UserData for LContext {
                 let dev = this.get(call)?;
                 let (n, d) = dims(call, &n, &d)?;
                 let g = super::job::gram_only_options(call, &o)?;
-                if dev.native_host() {
-                    return Ok(engine::host_summation(Mode::Gram).to_string());
-                }
-                crate::gram::summation(dev.vulkan(call)?.caps(), n, d, &g).lua_ctx(call)
+                dev.summation(call, Mode::Gram, n, d, &g)
             },
         );
         // The arithmetic a job of the engine `mode` resolves to runs, as the cache metadata's
@@ -246,18 +265,8 @@ impl UserData for LContext {
                 let (n, d) = dims(call, &n, &d)?;
                 let mode = parse_mode(call, mode.as_deref(), Mode::Auto)?;
                 let g = super::job::gram_only_options(call, &o)?;
-                if dev.native_host() {
-                    return Ok(Some(
-                        engine::host_summation(ModeChoice::host(mode, n, d).mode).to_string(),
-                    ));
-                }
-                let ctx = dev.vulkan(call)?;
-                if ModeChoice::new(ctx.caps(), mode, n, d, Precision::Fp32).mode != Mode::Gram {
-                    return Ok(None);
-                }
-                crate::gram::summation(ctx.caps(), n, d, &g)
-                    .lua_ctx(call)
-                    .map(Some)
+                let resolved = dev.mode_for(mode, n, d, Precision::Fp32).mode;
+                dev.summation(call, resolved, n, d, &g)
             },
         );
         m.add_method("validation_messages", |lua, this, ()| {
