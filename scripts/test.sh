@@ -48,7 +48,9 @@ cargo run --release --quiet --example rankings -- --table data/fortunes-300.embe
   --top-k 5 --out "$smoke/rankings.json" --graph "$smoke/graph.knn" --verify 16 >/dev/null
 bash scripts/build-lua.sh
 # The Slurm recipe (contrib/slurm) on a single-node Slurm it starts and stops; needs root.
-if [ "$(id -u)" -eq 0 ]; then bash tests/slurm/live.sh; else sudo -E bash tests/slurm/live.sh; fi
+# (Without DIVERSITY_DEVICE: its tasks map the GPU Slurm grants, which names a device.)
+if [ "$(id -u)" -eq 0 ]; then env -u DIVERSITY_DEVICE bash tests/slurm/live.sh
+else sudo -E env -u DIVERSITY_DEVICE bash tests/slurm/live.sh; fi
 # The rock: luarocks make into a temporary tree, then the command and require from outside (~2 s).
 bash scripts/rock.sh
 log=$(mktemp)

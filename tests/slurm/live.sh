@@ -103,7 +103,9 @@ cache_args=(--embeddings "$table" --top-k 16 --batch 25 --quiet)
 rank_args=(--table "$table" --top-k 7 --graph-k 5)
 one=$D/one
 mkdir -p "$one"
-luajit lua/diversity/cli.lua "${cache_args[@]}" --out "$one/diversity_cache.json" >/dev/null
+# The one-shot run on the device the tasks map (CUDA_VISIBLE_DEVICES=0 below: Vulkan device 0;
+# with no device named, sequences would run on the host engine on a CPU-only machine).
+DIVERSITY_DEVICE=0 luajit lua/diversity/cli.lua "${cache_args[@]}" --out "$one/diversity_cache.json" >/dev/null
 target/release/examples/rankings "${rank_args[@]}" --out "$one/rankings.json" \
   --graph "$one/graph.knn" >/dev/null
 
