@@ -246,22 +246,6 @@ pub fn host_summation(mode: Mode) -> &'static str {
     }
 }
 
-/// [`max_batch`] on a context: the host engine's limit where it runs the sequences.
-pub fn context_max_batch(
-    ctx: &Context,
-    requested: Mode,
-    n: usize,
-    d: usize,
-    precision: Precision,
-    steps: usize,
-) -> usize {
-    if ctx.native_host() {
-        host::max_batch(requested, n, d, steps, host::host_memory_budget())
-    } else {
-        max_batch(ctx.caps(), requested, n, d, precision, steps)
-    }
-}
-
 impl fmt::Display for ModeChoice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.reason.fmt(f)

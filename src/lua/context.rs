@@ -26,17 +26,14 @@ pub(super) struct BatchSizing {
     steps: usize,
 }
 
+/// The sizing arguments as Lua passes them: n, dim, precision, steps, mode.
+pub(super) type SizingArgs = (Value, Value, Option<String>, Option<Value>, Option<String>);
+
 impl BatchSizing {
     /// The arguments of `call`, checked in that order.
-    pub(super) fn parse(
-        call: &str,
-        n: &Value,
-        d: &Value,
-        precision: Option<String>,
-        steps: Option<Value>,
-        mode: Option<String>,
-    ) -> LuaResult<BatchSizing> {
-        let (n, d) = dims(call, n, d)?;
+    pub(super) fn parse(call: &str, args: SizingArgs) -> LuaResult<BatchSizing> {
+        let (n, d, precision, steps, mode) = args;
+        let (n, d) = dims(call, &n, &d)?;
         let p = parse_precision(call, precision)?;
         let steps = steps_or_all(call, steps, n)?;
         let mode = parse_mode(call, mode.as_deref(), Mode::Auto)?;
@@ -93,8 +90,10 @@ impl Device {
             steps,
         } = *s;
         match self {
-            Device::Vulkan(c) => engine::context_max_batch(c, mode, n, d, p, steps),
-            Device::HostOnly => host::max_batch(mode, n, d, steps, host::host_memory_budget()),
+            Device::Vulkan(c) if !c.native_host() => {
+                engine::max_batch(c.caps(), mode, n, d, p, steps)
+            }
+            _ => host::max_batch(mode, n, d, steps, host::host_memory_budget()),
         }
     }
     /// The arithmetic a job of the engine `mode` (resolved: gram or scan) runs for an N × D
@@ -211,23 +210,11 @@ impl UserData for LContext {
         });
         // The largest batch the device allows for an N × D table and `steps` steps, on the engine
         // `mode` ("scan", "gram" or "auto", the default) resolves to.
-        m.add_method(
-            "max_batch",
-            |_,
-             this,
-             (n, d, precision, steps, mode): (
-                Value,
-                Value,
-                Option<String>,
-                Option<Value>,
-                Option<String>,
-            )| {
-                let call = "context:max_batch";
-                let dev = this.get(call)?;
-                let sizing = BatchSizing::parse(call, &n, &d, precision, steps, mode)?;
-                Ok(dev.max_batch(&sizing))
-            },
-        );
+        m.add_method("max_batch", |_, this, args: SizingArgs| {
+            let call = "context:max_batch";
+            let dev = this.get(call)?;
+            Ok(dev.max_batch(&BatchSizing::parse(call, args)?))
+        });
         // The engine `mode` ("scan", "gram" or "auto", the default) resolves to for an N × D
         // table at `precision` on this device, and why: (mode name, reason in words, reason code,
         // why G does not fit or nil); see `mode_values`.

@@ -8,7 +8,7 @@
 //! rows buffer (`rows.rs`) and the binding's helpers; the driver keeps the file writes.
 
 use super::args::{dims, int, int_list, parse_mode, parse_precision};
-use super::context::{BatchSizing, LContext};
+use super::context::{BatchSizing, LContext, SizingArgs};
 use super::device_table::mode_values;
 use super::error::{msg, LuaCtx};
 use super::rows::LRows;
@@ -68,28 +68,18 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
     // `ctx:max_batch`), so that batches shared out over several devices fit each of them.
     m.set(
         "max_batch",
-        lua.create_function(
-            |_,
-             (ctxs, n, d, precision, steps, mode): (
-                LuaTable,
-                Value,
-                Value,
-                Option<String>,
-                Option<Value>,
-                Option<String>,
-            )| {
-                let call = "max_batch";
-                let sizing = BatchSizing::parse(call, &n, &d, precision, steps, mode)?;
-                let mut fit = None::<usize>;
-                for c in ctxs.sequence_values::<LuaAnyUserData>() {
-                    let c = c?;
-                    let c = c.borrow::<LContext>()?;
-                    let f = c.get(call)?.max_batch(&sizing);
-                    fit = Some(fit.map_or(f, |m| m.min(f)));
-                }
-                fit.ok_or_else(|| msg(call, "no contexts"))
-            },
-        )?,
+        lua.create_function(|_, (ctxs, args): (LuaTable, SizingArgs)| {
+            let call = "max_batch";
+            let sizing = BatchSizing::parse(call, args)?;
+            let mut fit = None::<usize>;
+            for c in ctxs.sequence_values::<LuaAnyUserData>() {
+                let c = c?;
+                let c = c.borrow::<LContext>()?;
+                let f = c.get(call)?.max_batch(&sizing);
+                fit = Some(fit.map_or(f, |m| m.min(f)));
+            }
+            fit.ok_or_else(|| msg(call, "no contexts"))
+        })?,
     )?;
     // `diversity.mode_for(contexts, n, dim, precision [, mode = "auto"])`: the engine every
     // context of the Lua array agrees on, as `ctx:mode_for` returns it (mode, reason, code, why
