@@ -23,13 +23,16 @@ shared uint ovf_n4[4];  // ovf_n; 16 bytes like every shared variable here
 // workgroup with 16-byte loads issued one stage ahead (registers); rows are padded to 144 bytes
 // so that the tile loads of a subgroup hit distinct banks. After the last stage the same
 // memory takes the scores.
-const uint SK = 64u;                 // dims a stage
-const uint SROW = SK / 8u + 1u;      // uvec4s a staged row: 8 of data, 1 of padding
+const uint SK = FILTER_SK;           // (filter_common.glsl defines it)           // dims a stage
+const uint QR = SK / 8u;             // uvec4s of data a staged row
+const uint SROW = QR + 1u;           // uvec4s a staged row: QR of data, 1 of padding
 const uint A_OFF = 0u, B_OFF = FBM * SROW;
+const uint A_DUTY = FBM * QR / 128u; // uvec4s each invocation copies a stage
+const uint B_DUTY = FBN * QR / 128u;
 
 void block_scores(uint s0, uint x0) {
-    // The copy duties below are for 128 invocations and 64 × 128 blocks: A has 64 × 8 uvec4s a
-    // stage (4 an invocation), B 128 × 8 (8 an invocation).
+    // The copy duties below are for 128 invocations and 64 × 128 blocks: A has 64 × QR uvec4s
+    // a stage (A_DUTY an invocation), B 128 × QR (B_DUTY an invocation).
     const uint lid = gl_LocalInvocationID.x;
     const uint sg = gl_SubgroupID;
     const uint r0 = (sg >> 1u) * 32u, cb = (sg & 1u) * 64u;
@@ -37,27 +40,27 @@ void block_scores(uint s0, uint x0) {
     fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc00 = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
     fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc01 = acc00, acc02 = acc00, acc03 = acc00;
     fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc10 = acc00, acc11 = acc00, acc12 = acc00, acc13 = acc00;
-    uvec4 ra[4], rb[8];
+    uvec4 ra[A_DUTY], rb[B_DUTY];
     // Stage t's values of this invocation's copy duties into ra / rb (zeros past DP).
 #define FETCH(K0) \
-    [[unroll]] for (uint t = 0u; t < 4u; ++t) { \
-        const uint i = lid + 128u * t, row = i >> 3u, q = i & 7u; \
+    [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) { \
+        const uint i = lid + 128u * t, row = i / QR, q = i % QR; \
         ra[t] = (K0) / 8u + q < DQ ? c16_v[(s0 + row) * DQ + (K0) / 8u + q] : uvec4(0u); \
     } \
-    [[unroll]] for (uint t = 0u; t < 8u; ++t) { \
-        const uint i = lid + 128u * t, row = i >> 3u, q = i & 7u; \
+    [[unroll]] for (uint t = 0u; t < B_DUTY; ++t) { \
+        const uint i = lid + 128u * t, row = i / QR, q = i % QR; \
         rb[t] = (K0) / 8u + q < DQ ? ftab_v[(x0 + row) * DQ + (K0) / 8u + q] : uvec4(0u); \
     }
     FETCH(0u)
     for (uint k0 = 0u; k0 < DP; k0 += SK) {
         WG_BARRIER();
-        [[unroll]] for (uint t = 0u; t < 4u; ++t) {
+        [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) {
             const uint i = lid + 128u * t;
-            smem[A_OFF + (i >> 3u) * SROW + (i & 7u)] = ra[t];
+            smem[A_OFF + (i / QR) * SROW + (i % QR)] = ra[t];
         }
-        [[unroll]] for (uint t = 0u; t < 8u; ++t) {
+        [[unroll]] for (uint t = 0u; t < B_DUTY; ++t) {
             const uint i = lid + 128u * t;
-            smem[B_OFF + (i >> 3u) * SROW + (i & 7u)] = rb[t];
+            smem[B_OFF + (i / QR) * SROW + (i % QR)] = rb[t];
         }
         WG_BARRIER();
         if (k0 + SK < DP) {

@@ -71,7 +71,18 @@
 // variables in an order of its own, every shared variable of the filter is a multiple of 16
 // bytes anyway (scan_common.glsl, filter_block.glsl; the workgroup sizes are multiples of 4).
 // ScanJob::filter_probe checks the products on a device.
+#ifdef COOPMAT
+// With tensor cores the operands of a stage of FILTER_SK dims go through it first: (FBM + FBN)
+// rows of FILTER_SK / 8 uvec4s and one of padding (filter_block.glsl). 64 measured best on an
+// H200 (bench/h200-filter-sk.sh: 32 and 16 need fewer registers but more barriers and ran
+// slower, 96 within 1.5%, 128 spills).
+#ifndef FILTER_SK
+#define FILTER_SK 64u
+#endif
+shared uvec4 smem[max(FBM * FBN / 4u, (FBM + FBN) * (FILTER_SK / 8u + 1u))];
+#else
 shared uvec4 smem[FBM * FBN / 4u];
+#endif
 #endif
 #include "scan_common.glsl"
 
