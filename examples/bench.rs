@@ -296,9 +296,10 @@ fn run(a: Args) -> Result<(), String> {
                         chunk: a.chunk,
                         steps: Some(steps),
                         filter: a.filter,
+                        kernel,
                         ..ScanOptions::default()
                     };
-                    let mut job = ScanJob::with_kernel(dt, &starts, &opts, kernel).map_err(s)?;
+                    let mut job = ScanJob::new(dt, &starts, &opts).map_err(s)?;
                     if a.probe && kernel.is_filter() {
                         // The filter's products against plain fp32 on the same fp16 operands.
                         let pairs = job.filter_probe().map_err(s)?;

@@ -17,7 +17,11 @@ fn run(
     o: &ScanOptions,
     k: ScanKernel,
 ) -> (Vec<Vec<u32>>, Option<FilterStats>) {
-    let mut job = ScanJob::with_kernel(dt, starts, o, k).unwrap();
+    let o = ScanOptions {
+        kernel: k,
+        ..o.clone()
+    };
+    let mut job = ScanJob::new(dt, starts, &o).unwrap();
     assert_eq!(job.kernel(), k);
     job.run().unwrap();
     (job.sequences().unwrap(), job.filter_stats().unwrap())
@@ -114,16 +118,11 @@ fn filter_bits_across_shapes_chunks_batches_and_resume() {
     }
     // Resume after 50 steps (prefixes from the fp32 kernel), continue with the filter.
     let prefixes: Vec<u32> = want.iter().flat_map(|s| s[..51].to_vec()).collect();
-    let mut job = ScanJob::resume_with_kernel(
-        &dt,
-        &table,
-        &starts,
-        &prefixes,
-        51,
-        &steps(120),
-        ScanKernel::Filter,
-    )
-    .unwrap();
+    let filter = ScanOptions {
+        kernel: ScanKernel::Filter,
+        ..steps(120)
+    };
+    let mut job = ScanJob::resume(&dt, &table, &starts, &prefixes, 51, &filter).unwrap();
     job.run().unwrap();
     assert_eq!(job.sequences().unwrap(), want, "resumed");
     assert_clean(&ctx);
@@ -209,7 +208,11 @@ fn filter_refusals_name_the_cause() {
     let table = random_table(64, 32, 1);
     let dt = DeviceTable::upload(&ctx, &table, Precision::Fp32).unwrap();
     if !caps.coopmat {
-        let e = ScanJob::with_kernel(&dt, &[0], &steps(3), ScanKernel::Coopmat)
+        let coopmat = ScanOptions {
+            kernel: ScanKernel::Coopmat,
+            ..steps(3)
+        };
+        let e = ScanJob::new(&dt, &[0], &coopmat)
             .err()
             .expect("coopmat without cooperative matrices");
         assert!(
@@ -222,18 +225,22 @@ fn filter_refusals_name_the_cause() {
         assert!(!job.kernel().is_filter());
     }
     for (cap, scale) in [(0u32, 1.0f32), (65, 1.0), (8, -1.0), (8, f32::NAN)] {
-        let e = ScanJob::with_kernel(&dt, &[0], &tuned(3, cap, scale), ScanKernel::Filter)
-            .err()
-            .expect("bad tuning");
+        let o = ScanOptions {
+            kernel: ScanKernel::Filter,
+            ..tuned(3, cap, scale)
+        };
+        let e = ScanJob::new(&dt, &[0], &o).err().expect("bad tuning");
         assert!(matches!(e, Error::Invalid(_)), "{e}");
     }
     if caps.loop_limit.is_some() {
         // 16 sequences × 4,096 dims a filter invocation: past the driver's loop cap.
         let wide = random_table(70, 4096, 2);
         let dw = DeviceTable::upload(&ctx, &wide, Precision::Fp32).unwrap();
-        let e = ScanJob::with_kernel(&dw, &[0], &steps(3), ScanKernel::Filter)
-            .err()
-            .expect("loop cap");
+        let o = ScanOptions {
+            kernel: ScanKernel::Filter,
+            ..steps(3)
+        };
+        let e = ScanJob::new(&dw, &[0], &o).err().expect("loop cap");
         assert!(
             matches!(&e, Error::Limit(m) if m.contains("loop iterations")),
             "{e}"

@@ -44,7 +44,11 @@ fn run_batched_with(
 ) -> Vec<Vec<u32>> {
     let mut out = Vec::new();
     for b in starts.chunks(batch) {
-        let mut job = ScanJob::with_kernel(dt, b, o, kernel).unwrap();
+        let o = ScanOptions {
+            kernel,
+            ..o.clone()
+        };
+        let mut job = ScanJob::new(dt, b, &o).unwrap();
         assert_eq!(job.kernel(), kernel.for_batch(dt.context().caps(), b.len()));
         job.run().unwrap();
         assert!(job.done());

@@ -42,21 +42,11 @@ pub struct ScanJob {
 
 impl ScanJob {
     /// Prepare a batch: one sequence per entry of `starts` (0-based, distinct, < N), initialised
-    /// to step 0 on the device. Nothing is computed until [`ScanJob::step`]. The scan kernel is
-    /// [`ScanKernel::Auto`].
+    /// to step 0 on the device, scanned by the kernel `opts.kernel` names (the results are the
+    /// same bits for every kernel; see [`ScanKernel`]). Nothing is computed until
+    /// [`ScanJob::step`].
     pub fn new(table: &DeviceTable, starts: &[u32], opts: &ScanOptions) -> Result<ScanJob> {
-        ScanJob::with_kernel(table, starts, opts, ScanKernel::Auto)
-    }
-
-    /// [`ScanJob::new`] with a chosen scan kernel (the results are the same bits for every
-    /// kernel; see [`ScanKernel`]).
-    pub fn with_kernel(
-        table: &DeviceTable,
-        starts: &[u32],
-        opts: &ScanOptions,
-        kernel: ScanKernel,
-    ) -> Result<ScanJob> {
-        let mut plan = Plan::new(table, starts, opts, kernel)?;
+        let mut plan = Plan::new(table, starts, opts, opts.kernel)?;
         let pipes = Pipelines::new(table, &mut plan)?;
         let ctx = table.context();
         let batch = Batch::new(ctx, starts, plan.seq_len)?;
@@ -276,7 +266,8 @@ impl ScanJob {
     /// `starts.len()` rows of `len` entries, row i beginning with `starts[i]`. The running sums
     /// are rebuilt on the host with the very float32 operations the shaders use (the compensated
     /// pair added row by row in sequence order), so the continued sequences are bit-identical to
-    /// an uninterrupted run. `table` is the host table `dtable` was uploaded from.
+    /// an uninterrupted run (whichever kernel computed the prefixes and whichever, `opts.kernel`,
+    /// continues them). `table` is the host table `dtable` was uploaded from.
     pub fn resume(
         dtable: &DeviceTable,
         table: &Table,
@@ -284,20 +275,6 @@ impl ScanJob {
         prefixes: &[u32],
         len: usize,
         opts: &ScanOptions,
-    ) -> Result<ScanJob> {
-        ScanJob::resume_with_kernel(dtable, table, starts, prefixes, len, opts, ScanKernel::Auto)
-    }
-
-    /// [`ScanJob::resume`] with a chosen scan kernel (the continued sequences are the same bits
-    /// whichever kernel computed the prefixes and whichever continues them).
-    pub fn resume_with_kernel(
-        dtable: &DeviceTable,
-        table: &Table,
-        starts: &[u32],
-        prefixes: &[u32],
-        len: usize,
-        opts: &ScanOptions,
-        kernel: ScanKernel,
     ) -> Result<ScanJob> {
         let (n, d) = (dtable.n(), dtable.d());
         if table.n() != n || table.d() != d {
@@ -307,7 +284,7 @@ impl ScanJob {
                 table.d()
             )));
         }
-        let mut job = ScanJob::with_kernel(dtable, starts, opts, kernel)?;
+        let mut job = ScanJob::new(dtable, starts, opts)?;
         // Checks the prefixes (each a prefix of its start's sequence, in range, no repeats).
         job.batch.resume(n, prefixes, len)?;
         job.state.resume(dtable, table, prefixes, len)?;

@@ -225,6 +225,9 @@ pub struct ScanOptions {
     /// Knobs of the filter-and-judge kernels ([`ScanKernel::Coopmat`], [`ScanKernel::Filter`]);
     /// the other kernels ignore them.
     pub filter: FilterTuning,
+    /// The candidate-scan kernel; [`ScanKernel::Auto`] (the default) picks one for the device.
+    /// Every kernel gives the same bits.
+    pub kernel: ScanKernel,
 }
 
 /// Knobs of the filter-and-judge scan. The results do not depend on `capacity`; they do on
@@ -280,6 +283,7 @@ impl Default for ScanOptions {
             steps: None,
             workgroup_size: None,
             filter: FilterTuning::default(),
+            kernel: ScanKernel::Auto,
         }
     }
 }
