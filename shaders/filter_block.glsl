@@ -23,7 +23,7 @@ shared uint ovf_n4[4];  // ovf_n; 16 bytes like every shared variable here
 // workgroup with 16-byte loads issued one stage ahead (registers); rows are padded to 144 bytes
 // so that the tile loads of a subgroup hit distinct banks. After the last stage the same
 // memory takes the scores.
-const uint SK = FILTER_SK;           // (filter_common.glsl defines it)           // dims a stage
+const uint SK = FILTER_SK;           // dims a stage (filter_common.glsl defines it)
 const uint QR = SK / 8u;             // uvec4s of data a staged row
 const uint SROW = QR + 1u;           // uvec4s a staged row: QR of data, 1 of padding
 const uint A_OFF = 0u, B_OFF = FBM * SROW;
