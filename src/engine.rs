@@ -1,18 +1,20 @@
-//! Engine choice: the one place that turns a device table, a list of starts and
-//! options into a running job of either engine. The Lua binding, the Rust command line and the
-//! driver all come through here; none of them decides anything on its own.
-//! It may touch the two sequence engines ([`crate::scan`], [`crate::gram`]), the batch scaffold,
-//! the device table and the vocabulary below them (mode, table, device capabilities); nothing
-//! above it (no binding, no file format).
+//! Engine choice: the one place that turns a table, a list of starts and options into a
+//! running job of the engine that runs it — the scan or gram shaders on a Vulkan device, or the
+//! native host engine where the context runs sequences on the CPU (no GPU, or none at all). The
+//! Lua binding, the C ABI, the Rust command line and the driver all come through here; none of
+//! them decides anything on its own.
+//! It may touch the sequence engines ([`crate::scan`], [`crate::gram`], [`crate::host`]), the
+//! batch scaffold, the device table and the vocabulary below them (mode, table, device
+//! capabilities); nothing above it (no binding, no file format).
 //!
-//! * [`ModeChoice`] — what `scan`, `gram` or `auto` resolves to on a device, and why, as data
-//!   ([`ModeReason`], with a short [`code`](ModeReason::code) for programs and a `Display` for
-//!   people).
+//! * [`ModeChoice`] — what `scan`, `gram` or `auto` resolves to on a device or on the host, and
+//!   why, as data ([`ModeReason`], with a short [`code`](ModeReason::code) for programs and a
+//!   `Display` for people).
 //! * [`check_starts`] — the one validation of a start list (range, repeats, emptiness), with the
 //!   one set of messages every engine and every caller reports.
-//! * [`Engine`] — a device table ready to run jobs of either engine: it builds G = E Eᵀ on the
-//!   first gram job and shares it with every later one.
-//! * [`Job`] — a job of either engine behind one set of methods.
+//! * [`Engine`] — a table ready to run jobs: it builds G on the first gram job (on the device, or
+//!   on the host for the host engine) and shares it with every later one.
+//! * [`Job`] — a job of any engine behind one set of methods.
 
 use crate::batch::StepReport;
 use crate::device::{Capabilities, Context, ContextOptions};
