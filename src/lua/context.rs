@@ -302,7 +302,12 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
     m.set(
         "devices",
         lua.create_function(|lua, ()| {
-            let list = Context::list_devices().lua_ctx("devices")?;
+            // A machine with no Vulkan loader, driver or device has none to list (sequences
+            // still run there, on the host engine).
+            let list = match Context::list_devices() {
+                Err(crate::error::Error::NoDevice(_)) => Vec::new(),
+                r => r.lua_ctx("devices")?,
+            };
             let t = lua.create_table()?;
             for d in list {
                 let e = lua.create_table()?;
