@@ -117,17 +117,27 @@ impl ModeChoice {
         precision: Precision,
     ) -> ModeChoice {
         let unfit = gram::gram_unfit(caps, n, d, precision.bytes());
-        let mode = gram::mode_for(caps, requested, n, d, precision.bytes());
-        let reason = match (requested, unfit) {
-            (Mode::Auto, None) => ModeReason::AutoFits {
-                n,
-                gram_bytes: gram::gram_bytes(n),
-                device: caps.name.clone(),
-                budget_bytes: caps.memory_budget_bytes,
-            },
-            (Mode::Auto, Some(why)) => ModeReason::AutoUnfit(why),
-            (Mode::Gram, Some(why)) => ModeReason::RequestedUnfit(why),
-            _ => ModeReason::Requested,
+        ModeChoice::from_fit(requested, unfit, || ModeReason::AutoFits {
+            n,
+            gram_bytes: gram::gram_bytes(n),
+            device: caps.name.clone(),
+            budget_bytes: caps.memory_budget_bytes,
+        })
+    }
+
+    /// The choice for `requested` given why G does not fit (`None`: it fits) — the `auto` rule
+    /// of every engine: gram where G fits, else scan; a named mode is kept. `fits` describes
+    /// the fit when `auto` takes gram.
+    fn from_fit(
+        requested: Mode,
+        unfit: Option<String>,
+        fits: impl FnOnce() -> ModeReason,
+    ) -> ModeChoice {
+        let (mode, reason) = match (requested, unfit) {
+            (Mode::Auto, None) => (Mode::Gram, fits()),
+            (Mode::Auto, Some(why)) => (Mode::Scan, ModeReason::AutoUnfit(why)),
+            (Mode::Gram, Some(why)) => (Mode::Gram, ModeReason::RequestedUnfit(why)),
+            (m, _) => (m, ModeReason::Requested),
         };
         ModeChoice {
             mode,
@@ -153,23 +163,14 @@ impl ModeChoice {
     /// host memory budget ([`host::host_memory_budget`]), else scan.
     pub fn host(requested: Mode, n: usize, d: usize) -> ModeChoice {
         let budget = host::host_memory_budget();
-        let unfit = host::gram_unfit(n, d, budget);
-        let reason = match (requested, unfit) {
-            (Mode::Auto, None) => ModeReason::AutoFits {
+        ModeChoice::from_fit(requested, host::gram_unfit(n, d, budget), || {
+            ModeReason::AutoFits {
                 n,
                 gram_bytes: host::gram_bytes(n),
                 device: host_engine_name(),
                 budget_bytes: budget,
-            },
-            (Mode::Auto, Some(why)) => ModeReason::AutoUnfit(why),
-            (Mode::Gram, Some(why)) => ModeReason::RequestedUnfit(why),
-            _ => ModeReason::Requested,
-        };
-        ModeChoice {
-            mode: host::mode_for(requested, n, d, budget),
-            requested,
-            reason,
-        }
+            }
+        })
     }
 
     /// Resolve `requested` on a context: the host engine's rule where the context runs
