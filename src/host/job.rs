@@ -61,6 +61,16 @@ enum Kind {
     Scan(Arc<HostTable>),
 }
 
+impl Kind {
+    /// The table the job reads (G's, for gram).
+    fn table(&self) -> &Arc<HostTable> {
+        match self {
+            Kind::Gram(g) => &g.table,
+            Kind::Scan(t) => t,
+        }
+    }
+}
+
 /// One sequence's state.
 struct State {
     /// Gram: the keys (float64, +∞ for chosen items). Empty for the scan.
@@ -112,19 +122,8 @@ impl HostJob {
         Self::new(Kind::Scan(table.clone()), starts, opts)
     }
 
-    fn table(&self) -> &HostTable {
-        match &self.kind {
-            Kind::Gram(g) => &g.table,
-            Kind::Scan(t) => t,
-        }
-    }
-
     fn new(kind: Kind, starts: &[u32], opts: &HostOptions) -> Result<HostJob> {
-        let t = match &kind {
-            Kind::Gram(g) => g.table.clone(),
-            Kind::Scan(t) => t.clone(),
-        };
-        let (n, d) = (t.n, t.d);
+        let (n, d) = (kind.table().n, kind.table().d);
         check_starts(starts, n)?;
         let seq_len = sequence_length(n, opts.steps);
         let steps = seq_len - 1;
@@ -174,7 +173,7 @@ impl HostJob {
     /// operations in the same order as the steps that computed the prefix, so the continued
     /// sequences are bit-identical to an uninterrupted run.
     pub fn resume(mut self, prefixes: &[u32], len: usize) -> Result<HostJob> {
-        let n = self.table().n;
+        let n = self.kind.table().n;
         check_prefixes(&self.starts, self.seq_len, n, prefixes, len)?;
         let t0 = Instant::now();
         let kind = self.kind.clone();
@@ -336,10 +335,7 @@ impl HostJob {
 impl State {
     /// A sequence at its start `s` (the pass over G's row of `s` done when a step follows).
     fn new(kind: &Kind, s: usize, seq_len: usize) -> State {
-        let t = match kind {
-            Kind::Gram(g) => &*g.table,
-            Kind::Scan(t) => &**t,
-        };
+        let t = kind.table();
         let n = t.n;
         let mut st = State {
             keys: Vec::new(),
@@ -373,10 +369,7 @@ impl State {
 
     /// [`State::take`] but the pass: `p` chosen, its row added to the running sum.
     fn mark(&mut self, kind: &Kind, p: usize) {
-        let t = match kind {
-            Kind::Gram(g) => &*g.table,
-            Kind::Scan(t) => &**t,
-        };
+        let t = kind.table();
         for (c, &e) in self.c.iter_mut().zip(t.row(p)) {
             *c += e as f64;
         }
@@ -390,9 +383,9 @@ impl State {
 
     /// The next pick: the exact best by the certificate (gram), or the float64 scan.
     fn pick(&mut self, kind: &Kind) -> usize {
+        let t = kind.table();
         match kind {
-            Kind::Gram(g) => {
-                let t = &*g.table;
+            Kind::Gram(_) => {
                 let b = 2.0 * key_bound(self.s, self.terms, t.d) * (1.0 + f64::powi(2.0, -30));
                 let top = self.top;
                 if top.second - top.best > b {
@@ -400,29 +393,26 @@ impl State {
                 }
                 self.rescored += 1;
                 let lim = top.best + b;
-                let mut best = (f64::INFINITY, usize::MAX);
-                for (x, &k) in self.keys.iter().enumerate() {
-                    if k <= lim {
-                        let v = dot(&self.c, t.row(x)) * t.inv_norm(x);
-                        if v < best.0 || best.1 == usize::MAX {
-                            best = (v, x);
-                        }
-                    }
-                }
-                best.1
+                let keys = &self.keys;
+                self.best_exact(t, (0..t.n).filter(|&x| keys[x] <= lim))
             }
-            Kind::Scan(t) => {
-                let mut best = (f64::INFINITY, usize::MAX);
-                for x in 0..t.n {
-                    if !self.chosen[x] {
-                        let v = dot(&self.c, t.row(x)) * t.inv_norm(x);
-                        if v < best.0 || best.1 == usize::MAX {
-                            best = (v, x);
-                        }
-                    }
-                }
-                best.1
+            Kind::Scan(_) => {
+                let chosen = &self.chosen;
+                self.best_exact(t, (0..t.n).filter(|&x| !chosen[x]))
             }
         }
+    }
+
+    /// Among `candidates` (ascending), the one of least `(c · e_x) / |e_x|` in float64 — the
+    /// largest distance; the lowest index on ties.
+    fn best_exact(&self, t: &HostTable, candidates: impl Iterator<Item = usize>) -> usize {
+        let mut best = (f64::INFINITY, usize::MAX);
+        for x in candidates {
+            let v = dot(&self.c, t.row(x)) * t.inv_norm(x);
+            if v < best.0 || best.1 == usize::MAX {
+                best = (v, x);
+            }
+        }
+        best.1
     }
 }

@@ -3,7 +3,7 @@
 //! host scan. Pure functions over slices, compiled once per instruction set (AVX-512, AVX2 + FMA,
 //! and the baseline) and chosen at run time: every variant performs the same float operations
 //! on each element (an f32 widened to f64 and one f64 addition; exact comparisons), so every
-//! variant returns the same bits. It may touch nothing but its arguments.
+//! variant returns the same bits (a unit test holds this machine's to the baseline's). It may touch nothing but its arguments.
 
 use std::sync::OnceLock;
 
@@ -165,9 +165,25 @@ fn dot_impl(c: &[f64], e: &[f32]) -> f64 {
     s
 }
 
-type AddRow = unsafe fn(&mut [f64], &[f32]) -> Top2;
+/// Two sequences' passes in one loop (keys and row of each).
 type AddPair = unsafe fn(&mut [f64], &[f32], &mut [f64], &[f32]) -> (Top2, Top2);
-type Dot = unsafe fn(&[f64], &[f32]) -> f64;
+
+/// The passes compiled for one instruction set, chosen once per process.
+struct Passes {
+    add_row: unsafe fn(&mut [f64], &[f32]) -> Top2,
+    add_pair: AddPair,
+    dot: unsafe fn(&[f64], &[f32]) -> f64,
+    /// `"avx512"`, `"avx2"` or `"baseline"`.
+    name: &'static str,
+}
+
+/// The baseline passes (no instruction set beyond the target's own).
+const BASELINE: Passes = Passes {
+    add_row: add_row_base,
+    add_pair: add_pair_base,
+    dot: dot_base,
+    name: "baseline",
+};
 
 unsafe fn add_row_base(keys: &mut [f64], g: &[f32]) -> Top2 {
     add_row_top2_impl(keys, g)
@@ -217,32 +233,35 @@ mod x86 {
 /// The instruction set the passes use on this machine (for reports): `"avx512"`, `"avx2"` or
 /// `"baseline"`.
 pub fn isa() -> &'static str {
-    table().2
+    passes().name
 }
 
-fn table() -> &'static (AddRow, Dot, &'static str, AddPair) {
-    static T: OnceLock<(AddRow, Dot, &'static str, AddPair)> = OnceLock::new();
-    T.get_or_init(|| {
+fn passes() -> &'static Passes {
+    static P: OnceLock<Passes> = OnceLock::new();
+    P.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::env::var_os("DIVERSITY_HOST_BASELINE").is_none() {
-                if is_x86_feature_detected!("avx512f")
-                    && is_x86_feature_detected!("avx512vl")
-                    && is_x86_feature_detected!("avx512dq")
-                {
-                    return (
-                        x86::add_row_avx512,
-                        x86::dot_avx512,
-                        "avx512",
-                        x86::add_pair_avx512,
-                    );
-                }
-                if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-                    return (x86::add_row_avx2, x86::dot_avx2, "avx2", x86::add_pair_avx2);
-                }
+            if is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512vl")
+                && is_x86_feature_detected!("avx512dq")
+            {
+                return Passes {
+                    add_row: x86::add_row_avx512,
+                    add_pair: x86::add_pair_avx512,
+                    dot: x86::dot_avx512,
+                    name: "avx512",
+                };
+            }
+            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                return Passes {
+                    add_row: x86::add_row_avx2,
+                    add_pair: x86::add_pair_avx2,
+                    dot: x86::dot_avx2,
+                    name: "avx2",
+                };
             }
         }
-        (add_row_base, dot_base, "baseline", add_pair_base)
+        BASELINE
     })
 }
 
@@ -251,7 +270,7 @@ fn table() -> &'static (AddRow, Dot, &'static str, AddPair) {
 pub(crate) fn add_row_top2(keys: &mut [f64], g: &[f32]) -> Top2 {
     assert_eq!(keys.len(), g.len());
     // SAFETY: the function was chosen for the features this CPU reports.
-    unsafe { (table().0)(keys, g) }
+    unsafe { (passes().add_row)(keys, g) }
 }
 
 /// [`add_row_top2`] for two sequences at once (`ka`, `kb` of one length), in one loop.
@@ -263,14 +282,14 @@ pub(crate) fn add_rows_top2_pair(
 ) -> (Top2, Top2) {
     assert!(ka.len() == ga.len() && kb.len() == gb.len() && ka.len() == kb.len());
     // SAFETY: the function was chosen for the features this CPU reports.
-    unsafe { (table().3)(ka, ga, kb, gb) }
+    unsafe { (passes().add_pair)(ka, ga, kb, gb) }
 }
 
 /// c · e in float64 (e widened), summed in 8 lanes then across them: the same order everywhere.
 pub(crate) fn dot(c: &[f64], e: &[f32]) -> f64 {
     assert_eq!(c.len(), e.len());
     // SAFETY: as above.
-    unsafe { (table().1)(c, e) }
+    unsafe { (passes().dot)(c, e) }
 }
 
 #[cfg(test)]
@@ -339,6 +358,25 @@ mod tests {
             assert_eq!(tb, add_row_top2(&mut b2, &g2));
             assert_eq!((a, b), (a2, b2));
         }
+    }
+
+    #[test]
+    fn this_machines_passes_give_the_baselines_bits() {
+        let n = 1003;
+        let g: Vec<f32> = (0..n)
+            .map(|i| ((i * 37) % 101) as f32 * 0.01 - 0.5)
+            .collect();
+        let e: Vec<f32> = (0..n).map(|i| ((i * 13) % 7) as f32 * 0.3 - 1.0).collect();
+        let c: Vec<f64> = (0..n).map(|i| (i as f64).sin()).collect();
+        let mut a: Vec<f64> = (0..n).map(|i| (i as f64 * 0.7).cos()).collect();
+        a[5] = f64::INFINITY;
+        let mut b = a.clone();
+        // SAFETY: the baseline needs no instruction set beyond the target's.
+        let base = unsafe { (BASELINE.add_row)(&mut b, &g) };
+        assert_eq!(add_row_top2(&mut a, &g), base, "{}", isa());
+        assert_eq!(a, b);
+        let base_dot = unsafe { (BASELINE.dot)(&c, &e) };
+        assert_eq!(dot(&c, &e).to_bits(), base_dot.to_bits(), "{}", isa());
     }
 
     #[test]
