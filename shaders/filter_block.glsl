@@ -1,10 +1,12 @@
 // One block of the filter (after filter_common.glsl): sequences [by·FBM, +FBM) × candidates
-// [bx·FBN, +FBN). block_scores() puts the products ĉ·ê of the block into `smem` (tensor cores
-// with COOPMAT, plain fp32 arithmetic in the stand-in); filter_block() turns them into filter keys
-// F = (score · 2^-k) · finv, keeps each sequence's band (every unchosen candidate within 2γ of
-// the block's best F, up to CAP) in `bands`, and re-scores exactly the blocks whose band does not
-// fit (filter_common.glsl has the bound and the argument).
+// [bx·FBN, +FBN). block_scores() computes the products ĉ·ê of the block (tensor cores with
+// COOPMAT, plain fp32 arithmetic in the stand-in) and puts them into `smem` SCORE_ROWS rows at a
+// time; for each such stage the epilogue turns them into filter keys F = (score · 2^-k) · finv,
+// keeps each sequence's band (every unchosen candidate within 2γ of the block's best F, up to
+// CAP) in `bands`; then the blocks whose band does not fit are re-scored exactly
+// (filter_common.glsl has the bound and the argument).
 
+// Score i of the staged rows (row-major, FBN wide).
 float score_at(uint i) { return uintBitsToFloat(smem[i >> 2u][i & 3u]); }
 shared uint ovf_rows[FBM];
 // What the epilogue reads per row and candidate, fetched before the products so that its
@@ -16,109 +18,8 @@ shared uint row_mask[FBM * (FBN / 32u)];
 shared uint ovf_n4[4];  // ovf_n; 16 bytes like every shared variable here
 #define ovf_n ovf_n4[0]
 
-#ifdef COOPMAT
-// Tensor cores: four subgroups, each 32 sequences × 64 candidates (2 × 4 tiles of 16 × 16,
-// fp16 × fp16 → fp32; ĉ the left operand, row-major, ê rows the columns of the right). SK dims
-// at a time of the block's ĉ rows (64) and ê rows (128) go through `smem`, copied by the whole
-// workgroup with 16-byte loads issued one stage ahead (registers); rows are padded to 144 bytes
-// so that the tile loads of a subgroup hit distinct banks. After the last stage the same
-// memory takes the scores.
-const uint SK = FILTER_SK;           // dims a stage (filter_common.glsl defines it)
-const uint QR = SK / 8u;             // uvec4s of data a staged row
-const uint SROW = QR + 1u;           // uvec4s a staged row: QR of data, 1 of padding
-const uint A_OFF = 0u, B_OFF = FBM * SROW;
-const uint A_DUTY = FBM * QR / 128u; // uvec4s each invocation copies a stage
-const uint B_DUTY = FBN * QR / 128u;
-
-void block_scores(uint s0, uint x0) {
-    // The copy duties below are for 128 invocations and 64 × 128 blocks: A has 64 × QR uvec4s
-    // a stage (A_DUTY an invocation), B 128 × QR (B_DUTY an invocation).
-    const uint lid = gl_LocalInvocationID.x;
-    const uint sg = gl_SubgroupID;
-    const uint r0 = (sg >> 1u) * 32u, cb = (sg & 1u) * 64u;
-    const uint DQ = DP / 8u;  // uvec4s a row in device memory
-    fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc00 = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
-    fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc01 = acc00, acc02 = acc00, acc03 = acc00;
-    fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc10 = acc00, acc11 = acc00, acc12 = acc00, acc13 = acc00;
-    uvec4 ra[A_DUTY], rb[B_DUTY];
-    // Stage t's values of this invocation's copy duties into ra / rb (zeros past DP).
-#define FETCH(K0) \
-    [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) { \
-        const uint i = lid + 128u * t, row = i / QR, q = i % QR; \
-        ra[t] = (K0) / 8u + q < DQ ? c16_v[(s0 + row) * DQ + (K0) / 8u + q] : uvec4(0u); \
-    } \
-    [[unroll]] for (uint t = 0u; t < B_DUTY; ++t) { \
-        const uint i = lid + 128u * t, row = i / QR, q = i % QR; \
-        rb[t] = (K0) / 8u + q < DQ ? ftab_v[(x0 + row) * DQ + (K0) / 8u + q] : uvec4(0u); \
-    }
-    FETCH(0u)
-    for (uint k0 = 0u; k0 < DP; k0 += SK) {
-        WG_BARRIER();
-        [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) {
-            const uint i = lid + 128u * t;
-            smem[A_OFF + (i / QR) * SROW + (i % QR)] = ra[t];
-        }
-        [[unroll]] for (uint t = 0u; t < B_DUTY; ++t) {
-            const uint i = lid + 128u * t;
-            smem[B_OFF + (i / QR) * SROW + (i % QR)] = rb[t];
-        }
-        WG_BARRIER();
-        if (k0 + SK < DP) {
-            FETCH(k0 + SK)
-        }
-        for (uint kk = 0u; kk < SK && k0 + kk < DP; kk += 16u) {
-            const uint kq = kk / 8u;  // in uvec4s
-            fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> a0, a1, b0, b1, b2, b3;
-            coopMatLoadNV(a0, smem, A_OFF + r0 * SROW + kq, SROW, false);
-            coopMatLoadNV(a1, smem, A_OFF + (r0 + 16u) * SROW + kq, SROW, false);
-            coopMatLoadNV(b0, smem, B_OFF + cb * SROW + kq, SROW, true);
-            coopMatLoadNV(b1, smem, B_OFF + (cb + 16u) * SROW + kq, SROW, true);
-            coopMatLoadNV(b2, smem, B_OFF + (cb + 32u) * SROW + kq, SROW, true);
-            coopMatLoadNV(b3, smem, B_OFF + (cb + 48u) * SROW + kq, SROW, true);
-            acc00 = coopMatMulAddNV(a0, b0, acc00);
-            acc01 = coopMatMulAddNV(a0, b1, acc01);
-            acc02 = coopMatMulAddNV(a0, b2, acc02);
-            acc03 = coopMatMulAddNV(a0, b3, acc03);
-            acc10 = coopMatMulAddNV(a1, b0, acc10);
-            acc11 = coopMatMulAddNV(a1, b1, acc11);
-            acc12 = coopMatMulAddNV(a1, b2, acc12);
-            acc13 = coopMatMulAddNV(a1, b3, acc13);
-        }
-    }
-#undef FETCH
-    WG_BARRIER();  // every subgroup is done with the staged operands
-    // The scores, row-major FBN wide, in uvec4s (4 floats).
-    const uint o = (r0 * FBN + cb) / 4u, st = FBN / 4u;
-    coopMatStoreNV(acc00, smem, o, st, false);
-    coopMatStoreNV(acc01, smem, o + 4u, st, false);
-    coopMatStoreNV(acc02, smem, o + 8u, st, false);
-    coopMatStoreNV(acc03, smem, o + 12u, st, false);
-    coopMatStoreNV(acc10, smem, o + 16u * st, st, false);
-    coopMatStoreNV(acc11, smem, o + 16u * st + 4u, st, false);
-    coopMatStoreNV(acc12, smem, o + 16u * st + 8u, st, false);
-    coopMatStoreNV(acc13, smem, o + 16u * st + 12u, st, false);
-    WG_BARRIER();
-}
-#else
-// The stand-in: invocation i scores candidates x0 + i, + FW, … against the block's FBM
-// sequences with plain fp32 arithmetic on the same fp16 operands (each product exact in fp32).
-void block_scores(uint s0, uint x0) {
-    for (uint c = gl_LocalInvocationID.x; c < FBN; c += FW) {
-        float acc[FBM];
-        for (uint r = 0u; r < FBM; ++r) acc[r] = 0.0;
-        const uint xb = (x0 + c) * DP;
-        for (uint d = 0u; d < DP; ++d) {
-            const float e = float(ftab[xb + d]);
-            for (uint r = 0u; r < FBM; ++r) acc[r] += float(c16[(s0 + r) * DP + d]) * e;
-        }
-        for (uint r = 0u; r < FBM; ++r) {
-            const uint i = r * FBN + c;
-            smem[i >> 2u][i & 3u] = floatBitsToUint(acc[r]);
-        }
-    }
-    WG_BARRIER();
-}
-#endif
+// Set by scan_filter_probe.comp: the staged products are checked instead of filtered.
+bool probe_products = false;
 
 // Band slot `slot` of the record at `base`: filter key f of candidate x (kept if it fits).
 void band_entry(uint base, uint slot, float f, uint x) {
@@ -141,10 +42,10 @@ void band_header(uint base, float bmin, uint cnt, uint r) {
 }
 
 // The filter keys F = (score · 2^-k) · finv of row r's candidates 4cq … 4cq + 3 (INF for a
-// chosen candidate or one past n), from one 16-byte read of the scores.
-vec4 filter_keys(uint r, uint cq, uint x0, uint n) {
+// chosen candidate or one past n), from one 16-byte read of the scores staged from row h0.
+vec4 filter_keys(uint r, uint h0, uint cq, uint x0, uint n) {
     const uint MW = FBN / 32u;
-    const vec4 sc = uintBitsToFloat(smem[r * (FBN / 4u) + cq]);
+    const vec4 sc = uintBitsToFloat(smem[(r - h0) * (FBN / 4u) + cq]);
     const uint word = row_mask[r * MW + (cq >> 3u)] >> ((4u * cq) & 31u);
     const float gs = row_gs[r];
     vec4 f = vec4(INF);
@@ -157,33 +58,20 @@ vec4 filter_keys(uint r, uint cq, uint x0, uint n) {
     return f;
 }
 
-// Filter block (bx, by) of a step over n candidates: scores, band lists, fallback. One subgroup
-// per sequence row at a time; lane l reads candidates l, l + SG, … (consecutive lanes,
+// The epilogue of rows [h0, h0 + SCORE_ROWS) of block (bx, s0 / FBM), their scores staged: one
+// subgroup per sequence row at a time; lane l reads candidates l, l + SG, … (consecutive lanes,
 // consecutive addresses: no shared-memory bank conflicts), the row's best F by subgroupMin, the
 // band's slots by ballot.
-void filter_block(uint bx, uint by, uint n) {
-    const uint lid = gl_LocalInvocationID.x;
-    const uint s0 = by * FBM, x0 = bx * FBN;
-    if (lid == 0u) ovf_n = 0u;
-    const uint MW = FBN / 32u;  // mask words of a block's candidates (x0 is a multiple of 32)
-    for (uint i = lid; i < FBM; i += FW) {
-        const bool ok = s0 + i < BATCH;
-        row_gs[i] = ok ? fseq[s0 + i].gscale : 0.0;
-        row_g[i] = ok ? fseq[s0 + i].gamma : 0.0;
-    }
-    for (uint i = lid; i < FBN; i += FW) cand_finv[i] = x0 + i < n ? finv[x0 + i] : 0.0;
-    for (uint i = lid; i < FBM * MW; i += FW) {
-        const uint r = i / MW, w = x0 / 32u + i % MW;
-        // Past the batch or the table: every candidate counts as chosen.
-        row_mask[i] = (s0 + r < BATCH && w < MASK_WORDS) ? mask_g[(s0 + r) * MASK_WORDS + w] : 0xffffffffu;
-    }
-    block_scores(s0, x0);  // ends with a workgroup barrier
+void epilogue_rows(uint h0, uint s0, uint x0, uint bx, uint n) {
     const uint lane = gl_SubgroupInvocationID, sgs = gl_SubgroupSize;
     const uint nb = (n + FBN - 1u) / FBN;
+    const uint h1 = h0 + SCORE_ROWS;
 #ifdef FILTER_PROFILE_SCORES_ONLY
-    if (lid < FBM && s0 + lid < BATCH) {
-        bands[((s0 + lid) * nb + bx) * BAND_WORDS] = floatBitsToUint(score_at(lid));
-        bands[((s0 + lid) * nb + bx) * BAND_WORDS + 1u] = 0u;
+    for (uint r = h0 + gl_LocalInvocationID.x; r < h1; r += FW) {
+        if (s0 + r < BATCH) {
+            bands[((s0 + r) * nb + bx) * BAND_WORDS] = floatBitsToUint(score_at((r - h0) * FBN));
+            bands[((s0 + r) * nb + bx) * BAND_WORDS + 1u] = 0u;
+        }
     }
     return;
 #endif
@@ -195,12 +83,12 @@ void filter_block(uint bx, uint by, uint n) {
         // block minimum and the band.
         const uint cq = lane;
         const bool has = cq < FBN / 4u;
-        for (uint rb = gl_SubgroupID * RG; rb < FBM; rb += gl_NumSubgroups * RG) {
+        for (uint rb = h0 + gl_SubgroupID * RG; rb < h1; rb += gl_NumSubgroups * RG) {
             vec4 f[RG];
             float bmin[RG];
             [[unroll]] for (uint q = 0u; q < RG; ++q) {
                 const uint r = rb + q;
-                f[q] = (has && s0 + r < BATCH) ? filter_keys(r, cq, x0, n) : vec4(INF);
+                f[q] = (has && s0 + r < BATCH) ? filter_keys(r, h0, cq, x0, n) : vec4(INF);
                 bmin[q] = subgroupMin(min(min(f[q].x, f[q].y), min(f[q].z, f[q].w)));
             }
             [[unroll]] for (uint q = 0u; q < RG; ++q) {
@@ -222,14 +110,14 @@ void filter_block(uint bx, uint by, uint n) {
             }
         }
     } else
-    for (uint rb = gl_SubgroupID * RG; rb < FBM; rb += gl_NumSubgroups * RG) {
+    for (uint rb = h0 + gl_SubgroupID * RG; rb < h1; rb += gl_NumSubgroups * RG) {
         float bmin[RG];
         [[unroll]] for (uint q = 0u; q < RG; ++q) {
             const uint r = rb + q;
             float m = INF;
             if (s0 + r < BATCH) {
                 for (uint cq = lane; cq < FBN / 4u; cq += sgs) {
-                    const vec4 f = filter_keys(r, cq, x0, n);
+                    const vec4 f = filter_keys(r, h0, cq, x0, n);
                     m = min(m, min(min(f.x, f.y), min(f.z, f.w)));
                 }
             }
@@ -245,7 +133,7 @@ void filter_block(uint bx, uint by, uint n) {
             uint mine = 0u;
             if (bmin[q] < INF) {
                 for (uint cq = lane; cq < FBN / 4u; cq += sgs) {
-                    const vec4 f = filter_keys(r, cq, x0, n);
+                    const vec4 f = filter_keys(r, h0, cq, x0, n);
                     mine += uint(f.x <= limit) + uint(f.y <= limit) + uint(f.z <= limit) + uint(f.w <= limit);
                 }
             }
@@ -253,7 +141,7 @@ void filter_block(uint bx, uint by, uint n) {
             uint slot = subgroupExclusiveAdd(mine);
             if (mine > 0u) {
                 for (uint cq = lane; cq < FBN / 4u; cq += sgs) {
-                    const vec4 f = filter_keys(r, cq, x0, n);
+                    const vec4 f = filter_keys(r, h0, cq, x0, n);
                     [[unroll]] for (uint j = 0u; j < 4u; ++j) {
                         if (f[j] <= limit) band_entry(base, slot++, f[j], x0 + 4u * cq + j);
                     }
@@ -262,7 +150,151 @@ void filter_block(uint bx, uint by, uint n) {
             if (lane == 0u) band_header(base, bmin[q], cnt, r);
         }
     }
+}
+
+// The probe's check of staged rows [h0, h0 + SCORE_ROWS) of block (0, 0): each score and beside
+// it the same product in plain fp32 arithmetic, as (score, reference) pairs in `bands`.
+void probe_rows(uint h0) {
+    for (uint i = gl_LocalInvocationID.x; i < SCORE_ROWS * FBN; i += FW) {
+        const uint r = h0 + i / FBN, c = i % FBN;
+        float acc = 0.0;
+        for (uint d = 0u; d < DP; ++d) acc += float(c16[r * DP + d]) * float(ftab[c * DP + d]);
+        bands[2u * (h0 * FBN + i)] = floatBitsToUint(score_at(i));
+        bands[2u * (h0 * FBN + i) + 1u] = floatBitsToUint(acc);
+    }
+}
+
+// Staged rows [h0, h0 + SCORE_ROWS) are in `smem` (after a workgroup barrier): filter them (or
+// check them, in the probe); ends with a workgroup barrier, so the next stage may overwrite them.
+void scores_ready(uint h0, uint s0, uint x0, uint bx, uint n) {
+    if (probe_products) {
+        probe_rows(h0);
+    } else {
+        epilogue_rows(h0, s0, x0, bx, n);
+    }
     WG_BARRIER();
+}
+
+#ifdef COOPMAT
+// Tensor cores: four subgroups, each 64 sequences × 64 candidates (4 × 4 tiles of 16 × 16,
+// fp16 × fp16 → fp32; ĉ the left operand, row-major, ê rows the columns of the right): each
+// fragment loaded from shared memory serves four products. SK dims at a time of the block's ĉ
+// rows (128) and ê rows (128) go through `smem`, copied by the whole workgroup with 16-byte loads
+// issued one stage ahead (registers); rows are padded by 16 bytes so that the tile loads of a
+// subgroup hit distinct banks. After the last stage the same memory takes the products, half of
+// the block's rows at a time (subgroups 0 and 1 hold rows 0–63, 2 and 3 rows 64–127).
+const uint SK = FILTER_SK;           // dims a stage (filter_common.glsl defines it)
+const uint QR = SK / 8u;             // uvec4s of data a staged row
+const uint SROW = QR + 1u;           // uvec4s a staged row: QR of data, 1 of padding
+const uint A_OFF = 0u, B_OFF = FBM * SROW;
+const uint A_DUTY = FBM * QR / FW;   // uvec4s each invocation copies a stage
+const uint B_DUTY = FBN * QR / FW;
+
+void block_scores(uint s0, uint x0, uint bx, uint n) {
+    const uint lid = gl_LocalInvocationID.x;
+    const uint sg = gl_SubgroupID;
+    const uint r0 = (sg >> 1u) * 64u, cb = (sg & 1u) * 64u;
+    const uint DQ = DP / 8u;  // uvec4s a row in device memory
+    fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc[16];
+    [[unroll]] for (uint t = 0u; t < 16u; ++t) acc[t] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
+    uvec4 ra[A_DUTY], rb[B_DUTY];
+    // Stage t's values of this invocation's copy duties into ra / rb (zeros past DP).
+#define FETCH(K0) \
+    [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) { \
+        const uint i = lid + FW * t, row = i / QR, q = i % QR; \
+        ra[t] = (K0) / 8u + q < DQ ? c16_v[(s0 + row) * DQ + (K0) / 8u + q] : uvec4(0u); \
+    } \
+    [[unroll]] for (uint t = 0u; t < B_DUTY; ++t) { \
+        const uint i = lid + FW * t, row = i / QR, q = i % QR; \
+        rb[t] = (K0) / 8u + q < DQ ? ftab_v[(x0 + row) * DQ + (K0) / 8u + q] : uvec4(0u); \
+    }
+    FETCH(0u)
+    for (uint k0 = 0u; k0 < DP; k0 += SK) {
+        WG_BARRIER();
+        [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) {
+            const uint i = lid + FW * t;
+            smem[A_OFF + (i / QR) * SROW + (i % QR)] = ra[t];
+        }
+        [[unroll]] for (uint t = 0u; t < B_DUTY; ++t) {
+            const uint i = lid + FW * t;
+            smem[B_OFF + (i / QR) * SROW + (i % QR)] = rb[t];
+        }
+        WG_BARRIER();
+        if (k0 + SK < DP) {
+            FETCH(k0 + SK)
+        }
+        for (uint kk = 0u; kk < SK && k0 + kk < DP; kk += 16u) {
+            const uint kq = kk / 8u;  // in uvec4s
+            fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> b[4];
+            [[unroll]] for (uint j = 0u; j < 4u; ++j) {
+                coopMatLoadNV(b[j], smem, B_OFF + (cb + 16u * j) * SROW + kq, SROW, true);
+            }
+            [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+                fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> a;
+                coopMatLoadNV(a, smem, A_OFF + (r0 + 16u * i) * SROW + kq, SROW, false);
+                [[unroll]] for (uint j = 0u; j < 4u; ++j) {
+                    acc[4u * i + j] = coopMatMulAddNV(a, b[j], acc[4u * i + j]);
+                }
+            }
+        }
+    }
+#undef FETCH
+    // The products, row-major FBN wide in uvec4s (4 floats), one half of the rows at a time.
+    const uint st = FBN / 4u;
+    [[unroll]] for (uint h = 0u; h < 2u; ++h) {
+        WG_BARRIER();  // every subgroup is done with the staged operands (or the last half)
+        if ((sg >> 1u) == h) {
+            [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+                [[unroll]] for (uint j = 0u; j < 4u; ++j) {
+                    coopMatStoreNV(acc[4u * i + j], smem, (16u * i) * st + cb / 4u + 4u * j, st, false);
+                }
+            }
+        }
+        WG_BARRIER();
+        scores_ready(h * SCORE_ROWS, s0, x0, bx, n);
+    }
+}
+#else
+// The stand-in: invocation i scores candidates x0 + i, + FW, … against the block's FBM
+// sequences with plain fp32 arithmetic on the same fp16 operands (each product exact in fp32).
+void block_scores(uint s0, uint x0, uint bx, uint n) {
+    for (uint c = gl_LocalInvocationID.x; c < FBN; c += FW) {
+        float acc[FBM];
+        for (uint r = 0u; r < FBM; ++r) acc[r] = 0.0;
+        const uint xb = (x0 + c) * DP;
+        for (uint d = 0u; d < DP; ++d) {
+            const float e = float(ftab[xb + d]);
+            for (uint r = 0u; r < FBM; ++r) acc[r] += float(c16[(s0 + r) * DP + d]) * e;
+        }
+        for (uint r = 0u; r < FBM; ++r) {
+            const uint i = r * FBN + c;
+            smem[i >> 2u][i & 3u] = floatBitsToUint(acc[r]);
+        }
+    }
+    WG_BARRIER();
+    scores_ready(0u, s0, x0, bx, n);
+}
+#endif
+
+// Filter block (bx, by) of a step over n candidates: scores, band lists, fallback.
+void filter_block(uint bx, uint by, uint n) {
+    const uint lid = gl_LocalInvocationID.x;
+    const uint s0 = by * FBM, x0 = bx * FBN;
+    if (lid == 0u) ovf_n = 0u;
+    const uint MW = FBN / 32u;  // mask words of a block's candidates (x0 is a multiple of 32)
+    for (uint i = lid; i < FBM; i += FW) {
+        const bool ok = s0 + i < BATCH;
+        row_gs[i] = ok ? fseq[s0 + i].gscale : 0.0;
+        row_g[i] = ok ? fseq[s0 + i].gamma : 0.0;
+    }
+    for (uint i = lid; i < FBN; i += FW) cand_finv[i] = x0 + i < n ? finv[x0 + i] : 0.0;
+    for (uint i = lid; i < FBM * MW; i += FW) {
+        const uint r = i / MW, w = x0 / 32u + i % MW;
+        // Past the batch or the table: every candidate counts as chosen.
+        row_mask[i] = (s0 + r < BATCH && w < MASK_WORDS) ? mask_g[(s0 + r) * MASK_WORDS + w] : 0xffffffffu;
+    }
+    block_scores(s0, x0, bx, n);  // the epilogue of every row; ends with a workgroup barrier
+    const uint nb = (n + FBN - 1u) / FBN;
     // Fallback: the block's exact winner for every sequence whose band did not fit.
     const uint novf = ovf_n;
     for (uint i = 0u; i < novf; ++i) {

@@ -51,9 +51,12 @@
 #endif
 
 #ifdef COOPMAT
-#define FBM 64u   // sequences per filter block
+#define FBM 128u  // sequences per filter block
 #define FBN 128u  // candidates per filter block
-#define FW 128u   // invocations of a filter workgroup: four subgroups of 32
+#define FW 128u   // invocations of a filter workgroup: four subgroups of 32, each 64 × 64
+// The block's products go through shared memory half at a time (128 × 128 fp32 products would
+// take 64 KiB; the H200 allows 48 KiB a workgroup).
+#define SCORE_ROWS 64u
 #else
 // The stand-in: blocks of 32 candidates, so that a subgroup of 8 (lavapipe's) takes one group
 // of four candidates a lane, as the tensor-core filter's 32 lanes do with 128, and a subgroup
@@ -61,11 +64,12 @@
 #define FBM 16u
 #define FBN 32u
 #define FW 64u
+#define SCORE_ROWS FBM
 #endif
 #define SCAN_BN FBN
 #ifdef FILTER_BLOCK
-// The block's products [sequence][candidate] as float bits, 4 a uvec4 (and, in the tensor-core
-// filter, first the staged operands). NVIDIA's cooperative-matrix loads and stores in shared
+// The products [sequence][candidate] of SCORE_ROWS rows of the block as float bits, 4 a uvec4
+// (and, in the tensor-core filter, first the staged operands). NVIDIA's cooperative-matrix loads and stores in shared
 // memory need 16-byte alignment (a float array behind 8 bytes of other variables came back
 // shifted by one element), which a uvec4 array has; and since the driver packs shared
 // variables in an order of its own, every shared variable of the filter is a multiple of 16
@@ -73,15 +77,15 @@
 // ScanJob::filter_probe checks the products on a device.
 #ifdef COOPMAT
 // With tensor cores the operands of a stage of FILTER_SK dims go through it first: (FBM + FBN)
-// rows of FILTER_SK / 8 uvec4s and one of padding (filter_block.glsl). 64 measured best on an
-// H200 (bench/h200-filter-sk.sh: 32 and 16 need fewer registers but more barriers and ran
-// slower, 96 within 1.5%, 128 spills).
+// rows of FILTER_SK / 8 uvec4s and one of padding (filter_block.glsl). With 64 × 128 blocks 64
+// measured best on an H200 (bench/h200-filter-sk.sh); the 128 × 128 blocks hold twice the
+// accumulators, so a stage is 32 dims (its copy duties take half the registers).
 #ifndef FILTER_SK
-#define FILTER_SK 64u
+#define FILTER_SK 32u
 #endif
-shared uvec4 smem[max(FBM * FBN / 4u, (FBM + FBN) * (FILTER_SK / 8u + 1u))];
+shared uvec4 smem[max(SCORE_ROWS * FBN / 4u, (FBM + FBN) * (FILTER_SK / 8u + 1u))];
 #else
-shared uvec4 smem[FBM * FBN / 4u];
+shared uvec4 smem[SCORE_ROWS * FBN / 4u];
 #endif
 #endif
 #include "scan_common.glsl"

@@ -22,17 +22,20 @@ void main() {
     const uint nby = (BATCH + FBM - 1u) / FBM;
     const uint id = gl_WorkGroupID.x;
     uint bx, by;
+    // Consecutive workgroups take the sequence blocks of one candidate block, so that its rows
+    // are read from device memory once a step and from L2 by the others (the centroids, a few
+    // hundred KiB, stay in L2).
     if (pc.tile_size == 0u) {
-        bx = id % nbx;
-        by = id / nbx;
+        by = id % nby;
+        bx = id / nby;
     } else {
         const uint tb = max(1u, (pc.tile_size + FBN - 1u) / FBN);
         const uint t = id / (tb * nby);
         const uint base = t * tb;
         const uint width = min(tb, nbx - base);
         const uint r = id - t * tb * nby;
-        by = r / width;
-        bx = base + r % width;
+        by = r % nby;
+        bx = base + r / nby;
     }
     filter_block(bx, by, n);
 }

@@ -1,7 +1,8 @@
 #version 450
 // A check of the filter's products, not part of a scan: filter block (0, 0) of the current step
 // computes its scores as the filter does (tensor cores with COOPMAT) and, beside each, the same
-// product ĉ·ê in plain fp32 arithmetic; (score, reference) pairs go to the band buffer, which
+// product ĉ·ê in plain fp32 arithmetic (filter_block.glsl's probe_rows); (score, reference)
+// pairs go to the band buffer, which
 // the next filter dispatch overwrites. ScanJob::filter_probe reads them back. With slot_count 1
 // it runs filter block (0, 0) instead and leaves its band records (ScanJob::filter_probe_bands).
 #define FILTER_BLOCK 1
@@ -24,12 +25,6 @@ void main() {
         filter_block(0u, 0u, pc.num_items);
         return;
     }
-    block_scores(0u, 0u);
-    for (uint i = gl_LocalInvocationID.x; i < FBM * FBN; i += FW) {
-        const uint r = i / FBN, c = i % FBN;
-        float acc = 0.0;
-        for (uint d = 0u; d < DP; ++d) acc += float(c16[r * DP + d]) * float(ftab[c * DP + d]);
-        bands[2u * i] = floatBitsToUint(score_at(i));
-        bands[2u * i + 1u] = floatBitsToUint(acc);
-    }
+    probe_products = true;
+    block_scores(0u, 0u, 0u, pc.num_items);
 }

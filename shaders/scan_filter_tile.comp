@@ -19,5 +19,7 @@ void main() {
     const uint b0 = pc.tile_begin / FBN;
     const uint b1 = (pc.tile_end + FBN - 1u) / FBN;
     const uint id = gl_WorkGroupID.x;
-    filter_block(b0 + id % (b1 - b0), id / (b1 - b0), pc.num_items);
+    const uint nby = (BATCH + FBM - 1u) / FBM;
+    // The sequence blocks of one candidate block run side by side (scan_filter.comp says why).
+    filter_block(b0 + id / nby, id % nby, pc.num_items);
 }

@@ -148,8 +148,7 @@ impl ScanKernel {
     /// Sequences per workgroup block for a batch of `batch`.
     pub fn block_m(self, batch: usize) -> usize {
         match self.resolve() {
-            ScanKernel::Block128 => 128,
-            ScanKernel::Coopmat => 64,
+            ScanKernel::Block128 | ScanKernel::Coopmat => 128,
             ScanKernel::Filter => 16,
             _ => block_m(batch),
         }
@@ -172,15 +171,17 @@ impl ScanKernel {
         );
         match self.resolve() {
             ScanKernel::Block128 => GEMM_BIG_SHARED_BYTES,
-            // scores, overflow rows and count, row scales, bounds and mask words, candidate
-            // finv, the argmin arrays and picks (+ the staged operands of the tensor-core filter).
+            // The staged scores (the tensor-core filter: half the block's rows at a time, or its
+            // operands, 32 dims of each row and 16 bytes of padding, whichever is larger),
+            // overflow rows and count, row scales, bounds and mask words, candidate finv, the
+            // argmin arrays and picks.
             ScanKernel::Coopmat | ScanKernel::Filter => {
-                4 * (bm * bn + bm + 4 + 2 * bm + bm * bn / 32 + bn + 2 * w + 8)
-                    + if self.resolve() == ScanKernel::Coopmat {
-                        (bm + bn) * 48
-                    } else {
-                        0
-                    }
+                let staged = if self.resolve() == ScanKernel::Coopmat {
+                    (4 * bm / 2 * bn).max((bm + bn) * 80)
+                } else {
+                    4 * bm * bn
+                };
+                staged + 4 * (bm + 4 + 2 * bm + bm * bn / 32 + bn + 2 * w + 8)
             }
             _ => GEMM_SHARED_BYTES,
         }
