@@ -6,7 +6,7 @@
 //!     [--queries sample:Q | tail:Q | FILE.f32] [--k 10] [--metric l2|ip|cosine] [--precision fp32|fp16]
 //!     [--nlist L] [--nprobe 1,4,16] [--iters 20] [--seed 1234] [--train-max 256]
 //!     [--dump-queries Q.f32] [--dump-table T.f32] [--dump-gt GT.i32] [--save INDEX.ivf] [--json OUT.json]
-//!     [--label NAME] [--no-full] [--pq M [--refine F]]
+//!     [--label NAME] [--no-full] [--pq M [--refine F]] [--latency NPROBE [--calls C]]
 //! ```
 //!
 //! The GPU is warmed up (a second of the exact search, then of the widest IVF search) before
@@ -26,9 +26,18 @@
 //! `--pq M` builds IVF-PQ instead (`IvfPq`: M sub-quantizers × 8 bits on the residuals, the
 //! same coarse k-means) and prints per nprobe its ADC search, and with `--refine F` (F > 1) also
 //! the search re-ranked exactly from F × k candidates (`k_factor`; the rows are kept).
+//!
+//! `--latency NPROBE` also measures one search call's wall time, for 1 query and for 16 (the
+//! first queries), at nprobe NPROBE (and with `--pq`, for the ADC search and the re-ranked one):
+//! the median and the 90th percentile over C calls (`--calls`, 200 by default) after 20 calls of
+//! warm-up, beside the call's GPU time and its host-side Vulkan work (submissions, buffers,
+//! descriptor sets and pipelines created a call); printed as `latency` lines and written to the
+//! JSON's `latency` list.
 
 mod common;
-use diversity::ivf::{assign, IvfFlat, IvfOptions, IvfPq, IvfPqOptions, IvfSearch, KMeansOptions};
+use diversity::ivf::{
+    assign, IvfFlat, IvfOptions, IvfPq, IvfPqOptions, IvfSearch, IvfSearchReport, KMeansOptions,
+};
 use diversity::knn::{knn_flat, KnnOptions, KnnResult, Metric};
 use diversity::{files, Context, ContextOptions, DeviceTable, Precision, Table};
 use std::time::Instant;
@@ -53,6 +62,8 @@ struct Args {
     no_full: bool,
     pq: Option<usize>,
     refine: usize,
+    latency: Option<usize>,
+    calls: usize,
 }
 
 fn parse() -> Result<Args, String> {
@@ -76,6 +87,8 @@ fn parse() -> Result<Args, String> {
         no_full: false,
         pq: None,
         refine: 1,
+        latency: None,
+        calls: 200,
     };
     let mut it = common::Cli::new(include_str!("bench_ivf.rs"));
     while let Some(f) = it.flag()? {
@@ -107,6 +120,8 @@ fn parse() -> Result<Args, String> {
             "--no-full" => a.no_full = true,
             "--pq" => a.pq = Some(min(val()?, 1)?),
             "--refine" => a.refine = min(val()?, 1)?,
+            "--latency" => a.latency = Some(min(val()?, 1)?),
+            "--calls" => a.calls = min(val()?, 1)?,
             _ => return Err(format!("unknown argument {f}")),
         }
     }
@@ -160,6 +175,63 @@ fn recall(got: &KnnResult, gt: &KnnResult) -> (f64, f64, f64) {
         rk as f64 / nq,
         inter as f64 / (nq * gt.k as f64),
     )
+}
+
+/// The `--latency` rows of one kind of search: for 1 and 16 queries (the first of `q`), 20
+/// calls of warm-up, then `calls` timed ones; the median and 90th-percentile wall time a call,
+/// the median GPU time, and one call's host-side work. Printed and returned as JSON objects.
+fn latency(
+    what: &str,
+    q: &Table,
+    calls: usize,
+    mut search: impl FnMut(&[f32]) -> diversity::Result<(KnnResult, IvfSearchReport)>,
+) -> Result<Vec<String>, String> {
+    let d = q.d();
+    let mut rows = Vec::new();
+    for nq in [1usize, 16] {
+        let nq = nq.min(q.n());
+        let qs = &q.data()[..nq * d];
+        let first = search(qs).map_err(|e| e.to_string())?;
+        for _ in 0..20 {
+            search(qs).map_err(|e| e.to_string())?;
+        }
+        let (mut wall, mut gpu) = (Vec::with_capacity(calls), Vec::with_capacity(calls));
+        let mut last = None;
+        for _ in 0..calls {
+            let t0 = Instant::now();
+            let got = search(qs).map_err(|e| e.to_string())?;
+            wall.push(t0.elapsed().as_secs_f64());
+            gpu.push(got.1.coarse_ns + got.1.lists_ns);
+            last = Some(got);
+        }
+        let (r, rep) = last.expect("at least one call");
+        if r.ids != first.0.ids || r.distances != first.0.distances {
+            return Err(format!("{what}, {nq} queries: two calls differ"));
+        }
+        wall.sort_by(f64::total_cmp);
+        gpu.sort_unstable();
+        let (med, p90) = (wall[calls / 2], wall[(calls * 9 / 10).min(calls - 1)]);
+        let g = gpu[calls / 2];
+        let o = rep.host_ops;
+        println!(
+            "latency {what} {nq:>2} queries  wall median {:.3} ms  p90 {:.3} ms  gpu {:.3} ms  \
+             a call: {} submissions, {} buffers, {} descriptor sets, {} pipelines created",
+            med * 1e3,
+            p90 * 1e3,
+            g as f64 * 1e-6,
+            o.submissions,
+            o.buffers,
+            o.descriptor_sets,
+            o.pipelines
+        );
+        rows.push(format!(
+            "{{\"search\":{what:?},\"queries\":{nq},\"calls\":{calls},\"wall_median_s\":{med},\
+             \"wall_p90_s\":{p90},\"gpu_median_ns\":{g},\"submissions\":{},\"buffers\":{},\
+             \"descriptor_sets\":{},\"pipelines\":{}}}",
+            o.submissions, o.buffers, o.descriptor_sets, o.pipelines
+        ));
+    }
+    Ok(rows)
 }
 
 fn write_le<T: Copy>(path: &str, v: &[T], bytes: impl Fn(T) -> [u8; 4]) -> Result<(), String> {
@@ -286,6 +358,13 @@ fn run(a: Args) -> Result<(), String> {
         ix.search(q.data(), d, &IvfSearch::new(widest, ko.clone()))
             .map_err(err)?;
     }
+    let mut lat = Vec::new();
+    if let Some(np) = a.latency {
+        let s = IvfSearch::new(np, ko.clone());
+        lat = latency(&format!("ivf-flat nprobe {np}"), &q, a.calls, |qs| {
+            ix.search(qs, d, &s)
+        })?;
+    }
     let mut rows = Vec::new();
     let mut probes = a.nprobe.clone();
     if !a.no_full {
@@ -342,12 +421,14 @@ fn run(a: Args) -> Result<(), String> {
         let j = format!(
             "{{\"label\":{:?},\"n\":{n},\"dim\":{d},\"queries\":{},\"k\":{},\"metric\":\"{}\",\
              \"nlist\":{nlist},\"exact_wall_s\":{exact_s},\"train_wall_s\":{train_s},\
-             \"kmeans_objective_full\":{full_obj},\"add_wall_s\":{add_s},\"search\":[{}]}}\n",
+             \"kmeans_objective_full\":{full_obj},\"add_wall_s\":{add_s},\"search\":[{}],\
+             \"latency\":[{}]}}\n",
             a.label,
             q.n(),
             a.k,
             a.metric.name(),
-            rows.join(",")
+            rows.join(","),
+            lat.join(",")
         );
         common::write_out(p, j)?;
     }
@@ -410,6 +491,21 @@ fn run_pq(
         "lists to the device (first search) wall {:.3} s",
         t0.elapsed().as_secs_f64()
     );
+    let mut lat = Vec::new();
+    if let Some(np) = a.latency {
+        for &f in &factors {
+            let s = IvfSearch {
+                k_factor: f,
+                ..IvfSearch::new(np, knn.clone())
+            };
+            lat.extend(latency(
+                &format!("ivf-pq nprobe {np} k_factor {f}"),
+                q,
+                a.calls,
+                |qs| ix.search(qs, d, &s),
+            )?);
+        }
+    }
     let mut rows = Vec::new();
     let mut probes = a.nprobe.clone();
     if !a.no_full {
@@ -456,12 +552,13 @@ fn run_pq(
         let j = format!(
             "{{\"label\":{:?},\"index\":\"ivf-pq\",\"m\":{m},\"n\":{n},\"dim\":{d},\
              \"queries\":{},\"k\":{},\"metric\":\"{}\",\"nlist\":{nlist},\"train_wall_s\":{train_s},\
-             \"add_wall_s\":{add_s},\"search\":[{}]}}\n",
+             \"add_wall_s\":{add_s},\"search\":[{}],\"latency\":[{}]}}\n",
             a.label,
             q.n(),
             a.k,
             a.metric.name(),
-            rows.join(",")
+            rows.join(","),
+            lat.join(",")
         );
         common::write_out(p, j)?;
     }

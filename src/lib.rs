@@ -51,7 +51,7 @@ pub mod table;
 pub mod table_cache;
 
 pub use batch::StepReport;
-pub use device::{Capabilities, Context, ContextOptions};
+pub use device::{Capabilities, Context, ContextOptions, HostOps};
 pub use device_table::DeviceTable;
 pub use engine::{Engine, Job, JobOptions, ModeChoice, ModeReason};
 pub use error::{Error, Result};

@@ -40,6 +40,7 @@ impl Buffer {
             )
         }
         .vk("vkCreateBuffer")?;
+        crate::device::OpCounters::bump(&ctx.inner.ops.buffers);
         let requirements = unsafe { dev.get_buffer_memory_requirements(buffer) };
         let alloc = ctx.allocator().as_mut().map(|a| {
             a.allocate(&AllocationCreateDesc {

@@ -75,6 +75,7 @@ impl Context {
         let cbs = [cb];
         let info = [vk::SubmitInfo::default().command_buffers(&cbs)];
         let q = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
+        crate::device::OpCounters::bump(&self.inner.ops.submissions);
         unsafe { self.device().queue_submit(*q, &info, fence) }.vk("vkQueueSubmit")
     }
 
@@ -135,6 +136,7 @@ impl Set {
             )
         }
         .vk("vkCreateDescriptorPool")?;
+        crate::device::OpCounters::bump(&ctx.inner.ops.descriptor_sets);
         let mut me = Set {
             ctx: ctx.clone(),
             pool,

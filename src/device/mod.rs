@@ -86,6 +86,50 @@ pub(crate) struct Inner {
     timestamp_mask: u64,
     /// Whether diversity sequences run on the host engine ([`Context::native_host`]).
     native_host: bool,
+    /// Host-side work counted since the context opened ([`Context::host_ops`]).
+    pub(crate) ops: OpCounters,
+}
+
+/// Counters of the host-side Vulkan work a call costs: queue submissions, buffers created,
+/// descriptor pools (sets) created and pipelines created.
+#[derive(Default)]
+pub(crate) struct OpCounters {
+    pub submissions: std::sync::atomic::AtomicU64,
+    pub buffers: std::sync::atomic::AtomicU64,
+    pub descriptor_sets: std::sync::atomic::AtomicU64,
+    pub pipelines: std::sync::atomic::AtomicU64,
+}
+
+impl OpCounters {
+    pub(crate) fn bump(c: &std::sync::atomic::AtomicU64) {
+        c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// The host-side Vulkan work done on a context (all threads) between two readings of
+/// [`Context::host_ops`]: what a call cost beside the GPU's time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostOps {
+    /// Queue submissions (each waited for by a fence).
+    pub submissions: u64,
+    /// Buffers created (each with its memory allocation).
+    pub buffers: u64,
+    /// Descriptor sets allocated (each in a pool of its own).
+    pub descriptor_sets: u64,
+    /// Compute pipelines created (the rest come from the context's cache).
+    pub pipelines: u64,
+}
+
+impl std::ops::Sub for HostOps {
+    type Output = HostOps;
+    fn sub(self, o: HostOps) -> HostOps {
+        HostOps {
+            submissions: self.submissions - o.submissions,
+            buffers: self.buffers - o.buffers,
+            descriptor_sets: self.descriptor_sets - o.descriptor_sets,
+            pipelines: self.pipelines - o.pipelines,
+        }
+    }
 }
 
 // The raw pointers are only the debug callback's message sink, guarded by its mutex.
@@ -215,6 +259,7 @@ impl Context {
             caps,
             timestamp_mask,
             native_host: false,
+            ops: OpCounters::default(),
         };
         inner.native_host = choice::native_host(opts, &inner.caps);
         inner.allocator = Mutex::new(Some(allocator.map_err(|e| Error::Alloc {
@@ -456,6 +501,19 @@ impl Context {
     /// on the device.
     pub fn native_host(&self) -> bool {
         self.inner.native_host
+    }
+
+    /// The host-side Vulkan work done on this context so far (every thread's); the difference
+    /// of two readings is what the calls between them cost.
+    pub fn host_ops(&self) -> HostOps {
+        use std::sync::atomic::Ordering::Relaxed;
+        let o = &self.inner.ops;
+        HostOps {
+            submissions: o.submissions.load(Relaxed),
+            buffers: o.buffers.load(Relaxed),
+            descriptor_sets: o.descriptor_sets.load(Relaxed),
+            pipelines: o.pipelines.load(Relaxed),
+        }
     }
 
     /// The device's capabilities.

@@ -132,6 +132,7 @@ impl Context {
                 self.pipeline_statistics(pipeline, shader.name, &key.spec)
             );
         }
+        super::OpCounters::bump(&self.inner.ops.pipelines);
         let p = Arc::new(Pipeline { pipeline, layout });
         cache.insert(key, p.clone());
         Ok(p)

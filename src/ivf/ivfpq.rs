@@ -261,6 +261,18 @@ impl IvfPq {
         dim: usize,
         s: &IvfSearch,
     ) -> Result<(KnnResult, IvfSearchReport)> {
+        let ops = self.ctx.host_ops();
+        let (out, mut report) = self.search_counted(queries, dim, s)?;
+        report.host_ops = self.ctx.host_ops() - ops;
+        Ok((out, report))
+    }
+
+    fn search_counted(
+        &mut self,
+        queries: &[f32],
+        dim: usize,
+        s: &IvfSearch,
+    ) -> Result<(KnnResult, IvfSearchReport)> {
         let nq = check_queries(self.d, queries, dim, &s.knn)?;
         s.check("IVF-PQ", self.metric)?;
         let kk = s.knn.k.saturating_mul(s.k_factor);

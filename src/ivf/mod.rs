@@ -55,7 +55,7 @@ pub use pq_file::{IVFPQ_MAGIC, IVFPQ_VERSION};
 pub use scan::{MAX_SCAN_DIM, MAX_SCAN_K};
 pub use shards::IvfShards;
 
-use crate::device::Context;
+use crate::device::{Context, HostOps};
 use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
 use crate::knn::{
@@ -266,6 +266,9 @@ pub struct IvfSearchReport {
     /// Whether the scan read the coarse search's results on the device (no round trip through
     /// the host; where one query tile of the coarse search holds every query).
     pub probes_on_device: bool,
+    /// The host-side Vulkan work of the call (submissions, buffers, descriptor sets and
+    /// pipelines created): what it cost beside the GPU's time.
+    pub host_ops: HostOps,
 }
 
 impl IvfFlat {
@@ -405,6 +408,18 @@ impl IvfFlat {
     /// rows added, in this index's precision. The result's `path` and `query_tile` are the
     /// coarse search's.
     pub fn search(
+        &mut self,
+        queries: &[f32],
+        dim: usize,
+        s: &IvfSearch,
+    ) -> Result<(KnnResult, IvfSearchReport)> {
+        let ops = self.ctx.host_ops();
+        let (out, mut report) = self.search_counted(queries, dim, s)?;
+        report.host_ops = self.ctx.host_ops() - ops;
+        Ok((out, report))
+    }
+
+    fn search_counted(
         &mut self,
         queries: &[f32],
         dim: usize,
