@@ -5,6 +5,7 @@
 
 use super::args::{int, opt_int};
 use super::error::msg;
+use super::set_function;
 use half::f16;
 use mlua::prelude::*;
 use mlua::Value;
@@ -245,17 +246,17 @@ fn f16_bits(v: &Value) -> LuaResult<u16> {
 /// `f32_to_f16`, `f16_to_f32` and `convert_f32_to_f16` (cdata to cdata).
 pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
     // Scalar and bulk fp16 conversion (round-to-nearest-even), for the compat shim.
-    m.set(
-        "f32_to_f16",
-        lua.create_function(|_, x: f32| Ok(f16::from_f32(x).to_bits()))?,
-    )?;
-    m.set(
-        "f16_to_f32",
-        lua.create_function(|_, b: Value| Ok(f16::from_bits(f16_bits(&b)?).to_f32()))?,
-    )?;
-    m.set(
+    set_function(lua, m, "f32_to_f16", |_, x: f32| {
+        Ok(f16::from_f32(x).to_bits())
+    })?;
+    set_function(lua, m, "f16_to_f32", |_, b: Value| {
+        Ok(f16::from_bits(f16_bits(&b)?).to_f32())
+    })?;
+    set_function(
+        lua,
+        m,
         "convert_f32_to_f16",
-        lua.create_function(|lua, (src, dst, count): (Value, Value, Value)| {
+        |lua, (src, dst, count): (Value, Value, Value)| {
             let call = "convert_f32_to_f16";
             let count = int(call, "count", &count)? as usize;
             let s = cdata_info(lua, call, "src", src)?;
@@ -287,7 +288,7 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
                 *o = f16::from_f32(v).to_bits();
             }
             Ok(())
-        })?,
+        },
     )?;
     Ok(())
 }

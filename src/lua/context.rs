@@ -134,6 +134,19 @@ const NO_DEVICE_L2: u64 = 1 << 20;
 /// A device.
 pub(super) type LContext = Handle<Device>;
 
+/// The device of `this` (`call`'s error after close()), then the checked `n` and `dim`: the
+/// opening of the context methods that size an N × D table, its errors in that order.
+fn device_and_dims<'a>(
+    this: &'a LContext,
+    call: &str,
+    n: &Value,
+    d: &Value,
+) -> LuaResult<(&'a Device, usize, usize)> {
+    let dev = this.get(call)?;
+    let (n, d) = dims(call, n, d)?;
+    Ok((dev, n, d))
+}
+
 /// The Vulkan device of a context handle passed to `call` (shared: a clone of the context), or
 /// the error where the handle is closed or the machine has no Vulkan device.
 pub(super) fn vulkan_arg(call: &str, ctx: &LuaAnyUserData) -> LuaResult<Context> {
@@ -222,8 +235,7 @@ impl UserData for LContext {
             "mode_for",
             |_, this, (n, d, precision, mode): (Value, Value, Option<String>, Option<String>)| {
                 let call = "context:mode_for";
-                let dev = this.get(call)?;
-                let (n, d) = dims(call, &n, &d)?;
+                let (dev, n, d) = device_and_dims(this, call, &n, &d)?;
                 let p = parse_precision(call, precision)?;
                 let mode = parse_mode(call, mode.as_deref(), Mode::Auto)?;
                 Ok(mode_values(&dev.mode_for(mode, n, d, p)))
@@ -235,8 +247,7 @@ impl UserData for LContext {
             "gram_summation",
             |_, this, (n, d, o): (Value, Value, Option<LuaTable>)| {
                 let call = "context:gram_summation";
-                let dev = this.get(call)?;
-                let (n, d) = dims(call, &n, &d)?;
+                let (dev, n, d) = device_and_dims(this, call, &n, &d)?;
                 let g = super::job::gram_only_options(call, &o)?;
                 dev.summation(call, Mode::Gram, n, d, &g)
             },
@@ -248,8 +259,7 @@ impl UserData for LContext {
             "summation",
             |_, this, (n, d, mode, o): (Value, Value, Option<String>, Option<LuaTable>)| {
                 let call = "context:summation";
-                let dev = this.get(call)?;
-                let (n, d) = dims(call, &n, &d)?;
+                let (dev, n, d) = device_and_dims(this, call, &n, &d)?;
                 let mode = parse_mode(call, mode.as_deref(), Mode::Auto)?;
                 let g = super::job::gram_only_options(call, &o)?;
                 let resolved = dev.mode_for(mode, n, d, Precision::Fp32).mode;

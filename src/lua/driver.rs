@@ -12,6 +12,7 @@ use super::context::{BatchSizing, LContext, SizingArgs};
 use super::device_table::mode_values;
 use super::error::{msg, LuaCtx};
 use super::rows::LRows;
+use super::set_function;
 use crate::checkpoint::{self as ck, RunFingerprint};
 use crate::mode::Mode;
 use mlua::prelude::*;
@@ -66,9 +67,11 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
     // `diversity.max_batch(contexts, n, dim, precision [, steps = n − 1 [, mode = "auto"]])`:
     // the largest batch that every context of the Lua array allows (the smallest of their
     // `ctx:max_batch`), so that batches shared out over several devices fit each of them.
-    m.set(
+    set_function(
+        lua,
+        m,
         "max_batch",
-        lua.create_function(|_, (ctxs, args): (LuaTable, SizingArgs)| {
+        |_, (ctxs, args): (LuaTable, SizingArgs)| {
             let call = "max_batch";
             let sizing = BatchSizing::parse(call, args)?;
             let mut fit = None::<usize>;
@@ -79,162 +82,149 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
                 fit = Some(fit.map_or(f, |m| m.min(f)));
             }
             fit.ok_or_else(|| msg(call, "no contexts"))
-        })?,
+        },
     )?;
     // `diversity.mode_for(contexts, n, dim, precision [, mode = "auto"])`: the engine every
     // context of the Lua array agrees on, as `ctx:mode_for` returns it (mode, reason, code, why
     // G does not fit or nil): the first context's choice, unless another context chooses
     // otherwise or cannot run a requested gram, whose choice then stands, its reason naming it
     // ("device d of k (name): …"; a requested gram that does not fit keeps its own reason).
-    m.set(
+    set_function(
+        lua,
+        m,
         "mode_for",
-        lua.create_function(
-            |_,
-             (ctxs, n, d, precision, mode): (
-                LuaTable,
-                Value,
-                Value,
-                Option<String>,
-                Option<String>,
-            )| {
-                let call = "mode_for";
-                let (n, d) = dims(call, &n, &d)?;
-                let p = parse_precision(call, precision)?;
-                let mode = parse_mode(call, mode.as_deref(), Mode::Auto)?;
-                let ctxs: Vec<LuaAnyUserData> = ctxs.sequence_values().collect::<LuaResult<_>>()?;
-                let k = ctxs.len();
-                let mut out: Option<(&'static str, String, &'static str, Option<String>)> = None;
-                for (i, u) in ctxs.iter().enumerate() {
-                    let c = u.borrow::<LContext>()?;
-                    let dev = c.get(call)?;
-                    let (m, r, code, unfit) = mode_values(&dev.mode_for(mode, n, d, p));
-                    match &out {
-                        None => out = Some((m, r, code, unfit)),
-                        Some(first) if m != first.0 || code == "requested_unfit" => {
-                            let reason = if code == "requested_unfit" {
-                                r
-                            } else {
-                                format!("device {} of {k} ({}): {r}", i + 1, dev.name())
-                            };
-                            out = Some((m, reason, code, unfit));
-                            break;
-                        }
-                        Some(_) => {}
+        |_,
+         (ctxs, n, d, precision, mode): (
+            LuaTable,
+            Value,
+            Value,
+            Option<String>,
+            Option<String>,
+        )| {
+            let call = "mode_for";
+            let (n, d) = dims(call, &n, &d)?;
+            let p = parse_precision(call, precision)?;
+            let mode = parse_mode(call, mode.as_deref(), Mode::Auto)?;
+            let ctxs: Vec<LuaAnyUserData> = ctxs.sequence_values().collect::<LuaResult<_>>()?;
+            let k = ctxs.len();
+            let mut out: Option<(&'static str, String, &'static str, Option<String>)> = None;
+            for (i, u) in ctxs.iter().enumerate() {
+                let c = u.borrow::<LContext>()?;
+                let dev = c.get(call)?;
+                let (m, r, code, unfit) = mode_values(&dev.mode_for(mode, n, d, p));
+                match &out {
+                    None => out = Some((m, r, code, unfit)),
+                    Some(first) if m != first.0 || code == "requested_unfit" => {
+                        let reason = if code == "requested_unfit" {
+                            r
+                        } else {
+                            format!("device {} of {k} ({}): {r}", i + 1, dev.name())
+                        };
+                        out = Some((m, reason, code, unfit));
+                        break;
                     }
+                    Some(_) => {}
                 }
-                out.ok_or_else(|| msg(call, "no contexts"))
-            },
-        )?,
+            }
+            out.ok_or_else(|| msg(call, "no contexts"))
+        },
     )?;
     // `diversity.host_batch(bytes, steps)`: the most sequences of `steps` steps a batch may
     // hold within `bytes` of host memory (≥ 1).
-    m.set(
-        "host_batch",
-        lua.create_function(|_, (bytes, steps): (f64, Value)| {
-            let steps = int("host_batch", "steps", &steps)?;
-            Ok(crate::batch::host_batch(
-                bytes.max(0.0).floor() as u64,
-                steps,
-            ))
-        })?,
-    )?;
+    set_function(lua, m, "host_batch", |_, (bytes, steps): (f64, Value)| {
+        let steps = int("host_batch", "steps", &steps)?;
+        Ok(crate::batch::host_batch(
+            bytes.max(0.0).floor() as u64,
+            steps,
+        ))
+    })?;
     // `diversity.batch_sizes{gram =, requested =, default =, fit =, host_fit =, devices =,
     // starts =, all_starts =}`: a run's batch, the batches' size over its devices and the whole
     // run's batch (`crate::batch::batch_sizes`; `requested` nil when `--batch` is not given).
-    m.set(
-        "batch_sizes",
-        lua.create_function(|_, o: LuaTable| {
-            let call = "batch_sizes";
-            let num = |k: &str| -> LuaResult<u64> { int(call, k, &o.get::<Value>(k)?) };
-            let requested = match o.get::<Value>("requested")? {
-                Value::Nil => None,
-                v => Some(int(call, "requested", &v)?),
-            };
-            let r = crate::batch::BatchRequest {
-                gram: o.get::<Option<bool>>("gram")?.unwrap_or(false),
-                requested,
-                default: num("default")?,
-                fit: num("fit")?,
-                host_fit: num("host_fit")?,
-                devices: num("devices")?,
-                starts: num("starts")?,
-                all_starts: num("all_starts")?,
-            };
-            Ok(crate::batch::batch_sizes(&r))
-        })?,
-    )?;
+    set_function(lua, m, "batch_sizes", |_, o: LuaTable| {
+        let call = "batch_sizes";
+        let num = |k: &str| -> LuaResult<u64> { int(call, k, &o.get::<Value>(k)?) };
+        let requested = match o.get::<Value>("requested")? {
+            Value::Nil => None,
+            v => Some(int(call, "requested", &v)?),
+        };
+        let r = crate::batch::BatchRequest {
+            gram: o.get::<Option<bool>>("gram")?.unwrap_or(false),
+            requested,
+            default: num("default")?,
+            fit: num("fit")?,
+            host_fit: num("host_fit")?,
+            devices: num("devices")?,
+            starts: num("starts")?,
+            all_starts: num("all_starts")?,
+        };
+        Ok(crate::batch::batch_sizes(&r))
+    })?;
     // `diversity.default_host_memory()`: min(2 GiB, a quarter of the host's memory).
-    m.set(
-        "default_host_memory",
-        lua.create_function(|_, ()| Ok(crate::batch::default_host_memory()))?,
-    )?;
+    set_function(lua, m, "default_host_memory", |_, ()| {
+        Ok(crate::batch::default_host_memory())
+    })?;
     // `diversity.starts_fingerprint(starts)`: "fnv1a32:xxxxxxxx" over "s1,s2,…".
-    m.set(
-        "starts_fingerprint",
-        lua.create_function(|_, list: LuaTable| {
-            Ok(ck::starts_fingerprint(&starts(
-                "starts_fingerprint",
-                &list,
-            )?))
-        })?,
-    )?;
+    set_function(lua, m, "starts_fingerprint", |_, list: LuaTable| {
+        Ok(ck::starts_fingerprint(&starts(
+            "starts_fingerprint",
+            &list,
+        )?))
+    })?;
     // `diversity.checkpoint_fingerprint{input =, center =, precision =, mode =, summation =,
     // steps =, batch =, starts =, n =, dim =}`: run.txt's fingerprint lines (the input's
     // content checksum read from `input`).
-    m.set(
-        "checkpoint_fingerprint",
-        lua.create_function(|_, o: LuaTable| {
-            let call = "checkpoint_fingerprint";
-            let input: String = o
-                .get::<Option<String>>("input")?
-                .ok_or_else(|| msg(call, "input is required"))?;
-            let num = |k: &str| -> LuaResult<u64> { int(call, k, &o.get::<Value>(k)?) };
-            let list = starts(call, &o.get::<LuaTable>("starts")?)?;
-            let precision: String = o.get("precision")?;
-            let mode: String = o.get("mode")?;
-            let summation: Option<String> = o.get("summation")?;
-            let fp = RunFingerprint {
-                input: &input,
-                input_checksum: Some(RunFingerprint::checksum_input(&input).lua_ctx(call)?),
-                center: o.get::<Option<bool>>("center")?.unwrap_or(false),
-                precision: &precision,
-                mode: &mode,
-                summation: summation.as_deref(),
-                steps: num("steps")?,
-                batch: num("batch")?,
-                starts: &list,
-                n: num("n")?,
-                dim: num("dim")?,
-            };
-            Ok(fp.text())
-        })?,
-    )?;
+    set_function(lua, m, "checkpoint_fingerprint", |_, o: LuaTable| {
+        let call = "checkpoint_fingerprint";
+        let input: String = o
+            .get::<Option<String>>("input")?
+            .ok_or_else(|| msg(call, "input is required"))?;
+        let num = |k: &str| -> LuaResult<u64> { int(call, k, &o.get::<Value>(k)?) };
+        let list = starts(call, &o.get::<LuaTable>("starts")?)?;
+        let precision: String = o.get("precision")?;
+        let mode: String = o.get("mode")?;
+        let summation: Option<String> = o.get("summation")?;
+        let fp = RunFingerprint {
+            input: &input,
+            input_checksum: Some(RunFingerprint::checksum_input(&input).lua_ctx(call)?),
+            center: o.get::<Option<bool>>("center")?.unwrap_or(false),
+            precision: &precision,
+            mode: &mode,
+            summation: summation.as_deref(),
+            steps: num("steps")?,
+            batch: num("batch")?,
+            starts: &list,
+            n: num("n")?,
+            dim: num("dim")?,
+        };
+        Ok(fp.text())
+    })?;
     // `diversity.checkpoint_run_text(fp, generated_at)`: the whole text of run.txt.
-    m.set(
+    set_function(
+        lua,
+        m,
         "checkpoint_run_text",
-        lua.create_function(|_, (fp, at): (String, String)| Ok(ck::run_text(&fp, &at)))?,
+        |_, (fp, at): (String, String)| Ok(ck::run_text(&fp, &at)),
     )?;
     // `diversity.checkpoint_check_run(ckdir, fp, run_text)`: raises the `--resume` refusal when
     // the checkpoint belongs to another run, its run.txt was edited, or it has batch files but
     // no run.txt.
-    m.set(
+    set_function(
+        lua,
+        m,
         "checkpoint_check_run",
-        lua.create_function(|_, (dir, fp, text): (String, String, String)| {
+        |_, (dir, fp, text): (String, String, String)| {
             ck::check_run_file(&dir, &fp, &text).map_err(resume_error)
-        })?,
+        },
     )?;
     // `diversity.checkpoint_time(ckdir)`: run.txt's generated_at, or nil.
-    m.set(
-        "checkpoint_time",
-        lua.create_function(|_, dir: String| Ok(ck::checkpoint_time(Path::new(&dir))))?,
-    )?;
+    set_function(lua, m, "checkpoint_time", |_, dir: String| {
+        Ok(ck::checkpoint_time(Path::new(&dir)))
+    })?;
     // `diversity.checkpoint_files(ckdir)`: the driver's files there (names, a Lua array).
-    m.set(
-        "checkpoint_files",
-        lua.create_function(|lua, dir: String| {
-            lua.create_sequence_from(ck::checkpoint_files(Path::new(&dir)))
-        })?,
-    )?;
+    set_function(lua, m, "checkpoint_files", |lua, dir: String| {
+        lua.create_sequence_from(ck::checkpoint_files(Path::new(&dir)))
+    })?;
     // `diversity.checkpoint_batch_file(ckdir, b)` / `checkpoint_part_file(ckdir, b)`: the
     // paths of batch b's (1-based) finished and in-progress files.
     for (name, file) in [
@@ -254,80 +244,84 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
     }
     // `diversity.checkpoint_binding(run_text, b, starts)`: what every checksum of batch b's
     // files covers.
-    m.set(
+    set_function(
+        lua,
+        m,
         "checkpoint_binding",
-        lua.create_function(|_, (text, b, list): (String, Value, LuaTable)| {
+        |_, (text, b, list): (String, Value, LuaTable)| {
             let call = "checkpoint_binding";
             let b = int(call, "b", &b)?;
             Ok(ck::batch_binding(&text, b, &starts(call, &list)?))
-        })?,
+        },
     )?;
     // `diversity.checkpoint_batch_checksum(binding, bytes)`: a finished batch's .sum text
     // (`bytes` a binary string or a rows buffer).
-    m.set(
+    set_function(
+        lua,
+        m,
         "checkpoint_batch_checksum",
-        lua.create_function(|_, (binding, bytes): (String, Value)| {
+        |_, (binding, bytes): (String, Value)| {
             with_bytes("checkpoint_batch_checksum", &bytes, |b| {
                 ck::batch_checksum(&binding, b)
             })
-        })?,
+        },
     )?;
     // `diversity.checkpoint_part_head(binding, from, count, bytes)`: the 16-byte header of a
     // .part block.
-    m.set(
-        "checkpoint_part_head",
-        lua.create_function(
-            |lua, (binding, from, count, bytes): (String, Value, Value, Value)| {
-                let call = "checkpoint_part_head";
-                let from = super::args::int_u32(call, "from", &from)?;
-                let count = super::args::int_u32(call, "count", &count)?;
-                let head = with_bytes(call, &bytes, |b| {
-                    ck::part_block_head(&binding, from, count, b)
-                })?;
-                lua.create_string(head)
-            },
-        )?,
+    let call = "checkpoint_part_head";
+    set_function(
+        lua,
+        m,
+        call,
+        move |lua, (binding, from, count, bytes): (String, Value, Value, Value)| {
+            let from = super::args::int_u32(call, "from", &from)?;
+            let count = super::args::int_u32(call, "count", &count)?;
+            let head = with_bytes(call, &bytes, |b| {
+                ck::part_block_head(&binding, from, count, b)
+            })?;
+            lua.create_string(head)
+        },
     )?;
     // `diversity.checkpoint_check_rows(bytes, starts, len, n)`: nil, or the first bad row.
-    m.set(
+    set_function(
+        lua,
+        m,
         "checkpoint_check_rows",
-        lua.create_function(
-            |_, (bytes, list, len, n): (LuaString, LuaTable, Value, Value)| {
-                let (list, len, n) = rows_args("checkpoint_check_rows", &list, &len, &n)?;
-                Ok(ck::check_rows(&bytes.as_bytes(), &list, len, n))
-            },
-        )?,
+        |_, (bytes, list, len, n): (LuaString, LuaTable, Value, Value)| {
+            let (list, len, n) = rows_args("checkpoint_check_rows", &list, &len, &n)?;
+            Ok(ck::check_rows(&bytes.as_bytes(), &list, len, n))
+        },
     )?;
     // `diversity.checkpoint_read_batch(path, binding, starts, len, n)`: a finished batch's
     // bytes, or nil; raises the `--resume` refusal for a file it cannot take.
-    m.set(
+    set_function(
+        lua,
+        m,
         "checkpoint_read_batch",
-        lua.create_function(
-            |lua, (path, binding, list, len, n): (String, String, LuaTable, Value, Value)| {
-                let (list, len, n) = rows_args("checkpoint_read_batch", &list, &len, &n)?;
-                match ck::read_batch(&path, &binding, &list, len, n).map_err(resume_error)? {
-                    Some(b) => Ok(Some(lua.create_string(b)?)),
-                    None => Ok(None),
-                }
-            },
-        )?,
+        |lua, (path, binding, list, len, n): (String, String, LuaTable, Value, Value)| {
+            let (list, len, n) = rows_args("checkpoint_read_batch", &list, &len, &n)?;
+            match ck::read_batch(&path, &binding, &list, len, n).map_err(resume_error)? {
+                Some(b) => Ok(Some(lua.create_string(b)?)),
+                None => Ok(None),
+            }
+        },
     )?;
     // `diversity.checkpoint_read_part(path, binding, starts, n)`: the steps so far of an
     // unfinished batch (the rows' first `have` entries as a binary string, and `have`), or nil;
     // raises the `--resume` refusal for a block it cannot take.
-    m.set(
+    set_function(
+        lua,
+        m,
         "checkpoint_read_part",
-        lua.create_function(
-            |lua, (path, binding, list, n): (String, String, LuaTable, Value)| {
-                let call = "checkpoint_read_part";
-                let list = starts(call, &list)?;
-                let n = int(call, "n", &n)? as usize;
-                match ck::read_part_rows(&path, &binding, &list, n).map_err(resume_error)? {
-                    Some((b, have)) => Ok((Some(lua.create_string(b)?), Some(have))),
-                    None => Ok((None, None)),
-                }
-            },
-        )?,
+        |lua, (path, binding, list, n): (String, String, LuaTable, Value)| {
+            let call = "checkpoint_read_part";
+            let list = starts(call, &list)?;
+            let n = int(call, "n", &n)? as usize;
+            match ck::read_part_rows(&path, &binding, &list, n).map_err(resume_error)? {
+                Some((b, have)) => Ok((Some(lua.create_string(b)?), Some(have))),
+                None => Ok((None, None)),
+            }
+        },
     )?;
     Ok(())
 }

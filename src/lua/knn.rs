@@ -36,8 +36,7 @@ pub(super) fn add_device_table_methods<M: UserDataMethods<Handle<Engine>>>(m: &m
         "knn",
         |_, this, (queries, o): (LuaAnyUserData, Option<LuaTable>)| {
             let call = "device_table:knn";
-            let dt = this.get(call)?.table().lua_ctx(call)?;
-            let q = queries.borrow::<LTable>()?;
+            let (dt, q) = device_table_and(this, call, &queries)?;
             let opts = knn_options(call, &o)?;
             let r = knn(dt, q.get(call)?, &opts).lua_ctx(call)?;
             knn_result(call, r)
@@ -50,8 +49,7 @@ pub(super) fn add_device_table_methods<M: UserDataMethods<Handle<Engine>>>(m: &m
         "rankings",
         |lua, this, (table, o): (LuaAnyUserData, Option<LuaTable>)| {
             let call = "device_table:rankings";
-            let dt = this.get(call)?.table().lua_ctx(call)?;
-            let t = table.borrow::<LTable>()?;
+            let (dt, t) = device_table_and(this, call, &table)?;
             let t = t.get(call)?;
             let opts = rankings_options(call, &o)?;
             let each = opt::<LuaFunction>(&o, "each")?;
@@ -190,13 +188,24 @@ fn add_file_writer<M: UserDataMethods<Handle<Engine>>>(
         name,
         move |lua, this, (table, path, o): (LuaAnyUserData, String, Option<LuaTable>)| {
             let call = format!("device_table:{name}");
-            let dt = this.get(&call)?.table().lua_ctx(&call)?;
-            let t = table.borrow::<LTable>()?;
+            let (dt, t) = device_table_and(this, &call, &table)?;
             let t = t.get(&call)?;
             let r = write(&call, dt, t, Path::new(&path), &o)?;
             report_table(lua, &r)
         },
     );
+}
+
+/// The device table of `this` (`call`'s error after close() or where it holds none), then the
+/// table object `table` borrowed: the opening of the methods that take a table, its errors in
+/// that order.
+fn device_table_and<'a>(
+    this: &'a Handle<Engine>,
+    call: &str,
+    table: &LuaAnyUserData,
+) -> LuaResult<(&'a DeviceTable, mlua::UserDataRef<LTable>)> {
+    let dt = this.get(call)?.table().lua_ctx(call)?;
+    Ok((dt, table.borrow::<LTable>()?))
 }
 
 /// A k-NN result as its handle; Lua sees ids as int32 (`ids_bytes`, `download`), so each must fit.
