@@ -161,6 +161,24 @@ unsafe fn handle_mut<'a, T>(call: &str, what: &str, p: *mut T) -> Result<&'a mut
     unsafe { p.as_mut() }.ok_or_else(|| invalid(call, format!("{what} is NULL")))
 }
 
+/// [`handle_mut`], then the output pointer `out` (named `out_name`) checked not NULL: the
+/// opening of the calls that copy into a caller's buffer, its errors in that order.
+///
+/// # Safety
+/// As [`handle_mut`].
+unsafe fn handle_out<'a, T, O>(
+    call: &str,
+    what: &str,
+    p: *mut T,
+    out_name: &str,
+    out: *const O,
+) -> Result<&'a mut T, Fail> {
+    // SAFETY: per the contract above.
+    let h = unsafe { handle_mut(call, what, p)? };
+    not_null(call, out_name, out)?;
+    Ok(h)
+}
+
 /// `n × d` values at `p`, checked: not NULL, not empty, the count within memory.
 unsafe fn slice_of<'a, T>(
     call: &str,
@@ -440,8 +458,7 @@ pub unsafe extern "C" fn vkd_compute_sequence(
     let call = "vkd_compute_sequence";
     guard(call, (), || {
         // SAFETY: per the contract above.
-        let d = unsafe { handle_mut(call, "context", dctx)? };
-        not_null(call, "output_sequence", output_sequence)?;
+        let d = unsafe { handle_out(call, "context", dctx, "output_sequence", output_sequence)? };
         if start_poem as usize >= d.n {
             return Err(invalid(
                 call,
@@ -592,8 +609,7 @@ pub unsafe extern "C" fn vkd_batch_download_sequences(
     let call = "vkd_batch_download_sequences";
     guard(call, (), || {
         // SAFETY: per the contract above.
-        let b = unsafe { handle_mut(call, "batch", b)? };
-        not_null(call, "output_sequences", output_sequences)?;
+        let b = unsafe { handle_out(call, "batch", b, "output_sequences", output_sequences)? };
         if !b.job.done() {
             return Err(invalid(
                 call,
