@@ -304,21 +304,10 @@ pub fn algorithm_name(metric: Metric) -> String {
 /// 0-based indices. Metadata holds nothing that depends on the batch size or timing, so the
 /// file is byte-identical for every batch size. With `opts.items` the cache holds only those
 /// items (`total_poems` still says N). `top_k` in the metadata is the requested value.
+/// `threads` is the JSON writer's formatting thread count ([`RankingsWriter::set_threads`]);
+/// `None` = the writer's default (the machine's available parallelism). The thread count
+/// changes only the speed, never the bytes written.
 pub fn write_rankings_cache(
-    dt: &DeviceTable,
-    table: &Table,
-    path: &Path,
-    opts: &RankingsOptions,
-    extra: &Value,
-    ids: Option<Vec<Value>>,
-) -> Result<RankingsReport> {
-    write_rankings_cache_threads(dt, table, path, opts, extra, ids, None)
-}
-
-/// [`write_rankings_cache`] with the JSON writer's formatting thread count
-/// ([`RankingsWriter::set_threads`]); `None` = the writer's default (the machine's available
-/// parallelism). The thread count changes only the speed, never the bytes written.
-pub fn write_rankings_cache_threads(
     dt: &DeviceTable,
     table: &Table,
     path: &Path,

@@ -226,7 +226,7 @@ fn cache_byte_identical_over_batches_and_json_shape() {
                 batch,
                 ..Default::default()
             };
-            let rep = write_rankings_cache(&dt, &t, &path, &opts, &extra, None).unwrap();
+            let rep = write_rankings_cache(&dt, &t, &path, &opts, &extra, None, None).unwrap();
             assert_eq!(rep.items, 300);
             if let Some(b) = batch {
                 assert_eq!(rep.batches, 300usize.div_ceil(b));
@@ -287,7 +287,7 @@ fn ids_from_embeddings_json() {
         top_k: Some(8),
         ..Default::default()
     };
-    write_rankings_cache(&dt, &t, &out, &opts, &Value::Null, None).unwrap();
+    write_rankings_cache(&dt, &t, &out, &opts, &Value::Null, None, None).unwrap();
     let v: Value = serde_json::from_slice(&read(&out)).unwrap();
     let got = run(&dt, &t, &opts);
     let r = v["rankings"].as_object().unwrap();
@@ -305,7 +305,7 @@ fn ids_from_embeddings_json() {
     }
     // Explicit ids override the table's.
     let mine: Vec<Value> = (0..t.n()).map(|i| json!(format!("x{i}"))).collect();
-    write_rankings_cache(&dt, &t, &out, &opts, &Value::Null, Some(mine)).unwrap();
+    write_rankings_cache(&dt, &t, &out, &opts, &Value::Null, Some(mine), None).unwrap();
     let v: Value = serde_json::from_slice(&read(&out)).unwrap();
     assert_eq!(v["rankings"]["x0"][0], json!(format!("x{}", got.ids[0])));
     assert_clean(&ctx);
@@ -380,7 +380,7 @@ fn bad_input() {
     };
     let e = rankings(&dt, &t, &zero, |_, _, _| Ok(())).unwrap_err();
     assert!(matches!(e, Error::Invalid(_)), "{e}");
-    let e = write_rankings_cache(&dt, &t, &out, &zero, &Value::Null, None).unwrap_err();
+    let e = write_rankings_cache(&dt, &t, &out, &zero, &Value::Null, None, None).unwrap_err();
     assert!(matches!(e, Error::Invalid(_)), "{e}");
     assert!(dir.entries().is_empty(), "{:?}", dir.entries());
 
@@ -392,7 +392,7 @@ fn bad_input() {
     let got = run(&dt, &t, &big);
     assert_eq!(got.len, 29);
     check(&t, Metric::Cosine, None, &got);
-    write_rankings_cache(&dt, &t, &out, &big, &Value::Null, None).unwrap();
+    write_rankings_cache(&dt, &t, &out, &big, &Value::Null, None, None).unwrap();
     let v: Value = serde_json::from_slice(&read(&out)).unwrap();
     assert_eq!(v["metadata"]["top_k"], json!(1000));
     assert_eq!(v["rankings"]["0"].as_array().unwrap().len(), 29);
@@ -401,15 +401,16 @@ fn bad_input() {
     // Missing directory: an error, no file anywhere.
     let missing = dir.path("no/such/dir/r.json");
     let ok = RankingsOptions::default();
-    assert!(write_rankings_cache(&dt, &t, &missing, &ok, &Value::Null, None).is_err());
+    assert!(write_rankings_cache(&dt, &t, &missing, &ok, &Value::Null, None, None).is_err());
     assert!(write_knn_graph(&dt, &t, &missing, None, Metric::Cosine, None).is_err());
     assert!(dir.entries().is_empty(), "{:?}", dir.entries());
 
     // Extra metadata repeating a field, a table that is not the uploaded one, bad items,
     // batch 0.
-    let e = write_rankings_cache(&dt, &t, &out, &ok, &json!({"metric": "x"}), None).unwrap_err();
+    let e =
+        write_rankings_cache(&dt, &t, &out, &ok, &json!({"metric": "x"}), None, None).unwrap_err();
     assert!(matches!(e, Error::Invalid(_)), "{e}");
-    let e = write_rankings_cache(&dt, &t, &out, &ok, &json!({"top_k": 3}), None).unwrap_err();
+    let e = write_rankings_cache(&dt, &t, &out, &ok, &json!({"top_k": 3}), None, None).unwrap_err();
     assert!(matches!(e, Error::Invalid(_)), "{e}");
     assert!(dir.entries().is_empty(), "{:?}", dir.entries());
     let other = random_table(31, 8, 5);
@@ -433,7 +434,7 @@ fn bad_input() {
         items: Some(vec![4, 2]),
         ..Default::default()
     };
-    write_rankings_cache(&dt, &t, &out, &o, &Value::Null, None).unwrap();
+    write_rankings_cache(&dt, &t, &out, &o, &Value::Null, None, None).unwrap();
     let v: Value = serde_json::from_slice(&read(&out)).unwrap();
     assert_eq!(v["metadata"]["total_poems"], json!(30));
     let r = v["rankings"].as_object().unwrap();
@@ -451,7 +452,7 @@ fn bad_input() {
     let got = run(&d1, &one, &ok);
     assert_eq!((got.items.clone(), got.len), (vec![0], 0));
     let p1 = dir.path("one.json");
-    write_rankings_cache(&d1, &one, &p1, &ok, &Value::Null, None).unwrap();
+    write_rankings_cache(&d1, &one, &p1, &ok, &Value::Null, None, None).unwrap();
     let v: Value = serde_json::from_slice(&read(&p1)).unwrap();
     assert_eq!(v["rankings"]["0"], json!([]));
     assert_clean(&ctx);

@@ -148,7 +148,7 @@ pub(super) fn add_device_table_methods<M: UserDataMethods<Handle<Engine>>>(m: &m
             Some(0) | None => None,
             Some(n) => Some(n as usize),
         };
-        rankings::write_rankings_cache_threads(
+        rankings::write_rankings_cache(
             dt,
             t,
             path,
