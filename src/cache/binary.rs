@@ -3,8 +3,8 @@
 //! atomic writes; no device.
 
 use super::rows::{
-    check_flat_len, format_err, le_u32s, open_with_size, read_at, rows_u32, sequence_row_problem,
-    ListChecker, RowFile,
+    check_flat_len, file_size, format_err, le_u32s, open_at_least, read_at,
+    row_file_writer_methods, rows_u32, sequence_row_problem, ListChecker, RowFile,
 };
 use crate::error::{Error, Result};
 use crate::pending_file::io_err;
@@ -54,16 +54,7 @@ impl BinaryCacheWriter {
                 path.display()
             )));
         }
-        let size = (n as u64)
-            .checked_mul(len as u64)
-            .and_then(|v| v.checked_mul(4))
-            .and_then(|v| v.checked_add(BIN_HEADER))
-            .ok_or_else(|| {
-                Error::Invalid(format!(
-                    "{}: binary cache of {n} rows × {len} entries is too large",
-                    path.display()
-                ))
-            })?;
+        let size = file_size(path, BIN_HEADER, (n, len, 4), "binary cache", "entries")?;
         Ok(BinaryCacheWriter {
             rows: RowFile::create(path, "cache", n, size, &n32.to_le_bytes())?,
             n,
@@ -179,16 +170,7 @@ impl BinaryCacheWriter {
         Ok(())
     }
 
-    /// How many rows have been written so far.
-    pub fn rows_written(&self) -> usize {
-        self.rows.rows.count
-    }
-
-    /// Check that every row was written (else [`Error::Invalid`] saying how many are missing and
-    /// the first), then fsync and rename the file onto its destination.
-    pub fn finish(self) -> Result<()> {
-        self.rows.finish("start")
-    }
+    row_file_writer_methods!("start");
 }
 
 /// Reader of the binary cache: opens the file, reads only the header and the size (which give
@@ -209,15 +191,14 @@ impl BinaryCache {
     /// Open a cache: header `N` ≥ 1, and a size of `4 + N·L·4` bytes for a whole `L` ≥ 1 (else
     /// [`Error::Format`] naming the file and the sizes).
     pub fn open(path: &Path) -> Result<Self> {
-        let io = io_err(path);
-        let (mut file, size) = open_with_size(path)?;
-        let format = format_err(path);
-        if size < BIN_HEADER {
-            return Err(format(format!(
+        let (mut file, size) = open_at_least(path, BIN_HEADER, |size| {
+            format!(
                 "{size} bytes: too small for a binary cache (a 4-byte uint32 N, then N rows of \
                  uint32)"
-            )));
-        }
+            )
+        })?;
+        let io = io_err(path);
+        let format = format_err(path);
         let mut header = [0u8; 4];
         file.read_exact(&mut header).map_err(&io)?;
         let n = u32::from_le_bytes(header) as usize;

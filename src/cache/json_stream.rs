@@ -4,6 +4,7 @@
 //! touch the checksums of `checksum.rs`, the crate's errors and atomic writes; no device.
 
 use super::checksum::{fnv1a64, CHECKSUM_KEY, CHECKSUM_PLACEHOLDER, FNV64_START};
+use super::rows::check_flat_len;
 use crate::error::{Error, Result};
 use crate::pending_file::{check_not_failed, io_err, PendingFile};
 use serde_json::Value;
@@ -91,6 +92,11 @@ pub(super) struct IdText {
 }
 
 impl IdText {
+    /// [`IdText::new`] of `ids` when there are any.
+    pub(super) fn of(path: &Path, ids: Option<&[Value]>) -> Result<Option<IdText>> {
+        ids.map(|ids| IdText::new(path, ids)).transpose()
+    }
+
     pub(super) fn new(path: &Path, ids: &[Value]) -> Result<IdText> {
         let mut text = Vec::new();
         let mut spans = Vec::with_capacity(ids.len());
@@ -351,6 +357,19 @@ impl JsonStream {
     /// Refuse further rows after an I/O error left part of a batch in the file.
     pub(super) fn check_usable(&self) -> Result<()> {
         check_not_failed(self.failed, self.path(), self.what, false)
+    }
+
+    /// [`check_usable`](Self::check_usable), then `flat` values for `rows` rows (`what`) of
+    /// `len` ([`check_flat_len`]).
+    pub(super) fn check_batch(
+        &self,
+        rows: usize,
+        flat: usize,
+        len: usize,
+        what: &str,
+    ) -> Result<()> {
+        self.check_usable()?;
+        check_flat_len(self.path(), rows, flat, len, what)
     }
 
     /// Format and append rows (row `i` of `flat`, `len` entries, keyed by `starts[i]`), every

@@ -3,8 +3,8 @@
 //! writes; no device.
 
 use super::rows::{
-    check_flat_len, format_err, item_out_of_range, le_u32s, open_with_size, read_at, rows_u32,
-    ListChecker, RowFile, KNN_PAD,
+    check_flat_len, file_size, format_err, item_out_of_range, le_u32s, open_at_least, read_at,
+    row_file_writer_methods, rows_u32, ListChecker, RowFile, KNN_PAD,
 };
 use crate::error::{Error, Result};
 use crate::pending_file::io_err;
@@ -126,16 +126,7 @@ impl KnnGraphWriter {
                     path.display()
                 ))
             })?;
-        let size = (n as u64)
-            .checked_mul(k as u64)
-            .and_then(|v| v.checked_mul(8))
-            .and_then(|v| v.checked_add(KNN_HEADER))
-            .ok_or_else(|| {
-                Error::Invalid(format!(
-                    "{}: k-NN graph of {n} rows × {k} neighbours is too large",
-                    path.display()
-                ))
-            })?;
+        let size = file_size(path, KNN_HEADER, (n, k, 8), "k-NN graph", "neighbours")?;
         let mut header = Vec::with_capacity(KNN_HEADER as usize);
         header.extend_from_slice(&KNN_MAGIC);
         for v in [KNN_VERSION, n32, k32, metric.code(), 0] {
@@ -206,16 +197,7 @@ impl KnnGraphWriter {
         Ok(())
     }
 
-    /// How many rows have been written so far.
-    pub fn rows_written(&self) -> usize {
-        self.rows.rows.count
-    }
-
-    /// Check that every row was written (else [`Error::Invalid`] saying how many are missing and
-    /// the first), then fsync and rename the file onto its destination.
-    pub fn finish(self) -> Result<()> {
-        self.rows.finish("item")
-    }
+    row_file_writer_methods!("item");
 }
 
 /// A neighbour list's real values: no NaN, closest first for `metric`.
@@ -263,15 +245,14 @@ impl KnnGraph {
     /// with a bad header field or a size that does not match its header (truncated) is
     /// [`Error::Format`] naming the file and the cause.
     pub fn open(path: &Path) -> Result<Self> {
-        let io = io_err(path);
-        let (mut file, size) = open_with_size(path)?;
-        let format = format_err(path);
-        if size < KNN_HEADER {
-            return Err(format(format!(
+        let (mut file, size) = open_at_least(path, KNN_HEADER, |size| {
+            format!(
                 "{size} bytes: too small for a k-NN graph file (a {KNN_HEADER}-byte header \
                  starting with \"DKNN\", then ids and values)"
-            )));
-        }
+            )
+        })?;
+        let io = io_err(path);
+        let format = format_err(path);
         let mut header = [0u8; KNN_HEADER as usize];
         file.read_exact(&mut header).map_err(&io)?;
         if header[..4] != KNN_MAGIC {

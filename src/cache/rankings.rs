@@ -104,10 +104,7 @@ impl RankingsWriter {
                 )));
             }
         }
-        let ids = ids
-            .as_deref()
-            .map(|ids| IdText::new(path, ids))
-            .transpose()?;
+        let ids = IdText::of(path, ids.as_deref())?;
         let mut meta = format!(
             "{{\"total_poems\":{n},\"algorithm\":{},\"format\":\"pre_sorted_rankings\",\"top_k\":{}",
             Value::from(algorithm),

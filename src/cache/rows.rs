@@ -207,11 +207,65 @@ impl RowFile {
     }
 }
 
+/// The `rows_written` and `finish` methods of a writer whose rows go through its
+/// `rows: RowFile`; `$unit` names a row in the message about missing rows ("start", "item").
+macro_rules! row_file_writer_methods {
+    ($unit:literal) => {
+        /// How many rows have been written so far.
+        pub fn rows_written(&self) -> usize {
+            self.rows.rows.count
+        }
+
+        /// Check that every row was written (else [`Error::Invalid`] saying how many are missing
+        /// and the first), then fsync and rename the file onto its destination.
+        pub fn finish(self) -> Result<()> {
+            self.rows.finish($unit)
+        }
+    };
+}
+pub(super) use row_file_writer_methods;
+
+/// The size of a file of `header` bytes, then `n` rows of `len` values of `width` bytes each;
+/// [`Error::Invalid`] "`path`: `what` of `n` rows × `len` `values` is too large" where it
+/// overflows a u64.
+pub(super) fn file_size(
+    path: &Path,
+    header: u64,
+    (n, len, width): (usize, usize, u64),
+    what: &str,
+    values: &str,
+) -> Result<u64> {
+    (n as u64)
+        .checked_mul(len as u64)
+        .and_then(|v| v.checked_mul(width))
+        .and_then(|v| v.checked_add(header))
+        .ok_or_else(|| {
+            Error::Invalid(format!(
+                "{}: {what} of {n} rows × {len} {values} is too large",
+                path.display()
+            ))
+        })
+}
+
 /// Open `path` for reading; with its size.
 pub(super) fn open_with_size(path: &Path) -> Result<(File, u64)> {
     let io = io_err(path);
     let file = File::open(path).map_err(&io)?;
     let size = file.metadata().map_err(&io)?.len();
+    Ok((file, size))
+}
+
+/// [`open_with_size`], then a size of at least `header` bytes, else [`Error::Format`] with
+/// `too_small(size)` as the reason.
+pub(super) fn open_at_least(
+    path: &Path,
+    header: u64,
+    too_small: impl FnOnce(u64) -> String,
+) -> Result<(File, u64)> {
+    let (file, size) = open_with_size(path)?;
+    if size < header {
+        return Err(format_err(path)(too_small(size)));
+    }
     Ok((file, size))
 }
 

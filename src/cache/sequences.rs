@@ -4,7 +4,7 @@
 
 use super::checksum::CHECKSUM_KEY;
 use super::json_stream::{json_kind, IdText, JsonStream};
-use super::rows::{check_flat_len, sequence_row_problem, ListChecker};
+use super::rows::{sequence_row_problem, ListChecker};
 use crate::error::{Error, Result};
 use serde_json::Value;
 use std::collections::HashSet;
@@ -66,10 +66,7 @@ impl JsonCacheWriter {
                 path.display()
             )));
         }
-        let ids = ids
-            .as_deref()
-            .map(|ids| IdText::new(path, ids))
-            .transpose()?;
+        let ids = IdText::of(path, ids.as_deref())?;
         let ids_n = ids.as_ref().map_or(0, |ids| ids.len());
         let metadata = metadata.to_string();
         Ok(JsonCacheWriter {
@@ -110,14 +107,8 @@ impl JsonCacheWriter {
     /// can go on. Large batches are formatted on all cores, a bounded piece at a time, and
     /// written in order; the bytes are the same as one row at a time.
     pub fn write_batch(&mut self, starts: &[u32], flat: &[u32], len: usize) -> Result<()> {
-        self.stream.check_usable()?;
-        check_flat_len(
-            self.stream.path(),
-            starts.len(),
-            flat.len(),
-            len,
-            "sequences",
-        )?;
+        self.stream
+            .check_batch(starts.len(), flat.len(), len, "sequences")?;
         self.claim_starts(starts)?;
         let result = self
             .check_ids(starts, flat, len)
