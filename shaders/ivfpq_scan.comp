@@ -30,10 +30,14 @@ layout(std430, set = 0, binding = 2) readonly buffer Queries { float queries[]; 
 // lists[2l] = list l's first row in the slab, lists[2l + 1] = its rows.
 layout(std430, set = 0, binding = 3) readonly buffer Lists { uint lists[]; };
 layout(std430, set = 0, binding = 4) readonly buffer RowId { uint row_id[]; };
-// Per (query, probe rank): the list, then q · c(list) as float bits (inner product; else 0).
+// Per (query, probe rank), nprobe a query from word pc.probe_off: the list — the coarse k-NN's
+// packed ids, left on the device (or uploaded).
 layout(std430, set = 0, binding = 5) readonly buffer Probes { uint probes[]; };
-layout(std430, set = 0, binding = 6) buffer OutKey { float out_key[]; };
-layout(std430, set = 0, binding = 7) buffer OutId { uint out_id[]; };
+// The k best: keys from word 0, ids from word pc.ids_off, k a query.
+layout(std430, set = 0, binding = 6) buffer Out { uint out_w[]; };
+// Per (query, probe rank) from word pc.key_off: the coarse k-NN's key as float bits, minus
+// q · c(list) for inner product (unused for L2).
+layout(std430, set = 0, binding = 7) readonly buffer ProbeKeys { uint probe_keys[]; };
 
 layout(push_constant) uniform Push {
     uint q0;      // first query of this tile
@@ -46,6 +50,9 @@ layout(push_constant) uniform Push {
     uint seed;    // 1: start from the k best in out_key / out_id
     uint ip;      // 1: inner product, 0: L2
     uint pq_at;   // the PQ centroids' first float in cent
+    uint probe_off; // the probes' first word in probes
+    uint key_off;   // the probes' keys' first word in probe_keys
+    uint ids_off;   // the ids' first word in out_w
 } pc;
 
 shared float lut[PQ_M * KSUB];
@@ -91,14 +98,17 @@ void main() {
     const uint q = pc.q0 + gl_WorkGroupID.x;
     const bool ip = pc.ip == 1u;
     bs_init();
-    if (pc.seed == 1u && lid < pc.k) bs_push(out_key[q * pc.k + lid], out_id[q * pc.k + lid]);
+    if (pc.seed == 1u && lid < pc.k) {
+        bs_push(uintBitsToFloat(out_w[q * pc.k + lid]), out_w[pc.ids_off + q * pc.k + lid]);
+    }
     // Inner product: the table does not depend on the list (q · C_s[c]), built once; L2: the
     // residual's table, built per probed list.
     if (ip) build_table(q, 0u, true);
     for (uint p = pc.p0; p < pc.p1; ++p) {
-        const uint at = 2u * (q * pc.nprobe + p);
-        const uint l = probes[at];
-        const float bias = uintBitsToFloat(probes[at + 1u]);
+        const uint at = q * pc.nprobe + p;
+        const uint l = probes[pc.probe_off + at];
+        // q · c(list): minus the coarse key (exact); read for inner product only.
+        const float bias = ip ? -uintBitsToFloat(probe_keys[pc.key_off + at]) : 0.0;
         if (!ip) build_table(q, l, false);
         const uint len = min(lists[2u * l + 1u], pc.r1);
         const uint base = lists[2u * l];
@@ -121,7 +131,7 @@ void main() {
     }
     bs_merge(pc.k);
     if (lid < pc.k) {
-        out_key[q * pc.k + lid] = bs_best_key[lid];
-        out_id[q * pc.k + lid] = bs_best_id[lid];
+        out_w[q * pc.k + lid] = floatBitsToUint(bs_best_key[lid]);
+        out_w[pc.ids_off + q * pc.k + lid] = bs_best_id[lid];
     }
 }

@@ -95,8 +95,38 @@ impl Buffer {
         )
     }
 
+    /// A host-visible buffer the host writes and transfers read (an upload's source).
+    pub(crate) fn host_upload(ctx: &Context, what: &'static str, size: u64) -> Result<Buffer> {
+        Self::new(
+            ctx,
+            what,
+            size,
+            MemoryLocation::CpuToGpu,
+            vk::BufferUsageFlags::TRANSFER_SRC,
+        )
+    }
+
+    /// A host-visible buffer transfers write and the host reads (a download's destination).
+    pub(crate) fn host_download(ctx: &Context, what: &'static str, size: u64) -> Result<Buffer> {
+        Self::new(
+            ctx,
+            what,
+            size,
+            MemoryLocation::GpuToCpu,
+            vk::BufferUsageFlags::TRANSFER_DST,
+        )
+    }
+
+    /// The mapped bytes of a host-visible buffer, to read.
+    pub(crate) fn mapped_bytes(&self) -> &[u8] {
+        self.allocation
+            .as_ref()
+            .and_then(|a| a.mapped_slice())
+            .unwrap_or(&[])
+    }
+
     /// The mapped bytes of a host-visible buffer.
-    fn mapped(&mut self) -> &mut [u8] {
+    pub(crate) fn mapped(&mut self) -> &mut [u8] {
         self.allocation
             .as_mut()
             .and_then(|a| a.mapped_slice_mut())

@@ -207,11 +207,51 @@ pub(crate) struct Submitter {
     query_pool: vk::QueryPool,
     /// Submitted and not yet waited for.
     pending: bool,
+    /// Whether each submission writes a timestamp between its start and its end
+    /// ([`Submitter::with_mark`]).
+    marked: bool,
+    /// GPU nanoseconds from the start of the last submission waited for to its mark.
+    mark_ns: u64,
+}
+
+/// The middle timestamp of a [`Submitter::with_mark`] submission, written where the recording
+/// calls [`Mark::write`] (exactly once a submission).
+#[derive(Clone, Copy)]
+pub(crate) struct Mark {
+    query_pool: vk::QueryPool,
+}
+
+impl Mark {
+    /// Writes the mark after the commands recorded so far.
+    ///
+    /// # Safety
+    /// `cb` is the submitter's command buffer, recording.
+    pub(crate) unsafe fn write(self, dev: &ash::Device, cb: vk::CommandBuffer) {
+        if self.query_pool != vk::QueryPool::null() {
+            dev.cmd_write_timestamp(
+                cb,
+                vk::PipelineStageFlags::BOTTOM_OF_PIPE,
+                self.query_pool,
+                2,
+            );
+        }
+    }
 }
 
 impl Submitter {
     /// A submitter on `ctx`, with a timestamp pair when the device has timestamps.
     pub(crate) fn new(ctx: &Context) -> Result<Submitter> {
+        Self::make(ctx, false)
+    }
+
+    /// A submitter whose every submission also writes a middle timestamp where its recording
+    /// calls [`Mark::write`] (which it must, once a submission): [`Submitter::mark_ns`] splits
+    /// the GPU time there.
+    pub(crate) fn with_mark(ctx: &Context) -> Result<Submitter> {
+        Self::make(ctx, true)
+    }
+
+    fn make(ctx: &Context, marked: bool) -> Result<Submitter> {
         let dev = ctx.device();
         let cb = ctx.alloc_command_buffer()?;
         let mut me = Submitter {
@@ -220,6 +260,8 @@ impl Submitter {
             fence: vk::Fence::null(),
             query_pool: vk::QueryPool::null(),
             pending: false,
+            marked,
+            mark_ns: 0,
         };
         me.fence = unsafe { dev.create_fence(&vk::FenceCreateInfo::default(), None) }
             .vk("vkCreateFence")?;
@@ -228,7 +270,7 @@ impl Submitter {
                 dev.create_query_pool(
                     &vk::QueryPoolCreateInfo::default()
                         .query_type(vk::QueryType::TIMESTAMP)
-                        .query_count(2),
+                        .query_count(if marked { 3 } else { 2 }),
                     None,
                 )
             }
@@ -241,6 +283,28 @@ impl Submitter {
     pub(crate) fn run(&mut self, what: &str, f: impl FnOnce(vk::CommandBuffer)) -> Result<u64> {
         self.submit(f)?;
         self.wait(what)
+    }
+
+    /// The mark of this submitter's submissions (see [`Submitter::with_mark`]).
+    pub(crate) fn mark(&self) -> Mark {
+        Mark {
+            query_pool: if self.marked {
+                self.query_pool
+            } else {
+                vk::QueryPool::null()
+            },
+        }
+    }
+
+    /// GPU nanoseconds from the start of the last submission waited for to its mark (0 without
+    /// a mark or timestamps).
+    pub(crate) fn mark_ns(&self) -> u64 {
+        self.mark_ns
+    }
+
+    /// The submitter's context.
+    pub(crate) fn context(&self) -> &Context {
+        &self.ctx
     }
 
     /// Whether a submission is in flight (submitted, not yet waited for).
@@ -269,7 +333,7 @@ impl Submitter {
             )
             .vk("vkBeginCommandBuffer")?;
             if qp != vk::QueryPool::null() {
-                dev.cmd_reset_query_pool(cb, qp, 0, 2);
+                dev.cmd_reset_query_pool(cb, qp, 0, if self.marked { 3 } else { 2 });
                 dev.cmd_write_timestamp(cb, vk::PipelineStageFlags::TOP_OF_PIPE, qp, 0);
             }
             barrier(dev, cb);
@@ -298,16 +362,20 @@ impl Submitter {
         if qp == vk::QueryPool::null() {
             return Ok(0);
         }
-        let mut t = [0u64; 2];
+        let mut t = [0u64; 3];
+        let n = if self.marked { 3 } else { 2 };
         unsafe {
             dev.get_query_pool_results(
                 qp,
                 0,
-                &mut t,
+                &mut t[..n],
                 vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
             )
         }
         .vk("vkGetQueryPoolResults")?;
+        if self.marked {
+            self.mark_ns = self.ctx.ticks_to_ns(t[0], t[2]);
+        }
         Ok(self.ctx.ticks_to_ns(t[0], t[1]))
     }
 }

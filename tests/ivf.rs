@@ -759,3 +759,72 @@ fn adds_grow_the_device_lists_in_place() {
     }
     assert_clean(&ctx);
 }
+
+/// One handle keeps its device buffers, the coarse search's scratch and the scan's set from
+/// search to search, growing them when a call needs more: searches of 1, 16, 1,000 and again 1
+/// query on one handle give what fresh handles give, bit for bit; a repeated call of one size
+/// costs one submission and creates no buffer, set or pipeline; and after the growth, nprobe =
+/// nlist is still the exact search.
+#[test]
+fn one_handle_searches_any_query_count_as_fresh_handles_do() {
+    let ctx = ctx();
+    let t = fortunes(1200);
+    let d = t.d();
+    // Queries near the rows (each row nudged), 1,000 of them.
+    let q: Vec<f32> = (0..1000)
+        .flat_map(|i| {
+            let r = t.row((i * 7) % t.n());
+            r.iter()
+                .enumerate()
+                .map(move |(j, &v)| v + ((i + j) % 5) as f32 * 1e-3)
+        })
+        .collect();
+    let m = Metric::Cosine;
+    let ko = KnnOptions {
+        k: 10,
+        metric: m,
+        ..KnnOptions::default()
+    };
+    let build = || {
+        let mut ix = IvfFlat::new(&ctx, d, &opts(12, m, Precision::Fp32)).unwrap();
+        ix.train(&t).unwrap();
+        ix.add(&t).unwrap();
+        ix
+    };
+    let s = IvfSearch::new(4, ko.clone());
+    let mut one = build();
+    let mut first = None;
+    for nq in [1, 16, 1000, 1] {
+        let qs = &q[..nq * d];
+        let (got, rep) = one.search(qs, d, &s).unwrap();
+        let (fresh, _) = build().search(qs, d, &s).unwrap();
+        assert_same(&got, &fresh, &format!("{nq} queries on one handle"));
+        // Again at this size: nothing made, one submission (where the scan is one).
+        let (again, rep2) = one.search(qs, d, &s).unwrap();
+        assert_same(&again, &fresh, &format!("{nq} queries again"));
+        let o = rep2.host_ops;
+        assert_eq!(
+            (o.buffers, o.descriptor_sets, o.pipelines),
+            (0, 0, 0),
+            "{nq}: {o:?}"
+        );
+        // One query tile of the coarse search holds them all: its probes stay on the device.
+        assert!(rep.probes_on_device, "{nq} queries");
+        if rep2.scan_dispatches <= 64 {
+            assert_eq!(o.submissions, 1, "{nq} queries: {o:?}");
+        }
+        if nq == 1 {
+            match &first {
+                None => first = Some(got),
+                Some(f) => assert_same(&got, f, "1 query after 1,000"),
+            }
+        }
+    }
+    // The scratch grew to 1,000 queries: every list probed is still the exact search.
+    let dt = DeviceTable::upload(&ctx, &t, Precision::Fp32).unwrap();
+    let qs = &q[..40 * d];
+    let want = knn_flat(&dt, qs, d, &ko).unwrap();
+    let (got, _) = one.search(qs, d, &IvfSearch::new(12, ko.clone())).unwrap();
+    assert_same(&got, &want, "nprobe = nlist after the growth");
+    assert_clean(&ctx);
+}

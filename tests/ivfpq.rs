@@ -509,3 +509,44 @@ fn index_files_round_trip_and_corrupt_ones_are_refused() {
     assert!(!before.iter().any(|e| e.starts_with('.')), "{before:?}");
     assert_clean(&ctx);
 }
+
+/// One handle keeps its device buffers, the coarse search's scratch and the scan's set from
+/// search to search, growing them when a call needs more: ADC and re-ranked searches of 1, 16,
+/// 1,000 and again 1 query on one handle give what a fresh handle gives, bit for bit, and a
+/// repeated call of one size creates no buffer, set or pipeline.
+#[test]
+fn one_handle_searches_any_query_count_as_fresh_handles_do() {
+    let ctx = ctx();
+    let (n, d) = (600, 16);
+    let t = random_table(n, d, 61);
+    let q = random_table(1000, d, 62);
+    for metric in [Metric::L2, Metric::Cosine] {
+        let build = || {
+            let mut ix = IvfPq::new(&ctx, d, &opts(8, 4, metric, true)).unwrap();
+            ix.train(&t).unwrap();
+            ix.add(&t).unwrap();
+            ix
+        };
+        let mut one = build();
+        for nq in [1, 16, 1000, 1] {
+            let qs = &q.data()[..nq * d];
+            let mut fresh = build();
+            for kf in [1, 4] {
+                let s = search(&one, 10, 3, kf);
+                let what = format!("{metric:?} {nq} queries k_factor {kf}");
+                let (got, _) = one.search(qs, d, &s).unwrap();
+                let (want, _) = fresh.search(qs, d, &s).unwrap();
+                assert_same(&got, &want, &what);
+                let (again, rep) = one.search(qs, d, &s).unwrap();
+                assert_same(&again, &want, &what);
+                let o = rep.host_ops;
+                assert_eq!(
+                    (o.buffers, o.descriptor_sets, o.pipelines),
+                    (0, 0, 0),
+                    "{what}: {o:?}"
+                );
+            }
+        }
+    }
+    assert_clean(&ctx);
+}

@@ -24,10 +24,11 @@ use super::coarse::{index_rows, normalized, Coarse};
 use super::kmeans::{nearest, KMeans, KMeansOptions};
 use super::pq::ProductQuantizer;
 use super::pq_scan::PqSlab;
+use super::resident::{self, Resident};
 use super::{IvfSearch, IvfSearchReport, MAX_SCAN_K};
 use crate::device::Context;
 use crate::error::{Error, Result};
-use crate::knn::{check_queries, knn_flat, KnnOptions, KnnResult, Metric, NO_ID};
+use crate::knn::{check_queries, knn_flat, KnnOptions, KnnResult, Metric, Prepared, NO_ID};
 use crate::table::{Precision, Table};
 
 /// How an [`IvfPq`] is built.
@@ -71,6 +72,8 @@ pub struct IvfPq {
     /// Per id, its list and position there.
     pub(super) loc: Vec<(u32, u32)>,
     slab: Option<PqSlab>,
+    /// What a search keeps on the device for the next one (made by the first search).
+    resident: Option<Resident>,
 }
 
 impl IvfPq {
@@ -98,6 +101,7 @@ impl IvfPq {
             ntotal: 0,
             loc: Vec::new(),
             slab: None,
+            resident: None,
         })
     }
 
@@ -200,6 +204,7 @@ impl IvfPq {
             )));
         }
         let rows = index_rows(self.metric, table)?;
+        self.resident = None;
         let km = self.coarse.train(&self.ctx, &rows, &self.kmeans)?;
         let (res, _) = self.residuals(rows.data())?;
         self.pq = Some(ProductQuantizer::train(
@@ -309,23 +314,7 @@ impl IvfPq {
             metric: self.coarse_metric(),
             ..KnnOptions::default()
         };
-        let probes = knn_flat(coarse, rows, self.d, &copts)?;
-        let mut report = IvfSearchReport {
-            nprobe,
-            coarse_ns: probes.gpu_ns,
-            list_scan: true,
-            ..IvfSearchReport::default()
-        };
-        for &l in &probes.ids {
-            report.rows_scanned += self.lists[l as usize].ids.len() as u64;
-        }
         let ip = self.metric != Metric::L2;
-        let pr: Vec<(u32, f32)> = probes
-            .ids
-            .iter()
-            .zip(&probes.distances)
-            .map(|(&l, &dist)| (l as u32, if ip { dist } else { 0.0 }))
-            .collect();
         if self.slab.is_none() {
             let lists: Vec<(&[i64], &[u8])> = self
                 .lists
@@ -343,10 +332,130 @@ impl IvfPq {
             )?);
         }
         let slab = self.slab.as_ref().expect("built above");
-        let (keys, ids, ns) = slab.scan(rows, &pr, nprobe, kk, ip)?;
-        report.lists_ns = ns;
+        let mut report = IvfSearchReport {
+            nprobe,
+            list_scan: true,
+            ..IvfSearchReport::default()
+        };
+        // One submission where the coarse search's query tile holds every query: the queries'
+        // copy, the coarse k-NN and the packing of its probes and keys, the scan reading them
+        // there, and the results' copy into the read-back buffer — every buffer, the scratch
+        // and the set kept in the index from the last call. Otherwise the coarse results come
+        // back to the host first.
+        let mut device_probes = None;
+        let (keys, ids, probe_ids, plan_info) = 'scan: {
+            if nq == 0 {
+                break 'scan (Vec::new(), Vec::new(), Vec::new(), None);
+            }
+            if self.resident.is_none() {
+                self.resident = Some(Resident::new(&self.ctx)?);
+            }
+            let res = self.resident.as_mut().expect("made above");
+            let results = nq * kk;
+            let io = res.stage(
+                rows,
+                (2 * results * 4) as u64,
+                ((2 * results + nq * nprobe) * 4) as u64,
+            )?;
+            let resident::Io {
+                sub,
+                coarse: kept,
+                set: slot,
+                up,
+                queries: qbuf,
+                out: obuf,
+                down,
+                gen,
+                ctx,
+            } = io;
+            let Some(prep) = Prepared::new(coarse, qbuf, gen, nq, &copts, kept)? else {
+                break 'scan (Vec::new(), Vec::new(), Vec::new(), None);
+            };
+            if prep.ke() != nprobe {
+                break 'scan (Vec::new(), Vec::new(), Vec::new(), None);
+            }
+            let packed = prep.packed();
+            let mut singles = slab.bindings().to_vec();
+            singles.extend([(2, qbuf), (5, packed), (6, obuf), (7, packed)]);
+            let key = [gen, slab.serial, prep.scratch_gen()];
+            let set = resident::set_for(slot, ctx, key, &singles)?;
+            let dev = ctx.device();
+            let mut failed = None;
+            let before = |cb| unsafe {
+                resident::record_upload(dev, cb, up, qbuf, std::mem::size_of_val(rows) as u64);
+                if let Err(e) = prep.record(cb) {
+                    failed = Some(e);
+                }
+            };
+            let after = |cb| unsafe {
+                resident::record_readback(
+                    dev,
+                    cb,
+                    down,
+                    &[
+                        (obuf, 0, 0, (2 * results * 4) as u64),
+                        (
+                            packed,
+                            (nq * nprobe * 4) as u64,
+                            (2 * results * 4) as u64,
+                            (nq * nprobe * 4) as u64,
+                        ),
+                    ],
+                )
+            };
+            let (coarse_ns, lists_ns) = slab.record_scan(
+                sub,
+                set,
+                nq,
+                (nq * nprobe, 0),
+                nprobe,
+                kk,
+                ip,
+                Some(before),
+                Some(after),
+            )?;
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            (report.coarse_ns, report.lists_ns) = (coarse_ns, lists_ns);
+            device_probes = Some(prep.plan_info());
+            let w = resident::words(down, 0, 2 * results + nq * nprobe);
+            (
+                w[..results].iter().map(|&b| f32::from_bits(b)).collect(),
+                w[results..2 * results].to_vec(),
+                w[2 * results..].to_vec(),
+                device_probes,
+            )
+        };
+        let (keys, ids, probe_ids, plan_info) = match plan_info {
+            Some(info) => (keys, ids, probe_ids, info),
+            None => {
+                let probes = knn_flat(coarse, rows, self.d, &copts)?;
+                report.coarse_ns = probes.gpu_ns;
+                // The coarse key as the shaders keep it: minus the similarity for inner product.
+                let pr: Vec<(u32, f32)> = probes
+                    .ids
+                    .iter()
+                    .zip(&probes.distances)
+                    .map(|(&l, &dist)| (l as u32, if ip { -dist } else { dist }))
+                    .collect();
+                let (keys, ids, ns) = slab.scan(rows, &pr, nprobe, kk, ip)?;
+                report.lists_ns = ns;
+                let probe_ids = pr.iter().map(|p| p.0).collect();
+                (
+                    keys,
+                    ids,
+                    probe_ids,
+                    (probes.path, probes.subgroups, probes.query_tile),
+                )
+            }
+        };
+        report.probes_on_device = device_probes.is_some();
+        for &l in &probe_ids {
+            report.rows_scanned += self.lists[l as usize].ids.len() as u64;
+        }
         let (k, pad) = (s.knn.k, if ip { f32::NEG_INFINITY } else { f32::INFINITY });
-        let mut out = KnnResult::started(k, nq, probes.path, probes.subgroups, probes.query_tile);
+        let mut out = KnnResult::started(k, nq, plan_info.0, plan_info.1, plan_info.2);
         out.gpu_ns = report.coarse_ns + report.lists_ns;
         let best_of = |q: usize| -> Vec<(f32, u32)> {
             let cand = (0..kk)

@@ -13,10 +13,11 @@
 //! device's exact k-NN with k = nprobe), then **one dispatch** that scans, for every query, the
 //! rows of the lists it probes and keeps its k best (`scan.rs`, `shaders/ivf_scan.comp`: a
 //! workgroup a query, the lists in one slab interleaved by blocks of 32 rows, a sorted queue per
-//! invocation and a workgroup merge — Faiss GPU's IVF scan and block select). The queries go up
-//! once for both steps, the scan reads its probes where the coarse search left them on the
-//! device, recorded in the same submission, and the keys, ids and probes come back in one
-//! download. k ≤ [`MAX_SCAN_K`] and D ≤ [`MAX_SCAN_DIM`]; past them each probed list is searched
+//! invocation and a workgroup merge — Faiss GPU's IVF scan and block select). A search is one
+//! submission (`resident.rs`, IVF-PQ's alike): the queries' copy, the coarse search and the
+//! packing of its probes, the scan reading them there, and the copy of the keys, ids and probes
+//! into a read-back buffer, read once after one wait — with every buffer, the coarse scratch
+//! and the scan's descriptor set kept in the index from the last call. k ≤ [`MAX_SCAN_K`] and D ≤ [`MAX_SCAN_DIM`]; past them each probed list is searched
 //! by the exact k-NN with the queries that probe it and the per-list k-lists merged on the host.
 //!
 //! The slab is built on the first search; every list gets room to grow (a quarter more, at least
@@ -43,6 +44,7 @@ pub mod kmeans;
 pub mod pq;
 mod pq_file;
 mod pq_scan;
+mod resident;
 mod scan;
 mod shards;
 mod update;
@@ -59,8 +61,8 @@ use crate::device::{Context, HostOps};
 use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
 use crate::knn::{
-    check_queries, knn_flat, knn_resident, knn_resident_on_device, DeviceQueries, KnnOptions,
-    KnnResult, Metric, NO_ID,
+    check_queries, device_query_rows, knn_flat, knn_resident, DeviceQueries, KnnOptions, KnnResult,
+    Metric, Prepared, NO_ID,
 };
 use crate::table::{Precision, Table};
 use coarse::{index_rows, Coarse};
@@ -243,6 +245,8 @@ pub struct IvfFlat {
     slab: Option<scan::Slab>,
     /// Slab builds and in-place appends so far.
     slab_uploads: (usize, usize),
+    /// What a search keeps on the device for the next one (made by the first search).
+    resident: Option<resident::Resident>,
 }
 
 /// What [`IvfFlat::search`] did, beside its result.
@@ -292,6 +296,7 @@ impl IvfFlat {
             ntotal: 0,
             slab: None,
             slab_uploads: (0, 0),
+            resident: None,
         })
     }
 
@@ -358,10 +363,13 @@ impl IvfFlat {
             ));
         }
         let rows = index_rows(self.metric, table)?;
+        self.resident = None;
         self.coarse.train(&self.ctx, &rows, &self.kmeans)
     }
 
     pub(super) fn set_centroids(&mut self, c: Vec<f32>) -> Result<()> {
+        // The kept coarse scratch names the old centroids' table.
+        self.resident = None;
         self.coarse.set(&self.ctx, c)
     }
 
@@ -472,42 +480,97 @@ impl IvfFlat {
                 out.distances = vec![pad; nq * k];
                 return Ok((out, report));
             };
-            // The queries go up once: the coarse k-NN's and the scan's. Where the coarse
-            // results can stay on the device, the scan reads its probes there (recorded in the
-            // scan's submission after the packing of the coarse results).
-            let rows = DeviceQueries::upload(&self.ctx, queries, self.d, self.metric)?;
-            let dk = knn_resident_on_device(coarse, &rows, &copts)?.filter(|dk| dk.ke == nprobe);
-            let so = match &dk {
-                Some(dk) => {
-                    report.coarse_ns = dk.gpu_ns;
+            // One submission: the queries' copy, the coarse k-NN and the packing of its probes,
+            // the list scan reading them there, and the results' copy into the read-back buffer
+            // — every buffer, the scratch and the set kept in the index from the last call.
+            let rows = device_query_rows(queries, self.d, self.metric);
+            if self.resident.is_none() {
+                self.resident = Some(resident::Resident::new(&self.ctx)?);
+            }
+            let res = self.resident.as_mut().expect("made above");
+            let results = nq * k;
+            let io = res.stage(
+                &rows,
+                (2 * results * 4) as u64,
+                ((2 * results + nq * nprobe) * 4) as u64,
+            )?;
+            let resident::Io {
+                sub,
+                coarse: kept,
+                set: slot,
+                up,
+                queries: qbuf,
+                out: obuf,
+                down,
+                gen,
+                ctx,
+            } = io;
+            let so = match Prepared::new(coarse, qbuf, gen, nq, &copts, kept)? {
+                Some(prep) if prep.ke() == nprobe => {
                     report.probes_on_device = true;
-                    (out.path, out.subgroups, out.query_tile) = dk.plan_info();
-                    let dev = self.ctx.device();
-                    slab.scan(
-                        rows.buffer(),
+                    (out.path, out.subgroups, out.query_tile) = prep.plan_info();
+                    let packed = prep.packed();
+                    let mut singles = slab.bindings().to_vec();
+                    singles.extend([(2, qbuf), (5, packed), (6, obuf)]);
+                    let key = [gen, slab.serial, prep.scratch_gen()];
+                    let set = resident::set_for(slot, ctx, key, &singles)?;
+                    let dev = ctx.device();
+                    let mut failed = None;
+                    let before = |cb| unsafe {
+                        resident::record_upload(dev, cb, up, qbuf, (rows.len() * 4) as u64);
+                        if let Err(e) = prep.record(cb) {
+                            failed = Some(e);
+                        }
+                    };
+                    let after = |cb| unsafe {
+                        resident::record_readback(
+                            dev,
+                            cb,
+                            down,
+                            &[
+                                (obuf, 0, 0, (2 * results * 4) as u64),
+                                (
+                                    packed,
+                                    (nq * nprobe * 4) as u64,
+                                    (2 * results * 4) as u64,
+                                    (nq * nprobe * 4) as u64,
+                                ),
+                            ],
+                        )
+                    };
+                    let (coarse_ns, lists_ns, dispatches) = slab.record_scan(
+                        sub,
+                        set,
                         nq,
-                        scan::Probes::Device(dk.ids().0, dk.ids().1),
+                        nq * nprobe,
                         nprobe,
                         k,
                         self.metric,
-                        |cb| unsafe { dk.record_gather(dev, cb) },
-                    )?
+                        Some(before),
+                        Some(after),
+                    )?;
+                    if let Some(e) = failed {
+                        return Err(e);
+                    }
+                    report.coarse_ns = coarse_ns;
+                    let w = resident::words(down, 0, 2 * results + nq * nprobe);
+                    scan::ScanOut {
+                        keys: w[..results].iter().map(|&b| f32::from_bits(b)).collect(),
+                        ids: w[results..2 * results].to_vec(),
+                        probes: w[2 * results..].to_vec(),
+                        gpu_ns: lists_ns,
+                        dispatches,
+                    }
                 }
-                None => {
+                _ => {
+                    // The coarse search's results come back to the host, then the scan.
+                    let rows = DeviceQueries::upload(&self.ctx, queries, self.d, self.metric)?;
                     let probes = knn_resident(coarse, &rows, &copts)?;
                     report.coarse_ns = probes.gpu_ns;
                     (out.path, out.subgroups, out.query_tile) =
                         (probes.path, probes.subgroups, probes.query_tile);
                     let pr: Vec<u32> = probes.ids.iter().map(|&l| l as u32).collect();
-                    let mut so = slab.scan(
-                        rows.buffer(),
-                        nq,
-                        scan::Probes::Host(&pr),
-                        nprobe,
-                        k,
-                        self.metric,
-                        |_| {},
-                    )?;
+                    let mut so = slab.scan(rows.buffer(), nq, &pr, nprobe, k, self.metric)?;
                     so.probes = pr;
                     so
                 }

@@ -20,7 +20,7 @@
 use crate::device::{Buffer, Capabilities, Context};
 use crate::error::{Error, Result};
 use crate::spirv;
-use crate::submit::Set;
+use crate::submit::{Set, Submitter};
 use crate::table::Precision;
 
 use super::pq::PQ_KSUB;
@@ -45,6 +45,9 @@ struct PqScanPush {
     seed: u32,
     ip: u32,
     pq_at: u32,
+    probe_off: u32,
+    key_off: u32,
+    ids_off: u32,
 }
 
 /// The lists' codes on the device, with the coarse and PQ centroids.
@@ -59,6 +62,8 @@ pub(crate) struct PqSlab {
     row_id: Buffer,
     /// Rows of the longest list.
     max_len: usize,
+    /// Unique to this slab (what a descriptor set naming its buffers keys on).
+    pub serial: u64,
 }
 
 /// Shared memory bytes of the scan for D and M.
@@ -115,27 +120,43 @@ impl PqSlab {
             lists: ctx.upload("IVF-PQ list offsets", bytemuck::cast_slice(&offsets))?,
             row_id: ctx.upload("IVF-PQ row ids", bytemuck::cast_slice(&row_id))?,
             max_len,
+            serial: super::scan::next_serial(),
         })
     }
 
-    /// The k best `(key, id)` pairs of each query (`queries`: n × D, unit rows for cosine)
-    /// among the codes of the lists that `probes` names (`nprobe` a query, row-major), with
-    /// `bias` (q · c(list) for inner product, else unused) beside each probe; best first,
-    /// padded with (+∞, `u32::MAX`); and the GPU nanoseconds.
-    pub fn scan(
+    /// The slab's buffers as the scan binds them (0: codes, 1: centroids, 3: lists, 4: row
+    /// ids; the caller adds 2: queries, 5: probes, 6: results, 7: the probes' keys).
+    pub fn bindings(&self) -> [(u32, &Buffer); 4] {
+        [
+            (0, &self.codes),
+            (1, &self.cent),
+            (3, &self.lists),
+            (4, &self.row_id),
+        ]
+    }
+
+    /// Records and runs the scan of `nq` queries on `sub` with `set` (the slab's
+    /// [`PqSlab::bindings`], the query rows at 2 — n × D, unit rows for cosine —, the probed
+    /// lists at 5 from word `probe_off` and their coarse keys at 7 from word `key_off`, `nprobe`
+    /// a query, and the results at 6): the k best `(key, id)` pairs of each query among the
+    /// codes of its probed lists, best first, keys from word 0 and ids from word nq · k, padded
+    /// with (+∞, `u32::MAX`). `before` and `after` as in [`super::scan::record_list_scan`];
+    /// returns the GPU nanoseconds before the mark and after it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_scan(
         &self,
-        queries: &[f32],
-        probes: &[(u32, f32)],
+        sub: &mut Submitter,
+        set: ash::vk::DescriptorSet,
+        nq: usize,
+        (probe_off, key_off): (usize, usize),
         nprobe: usize,
         k: usize,
         ip: bool,
-    ) -> Result<(Vec<f32>, Vec<u32>, u64)> {
+        before: Option<impl FnOnce(ash::vk::CommandBuffer)>,
+        after: Option<impl FnOnce(ash::vk::CommandBuffer)>,
+    ) -> Result<(u64, u64)> {
         let ctx = &self.ctx;
         let (d, m) = (self.d, self.m);
-        let nq = queries.len() / d;
-        if nq == 0 {
-            return Ok((Vec::new(), Vec::new(), 0));
-        }
         let caps = ctx.caps();
         let shared = shared_bytes(d, m);
         if shared > caps.shared_memory_bytes as usize {
@@ -152,36 +173,15 @@ impl PqSlab {
             Precision::Fp32,
             &[SCAN_WG as u32, bs_k as u32, m as u32, d as u32],
         )?;
-        let pr: Vec<u32> = probes.iter().flat_map(|&(l, b)| [l, b.to_bits()]).collect();
-        let qbuf = ctx.upload("IVF-PQ queries", bytemuck::cast_slice(queries))?;
-        let pbuf = ctx.upload("IVF-PQ probes", bytemuck::cast_slice(&pr))?;
-        let out_bytes = (nq * k * 4) as u64;
-        let out_key = Buffer::storage(ctx, "IVF-PQ keys", out_bytes)?;
-        let out_id = Buffer::storage(ctx, "IVF-PQ ids", out_bytes)?;
-        let set = Set::new(
-            ctx,
-            &[
-                (0, &self.codes),
-                (1, &self.cent),
-                (2, &qbuf),
-                (3, &self.lists),
-                (4, &self.row_id),
-                (5, &pbuf),
-                (6, &out_key),
-                (7, &out_id),
-            ],
-            &[],
-        )?;
-        let none = None::<fn(ash::vk::CommandBuffer)>;
-        let (gpu_ns, _) = record_list_scan(
-            ctx,
+        let (before_ns, ns, _) = record_list_scan(
+            sub,
             "IVF-PQ list scan",
             &pipe,
-            set.set,
+            set,
             nq,
             &steps,
-            none,
-            none,
+            before,
+            after,
             |q0, (p0, p1, r0, r1), seed| PqScanPush {
                 q0: q0 as u32,
                 nprobe: nprobe as u32,
@@ -193,20 +193,65 @@ impl PqSlab {
                 seed: seed as u32,
                 ip: ip as u32,
                 pq_at: (self.nlist * d) as u32,
+                probe_off: probe_off as u32,
+                key_off: key_off as u32,
+                ids_off: (nq * k) as u32,
             },
         )?;
-        drop(set);
-        let keys = ctx
-            .download(&out_key, 0, out_bytes)?
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        Ok((before_ns, ns))
+    }
+
+    /// [`PqSlab::record_scan`] with the probes from the host — each (list, the coarse key as
+    /// the shaders keep it: minus q · c(list) for inner product) — for the queries in
+    /// `queries` (n × D): its own buffers, set and submitter, then a download. The keys, the
+    /// ids and the GPU nanoseconds.
+    pub fn scan(
+        &self,
+        queries: &[f32],
+        probes: &[(u32, f32)],
+        nprobe: usize,
+        k: usize,
+        ip: bool,
+    ) -> Result<(Vec<f32>, Vec<u32>, u64)> {
+        let ctx = &self.ctx;
+        let nq = queries.len() / self.d;
+        if nq == 0 {
+            return Ok((Vec::new(), Vec::new(), 0));
+        }
+        // The lists, then their keys.
+        let pr: Vec<u32> = probes
+            .iter()
+            .map(|p| p.0)
+            .chain(probes.iter().map(|p| p.1.to_bits()))
             .collect();
-        let ids = ctx
-            .download(&out_id, 0, out_bytes)?
+        let qbuf = ctx.upload("IVF-PQ queries", bytemuck::cast_slice(queries))?;
+        let pbuf = ctx.upload("IVF-PQ probes", bytemuck::cast_slice(&pr))?;
+        let results = nq * k;
+        let out = Buffer::storage(ctx, "IVF-PQ results", (2 * results * 4) as u64)?;
+        let mut singles = self.bindings().to_vec();
+        singles.extend([(2, &qbuf), (5, &pbuf), (6, &out), (7, &pbuf)]);
+        let set = Set::new(ctx, &singles, &[])?;
+        let mut sub = Submitter::new(ctx)?;
+        let none = None::<fn(ash::vk::CommandBuffer)>;
+        let (_, gpu_ns) = self.record_scan(
+            &mut sub,
+            set.set,
+            nq,
+            (0, probes.len()),
+            nprobe,
+            k,
+            ip,
+            none,
+            none,
+        )?;
+        drop(set);
+        let w: Vec<u32> = ctx
+            .download(&out, 0, (2 * results * 4) as u64)?
             .chunks_exact(4)
             .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect();
-        Ok((keys, ids, gpu_ns))
+        let keys = w[..results].iter().map(|&b| f32::from_bits(b)).collect();
+        Ok((keys, w[results..].to_vec(), gpu_ns))
     }
 }
 

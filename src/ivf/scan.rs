@@ -78,10 +78,18 @@ pub(crate) struct Slab {
     row_id: Buffer,
     /// Rows of the longest list.
     max_len: usize,
+    /// Unique to this slab (what a descriptor set naming its buffers keys on).
+    pub serial: u64,
     /// Per list: its first slab row, its rows on the device, the rows reserved for it.
     at: Vec<usize>,
     len: Vec<usize>,
     cap: Vec<usize>,
+}
+
+/// A number no slab had before (for the sets that name a slab's buffers).
+pub(crate) fn next_serial() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Whether the list scan takes a search of `k` results in dimension `d`.
@@ -157,6 +165,7 @@ impl Slab {
             lists: ctx.upload("IVF list offsets", bytemuck::cast_slice(&words))?,
             row_id: ctx.upload("IVF row ids", bytemuck::cast_slice(&row_id))?,
             max_len: len.iter().copied().max().unwrap_or(0),
+            serial: next_serial(),
             at,
             len,
             cap,
@@ -230,27 +239,40 @@ impl Slab {
         Ok(true)
     }
 
-    /// The k best `(key, id)` pairs of each of the `nq` queries in `queries` (the device's
-    /// query rows: unit rows for cosine) among the rows of the lists `probes` names (`nprobe` a
-    /// query), best first, padded with (+∞, `u32::MAX`) — see [`ScanOut`]. One submission on a
-    /// GPU (with `before` recorded first, after which a barrier), one download.
+    /// The slab's buffers as the list scan binds them (0: rows, 1: inverse norms, 3: lists,
+    /// 4: row ids; the caller adds 2: queries, 5: probes, 6: results).
+    pub fn bindings(&self) -> [(u32, &Buffer); 4] {
+        [
+            (0, &self.data),
+            (1, &self.inv_norm),
+            (3, &self.lists),
+            (4, &self.row_id),
+        ]
+    }
+
+    /// Records and runs the list scan of `nq` queries on `sub` with `set` (the slab's
+    /// [`Slab::bindings`], the query rows at 2 — unit rows for cosine —, the probes at 5 from
+    /// word `probe_off`, `nprobe` a query, and the results at 6): the k best `(key, id)` pairs
+    /// of each query among the rows of its probed lists, best first, keys from word 0 and ids
+    /// from word nq · k, padded with (+∞, `u32::MAX`). `before` is recorded at the head of the
+    /// first submission (then the submitter's mark and a barrier), `after` at the end of the
+    /// last: one submission on a GPU. Returns the GPU nanoseconds before the mark and after it,
+    /// and the dispatches.
     #[allow(clippy::too_many_arguments)]
-    pub fn scan(
+    pub fn record_scan(
         &self,
-        queries: &Buffer,
+        sub: &mut Submitter,
+        set: ash::vk::DescriptorSet,
         nq: usize,
-        probes: Probes<'_>,
+        probe_off: usize,
         nprobe: usize,
         k: usize,
         metric: Metric,
-        before: impl FnOnce(ash::vk::CommandBuffer),
-    ) -> Result<ScanOut> {
+        before: Option<impl FnOnce(ash::vk::CommandBuffer)>,
+        after: Option<impl FnOnce(ash::vk::CommandBuffer)>,
+    ) -> Result<(u64, u64, usize)> {
         let ctx = &self.ctx;
         let d = self.d;
-        let mut res = ScanOut::default();
-        if nq == 0 {
-            return Ok(res);
-        }
         let bs_k = k.next_power_of_two();
         let (wg, ilp) = shape();
         let steps = dispatches(ctx.caps(), wg, d, k, bs_k, nprobe, self.max_len)?;
@@ -259,48 +281,15 @@ impl Slab {
             self.precision,
             &[wg as u32, bs_k as u32, ilp as u32],
         )?;
-        let uploaded;
-        let (pbuf, probe_off, copy_probes) = match probes {
-            Probes::Host(p) => {
-                uploaded = ctx.upload("IVF probes", bytemuck::cast_slice(p))?;
-                (&uploaded, 0, false)
-            }
-            Probes::Device(b, off) => (b, off, true),
-        };
-        // keys | ids | (device probes) the probes, for one download.
         let results = nq * k;
-        let words = 2 * results + if copy_probes { nq * nprobe } else { 0 };
-        let out = Buffer::storage(ctx, "IVF results", (words * 4) as u64)?;
-        let set = Set::new(
-            ctx,
-            &[
-                (0, &self.data),
-                (1, &self.inv_norm),
-                (2, queries),
-                (3, &self.lists),
-                (4, &self.row_id),
-                (5, pbuf),
-                (6, &out),
-            ],
-            &[],
-        )?;
-        let dev = ctx.device();
-        let after = copy_probes.then_some(|cb| unsafe {
-            let region = ash::vk::BufferCopy::default()
-                .src_offset((probe_off * 4) as u64)
-                .dst_offset((2 * results * 4) as u64)
-                .size((nq * nprobe * 4) as u64);
-            compute_to_copy(dev, cb);
-            dev.cmd_copy_buffer(cb, pbuf.buffer, out.buffer, &[region]);
-        });
-        (res.gpu_ns, res.dispatches) = record_list_scan(
-            ctx,
+        record_list_scan(
+            sub,
             "IVF list scan",
             &pipe,
-            set.set,
+            set,
             nq,
             &steps,
-            Some(before),
+            before,
             after,
             |q0, (p0, p1, r0, r1), seed| ScanPush {
                 dim: d as u32,
@@ -316,18 +305,46 @@ impl Slab {
                 probe_off: probe_off as u32,
                 ids_off: results as u32,
             },
-        )?;
+        )
+    }
+
+    /// [`Slab::record_scan`] with probes from the host (`nprobe` a query): its own buffers,
+    /// set and submitter, then a download — the path where the coarse search's results come
+    /// back to the host first.
+    #[allow(clippy::too_many_arguments)]
+    pub fn scan(
+        &self,
+        queries: &Buffer,
+        nq: usize,
+        probes: &[u32],
+        nprobe: usize,
+        k: usize,
+        metric: Metric,
+    ) -> Result<ScanOut> {
+        let ctx = &self.ctx;
+        let mut res = ScanOut::default();
+        if nq == 0 {
+            return Ok(res);
+        }
+        let pbuf = ctx.upload("IVF probes", bytemuck::cast_slice(probes))?;
+        let results = nq * k;
+        let out = Buffer::storage(ctx, "IVF results", (2 * results * 4) as u64)?;
+        let mut singles = self.bindings().to_vec();
+        singles.extend([(2, queries), (5, &pbuf), (6, &out)]);
+        let set = Set::new(ctx, &singles, &[])?;
+        let mut sub = Submitter::new(ctx)?;
+        let none = None::<fn(ash::vk::CommandBuffer)>;
+        let (_, ns, dispatches) =
+            self.record_scan(&mut sub, set.set, nq, 0, nprobe, k, metric, none, none)?;
+        (res.gpu_ns, res.dispatches) = (ns, dispatches);
         drop(set);
         let w: Vec<u32> = ctx
-            .download(&out, 0, (words * 4) as u64)?
+            .download(&out, 0, (2 * results * 4) as u64)?
             .chunks_exact(4)
             .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect();
         res.keys = w[..results].iter().map(|&b| f32::from_bits(b)).collect();
         res.ids = w[results..2 * results].to_vec();
-        if copy_probes {
-            res.probes = w[2 * results..].to_vec();
-        }
         Ok(res)
     }
 }
@@ -335,15 +352,18 @@ impl Slab {
 /// A list scan's dispatches `(p0, p1, r0, r1)`: probe ranks [p0, p1) and rows [r0, r1).
 pub(crate) type Step = (usize, usize, usize, usize);
 
-/// Records and runs a list scan's dispatches, the IVF-Flat and IVF-PQ scans alike: one
-/// workgroup a query, tiles of [`QUERY_TILE`] queries, the `steps` in submissions of at most 64
-/// with a barrier between dispatches, each with the push constants `push(q0, step, seed)` makes
-/// (`seed`: the dispatch carries on from the k best of the one before, every one but the first
-/// of a tile). `before` is recorded at the head of the first submission (a barrier after it),
-/// `after` at the end of the last. Returns the GPU nanoseconds and the dispatches.
+/// Records and runs a list scan's dispatches on `sub`, the IVF-Flat and IVF-PQ scans alike:
+/// one workgroup a query, tiles of [`QUERY_TILE`] queries, the `steps` in submissions of at
+/// most 64 with a barrier between dispatches, each with the push constants `push(q0, step,
+/// seed)` makes (`seed`: the dispatch carries on from the k best of the one before, every one
+/// but the first of a tile). `before` is recorded at the head of the first submission, then
+/// the submitter's mark (see [`Submitter::with_mark`]) and a barrier; every later submission
+/// writes the mark first; `after` is recorded at the end of the last. Returns the GPU
+/// nanoseconds before the marks and after them (all after them for a submitter without marks)
+/// and the dispatches.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn record_list_scan<P: bytemuck::Pod>(
-    ctx: &Context,
+    sub: &mut Submitter,
     label: &str,
     pipe: &Pipeline,
     set: ash::vk::DescriptorSet,
@@ -352,19 +372,24 @@ pub(crate) fn record_list_scan<P: bytemuck::Pod>(
     before: Option<impl FnOnce(ash::vk::CommandBuffer)>,
     after: Option<impl FnOnce(ash::vk::CommandBuffer)>,
     push: impl Fn(usize, Step, bool) -> P,
-) -> Result<(u64, usize)> {
-    let mut sub = Submitter::new(ctx)?;
+) -> Result<(u64, u64, usize)> {
+    let ctx = sub.context().clone();
     let dev = ctx.device();
+    let mark = sub.mark();
     let (mut before, mut after) = (before, after);
-    let (mut gpu_ns, mut count) = (0, 0);
+    let (mut before_ns, mut gpu_ns, mut count) = (0, 0, 0);
     // All the dispatches in one submission on a GPU (one); groups of them on a capped device.
     for q0 in (0..nq).step_by(QUERY_TILE) {
         let qn = QUERY_TILE.min(nq - q0);
         for (g, group) in steps.chunks(64).enumerate() {
-            gpu_ns += sub.run(label, |cb| unsafe {
-                if let Some(f) = before.take() {
-                    f(cb);
-                    barrier(dev, cb);
+            let ns = sub.run(label, |cb| unsafe {
+                match before.take() {
+                    Some(f) => {
+                        f(cb);
+                        mark.write(dev, cb);
+                        barrier(dev, cb);
+                    }
+                    None => mark.write(dev, cb),
                 }
                 for (i, &step) in group.iter().enumerate() {
                     if i > 0 {
@@ -381,34 +406,13 @@ pub(crate) fn record_list_scan<P: bytemuck::Pod>(
                     }
                 }
             })?;
+            let m = sub.mark_ns().min(ns);
+            before_ns += m;
+            gpu_ns += ns - m;
             count += group.len();
         }
     }
-    Ok((gpu_ns, count))
-}
-
-/// Shader reads and writes before → a copy after that reads and writes.
-unsafe fn compute_to_copy(dev: &ash::Device, cb: ash::vk::CommandBuffer) {
-    use ash::vk::{AccessFlags as A, PipelineStageFlags as S};
-    let mb = [ash::vk::MemoryBarrier::default()
-        .src_access_mask(A::SHADER_WRITE | A::SHADER_READ)
-        .dst_access_mask(A::TRANSFER_READ | A::TRANSFER_WRITE)];
-    dev.cmd_pipeline_barrier(
-        cb,
-        S::COMPUTE_SHADER,
-        S::TRANSFER,
-        ash::vk::DependencyFlags::empty(),
-        &mb,
-        &[],
-        &[],
-    );
-}
-
-/// Where a scan's probes are: on the host, or in a device buffer from a word offset (the coarse
-/// k-NN's packed ids).
-pub(crate) enum Probes<'a> {
-    Host(&'a [u32]),
-    Device(&'a Buffer, usize),
+    Ok((before_ns, gpu_ns, count))
 }
 
 /// What [`Slab::scan`] returns.
@@ -418,7 +422,7 @@ pub(crate) struct ScanOut {
     pub keys: Vec<f32>,
     /// `nq × k` ids (`u32::MAX` padding).
     pub ids: Vec<u32>,
-    /// The probes read from the device (`nq × nprobe`; empty for host probes).
+    /// The probes (`nq × nprobe`).
     pub probes: Vec<u32>,
     /// GPU nanoseconds.
     pub gpu_ns: u64,

@@ -68,13 +68,21 @@ impl Pipelines {
     }
 }
 
+/// Where a [`Launch`] puts its commands: submitted (and waited for) group by group, or recorded
+/// into a command buffer another caller submits (a barrier before each group, as a submission
+/// starts with one).
+pub(super) enum Sink<'a> {
+    Submit(&'a std::cell::RefCell<Submitter>),
+    Record(vk::CommandBuffer),
+}
+
 /// One query tile's recording context: the plan, the pipelines, the scratch's descriptor set,
-/// the submitter, and the tile's first query and size.
+/// the sink, and the tile's first query and size.
 pub(super) struct Launch<'a> {
     pub plan: &'a Plan,
     pub pipes: &'a Pipelines,
     pub set: vk::DescriptorSet,
-    pub sub: &'a std::cell::RefCell<Submitter>,
+    pub sub: Sink<'a>,
     pub dev: &'a ash::Device,
     /// The metric's shader code.
     pub metric: u32,
@@ -135,8 +143,16 @@ impl Launch<'_> {
         self.dev.cmd_dispatch(cb, groups.0, groups.1, 1);
     }
 
-    /// Records `f`, submits and waits; GPU nanoseconds.
+    /// Records `f`, submits and waits; GPU nanoseconds. Recording into another caller's
+    /// command buffer: a barrier, then `f`; 0 ns (the caller times its submission).
     pub fn run(&self, what: &str, f: impl FnOnce(vk::CommandBuffer)) -> Result<u64> {
-        self.sub.borrow_mut().run(what, f)
+        match &self.sub {
+            Sink::Submit(sub) => sub.borrow_mut().run(what, f),
+            Sink::Record(cb) => {
+                unsafe { crate::submit::barrier(self.dev, *cb) };
+                f(*cb);
+                Ok(0)
+            }
+        }
     }
 }

@@ -85,7 +85,8 @@ use crate::error::{Error, Result};
 pub use crate::metric::Metric;
 use crate::submit::Submitter;
 use crate::table::Table;
-use launch::{Launch, Pipelines};
+use launch::{Launch, Pipelines, Sink};
+pub(crate) use scratch::KeptScratch;
 use scratch::Scratch;
 
 /// The id of a padding entry (k > N).
@@ -403,7 +404,7 @@ fn run(
             plan,
             pipes,
             set: scratch.set.set,
-            sub: &sub,
+            sub: Sink::Submit(&sub),
             dev: ctx.device(),
             metric: metric.code(),
             q0,
@@ -537,95 +538,108 @@ impl<'q> Resident<'q> {
     }
 }
 
-/// The k best of every query of a [`knn_resident`] call left on the device: the ids, `ke` a
-/// query, best first (`u32::MAX` padding past N), at [`DeviceKnn::ids`] once
-/// [`DeviceKnn::record_gather`] has run — packed by `knn_gather.comp` where the scratch rows are
-/// longer than `ke`, the scratch itself where they are not. The IVF search reads its probes
-/// there.
-pub(crate) struct DeviceKnn<'q> {
-    scratch: Scratch<'q>,
-    pipes: Pipelines,
+/// A k-NN of query rows already on the device, planned and its scratch ready (kept from call
+/// to call, [`scratch::KeptScratch`]), to be recorded by [`Prepared::record`] into a command
+/// buffer the caller submits with what reads the results: no submission, no wait, no download
+/// of its own. The same shaders and plan as [`knn_resident`], so the same keys and ids bit for
+/// bit. Each query's `ke` best are packed on the device (`knn_gather.comp`): the keys (the
+/// shaders' keys: the distance, or minus the similarity) from word 0 of [`Prepared::packed`],
+/// the ids from word `nq · ke`, `ke` a query, row after row.
+pub(crate) struct Prepared<'a> {
+    table: DeviceTable,
     plan: plan::Plan,
-    side: push::Side,
-    /// Pairs kept a query.
-    pub ke: usize,
-    /// GPU nanoseconds of the search.
-    pub gpu_ns: u64,
+    pipes: Pipelines,
+    scratch: &'a Scratch<'static>,
+    metric: Metric,
+    nq: usize,
+    scratch_gen: u64,
 }
 
-impl DeviceKnn<'_> {
+impl<'a> Prepared<'a> {
+    /// The k-NN of the `nq` query rows in `queries` (as the shaders read them: unit rows for
+    /// cosine; `queries_gen` identifies the buffer, see [`scratch::KeptScratch`]) against
+    /// `table`, with the scratch `kept`. `None` where one query tile does not hold every query.
+    pub(crate) fn new(
+        table: &DeviceTable,
+        queries: &crate::device::Buffer,
+        queries_gen: u64,
+        nq: usize,
+        opts: &KnnOptions,
+        kept: &'a mut KeptScratch,
+    ) -> Result<Option<Prepared<'a>>> {
+        let ctx = table.context();
+        if opts.k == 0 || nq == 0 || opts.verify > 0 {
+            return Ok(None);
+        }
+        let mut plan = plan::plan(ctx.caps(), table.n(), table.d(), nq, opts)?;
+        if plan.query_tile < nq {
+            return Ok(None);
+        }
+        plan.query_tile = nq;
+        let pipes = Pipelines::new(ctx, table.precision(), &plan)?;
+        kept.get(table, &plan, queries, queries_gen)?;
+        let scratch_gen = kept.gen;
+        let scratch = kept.scratch.as_ref().expect("made by get");
+        Ok(Some(Prepared {
+            table: table.clone(),
+            plan,
+            pipes,
+            scratch,
+            metric: opts.metric,
+            nq,
+            scratch_gen,
+        }))
+    }
+
+    /// The kept scratch's generation (see [`KeptScratch`]).
+    pub(crate) fn scratch_gen(&self) -> u64 {
+        self.scratch_gen
+    }
+
+    /// Pairs kept a query.
+    pub(crate) fn ke(&self) -> usize {
+        self.plan.ke
+    }
+
+    /// Where the packed results will be.
+    pub(crate) fn packed(&self) -> &'a crate::device::Buffer {
+        self.scratch.packed().expect("a kept scratch packs")
+    }
+
     /// The search's path, whether subgroups ran, and its query tile (as in [`KnnResult`]).
     pub(crate) fn plan_info(&self) -> (KnnPath, bool, usize) {
         (self.plan.path, self.plan.subgroups, self.plan.query_tile)
     }
 
-    /// Where the ids are once [`DeviceKnn::record_gather`] has run: a buffer and the word
-    /// where query 0's start, `ke` a query, row after row.
-    pub(crate) fn ids(&self) -> (&crate::device::Buffer, usize) {
-        match self.scratch.packed() {
-            Some(p) => (p, self.plan.query_tile * self.ke),
-            None => (self.scratch.ids(self.side), 0),
-        }
-    }
-
-    /// Records the packing of the results (nothing where the rows are already `ke` long).
+    /// Records the search and the packing of its results into `cb` (a barrier first).
     ///
     /// # Safety
-    /// `cb` is recording.
-    pub(crate) unsafe fn record_gather(&self, dev: &ash::Device, cb: ash::vk::CommandBuffer) {
-        if self.scratch.packed().is_some() {
-            let nq = self.plan.query_tile;
-            self.scratch
-                .record_gather(dev, cb, &self.pipes.gather, &self.plan, self.side, nq);
-        }
+    /// `cb` is recording; the queries, the table and the kept scratch outlive its execution.
+    pub(crate) unsafe fn record(&self, cb: ash::vk::CommandBuffer) -> Result<()> {
+        let dev = self.table.context().device();
+        let l = Launch {
+            plan: &self.plan,
+            pipes: &self.pipes,
+            set: self.scratch.set.set,
+            sub: Sink::Record(cb),
+            dev,
+            metric: self.metric.code(),
+            q0: 0,
+            qn: self.nq,
+        };
+        let (_, side) = match self.plan.path {
+            KnnPath::WarpSelect { fused, .. } => warp::record(&l, fused)?,
+            KnnPath::Select { chunk } => select::record(&l, chunk)?,
+            KnnPath::FullRanking { padded } => full::record(&l, padded)?,
+        };
+        crate::submit::barrier(dev, cb);
+        self.scratch
+            .record_gather(dev, cb, &self.pipes.gather, &self.plan, side, self.nq);
+        Ok(())
     }
 }
 
-/// [`knn_resident`] with the results left on the device ([`DeviceKnn`]) — where one query tile
-/// holds every query and the results are packed or already `ke` a row; `None` otherwise (the
-/// caller then runs [`knn_resident`]).
-pub(crate) fn knn_resident_on_device<'q>(
-    table: &DeviceTable,
-    queries: &'q DeviceQueries,
-    opts: &KnnOptions,
-) -> Result<Option<DeviceKnn<'q>>> {
-    let ctx = table.context();
-    if queries.d != table.d() || queries.metric != opts.metric || opts.k == 0 || queries.nq == 0 {
-        return Ok(None);
-    }
-    let mut plan = plan::plan(ctx.caps(), table.n(), table.d(), queries.nq, opts)?;
-    if plan.query_tile < queries.nq {
-        return Ok(None);
-    }
-    plan.query_tile = queries.nq;
-    let scratch = Scratch::with_queries(table, &plan, &queries.buf)?;
-    if scratch.packed().is_none() && plan.stride != plan.ke {
-        return Ok(None);
-    }
-    let pipes = Pipelines::new(ctx, table.precision(), &plan)?;
-    let sub = std::cell::RefCell::new(Submitter::new(ctx)?);
-    let l = Launch {
-        plan: &plan,
-        pipes: &pipes,
-        set: scratch.set.set,
-        sub: &sub,
-        dev: ctx.device(),
-        metric: opts.metric.code(),
-        q0: 0,
-        qn: queries.nq,
-    };
-    let (gpu_ns, side) = match plan.path {
-        KnnPath::WarpSelect { fused, .. } => warp::record(&l, fused)?,
-        KnnPath::Select { chunk } => select::record(&l, chunk)?,
-        KnnPath::FullRanking { padded } => full::record(&l, padded)?,
-    };
-    drop(sub);
-    Ok(Some(DeviceKnn {
-        ke: plan.ke,
-        scratch,
-        pipes,
-        plan,
-        side,
-        gpu_ns,
-    }))
+/// The query rows as the k-NN shaders read them for `metric` (unit rows for cosine).
+pub(crate) fn device_query_rows(queries: &[f32], d: usize, metric: Metric) -> Vec<f32> {
+    scratch::query_rows(queries, d, metric)
 }

@@ -39,6 +39,79 @@ pub(super) fn query_rows(queries: &[f32], d: usize, metric: Metric) -> Vec<f32> 
         .collect()
 }
 
+/// Whether a call of this plan packs its results on the device (`knn_gather.comp`).
+pub(super) fn packs(plan: &Plan) -> bool {
+    plan.ke <= GATHER_KE && plan.ke < plan.stride
+}
+
+/// The scratch bytes a plan needs: A's keys, A's ids, B's keys and ids, the packed results (0
+/// where they are not packed).
+fn sizes(plan: &Plan) -> [u64; 4] {
+    let (a_keys, a_ids, b) = plan.scratch_bytes();
+    let packed = if packs(plan) {
+        (2 * plan.query_tile * plan.ke * 4) as u64
+    } else {
+        0
+    };
+    [a_keys, a_ids, b, packed]
+}
+
+/// A scratch kept from call to call (an IVF index's coarse search): its buffers as large as the
+/// largest call's so far (grown to a power of two when a call needs more), its descriptor set
+/// written when they are allocated — not once a call. It names a queries buffer the owner keeps
+/// alive and identifies by a generation (a new one: the scratch is made again).
+#[derive(Default)]
+pub(crate) struct KeptScratch {
+    pub(super) scratch: Option<Scratch<'static>>,
+    bytes: [u64; 4],
+    queries_gen: u64,
+    /// Bumped each time the buffers are made again (what a set naming them keys on).
+    pub(crate) gen: u64,
+}
+
+impl KeptScratch {
+    /// The scratch for `plan`'s call with its queries in `queries` (generation `queries_gen`).
+    pub(super) fn get(
+        &mut self,
+        table: &DeviceTable,
+        plan: &Plan,
+        queries: &Buffer,
+        queries_gen: u64,
+    ) -> Result<()> {
+        // Always packed (what reads the results reads them there).
+        let mut need = sizes(plan);
+        need[3] = (2 * plan.query_tile * plan.ke * 4) as u64;
+        let fits = self.scratch.is_some()
+            && self.queries_gen == queries_gen
+            && need.iter().zip(&self.bytes).all(|(n, h)| n <= h);
+        if !fits {
+            // Drop the old buffers first (device memory is the scarce thing).
+            self.scratch = None;
+            let mut bytes = [0u64; 4];
+            for ((b, &n), &h) in bytes.iter_mut().zip(&need).zip(&self.bytes) {
+                *b = if n == 0 && h == 0 {
+                    0
+                } else {
+                    n.max(h).max(16).next_power_of_two()
+                };
+            }
+            // B (and A where it holds keys) may be at most as large as the device allows one
+            // binding to see: round up only within that.
+            let cap = table.context().caps().max_buffer_range;
+            for (b, &n) in bytes.iter_mut().zip(&need) {
+                if *b > cap {
+                    *b = n.max(16);
+                }
+            }
+            self.scratch = Some(Scratch::alloc_sized(table, &bytes, queries)?);
+            self.bytes = bytes;
+            self.queries_gen = queries_gen;
+            self.gen += 1;
+        }
+        Ok(())
+    }
+}
+
 /// The queries and the scratch of one query tile, bound in one descriptor set (bindings 0–6 of
 /// the k-NN shaders: table, inverse norms, queries, keys A, ids A, keys B, ids B; 7 the packed
 /// results where they are packed).
@@ -89,18 +162,24 @@ impl<'q> Scratch<'q> {
 
     /// The scratch buffers and the set naming `queries`, which the caller keeps alive.
     fn alloc(table: &DeviceTable, plan: &Plan, queries: &Buffer) -> Result<Scratch<'static>> {
+        Scratch::alloc_sized(table, &sizes(plan), queries)
+    }
+
+    /// [`Scratch::alloc`] with the buffers `bytes` long (A's keys, A's ids, B's keys and ids,
+    /// the packed results; 0: none packed).
+    fn alloc_sized(
+        table: &DeviceTable,
+        bytes: &[u64; 4],
+        queries: &Buffer,
+    ) -> Result<Scratch<'static>> {
         let ctx = table.context();
-        let (a_keys, a_ids, b) = plan.scratch_bytes();
+        let [a_keys, a_ids, b, packed_bytes] = *bytes;
         let keys_a = Buffer::storage(ctx, "k-NN keys A", a_keys)?;
         let ids_a = Buffer::storage(ctx, "k-NN ids A", a_ids)?;
         let keys_b = Buffer::storage(ctx, "k-NN keys B", b)?;
         let ids_b = Buffer::storage(ctx, "k-NN ids B", b)?;
-        let packed = if plan.ke <= GATHER_KE && plan.ke < plan.stride {
-            Some(Buffer::storage(
-                ctx,
-                "k-NN packed results",
-                (2 * plan.query_tile * plan.ke * 4) as u64,
-            )?)
+        let packed = if packed_bytes > 0 {
+            Some(Buffer::storage(ctx, "k-NN packed results", packed_bytes)?)
         } else {
             None
         };
@@ -127,14 +206,6 @@ impl<'q> Scratch<'q> {
             ids_b,
             packed,
         })
-    }
-
-    /// The ids buffer of `side`.
-    pub fn ids(&self, side: Side) -> &Buffer {
-        match side {
-            Side::A => &self.ids_a,
-            Side::B => &self.ids_b,
-        }
     }
 
     /// The packed results (`knn_gather.comp`'s output), when this scratch packs them.
