@@ -7,7 +7,7 @@ table, the same queries and the same exact ground truth (both written by bench_i
   python3 bench/ivf_peer.py --table FILE.f32|FILE.npy --dim D [--n N] --queries Q.f32 --gt GT.i32
       --k 10 --nlist L --nprobe 1,4,16 [--metric l2|ip|cosine] [--iters 20] [--seed 1234]
       [--train-max 256] [--threads T] [--json OUT.json] [--label NAME] [--pq M [--refine F]]
-      [--normalize]
+      [--normalize] [--latency NPROBE [--calls C]]
 
 cosine: rows and queries normalised, inner-product index (what bench_ivf's cosine index
 computes). Prints the k-means time and its final centroids' objective over all N rows (sum of
@@ -22,6 +22,10 @@ quantizer and k-means parameters for the coarse and the sub-quantizer k-means), 
 --normalize` is bench_ivf's cosine index as Faiss builds it with L2 (Faiss's inner-product IVF
 normalises its coarse centroids, spherical k-means; bench_ivf's cosine index keeps the means, as
 an L2 index of unit rows does, and IVF-PQ codes the residuals from those).
+
+--latency NPROBE: also one search call's wall time for 1 and for 16 queries (the first) at
+nprobe NPROBE (and re-ranked with --refine): median and 90th percentile over C calls (--calls,
+200) after 20 of warm-up, as bench_ivf --latency measures; `latency` in the json.
 
 --make-clustered writes a synthetic clustered table (N rows) and queries (Q rows) of dimension D:
 C centres uniform in [-1, 1)^D, every row a centre (chosen uniformly) plus N(0, 0.25^2) noise
@@ -86,6 +90,8 @@ def main():
     ap.add_argument("--pq", type=int, default=0)
     ap.add_argument("--refine", type=int, default=1)
     ap.add_argument("--normalize", action="store_true")
+    ap.add_argument("--latency", type=int, default=0)
+    ap.add_argument("--calls", type=int, default=200)
     a = ap.parse_args()
     if a.make_clustered:
         make_clustered(a.make_clustered, a.seed, a.out_table, a.out_queries)
@@ -156,11 +162,34 @@ def main():
                   f"1-R@1 {r1:.4f}  1-R@{a.k} {rk:.4f}  {a.k}-R@{a.k} {kk:.4f}")
             rows.append({"nprobe": npb, "k_factor": f, "wall_s": s, "qps": q.shape[0] / s,
                          "recall1": r1, "recall_at_k": rk, "k_recall": kk})
+    lat = []
+    if a.latency:
+        index.nprobe = a.latency
+        for f in factors:
+            if f > 1:
+                top.k_factor = f
+            search = top.search if f > 1 else index.search
+            for nq in (1, 16):
+                qs = np.ascontiguousarray(q[:nq])
+                for _ in range(20):
+                    search(qs, a.k)
+                walls = []
+                for _ in range(a.calls):
+                    t0 = time.perf_counter()
+                    search(qs, a.k)
+                    walls.append(time.perf_counter() - t0)
+                walls.sort()
+                med, p90 = walls[a.calls // 2], walls[min(a.calls * 9 // 10, a.calls - 1)]
+                what = f"faiss {'ivf-pq' if a.pq else 'ivf-flat'} nprobe {a.latency} k_factor {f}"
+                print(f"latency {what} {nq:>2} queries  wall median {med * 1e3:.3f} ms  "
+                      f"p90 {p90 * 1e3:.3f} ms")
+                lat.append({"search": what, "queries": nq, "calls": a.calls,
+                            "wall_median_s": med, "wall_p90_s": p90})
     res = {"label": a.label, "peer": "faiss-cpu " + faiss.__version__, "n": n, "dim": d,
            "index": "ivf-pq" if a.pq else "ivf-flat", "m": a.pq,
            "queries": int(q.shape[0]), "k": a.k, "metric": a.metric, "nlist": a.nlist,
            "kmeans_wall_s": km_s, "kmeans_objective_full": full_obj, "train_wall_s": train_s,
-           "add_wall_s": add_s, "search": rows}
+           "add_wall_s": add_s, "search": rows, "latency": lat}
     print("RESULT " + json.dumps(res))
     if a.json:
         with open(a.json, "w") as f:
