@@ -47,6 +47,7 @@ use crate::knn::{check_queries, knn_flat, KnnOptions, KnnResult, NO_ID};
 use crate::metric::Metric;
 use crate::table::{Precision, Table};
 use std::cmp::Ordering;
+use std::marker::PhantomData;
 use std::sync::Mutex;
 
 /// Open the devices that `spec` names, in its order, each as its own [`Context`]:
@@ -273,34 +274,75 @@ fn check_storable(table: &Table, precision: Precision) -> Result<()> {
     table.check_norms(precision)
 }
 
-/// A table split into contiguous row slices over several devices (Faiss's `IndexShards`; see
-/// the [module](self) documentation). Search with [`IndexShards::knn`].
-pub struct IndexShards {
-    shards: Vec<Option<DeviceTable>>,
+/// How a [`MultiIndex`] spreads one search over its devices: [`Rows`] ([`IndexShards`]) or
+/// [`Queries`] ([`IndexReplicas`]).
+pub trait Layout {
+    /// Each device holds a slice of the table's rows (else the whole table, and the queries
+    /// are split).
+    const SPLITS_ROWS: bool;
+}
+
+/// [`IndexShards`]' layout: contiguous row slices of the table, one per device.
+pub struct Rows;
+/// [`IndexReplicas`]' layout: the whole table on every device, contiguous query blocks.
+pub struct Queries;
+
+impl Layout for Rows {
+    const SPLITS_ROWS: bool = true;
+}
+impl Layout for Queries {
+    const SPLITS_ROWS: bool = false;
+}
+
+/// A table over several devices (see the [module](self) documentation), as [`IndexShards`]
+/// (row slices, Faiss's `IndexShards`) or [`IndexReplicas`] (the whole table everywhere, the
+/// queries split, Faiss's `IndexReplicas`). Search with [`MultiIndex::knn`].
+pub struct MultiIndex<L: Layout> {
+    /// Each device's table: its row slice (`None`: an empty slice) or the whole table.
+    tables: Vec<Option<DeviceTable>>,
     names: Vec<String>,
+    /// Each device's table rows (row slices; with whole tables, every entry is empty).
     ranges: Vec<(usize, usize)>,
+    /// The weights the queries are split by (whole tables).
+    weights: Option<Vec<f64>>,
     n: usize,
     d: usize,
     precision: Precision,
+    layout: PhantomData<L>,
 }
 
-impl IndexShards {
-    /// Upload the row slices of `table` at `precision`, one per context (all in parallel),
-    /// sized by `weights` (see [`split_ranges`]; `None` = equal). Values out of the fp16 range
-    /// and rows of a norm fp32 cannot handle exactly ([`crate::table::check_row_norms`]) are
-    /// refused before any upload, naming the table's row; a device's failure names the
-    /// device (its position in `ctxs` and its name).
+/// A table split into contiguous row slices over several devices (Faiss's `IndexShards`; see
+/// the [module](self) documentation).
+pub type IndexShards = MultiIndex<Rows>;
+
+/// The whole table on every device, the queries split between them (Faiss's
+/// `IndexReplicas`; see the [module](self) documentation).
+pub type IndexReplicas = MultiIndex<Queries>;
+
+impl<L: Layout> MultiIndex<L> {
+    /// Upload `table` at `precision`, one copy per context (all in parallel): its row slices
+    /// sized by `weights` ([`IndexShards`]), or the whole table, `weights` then sizing each
+    /// device's share of the queries ([`IndexReplicas`]); see [`split_ranges`], `None` =
+    /// equal. Bad weights, values out of the fp16 range and rows of a norm fp32 cannot handle
+    /// exactly ([`crate::table::check_row_norms`]) are refused before any upload, naming the
+    /// table's row; a device's failure names the device (its position in `ctxs` and its
+    /// name).
     pub fn new(
         ctxs: &[Context],
         table: &Table,
         precision: Precision,
         weights: Option<&[f64]>,
-    ) -> Result<IndexShards> {
+    ) -> Result<Self> {
         let (n, d) = (table.n(), table.d());
-        let ranges = split_ranges(n, ctxs.len(), weights)?;
+        // Whole tables: only the weights are checked here.
+        let rows = if L::SPLITS_ROWS { n } else { 0 };
+        let ranges = split_ranges(rows, ctxs.len(), weights)?;
         check_storable(table, precision)?;
         let names = names(ctxs);
-        let shards = parallel(ctxs, |i, ctx| -> Result<Option<DeviceTable>> {
+        let tables = parallel(ctxs, |i, ctx| -> Result<Option<DeviceTable>> {
+            if !L::SPLITS_ROWS {
+                return DeviceTable::upload(ctx, table, precision).map(Some);
+            }
             let (s, e) = ranges[i];
             if s == e {
                 return Ok(None);
@@ -308,15 +350,33 @@ impl IndexShards {
             let slice = Table::new(table.data()[s * d..e * d].to_vec(), e - s, d)?;
             DeviceTable::upload(ctx, &slice, precision).map(Some)
         });
-        let shards = first_error(shards, &names)?;
-        Ok(IndexShards {
-            shards,
+        let tables = first_error(tables, &names)?;
+        Ok(MultiIndex {
+            tables,
             names,
             ranges,
+            weights: weights.map(<[f64]>::to_vec),
             n,
             d,
             precision,
+            layout: PhantomData,
         })
+    }
+
+    /// [`MultiIndex::new`] and one [`MultiIndex::knn`]: upload, search, merge or concatenate.
+    /// Identical (ids and distance bits) to [`knn_flat`] on one device holding `table`. The
+    /// queries are checked before any upload.
+    pub fn knn_once(
+        ctxs: &[Context],
+        table: &Table,
+        precision: Precision,
+        queries: &[f32],
+        dim: usize,
+        opts: &KnnOptions,
+        weights: Option<&[f64]>,
+    ) -> Result<(KnnResult, MultiReport)> {
+        check_queries(table.d(), queries, dim, opts)?;
+        Self::new(ctxs, table, precision, weights)?.knn(queries, dim, opts)
     }
 
     /// Rows N of the whole table.
@@ -331,16 +391,14 @@ impl IndexShards {
     pub fn precision(&self) -> Precision {
         self.precision
     }
-    /// Each device's table rows `(start, end)` (empty: the device holds nothing).
-    pub fn ranges(&self) -> &[(usize, usize)] {
-        &self.ranges
-    }
 
-    /// k-NN of row-major `queries` (dimension `dim`) against the whole table: every device
-    /// searches its slice in its own thread, then the k-lists are merged on the host (ties to
-    /// the lowest global id, padding past N). Identical, ids and distance bits, to [`knn_flat`]
-    /// on one device holding the whole table. The result's `gpu_ns` is the maximum over the
-    /// devices; `path`, `subgroups` and `query_tile` are those of the first device that ran.
+    /// k-NN of row-major `queries` (dimension `dim`) against the whole table, every device in
+    /// its own thread. Row slices: every device searches its slice, then the k-lists are
+    /// merged on the host (ties to the lowest global id, padding past N). Whole tables:
+    /// contiguous query blocks, one per device, concatenated in order. Identical, ids and
+    /// distance bits, to [`knn_flat`] on one device holding the whole table. The result's
+    /// `gpu_ns` is the maximum over the devices; `path`, `subgroups` and `query_tile` are
+    /// those of the first device that ran.
     ///
     /// [`knn_flat`]: crate::knn::knn_flat
     pub fn knn(
@@ -350,72 +408,19 @@ impl IndexShards {
         opts: &KnnOptions,
     ) -> Result<(KnnResult, MultiReport)> {
         let nq = check_queries(self.d, queries, dim, opts)?;
-        let parts = parallel(&self.shards, |_, shard| match shard {
-            None => Ok(None),
-            Some(dt) => knn_flat(dt, queries, dim, opts).map(Some),
-        });
-        let parts = first_error(parts, &self.names)?;
-        let report = MultiReport::of(&parts, |r| r.gpu_ns, self.ranges.clone());
-        let ran = shard_results(&parts, &self.ranges, |r| r);
-        // N ≥ 1: some slice is not empty. Every shard checked the same queries against its own
-        // rows.
-        let verified = ran.iter().map(|(_, p)| p.verified).min().unwrap_or(0);
-        Ok((merged(&ran, nq, opts, &report, verified), report))
-    }
-}
-
-/// The whole table on every device, the queries split between them (Faiss's
-/// `IndexReplicas`; see the [module](self) documentation). Search with [`IndexReplicas::knn`].
-pub struct IndexReplicas {
-    tables: Vec<DeviceTable>,
-    names: Vec<String>,
-    weights: Option<Vec<f64>>,
-}
-
-impl IndexReplicas {
-    /// Upload `table` at `precision` to every context (in parallel). `weights` (one per
-    /// context, see [`split_ranges`]; `None` = equal) size each device's share of the queries.
-    /// A device's failure names the device.
-    pub fn new(
-        ctxs: &[Context],
-        table: &Table,
-        precision: Precision,
-        weights: Option<&[f64]>,
-    ) -> Result<IndexReplicas> {
-        split_ranges(0, ctxs.len(), weights)?; // checks the weights
-        check_storable(table, precision)?;
-        let names = names(ctxs);
-        let tables = parallel(ctxs, |_, ctx| DeviceTable::upload(ctx, table, precision));
-        let tables = first_error(tables, &names)?;
-        Ok(IndexReplicas {
-            tables,
-            names,
-            weights: weights.map(<[f64]>::to_vec),
-        })
-    }
-
-    /// Rows N.
-    pub fn n(&self) -> usize {
-        self.tables[0].n()
-    }
-    /// Dimension D.
-    pub fn d(&self) -> usize {
-        self.tables[0].d()
-    }
-
-    /// k-NN of row-major `queries` (dimension `dim`): contiguous query blocks, one per device,
-    /// searched in parallel threads, concatenated in order. Identical to [`knn_flat`] on one
-    /// device. `gpu_ns` is the maximum over the devices; `path`, `subgroups` and `query_tile`
-    /// are the first device's that ran.
-    ///
-    /// [`knn_flat`]: crate::knn::knn_flat
-    pub fn knn(
-        &self,
-        queries: &[f32],
-        dim: usize,
-        opts: &KnnOptions,
-    ) -> Result<(KnnResult, MultiReport)> {
-        let nq = check_queries(self.d(), queries, dim, opts)?;
+        if L::SPLITS_ROWS {
+            let parts = parallel(&self.tables, |_, shard| match shard {
+                None => Ok(None),
+                Some(dt) => knn_flat(dt, queries, dim, opts).map(Some),
+            });
+            let parts = first_error(parts, &self.names)?;
+            let report = MultiReport::of(&parts, |r| r.gpu_ns, self.ranges.clone());
+            let ran = shard_results(&parts, &self.ranges, |r| r);
+            // N ≥ 1: some slice is not empty. Every shard checked the same queries against its
+            // own rows.
+            let verified = ran.iter().map(|(_, p)| p.verified).min().unwrap_or(0);
+            return Ok((merged(&ran, nq, opts, &report, verified), report));
+        }
         let ranges = split_ranges(nq, self.tables.len(), self.weights.as_deref())?;
         let parts = parallel(&self.tables, |i, dt| {
             let (s, e) = ranges[i];
@@ -423,6 +428,7 @@ impl IndexReplicas {
             if s == e && !(nq == 0 && i == 0) {
                 return Ok(None);
             }
+            let dt = dt.as_ref().unwrap_or_else(|| unreachable!());
             knn_flat(dt, &queries[s * dim..e * dim], dim, opts).map(Some)
         });
         let parts = first_error(parts, &self.names)?;
@@ -439,60 +445,11 @@ impl IndexReplicas {
     }
 }
 
-/// [`IndexShards`] in one call with equal slices: upload, search, merge. Identical (ids and
-/// distance bits) to [`knn_flat`] on one device holding `table`.
-pub fn knn_sharded(
-    ctxs: &[Context],
-    table: &Table,
-    precision: Precision,
-    queries: &[f32],
-    dim: usize,
-    opts: &KnnOptions,
-) -> Result<KnnResult> {
-    knn_sharded_with(ctxs, table, precision, queries, dim, opts, None).map(|(r, _)| r)
-}
-
-/// [`knn_sharded`] with slices sized by `weights` (see [`split_ranges`]), returning each
-/// device's time and rows as well.
-pub fn knn_sharded_with(
-    ctxs: &[Context],
-    table: &Table,
-    precision: Precision,
-    queries: &[f32],
-    dim: usize,
-    opts: &KnnOptions,
-    weights: Option<&[f64]>,
-) -> Result<(KnnResult, MultiReport)> {
-    check_queries(table.d(), queries, dim, opts)?;
-    IndexShards::new(ctxs, table, precision, weights)?.knn(queries, dim, opts)
-}
-
-/// [`IndexReplicas`] in one call with equal query blocks: upload everywhere, search, concatenate.
-/// Identical to [`knn_flat`] on one device.
-pub fn knn_replicated(
-    ctxs: &[Context],
-    table: &Table,
-    precision: Precision,
-    queries: &[f32],
-    dim: usize,
-    opts: &KnnOptions,
-) -> Result<KnnResult> {
-    knn_replicated_with(ctxs, table, precision, queries, dim, opts, None).map(|(r, _)| r)
-}
-
-/// [`knn_replicated`] with query blocks sized by `weights` (see [`split_ranges`]), returning
-/// each device's time and queries as well.
-pub fn knn_replicated_with(
-    ctxs: &[Context],
-    table: &Table,
-    precision: Precision,
-    queries: &[f32],
-    dim: usize,
-    opts: &KnnOptions,
-    weights: Option<&[f64]>,
-) -> Result<(KnnResult, MultiReport)> {
-    check_queries(table.d(), queries, dim, opts)?;
-    IndexReplicas::new(ctxs, table, precision, weights)?.knn(queries, dim, opts)
+impl IndexShards {
+    /// Each device's table rows `(start, end)` (empty: the device holds nothing).
+    pub fn ranges(&self) -> &[(usize, usize)] {
+        &self.ranges
+    }
 }
 
 pub(crate) fn names(ctxs: &[Context]) -> Vec<String> {

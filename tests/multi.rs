@@ -8,10 +8,7 @@
 mod common;
 use common::{assert_clean, assert_same, precisions, random_table};
 use diversity::knn::{knn_flat, max_warp_k, KnnResult, NO_ID};
-use diversity::multi::{
-    knn_replicated, knn_replicated_with, knn_sharded, knn_sharded_with, open_devices, split_ranges,
-    IndexReplicas, IndexShards,
-};
+use diversity::multi::{open_devices, split_ranges, IndexReplicas, IndexShards};
 use diversity::{Context, DeviceTable, KnnOptions, Metric, Precision, Table};
 
 const METRICS: [Metric; 3] = [Metric::InnerProduct, Metric::Cosine, Metric::L2];
@@ -99,10 +96,11 @@ fn shards_and_replicas_equal_one_device() {
         ..Default::default()
     };
     let want = single(&ctxs[0], &table, Precision::Fp32, &queries, &opts);
-    let got = knn_sharded(&ctxs, &table, Precision::Fp32, queries.data(), 19, &opts).unwrap();
-    assert_same(&got, &want, "knn_sharded");
-    let got = knn_replicated(&ctxs, &table, Precision::Fp32, queries.data(), 19, &opts).unwrap();
-    assert_same(&got, &want, "knn_replicated");
+    let (q, p) = (queries.data(), Precision::Fp32);
+    let (got, _) = IndexShards::knn_once(&ctxs, &table, p, q, 19, &opts, None).unwrap();
+    assert_same(&got, &want, "IndexShards::knn_once");
+    let (got, _) = IndexReplicas::knn_once(&ctxs, &table, p, q, 19, &opts, None).unwrap();
+    assert_same(&got, &want, "IndexReplicas::knn_once");
     clean(&ctxs);
 }
 
@@ -164,7 +162,7 @@ fn fewer_rows_or_queries_than_devices() {
             };
             let want = single(&ctxs[0], &one, Precision::Fp32, &queries, &opts);
             let (got, report) =
-                knn_sharded_with(&ctxs, &one, Precision::Fp32, queries.data(), 5, &opts, None)
+                IndexShards::knn_once(&ctxs, &one, Precision::Fp32, queries.data(), 5, &opts, None)
                     .unwrap();
             assert_same(&got, &want, &format!("N = 1 {opts:?}"));
             assert_eq!(report.ranges, vec![(0, 1), (1, 1)]);
@@ -182,12 +180,14 @@ fn fewer_rows_or_queries_than_devices() {
     let q1 = queries.head(1).unwrap();
     let want = single(&ctxs[0], &table, Precision::Fp32, &q1, &opts);
     let (got, report) =
-        knn_replicated_with(&ctxs, &table, Precision::Fp32, q1.data(), 5, &opts, None).unwrap();
+        IndexReplicas::knn_once(&ctxs, &table, Precision::Fp32, q1.data(), 5, &opts, None).unwrap();
     assert_same(&got, &want, "one query");
     assert_eq!(report.ranges, vec![(0, 1), (1, 1)]);
-    let got = knn_replicated(&ctxs, &table, Precision::Fp32, &[], 5, &opts).unwrap();
+    let (got, _) =
+        IndexReplicas::knn_once(&ctxs, &table, Precision::Fp32, &[], 5, &opts, None).unwrap();
     assert_eq!((got.queries, got.ids.len()), (0, 0));
-    let got = knn_sharded(&ctxs, &table, Precision::Fp32, &[], 5, &opts).unwrap();
+    let (got, _) =
+        IndexShards::knn_once(&ctxs, &table, Precision::Fp32, &[], 5, &opts, None).unwrap();
     assert_eq!((got.queries, got.ids.len()), (0, 0));
     clean(&ctxs);
 }
@@ -207,7 +207,7 @@ fn uneven_weights_and_three_devices() {
                 };
                 let want = single(&ctxs[0], &table, p, &queries, &opts);
                 let what = format!("{} {weights:?} {opts:?}", p.name());
-                let (got, report) = knn_sharded_with(
+                let (got, report) = IndexShards::knn_once(
                     &ctxs,
                     &table,
                     p,
@@ -223,7 +223,7 @@ fn uneven_weights_and_three_devices() {
                     split_ranges(97, 3, Some(&weights[..])).unwrap()
                 );
                 assert_eq!(got.gpu_ns, *report.per_device_ns.iter().max().unwrap());
-                let (got, report) = knn_replicated_with(
+                let (got, report) = IndexReplicas::knn_once(
                     &ctxs,
                     &table,
                     p,
@@ -296,7 +296,7 @@ fn errors_name_the_device_or_the_input() {
     let q = random_table(4, 6, 52);
     let opts = KnnOptions::default();
     let sharded = |q: &[f32], dim: usize, o: &KnnOptions| {
-        knn_sharded(&ctxs, &table, Precision::Fp32, q, dim, o)
+        IndexShards::knn_once(&ctxs, &table, Precision::Fp32, q, dim, o, None)
             .unwrap_err()
             .to_string()
     };
@@ -314,7 +314,7 @@ fn errors_name_the_device_or_the_input() {
     // A bad query is named by its index in the whole batch, not in a device's block.
     let mut bad = q.data().to_vec();
     bad[3 * 6 + 2] = f32::NAN;
-    let e = knn_replicated(&ctxs, &table, Precision::Fp32, &bad, 6, &opts)
+    let e = IndexReplicas::knn_once(&ctxs, &table, Precision::Fp32, &bad, 6, &opts, None)
         .unwrap_err()
         .to_string();
     assert!(e.contains("query 3 has a non-finite value"), "{e}");
@@ -338,7 +338,7 @@ fn errors_name_the_device_or_the_input() {
         warp_select: Some(true),
         ..Default::default()
     };
-    let e = knn_sharded_with(
+    let e = IndexShards::knn_once(
         &ctxs,
         &t,
         Precision::Fp32,
