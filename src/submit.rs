@@ -196,6 +196,9 @@ impl Drop for Set {
     }
 }
 
+/// How long a [`Submitter::with_mark`] submitter polls its fence before a sleeping wait.
+const POLL_FENCE: std::time::Duration = std::time::Duration::from_millis(3);
+
 /// A command buffer with its fence and timestamp pair: timed submissions, one in flight at a
 /// time. [`Submitter::run`] submits and waits; [`Submitter::submit`] and [`Submitter::wait`]
 /// split the two, so a job can keep several submitters in flight (the scan keeps two, recording
@@ -246,7 +249,8 @@ impl Submitter {
 
     /// A submitter whose every submission also writes a middle timestamp where its recording
     /// calls [`Mark::write`] (which it must, once a submission): [`Submitter::mark_ns`] splits
-    /// the GPU time there.
+    /// the GPU time there. Made for short, latency-bound work (a search call): its waits poll
+    /// the fence for up to 3 ms before sleeping (but on a CPU device).
     pub(crate) fn with_mark(ctx: &Context) -> Result<Submitter> {
         Self::make(ctx, true)
     }
@@ -356,6 +360,18 @@ impl Submitter {
         }
         let dev = self.ctx.device();
         let qp = self.query_pool;
+        if self.marked && !crate::device::is_cpu_device(self.ctx.caps()) {
+            // A short search: poll the fence a while before sleeping on it (a sleeping wait
+            // wakes late by a good part of a millisecond on some drivers; not on a CPU device,
+            // whose work needs the cores).
+            let t0 = std::time::Instant::now();
+            while t0.elapsed() < POLL_FENCE {
+                match unsafe { dev.get_fence_status(self.fence) } {
+                    Ok(false) => std::hint::spin_loop(),
+                    _ => break,
+                }
+            }
+        }
         // A failed wait (a lost device) is the error to report, not a reset failing after it.
         self.ctx.wait(self.fence, what)?;
         unsafe { dev.reset_fences(&[self.fence]) }.vk("vkResetFences")?;

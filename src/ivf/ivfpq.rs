@@ -480,19 +480,25 @@ impl IvfPq {
             1
         };
         let per = nq.div_ceil(threads).max(1);
-        let bests: Vec<Vec<(f32, u32)>> = std::thread::scope(|sc| {
-            let handles: Vec<_> = (0..nq)
-                .step_by(per)
-                .map(|q0| {
-                    let best_of = &best_of;
-                    sc.spawn(move || (q0..(q0 + per).min(nq)).map(best_of).collect::<Vec<_>>())
-                })
-                .collect();
-            handles
-                .into_iter()
-                .flat_map(|h| h.join().expect("a re-rank thread panicked"))
-                .collect()
-        });
+        // One thread: this one (a thread started a call costs a small search more than its
+        // work).
+        let bests: Vec<Vec<(f32, u32)>> = if threads == 1 {
+            (0..nq).map(best_of).collect()
+        } else {
+            std::thread::scope(|sc| {
+                let handles: Vec<_> = (0..nq)
+                    .step_by(per)
+                    .map(|q0| {
+                        let best_of = &best_of;
+                        sc.spawn(move || (q0..(q0 + per).min(nq)).map(best_of).collect::<Vec<_>>())
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .flat_map(|h| h.join().expect("a re-rank thread panicked"))
+                    .collect()
+            })
+        };
         for best in &bests {
             for i in 0..k {
                 let (dist, id) = best.get(i).map_or((pad, NO_ID), |&(v, id)| (v, id as i64));
