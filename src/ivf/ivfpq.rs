@@ -57,6 +57,9 @@ pub(super) struct PqList {
 /// The IVF-PQ index: train, add, search (ADC, optionally re-ranked), save, load (see the
 /// [`crate::ivf`] documentation and `src/ivf/ivfpq.rs`).
 pub struct IvfPq {
+    /// What a search keeps on the device for the next one (made by the first search); first,
+    /// so dropped before the tables its sets name.
+    resident: Option<Resident>,
     pub(super) ctx: Context,
     pub(super) d: usize,
     pub(super) nlist: usize,
@@ -72,8 +75,6 @@ pub struct IvfPq {
     /// Per id, its list and position there.
     pub(super) loc: Vec<(u32, u32)>,
     slab: Option<PqSlab>,
-    /// What a search keeps on the device for the next one (made by the first search).
-    resident: Option<Resident>,
 }
 
 impl IvfPq {

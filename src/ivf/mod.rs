@@ -230,6 +230,9 @@ struct List {
 /// The inverted-file index with flat (uncompressed) lists (see the [module](self)
 /// documentation).
 pub struct IvfFlat {
+    /// What a search keeps on the device for the next one (made by the first search); first,
+    /// so dropped before the tables its sets name.
+    resident: Option<resident::Resident>,
     ctx: Context,
     d: usize,
     nlist: usize,
@@ -245,8 +248,6 @@ pub struct IvfFlat {
     slab: Option<scan::Slab>,
     /// Slab builds and in-place appends so far.
     slab_uploads: (usize, usize),
-    /// What a search keeps on the device for the next one (made by the first search).
-    resident: Option<resident::Resident>,
 }
 
 /// What [`IvfFlat::search`] did, beside its result.

@@ -64,6 +64,11 @@ impl Grown {
 
 /// The device state a search keeps (see the [module](self) documentation).
 pub(super) struct Resident {
+    // The sets first: dropped before the buffers they name.
+    /// The list scan's set, and what it was written for.
+    set: Option<(Set, [u64; 3])>,
+    /// The coarse k-NN's scratch (its set names `queries`).
+    pub coarse: KeptScratch,
     ctx: Context,
     /// The one submitter, its mark between the coarse search and the list scan.
     pub sub: Submitter,
@@ -73,10 +78,6 @@ pub(super) struct Resident {
     down: Grown,
     /// Bumped whenever `queries` or `out` is made again.
     gen: u64,
-    /// The coarse k-NN's scratch.
-    pub coarse: KeptScratch,
-    /// The list scan's set, and what it was written for.
-    set: Option<(Set, [u64; 3])>,
 }
 
 /// The buffers of one call, borrowed apart so the coarse scratch can be borrowed beside them.
