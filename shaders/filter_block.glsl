@@ -176,60 +176,66 @@ void scores_ready(uint h0, uint s0, uint x0, uint bx, uint n) {
 }
 
 #ifdef COOPMAT
-// Tensor cores: four subgroups, each 64 sequences × 64 candidates (4 × 4 tiles of 16 × 16,
-// fp16 × fp16 → fp32; ĉ the left operand, row-major, ê rows the columns of the right): each
-// fragment loaded from shared memory serves four products. SK dims at a time of the block's ĉ
-// rows (128) and ê rows (128) go through `smem`, copied by the whole workgroup with 16-byte loads
-// issued one stage ahead (registers); rows are padded by 16 bytes so that the tile loads of a
-// subgroup hit distinct banks. After the last stage the same memory takes the products, half of
-// the block's rows at a time (subgroups 0 and 1 hold rows 0–63, 2 and 3 rows 64–127).
+// Tensor cores: four subgroups, each 16·TI sequences × 64 candidates (TI × 4 tiles of 16 × 16,
+// fp16 × fp16 → fp32; ĉ the left operand, row-major, ê rows the columns of the right): each A
+// fragment loaded from shared memory serves four products, each B fragment TI. SK dims at a
+// time of the block's ĉ rows (FBM) and ê rows (128) go through `smem`, copied by the whole
+// workgroup with 16-byte loads issued one stage ahead (registers; FILTER_PREFETCH 0 copies
+// straight through); rows are padded by 16 bytes so that the tile loads of a subgroup hit
+// distinct banks. After the last stage the same memory takes the products, SCORE_ROWS rows at a
+// time (subgroups 0 and 1 hold the first FBM / 2 rows, 2 and 3 the rest).
+const uint TI = FILTER_TI;
 const uint SK = FILTER_SK;           // dims a stage (filter_common.glsl defines it)
 const uint QR = SK / 8u;             // uvec4s of data a staged row
 const uint SROW = QR + 1u;           // uvec4s a staged row: QR of data, 1 of padding
 const uint A_OFF = 0u, B_OFF = FBM * SROW;
 const uint A_DUTY = FBM * QR / FW;   // uvec4s each invocation copies a stage
 const uint B_DUTY = FBN * QR / FW;
+#ifndef FILTER_PREFETCH
+#define FILTER_PREFETCH 1
+#endif
 
 void block_scores(uint s0, uint x0, uint bx, uint n) {
     const uint lid = gl_LocalInvocationID.x;
     const uint sg = gl_SubgroupID;
-    const uint r0 = (sg >> 1u) * 64u, cb = (sg & 1u) * 64u;
+    const uint r0 = (sg >> 1u) * 16u * TI, cb = (sg & 1u) * 64u;
     const uint DQ = DP / 8u;  // uvec4s a row in device memory
-    fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc[16];
-    [[unroll]] for (uint t = 0u; t < 16u; ++t) acc[t] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
+    fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc[TI * 4u];
+    [[unroll]] for (uint t = 0u; t < TI * 4u; ++t) acc[t] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
+#define A_AT(K0, t) ((K0) / 8u + ((lid + FW * (t)) % QR) < DQ \
+    ? c16_v[(s0 + (lid + FW * (t)) / QR) * DQ + (K0) / 8u + (lid + FW * (t)) % QR] : uvec4(0u))
+#define B_AT(K0, t) ((K0) / 8u + ((lid + FW * (t)) % QR) < DQ \
+    ? ftab_v[(x0 + (lid + FW * (t)) / QR) * DQ + (K0) / 8u + (lid + FW * (t)) % QR] : uvec4(0u))
+#define A_SLOT(t) (A_OFF + ((lid + FW * (t)) / QR) * SROW + ((lid + FW * (t)) % QR))
+#define B_SLOT(t) (B_OFF + ((lid + FW * (t)) / QR) * SROW + ((lid + FW * (t)) % QR))
+#if FILTER_PREFETCH
     uvec4 ra[A_DUTY], rb[B_DUTY];
-    // Stage t's values of this invocation's copy duties into ra / rb (zeros past DP).
-#define FETCH(K0) \
-    [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) { \
-        const uint i = lid + FW * t, row = i / QR, q = i % QR; \
-        ra[t] = (K0) / 8u + q < DQ ? c16_v[(s0 + row) * DQ + (K0) / 8u + q] : uvec4(0u); \
-    } \
-    [[unroll]] for (uint t = 0u; t < B_DUTY; ++t) { \
-        const uint i = lid + FW * t, row = i / QR, q = i % QR; \
-        rb[t] = (K0) / 8u + q < DQ ? ftab_v[(x0 + row) * DQ + (K0) / 8u + q] : uvec4(0u); \
-    }
-    FETCH(0u)
+    [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) ra[t] = A_AT(0u, t);
+    [[unroll]] for (uint t = 0u; t < B_DUTY; ++t) rb[t] = B_AT(0u, t);
+#endif
     for (uint k0 = 0u; k0 < DP; k0 += SK) {
         WG_BARRIER();
-        [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) {
-            const uint i = lid + FW * t;
-            smem[A_OFF + (i / QR) * SROW + (i % QR)] = ra[t];
-        }
-        [[unroll]] for (uint t = 0u; t < B_DUTY; ++t) {
-            const uint i = lid + FW * t;
-            smem[B_OFF + (i / QR) * SROW + (i % QR)] = rb[t];
-        }
+#if FILTER_PREFETCH
+        [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) smem[A_SLOT(t)] = ra[t];
+        [[unroll]] for (uint t = 0u; t < B_DUTY; ++t) smem[B_SLOT(t)] = rb[t];
+#else
+        [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) smem[A_SLOT(t)] = A_AT(k0, t);
+        [[unroll]] for (uint t = 0u; t < B_DUTY; ++t) smem[B_SLOT(t)] = B_AT(k0, t);
+#endif
         WG_BARRIER();
+#if FILTER_PREFETCH
         if (k0 + SK < DP) {
-            FETCH(k0 + SK)
+            [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) ra[t] = A_AT(k0 + SK, t);
+            [[unroll]] for (uint t = 0u; t < B_DUTY; ++t) rb[t] = B_AT(k0 + SK, t);
         }
+#endif
         for (uint kk = 0u; kk < SK && k0 + kk < DP; kk += 16u) {
             const uint kq = kk / 8u;  // in uvec4s
             fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> b[4];
             [[unroll]] for (uint j = 0u; j < 4u; ++j) {
                 coopMatLoadNV(b[j], smem, B_OFF + (cb + 16u * j) * SROW + kq, SROW, true);
             }
-            [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+            [[unroll]] for (uint i = 0u; i < TI; ++i) {
                 fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> a;
                 coopMatLoadNV(a, smem, A_OFF + (r0 + 16u * i) * SROW + kq, SROW, false);
                 [[unroll]] for (uint j = 0u; j < 4u; ++j) {
@@ -238,15 +244,20 @@ void block_scores(uint s0, uint x0, uint bx, uint n) {
             }
         }
     }
-#undef FETCH
-    // The products, row-major FBN wide in uvec4s (4 floats), one half of the rows at a time.
+#undef A_AT
+#undef B_AT
+#undef A_SLOT
+#undef B_SLOT
+    // The products, row-major FBN wide in uvec4s (4 floats), SCORE_ROWS rows at a time: the
+    // subgroups holding rows [h·SCORE_ROWS, +SCORE_ROWS) store them, then every subgroup filters.
     const uint st = FBN / 4u;
-    [[unroll]] for (uint h = 0u; h < 2u; ++h) {
-        WG_BARRIER();  // every subgroup is done with the staged operands (or the last half)
-        if ((sg >> 1u) == h) {
-            [[unroll]] for (uint i = 0u; i < 4u; ++i) {
+    [[unroll]] for (uint h = 0u; h < FBM / SCORE_ROWS; ++h) {
+        WG_BARRIER();  // every subgroup is done with the staged operands (or the last rows)
+        if (r0 / SCORE_ROWS == h) {
+            [[unroll]] for (uint i = 0u; i < TI; ++i) {
                 [[unroll]] for (uint j = 0u; j < 4u; ++j) {
-                    coopMatStoreNV(acc[4u * i + j], smem, (16u * i) * st + cb / 4u + 4u * j, st, false);
+                    coopMatStoreNV(acc[4u * i + j], smem,
+                                   (r0 % SCORE_ROWS + 16u * i) * st + cb / 4u + 4u * j, st, false);
                 }
             }
         }

@@ -51,11 +51,17 @@
 #endif
 
 #ifdef COOPMAT
-#define FBM 128u  // sequences per filter block
+// Row tiles (16 sequences each) a subgroup holds: 2 (blocks of 64 × 128, each subgroup 32 × 64)
+// or 4 (128 × 128, each subgroup 64 × 64: every fragment loaded serves four products, but 255
+// registers and spills on an H200, and 27% slower: BENCHMARKS.md).
+#ifndef FILTER_TI
+#define FILTER_TI 2u
+#endif
+#define FBM (32u * FILTER_TI)  // sequences per filter block
 #define FBN 128u  // candidates per filter block
-#define FW 128u   // invocations of a filter workgroup: four subgroups of 32, each 64 × 64
-// The block's products go through shared memory half at a time (128 × 128 fp32 products would
-// take 64 KiB; the H200 allows 48 KiB a workgroup).
+#define FW 128u   // invocations of a filter workgroup: four subgroups of 32
+// The block's products go through shared memory 64 rows at a time (128 × 128 fp32 products
+// would take 64 KiB; the H200 allows 48 KiB a workgroup).
 #define SCORE_ROWS 64u
 #else
 // The stand-in: blocks of 32 candidates, so that a subgroup of 8 (lavapipe's) takes one group
@@ -78,10 +84,10 @@
 #ifdef COOPMAT
 // With tensor cores the operands of a stage of FILTER_SK dims go through it first: (FBM + FBN)
 // rows of FILTER_SK / 8 uvec4s and one of padding (filter_block.glsl). With 64 × 128 blocks 64
-// measured best on an H200 (bench/h200-filter-sk.sh); the 128 × 128 blocks hold twice the
-// accumulators, so a stage is 32 dims (its copy duties take half the registers).
+// measured best on an H200 (bench/h200-filter-sk.sh: 32 and 16 need fewer registers but more
+// barriers and ran slower, 96 within 1.5%, 128 spills).
 #ifndef FILTER_SK
-#define FILTER_SK 32u
+#define FILTER_SK (FILTER_TI == 2u ? 64u : 32u)
 #endif
 shared uvec4 smem[max(SCORE_ROWS * FBN / 4u, (FBM + FBN) * (FILTER_SK / 8u + 1u))];
 #else

@@ -148,7 +148,8 @@ impl ScanKernel {
     /// Sequences per workgroup block for a batch of `batch`.
     pub fn block_m(self, batch: usize) -> usize {
         match self.resolve() {
-            ScanKernel::Block128 | ScanKernel::Coopmat => 128,
+            ScanKernel::Block128 => 128,
+            ScanKernel::Coopmat => COOPMAT_BLOCK_M,
             ScanKernel::Filter => 16,
             _ => block_m(batch),
         }
@@ -177,7 +178,9 @@ impl ScanKernel {
             // argmin arrays and picks.
             ScanKernel::Coopmat | ScanKernel::Filter => {
                 let staged = if self.resolve() == ScanKernel::Coopmat {
-                    (4 * bm / 2 * bn).max((bm + bn) * 80)
+                    // 64 rows of products, or a stage of 64 dims (32 with 128-row blocks).
+                    let stage_row = if bm == 64 { 144 } else { 80 };
+                    (4 * 64 * bn).max((bm + bn) * stage_row)
                 } else {
                     4 * bm * bn
                 };
@@ -187,6 +190,9 @@ impl ScanKernel {
         }
     }
 }
+
+/// Sequences per block of the tensor-core filter: `32 · FILTER_TI` in `filter_common.glsl`.
+const COOPMAT_BLOCK_M: usize = 64;
 
 /// How a scan step walks the candidates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
