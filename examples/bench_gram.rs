@@ -46,6 +46,10 @@ struct Args {
     judges: Vec<bool>,
     loads: Vec<usize>,
     refreshes: Vec<usize>,
+    /// The judge's variants: `c` (the default: plain sums bound max |key| through |c|), `keys`
+    /// (the maximum over the keys each step), `noevents` (the bound scaled to 0: the judge's
+    /// per-step work alone, not exact); joined by `+`.
+    variants: Vec<String>,
     chunk: usize,
     label: String,
     json: Option<String>,
@@ -70,6 +74,7 @@ fn parse() -> Result<Args, String> {
         judges: vec![true],
         loads: vec![0],
         refreshes: vec![diversity::gram::JUDGE_REFRESH],
+        variants: vec!["c".into()],
         chunk: 0,
         label: "workload".into(),
         json: None,
@@ -107,6 +112,7 @@ fn parse() -> Result<Args, String> {
             "--compensated" => a.comps = common::switches(&f, &val()?)?,
             "--judge" => a.judges = common::switches(&f, &val()?)?,
             "--refresh" => a.refreshes = common::list(&f, &val()?)?,
+            "--judge-variants" => a.variants = common::list(&f, &val()?)?,
             "--loads" => a.loads = common::list(&f, &val()?)?,
             "--json" => a.json = Some(val()?),
             "--md" => a.md = Some(val()?),
@@ -201,7 +207,9 @@ fn run(a: Args) -> Result<(), String> {
                         for &judge in &a.judges {
                             for &loads in &a.loads {
                                 for &refresh in &a.refreshes {
-                                    configs.push((wg, pl, spd, comp, judge, loads, refresh));
+                                    for v in &a.variants {
+                                        configs.push((wg, pl, spd, comp, judge, loads, refresh, v));
+                                    }
                                 }
                             }
                         }
@@ -210,8 +218,8 @@ fn run(a: Args) -> Result<(), String> {
             }
         }
         // Same bits within a precision and summation (different tables or arithmetic may differ).
-        let mut hashes: Vec<(Precision, (bool, bool), u64)> = Vec::new();
-        for (wg, placement, spd, comp, judge, loads, refresh) in configs {
+        let mut hashes: Vec<(Precision, (bool, bool, bool), u64)> = Vec::new();
+        for (wg, placement, spd, comp, judge, loads, refresh, variant) in configs {
             {
                 let o = GramOptions {
                     chunk: a.chunk,
@@ -224,6 +232,12 @@ fn run(a: Args) -> Result<(), String> {
                     judge: Some(judge),
                     loads,
                     judge_refresh: Some(refresh),
+                    judge_kmax_c: Some(!variant.contains("keys")),
+                    judge_scale: Some(if variant.contains("noevents") {
+                        0.0
+                    } else {
+                        1.0
+                    }),
                     ..GramOptions::default()
                 };
                 let t = Instant::now();
@@ -238,7 +252,13 @@ fn run(a: Args) -> Result<(), String> {
                 let wall_s = t.elapsed().as_secs_f64();
                 let flat = job.sequences_flat().map_err(|e| e.to_string())?;
                 let h = fnv(&flat);
-                let arith = (comp, job.judge());
+                // The max over the keys (`keys`) may decide other steps uncertain: other bits at near-ties.
+                let arith = (
+                    comp,
+                    job.judge(),
+                    job.judge()
+                        && ((!comp && variant.contains("keys")) || variant.contains("noevents")),
+                );
                 let identical = match hashes.iter().find(|x| x.0 == precision && x.1 == arith) {
                     Some(x) => x.2 == h,
                     None => {
@@ -273,7 +293,7 @@ fn run(a: Args) -> Result<(), String> {
                 let gpu_s = r.gpu_ns as f64 * 1e-9;
                 let bytes = s as f64 * steps as f64 * n as f64 * 4.0;
                 println!(
-                    "  {} wg {:>4} {:<9} spd {spd:<3} loads {loads:<2} refresh {refresh:<5} compensated {comp:<5} judge {:<5} ({bands} band re-scores, {refreshes} recomputes, E_F max {ef:.2e}) subgroups {:<5} GPU {:>8.4} s  wall {:>8.4} s  {:>10.0} steps/s  G rows {:>6.2} TB/s  same bits {}",
+                    "  {} wg {:>4} {:<9} spd {spd:<3} loads {loads:<2} refresh {refresh:<5} compensated {comp:<5} judge {:<5} {variant} ({bands} band re-scores, {refreshes} recomputes, E_F max {ef:.2e}) subgroups {:<5} GPU {:>8.4} s  wall {:>8.4} s  {:>10.0} steps/s  G rows {:>6.2} TB/s  same bits {}",
                     precision.name(),
                     job.workgroup_size(),
                     job.placement().name(),

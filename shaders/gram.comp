@@ -27,6 +27,14 @@
 // final rounding of hi + lo; plain sums round each update by ≤ u·(kmax' + |e_p|), kmax' the
 // previous step's largest |key|; E0 = the refreshed keys' own error, below.
 //
+// Max |key| through |c| (plain sums, KMAX_C = 1, the default): every exact key is at most |c| in
+// magnitude, so kmax ≤ |c| + A, and |c|² is tracked instead of taking a maximum over the keys
+// each step: |c + e_p|² = |c|² + 2·|e_p|·K_p + |e_p|² with K_p the pick's exact key, at most its
+// key + A (+ 3A for a pick from a band, whose running key was within 2A of the best; + E_F after
+// a full refresh), |e_p| within (1 ± 8u) of 1/inv_norm, each update's roundings covered by 4u of
+// the magnitudes; a full refresh restarts it from |c̃| + u·|r|. A step then finds only the best
+// two keys (a three-value reduction instead of five).
+//
 // Each step finds the best key and the second best; when they are within 2A the order is not
 // certain. Then only keys within 2A of the best can be the exact best (any other v_y > best + 2A
 // gives K_y > best + A ≥ K_best): that band is re-scored with fresh keys F and the pick made from
@@ -65,6 +73,8 @@ layout(constant_id = 9) const uint LOADS = 1u;     // register path: row loads i
 layout(constant_id = 10) const uint ROUND = 64u;   // candidates scored per round of fresh keys
 layout(constant_id = 11) const uint BAND = 64u;    // the widest band re-scored (0: always refresh)
 layout(constant_id = 12) const uint REFRESH = 0u;  // recompute every key after this many steps (0: never)
+layout(constant_id = 13) const uint KMAX_C = 1u;   // plain sums: max |key| bounded through |c| (below)
+layout(constant_id = 14) const float A_SCALE = 1.0; // 1; 0 only to time the judge without events
 
 #include "table.glsl"
 layout(std430, set = 0, binding = 2) readonly buffer Starts { uint starts[]; };
@@ -91,7 +101,11 @@ const float U = 5.9604645e-8; // 2⁻²⁴
 // The judge's scalars after the vectors: S, L (or plain sums' Σ), E0, full refreshes, the last
 // step's max |key|, band re-scores, the largest E_F seen (a report).
 const uint JS_S = 0u, JS_L = 1u, JS_E0 = 2u, JS_FULL = 3u, JS_KMAX = 4u, JS_BANDS = 5u,
-           JS_EF = 6u, JS_AGE = 7u;
+           JS_EF = 6u, JS_AGE = 7u, JS_C2 = 8u, JS_KB = 9u;
+// Plain sums with KMAX_C: the largest |key| is bounded by |c| + A instead of taken over the keys
+// each step, so a step finds only the best two keys (see "max |key| through |c|" below).
+#define TRACK_MAX (JUDGE != 0u && (KMAX_C == 0u || COMPENSATED != 0u))
+#define BOUND_BY_C (JUDGE != 0u && KMAX_C != 0u && COMPENSATED == 0u)
 
 #include "key_order.glsl"
 
@@ -121,6 +135,7 @@ shared uint cand[JUDGE != 0u ? (BAND > ROUND ? BAND : ROUND) : 1u];
 shared float part_hi[JUDGE != 0u ? ROUND * CHAINS : 1u];
 shared float part_lo[JUDGE != 0u ? ROUND * CHAINS : 1u];
 shared float norm_ef;
+shared float norm_c2;
 
 // The workgroup's result of a step: the best (key, index), the second best key, the largest
 // |key| and |lo|; every invocation gets it.
@@ -168,15 +183,17 @@ Pick workgroup_pick(float bk, uint bi, float b2, float km, float lm, uint t) {
         uint mi = subgroupMin(bk == m ? bi : NO_INDEX);
         // The second best of the subgroup: the winner lane's own second, or any other lane's best.
         float s2 = subgroupMin((bk == m && bi == mi) ? b2 : bk);
-        float mx = subgroupMax(km);
-        float ml = subgroupMax(lm);
+        float mx = TRACK_MAX ? subgroupMax(km) : 0.0;
+        float ml = TRACK_MAX ? subgroupMax(lm) : 0.0;
         uint b = (t & 1u) * HALF;
         if (subgroupElect()) {
             red_key[b + gl_SubgroupID] = m;
             red_idx[b + gl_SubgroupID] = mi;
             red_k2[b + gl_SubgroupID] = s2;
-            red_max[b + gl_SubgroupID] = mx;
-            red_lmax[b + gl_SubgroupID] = ml;
+            if (TRACK_MAX) {
+                red_max[b + gl_SubgroupID] = mx;
+                red_lmax[b + gl_SubgroupID] = ml;
+            }
         }
         barrier();
         float wk = INF, w2 = INF, wm = 0.0, wl = 0.0;
@@ -184,8 +201,10 @@ Pick workgroup_pick(float bk, uint bi, float b2, float km, float lm, uint t) {
         for (uint q = gl_SubgroupInvocationID; q < gl_NumSubgroups; q += gl_SubgroupSize) {
             float k = red_key[b + q], k2 = red_k2[b + q];
             uint i = red_idx[b + q];
-            wm = max(wm, red_max[b + q]);
-            wl = max(wl, red_lmax[b + q]);
+            if (TRACK_MAX) {
+                wm = max(wm, red_max[b + q]);
+                wl = max(wl, red_lmax[b + q]);
+            }
             if (less(k, i, wk, wi)) {
                 w2 = min(wk, k2);
                 wk = k;
@@ -198,8 +217,8 @@ Pick workgroup_pick(float bk, uint bi, float b2, float km, float lm, uint t) {
         r.key = subgroupMin(wk);
         r.idx = subgroupMin(wk == r.key ? wi : NO_INDEX);
         r.second = subgroupMin((wk == r.key && wi == r.idx) ? w2 : wk);
-        r.kmax = subgroupMax(wm);
-        r.lmax = subgroupMax(wl);
+        r.kmax = TRACK_MAX ? subgroupMax(wm) : 0.0;
+        r.lmax = TRACK_MAX ? subgroupMax(wl) : 0.0;
         return r;
     }
     red_key[lid] = bk;
@@ -265,8 +284,10 @@ void offer(float v, float l, uint j, inout float bk, inout uint bi, inout float 
         }
         return;
     }
-    km = max(km, abs(v));
-    lm = max(lm, abs(l));
+    if (TRACK_MAX) {
+        km = max(km, abs(v));
+        lm = max(lm, abs(l));
+    }
     if (v < bk || (v == bk && j < bi)) {
         b2 = bk;
         bk = v;
@@ -274,6 +295,27 @@ void offer(float v, float l, uint j, inout float bk, inout uint bi, inout float 
     } else {
         b2 = min(b2, v);
     }
+}
+
+// offer() for a lane's candidates in increasing index order (every caller but the band's), with
+// the judge without branches: an equal key never displaces the best there (its index is larger),
+// so the tie test drops out, and a candidate that is not live offers +inf. The same results as
+// `if (live) offer(…)`, in fewer instructions a candidate.
+void offer_in_order(bool live, float v, float l, uint j, inout float bk, inout uint bi,
+                    inout float b2, inout float km, inout float lm) {
+    if (JUDGE == 0u) {
+        if (live) offer(v, l, j, bk, bi, b2, km, lm);
+        return;
+    }
+    if (TRACK_MAX) {
+        km = max(km, live ? abs(v) : 0.0);
+        lm = max(lm, live ? abs(l) : 0.0);
+    }
+    const float x = live ? v : INF;
+    const bool better = x < bk;
+    b2 = better ? bk : min(b2, x);
+    bi = better ? j : bi;
+    bk = better ? x : bk;
 }
 
 // Chain q of candidate x's fresh key: over d ≡ q (mod 32) ascending, TwoProduct c_hi·e = p + pe,
@@ -354,6 +396,9 @@ float fresh_error() {
         const float du = float(DIM) * U;
         norm_ef = 1.01 * ((3.01 * U + 2.0 * du * du) * sqrt(1.01 * n2)
                           + 1.01 * U * sqrt(1.01 * r2) + du * sqrt(1.01 * l2));
+        // |c| ≤ |c̃| + u·|r| (KMAX_C's bound restarts from it).
+        const float cn = 1.01 * (sqrt(1.01 * n2) + 1.01 * U * sqrt(1.01 * r2));
+        norm_c2 = cn * cn;
     }
     barrier();
     const float ef = norm_ef;
@@ -411,6 +456,10 @@ void main() {
     }
     // The largest |key| after the last step (plain sums' bound).
     float kmax = (JUDGE != 0u && !fresh) ? state[jbase + JS_KMAX] : 0.0;
+    // KMAX_C: an upper bound on |c|² for the sum the keys stand for, and one on the exact key
+    // of the last pick (|c + e_p|² = |c|² + 2·|e_p|·K_p + |e_p|²).
+    float c2 = (BOUND_BY_C && !fresh) ? state[jbase + JS_C2] : 0.0;
+    float kb = (BOUND_BY_C && !fresh) ? state[jbase + JS_KB] : 0.0;
 
     for (uint t = pc.first; t < pc.first + pc.count; ++t) {
         float bk = INF, b2 = INF, km = 0.0, lm = 0.0;
@@ -437,7 +486,7 @@ void main() {
                     float v = add_pair(h, l, g[q]);
                     hi[r] = live ? h : INF;
                     lo[r] = live ? l : lo[r];
-                    if (live) offer(v, l, j, bk, bi, b2, km, lm);
+                    offer_in_order(live, v, l, j, bk, bi, b2, km, lm);
                 }
             }
         } else {
@@ -459,7 +508,7 @@ void main() {
                     float v = add_pair(h[q], l[q], g[q]);
                     state[base + j] = h[q];
                     if (COMPENSATED != 0u) state[base + n + j] = l[q];
-                    offer(v, l[q], j, bk, bi, b2, km, lm);
+                    offer_in_order(true, v, l[q], j, bk, bi, b2, km, lm);
                 }
             }
         }
@@ -467,12 +516,23 @@ void main() {
         if (JUDGE != 0u) {
             // The bound of every key against the exact one (see the top).
             const float ep = ep_inv > 0.0 ? 1.0 / ep_inv : 0.0;
+            if (BOUND_BY_C) {
+                // The keys now stand for c + e_prev: |c + e_prev|² ≤ c2 + 2·|e|·kb + |e|², with
+                // |e| within (1 ± 8u)·ep and the sums' roundings (4u of the magnitudes) added.
+                const float eh = ep * (1.0 + 8.0 * U), el = ep * (1.0 - 8.0 * U);
+                const float tt = eh * eh + 2.0 * kb * (kb >= 0.0 ? eh : el);
+                c2 = max(0.0, c2 + tt + 4.0 * U * (c2 + abs(tt)));
+            }
             jS += ep;
             jL += COMPENSATED != 0u ? w.lmax : kmax + ep;
             const float du = float(DIM) * U;
-            const float a = jE0 + (2.01 * U + du * du) * jS
-                            + U * (COMPENSATED != 0u ? jL + w.kmax : jL);
-            kmax = w.kmax;
+            const float a = A_SCALE * (jE0 + (2.01 * U + du * du) * jS
+                                       + U * (COMPENSATED != 0u ? jL + w.kmax : jL));
+            // max |key| ≤ |c| + A (every exact key is at most |c| in magnitude).
+            kmax = TRACK_MAX ? w.kmax : sqrt(c2) * (1.0 + 2.0 * U) + a;
+            // The exact key of this step's pick is at most its key + A (replaced below where
+            // the pick comes from fresh keys).
+            kb = w.key + a;
             age += 1.0;
             const bool due = REFRESH != 0u && age >= float(REFRESH);
             if (due || w.second - w.key <= 2.0 * a) {
@@ -526,6 +586,8 @@ void main() {
                     // The next step's pick writes these buffers' other half: wait for every
                     // reader of this one.
                     barrier();
+                    // The pick's running key is within 2A of the best: its exact key ≤ best + 3A.
+                    kb = w.key + 3.0 * a;
                     w.key = f.key;
                     w.idx = f.idx;
                     bands += 1.0;
@@ -564,19 +626,25 @@ void main() {
                             if (j < n) {
                                 hi[r] = state_c[base + j];
                                 lo[r] = 0.0;
-                                if (hi[r] != INF) offer(hi[r], 0.0, j, bk, bi, b2, km, lm);
+                                offer_in_order(hi[r] != INF, hi[r], 0.0, j, bk, bi, b2, km, lm);
                             }
                         }
                     } else {
                         for (uint j = lid; j < n; j += WG) {
                             const float h = state_c[base + j];
-                            if (h != INF) offer(h, 0.0, j, bk, bi, b2, km, lm);
+                            offer_in_order(h != INF, h, 0.0, j, bk, bi, b2, km, lm);
                         }
                     }
                     w = workgroup_pick(bk, bi, b2, km, lm, t + 1u);
-                    kmax = w.kmax;
                     jE0 = fresh_error();
                     efmax = max(efmax, jE0);
+                    if (TRACK_MAX) {
+                        kmax = w.kmax;
+                    } else {
+                        c2 = norm_c2;
+                        kmax = sqrt(c2) * (1.0 + 2.0 * U) + jE0;
+                        kb = w.key + jE0;
+                    }
                     jS = 0.0;
                     jL = 0.0;
                     age = 0.0;
@@ -632,6 +700,8 @@ void main() {
             state[jbase + JS_BANDS] = bands;
             state[jbase + JS_EF] = efmax;
             state[jbase + JS_AGE] = age;
+            state[jbase + JS_C2] = c2;
+            state[jbase + JS_KB] = kb;
         }
     }
 }

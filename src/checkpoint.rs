@@ -188,12 +188,18 @@ pub fn fingerprint_diff(now: &str, saved: &str) -> String {
         .iter()
         .filter(|(k, _)| a.get(k) != b.get(k))
         .map(|(k, _)| {
+            let (now_v, saved_v) = (a.get(k).copied(), b.get(k).copied());
+            // A gram run written before the judge became the default at every N.
+            let hint = match (*k, now_v, saved_v) {
+                ("summation", Some(n), Some(s)) if n.contains("judge") && !s.contains("judge") => {
+                    " (written without the judge, before it ran by default: resume with --no-judge)"
+                }
+                _ => "",
+            };
             format!(
-                "{k}: {} now, {} in the checkpoint",
-                a.get(k).copied().unwrap_or("nil"),
-                b.get(k)
-                    .copied()
-                    .unwrap_or("(missing: an older checkpoint format)")
+                "{k}: {} now, {} in the checkpoint{hint}",
+                now_v.unwrap_or("nil"),
+                saved_v.unwrap_or("(missing: an older checkpoint format)")
             )
         })
         .collect::<Vec<_>>()
@@ -474,6 +480,16 @@ mod tests {
         assert_eq!(
             fingerprint_diff("a=1\nc=2\n", "a=1\n"),
             "c: 2 now, (missing: an older checkpoint format) in the checkpoint"
+        );
+        // A gram checkpoint from before the judge ran by default says how to resume it.
+        assert_eq!(
+            fingerprint_diff(
+                "summation=compensated; G dot2; judge2 refresh 4096\n",
+                "summation=compensated; G dot2\n"
+            ),
+            "summation: compensated; G dot2; judge2 refresh 4096 now, compensated; G dot2 in the \
+             checkpoint (written without the judge, before it ran by default: resume with \
+             --no-judge)"
         );
         assert_eq!(without_generated_at("a=1\ngenerated_at=x\n"), "a=1\n");
         assert_eq!(without_generated_at("generated_at=x"), "generated_at=x");

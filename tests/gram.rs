@@ -623,7 +623,27 @@ fn near_duplicate_clusters_in_high_dimension_stay_within_eps() {
         judge_bound(2048)
     );
     assert!(bands.iter().zip(&refreshes).all(|(b, r)| b + r > 0));
-    let plain = run(&gram, &starts, starts.len(), &GramOptions::default());
+    // The default is the judge; with plain sums its bound takes max |key| through |c|.
+    assert_eq!(
+        run(&gram, &starts, starts.len(), &GramOptions::default()),
+        got
+    );
+    let plain_judged = GramOptions {
+        compensated: Some(false),
+        ..GramOptions::default()
+    };
+    let pj = run(&gram, &starts, starts.len(), &plain_judged);
+    let (worst_pj, _) = check_all(&table, &starts, &pj);
+    eprintln!("plain sums, judge (max |key| through |c|): worst excess {worst_pj:.3e}");
+    assert!(
+        worst_pj <= judge_bound(2048),
+        "plain + judge: {worst_pj:.3e}"
+    );
+    let no_judge = GramOptions {
+        judge: Some(false),
+        ..GramOptions::default()
+    };
+    let plain = run(&gram, &starts, starts.len(), &no_judge);
     let mut worst_plain = 0f64;
     for (s, seq) in starts.iter().zip(&plain) {
         let e = match check_sequence(&table, *s, seq, EPS) {
@@ -682,11 +702,19 @@ fn judge_same_bits_across_shapes_and_resume() {
     let dt = DeviceTable::upload(&ctx, &table, Precision::Fp16).unwrap();
     let gram = Gram::build(&dt).unwrap();
     let starts: Vec<u32> = vec![0, 77, 160, 319, 5];
-    for (band, refresh) in [(None, None), (Some(0), None), (None, Some(37))] {
+    // Compensated sums (the default at this size), and plain sums whose bound takes max |key|
+    // through |c| (the default past the register file on GPUs).
+    for (band, refresh, compensated) in [
+        (None, None, None),
+        (Some(0), None, None),
+        (None, Some(37), None),
+        (None, None, Some(false)),
+    ] {
         let base_opts = GramOptions {
             judge: Some(true),
             judge_band: band,
             judge_refresh: refresh,
+            compensated,
             ..GramOptions::default()
         };
         let base = run(&gram, &starts, starts.len(), &base_opts);

@@ -64,7 +64,7 @@ local FLAGS = {
   { "--plain-sums", "plain_sums", nil, nil, "gram: plain float32 key sums (other bits)" },
   { "--compensated-sums", "plain_sums", nil, nil, "gram: compensated key sums", nil, false },
   { "--judge", "judge", nil, nil, "gram: re-score uncertain picks (other bits)",
-    "on, with plain sums, past 17,408 items on a GPU" },
+    "on at every N where it fits (with plain sums past 17,408 items on a GPU)" },
   { "--no-judge", "judge", nil, nil, "gram: no judge", nil, false },
   { "--shape", "shape", "S", choice { "untiled", "tiled", "per-tile" }, "scan: how candidates are walked", "tiled" },
   { "--tile", "tile", "T", number, "scan: candidates per tile", "85% of the device's L2" },

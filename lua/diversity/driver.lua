@@ -666,8 +666,8 @@ end
 --- The devices' names for the metadata: each distinct name once, joined by " + " (one device
 -- opened twice reads as that device, so its output matches a one-device run byte for byte).
 -- The gram job options that set the arithmetic: placement, and compensated / judge only where
--- `opts` names them (plain_sums, judge); unset, the engine chooses (compensated sums, or plain
--- sums with the judge where the compensated state would not fit a GPU's registers).
+-- `opts` names them (plain_sums, judge); unset, the engine chooses (the judge at every N, with
+-- compensated sums, or plain sums where the compensated state would not fit a GPU's registers).
 function M.gram_arithmetic(opts)
   local compensated
   if opts.plain_sums ~= nil then compensated = not opts.plain_sums end

@@ -76,7 +76,7 @@ impl GramJob {
         };
         let d = table.d();
         let arith = arithmetic(&caps, n, d, opts);
-        let (wg, placement, rper) = plan_for(&caps, n, arith.compensated, opts)?;
+        let (wg, placement, rper) = plan_for(&caps, n, arith.compensated, arith.judge, opts)?;
         // lavapipe cuts an invocation's loops short after 65,535 iterations in all: a dispatch
         // runs only as many steps as fit the budget (same bits: steps per dispatch never
         // change them), and a step that alone does not fit is refused.
@@ -115,6 +115,8 @@ impl GramJob {
                 judge_round(&caps, d, wg).max(1) as u32,
                 opts.judge_band.unwrap_or(BAND).min(BAND) as u32,
                 judge_refresh(opts) as u32,
+                opts.judge_kmax_c.unwrap_or(true) as u32,
+                opts.judge_scale.unwrap_or(1.0).to_bits(),
             ],
         )?;
         let rows = Batch::new(&ctx, starts, seq_len)?;

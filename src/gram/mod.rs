@@ -117,6 +117,15 @@ pub struct GramOptions {
     /// error growth, so uncertain steps stay rare. Other bits at near-ties.
     #[doc(hidden)]
     pub judge_refresh: Option<usize>,
+    /// With plain sums, bound the keys' largest magnitude through the running sum's norm,
+    /// tracked from each pick's key (`None` = yes, see `shaders/gram.comp`), instead of taking
+    /// it over the keys each step (`Some(false)`). Other bits at near-ties; a benchmark knob.
+    #[doc(hidden)]
+    pub judge_kmax_c: Option<bool>,
+    /// Scales the judge's bound (`None` = 1). Only 0 means anything: every step counts as
+    /// certain, which times the judge's per-step work alone. Not exact; a benchmark knob.
+    #[doc(hidden)]
+    pub judge_scale: Option<f32>,
 }
 
 /// Steps between the judge's full recomputes by default ([`GramOptions::judge_refresh`]):
@@ -147,6 +156,8 @@ impl Default for GramOptions {
             loads: 0,
             judge_band: None,
             judge_refresh: None,
+            judge_kmax_c: None,
+            judge_scale: None,
         }
     }
 }

@@ -22,12 +22,12 @@ const CPU_REGISTER_ITEMS: usize = 512;
 const MAX_SPILL_ITEMS: usize = 32;
 
 /// The arithmetic a job with `opts` runs on `caps` for an N × D table: what `opts` names, and for
-/// what it leaves `None`, compensated sums without the judge where their register state fits the
-/// register file (or on CPU devices), else plain sums with the judge — on an H200 at N = 31,102
-/// (31 compensated items a lane spill) plain sums with the judge ran 5.1–5.3 s for 2,048 full
-/// sequences against 6.03 s for compensated sums without it, with a bound that does not grow
-/// with N (BENCHMARKS.md) — unless the judge does not fit the device there (a large D), when
-/// compensated sums without it remain.
+/// what it leaves `None`, the judge at every N (a bound on every pick that does not grow with N)
+/// with compensated sums where their register state fits the register file (or on CPU devices),
+/// else plain sums (on an H200 at N = 31,102, 31 compensated items a lane spill; plain sums with
+/// the judge ran faster than compensated sums without it: BENCHMARKS.md). Where the judge does
+/// not fit the device (its running sum takes 12·D bytes of shared memory) or is turned off,
+/// compensated sums without it.
 pub fn arithmetic(caps: &Capabilities, n: usize, d: usize, opts: &GramOptions) -> Arithmetic {
     let cpu = crate::device::is_cpu_device(caps);
     let max_wg = caps.max_workgroup_invocations.min(1024) as usize;
@@ -40,13 +40,11 @@ pub fn arithmetic(caps: &Capabilities, n: usize, d: usize, opts: &GramOptions) -
             per <= GPU_REGISTER_ITEMS && w * (3 * per + 24) <= 65536
         });
     let big = !cpu && !fits;
+    let wanted = opts.judge.unwrap_or(true);
     // Plain sums only to go with the judge (without it, compensated keys stay closer).
-    let compensated = opts
-        .compensated
-        .unwrap_or(!big || opts.judge == Some(false));
-    let wanted = opts.judge.unwrap_or(big && !compensated);
+    let compensated = opts.compensated.unwrap_or(!big || !wanted);
     let judge = wanted
-        && plan_for(caps, n, compensated, opts)
+        && plan_for(caps, n, compensated, true, opts)
             .map(|(wg, placement, rper)| judge_fits(caps, n, d, wg, placement, rper))
             .unwrap_or(false);
     // Unnamed sums are plain only with a judge that runs.
@@ -75,9 +73,16 @@ pub fn batch_bytes(n: usize, batch: usize, steps: usize) -> u64 {
 pub fn summation(caps: &Capabilities, n: usize, d: usize, opts: &GramOptions) -> Result<String> {
     let arith = arithmetic(caps, n, d, opts);
     // The same refusals as a job (a placement that cannot hold N).
-    plan_for(caps, n, arith.compensated, opts)?;
+    plan_for(caps, n, arith.compensated, arith.judge, opts)?;
     let judge = arith.judge;
     let refresh = judge_refresh(opts);
+    // "judge3": plain sums whose bound takes max |key| through |c| (other steps uncertain than
+    // judge2's maximum over the keys, so other bits at near-ties).
+    let version = if !arith.compensated && opts.judge_kmax_c.unwrap_or(true) {
+        3
+    } else {
+        2
+    };
     Ok(format!(
         "{}; G dot2{}",
         if arith.compensated {
@@ -87,8 +92,8 @@ pub fn summation(caps: &Capabilities, n: usize, d: usize, opts: &GramOptions) ->
         },
         match (judge, refresh) {
             (false, _) => String::new(),
-            (true, 0) => "; judge2".into(),
-            (true, r) => format!("; judge2 refresh {r}"),
+            (true, 0) => format!("; judge{version}"),
+            (true, r) => format!("; judge{version} refresh {r}"),
         }
     ))
 }
@@ -228,6 +233,7 @@ pub(super) fn plan_for(
     caps: &Capabilities,
     n: usize,
     compensated: bool,
+    judge: bool,
     opts: &GramOptions,
 ) -> Result<(u32, Placement, usize)> {
     let cpu = crate::device::is_cpu_device(caps);
@@ -260,6 +266,12 @@ pub(super) fn plan_for(
         None if cpu => 64.min(max_wg),
         // Measured on an H200 (BENCHMARKS.md): both summations ran fastest at 256 invocations
         // for N = 8,359 and at 512 or 1,024 for 14,943 (256 does not fit there).
+        // Plain sums with the judge: 512 invocations up to 64 items a lane (at N = 31,102 on an
+        // H200, 61 a lane ran 13% faster than 31 at 1,024, where 64 registers spill; without
+        // the judge 1,024 was faster: BENCHMARKS.md).
+        None if judge && !compensated && 512 <= max_wg && !fits(512) && n.div_ceil(512) <= 64 => {
+            512
+        }
         None => [256, 512, 1024]
             .into_iter()
             .filter(|&w| w <= max_wg)
@@ -267,7 +279,9 @@ pub(super) fn plan_for(
             .unwrap_or(512.min(max_wg)),
     };
     let placement = match opts.placement {
-        Placement::Auto if fits(wg) => Placement::Registers,
+        Placement::Auto if fits(wg) || (judge && !compensated && n.div_ceil(wg as usize) <= 64) => {
+            Placement::Registers
+        }
         Placement::Auto => Placement::Memory,
         Placement::Registers if n.div_ceil(wg as usize) > 4 * max_items => {
             return Err(Error::Invalid(format!(
@@ -316,18 +330,19 @@ mod tests {
         (a.compensated, a.judge)
     }
 
-    /// The default arithmetic: compensated without the judge while the compensated register
-    /// state fits the register file (N ≤ 17,408 at 512 invocations) or on CPU devices; plain
-    /// sums with the judge past it on GPUs where the judge fits; what the options name wins.
+    /// The default arithmetic: the judge at every N where it fits, with compensated sums while
+    /// their register state fits the register file (N ≤ 17,408 at 512 invocations) or on CPU
+    /// devices, plain sums past it on GPUs; what the options name wins.
     #[test]
     fn default_arithmetic_by_size_and_device() {
         let d = GramOptions::default();
         for n in [1, 8_359, 14_943, 17_408] {
-            assert_eq!(arith(true, n, &d), (true, false), "N = {n}");
+            assert_eq!(arith(true, n, &d), (true, true), "N = {n}");
+            assert_eq!(arith(false, n, &d), (true, true), "CPU, N = {n}");
         }
         for n in [17_409, 31_102, 100_000] {
             assert_eq!(arith(true, n, &d), (false, true), "N = {n}");
-            assert_eq!(arith(false, n, &d), (true, false), "CPU, N = {n}");
+            assert_eq!(arith(false, n, &d), (true, true), "CPU, N = {n}");
         }
         // The default options with `compensated` and `judge` named.
         let named = |compensated, judge| GramOptions {
@@ -336,9 +351,9 @@ mod tests {
             ..GramOptions::default()
         };
         let comp = named(Some(true), None);
-        assert_eq!(arith(true, 31_102, &comp), (true, false));
+        assert_eq!(arith(true, 31_102, &comp), (true, true));
         let plain = named(Some(false), None);
-        assert_eq!(arith(true, 8_359, &plain), (false, false));
+        assert_eq!(arith(true, 8_359, &plain), (false, true));
         assert_eq!(arith(true, 31_102, &plain), (false, true));
         let no_judge = named(None, Some(false));
         assert_eq!(arith(true, 31_102, &no_judge), (true, false));
@@ -355,11 +370,29 @@ mod tests {
         caps.memory_budget_bytes = 64 << 30;
         assert_eq!(
             summation(&caps, 31_102, 384, &d).unwrap(),
-            "plain; G dot2; judge2 refresh 4096"
+            "plain; G dot2; judge3 refresh 4096"
         );
         assert_eq!(
             summation(&caps, 8_359, 768, &d).unwrap(),
+            "compensated; G dot2; judge2 refresh 4096"
+        );
+        let keys = GramOptions {
+            judge_kmax_c: Some(false),
+            ..GramOptions::default()
+        };
+        assert_eq!(
+            summation(&caps, 31_102, 384, &keys).unwrap(),
+            "plain; G dot2; judge2 refresh 4096"
+        );
+        assert_eq!(
+            summation(&caps, 8_359, 768, &no_judge).unwrap(),
             "compensated; G dot2"
         );
+        // Plain sums with the judge take 512 invocations up to 64 items a lane (the
+        // compensated register file test picks 1,024 there).
+        let (wg, placement, rper) = plan_for(&caps, 31_102, false, true, &d).unwrap();
+        assert_eq!((wg, placement, rper), (512, Placement::Registers, 61));
+        assert_eq!(plan_for(&caps, 31_102, false, false, &d).unwrap().0, 1024);
+        assert_eq!(plan_for(&caps, 8_359, false, true, &d).unwrap().0, 256);
     }
 }

@@ -222,18 +222,20 @@ describe("command line", function()
         local other = run("gram2", { "--mode", "gram", "--batch", "70", "--target-s", "0.000001",
           "--placement", "memory" })
         assert.are.equal(gram:gsub('"batch_size":%d+', ""), (other:gsub('"batch_size":%d+', "")))
-        assert.are.equal("compensated; G dot2", jg.metadata.summation)
-        -- with the judge: said in the metadata (other bits at near-ties)
-        run("judge", { "--mode", "gram", "--judge" })
-        assert.are.equal("compensated; G dot2; judge2 refresh 4096",
-          H.json_file(dir .. "/judge.json").metadata.summation)
+        -- the judge runs by default at every N: said in the metadata
+        assert.are.equal("compensated; G dot2; judge2 refresh 4096", jg.metadata.summation)
+        -- without it: said in the metadata (other bits at near-ties)
+        run("nojudge", { "--mode", "gram", "--no-judge" })
+        assert.are.equal("compensated; G dot2", H.json_file(dir .. "/nojudge.json").metadata.summation)
         -- the defaults named: the same bytes as unnamed at this size
-        local named = run("named", { "--mode", "gram", "--compensated-sums", "--no-judge" })
+        local named = run("named", { "--mode", "gram", "--compensated-sums", "--judge" })
         assert.are.equal(gram, named)
-        -- plain sums: said in the metadata, the same bytes across batches
+        -- plain sums (with the judge, whose bound then goes through |c|): said in the metadata,
+        -- the same bytes across batches
         local p1 = run("plain1", { "--mode", "gram", "--plain-sums" })
         local p2 = run("plain2", { "--mode", "gram", "--plain-sums", "--batch", "70" })
-        assert.are.equal("plain; G dot2", H.json_file(dir .. "/plain1.json").metadata.summation)
+        assert.are.equal("plain; G dot2; judge3 refresh 4096",
+          H.json_file(dir .. "/plain1.json").metadata.summation)
         assert.are.equal(p1:gsub('"batch_size":%d+', ""), (p2:gsub('"batch_size":%d+', "")))
         assert.is_nil(js.metadata.summation) -- scan has no gram sums
         for key, seq in pairs(jg.sequences) do
