@@ -84,24 +84,22 @@ pub struct GramOptions {
     /// step loops pick wrongly there).
     pub steps_per_dispatch: usize,
     /// Keep each key as a compensated pair (Knuth TwoSum) or sum plain float32 (fewer registers
-    /// and operations, more rounding over long runs on centered data). `None` (the default)
-    /// chooses with [`GramOptions::judge`] (see [`arithmetic`]): compensated sums, except on GPUs
-    /// where their state would not fit the register file (N > 17,408 at 512 invocations), where
-    /// plain sums with the judge run. The settings give different bits; each is the same across
-    /// every other option.
+    /// and operations, more rounding over long runs on centered data). `None` (the default):
+    /// compensated sums, except on GPUs where their state would not fit the register file
+    /// (N > 17,408 at 512 invocations) and the judge runs, where plain sums do (see
+    /// [`arithmetic`]). The settings give different bits; each is the same across every other
+    /// option.
     pub compensated: Option<bool>,
     /// The judge: each step also finds the second best key, and when it is within twice the
     /// keys' rigorous error bound of the best (see `shaders/gram.comp`), the keys that could be
     /// the exact best are re-scored from the compensated running sum (a compensated dot product
     /// in 32 chains) and the pick made from them; past 64 of them, and every
     /// [`JUDGE_REFRESH`] steps, every key is recomputed. Every pick is then within about 6u
-    /// (u = 2⁻²⁴) of the exact best, whatever N. `None` (the default): on where the
-    /// compensated state would not fit the register file on a GPU (with plain sums, see
-    /// [`GramOptions::compensated`]; measured on an H200 at N = 31,102 that is faster than
-    /// compensated sums without it), off elsewhere: below that size it costs about 2× the GPU
-    /// time (BENCHMARKS.md) and the default compensated keys measured 50× under ε. Other bits
-    /// at near-ties. Off where a step with a recompute would pass the device's loop cap or its
-    /// buffers do not fit shared memory ([`GramJob::judge`] says which ran).
+    /// (u = 2⁻²⁴) of the exact best, whatever N. `None` (the default): on at every N; it costs
+    /// about 1.6–3× the GPU time of the same sums without it (BENCHMARKS.md). `Some(false)`:
+    /// off (other bits at near-ties; the compensated keys' error then grows with the sequence).
+    /// Off where a step with a recompute would pass the device's loop cap or its buffers do not
+    /// fit shared memory ([`GramJob::judge`] says which ran).
     pub judge: Option<bool>,
     /// Register placement: Gram row loads a lane issues before using them (0 = every item's at
     /// once). The same bits for every value on lavapipe; a benchmark knob (see
