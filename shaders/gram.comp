@@ -31,9 +31,10 @@
 // magnitude, so kmax ≤ |c| + A, and |c|² is tracked instead of taking a maximum over the keys
 // each step: |c + e_p|² = |c|² + 2·|e_p|·K_p + |e_p|² with K_p the pick's exact key, at most its
 // key + A (+ 3A for a pick from a band, whose running key was within 2A of the best; + E_F after
-// a full refresh), |e_p| within (1 ± 8u) of 1/inv_norm, each update's roundings covered by 4u of
-// the magnitudes; a full refresh restarts it from |c̃| + u·|r|. A step then finds only the best
-// two keys (a three-value reduction instead of five).
+// a full refresh), |e_p| within (1 ± 8u) of 1/inv_norm (inv_norm is a float64 value rounded
+// once, the division a few ulps), each update's five roundings covered by 16u of the magnitudes,
+// the square root's few ulps by a factor 1 + 2⁻¹⁰; a full refresh restarts it from |c̃| + u·|r|.
+// A step then finds only the best two keys (a three-value reduction instead of five).
 //
 // Each step finds the best key and the second best; when they are within 2A the order is not
 // certain. Then only keys within 2A of the best can be the exact best (any other v_y > best + 2A
@@ -518,10 +519,10 @@ void main() {
             const float ep = ep_inv > 0.0 ? 1.0 / ep_inv : 0.0;
             if (BOUND_BY_C) {
                 // The keys now stand for c + e_prev: |c + e_prev|² ≤ c2 + 2·|e|·kb + |e|², with
-                // |e| within (1 ± 8u)·ep and the sums' roundings (4u of the magnitudes) added.
+                // |e| within (1 ± 8u)·ep and the sums' roundings (16u of the magnitudes) added.
                 const float eh = ep * (1.0 + 8.0 * U), el = ep * (1.0 - 8.0 * U);
                 const float tt = eh * eh + 2.0 * kb * (kb >= 0.0 ? eh : el);
-                c2 = max(0.0, c2 + tt + 4.0 * U * (c2 + abs(tt)));
+                c2 = max(0.0, c2 + tt + 16.0 * U * (c2 + abs(tt)));
             }
             jS += ep;
             jL += COMPENSATED != 0u ? w.lmax : kmax + ep;
@@ -529,7 +530,7 @@ void main() {
             const float a = A_SCALE * (jE0 + (2.01 * U + du * du) * jS
                                        + U * (COMPENSATED != 0u ? jL + w.kmax : jL));
             // max |key| ≤ |c| + A (every exact key is at most |c| in magnitude).
-            kmax = TRACK_MAX ? w.kmax : sqrt(c2) * (1.0 + 2.0 * U) + a;
+            kmax = TRACK_MAX ? w.kmax : sqrt(c2) * (1.0 + 1.0 / 1024.0) + a;
             // The exact key of this step's pick is at most its key + A (replaced below where
             // the pick comes from fresh keys).
             kb = w.key + a;
@@ -642,7 +643,7 @@ void main() {
                         kmax = w.kmax;
                     } else {
                         c2 = norm_c2;
-                        kmax = sqrt(c2) * (1.0 + 2.0 * U) + jE0;
+                        kmax = sqrt(c2) * (1.0 + 1.0 / 1024.0) + jE0;
                         kb = w.key + jE0;
                     }
                     jS = 0.0;
