@@ -31,8 +31,9 @@
 //! first queries), at nprobe NPROBE (and with `--pq`, for the ADC search and the re-ranked one):
 //! the median and the 90th percentile over C calls (`--calls`, 200 by default) after 20 calls of
 //! warm-up, beside the call's GPU time and its host-side Vulkan work (submissions, buffers,
-//! descriptor sets and pipelines created a call); printed as `latency` lines and written to the
-//! JSON's `latency` list.
+//! descriptor sets and pipelines created a call) and the host's own time (`host_ns`: the call's
+//! wall time outside its submission and fence wait); printed as `latency` lines and written to
+//! the JSON's `latency` list. The per-nprobe rows carry that host time too.
 
 mod common;
 use diversity::ivf::{
@@ -196,12 +197,14 @@ fn latency(
             search(qs).map_err(|e| e.to_string())?;
         }
         let (mut wall, mut gpu) = (Vec::with_capacity(calls), Vec::with_capacity(calls));
+        let mut host = Vec::with_capacity(calls);
         let mut last = None;
         for _ in 0..calls {
             let t0 = Instant::now();
             let got = search(qs).map_err(|e| e.to_string())?;
             wall.push(t0.elapsed().as_secs_f64());
             gpu.push(got.1.coarse_ns + got.1.lists_ns);
+            host.push(got.1.host_ns);
             last = Some(got);
         }
         let (r, rep) = last.expect("at least one call");
@@ -210,15 +213,18 @@ fn latency(
         }
         wall.sort_by(f64::total_cmp);
         gpu.sort_unstable();
+        host.sort_unstable();
         let (med, p90) = (wall[calls / 2], wall[(calls * 9 / 10).min(calls - 1)]);
-        let g = gpu[calls / 2];
+        let (g, h) = (gpu[calls / 2], host[calls / 2]);
         let o = rep.host_ops;
         println!(
             "latency {what} {nq:>2} queries  wall median {:.3} ms  p90 {:.3} ms  gpu {:.3} ms  \
+             host {:.3} ms  \
              a call: {} submissions, {} buffers, {} descriptor sets, {} pipelines created",
             med * 1e3,
             p90 * 1e3,
             g as f64 * 1e-6,
+            h as f64 * 1e-6,
             o.submissions,
             o.buffers,
             o.descriptor_sets,
@@ -226,7 +232,7 @@ fn latency(
         );
         rows.push(format!(
             "{{\"search\":{what:?},\"queries\":{nq},\"calls\":{calls},\"wall_median_s\":{med},\
-             \"wall_p90_s\":{p90},\"gpu_median_ns\":{g},\"submissions\":{},\"buffers\":{},\
+             \"wall_p90_s\":{p90},\"gpu_median_ns\":{g},\"host_median_ns\":{h},\"submissions\":{},\"buffers\":{},\
              \"descriptor_sets\":{},\"pipelines\":{}}}",
             o.submissions, o.buffers, o.descriptor_sets, o.pipelines
         ));
@@ -391,10 +397,12 @@ fn run(a: Args) -> Result<(), String> {
         let (r, rep) = last.expect("three searches");
         let (r1, rk, kk) = recall(&r, &gt);
         println!(
-            "nprobe {np:>4} wall {s:.4} s  gpu {:.4} s (coarse {:.4})  {:>9.0} q/s  scanned {:.3} of N  \
+            "nprobe {np:>4} wall {s:.4} s  gpu {:.4} s (coarse {:.4})  host {:.4} s  {:>9.0} q/s  \
+             scanned {:.3} of N  \
              1-R@1 {r1:.4}  1-R@{k} {rk:.4}  {k}-R@{k} {kk:.4}  {}",
             (rep.coarse_ns + rep.lists_ns) as f64 * 1e-9,
             rep.coarse_ns as f64 * 1e-9,
+            rep.host_ns as f64 * 1e-9,
             q.n() as f64 / s,
             rep.rows_scanned as f64 / (n as f64 * q.n() as f64),
             if rep.list_scan {
@@ -408,9 +416,10 @@ fn run(a: Args) -> Result<(), String> {
             return Err(format!("nprobe {np} = nlist differs from the exact search"));
         }
         rows.push(format!(
-            "{{\"nprobe\":{np},\"wall_s\":{s},\"gpu_ns\":{},\"qps\":{},\"recall1\":{r1},\
+            "{{\"nprobe\":{np},\"wall_s\":{s},\"gpu_ns\":{},\"host_ns\":{},\"qps\":{},\"recall1\":{r1},\
              \"recall_at_k\":{rk},\"k_recall\":{kk}}}",
             rep.coarse_ns + rep.lists_ns,
+            rep.host_ns,
             q.n() as f64 / s
         ));
     }
@@ -530,17 +539,20 @@ fn run_pq(
             let (r, rep) = last.expect("three searches");
             let (r1, rk, kk) = recall(&r, gt);
             println!(
-                "nprobe {np:>4} k_factor {f:>2} wall {secs:.3} s  gpu {:.3} s  {:>8.0} q/s  \
+                "nprobe {np:>4} k_factor {f:>2} wall {secs:.3} s  gpu {:.3} s  host {:.4} s  \
+                 {:>8.0} q/s  \
                  scanned {:.3} of N  1-R@1 {r1:.4}  1-R@{k} {rk:.4}  {k}-R@{k} {kk:.4}",
                 (rep.coarse_ns + rep.lists_ns) as f64 * 1e-9,
+                rep.host_ns as f64 * 1e-9,
                 q.n() as f64 / secs,
                 rep.rows_scanned as f64 / (n as f64 * q.n() as f64),
                 k = a.k
             );
             rows.push(format!(
-                "{{\"nprobe\":{np},\"k_factor\":{f},\"wall_s\":{secs},\"gpu_ns\":{},\"qps\":{},\
+                "{{\"nprobe\":{np},\"k_factor\":{f},\"wall_s\":{secs},\"gpu_ns\":{},\"host_ns\":{},\"qps\":{},\
                  \"recall1\":{r1},\"recall_at_k\":{rk},\"k_recall\":{kk}}}",
                 rep.coarse_ns + rep.lists_ns,
+                rep.host_ns,
                 q.n() as f64 / secs
             ));
         }

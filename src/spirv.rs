@@ -64,6 +64,7 @@ shaders! {
     KNN_MERGE = "knn_merge",
     KNN_WARP = "knn_warp",
     IVFPQ_SCAN = "ivfpq_scan",
+    IVFPQ_RERANK = "ivfpq_rerank",
     KNN_GATHER = "knn_gather",
     LOOP_PROBE = "loop_probe",
     IVF_SCAN = "ivf_scan",

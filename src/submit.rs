@@ -215,6 +215,9 @@ pub(crate) struct Submitter {
     marked: bool,
     /// GPU nanoseconds from the start of the last submission waited for to its mark.
     mark_ns: u64,
+    /// Wall nanoseconds the host has spent in this submitter's queue submissions and fence
+    /// waits, all calls together ([`Submitter::busy_ns`]).
+    busy_ns: u64,
 }
 
 /// The middle timestamp of a [`Submitter::with_mark`] submission, written where the recording
@@ -266,6 +269,7 @@ impl Submitter {
             pending: false,
             marked,
             mark_ns: 0,
+            busy_ns: 0,
         };
         me.fence = unsafe { dev.create_fence(&vk::FenceCreateInfo::default(), None) }
             .vk("vkCreateFence")?;
@@ -304,6 +308,13 @@ impl Submitter {
     /// a mark or timestamps).
     pub(crate) fn mark_ns(&self) -> u64 {
         self.mark_ns
+    }
+
+    /// Wall nanoseconds spent so far in this submitter's queue submissions and fence waits (the
+    /// rest of a call's wall time is the host's own work: recording, preparing inputs, reading
+    /// results).
+    pub(crate) fn busy_ns(&self) -> u64 {
+        self.busy_ns
     }
 
     /// The submitter's context.
@@ -347,7 +358,9 @@ impl Submitter {
             }
             dev.end_command_buffer(cb).vk("vkEndCommandBuffer")?;
         }
+        let t0 = std::time::Instant::now();
         self.ctx.submit(cb, self.fence)?;
+        self.busy_ns += t0.elapsed().as_nanos() as u64;
         self.pending = true;
         Ok(())
     }
@@ -358,6 +371,7 @@ impl Submitter {
         if !std::mem::take(&mut self.pending) {
             return Ok(0);
         }
+        let t_wait = std::time::Instant::now();
         let dev = self.ctx.device();
         let qp = self.query_pool;
         if self.marked && !crate::device::is_cpu_device(self.ctx.caps()) {
@@ -374,6 +388,7 @@ impl Submitter {
         }
         // A failed wait (a lost device) is the error to report, not a reset failing after it.
         self.ctx.wait(self.fence, what)?;
+        self.busy_ns += t_wait.elapsed().as_nanos() as u64;
         unsafe { dev.reset_fences(&[self.fence]) }.vk("vkResetFences")?;
         if qp == vk::QueryPool::null() {
             return Ok(0);

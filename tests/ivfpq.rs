@@ -550,3 +550,50 @@ fn one_handle_searches_any_query_count_as_fresh_handles_do() {
     }
     assert_clean(&ctx);
 }
+
+/// The exact re-rank on the device (recorded after the list scan in the search's one
+/// submission) returns what the host re-rank returns: the same ids and distance bits, for every
+/// metric, 1, 16 and 600 queries (the host splitting 600 over threads), a few lists probed and
+/// all of them, and padding where the probed lists hold fewer than k rows.
+#[test]
+fn the_device_rerank_is_the_host_rerank_bit_for_bit() {
+    let ctx = ctx();
+    let (n, d) = (500, 24);
+    let t = random_table(n, d, 71);
+    let q = random_table(600, d, 72);
+    let both = |ix: &mut IvfPq, qs: &[f32], s: &IvfSearch, what: &str| {
+        ix.set_host_rerank(false);
+        let (dev, rd) = ix.search(qs, d, s).unwrap();
+        ix.set_host_rerank(true);
+        let (host, rh) = ix.search(qs, d, s).unwrap();
+        ix.set_host_rerank(false);
+        assert!(rd.rerank_on_device, "{what}: the device re-ranked");
+        assert!(!rh.rerank_on_device, "{what}: the host re-ranked");
+        assert_same(&dev, &host, what);
+        dev
+    };
+    for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
+        let mut ix = IvfPq::new(&ctx, d, &opts(8, 4, metric, true)).unwrap();
+        ix.train(&t).unwrap();
+        ix.add(&t).unwrap();
+        for nq in [1, 16, 600] {
+            for (k, nprobe, kf) in [(10, 1, 4), (10, 8, 6), (5, 3, 12)] {
+                let what = format!("{metric:?} {nq} queries k {k} nprobe {nprobe} × {kf}");
+                let s = search(&ix, k, nprobe, kf);
+                both(&mut ix, &q.data()[..nq * d], &s, &what);
+            }
+        }
+        // Six rows in all: four of ten results are padding.
+        let mut few = IvfPq::new(&ctx, d, &opts(2, 4, metric, true)).unwrap();
+        few.train(&t).unwrap();
+        few.add(&t.head(6).unwrap()).unwrap();
+        let what = format!("{metric:?} six rows");
+        let s = search(&few, 10, 2, 4);
+        let r = both(&mut few, &q.data()[..16 * d], &s, &what);
+        assert!(r
+            .ids
+            .chunks(10)
+            .all(|ids| ids[6..] == [-1; 4] && ids[5] >= 0));
+    }
+    assert_clean(&ctx);
+}

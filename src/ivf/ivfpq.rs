@@ -1,7 +1,7 @@
 //! The inverted file with product-quantized residuals, IVFADC (Faiss's `IndexIVFPQ`, M × 8
 //! bits), and its optional exact re-rank (Faiss's `IndexRefineFlat` idea). May touch the coarse
-//! quantizer, k-means, the product quantizer, its list scan (`pq_scan.rs`), the exact k-NN and the
-//! host table.
+//! quantizer, k-means, the product quantizer, its list scan (`pq_scan.rs`) and re-rank
+//! (`pq_rerank.rs`), the exact k-NN and the host table.
 //!
 //! * **Train**: the coarse quantizer as [`super::IvfFlat`]'s (k-means of the rows into nlist
 //!   centroids), then each training row's residual x − c(x) from its nearest centroid, and the
@@ -12,23 +12,29 @@
 //! * **Search**: the `nprobe` nearest centroids of each query (the device's k-NN), then one
 //!   dispatch of `shaders/ivfpq_scan.comp` (see `pq_scan.rs`): a workgroup a query builds the
 //!   lookup table of each probed list in shared memory and keeps the k best ADC keys. With
-//!   `k_factor` > 1 the scan keeps k_factor × k candidates and the host re-ranks them by their
-//!   exact float64 distance to the kept rows (ties to the lower id), returning the k best with
-//!   those distances rounded to f32.
+//!   `k_factor` > 1 the scan keeps k_factor × k candidates and they are re-ranked by their
+//!   exact float64 distance to the kept rows (ties to the lower id), the k best returned with
+//!   those distances rounded to f32: on the device, one more dispatch in the search's submission
+//!   (`pq_rerank.rs`, the kept rows uploaded by id with the lists), else on the host — the same
+//!   ids and distance bits either way.
 //! * **Metrics**: L2 (residual tables); inner product the Faiss way by residual:
 //!   q · x ≈ q · c + q · r̂, the q · c term from the coarse search; cosine is inner product on
 //!   rows and queries scaled to unit length (float64 norms), the coarse quantizer then an inner
 //!   product one on the unit rows.
 
-use super::coarse::{index_rows, normalized, Coarse};
+use super::coarse::{index_rows, Coarse};
 use super::kmeans::{nearest, KMeans, KMeansOptions};
 use super::pq::ProductQuantizer;
+use super::pq_rerank::{self, KeptRows};
 use super::pq_scan::PqSlab;
 use super::resident::{self, Resident};
 use super::{IvfSearch, IvfSearchReport, MAX_SCAN_K};
 use crate::device::Context;
 use crate::error::{Error, Result};
-use crate::knn::{check_queries, knn_flat, KnnOptions, KnnResult, Metric, Prepared, NO_ID};
+use crate::knn::{
+    check_queries_sq, knn_flat, write_query_rows, KnnOptions, KnnPath, KnnResult, Metric, Prepared,
+    NO_ID,
+};
 use crate::table::{Precision, Table};
 
 /// How an [`IvfPq`] is built.
@@ -75,6 +81,11 @@ pub struct IvfPq {
     /// Per id, its list and position there.
     pub(super) loc: Vec<(u32, u32)>,
     slab: Option<PqSlab>,
+    /// The kept rows on the device for the re-rank (made with the slab; `None` where the device
+    /// re-rank cannot run).
+    kept: Option<KeptRows>,
+    /// Re-rank on the host even where the device can (the tests' comparison).
+    host_rerank: bool,
 }
 
 impl IvfPq {
@@ -102,6 +113,8 @@ impl IvfPq {
             ntotal: 0,
             loc: Vec::new(),
             slab: None,
+            kept: None,
+            host_rerank: false,
             resident: None,
         })
     }
@@ -129,6 +142,12 @@ impl IvfPq {
     /// Whether the added rows are kept for the re-rank.
     pub fn keeps_vectors(&self) -> bool {
         self.keep_vectors
+    }
+    /// Re-rank (`k_factor` > 1) on the host even where the device can: the two return the
+    /// same ids and distance bits (`pq_rerank.rs`); for tests and comparisons.
+    #[doc(hidden)]
+    pub fn set_host_rerank(&mut self, host: bool) {
+        self.host_rerank = host;
     }
     /// Whether [`IvfPq::train`] has run (or the index was loaded).
     pub fn is_trained(&self) -> bool {
@@ -255,7 +274,7 @@ impl IvfPq {
 
     /// The k nearest added rows of each query by their ADC distances among the `nprobe` lists
     /// nearest to it (re-ranked exactly with `k_factor` > 1 from the scan's k × k_factor best,
-    /// in float64 on the host). Distances are squared L2, or similarities (inner product, cosine);
+    /// in float64, on the device where it has float64, else on the host: the same bits). Distances are squared L2, or similarities (inner product, cosine);
     /// missing results are padded with [`NO_ID`] and ±∞. The result's `path` and `query_tile`
     /// are the coarse search's (which runs with the default k-NN options). Errors: the
     /// dimension, k = 0, those of [`IvfSearch`] (nprobe = 0, k_factor = 0, another metric,
@@ -268,8 +287,10 @@ impl IvfPq {
         s: &IvfSearch,
     ) -> Result<(KnnResult, IvfSearchReport)> {
         let ops = self.ctx.host_ops();
+        let (t0, busy0) = (std::time::Instant::now(), resident::busy(&self.resident));
         let (out, mut report) = self.search_counted(queries, dim, s)?;
         report.host_ops = self.ctx.host_ops() - ops;
+        report.host_ns = super::host_ns(t0, self.resident.as_ref(), busy0);
         Ok((out, report))
     }
 
@@ -279,7 +300,7 @@ impl IvfPq {
         dim: usize,
         s: &IvfSearch,
     ) -> Result<(KnnResult, IvfSearchReport)> {
-        let nq = check_queries(self.d, queries, dim, &s.knn)?;
+        let (nq, sq) = check_queries_sq(self.d, queries, dim, &s.knn)?;
         s.check("IVF-PQ", self.metric)?;
         let kk = s.knn.k.saturating_mul(s.k_factor);
         if kk > MAX_SCAN_K {
@@ -301,15 +322,19 @@ impl IvfPq {
         }
         let coarse = self.coarse.device().ok_or_else(untrained)?;
         let nprobe = s.nprobe.min(self.nlist);
-        // The queries as the index sees them (unit rows for cosine).
-        let rows = if self.metric == Metric::Cosine && nq > 0 {
-            normalized(&Table::new(queries.to_vec(), nq, self.d)?)?
-                .data()
-                .to_vec()
-        } else {
-            queries.to_vec()
+        // The queries as the index sees them (unit rows for cosine): written straight into the
+        // upload buffer on the one-submission path; a vector only where the host needs them (the
+        // other path, the host re-rank).
+        let (d, metric) = (self.d, self.metric);
+        let write_rows = |dst: &mut [f32]| write_query_rows(queries, d, metric, &sq, dst);
+        let host_rows = std::sync::OnceLock::new();
+        let rows = || -> &[f32] {
+            host_rows.get_or_init(|| {
+                let mut v = vec![0f32; nq * d];
+                write_rows(&mut v);
+                v
+            })
         };
-        let rows = rows.as_slice();
         let copts = KnnOptions {
             k: nprobe,
             metric: self.coarse_metric(),
@@ -331,6 +356,17 @@ impl IvfPq {
                 self.coarse.centroids(),
                 pq.centroids(),
             )?);
+            // The kept rows by id, for the re-rank on the device (none where it cannot run).
+            self.kept = None;
+            if self.keep_vectors {
+                let d = self.d;
+                let mut by_id = vec![0f32; self.ntotal * d];
+                for (row, &(l, i)) in by_id.chunks_exact_mut(d).zip(&self.loc) {
+                    let i = i as usize;
+                    row.copy_from_slice(&self.lists[l as usize].data[i * d..(i + 1) * d]);
+                }
+                self.kept = KeptRows::build(&self.ctx, &by_id, d)?;
+            }
         }
         let slab = self.slab.as_ref().expect("built above");
         let mut report = IvfSearchReport {
@@ -338,11 +374,18 @@ impl IvfPq {
             list_scan: true,
             ..IvfSearchReport::default()
         };
+        let (k, pad) = (s.knn.k, if ip { f32::NEG_INFINITY } else { f32::INFINITY });
+        // The re-rank on the device where it runs (the kept rows there), else on the host.
+        let kept = match &self.kept {
+            Some(kr) if s.k_factor > 1 && !self.host_rerank => Some(kr),
+            _ => None,
+        };
+        let mut out = KnnResult::started(k, nq, KnnPath::Select { chunk: 0 }, false, 0);
         // One submission where the coarse search's query tile holds every query: the queries'
         // copy, the coarse k-NN and the packing of its probes and keys, the scan reading them
-        // there, and the results' copy into the read-back buffer — every buffer, the scratch
-        // and the set kept in the index from the last call. Otherwise the coarse results come
-        // back to the host first.
+        // there, the exact re-rank of its candidates (`pq_rerank.rs`), and the results' copy
+        // into the read-back buffer — every buffer, the scratch and the sets kept in the index
+        // from the last call. Otherwise the coarse results come back to the host first.
         let mut device_probes = None;
         let (keys, ids, probe_ids, plan_info) = 'scan: {
             if nq == 0 {
@@ -353,15 +396,24 @@ impl IvfPq {
             }
             let res = self.resident.as_mut().expect("made above");
             let results = nq * kk;
+            let layout = pq_rerank::Layout::new(nq, kk, k);
+            // The words read back first: the re-rank's k best (3 words a result), or the
+            // scan's candidates (2 a candidate); then the probes.
+            let (fin_at, fin_words, out_words) = match kept {
+                Some(_) => (layout.res_keys, 3 * nq * k, layout.words),
+                None => (0, 2 * results, 2 * results),
+            };
             let io = res.stage(
-                rows,
-                (2 * results * 4) as u64,
-                ((2 * results + nq * nprobe) * 4) as u64,
+                nq * d,
+                write_rows,
+                (out_words * 4) as u64,
+                ((fin_words + nq * nprobe) * 4) as u64,
             )?;
             let resident::Io {
                 sub,
-                coarse: kept,
+                coarse: kept_scratch,
                 set: slot,
+                rerank_set,
                 up,
                 queries: qbuf,
                 out: obuf,
@@ -369,7 +421,7 @@ impl IvfPq {
                 gen,
                 ctx,
             } = io;
-            let Some(prep) = Prepared::new(coarse, qbuf, gen, nq, &copts, kept)? else {
+            let Some(prep) = Prepared::new(coarse, qbuf, gen, nq, &copts, kept_scratch)? else {
                 break 'scan (Vec::new(), Vec::new(), Vec::new(), None);
             };
             if prep.ke() != nprobe {
@@ -380,25 +432,36 @@ impl IvfPq {
             singles.extend([(2, qbuf), (5, packed), (6, obuf), (7, packed)]);
             let key = [gen, slab.serial, prep.scratch_gen()];
             let set = resident::set_for(slot, ctx, key, &singles)?;
+            let rerank = match kept {
+                Some(kr) => {
+                    let bindings = [(0, kr.buffer()), (2, qbuf), (6, obuf)];
+                    let rset = resident::set_for(rerank_set, ctx, [gen, kr.serial, 0], &bindings)?;
+                    Some((kr, kr.pipeline()?, rset))
+                }
+                None => None,
+            };
             let dev = ctx.device();
             let mut failed = None;
             let before = |cb| unsafe {
-                resident::record_upload(dev, cb, up, qbuf, std::mem::size_of_val(rows) as u64);
+                resident::record_upload(dev, cb, up, qbuf, (nq * d * 4) as u64);
                 if let Err(e) = prep.record(cb) {
                     failed = Some(e);
                 }
             };
             let after = |cb| unsafe {
+                if let Some((kr, pipe, rset)) = &rerank {
+                    kr.record(cb, pipe, *rset, nq, kk, k, ip, &layout);
+                }
                 resident::record_readback(
                     dev,
                     cb,
                     down,
                     &[
-                        (obuf, 0, 0, (2 * results * 4) as u64),
+                        (obuf, (fin_at * 4) as u64, 0, (fin_words * 4) as u64),
                         (
                             packed,
                             (nq * nprobe * 4) as u64,
-                            (2 * results * 4) as u64,
+                            (fin_words * 4) as u64,
                             (nq * nprobe * 4) as u64,
                         ),
                     ],
@@ -420,18 +483,36 @@ impl IvfPq {
             }
             (report.coarse_ns, report.lists_ns) = (coarse_ns, lists_ns);
             device_probes = Some(prep.plan_info());
-            let w = resident::words(down, 0, 2 * results + nq * nprobe);
+            // Read in place from the read-back buffer.
+            let w = resident::words(down, 0, fin_words + nq * nprobe);
+            let (fin, probes) = w.split_at(fin_words);
+            if kept.is_some() {
+                // The device's k best: float64 distances rounded to f32 here, as the host
+                // re-rank rounds them.
+                let (dists, ids) = fin.split_at(2 * nq * k);
+                for (i, &id) in ids.iter().enumerate() {
+                    let (dist, id) = if id == u32::MAX {
+                        (pad, NO_ID)
+                    } else {
+                        let bits = dists[2 * i] as u64 | (dists[2 * i + 1] as u64) << 32;
+                        (f64::from_bits(bits) as f32, id as i64)
+                    };
+                    out.ids.push(id);
+                    out.distances.push(dist);
+                }
+                break 'scan (Vec::new(), Vec::new(), probes.to_vec(), device_probes);
+            }
             (
-                w[..results].iter().map(|&b| f32::from_bits(b)).collect(),
-                w[results..2 * results].to_vec(),
-                w[2 * results..].to_vec(),
+                bytemuck::cast_slice(&fin[..results]).to_vec(),
+                fin[results..].to_vec(),
+                probes.to_vec(),
                 device_probes,
             )
         };
         let (keys, ids, probe_ids, plan_info) = match plan_info {
             Some(info) => (keys, ids, probe_ids, info),
             None => {
-                let probes = knn_flat(coarse, rows, self.d, &copts)?;
+                let probes = knn_flat(coarse, rows(), self.d, &copts)?;
                 report.coarse_ns = probes.gpu_ns;
                 // The coarse key as the shaders keep it: minus the similarity for inner product.
                 let pr: Vec<(u32, f32)> = probes
@@ -440,7 +521,7 @@ impl IvfPq {
                     .zip(&probes.distances)
                     .map(|(&l, &dist)| (l as u32, if ip { -dist } else { dist }))
                     .collect();
-                let (keys, ids, ns) = slab.scan(rows, &pr, nprobe, kk, ip)?;
+                let (keys, ids, ns) = slab.scan(rows(), &pr, nprobe, kk, ip)?;
                 report.lists_ns = ns;
                 let probe_ids = pr.iter().map(|p| p.0).collect();
                 (
@@ -452,18 +533,25 @@ impl IvfPq {
             }
         };
         report.probes_on_device = device_probes.is_some();
-        for &l in &probe_ids {
-            report.rows_scanned += self.lists[l as usize].ids.len() as u64;
-        }
-        let (k, pad) = (s.knn.k, if ip { f32::NEG_INFINITY } else { f32::INFINITY });
-        let mut out = KnnResult::started(k, nq, plan_info.0, plan_info.1, plan_info.2);
+        report.rows_scanned = probe_ids
+            .iter()
+            .map(|&l| self.lists[l as usize].ids.len() as u64)
+            .sum();
+        (out.path, out.subgroups, out.query_tile) = plan_info;
         out.gpu_ns = report.coarse_ns + report.lists_ns;
+        if kept.is_some() && device_probes.is_some() {
+            // Re-ranked on the device.
+            report.rerank_on_device = true;
+            return Ok((out, report));
+        }
+        // The host's part: the scan's k best as they are, or re-ranked from its k × k_factor.
+        let rerank_rows = if s.k_factor > 1 { rows() } else { &[] };
         let best_of = |q: usize| -> Vec<(f32, u32)> {
             let cand = (0..kk)
                 .map(|i| (keys[q * kk + i], ids[q * kk + i]))
                 .filter(|&(_, id)| id != u32::MAX);
             if s.k_factor > 1 {
-                self.rerank(&rows[q * self.d..(q + 1) * self.d], cand, k)
+                self.rerank(&rerank_rows[q * self.d..(q + 1) * self.d], cand, k)
             } else {
                 cand.map(|(key, id)| (if ip { -key } else { key }, id))
                     .take(k)

@@ -43,6 +43,7 @@ mod ivfpq;
 pub mod kmeans;
 pub mod pq;
 mod pq_file;
+mod pq_rerank;
 mod pq_scan;
 mod resident;
 mod scan;
@@ -61,8 +62,8 @@ use crate::device::{Context, HostOps};
 use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
 use crate::knn::{
-    check_queries, device_query_rows, knn_flat, knn_resident, DeviceQueries, KnnOptions, KnnResult,
-    Metric, Prepared, NO_ID,
+    check_queries_sq, knn_flat, knn_resident, write_query_rows, DeviceQueries, KnnOptions,
+    KnnResult, Metric, Prepared, NO_ID,
 };
 use crate::table::{Precision, Table};
 use coarse::{index_rows, Coarse};
@@ -271,9 +272,23 @@ pub struct IvfSearchReport {
     /// Whether the scan read the coarse search's results on the device (no round trip through
     /// the host; where one query tile of the coarse search holds every query).
     pub probes_on_device: bool,
+    /// Whether IVF-PQ's exact re-rank (`k_factor` > 1) ran on the device, in the search's one
+    /// submission (`false`: on the host, or no re-rank).
+    pub rerank_on_device: bool,
     /// The host-side Vulkan work of the call (submissions, buffers, descriptor sets and
     /// pipelines created): what it cost beside the GPU's time.
     pub host_ops: HostOps,
+    /// Wall nanoseconds of the call outside the one-submission path's queue submission and
+    /// fence wait: the host's own work (the queries' preparation and copy, the recording, the
+    /// results' unpacking). The whole call where that path did not run.
+    pub host_ns: u64,
+}
+
+/// The wall nanoseconds since `t0` less what `resident`'s submitter spent submitting and
+/// waiting since it read `busy0`.
+fn host_ns(t0: std::time::Instant, resident: Option<&resident::Resident>, busy0: u64) -> u64 {
+    let busy = resident.map_or(busy0, |r| r.sub.busy_ns()) - busy0;
+    (t0.elapsed().as_nanos() as u64).saturating_sub(busy)
 }
 
 impl IvfFlat {
@@ -423,8 +438,10 @@ impl IvfFlat {
         s: &IvfSearch,
     ) -> Result<(KnnResult, IvfSearchReport)> {
         let ops = self.ctx.host_ops();
+        let (t0, busy0) = (std::time::Instant::now(), resident::busy(&self.resident));
         let (out, mut report) = self.search_counted(queries, dim, s)?;
         report.host_ops = self.ctx.host_ops() - ops;
+        report.host_ns = host_ns(t0, self.resident.as_ref(), busy0);
         Ok((out, report))
     }
 
@@ -435,7 +452,7 @@ impl IvfFlat {
         s: &IvfSearch,
     ) -> Result<(KnnResult, IvfSearchReport)> {
         let opts = &s.knn;
-        let nq = check_queries(self.d, queries, dim, opts)?;
+        let (nq, sq) = check_queries_sq(self.d, queries, dim, opts)?;
         s.check("IVF", self.metric)?;
         if s.k_factor != 1 {
             return Err(Error::Invalid(
@@ -484,14 +501,15 @@ impl IvfFlat {
             // One submission: the queries' copy, the coarse k-NN and the packing of its probes,
             // the list scan reading them there, and the results' copy into the read-back buffer
             // — every buffer, the scratch and the set kept in the index from the last call.
-            let rows = device_query_rows(queries, self.d, self.metric);
             if self.resident.is_none() {
                 self.resident = Some(resident::Resident::new(&self.ctx)?);
             }
             let res = self.resident.as_mut().expect("made above");
             let results = nq * k;
+            let (d, metric) = (self.d, self.metric);
             let io = res.stage(
-                &rows,
+                nq * d,
+                |dst| write_query_rows(queries, d, metric, &sq, dst),
                 (2 * results * 4) as u64,
                 ((2 * results + nq * nprobe) * 4) as u64,
             )?;
@@ -499,6 +517,7 @@ impl IvfFlat {
                 sub,
                 coarse: kept,
                 set: slot,
+                rerank_set: _,
                 up,
                 queries: qbuf,
                 out: obuf,
@@ -506,7 +525,7 @@ impl IvfFlat {
                 gen,
                 ctx,
             } = io;
-            let so = match Prepared::new(coarse, qbuf, gen, nq, &copts, kept)? {
+            match Prepared::new(coarse, qbuf, gen, nq, &copts, kept)? {
                 Some(prep) if prep.ke() == nprobe => {
                     report.probes_on_device = true;
                     (out.path, out.subgroups, out.query_tile) = prep.plan_info();
@@ -518,7 +537,7 @@ impl IvfFlat {
                     let dev = ctx.device();
                     let mut failed = None;
                     let before = |cb| unsafe {
-                        resident::record_upload(dev, cb, up, qbuf, (rows.len() * 4) as u64);
+                        resident::record_upload(dev, cb, up, qbuf, (nq * d * 4) as u64);
                         if let Err(e) = prep.record(cb) {
                             failed = Some(e);
                         }
@@ -553,15 +572,21 @@ impl IvfFlat {
                     if let Some(e) = failed {
                         return Err(e);
                     }
-                    report.coarse_ns = coarse_ns;
+                    (report.coarse_ns, report.lists_ns) = (coarse_ns, lists_ns);
+                    report.scan_dispatches = dispatches;
+                    // Read in place from the read-back buffer.
                     let w = resident::words(down, 0, 2 * results + nq * nprobe);
-                    scan::ScanOut {
-                        keys: w[..results].iter().map(|&b| f32::from_bits(b)).collect(),
-                        ids: w[results..2 * results].to_vec(),
-                        probes: w[2 * results..].to_vec(),
-                        gpu_ns: lists_ns,
-                        dispatches,
-                    }
+                    let (keys, rest) = w.split_at(results);
+                    let (ids, probes) = rest.split_at(results);
+                    Self::finish(
+                        &self.lists,
+                        self.metric,
+                        &mut out,
+                        &mut report,
+                        bytemuck::cast_slice(keys),
+                        ids,
+                        probes,
+                    );
                 }
                 _ => {
                     // The coarse search's results come back to the host, then the scan.
@@ -571,25 +596,17 @@ impl IvfFlat {
                     (out.path, out.subgroups, out.query_tile) =
                         (probes.path, probes.subgroups, probes.query_tile);
                     let pr: Vec<u32> = probes.ids.iter().map(|&l| l as u32).collect();
-                    let mut so = slab.scan(rows.buffer(), nq, &pr, nprobe, k, self.metric)?;
-                    so.probes = pr;
-                    so
-                }
-            };
-            report.rows_scanned = so
-                .probes
-                .iter()
-                .map(|&l| self.lists[l as usize].ids.len() as u64)
-                .sum();
-            report.lists_ns = so.gpu_ns;
-            report.scan_dispatches = so.dispatches;
-            for (&key, &id) in so.keys.iter().zip(&so.ids) {
-                if id == u32::MAX {
-                    out.ids.push(NO_ID);
-                    out.distances.push(pad);
-                } else {
-                    out.ids.push(id as i64);
-                    out.distances.push(if neg { -key } else { key });
+                    let so = slab.scan(rows.buffer(), nq, &pr, nprobe, k, self.metric)?;
+                    (report.lists_ns, report.scan_dispatches) = (so.gpu_ns, so.dispatches);
+                    Self::finish(
+                        &self.lists,
+                        self.metric,
+                        &mut out,
+                        &mut report,
+                        &so.keys,
+                        &so.ids,
+                        &pr,
+                    );
                 }
             }
             out.gpu_ns = report.coarse_ns + report.lists_ns;
@@ -648,6 +665,39 @@ impl IvfFlat {
             }
         }
         Ok((out, report))
+    }
+
+    /// The list scan's `keys` and `ids` (k a query, +∞ and `u32::MAX` padding) into `out`'s
+    /// distances and ids, and the rows the `probes` name into `report.rows_scanned`.
+    fn finish(
+        lists: &[List],
+        metric: Metric,
+        out: &mut KnnResult,
+        report: &mut IvfSearchReport,
+        keys: &[f32],
+        ids: &[u32],
+        probes: &[u32],
+    ) {
+        let neg = metric != Metric::L2;
+        let pad = if neg {
+            f32::NEG_INFINITY
+        } else {
+            f32::INFINITY
+        };
+        report.rows_scanned = probes
+            .iter()
+            .map(|&l| lists[l as usize].ids.len() as u64)
+            .sum();
+        out.ids.extend(
+            ids.iter()
+                .map(|&id| if id == u32::MAX { NO_ID } else { id as i64 }),
+        );
+        out.distances
+            .extend(keys.iter().zip(ids).map(|(&key, &id)| match id {
+                u32::MAX => pad,
+                _ if neg => -key,
+                _ => key,
+            }));
     }
 
     /// List `l` on the device, uploaded if it changed since the last search.

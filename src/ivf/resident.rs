@@ -67,6 +67,8 @@ pub(super) struct Resident {
     // The sets first: dropped before the buffers they name.
     /// The list scan's set, and what it was written for.
     set: Option<(Set, [u64; 3])>,
+    /// IVF-PQ's re-rank's set, and what it was written for.
+    rerank_set: Option<(Set, [u64; 3])>,
     /// The coarse k-NN's scratch (its set names `queries`).
     pub coarse: KeptScratch,
     ctx: Context,
@@ -85,6 +87,7 @@ pub(super) struct Io<'a> {
     pub sub: &'a mut Submitter,
     pub coarse: &'a mut KeptScratch,
     pub set: &'a mut Option<(Set, [u64; 3])>,
+    pub rerank_set: &'a mut Option<(Set, [u64; 3])>,
     pub up: &'a Buffer,
     pub queries: &'a Buffer,
     pub out: &'a Buffer,
@@ -105,32 +108,36 @@ impl Resident {
             gen: 0,
             coarse: KeptScratch::default(),
             set: None,
+            rerank_set: None,
         })
     }
 
-    /// Puts `rows` (the queries as the shaders read them) in the upload buffer, and makes sure
-    /// the device's queries, the results (`out_bytes`) and the read-back (`down_bytes`) fit.
+    /// Has `write` put `values` floats (the queries as the shaders read them) straight into the
+    /// mapped upload buffer — no vector of their own on the way —, and makes sure the device's
+    /// queries, the results (`out_bytes`) and the read-back (`down_bytes`) fit.
     pub(super) fn stage(
         &mut self,
-        rows: &[f32],
+        values: usize,
+        write: impl FnOnce(&mut [f32]),
         out_bytes: u64,
         down_bytes: u64,
     ) -> Result<Io<'_>> {
         let ctx = &self.ctx;
-        let bytes: &[u8] = bytemuck::cast_slice(rows);
-        self.up.fit(ctx, bytes.len() as u64)?;
-        let mut again = self.queries.fit(ctx, bytes.len() as u64)?;
+        let bytes = values * 4;
+        self.up.fit(ctx, bytes as u64)?;
+        let mut again = self.queries.fit(ctx, bytes as u64)?;
         again |= self.out.fit(ctx, out_bytes)?;
         self.down.fit(ctx, down_bytes)?;
         if again {
             self.gen += 1;
         }
         let up = self.up.buf.as_mut().expect("fitted above");
-        up.mapped()[..bytes.len()].copy_from_slice(bytes);
+        write(bytemuck::cast_slice_mut(&mut up.mapped()[..bytes]));
         Ok(Io {
             sub: &mut self.sub,
             coarse: &mut self.coarse,
             set: &mut self.set,
+            rerank_set: &mut self.rerank_set,
             up: self.up.buf(),
             queries: self.queries.buf(),
             out: self.out.buf(),
@@ -139,6 +146,11 @@ impl Resident {
             ctx: &self.ctx,
         })
     }
+}
+
+/// The submitter's [`Submitter::busy_ns`] so far (0 before the first search).
+pub(super) fn busy(r: &Option<Resident>) -> u64 {
+    r.as_ref().map_or(0, |r| r.sub.busy_ns())
 }
 
 /// The list scan's set in `slot` naming `bindings`, written again only when `key` (the
@@ -208,10 +220,8 @@ pub(super) unsafe fn record_readback(
     );
 }
 
-/// `words` little-endian words of the read-back buffer from word `at`.
-pub(super) fn words(down: &Buffer, at: usize, words: usize) -> Vec<u32> {
-    down.mapped_bytes()[at * 4..(at + words) * 4]
-        .chunks_exact(4)
-        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
+/// `words` words of the read-back buffer from word `at`, read in place (the mapped memory is
+/// the host's cached memory; no copy).
+pub(super) fn words(down: &Buffer, at: usize, words: usize) -> &[u32] {
+    bytemuck::cast_slice(&down.mapped_bytes()[at * 4..(at + words) * 4])
 }

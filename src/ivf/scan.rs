@@ -422,8 +422,6 @@ pub(crate) struct ScanOut {
     pub keys: Vec<f32>,
     /// `nq × k` ids (`u32::MAX` padding).
     pub ids: Vec<u32>,
-    /// The probes (`nq × nprobe`).
-    pub probes: Vec<u32>,
     /// GPU nanoseconds.
     pub gpu_ns: u64,
     /// Dispatches recorded.

@@ -270,9 +270,29 @@ pub(crate) fn check_queries(
     dim: usize,
     opts: &KnnOptions,
 ) -> Result<usize> {
-    let nq = check_query_shape(d, queries, dim, opts)?;
-    crate::table::check_row_norms(queries, d, "query")?;
-    Ok(nq)
+    check_queries_sq(d, queries, dim, opts).map(|(nq, _)| nq)
+}
+
+/// [`check_queries`], also returning each query's float64 sum of squares (what
+/// [`write_query_rows`] scales cosine queries by).
+pub(crate) fn check_queries_sq(
+    d: usize,
+    queries: &[f32],
+    dim: usize,
+    opts: &KnnOptions,
+) -> Result<(usize, Vec<f64>)> {
+    // One pass over the queries where they are whole rows of finite values: a non-finite value
+    // makes its row's float64 sum of squares non-finite (finite f32 squares cannot overflow
+    // it), and only then does the finite-value scan run, for its message.
+    let sq = if dim == d && d > 0 && queries.len().is_multiple_of(d) {
+        crate::table::sq_norms(queries, d)
+    } else {
+        Vec::new()
+    };
+    let finite = sq.iter().all(|s| s.is_finite());
+    let nq = shape_checks(d, queries, dim, opts, !finite)?;
+    crate::table::check_sq_norms(&sq, "query")?;
+    Ok((nq, sq))
 }
 
 /// The checks of a k-NN call on a table of dimension `d` whose queries this crate derived
@@ -283,6 +303,17 @@ pub(crate) fn check_query_shape(
     queries: &[f32],
     dim: usize,
     opts: &KnnOptions,
+) -> Result<usize> {
+    shape_checks(d, queries, dim, opts, true)
+}
+
+/// [`check_query_shape`], the scan for non-finite values only with `scan_finite`.
+fn shape_checks(
+    d: usize,
+    queries: &[f32],
+    dim: usize,
+    opts: &KnnOptions,
+    scan_finite: bool,
 ) -> Result<usize> {
     if opts.k == 0 {
         return Err(Error::Invalid("k-NN needs k ≥ 1".into()));
@@ -298,7 +329,7 @@ pub(crate) fn check_query_shape(
             queries.len()
         )));
     }
-    if let Some(pos) = queries.iter().position(|v| !v.is_finite()) {
+    if let Some(pos) = queries.iter().position(|v| scan_finite && !v.is_finite()) {
         return Err(Error::Invalid(format!(
             "query {} has a non-finite value ({}) at column {}",
             pos / d,
@@ -317,7 +348,10 @@ const RESULT_ENTRY_BYTES: usize = 12;
 /// The most host memory a k-NN result may take: half the machine's memory (`MemTotal` of
 /// /proc/meminfo), or 16 GiB where that cannot be read.
 fn result_budget() -> u64 {
-    crate::device::host_memory_bytes().map_or(16 << 30, |b| b / 2)
+    // Read once: every search checks it, and /proc/meminfo costs a search of one query a good
+    // part of its host time.
+    static BUDGET: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *BUDGET.get_or_init(|| crate::device::host_memory_bytes().map_or(16 << 30, |b| b / 2))
 }
 
 /// The result of `nq` queries × `k` (padding past N included: the device work is clamped to N,
@@ -639,7 +673,15 @@ impl<'a> Prepared<'a> {
     }
 }
 
-/// The query rows as the k-NN shaders read them for `metric` (unit rows for cosine).
-pub(crate) fn device_query_rows(queries: &[f32], d: usize, metric: Metric) -> Vec<f32> {
-    scratch::query_rows(queries, d, metric)
+/// The query rows as the k-NN shaders read them for `metric` (unit rows for cosine, float64
+/// norms, a zero query staying zero) written into `dst` (as long as `queries`), the queries' sums of
+/// squares `sq` given ([`check_queries_sq`]): the same bits, without a vector of its own.
+pub(crate) fn write_query_rows(
+    queries: &[f32],
+    d: usize,
+    metric: Metric,
+    sq: &[f64],
+    dst: &mut [f32],
+) {
+    scratch::write_query_rows(queries, d, metric, sq, dst)
 }

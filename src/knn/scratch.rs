@@ -29,14 +29,36 @@ pub(super) fn query_rows(queries: &[f32], d: usize, metric: Metric) -> Vec<f32> 
     if metric != Metric::Cosine {
         return queries.to_vec();
     }
-    queries
-        .chunks_exact(d)
-        .flat_map(|row| {
-            let norm = row.iter().map(|&v| v as f64 * v as f64).sum::<f64>().sqrt();
-            let inv = if norm > 0.0 { 1.0 / norm } else { 0.0 };
-            row.iter().map(move |&v| (v as f64 * inv) as f32)
-        })
-        .collect()
+    let mut out = vec![0f32; queries.len()];
+    write_query_rows(
+        queries,
+        d,
+        metric,
+        &crate::table::sq_norms(queries, d),
+        &mut out,
+    );
+    out
+}
+
+/// [`query_rows`] into `dst`, each row's float64 sum of squares `sq` given.
+pub(super) fn write_query_rows(
+    queries: &[f32],
+    d: usize,
+    metric: Metric,
+    sq: &[f64],
+    dst: &mut [f32],
+) {
+    if metric != Metric::Cosine || d == 0 {
+        dst.copy_from_slice(queries);
+        return;
+    }
+    for ((row, out), &s) in queries.chunks_exact(d).zip(dst.chunks_exact_mut(d)).zip(sq) {
+        let norm = s.sqrt();
+        let inv = if norm > 0.0 { 1.0 / norm } else { 0.0 };
+        for (o, &v) in out.iter_mut().zip(row) {
+            *o = (v as f64 * inv) as f32;
+        }
+    }
 }
 
 /// Whether a call of this plan packs its results on the device (`knn_gather.comp`).
