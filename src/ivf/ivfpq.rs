@@ -544,7 +544,21 @@ impl IvfPq {
             report.rerank_on_device = true;
             return Ok((out, report));
         }
-        // The host's part: the scan's k best as they are, or re-ranked from its k × k_factor.
+        // The host's part: the scan's k best as they are (straight into the result), or
+        // re-ranked from its k × k_factor.
+        if s.k_factor == 1 {
+            for (qk, qi) in keys.chunks_exact(kk).zip(ids.chunks_exact(kk)) {
+                let mut n = 0;
+                for (&key, &id) in qk.iter().zip(qi).filter(|p| *p.1 != u32::MAX).take(k) {
+                    out.ids.push(id as i64);
+                    out.distances.push(if ip { -key } else { key });
+                    n += 1;
+                }
+                out.ids.extend(std::iter::repeat_n(NO_ID, k - n));
+                out.distances.extend(std::iter::repeat_n(pad, k - n));
+            }
+            return Ok((out, report));
+        }
         let rerank_rows = if s.k_factor > 1 { rows() } else { &[] };
         let best_of = |q: usize| -> Vec<(f32, u32)> {
             let cand = (0..kk)
