@@ -8,7 +8,7 @@
 //! cargo run --release --example bench_gram -- --table FILE [--dim D] [--starts S] [--steps K]
 //!     [--precisions fp32,fp16] [--wg 256,512,1024] [--placements auto,registers,memory]
 //!     [--spd 0,1] [--compensated 1,0] [--judge 1,0] [--loads 0,8] [--refresh 0,4096] [--chunk C] [--label NAME] [--json OUT.json] [--md OUT.md] [--seqs OUT.u32]
-//!     [--e2e CACHE.json] [--center] [--oracle K]
+//!     [--e2e CACHE.json] [--center] [--oracle K] [--judge-variants c,keys,noevents]
 //! ```
 //!
 //! `--center` subtracts the column mean first (the user's `mean-centered-v1` space). `--oracle K`
@@ -16,7 +16,10 @@
 //! distances along their own prefix (ε = 1e-5) on every CPU core, and prints the worst excess.
 //! `--judge 1,0` runs each configuration with and without the judge (`GramOptions::judge`: keys
 //! recomputed from the running sum when the best two are within their error bound); the line
-//! shows how many recomputes the batch made.
+//! shows how many recomputes the batch made. `--judge-variants` runs each with the judge's
+//! variants: `c` (the default: plain sums bound max |key| through |c|), `keys` (the maximum over
+//! the keys each step), `noevents` (the bound scaled to 0, no step uncertain: the judge's
+//! per-step work alone, not exact).
 //!
 //! `--spd` lists steps per dispatch (0 = the device default: the whole chunk in one in-shader
 //! loop on GPUs). `--starts S` takes the first S items as starts (default all N), `--steps K` the first K steps
