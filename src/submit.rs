@@ -9,16 +9,24 @@ use crate::error::{Error, Result, VkContext};
 use crate::memory::{memory_barrier, Buffer};
 use ash::vk;
 
+/// A command buffer and the command pool it alone was allocated from.
+#[derive(Clone, Copy)]
+pub(crate) struct CommandBuffer {
+    pool: vk::CommandPool,
+    pub(crate) cb: vk::CommandBuffer,
+}
+
 /// A recorded-and-submitted command buffer with its fence: the unit of one-off transfers.
 impl Context {
     /// Record `f` into a fresh command buffer, submit it and wait for it.
     pub(crate) fn one_shot(&self, f: impl FnOnce(vk::CommandBuffer)) -> Result<()> {
         let dev = self.device();
-        let cb = self.alloc_command_buffer()?;
+        let owned = self.alloc_command_buffer()?;
+        let cb = owned.cb;
         let fence = match unsafe { dev.create_fence(&vk::FenceCreateInfo::default(), None) } {
             Ok(f) => f,
             Err(e) => {
-                self.free_command_buffer(cb);
+                self.free_command_buffer(owned);
                 return Err(Error::Vulkan {
                     call: "vkCreateFence",
                     result: e,
@@ -40,35 +48,48 @@ impl Context {
             self.wait(fence, "a transfer")
         })();
         unsafe { dev.destroy_fence(fence, None) };
-        self.free_command_buffer(cb);
+        self.free_command_buffer(owned);
         run
     }
 
-    pub(crate) fn alloc_command_buffer(&self) -> Result<vk::CommandBuffer> {
-        let pool = self
-            .inner
-            .command_pool
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+    /// A command buffer in a command pool of its own: Vulkan asks a pool (and so every command
+    /// buffer allocated from it) to be used by one thread at a time, and a context is used from
+    /// several (one context shared by threads, a job stepping on a thread of its own), while a
+    /// command buffer belongs to one owner. Free it with [`Context::free_command_buffer`].
+    pub(crate) fn alloc_command_buffer(&self) -> Result<CommandBuffer> {
+        let dev = self.device();
+        let pool = unsafe {
+            dev.create_command_pool(
+                &vk::CommandPoolCreateInfo::default()
+                    .queue_family_index(self.inner.queue_family)
+                    .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER),
+                None,
+            )
+        }
+        .vk("vkCreateCommandPool")?;
         let v = unsafe {
-            self.device().allocate_command_buffers(
+            dev.allocate_command_buffers(
                 &vk::CommandBufferAllocateInfo::default()
-                    .command_pool(*pool)
+                    .command_pool(pool)
                     .level(vk::CommandBufferLevel::PRIMARY)
                     .command_buffer_count(1),
             )
+        };
+        match v {
+            Ok(v) => Ok(CommandBuffer { pool, cb: v[0] }),
+            Err(e) => {
+                unsafe { dev.destroy_command_pool(pool, None) };
+                Err(Error::Vulkan {
+                    call: "vkAllocateCommandBuffers",
+                    result: e,
+                })
+            }
         }
-        .vk("vkAllocateCommandBuffers")?;
-        Ok(v[0])
     }
 
-    pub(crate) fn free_command_buffer(&self, cb: vk::CommandBuffer) {
-        let pool = self
-            .inner
-            .command_pool
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        unsafe { self.device().free_command_buffers(*pool, &[cb]) };
+    /// Frees `c` with its pool.
+    pub(crate) fn free_command_buffer(&self, c: CommandBuffer) {
+        unsafe { self.device().destroy_command_pool(c.pool, None) };
     }
 
     pub(crate) fn submit(&self, cb: vk::CommandBuffer, fence: vk::Fence) -> Result<()> {
@@ -205,7 +226,7 @@ const POLL_FENCE: std::time::Duration = std::time::Duration::from_millis(3);
 /// the next chunk while the device runs this one). Dropping a submitter waits for its work.
 pub(crate) struct Submitter {
     ctx: Context,
-    cb: vk::CommandBuffer,
+    cb: CommandBuffer,
     fence: vk::Fence,
     query_pool: vk::QueryPool,
     /// Submitted and not yet waited for.
@@ -336,7 +357,7 @@ impl Submitter {
             ));
         }
         let dev = self.ctx.device();
-        let cb = self.cb;
+        let cb = self.cb.cb;
         let qp = self.query_pool;
         unsafe {
             dev.reset_command_buffer(cb, vk::CommandBufferResetFlags::empty())

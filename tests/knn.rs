@@ -797,3 +797,38 @@ fn verify_accepts_right_and_refuses_wrong_neighbours() {
     }
     assert_clean(&ctx);
 }
+
+/// One context used from several threads at once: each thread's searches record and submit
+/// their own command buffers (Vulkan asks a command pool to be used by one thread at a time, so
+/// each command buffer has a pool of its own), and the validation layers' thread checks stay
+/// quiet; every thread's results equal a search run alone.
+#[test]
+fn one_context_searched_from_several_threads_at_once() {
+    let ctx = ctx();
+    let table = random_table(3_000, 48, 5);
+    let dt = DeviceTable::upload(&ctx, &table, Precision::Fp32).unwrap();
+    let queries: Vec<f32> = table.data()[..48 * 40].to_vec();
+    let opts = KnnOptions {
+        k: 7,
+        ..KnnOptions::default()
+    };
+    let alone = knn_flat(&dt, &queries, 48, &opts).unwrap();
+    std::thread::scope(|s| {
+        let runs: Vec<_> = (0..4)
+            .map(|_| {
+                s.spawn(|| {
+                    (0..6)
+                        .map(|_| knn_flat(&dt, &queries, 48, &opts).unwrap())
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for r in runs {
+            for got in r.join().unwrap() {
+                assert_eq!(got.ids, alone.ids);
+                assert_eq!(bits(&got.distances), bits(&alone.distances));
+            }
+        }
+    });
+    assert_clean(&ctx);
+}

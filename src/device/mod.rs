@@ -79,7 +79,10 @@ pub(crate) struct Inner {
     pub(crate) device: ash::Device,
     pub(crate) queue: Mutex<vk::Queue>,
     pub(crate) allocator: Mutex<Option<Allocator>>,
-    pub(crate) command_pool: Mutex<vk::CommandPool>,
+    /// The queue's family: every command buffer gets a command pool of its own in it
+    /// ([`Context::alloc_command_buffer`]), since Vulkan asks a pool to be used by one thread at
+    /// a time and a context is used from several.
+    pub(crate) queue_family: u32,
     pub(crate) set_layout: vk::DescriptorSetLayout,
     pipelines: Mutex<HashMap<PipelineKey, Arc<Pipeline>>>,
     pub(crate) caps: Capabilities,
@@ -253,7 +256,7 @@ impl Context {
             device,
             queue: Mutex::new(queue),
             allocator: Mutex::new(None),
-            command_pool: Mutex::new(vk::CommandPool::null()),
+            queue_family,
             set_layout: vk::DescriptorSetLayout::null(),
             pipelines: Mutex::new(HashMap::new()),
             caps,
@@ -267,13 +270,6 @@ impl Context {
             bytes: 0,
             reason: e.to_string(),
         })?));
-        let pool_info = vk::CommandPoolCreateInfo::default()
-            .queue_family_index(queue_family)
-            .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
-        inner.command_pool = Mutex::new(
-            unsafe { inner.device.create_command_pool(&pool_info, None) }
-                .vk("vkCreateCommandPool")?,
-        );
         let bindings: Vec<_> = (0..FILTER_BINDING + FILTER_BINDINGS)
             .map(|b| {
                 vk::DescriptorSetLayoutBinding::default()
@@ -583,13 +579,6 @@ impl Drop for Inner {
             if self.set_layout != vk::DescriptorSetLayout::null() {
                 self.device
                     .destroy_descriptor_set_layout(self.set_layout, None);
-            }
-            let pool = *self
-                .command_pool
-                .get_mut()
-                .unwrap_or_else(|e| e.into_inner());
-            if pool != vk::CommandPool::null() {
-                self.device.destroy_command_pool(pool, None);
             }
             // Allocations are all freed (their owners hold this Arc); the allocator goes before the device.
             drop(
