@@ -32,6 +32,47 @@ fn kopts() -> KMeansOptions {
     }
 }
 
+/// The sub-spaces train on threads of their own: each is the k-means it would be alone, the
+/// same bits (every sub-space's centroids equal `kmeans` of its sub-vectors), and the
+/// validation layers' thread checks stay quiet.
+#[test]
+fn sub_spaces_trained_on_threads_are_each_the_kmeans_alone() {
+    let ctx = ctx();
+    let (n, d, m) = (600, 48, 6);
+    let table = random_table(n, d, 31);
+    let opts = kopts();
+    let pq = ProductQuantizer::train(&ctx, table.data(), d, m, &opts).unwrap();
+    let dsub = d / m;
+    for s in 0..m {
+        let sub: Vec<f32> = table
+            .data()
+            .chunks_exact(d)
+            .flat_map(|row| row[s * dsub..(s + 1) * dsub].iter().copied())
+            .collect();
+        let alone = diversity::ivf::kmeans(
+            &ctx,
+            &Table::new(sub, n, dsub).unwrap(),
+            PQ_KSUB,
+            &KMeansOptions {
+                init: None,
+                ..opts.clone()
+            },
+        )
+        .unwrap();
+        let threaded: Vec<u32> = (0..PQ_KSUB)
+            .flat_map(|c| {
+                pq.centroid(s, c)
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let bits: Vec<u32> = alone.centroids.iter().map(|v| v.to_bits()).collect();
+        assert_eq!(threaded, bits, "sub-space {s}");
+    }
+    assert_clean(&ctx);
+}
+
 fn opts(nlist: usize, m: usize, metric: Metric, keep: bool) -> IvfPqOptions {
     IvfPqOptions {
         nlist,

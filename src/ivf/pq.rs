@@ -48,6 +48,9 @@ pub(crate) fn check_shape(d: usize, m: usize) -> Result<()> {
     Ok(())
 }
 
+/// Threads that train sub-spaces at once (each records and submits its own work).
+const PQ_TRAIN_THREADS: usize = 8;
+
 impl ProductQuantizer {
     /// Train a quantizer of `rows` (n × `d`, row-major) into `m` sub-spaces. Errors: M does not
     /// divide D, fewer than 256 rows, the device's.
@@ -71,10 +74,47 @@ impl ProductQuantizer {
             init: None,
             ..opts.clone()
         };
+        // The M sub-spaces' k-means are independent: they run on threads of their own, so that
+        // one's submissions and waits overlap another's (each is the same computation as alone,
+        // the same bits; a sub-space's iterations are mostly submission latency).
+        let threads = std::thread::available_parallelism()
+            .map(|t| t.get())
+            .unwrap_or(1)
+            .clamp(1, PQ_TRAIN_THREADS)
+            .min(m);
+        let mut parts: Vec<Option<Result<Vec<f32>>>> = (0..m).map(|_| None).collect();
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..threads)
+                .map(|_| {
+                    let (next, opts) = (&next, &opts);
+                    scope.spawn(move || {
+                        let mut done = Vec::new();
+                        loop {
+                            let s = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            if s >= m {
+                                return done;
+                            }
+                            let trained = Table::new(sub_vectors(rows, d, dsub, s), n, dsub)
+                                .and_then(|sub| kmeans_derived(ctx, &sub, PQ_KSUB, opts))
+                                .map(|k| k.centroids);
+                            done.push((s, trained));
+                        }
+                    })
+                })
+                .collect();
+            for h in handles {
+                let done = h
+                    .join()
+                    .expect("a product quantizer training thread panicked");
+                for (s, r) in done {
+                    parts[s] = Some(r);
+                }
+            }
+        });
         let mut centroids = Vec::with_capacity(m * PQ_KSUB * dsub);
-        for s in 0..m {
-            let sub = Table::new(sub_vectors(rows, d, dsub, s), n, dsub)?;
-            centroids.extend(kmeans_derived(ctx, &sub, PQ_KSUB, &opts)?.centroids);
+        for part in parts {
+            centroids.extend(part.expect("every sub-space trained")?);
         }
         Ok(ProductQuantizer { d, m, centroids })
     }
