@@ -286,11 +286,9 @@ impl IvfPq {
         dim: usize,
         s: &IvfSearch,
     ) -> Result<(KnnResult, IvfSearchReport)> {
-        let ops = self.ctx.host_ops();
-        let (t0, busy0) = (std::time::Instant::now(), resident::busy(&self.resident));
+        let meter = super::CallMeter::start(&self.ctx, &self.resident);
         let (out, mut report) = self.search_counted(queries, dim, s)?;
-        report.host_ops = self.ctx.host_ops() - ops;
-        report.host_ns = super::host_ns(t0, self.resident.as_ref(), busy0);
+        meter.finish(&self.ctx, &self.resident, &mut report);
         Ok((out, report))
     }
 

@@ -284,11 +284,37 @@ pub struct IvfSearchReport {
     pub host_ns: u64,
 }
 
-/// The wall nanoseconds since `t0` less what `resident`'s submitter spent submitting and
-/// waiting since it read `busy0`.
-fn host_ns(t0: std::time::Instant, resident: Option<&resident::Resident>, busy0: u64) -> u64 {
-    let busy = resident.map_or(busy0, |r| r.sub.busy_ns()) - busy0;
-    (t0.elapsed().as_nanos() as u64).saturating_sub(busy)
+/// What a search call's report measures on the host ([`IvfSearchReport::host_ops`] and
+/// [`IvfSearchReport::host_ns`]), for IVF-Flat and IVF-PQ alike: taken at the call's start,
+/// written into its report at the end.
+struct CallMeter {
+    ops: HostOps,
+    t0: std::time::Instant,
+    /// The kept submitter's busy time at the start (0 before the first search makes it).
+    busy0: u64,
+}
+
+impl CallMeter {
+    fn start(ctx: &Context, resident: &Option<resident::Resident>) -> CallMeter {
+        CallMeter {
+            ops: ctx.host_ops(),
+            t0: std::time::Instant::now(),
+            busy0: resident.as_ref().map_or(0, |r| r.sub.busy_ns()),
+        }
+    }
+
+    /// The context's Vulkan work since the start, and the wall nanoseconds since then less what
+    /// the kept submitter spent submitting and waiting.
+    fn finish(
+        self,
+        ctx: &Context,
+        resident: &Option<resident::Resident>,
+        report: &mut IvfSearchReport,
+    ) {
+        let busy = resident.as_ref().map_or(self.busy0, |r| r.sub.busy_ns()) - self.busy0;
+        report.host_ops = ctx.host_ops() - self.ops;
+        report.host_ns = (self.t0.elapsed().as_nanos() as u64).saturating_sub(busy);
+    }
 }
 
 impl IvfFlat {
@@ -437,11 +463,9 @@ impl IvfFlat {
         dim: usize,
         s: &IvfSearch,
     ) -> Result<(KnnResult, IvfSearchReport)> {
-        let ops = self.ctx.host_ops();
-        let (t0, busy0) = (std::time::Instant::now(), resident::busy(&self.resident));
+        let meter = CallMeter::start(&self.ctx, &self.resident);
         let (out, mut report) = self.search_counted(queries, dim, s)?;
-        report.host_ops = self.ctx.host_ops() - ops;
-        report.host_ns = host_ns(t0, self.resident.as_ref(), busy0);
+        meter.finish(&self.ctx, &self.resident, &mut report);
         Ok((out, report))
     }
 

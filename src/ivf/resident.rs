@@ -148,11 +148,6 @@ impl Resident {
     }
 }
 
-/// The submitter's [`Submitter::busy_ns`] so far (0 before the first search).
-pub(super) fn busy(r: &Option<Resident>) -> u64 {
-    r.as_ref().map_or(0, |r| r.sub.busy_ns())
-}
-
 /// The list scan's set in `slot` naming `bindings`, written again only when `key` (the
 /// generations of everything it names) changed since the last call.
 pub(super) fn set_for(
