@@ -251,14 +251,20 @@ pub(crate) fn checked_sq_norms(data: &[f32], d: usize, what: &str) -> Result<Vec
 
 /// [`check_row_norms`] of rows whose float64 sums of squares are `sq`.
 pub(crate) fn check_sq_norms(sq: &[f64], what: &str) -> Result<()> {
-    for (i, &s) in sq.iter().enumerate() {
-        let norm = s.sqrt();
-        if s != 0.0 && !(MIN_ROW_NORM..=MAX_ROW_NORM).contains(&norm) {
-            return Err(Error::Invalid(format!(
-                "{what} {i} has norm {norm:.2e}, outside the range fp32 arithmetic handles \
-                 exactly (2^-40 … 2^40): scale the table or zero the row"
-            )));
-        }
+    sq.iter()
+        .enumerate()
+        .try_for_each(|(i, &s)| check_sq_norm(i, s, what))
+}
+
+/// Row `i` (of `what`), whose float64 sum of squares is `s`: zero, or a norm in the range fp32
+/// arithmetic handles exactly.
+fn check_sq_norm(i: usize, s: f64, what: &str) -> Result<()> {
+    let norm = s.sqrt();
+    if s != 0.0 && !(MIN_ROW_NORM..=MAX_ROW_NORM).contains(&norm) {
+        return Err(Error::Invalid(format!(
+            "{what} {i} has norm {norm:.2e}, outside the range fp32 arithmetic handles \
+             exactly (2^-40 … 2^40): scale the table or zero the row"
+        )));
     }
     Ok(())
 }
@@ -307,13 +313,7 @@ fn check_norms_by(data: &[f32], d: usize, what: &str, stored: impl Fn(f32) -> f3
                 x * x
             })
             .sum();
-        let norm = s.sqrt();
-        if s != 0.0 && !(MIN_ROW_NORM..=MAX_ROW_NORM).contains(&norm) {
-            return Err(Error::Invalid(format!(
-                "{what} {i} has norm {norm:.2e}, outside the range fp32 arithmetic handles \
-                 exactly (2^-40 … 2^40): scale the table or zero the row"
-            )));
-        }
+        check_sq_norm(i, s, what)?;
     }
     Ok(())
 }
