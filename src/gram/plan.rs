@@ -254,6 +254,9 @@ pub(super) fn plan_for(
         per <= max_items
             && (cpu || wg as usize * (regs * per + 24) <= 65536 || per <= MAX_SPILL_ITEMS)
     };
+    // Plain sums with the judge hold up to 64 items a lane in registers (measured faster there
+    // than the register-file test above allows).
+    let judged_plain_fits = |wg: u32| judge && !compensated && n.div_ceil(wg as usize) <= 64;
     let wg = match opts.workgroup_size {
         Some(w) => {
             if !w.is_power_of_two() || w > max_wg || w < 1 {
@@ -264,14 +267,12 @@ pub(super) fn plan_for(
             w
         }
         None if cpu => 64.min(max_wg),
-        // Measured on an H200 (BENCHMARKS.md): both summations ran fastest at 256 invocations
-        // for N = 8,359 and at 512 or 1,024 for 14,943 (256 does not fit there).
         // Plain sums with the judge: 512 invocations up to 64 items a lane (at N = 31,102 on an
         // H200, 61 a lane ran 13% faster than 31 at 1,024, where 64 registers spill; without
         // the judge 1,024 was faster: BENCHMARKS.md).
-        None if judge && !compensated && 512 <= max_wg && !fits(512) && n.div_ceil(512) <= 64 => {
-            512
-        }
+        None if 512 <= max_wg && !fits(512) && judged_plain_fits(512) => 512,
+        // Measured on an H200 (BENCHMARKS.md): both summations ran fastest at 256 invocations
+        // for N = 8,359 and at 512 or 1,024 for 14,943 (256 does not fit there).
         None => [256, 512, 1024]
             .into_iter()
             .filter(|&w| w <= max_wg)
@@ -279,9 +280,7 @@ pub(super) fn plan_for(
             .unwrap_or(512.min(max_wg)),
     };
     let placement = match opts.placement {
-        Placement::Auto if fits(wg) || (judge && !compensated && n.div_ceil(wg as usize) <= 64) => {
-            Placement::Registers
-        }
+        Placement::Auto if fits(wg) || judged_plain_fits(wg) => Placement::Registers,
         Placement::Auto => Placement::Memory,
         Placement::Registers if n.div_ceil(wg as usize) > 4 * max_items => {
             return Err(Error::Invalid(format!(
