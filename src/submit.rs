@@ -9,8 +9,8 @@ use crate::error::{Error, Result, VkContext};
 use crate::memory::{memory_barrier, Buffer};
 use ash::vk;
 
-/// A command buffer and the command pool it alone was allocated from.
-#[derive(Clone, Copy)]
+/// A command buffer and the command pool it alone was allocated from (not `Copy`: its one
+/// owner frees it with [`Context::free_command_buffer`]).
 pub(crate) struct CommandBuffer {
     pool: vk::CommandPool,
     pub(crate) cb: vk::CommandBuffer,
@@ -26,7 +26,7 @@ impl Context {
         let fence = match unsafe { dev.create_fence(&vk::FenceCreateInfo::default(), None) } {
             Ok(f) => f,
             Err(e) => {
-                self.free_command_buffer(owned);
+                self.free_command_buffer(&owned);
                 return Err(Error::Vulkan {
                     call: "vkCreateFence",
                     result: e,
@@ -48,7 +48,7 @@ impl Context {
             self.wait(fence, "a transfer")
         })();
         unsafe { dev.destroy_fence(fence, None) };
-        self.free_command_buffer(owned);
+        self.free_command_buffer(&owned);
         run
     }
 
@@ -87,8 +87,8 @@ impl Context {
         }
     }
 
-    /// Frees `c` with its pool.
-    pub(crate) fn free_command_buffer(&self, c: CommandBuffer) {
+    /// Frees `c` with its pool (its owner calls it once, when done with it).
+    pub(crate) fn free_command_buffer(&self, c: &CommandBuffer) {
         unsafe { self.device().destroy_command_pool(c.pool, None) };
     }
 
@@ -446,7 +446,7 @@ impl Drop for Submitter {
                 dev.destroy_fence(self.fence, None);
             }
         }
-        self.ctx.free_command_buffer(self.cb);
+        self.ctx.free_command_buffer(&self.cb);
     }
 }
 
