@@ -367,26 +367,18 @@ mod tests {
         caps.device_type = "discrete GPU".into();
         caps.shared_memory_bytes = 48 << 10;
         caps.memory_budget_bytes = 64 << 30;
-        assert_eq!(
-            summation(&caps, 31_102, 384, &d).unwrap(),
-            "plain; G dot2; judge3 refresh 4096"
-        );
-        assert_eq!(
-            summation(&caps, 8_359, 768, &d).unwrap(),
-            "compensated; G dot2; judge2 refresh 4096"
-        );
         let keys = GramOptions {
             judge_kmax_c: Some(false),
             ..GramOptions::default()
         };
-        assert_eq!(
-            summation(&caps, 31_102, 384, &keys).unwrap(),
-            "plain; G dot2; judge2 refresh 4096"
-        );
-        assert_eq!(
-            summation(&caps, 8_359, 768, &no_judge).unwrap(),
-            "compensated; G dot2"
-        );
+        for (n, dim, o, want) in [
+            (31_102, 384, &d, "plain; G dot2; judge3 refresh 4096"),
+            (8_359, 768, &d, "compensated; G dot2; judge2 refresh 4096"),
+            (31_102, 384, &keys, "plain; G dot2; judge2 refresh 4096"),
+            (8_359, 768, &no_judge, "compensated; G dot2"),
+        ] {
+            assert_eq!(summation(&caps, n, dim, o).unwrap(), want, "N = {n}");
+        }
         // Plain sums with the judge take 512 invocations up to 64 items a lane (the
         // compensated register file test picks 1,024 there).
         let (wg, placement, rper) = plan_for(&caps, 31_102, false, true, &d).unwrap();
