@@ -19,7 +19,10 @@
 //! shows how many recomputes the batch made. `--judge-variants` runs each with the judge's
 //! variants: `c` (the default: plain sums bound max |key| through |c|), `keys` (the maximum over
 //! the keys each step), `noevents` (the bound scaled to 0, no step uncertain: the judge's
-//! per-step work alone, not exact).
+//! per-step work alone, not exact), `mem` (uncertain steps settled from device memory: the same
+//! bits), and, timing only and never exact, `nosettle` (uncertain steps not settled: no band code
+//! at all), `notop2` (also no second best), `nocsum` (also no running-sum update), `lean` (all
+//! three).
 //!
 //! `--spd` lists steps per dispatch (0 = the device default: the whole chunk in one in-shader
 //! loop on GPUs). `--starts S` takes the first S items as starts (default all N), `--steps K` the first K steps
@@ -29,6 +32,18 @@
 //! disk (every sequence at full length unless `--starts`/`--steps` cut it).
 
 mod common;
+
+/// `GramOptions::judge_diag` of a `--judge-variants` name (0 for the exact ones).
+fn diag_bits(variant: &str) -> u32 {
+    let mut bits = 0;
+    for (name, b) in [("nosettle", 1), ("notop2", 3), ("nocsum", 5), ("lean", 7)] {
+        if variant.contains(name) {
+            bits |= b;
+        }
+    }
+    bits
+}
+
 use diversity::cache::JsonCacheWriter;
 use diversity::gram::{Gram, GramJob, GramOptions, Placement};
 use diversity::{files, Context, ContextOptions, DeviceTable, Precision};
@@ -241,6 +256,8 @@ fn run(a: Args) -> Result<(), String> {
                     } else {
                         1.0
                     }),
+                    judge_diag: diag_bits(variant),
+                    judge_settle_mem: Some(variant.contains("mem")),
                     ..GramOptions::default()
                 };
                 let t = Instant::now();
@@ -260,7 +277,9 @@ fn run(a: Args) -> Result<(), String> {
                     comp,
                     job.judge(),
                     job.judge()
-                        && ((!comp && variant.contains("keys")) || variant.contains("noevents")),
+                        && ((!comp && variant.contains("keys"))
+                            || variant.contains("noevents")
+                            || diag_bits(variant) != 0),
                 );
                 let identical = match hashes.iter().find(|x| x.0 == precision && x.1 == arith) {
                     Some(x) => x.2 == h,

@@ -76,6 +76,14 @@ layout(constant_id = 11) const uint BAND = 64u;    // the widest band re-scored 
 layout(constant_id = 12) const uint REFRESH = 0u;  // recompute every key after this many steps (0: never)
 layout(constant_id = 13) const uint KMAX_C = 1u;   // plain sums: max |key| bounded through |c| (below)
 layout(constant_id = 14) const float A_SCALE = 1.0; // 1; 0 only to time the judge without events
+// Timing only (never exact, a benchmark knob): bit 1 leaves uncertain steps unsettled (the band
+// and refresh code compiled out), bit 2 drops the second best (as without the judge), bit 4 the
+// running sum's update. 0 in every real run.
+layout(constant_id = 15) const uint DIAG = 0u;
+// 1: an uncertain step on the register path stores the keys and settles from device memory (the
+// band's gather and a refresh's pick as on the memory path), so the step's unrolled code holds
+// no band code; the same bits.
+layout(constant_id = 16) const uint SETTLE_MEM = 0u;
 
 #include "table.glsl"
 layout(std430, set = 0, binding = 2) readonly buffer Starts { uint starts[]; };
@@ -107,6 +115,9 @@ const uint JS_S = 0u, JS_L = 1u, JS_E0 = 2u, JS_FULL = 3u, JS_KMAX = 4u, JS_BAND
 // each step, so a step finds only the best two keys (see "max |key| through |c|" below).
 #define TRACK_MAX (JUDGE != 0u && (KMAX_C == 0u || COMPENSATED != 0u))
 #define BOUND_BY_C (JUDGE != 0u && KMAX_C != 0u && COMPENSATED == 0u)
+#define DIAG_NO_SETTLE ((DIAG & 1u) != 0u)
+#define DIAG_NO_TOP2 ((DIAG & 2u) != 0u)
+#define DIAG_NO_CSUM ((DIAG & 4u) != 0u)
 
 #include "key_order.glsl"
 
@@ -304,8 +315,11 @@ void offer(float v, float l, uint j, inout float bk, inout uint bi, inout float 
 // `if (live) offer(…)`, in fewer instructions a candidate.
 void offer_in_order(bool live, float v, float l, uint j, inout float bk, inout uint bi,
                     inout float b2, inout float km, inout float lm) {
-    if (JUDGE == 0u) {
-        if (live) offer(v, l, j, bk, bi, b2, km, lm);
+    if (JUDGE == 0u || DIAG_NO_TOP2) {
+        if (live && v < bk) {
+            bk = v;
+            bi = j;
+        }
         return;
     }
     if (TRACK_MAX) {
@@ -536,13 +550,33 @@ void main() {
             kb = w.key + a;
             age += 1.0;
             const bool due = REFRESH != 0u && age >= float(REFRESH);
-            if (due || w.second - w.key <= 2.0 * a) {
+            if (!DIAG_NO_SETTLE && (due || w.second - w.key <= 2.0 * a)) {
                 // Uncertain: gather the band of live keys within 2A of the best (a refresh that
                 // is due skips the band).
                 const float tau = due ? -INF : w.key + 2.0 * a;
                 if (lid == 0u) band_count = due ? BAND + 1u : 0u;
                 barrier();
-                if (IN_REGS != 0u) {
+                if (IN_REGS != 0u && SETTLE_MEM != 0u) {
+                    // The keys go to the state buffer (they stay in registers too) and the band
+                    // is gathered from there, as on the memory path.
+                    for (uint r = 0u; r < RPER; ++r) {
+                        uint j = lid + r * WG;
+                        if (j < n) {
+                            state_c[base + j] = hi[r];
+                            if (COMPENSATED != 0u) state_c[base + n + j] = lo[r];
+                        }
+                    }
+                    memoryBarrierBuffer();
+                    barrier();
+                    for (uint j = lid; j < n; j += WG) {
+                        const float h = state_c[base + j];
+                        precise float v = h + (COMPENSATED != 0u ? state_c[base + n + j] : 0.0);
+                        if (h != INF && v <= tau) {
+                            uint slot = atomicAdd(band_count, 1u);
+                            if (slot < BAND) cand[slot] = j;
+                        }
+                    }
+                } else if (IN_REGS != 0u) {
                     // One atomic a lane for its whole share of the band.
                     uint mine = 0u;
                     for (uint r = 0u; r < RPER; ++r) {
@@ -595,7 +629,7 @@ void main() {
                 } else {
                     // Every live key becomes F: the keys pass through the state buffer, rounds
                     // of ROUND candidates in index order, then back into registers.
-                    if (IN_REGS != 0u) {
+                    if (IN_REGS != 0u && SETTLE_MEM == 0u) {
                         for (uint r = 0u; r < RPER; ++r) {
                             uint j = lid + r * WG;
                             if (j < n) state_c[base + j] = hi[r];
@@ -621,7 +655,21 @@ void main() {
                     memoryBarrierBuffer();
                     barrier();
                     bk = INF; b2 = INF; km = 0.0; lm = 0.0; bi = NO_INDEX;
-                    if (IN_REGS != 0u) {
+                    if (IN_REGS != 0u && SETTLE_MEM != 0u) {
+                        // The pick over the refreshed keys from memory (the memory path's loop,
+                        // the same order per lane), then the keys back into registers.
+                        for (uint j = lid; j < n; j += WG) {
+                            const float h = state_c[base + j];
+                            offer_in_order(h != INF, h, 0.0, j, bk, bi, b2, km, lm);
+                        }
+                        for (uint r = 0u; r < RPER; ++r) {
+                            uint j = lid + r * WG;
+                            if (j < n) {
+                                hi[r] = state_c[base + j];
+                                lo[r] = 0.0;
+                            }
+                        }
+                    } else if (IN_REGS != 0u) {
                         for (uint r = 0u; r < RPER; ++r) {
                             uint j = lid + r * WG;
                             if (j < n) {
@@ -660,7 +708,7 @@ void main() {
             p = w.idx;
             if (lid == 0u) seqs[out_row + t] = p;
         }
-        if (JUDGE != 0u) {
+        if (JUDGE != 0u && !DIAG_NO_CSUM) {
             // c += e_p, compensated (TwoSum per dimension, by the invocation that owns it; the
             // next reader of c comes after the next step's barrier), and r += |c_lo|.
             for (uint d = lid; d < DIM; d += WG) {

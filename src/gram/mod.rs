@@ -124,6 +124,15 @@ pub struct GramOptions {
     /// certain, which times the judge's per-step work alone. Not exact; a benchmark knob.
     #[doc(hidden)]
     pub judge_scale: Option<f32>,
+    /// Timing only, never exact (`DIAG` in `shaders/gram.comp`; 0 in every real run): bit 1
+    /// leaves uncertain steps unsettled, bit 2 drops the second best, bit 4 the running sum's
+    /// update. A benchmark knob.
+    #[doc(hidden)]
+    pub judge_diag: u32,
+    /// Settle the judge's uncertain steps from device memory on the register path (the keys
+    /// stored, the band gathered from there; `None` = no). The same bits; a benchmark knob.
+    #[doc(hidden)]
+    pub judge_settle_mem: Option<bool>,
 }
 
 /// Steps between the judge's full recomputes by default ([`GramOptions::judge_refresh`]):
@@ -156,6 +165,8 @@ impl Default for GramOptions {
             judge_refresh: None,
             judge_kmax_c: None,
             judge_scale: None,
+            judge_diag: 0,
+            judge_settle_mem: None,
         }
     }
 }
