@@ -16,7 +16,8 @@
 //! * **Decoding** concatenates the chosen sub-centroids.
 //!
 //! [`reference_table`] and [`reference_adc`] are the float64 lookup tables and asymmetric
-//! distances (ADC) that the device's list scan (`shaders/ivfpq_scan.comp`) is tested against.
+//! distances (ADC) that the device's list scan (`shaders/ivfpq_scan.comp`) is tested against;
+//! for L2 the scan sums the same distance in another form, from [`precomputed_table`].
 
 use super::kmeans::{assign, KMeansOptions};
 use super::kmeans_batch::kmeans_subspaces;
@@ -207,6 +208,35 @@ pub fn reference_table(pq: &ProductQuantizer, q: &[f32], coarse: &[f32], ip: boo
                 })
                 .sum();
             t.push(v);
+        }
+    }
+    t
+}
+
+/// The precomputed L2 table of the list of centroid `coarse` (Faiss's `use_precomputed_table`
+/// for residual PQ): entry `(s, c)` the float64 value of `‖C_s[c]‖² + 2 coarse_s · C_s[c]`,
+/// rounded to f32 once. With it the L2 ADC distance of a row of the list,
+/// `‖q − coarse − y‖²` (y the decoded residual), is
+/// `‖q − coarse‖² + Σ_s (entry(s, code_s) − 2 q_s · C_s[code_s])`: the first term the coarse
+/// search's key, the last the query's table of `q_s · C_s[c]`, built once a query for every
+/// list (the device's scan, `shaders/ivfpq_scan.comp`). M × 256 entries, sub-space after
+/// sub-space.
+pub fn precomputed_table(pq: &ProductQuantizer, coarse: &[f32]) -> Vec<f32> {
+    let dsub = pq.dsub();
+    let mut t = Vec::with_capacity(pq.m * PQ_KSUB);
+    for s in 0..pq.m {
+        let cs = &coarse[s * dsub..(s + 1) * dsub];
+        for c in 0..PQ_KSUB {
+            let v: f64 = pq
+                .centroid(s, c)
+                .iter()
+                .zip(cs)
+                .map(|(&y, &x)| {
+                    let y = y as f64;
+                    y * y + 2.0 * x as f64 * y
+                })
+                .sum();
+            t.push(v as f32);
         }
     }
     t
