@@ -177,6 +177,30 @@ pub(crate) fn draws(n: usize, k: usize, opts: &KMeansOptions) -> Draws {
     Draws { rows, init }
 }
 
+/// The rows a k-means of `table` trains on: the subsample's rows of `draws`, or all of them.
+pub(crate) fn training_set<'a>(table: &'a Table, draws: &Draws) -> std::borrow::Cow<'a, [f32]> {
+    match &draws.rows {
+        Some(rows) => rows
+            .iter()
+            .flat_map(|&r| table.row(r).iter().copied())
+            .collect::<Vec<f32>>()
+            .into(),
+        None => table.data().into(),
+    }
+}
+
+/// The initial centroids (k × `d`): `opts.init`, or the drawn rows of the training set.
+pub(crate) fn initial(train: &[f32], d: usize, opts: &KMeansOptions, draws: &Draws) -> Vec<f32> {
+    match &opts.init {
+        Some(c) => c.clone(),
+        None => draws
+            .init
+            .iter()
+            .flat_map(|&r| train[r * d..(r + 1) * d].iter().copied())
+            .collect(),
+    }
+}
+
 /// The checks of a k-means call: 1 ≤ k ≤ N, and initial centroids of k × D finite values.
 pub(crate) fn check(table: &Table, k: usize, opts: &KMeansOptions) -> Result<()> {
     let n = table.n();
@@ -223,26 +247,10 @@ pub(crate) fn kmeans_derived(
     check(table, k, opts)?;
     let (n, d) = (table.n(), table.d());
     let draws = draws(n, k, opts);
-    let subsample;
-    let train: &[f32] = match &draws.rows {
-        Some(rows) => {
-            subsample = rows
-                .iter()
-                .flat_map(|&r| table.row(r).iter().copied())
-                .collect::<Vec<f32>>();
-            &subsample
-        }
-        None => table.data(),
-    };
+    let train = training_set(table, &draws);
+    let train: &[f32] = &train;
     let m = train.len() / d;
-    let mut centroids = match &opts.init {
-        Some(c) => c.clone(),
-        None => draws
-            .init
-            .iter()
-            .flat_map(|&r| train[r * d..(r + 1) * d].iter().copied())
-            .collect(),
-    };
+    let mut centroids = initial(train, d, opts, &draws);
     let mut out = KMeans {
         k,
         d,

@@ -6,10 +6,14 @@
 //! (`update.rs`), where training each sub-space alone costs about eight submissions and waits a
 //! sub-space an iteration (uploads, the search, its download, the sums' buffers). The host keeps
 //! what it did: the counting sort of each assignment, the means and the splits of empty
-//! clusters. May touch the device context, device memory, the device table, the exact k-NN's
-//! recorded search, command submission, `kmeans.rs`, `update.rs` and the IVF read-back helpers.
+//! clusters. The coarse quantizers' k-means runs the same way, one "sub-space" of all D
+//! ([`kmeans_recorded`]). May touch the device context, device memory, the device table, the
+//! exact k-NN's recorded search, command submission, `kmeans.rs`, `update.rs` and the IVF
+//! read-back helpers.
 
-use super::kmeans::{draws, kmeans_derived, update, KMeans, KMeansOptions};
+use super::kmeans::{
+    check, draws, initial, kmeans_derived, training_set, update, KMeans, KMeansOptions,
+};
 use super::resident::{record_readback, words};
 use super::update::{
     f64_words, member_steps, members_by_cluster, on_device, pipeline, record_sums,
@@ -98,9 +102,41 @@ pub fn kmeans_subspaces(
     if opts.iters == 0 {
         return Ok(out);
     }
-    if !lockstep(ctx, &train, dsub, &opts, &mut out)? {
+    let parts: Vec<&[f32]> = train.iter().map(Vec::as_slice).collect();
+    if !lockstep(ctx, &parts, dsub, &opts, &mut out)? {
         return alone(ctx, rows, d, m, k, &opts);
     }
+    Ok(out)
+}
+
+/// [`kmeans`](super::kmeans::kmeans) of `table` (the same checks, the same bits), its
+/// iterations recorded as [`kmeans_subspaces`] records a sub-space's: two submissions an
+/// iteration (where the recorded search cannot hold the training rows, `kmeans` itself). The
+/// coarse quantizers train so.
+pub(crate) fn kmeans_recorded(
+    ctx: &Context,
+    table: &Table,
+    k: usize,
+    opts: &KMeansOptions,
+) -> Result<KMeans> {
+    table.check_norms(Precision::Fp32)?;
+    check(table, k, opts)?;
+    let d = table.d();
+    let draws = draws(table.n(), k, opts);
+    let train = training_set(table, &draws);
+    let mut out = [KMeans {
+        k,
+        d,
+        centroids: initial(&train, d, opts, &draws),
+        objective: Vec::with_capacity(opts.iters),
+        trained_on: train.len() / d,
+        splits: 0,
+        gpu_ns: 0,
+    }];
+    if opts.iters > 0 && !lockstep(ctx, &[&train], d, opts, &mut out)? {
+        return kmeans_derived(ctx, table, k, opts);
+    }
+    let [out] = out;
     Ok(out)
 }
 
@@ -204,7 +240,7 @@ unsafe fn before_transfers(dev: &ash::Device, cb: ash::vk::CommandBuffer) {
 /// run) where a sub-space's rows do not fit the k-NN's recorded search.
 fn lockstep(
     ctx: &Context,
-    train: &[Vec<f32>],
+    train: &[&[f32]],
     dsub: usize,
     opts: &KMeansOptions,
     out: &mut [KMeans],
@@ -217,7 +253,7 @@ fn lockstep(
         .step_by(MAX_QUERY_TILE)
         .map(|q0| (q0, MAX_QUERY_TILE.min(nt - q0)))
         .collect();
-    let mut parts: Vec<&[f32]> = train.iter().map(Vec::as_slice).collect();
+    let mut parts: Vec<&[f32]> = train.to_vec();
     if tiles.len() > 1 {
         for t in train {
             parts.extend(
@@ -406,7 +442,7 @@ fn lockstep(
             }
             None => {
                 for (s, o) in out.iter_mut().enumerate() {
-                    o.splits += update(&mut o.centroids, &train[s], dsub, &ids[s]);
+                    o.splits += update(&mut o.centroids, train[s], dsub, &ids[s]);
                 }
             }
         }
