@@ -3,9 +3,10 @@
 # carried (.gl/bin/bench_ivf built from branch h33, the fortunes at .gl/data/fortunes-minilm.f32,
 # the loader .debs, the faiss-cpu wheel in .gl/wheels/). About 2 minutes of device time:
 #  1. training time on the fortunes (13,943 x 384 indexed, 1,000 held-out queries, cosine,
-#     nlist 118, M = 32 x 8 bits, 20 iterations): ours twice (the M sub-quantizers' k-means in
-#     lockstep, two submissions an iteration; each run also times a coarse k-means of the same
-#     shape alone, to split the training), faiss once (IndexIVFPQ + RefineFlat train);
+#     nlist 118, M = 32 x 8 bits, 20 iterations): ours twice (the coarse k-means and the M
+#     sub-quantizers' k-means in lockstep, two submissions an iteration each; each run also
+#     times a k-means of the coarse shape alone, to split the training), faiss once
+#     (IndexIVFPQ + RefineFlat train; its k-means run alone skipped);
 #  2. 1,000,000 x 128 clustered rows, 10,000 queries, L2, k = 10, nlist 4,096, M = 16 with the
 #     exact re-rank x 4, both sides trained on 64 points a centroid for 10 iterations (as
 #     h200-ivf-1m.sh; faiss's k-means run alone and the nprobe = nlist rows skipped): nprobe 1,
