@@ -7,13 +7,14 @@ table, the same queries and the same exact ground truth (both written by bench_i
   python3 bench/ivf_peer.py --table FILE.f32|FILE.npy --dim D [--n N] --queries Q.f32 --gt GT.i32
       --k 10 --nlist L --nprobe 1,4,16 [--metric l2|ip|cosine] [--iters 20] [--seed 1234]
       [--train-max 256] [--threads T] [--json OUT.json] [--label NAME] [--pq M [--refine F]]
-      [--normalize] [--latency NPROBE [--calls C]]
+      [--normalize] [--latency NPROBE [--calls C]] [--no-kmeans] [--no-full]
 
 cosine: rows and queries normalised, inner-product index (what bench_ivf's cosine index
 computes). Prints the k-means time and its final centroids' objective over all N rows (sum of
 squared L2 distances to the nearest centroid, the number bench_ivf prints as "final over all
 rows"), then per nprobe: search wall time, queries/s, 1-recall@1, 1-recall@k, k-recall@k
-against the ground truth. One RESULT json line at the end.
+against the ground truth. One RESULT json line at the end. --no-kmeans skips the k-means run
+alone (its time and objective then read 0), --no-full the nprobe = nlist row.
 
 --pq M: IndexIVFPQ instead (M sub-quantizers x 8 bits on the residuals, the same coarse
 quantizer and k-means parameters for the coarse and the sub-quantizer k-means), and with
@@ -92,6 +93,8 @@ def main():
     ap.add_argument("--normalize", action="store_true")
     ap.add_argument("--latency", type=int, default=0)
     ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--no-kmeans", action="store_true")  # skip the k-means run alone
+    ap.add_argument("--no-full", action="store_true")  # skip the nprobe = nlist row
     a = ap.parse_args()
     if a.make_clustered:
         make_clustered(a.make_clustered, a.seed, a.out_table, a.out_queries)
@@ -112,17 +115,19 @@ def main():
     print(f"{a.label}: {n} x {d}, {q.shape[0]} queries, k = {a.k}, {a.metric}, nlist {a.nlist}, "
           f"faiss {faiss.__version__}, {faiss.omp_get_max_threads()} threads")
     # k-means alone (L2, as bench_ivf's k-means), its final centroids scored over all rows.
-    km = faiss.Kmeans(d, a.nlist, niter=a.iters, seed=a.seed,
-                      max_points_per_centroid=a.train_max, verbose=False)
-    t0 = time.perf_counter()
-    km.train(x)
-    km_s = time.perf_counter() - t0
-    flat = faiss.IndexFlatL2(d)
-    flat.add(km.centroids)
-    dist, _ = flat.search(x, 1)
-    full_obj = float(dist.astype(np.float64).sum())
-    print(f"k-means    wall {km_s:.3f} s  {a.iters} iterations  objective {km.obj[0]:.6e} -> "
-          f"{km.obj[-1]:.6e}  final over all rows {full_obj:.6e}")
+    km_s, full_obj = 0.0, 0.0
+    if not a.no_kmeans:
+        km = faiss.Kmeans(d, a.nlist, niter=a.iters, seed=a.seed,
+                          max_points_per_centroid=a.train_max, verbose=False)
+        t0 = time.perf_counter()
+        km.train(x)
+        km_s = time.perf_counter() - t0
+        flat = faiss.IndexFlatL2(d)
+        flat.add(km.centroids)
+        dist, _ = flat.search(x, 1)
+        full_obj = float(dist.astype(np.float64).sum())
+        print(f"k-means    wall {km_s:.3f} s  {a.iters} iterations  objective {km.obj[0]:.6e} -> "
+              f"{km.obj[-1]:.6e}  final over all rows {full_obj:.6e}")
     quant = faiss.IndexFlatIP(d) if ip else faiss.IndexFlatL2(d)
     mt = faiss.METRIC_INNER_PRODUCT if ip else faiss.METRIC_L2
     if a.pq:
@@ -147,7 +152,7 @@ def main():
     print(f"train      wall {train_s:.3f} s   add wall {add_s:.3f} s")
     rows = []
     factors = [1] + ([a.refine] if a.pq and a.refine > 1 else [])
-    for npb in [int(v) for v in a.nprobe.split(",")] + [a.nlist]:
+    for npb in [int(v) for v in a.nprobe.split(",")] + ([] if a.no_full else [a.nlist]):
         index.nprobe = npb
         for f in factors:
             t0 = time.perf_counter()

@@ -1,16 +1,19 @@
 #version 450
-// IVF-PQ search, the list scan (src/ivf/pq_scan.rs): one workgroup a query. For each list it
-// probes, the workgroup builds the query's M × 256 lookup table of that list in shared memory
-// (fp32), then each invocation sums the M table entries of its codes (asymmetric distance, ADC)
-// and offers (key, id) to block_select.glsl; the k best end the dispatch. One dispatch covers
+// IVF-PQ search, the list scan (src/ivf/pq_scan.rs): one workgroup a query. The workgroup builds
+// the query's M × 256 lookup table in shared memory once, then for each list it probes each
+// invocation sums the M terms of its codes (asymmetric distance, ADC) and offers (key, id) to
+// block_select.glsl; the k best end the dispatch. One dispatch covers
 // probe ranks [p0, p1) and rows [r0, r1) inside each probed list; when it is not the first
 // (seed = 1) it starts from the k best the previous one wrote, so a search may be cut into
 // dispatches (lavapipe's loop cap) and still be exact.
 //
-// L2 (ip = 0): the list's residual query r = q − c(list) (fp32), entry (s, c) the fused
-// multiply-add chain of (r_j − C_s[c]_j)² over the sub-space's dims in ascending order, and the
-// key the sum of the code's entries in sub-space order. Inner product (ip = 1): entry (s, c) the
-// chain of q_j · C_s[c]_j, the key −(q · c(list) + the sum), q · c(list) coming with the probe.
+// The query's M × 256 table is built once a query (fp32): entry (s, c) the fused multiply-add
+// chain of q_j · C_s[c]_j over the sub-space's dims in ascending order. Inner product (ip = 1):
+// the key −(q · c(list) + the sum of the code's entries in sub-space order), q · c(list) coming
+// with the probe. L2 (ip = 0), Faiss's precomputed table for residual PQ: with P the list's
+// precomputed table (src/ivf/pq.rs precomputed_table: ‖C_s[c]‖² + 2 c(list)_s · C_s[c], float64
+// rounded once) the key is ‖q − c(list)‖² (the coarse search's key, with the probe) plus, in
+// sub-space order, fma(−2, entry, P[s][code_s]) — ‖q − c(list) − y‖² in another form.
 #extension GL_EXT_control_flow_attributes : require
 #include "key_order.glsl"
 
@@ -24,7 +27,8 @@ const uint KSUB = 256u;
 
 // Codes as bytes, four a word: byte (row · M + s) of the slab is row's sub-space s.
 layout(std430, set = 0, binding = 0) readonly buffer Codes { uint codes[]; };
-// The coarse centroids (nlist × D), then at pc.pq_at the PQ's M × 256 × (D / M) centroids.
+// The coarse centroids (nlist × D), then at pc.pq_at the PQ's M × 256 × (D / M) centroids, then
+// for L2 at pc.pre_at every list's precomputed table (nlist × M × 256).
 layout(std430, set = 0, binding = 1) readonly buffer Cent { float cent[]; };
 layout(std430, set = 0, binding = 2) readonly buffer Queries { float queries[]; };
 // lists[2l] = list l's first row in the slab, lists[2l + 1] = its rows.
@@ -35,8 +39,8 @@ layout(std430, set = 0, binding = 4) readonly buffer RowId { uint row_id[]; };
 layout(std430, set = 0, binding = 5) readonly buffer Probes { uint probes[]; };
 // The k best: keys from word 0, ids from word pc.ids_off, k a query.
 layout(std430, set = 0, binding = 6) buffer Out { uint out_w[]; };
-// Per (query, probe rank) from word pc.key_off: the coarse k-NN's key as float bits, minus
-// q · c(list) for inner product (unused for L2).
+// Per (query, probe rank) from word pc.key_off: the coarse k-NN's key as float bits: ‖q − c‖²
+// for L2, minus q · c(list) for inner product.
 layout(std430, set = 0, binding = 7) readonly buffer ProbeKeys { uint probe_keys[]; };
 
 layout(push_constant) uniform Push {
@@ -53,43 +57,39 @@ layout(push_constant) uniform Push {
     uint probe_off; // the probes' first word in probes
     uint key_off;   // the probes' keys' first word in probe_keys
     uint ids_off;   // the ids' first word in out_w
+    uint pre_at;    // L2: the precomputed tables' first float in cent
 } pc;
 
 shared float lut[PQ_M * KSUB];
 shared float res[PQ_D];
 
-// The query's M × 256 table into shared memory (all invocations; barriers before and after):
-// entry (s, c) the fused multiply-add chain over the sub-space's dims in ascending order of
-// (r_j − C_s[c]_j)² with r = q − c(list) (L2), or of q_j · C_s[c]_j (inner product).
-void build_table(uint q, uint l, bool ip) {
+// The query's M × 256 table into shared memory (all invocations; barriers after): entry (s, c)
+// the fused multiply-add chain over the sub-space's dims in ascending order of q_j · C_s[c]_j.
+void build_table(uint q) {
     const uint lid = gl_LocalInvocationID.x;
     const uint wg = gl_WorkGroupSize.x;
     const uint dsub = PQ_D / PQ_M;
-    barrier();  // the previous list's table is no longer read
     for (uint j = lid; j < PQ_D; j += wg) {
-        precise float v = ip ? queries[q * PQ_D + j] : queries[q * PQ_D + j] - cent[l * PQ_D + j];
-        res[j] = v;
+        res[j] = queries[q * PQ_D + j];
     }
     barrier();
     for (uint e = lid; e < PQ_M * KSUB; e += wg) {
         const uint s0 = (e / KSUB) * dsub;
         const uint c0 = pc.pq_at + e * dsub;
         float s = 0.0;
-        if (ip) {
-            for (uint j = 0u; j < dsub; ++j) {
-                precise float v = fma(res[s0 + j], cent[c0 + j], s);
-                s = v;
-            }
-        } else {
-            for (uint j = 0u; j < dsub; ++j) {
-                precise float diff = res[s0 + j] - cent[c0 + j];
-                precise float v = fma(diff, diff, s);
-                s = v;
-            }
+        for (uint j = 0u; j < dsub; ++j) {
+            precise float v = fma(res[s0 + j], cent[c0 + j], s);
+            s = v;
         }
         lut[e] = s;
     }
     barrier();
+}
+
+// The byte of sub-space m of slab row `row`.
+uint code_at(uint row, uint m) {
+    const uint b = row * PQ_M + m;
+    return (codes[b >> 2u] >> ((b & 3u) * 8u)) & 0xffu;
 }
 
 void main() {
@@ -101,30 +101,35 @@ void main() {
     if (pc.seed == 1u && lid < pc.k) {
         bs_push(uintBitsToFloat(out_w[q * pc.k + lid]), out_w[pc.ids_off + q * pc.k + lid]);
     }
-    // Inner product: the table does not depend on the list (q · C_s[c]), built once; L2: the
-    // residual's table, built per probed list.
-    if (ip) build_table(q, 0u, true);
+    // The table does not depend on the list: built once a query.
+    build_table(q);
     for (uint p = pc.p0; p < pc.p1; ++p) {
         const uint at = q * pc.nprobe + p;
         const uint l = probes[pc.probe_off + at];
-        // q · c(list): minus the coarse key (exact); read for inner product only.
-        const float bias = ip ? -uintBitsToFloat(probe_keys[pc.key_off + at]) : 0.0;
-        if (!ip) build_table(q, l, false);
+        // L2: ‖q − c(list)‖²; inner product: minus q · c(list) (exact).
+        const float coarse = uintBitsToFloat(probe_keys[pc.key_off + at]);
         const uint len = min(lists[2u * l + 1u], pc.r1);
         const uint base = lists[2u * l];
+        const uint pre = pc.pre_at + l * (PQ_M * KSUB);
         for (uint r = pc.r0 + lid; r < len; r += wg) {
-            const uint b0 = (base + r) * PQ_M;
-            float s = 0.0;
-            for (uint m = 0u; m < PQ_M; ++m) {
-                const uint b = b0 + m;
-                const uint code = (codes[b >> 2u] >> ((b & 3u) * 8u)) & 0xffu;
-                precise float v = s + lut[m * KSUB + code];
-                s = v;
-            }
-            float key = s;
+            float key;
             if (ip) {
-                precise float v = bias + s;
+                float s = 0.0;
+                for (uint m = 0u; m < PQ_M; ++m) {
+                    precise float v = s + lut[m * KSUB + code_at(base + r, m)];
+                    s = v;
+                }
+                precise float v = -coarse + s;
                 key = -v;
+            } else {
+                float s = coarse;
+                for (uint m = 0u; m < PQ_M; ++m) {
+                    const uint e = m * KSUB + code_at(base + r, m);
+                    precise float t = fma(-2.0, lut[e], cent[pre + e]);
+                    precise float v = s + t;
+                    s = v;
+                }
+                key = s;
             }
             bs_push(key, row_id[base + r]);
         }

@@ -143,4 +143,32 @@ impl DeviceTable {
         let inv = table.inverse_norms();
         ctx.write_regions(&self.inner.inv_norm, &[(0, bytemuck::cast_slice(&inv))])
     }
+
+    /// [`DeviceTable::overwrite_fp32`] recorded into a caller's command buffer: copies of the
+    /// rows (n × d fp32) from byte `at` of `src` and of their inverse norms
+    /// ([`Table::inverse_norms`]) right after them. The caller puts the barriers around it
+    /// (what read the table before, what reads it after).
+    ///
+    /// # Safety
+    /// `cb` is recording; `src` holds those bytes and outlives its execution; the table is
+    /// fp32.
+    pub(crate) unsafe fn record_overwrite_fp32(
+        &self,
+        cb: ash::vk::CommandBuffer,
+        src: &Buffer,
+        at: u64,
+    ) {
+        debug_assert_eq!(self.precision(), Precision::Fp32);
+        let dev = self.context().device();
+        let rows = (self.n() * self.d() * 4) as u64;
+        let copy = |dst: &Buffer, from: u64, size: u64| {
+            let region = ash::vk::BufferCopy::default()
+                .src_offset(from)
+                .dst_offset(0)
+                .size(size);
+            dev.cmd_copy_buffer(cb, src.buffer, dst.buffer, &[region]);
+        };
+        copy(&self.inner.data, at, rows);
+        copy(&self.inner.inv_norm, at + rows, (self.n() * 4) as u64);
+    }
 }

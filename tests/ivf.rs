@@ -190,6 +190,48 @@ fn objective_never_rises_and_the_seed_fixes_the_bits() {
     assert_clean(&ctx);
 }
 
+/// The coarse quantizer trains with its iterations recorded two submissions each (the k-means of
+/// `kmeans_subspaces`' lockstep), and is `kmeans` of the rows bit for bit — centroids,
+/// objective, splits, rows trained on — with the seeded init, with a given init, and with a
+/// subsample.
+#[test]
+fn the_coarse_quantizer_is_kmeans_bit_for_bit() {
+    let ctx = ctx();
+    let (n, d, nlist) = (900, 12, 24);
+    let t = random_table(n, d, 77);
+    let given: Vec<f32> = t.data()[..nlist * d].iter().map(|v| v * 0.5).collect();
+    for (cap, init) in [(256, None), (256, Some(given)), (20, None)] {
+        let o = KMeansOptions {
+            iters: 6,
+            max_points_per_centroid: cap,
+            init,
+            ..KMeansOptions::default()
+        };
+        let mut ix = IvfFlat::new(
+            &ctx,
+            d,
+            &IvfOptions {
+                kmeans: o.clone(),
+                ..opts(nlist, Metric::L2, Precision::Fp32)
+            },
+        )
+        .unwrap();
+        let before = ctx.host_ops().submissions;
+        let got = ix.train(&t).unwrap();
+        let used = ctx.host_ops().submissions - before;
+        // One upload of the rows, the centroids' (a few), then two an iteration; `kmeans`
+        // takes about eight an iteration.
+        assert!(used <= (2 * o.iters + 8) as u64, "{used} submissions");
+        let want = kmeans(&ctx, &t, nlist, &o).unwrap();
+        assert_eq!(bits(&got.centroids), bits(&want.centroids), "cap {cap}");
+        assert_eq!(bits(ix.centroids()), bits(&want.centroids));
+        assert_eq!(got.objective, want.objective);
+        assert_eq!((got.splits, got.trained_on), (want.splits, want.trained_on));
+        assert_eq!(got.trained_on, if cap == 20 { 480 } else { n });
+    }
+    assert_clean(&ctx);
+}
+
 #[test]
 fn an_empty_cluster_splits_the_largest() {
     let ctx = ctx();

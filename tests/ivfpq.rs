@@ -9,17 +9,24 @@
 //! every bad input and corrupt file refused with its message, no file written or clobbered
 //! (mutated files are `tests/fuzz.rs`'s).
 //!
-//! The bound. A device ADC distance is the fp32 evaluation of Σ_s T[s][code_s], T[s][c] a fused
-//! multiply-add chain over the sub-space's D / M dims of (r_j − C_j)² (L2, r = q − c(list) in
-//! fp32) or q_j · C_j (inner product, plus the coarse search's fp32 q · c(list)). With
-//! u = 2⁻²⁴ and A_j = |q_j| + |c_j| + |C_j| (C the decoded residual), each difference is off
-//! by at most 2u·A_j, each chain and the sums add at most (D + M + 2)·u of their magnitude,
-//! so |device − float64| ≤ (D + M + 8) · u · Σ_j A_j² (a slight over-estimate, first order).
+//! The bound. With u = 2⁻²⁴, A_j = |q_j| + |c_j| + |C_j| (c the list's centroid, C the decoded
+//! residual) and S = Σ_j A_j², to first order:
+//! * inner product: the device's distance is the fp32 sum of Σ_s T[s][code_s], T[s][c] a fused
+//!   multiply-add chain over the sub-space's D / M dims of q_j · C_j, plus the coarse search's
+//!   fp32 q · c(list); the chains and the sums add at most (D + M + 2)·u of their magnitude, so
+//!   |device − float64| ≤ (D + M + 8) · u · S (a slight over-estimate);
+//! * L2 (Faiss's precomputed table): the coarse search's ‖q − c‖² (a chain of D squared fp32
+//!   differences: ≤ (D + 2)·u·S), then in sub-space order fma(−2, T[s][code_s], P[s][code_s])
+//!   with T the chain of q_j · C_j (≤ (D / M)·u·S in all) and P = ‖C‖² + 2 c · C rounded once
+//!   from float64 (≤ u·S in all), each fma and each of the 2M roundings of the running sum adding
+//!   at most u·S: |device − float64| ≤ (D + D / M + 2M + 8) · u · S.
 
 mod common;
 use common::{assert_clean, assert_same, ctx, fnv, format_message, random_table, TempDir};
 use diversity::ivf::pq::{reference_adc, reference_codes, reference_table, PQ_KSUB};
-use diversity::ivf::{IvfPq, IvfPqOptions, IvfSearch, KMeansOptions, ProductQuantizer};
+use diversity::ivf::{
+    kmeans_subspaces, IvfPq, IvfPqOptions, IvfSearch, KMeansOptions, ProductQuantizer,
+};
 use diversity::knn::knn_flat;
 use diversity::{DeviceTable, KnnOptions, KnnResult, Metric, Precision, Table};
 
@@ -32,43 +39,122 @@ fn kopts() -> KMeansOptions {
     }
 }
 
-/// The sub-spaces train on threads of their own: each is the k-means it would be alone, the
-/// same bits (every sub-space's centroids equal `kmeans` of its sub-vectors), and the
-/// validation layers' thread checks stay quiet.
+/// The M sub-spaces train in lockstep (`kmeans_subspaces`): each is the k-means it would be
+/// alone, the same bits — centroids, objective, rows trained on, splits — with and without a
+/// subsample, with empty clusters split; the product quantizer's centroids are theirs; and the
+/// whole training costs two submissions an iteration, not a few per sub-space; the validation
+/// layers stay quiet.
 #[test]
-fn sub_spaces_trained_on_threads_are_each_the_kmeans_alone() {
+fn sub_spaces_trained_in_lockstep_are_each_the_kmeans_alone() {
     let ctx = ctx();
     let (n, d, m) = (600, 48, 6);
-    let table = random_table(n, d, 31);
-    let opts = kopts();
-    let pq = ProductQuantizer::train(&ctx, table.data(), d, m, &opts).unwrap();
+    // 150 distinct rows, each four times: fewer distinct sub-vectors than 256 centroids, so
+    // clusters go empty and split.
+    let base = random_table(150, d, 31);
+    let rows: Vec<f32> = (0..n)
+        .flat_map(|i| base.row(i * 7 % 150).to_vec())
+        .collect();
+    let table = Table::new(rows, n, d).unwrap();
     let dsub = d / m;
-    for s in 0..m {
+    let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
+    // 600 rows: all train (256 × 256 ≥ 600); 2 a centroid: a subsample of 512.
+    for (cap, trained_on) in [(256, n), (2, 512)] {
+        let opts = KMeansOptions {
+            max_points_per_centroid: cap,
+            ..kopts()
+        };
+        let before = ctx.host_ops().submissions;
+        let all = kmeans_subspaces(&ctx, table.data(), d, m, PQ_KSUB, &opts).unwrap();
+        let used = ctx.host_ops().submissions - before;
+        // One upload of the rows, the centroid tables' uploads (a few each), then two an
+        // iteration: alone, each sub-space took about eight an iteration.
+        assert!(
+            used <= (2 * opts.iters + 1 + 4 * m) as u64,
+            "{used} submissions for {m} sub-spaces × {} iterations",
+            opts.iters
+        );
+        assert_eq!(all.len(), m);
+        let mut splits = 0;
+        for (s, got) in all.iter().enumerate() {
+            let sub: Vec<f32> = table
+                .data()
+                .chunks_exact(d)
+                .flat_map(|row| row[s * dsub..(s + 1) * dsub].iter().copied())
+                .collect();
+            let sub = Table::new(sub, n, dsub).unwrap();
+            let alone = diversity::ivf::kmeans(&ctx, &sub, PQ_KSUB, &opts).unwrap();
+            assert_eq!(
+                bits(&got.centroids),
+                bits(&alone.centroids),
+                "sub-space {s}"
+            );
+            assert_eq!(got.objective, alone.objective, "sub-space {s}");
+            assert_eq!(got.objective.len(), opts.iters);
+            assert_eq!((got.k, got.d), (PQ_KSUB, dsub));
+            assert_eq!(got.trained_on, trained_on);
+            assert_eq!(got.splits, alone.splits, "sub-space {s}");
+            splits += got.splits;
+        }
+        // 150 distinct rows into 256 clusters leave some empty: the splits ran.
+        assert!(splits > 0);
+        if cap == 256 {
+            let pq = ProductQuantizer::train(&ctx, table.data(), d, m, &opts).unwrap();
+            let want: Vec<f32> = all.iter().flat_map(|k| k.centroids.clone()).collect();
+            assert_eq!(bits(pq.centroids()), bits(&want));
+        }
+    }
+    // No iterations: the seeded initial rows, as alone.
+    let none = KMeansOptions {
+        iters: 0,
+        ..kopts()
+    };
+    let init = kmeans_subspaces(&ctx, table.data(), d, m, PQ_KSUB, &none).unwrap();
+    let sub0: Vec<f32> = table
+        .data()
+        .chunks_exact(d)
+        .flat_map(|r| r[..dsub].to_vec())
+        .collect();
+    let alone0 = diversity::ivf::kmeans(&ctx, &Table::new(sub0, n, dsub).unwrap(), PQ_KSUB, &none);
+    assert_eq!(bits(&init[0].centroids), bits(&alone0.unwrap().centroids));
+    // Bad shapes are refused with their message.
+    let msg = |r: diversity::Result<Vec<diversity::ivf::KMeans>>| r.unwrap_err().to_string();
+    assert!(msg(kmeans_subspaces(&ctx, table.data(), d, 5, 8, &none)).contains("do not divide"));
+    assert!(msg(kmeans_subspaces(&ctx, table.data(), d, m, n + 1, &none)).contains("between 1"));
+    assert!(msg(kmeans_subspaces(&ctx, &table.data()[1..], d, m, 8, &none)).contains("dimension"));
+    assert_clean(&ctx);
+}
+
+/// More training rows than one k-NN query tile holds (65,535): the default cap of 256 rows a
+/// centroid trains 65,536, cut into two tiles, and each sub-space is still the k-means alone.
+#[test]
+fn sub_spaces_in_lockstep_over_two_query_tiles_are_each_the_kmeans_alone() {
+    let ctx = ctx();
+    let (n, d, m) = (66_000, 4, 2);
+    let table = random_table(n, d, 5);
+    let opts = KMeansOptions {
+        iters: 2,
+        ..KMeansOptions::default()
+    };
+    let before = ctx.host_ops().submissions;
+    let all = kmeans_subspaces(&ctx, table.data(), d, m, PQ_KSUB, &opts).unwrap();
+    // In lockstep (two submissions an iteration), not each sub-space alone.
+    assert!(ctx.host_ops().submissions - before <= (2 * opts.iters + 1 + 4 * m) as u64);
+    for (s, got) in all.iter().enumerate() {
+        assert_eq!(got.trained_on, 65_536);
         let sub: Vec<f32> = table
             .data()
             .chunks_exact(d)
-            .flat_map(|row| row[s * dsub..(s + 1) * dsub].iter().copied())
+            .flat_map(|row| row[s * 2..(s + 1) * 2].to_vec())
             .collect();
-        let alone = diversity::ivf::kmeans(
-            &ctx,
-            &Table::new(sub, n, dsub).unwrap(),
-            PQ_KSUB,
-            &KMeansOptions {
-                init: None,
-                ..opts.clone()
-            },
-        )
-        .unwrap();
-        let threaded: Vec<u32> = (0..PQ_KSUB)
-            .flat_map(|c| {
-                pq.centroid(s, c)
-                    .iter()
-                    .map(|v| v.to_bits())
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        let bits: Vec<u32> = alone.centroids.iter().map(|v| v.to_bits()).collect();
-        assert_eq!(threaded, bits, "sub-space {s}");
+        let alone =
+            diversity::ivf::kmeans(&ctx, &Table::new(sub, n, 2).unwrap(), PQ_KSUB, &opts).unwrap();
+        assert_eq!(got.objective, alone.objective, "sub-space {s}");
+        let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
+        assert_eq!(
+            bits(&got.centroids),
+            bits(&alone.centroids),
+            "sub-space {s}"
+        );
     }
     assert_clean(&ctx);
 }
@@ -156,7 +242,8 @@ fn adc_oracle(ctx: &diversity::Context, ix: &IvfPq, q: &[f32], nprobe: usize) ->
                             (qv[j].abs() as f64 + c[j].abs() as f64 + dec[j].abs() as f64).powi(2)
                         })
                         .sum();
-                    let bound = (d + m + 8) as f64 * U * a2;
+                    let c = if ip { d + m + 8 } else { d + d / m + 2 * m + 8 };
+                    let bound = c as f64 * U * a2;
                     out.push((reference_adc(&table, code, bias), bound, id));
                 }
             }
@@ -327,20 +414,29 @@ fn searches_are_the_brute_force_over_float64_adc_distances() {
 
 #[test]
 fn a_search_cut_by_the_loop_cap_is_the_same_brute_force() {
-    // D = 1024, M = 8: a probe's table alone costs an invocation 2 × (1024 + 8) loop
-    // iterations, so on lavapipe 32 probes take two dispatches, the second seeded by the first.
+    // D = 16, M = 8, k = 40 (a queue of 64 a invocation), 8 lists of about 10,000 rows: on
+    // lavapipe a probe of the longest list costs an invocation over 5,800 loop iterations, so
+    // the 8 probes take two dispatches or more, each seeded by the one before.
     let ctx = ctx();
-    let (d, m) = (1024, 8);
-    let data = random_table(256, d, 21);
-    let mut ix = IvfPq::new(&ctx, d, &opts(32, m, Metric::L2, false)).unwrap();
-    ix.train(&data).unwrap();
+    let (d, m, n) = (16, 8, 80_000);
+    let data = random_table(n, d, 21);
+    let mut ix = IvfPq::new(&ctx, d, &opts(8, m, Metric::L2, false)).unwrap();
+    ix.train(&data.head(2_000).unwrap()).unwrap();
     ix.add(&data).unwrap();
+    assert!(ix.list_sizes().iter().max().unwrap() >= &10_000);
     let queries = random_table(4, d, 22);
-    let (r, _) = ix
-        .search(queries.data(), d, &search(&ix, 10, 32, 1))
+    let (r, rep) = ix
+        .search(queries.data(), d, &search(&ix, 40, 8, 1))
         .unwrap();
-    let o = adc_oracle(&ctx, &ix, queries.data(), 32);
-    assert!(check_adc(&r, &o, false, "D 1024") >= 3);
+    if ctx.caps().loop_limit.is_some() {
+        assert!(
+            rep.scan_dispatches >= 2,
+            "{} dispatches",
+            rep.scan_dispatches
+        );
+    }
+    let o = adc_oracle(&ctx, &ix, queries.data(), 8);
+    assert!(check_adc(&r, &o, false, "cut") >= 2);
     assert_clean(&ctx);
 }
 

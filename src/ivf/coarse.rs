@@ -2,9 +2,11 @@
 //! copy on the device (the table the coarse k-NN searches) and their training, k-means of the
 //! rows as the index sees them (unit rows for cosine, as spherical k-means does). It uses the
 //! device table and `kmeans.rs`; the lists, their scans and the file formats stay with each
-//! index. May touch the device context, the device table, the host table and `kmeans.rs`.
+//! index. May touch the device context, the device table, the host table, `kmeans.rs` and
+//! `kmeans_batch.rs`.
 
-use super::kmeans::{kmeans, KMeans, KMeansOptions};
+use super::kmeans::{KMeans, KMeansOptions};
+use super::kmeans_batch::kmeans_recorded;
 use crate::device::Context;
 use crate::device_table::DeviceTable;
 use crate::error::Result;
@@ -43,14 +45,14 @@ impl Coarse {
     }
 
     /// k-means of `rows` (already as the index sees them, see [`index_rows`]) into nlist
-    /// centroids, kept and uploaded.
+    /// centroids — [`super::kmeans()`]'s bits, two submissions an iteration — kept and uploaded.
     pub(super) fn train(
         &mut self,
         ctx: &Context,
         rows: &Table,
         opts: &KMeansOptions,
     ) -> Result<KMeans> {
-        let km = kmeans(ctx, rows, self.nlist, opts)?;
+        let km = kmeans_recorded(ctx, rows, self.nlist, opts)?;
         self.set(ctx, km.centroids.clone())?;
         Ok(km)
     }

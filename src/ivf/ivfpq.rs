@@ -349,10 +349,9 @@ impl IvfPq {
             self.slab = Some(PqSlab::build(
                 &self.ctx,
                 &lists,
-                self.d,
-                self.m,
                 self.coarse.centroids(),
-                pq.centroids(),
+                pq,
+                !ip,
             )?);
             // The kept rows by id, for the re-rank on the device (none where it cannot run).
             self.kept = None;
@@ -465,7 +464,7 @@ impl IvfPq {
                     ],
                 )
             };
-            let (coarse_ns, lists_ns) = slab.record_scan(
+            let (coarse_ns, lists_ns, dispatches) = slab.record_scan(
                 sub,
                 set,
                 nq,
@@ -480,6 +479,7 @@ impl IvfPq {
                 return Err(e);
             }
             (report.coarse_ns, report.lists_ns) = (coarse_ns, lists_ns);
+            report.scan_dispatches = dispatches;
             device_probes = Some(prep.plan_info());
             // Read in place from the read-back buffer.
             let w = resident::words(down, 0, fin_words + nq * nprobe);
@@ -519,8 +519,8 @@ impl IvfPq {
                     .zip(&probes.distances)
                     .map(|(&l, &dist)| (l as u32, if ip { -dist } else { dist }))
                     .collect();
-                let (keys, ids, ns) = slab.scan(rows(), &pr, nprobe, kk, ip)?;
-                report.lists_ns = ns;
+                let (keys, ids, ns, dispatches) = slab.scan(rows(), &pr, nprobe, kk, ip)?;
+                (report.lists_ns, report.scan_dispatches) = (ns, dispatches);
                 let probe_ids = pr.iter().map(|p| p.0).collect();
                 (
                     keys,

@@ -142,8 +142,67 @@ pub(crate) fn nearest(
     Ok((ids, r.distances, r.gpu_ns))
 }
 
+/// The seeded draws of a k-means of `n` rows into `k` clusters: which rows train, and which of
+/// them seed the centroids. Both come from `opts.seed` alone, so k-means of tables with the same
+/// N (the sub-spaces of one set of rows) draw the same rows.
+pub(crate) struct Draws {
+    /// The subsample's rows, ascending (the sums then run in row order whatever the draw's
+    /// order); `None` when all N rows train.
+    pub(crate) rows: Option<Vec<usize>>,
+    /// The `k` training rows (indices into the training set) that are the initial centroids;
+    /// empty when `opts.init` gives them.
+    pub(crate) init: Vec<usize>,
+}
+
+/// The draws of a k-means of `n` rows into `k` (checked: 1 ≤ k ≤ n): the subsample (more than
+/// `k × max_points_per_centroid` rows are cut to that many), then the initial centroids, from
+/// one SplitMix64 stream.
+pub(crate) fn draws(n: usize, k: usize, opts: &KMeansOptions) -> Draws {
+    let mut rng = Rng::new(opts.seed);
+    let cap = if opts.max_points_per_centroid == 0 {
+        n
+    } else {
+        k.saturating_mul(opts.max_points_per_centroid).min(n)
+    };
+    let rows = (cap < n).then(|| {
+        let mut rows = sample(n, cap, &mut rng);
+        rows.sort_unstable();
+        rows
+    });
+    let m = rows.as_ref().map_or(n, Vec::len);
+    let init = match opts.init {
+        Some(_) => Vec::new(),
+        None => sample(m, k, &mut rng),
+    };
+    Draws { rows, init }
+}
+
+/// The rows a k-means of `table` trains on: the subsample's rows of `draws`, or all of them.
+pub(crate) fn training_set<'a>(table: &'a Table, draws: &Draws) -> std::borrow::Cow<'a, [f32]> {
+    match &draws.rows {
+        Some(rows) => rows
+            .iter()
+            .flat_map(|&r| table.row(r).iter().copied())
+            .collect::<Vec<f32>>()
+            .into(),
+        None => table.data().into(),
+    }
+}
+
+/// The initial centroids (k × `d`): `opts.init`, or the drawn rows of the training set.
+pub(crate) fn initial(train: &[f32], d: usize, opts: &KMeansOptions, draws: &Draws) -> Vec<f32> {
+    match &opts.init {
+        Some(c) => c.clone(),
+        None => draws
+            .init
+            .iter()
+            .flat_map(|&r| train[r * d..(r + 1) * d].iter().copied())
+            .collect(),
+    }
+}
+
 /// The checks of a k-means call: 1 ≤ k ≤ N, and initial centroids of k × D finite values.
-fn check(table: &Table, k: usize, opts: &KMeansOptions) -> Result<()> {
+pub(crate) fn check(table: &Table, k: usize, opts: &KMeansOptions) -> Result<()> {
     let n = table.n();
     if k == 0 || k > n {
         return Err(Error::Invalid(format!(
@@ -187,32 +246,11 @@ pub(crate) fn kmeans_derived(
 ) -> Result<KMeans> {
     check(table, k, opts)?;
     let (n, d) = (table.n(), table.d());
-    let mut rng = Rng::new(opts.seed);
-    let cap = if opts.max_points_per_centroid == 0 {
-        n
-    } else {
-        k.saturating_mul(opts.max_points_per_centroid).min(n)
-    };
-    let subsample;
-    let train: &[f32] = if cap < n {
-        let mut rows = sample(n, cap, &mut rng);
-        rows.sort_unstable(); // row order: the sums do not depend on the draw's order
-        subsample = rows
-            .iter()
-            .flat_map(|&r| table.row(r).iter().copied())
-            .collect::<Vec<f32>>();
-        &subsample
-    } else {
-        table.data()
-    };
+    let draws = draws(n, k, opts);
+    let train = training_set(table, &draws);
+    let train: &[f32] = &train;
     let m = train.len() / d;
-    let mut centroids = match &opts.init {
-        Some(c) => c.clone(),
-        None => sample(m, k, &mut rng)
-            .iter()
-            .flat_map(|&r| train[r * d..(r + 1) * d].iter().copied())
-            .collect(),
-    };
+    let mut centroids = initial(train, d, opts, &draws);
     let mut out = KMeans {
         k,
         d,

@@ -3,10 +3,12 @@
 //! is coded as M bytes, the nearest sub-centroid of each of its sub-vectors. May touch k-means
 //! (training and assignment on the device), the host table and the crate's errors.
 //!
-//! * **Training**: [`kmeans()`](super::kmeans::kmeans) of each sub-space's sub-vectors into 256 centroids (the
-//!   caller's [`KMeansOptions`]: iterations, seed, subsampling; an `init` is not used — it is
-//!   for D-dimensional centroids). Fewer than 256 training rows are refused: Faiss's k-means
-//!   refuses fewer points than centroids too (and warns below 39 a centroid).
+//! * **Training**: [`kmeans()`](super::kmeans::kmeans) of each sub-space's sub-vectors into 256
+//!   centroids (the caller's [`KMeansOptions`]: iterations, seed, subsampling; an `init` is not
+//!   used — it is for D-dimensional centroids), the M sub-spaces in lockstep
+//!   ([`kmeans_subspaces`]: two submissions an iteration for all of them, the same bits).
+//!   Fewer than 256 training rows are refused: Faiss's k-means refuses fewer points than
+//!   centroids too (and warns below 39 a centroid).
 //! * **Encoding** runs on the device: one [`assign`] (the exact k-NN with k = 1, squared L2
 //!   in fp32, ties to the lowest centroid) a sub-space. [`reference_codes`] is the float64
 //!   encoder the tests hold it to: the two agree except where two sub-centroids are within the
@@ -14,9 +16,11 @@
 //! * **Decoding** concatenates the chosen sub-centroids.
 //!
 //! [`reference_table`] and [`reference_adc`] are the float64 lookup tables and asymmetric
-//! distances (ADC) that the device's list scan (`shaders/ivfpq_scan.comp`) is tested against.
+//! distances (ADC) that the device's list scan (`shaders/ivfpq_scan.comp`) is tested against;
+//! for L2 the scan sums the same distance in another form, from [`precomputed_table`].
 
-use super::kmeans::{assign, kmeans_derived, KMeansOptions};
+use super::kmeans::{assign, KMeansOptions};
+use super::kmeans_batch::kmeans_subspaces;
 use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::table::Table;
@@ -48,9 +52,6 @@ pub(crate) fn check_shape(d: usize, m: usize) -> Result<()> {
     Ok(())
 }
 
-/// Threads that train sub-spaces at once (each records and submits its own work).
-const PQ_TRAIN_THREADS: usize = 8;
-
 impl ProductQuantizer {
     /// Train a quantizer of `rows` (n × `d`, row-major) into `m` sub-spaces. Errors: M does not
     /// divide D, fewer than 256 rows, the device's.
@@ -69,53 +70,12 @@ impl ProductQuantizer {
                  each sub-space), got {n}"
             )));
         }
-        let dsub = d / m;
-        let opts = KMeansOptions {
-            init: None,
-            ..opts.clone()
-        };
-        // The M sub-spaces' k-means are independent: they run on threads of their own, so that
-        // one's submissions and waits overlap another's (each is the same computation as alone,
-        // the same bits; a sub-space's iterations are mostly submission latency).
-        let threads = std::thread::available_parallelism()
-            .map(|t| t.get())
-            .unwrap_or(1)
-            .clamp(1, PQ_TRAIN_THREADS)
-            .min(m);
-        let mut parts: Vec<Option<Result<Vec<f32>>>> = (0..m).map(|_| None).collect();
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..threads)
-                .map(|_| {
-                    let (next, opts) = (&next, &opts);
-                    scope.spawn(move || {
-                        let mut done = Vec::new();
-                        loop {
-                            let s = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            if s >= m {
-                                return done;
-                            }
-                            let trained = Table::new(sub_vectors(rows, d, dsub, s), n, dsub)
-                                .and_then(|sub| kmeans_derived(ctx, &sub, PQ_KSUB, opts))
-                                .map(|k| k.centroids);
-                            done.push((s, trained));
-                        }
-                    })
-                })
-                .collect();
-            for h in handles {
-                let done = h
-                    .join()
-                    .expect("a product quantizer training thread panicked");
-                for (s, r) in done {
-                    parts[s] = Some(r);
-                }
-            }
-        });
-        let mut centroids = Vec::with_capacity(m * PQ_KSUB * dsub);
-        for part in parts {
-            centroids.extend(part.expect("every sub-space trained")?);
-        }
+        // The M sub-spaces' k-means in lockstep: each the k-means of its sub-vectors alone,
+        // all recorded together.
+        let centroids = kmeans_subspaces(ctx, rows, d, m, PQ_KSUB, opts)?
+            .into_iter()
+            .flat_map(|k| k.centroids)
+            .collect();
         Ok(ProductQuantizer { d, m, centroids })
     }
 
@@ -248,6 +208,35 @@ pub fn reference_table(pq: &ProductQuantizer, q: &[f32], coarse: &[f32], ip: boo
                 })
                 .sum();
             t.push(v);
+        }
+    }
+    t
+}
+
+/// The precomputed L2 table of the list of centroid `coarse` (Faiss's `use_precomputed_table`
+/// for residual PQ): entry `(s, c)` the float64 value of `‖C_s[c]‖² + 2 coarse_s · C_s[c]`,
+/// rounded to f32 once. With it the L2 ADC distance of a row of the list,
+/// `‖q − coarse − y‖²` (y the decoded residual), is
+/// `‖q − coarse‖² + Σ_s (entry(s, code_s) − 2 q_s · C_s[code_s])`: the first term the coarse
+/// search's key, the last the query's table of `q_s · C_s[c]`, built once a query for every
+/// list (the device's scan, `shaders/ivfpq_scan.comp`). M × 256 entries, sub-space after
+/// sub-space.
+pub fn precomputed_table(pq: &ProductQuantizer, coarse: &[f32]) -> Vec<f32> {
+    let dsub = pq.dsub();
+    let mut t = Vec::with_capacity(pq.m * PQ_KSUB);
+    for s in 0..pq.m {
+        let cs = &coarse[s * dsub..(s + 1) * dsub];
+        for c in 0..PQ_KSUB {
+            let v: f64 = pq
+                .centroid(s, c)
+                .iter()
+                .zip(cs)
+                .map(|(&y, &x)| {
+                    let y = y as f64;
+                    y * y + 2.0 * x as f64 * y
+                })
+                .sum();
+            t.push(v as f32);
         }
     }
     t

@@ -1,11 +1,14 @@
 //! The IVF-PQ list scan on the device (`shaders/ivfpq_scan.comp`): every list's codes in one
-//! buffer, and one dispatch in which a workgroup a query builds, for each list it probes, the
-//! M × 256 lookup table of (query, list) in shared memory and sums the table entries of the
-//! list's codes, keeping its k best with `shaders/block_select.glsl`. May touch the device context,
+//! buffer (and, for L2, every list's [`precomputed_table`]), and one dispatch in which a
+//! workgroup a query builds the query's M × 256 table of `q_s · C_s[c]` in shared memory once,
+//! then sums, for each row of each list it probes, the M terms of its code (inner product: the
+//! table's entries; L2: the list's precomputed entry minus twice the table's, after the coarse
+//! distance — Faiss's precomputed table, no table a list), keeping its k best with
+//! `shaders/block_select.glsl`. May touch the device context,
 //! device memory, the compiled shaders, command submission and the scan helpers of `scan.rs`.
 //!
 //! # Exactness
-//! The keys are fp32 sums of fp32 table entries (see the shader for the order of the operations);
+//! The keys are fp32 sums of fp32 terms (see the shader for the order of the operations);
 //! the block select is exact under the `(key, id)` order, so the result is the k best of the
 //! probed rows under the device's own ADC keys, ties to the lower id. The tests hold the keys to
 //! a float64 evaluation of the same tables within a derived bound.
@@ -23,7 +26,7 @@ use crate::spirv;
 use crate::submit::{Set, Submitter};
 use crate::table::Precision;
 
-use super::pq::PQ_KSUB;
+use super::pq::{precomputed_table, ProductQuantizer, PQ_KSUB};
 use super::scan::{merge_iterations, record_list_scan, split, LoopCost};
 
 /// Invocations a workgroup (one query).
@@ -48,6 +51,7 @@ struct PqScanPush {
     probe_off: u32,
     key_off: u32,
     ids_off: u32,
+    pre_at: u32,
 }
 
 /// The lists' codes on the device, with the coarse and PQ centroids.
@@ -62,6 +66,8 @@ pub(crate) struct PqSlab {
     row_id: Buffer,
     /// Rows of the longest list.
     max_len: usize,
+    /// The first float of the precomputed L2 tables in the centroids' buffer.
+    pre_at: usize,
     /// Unique to this slab (what a descriptor set naming its buffers keys on).
     pub serial: u64,
 }
@@ -73,15 +79,16 @@ pub(crate) fn shared_bytes(d: usize, m: usize) -> usize {
 
 impl PqSlab {
     /// The slab of `lists` (each: ids ascending, codes M bytes a row), the coarse centroids
-    /// (nlist × D) and the PQ centroids (M × 256 × D / M).
+    /// (nlist × D), the PQ centroids (M × 256 × D / M) and, for L2 (`l2`), every list's
+    /// [`precomputed_table`] (nlist × M × 256).
     pub fn build(
         ctx: &Context,
         lists: &[(&[i64], &[u8])],
-        d: usize,
-        m: usize,
         coarse: &[f32],
-        pq: &[f32],
+        pq: &ProductQuantizer,
+        l2: bool,
     ) -> Result<PqSlab> {
+        let (d, m) = (pq.d(), pq.m());
         let rows: usize = lists.iter().map(|l| l.0.len()).sum();
         let bytes = rows as u64 * m as u64;
         let caps = ctx.caps();
@@ -108,13 +115,32 @@ impl PqSlab {
         if row_id.is_empty() {
             row_id.push(u32::MAX);
         }
+        let nlist = coarse.len() / d;
         let mut cent = coarse.to_vec();
-        cent.extend_from_slice(pq);
+        cent.extend_from_slice(pq.centroids());
+        let pre_at = cent.len();
+        if l2 {
+            use rayon::prelude::*;
+            cent.resize(pre_at + nlist * m * PQ_KSUB, 0.0);
+            cent[pre_at..]
+                .par_chunks_mut(m * PQ_KSUB)
+                .zip(coarse.par_chunks(d))
+                .for_each(|(t, c)| t.copy_from_slice(&precomputed_table(pq, c)));
+        }
+        let cent_bytes = cent.len() as u64 * 4;
+        if cent_bytes > caps.max_buffer_range || cent.len() >= u32::MAX as usize {
+            return Err(Error::Limit(format!(
+                "the IVF-PQ centroids and precomputed tables need a {cent_bytes}-byte buffer; \
+                 {} allows {} bytes (maxStorageBufferRange)",
+                caps.name, caps.max_buffer_range
+            )));
+        }
         Ok(PqSlab {
             ctx: ctx.clone(),
             d,
             m,
-            nlist: coarse.len() / d,
+            nlist,
+            pre_at,
             codes: ctx.upload("IVF-PQ codes", &codes)?,
             cent: ctx.upload("IVF-PQ centroids", bytemuck::cast_slice(&cent))?,
             lists: ctx.upload("IVF-PQ list offsets", bytemuck::cast_slice(&offsets))?,
@@ -141,7 +167,7 @@ impl PqSlab {
     /// a query, and the results at 6): the k best `(key, id)` pairs of each query among the
     /// codes of its probed lists, best first, keys from word 0 and ids from word nq · k, padded
     /// with (+∞, `u32::MAX`). `before` and `after` as in [`super::scan::record_list_scan`];
-    /// returns the GPU nanoseconds before the mark and after it.
+    /// returns the GPU nanoseconds before the mark and after it, and the scan's dispatches.
     #[allow(clippy::too_many_arguments)]
     pub fn record_scan(
         &self,
@@ -154,7 +180,7 @@ impl PqSlab {
         ip: bool,
         before: Option<impl FnOnce(ash::vk::CommandBuffer)>,
         after: Option<impl FnOnce(ash::vk::CommandBuffer)>,
-    ) -> Result<(u64, u64)> {
+    ) -> Result<(u64, u64, usize)> {
         let ctx = &self.ctx;
         let (d, m) = (self.d, self.m);
         let caps = ctx.caps();
@@ -173,7 +199,7 @@ impl PqSlab {
             Precision::Fp32,
             &[SCAN_WG as u32, bs_k as u32, m as u32, d as u32],
         )?;
-        let (before_ns, ns, _) = record_list_scan(
+        let (before_ns, ns, count) = record_list_scan(
             sub,
             "IVF-PQ list scan",
             &pipe,
@@ -196,15 +222,16 @@ impl PqSlab {
                 probe_off: probe_off as u32,
                 key_off: key_off as u32,
                 ids_off: (nq * k) as u32,
+                pre_at: self.pre_at as u32,
             },
         )?;
-        Ok((before_ns, ns))
+        Ok((before_ns, ns, count))
     }
 
     /// [`PqSlab::record_scan`] with the probes from the host — each (list, the coarse key as
     /// the shaders keep it: minus q · c(list) for inner product) — for the queries in
     /// `queries` (n × D): its own buffers, set and submitter, then a download. The keys, the
-    /// ids and the GPU nanoseconds.
+    /// ids, the GPU nanoseconds and the dispatches.
     pub fn scan(
         &self,
         queries: &[f32],
@@ -212,11 +239,11 @@ impl PqSlab {
         nprobe: usize,
         k: usize,
         ip: bool,
-    ) -> Result<(Vec<f32>, Vec<u32>, u64)> {
+    ) -> Result<(Vec<f32>, Vec<u32>, u64, usize)> {
         let ctx = &self.ctx;
         let nq = queries.len() / self.d;
         if nq == 0 {
-            return Ok((Vec::new(), Vec::new(), 0));
+            return Ok((Vec::new(), Vec::new(), 0, 0));
         }
         // The lists, then their keys.
         let pr: Vec<u32> = probes
@@ -233,7 +260,7 @@ impl PqSlab {
         let set = Set::new(ctx, &singles, &[])?;
         let mut sub = Submitter::new(ctx)?;
         let none = None::<fn(ash::vk::CommandBuffer)>;
-        let (_, gpu_ns) = self.record_scan(
+        let (_, gpu_ns, count) = self.record_scan(
             &mut sub,
             set.set,
             nq,
@@ -251,15 +278,15 @@ impl PqSlab {
             .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect();
         let keys = w[..results].iter().map(|&b| f32::from_bits(b)).collect();
-        Ok((keys, w[results..].to_vec(), gpu_ns))
+        Ok((keys, w[results..].to_vec(), gpu_ns, count))
     }
 }
 
 /// The dispatches of one scan, `(p0, p1, r0, r1)`: probe ranks [p0, p1) and rows [r0, r1) of
 /// each probed list. One dispatch where loops are not capped; where they are, as many as keep
-/// every invocation's loop iterations — counted from above: the seed, per probe the residual,
-/// the table (256 · M / WG entries of D / M + 1 iterations), its codes' sums and queue
-/// insertions, and the merge — within the budget.
+/// every invocation's loop iterations — counted from above: the seed, the query's copy and
+/// table (256 · M / WG entries of D / M + 1 iterations) once a dispatch, per probe its codes'
+/// sums and queue insertions, and the merge — within the budget.
 pub(crate) fn dispatches(
     caps: &Capabilities,
     d: usize,
@@ -270,9 +297,11 @@ pub(crate) fn dispatches(
     max_len: usize,
 ) -> Result<Vec<(usize, usize, usize, usize)>> {
     let cost = LoopCost {
-        fixed: merge_iterations(SCAN_WG, k, bs_k),
-        // The table of each probed list (rebuilt for each row range too).
-        per_probe: 1 + d.div_ceil(SCAN_WG) + (PQ_KSUB * m).div_ceil(SCAN_WG) * (d / m + 1),
+        // The query's table, once a dispatch, and the merge.
+        fixed: merge_iterations(SCAN_WG, k, bs_k)
+            + d.div_ceil(SCAN_WG)
+            + (PQ_KSUB * m).div_ceil(SCAN_WG) * (d / m + 1),
+        per_probe: 1,
         per_row: m + bs_k + 1,
     };
     split(
@@ -298,13 +327,20 @@ mod tests {
             1
         );
         let capped = crate::device::test_caps(8, Some(65_535));
-        // Short lists: 221 iterations a probe, 220 probes a dispatch, every rank covered once.
-        let s = dispatches(&capped, 64, 8, 10, 16, 500, 300).unwrap();
-        assert_eq!(s.len(), 3);
-        assert_ranks_covered(&s, 500);
-        // tests/ivfpq.rs's loop-cap search: D = 1024, M = 8, 32 probes of short lists in two.
+        // Short lists: 419 iterations once (the merge, the query's table), 76 a probe, 641
+        // probes a dispatch, every rank covered once.
+        let s = dispatches(&capped, 64, 8, 10, 16, 2000, 300).unwrap();
+        assert_eq!(s.len(), 4);
+        assert_ranks_covered(&s, 2000);
+        // The table no longer costs a probe: 32 probes of short lists at D = 1024 in one.
         assert_eq!(
             dispatches(&capped, 1024, 8, 10, 16, 32, 100).unwrap().len(),
+            1
+        );
+        // tests/ivfpq.rs's loop-cap search: D = 16, M = 8, k = 40 (a queue of 64), 8 probes of
+        // lists of at most 20,000 rows: 3,041 once, 11,462 a probe, 4 probes a dispatch.
+        assert_eq!(
+            dispatches(&capped, 16, 8, 40, 64, 8, 20_000).unwrap().len(),
             2
         );
         // Long lists: one rank at a time, rows in ranges covering the longest list.

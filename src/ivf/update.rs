@@ -56,14 +56,8 @@ pub(crate) fn cluster_sums(
     k: usize,
 ) -> Result<Vec<f64>> {
     let (members, ranges) = members_by_cluster(ids, k);
-    let largest = ranges.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0) as usize;
-    // Loop iterations an invocation runs: its dims × the members of a dispatch.
-    let per_member = d.div_ceil(128).max(1);
-    let step = match ctx.caps().loop_limit {
-        None => largest.max(1),
-        Some(_) => ((loop_budget(ctx.caps()) as usize / per_member).saturating_sub(4)).max(1),
-    };
-    let pipe = ctx.pipeline_for::<UpdatePush>(&spirv::KMEANS_UPDATE, Precision::Fp32, &[])?;
+    let (step, starts) = member_steps(ctx, d, &ranges);
+    let pipe = pipeline(ctx)?;
     let mbuf = ctx.upload("k-means members", bytemuck::cast_slice(&members))?;
     let rbuf = ctx.upload("k-means ranges", bytemuck::cast_slice(&ranges))?;
     let bytes = (k * d * 8) as u64;
@@ -75,33 +69,73 @@ pub(crate) fn cluster_sums(
     )?;
     let dev = ctx.device();
     let mut sub = Submitter::new(ctx)?;
-    let starts: Vec<usize> = (0..largest.max(1)).step_by(step).collect();
     for group in starts.chunks(64) {
         sub.run("k-means update", |cb| unsafe {
-            for (i, &m0) in group.iter().enumerate() {
-                if i > 0 {
-                    barrier(dev, cb);
-                }
-                for c0 in (0..k).step_by(TILE) {
-                    let push = UpdatePush {
-                        dim: d as u32,
-                        c0: c0 as u32,
-                        m0: m0 as u32,
-                        m1: (m0 + step).min(u32::MAX as usize) as u32,
-                        acc: (m0 > 0) as u32,
-                    };
-                    bind(dev, cb, &pipe, set.set, bytemuck::bytes_of(&push));
-                    dev.cmd_dispatch(cb, TILE.min(k - c0) as u32, 1, 1);
-                }
-            }
+            record_sums(dev, cb, &pipe, set.set, (d, k), group, step);
         })?;
     }
     drop(set);
-    Ok(ctx
-        .download(&sums, 0, bytes)?
+    Ok(f64_words(&ctx.download(&sums, 0, bytes)?))
+}
+
+/// Little-endian float64 words.
+pub(crate) fn f64_words(bytes: &[u8]) -> Vec<f64> {
+    bytes
         .chunks_exact(8)
         .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-        .collect())
+        .collect()
+}
+
+/// The update's pipeline (`kmeans_update.comp`).
+pub(crate) fn pipeline(ctx: &Context) -> Result<std::sync::Arc<crate::device::Pipeline>> {
+    ctx.pipeline_for::<UpdatePush>(&spirv::KMEANS_UPDATE, Precision::Fp32, &[])
+}
+
+/// Members a dispatch takes of each cluster, and the first member of each dispatch, for the
+/// clusters of `ranges` (as [`members_by_cluster`] gives them) at dimension `d`: all members at
+/// once where loops are not capped; else as many as keep an invocation's loop iterations (its
+/// dims × the members) within the device's budget.
+pub(crate) fn member_steps(ctx: &Context, d: usize, ranges: &[u32]) -> (usize, Vec<usize>) {
+    let largest = ranges.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0) as usize;
+    let per_member = d.div_ceil(128).max(1);
+    let step = match ctx.caps().loop_limit {
+        None => largest.max(1),
+        Some(_) => ((loop_budget(ctx.caps()) as usize / per_member).saturating_sub(4)).max(1),
+    };
+    (step, (0..largest.max(1)).step_by(step).collect())
+}
+
+/// Records the sums' dispatches of the member starts `group` (each after the one before: a
+/// start adds to the sums the previous left) for k clusters at dimension d, `set` binding the
+/// rows, members, ranges and sums.
+///
+/// # Safety
+/// `cb` is recording; what `set` names outlives its execution.
+pub(crate) unsafe fn record_sums(
+    dev: &ash::Device,
+    cb: ash::vk::CommandBuffer,
+    pipe: &crate::device::Pipeline,
+    set: ash::vk::DescriptorSet,
+    (d, k): (usize, usize),
+    group: &[usize],
+    step: usize,
+) {
+    for (i, &m0) in group.iter().enumerate() {
+        if i > 0 {
+            barrier(dev, cb);
+        }
+        for c0 in (0..k).step_by(TILE) {
+            let push = UpdatePush {
+                dim: d as u32,
+                c0: c0 as u32,
+                m0: m0 as u32,
+                m1: (m0 + step).min(u32::MAX as usize) as u32,
+                acc: (m0 > 0) as u32,
+            };
+            bind(dev, cb, pipe, set, bytemuck::bytes_of(&push));
+            dev.cmd_dispatch(cb, TILE.min(k - c0) as u32, 1, 1);
+        }
+    }
 }
 
 /// Whether the update's sums run on the device: `shaderFloat64`, and the training rows fit

@@ -86,6 +86,7 @@ pub use crate::metric::Metric;
 use crate::submit::Submitter;
 use crate::table::Table;
 use launch::{Launch, Pipelines, Sink};
+pub(crate) use plan::MAX_QUERY_TILE;
 pub(crate) use scratch::KeptScratch;
 use scratch::Scratch;
 

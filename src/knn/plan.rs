@@ -26,7 +26,7 @@ const WARP_QUERIES: usize = 16_384;
 /// Scratch bytes per query tile at most (on top of `maxStorageBufferRange` per buffer).
 const MAX_SCRATCH: u64 = 1 << 30;
 /// Queries a tile at most (the sort and merge passes put a query in workgroup y).
-const MAX_QUERY_TILE: usize = 65_535;
+pub(crate) const MAX_QUERY_TILE: usize = 65_535;
 /// Dims `knn_dist.comp` stages at a time (its `BK`).
 const DIST_BK: u64 = 8;
 
