@@ -98,7 +98,7 @@ impl IvfPq {
         if opts.nlist == 0 {
             return Err(Error::Invalid("IVF-PQ index needs nlist ≥ 1".into()));
         }
-        super::pq::check_shape(d, opts.m)?;
+        super::kmeans_batch::check_shape(d, opts.m)?;
         Ok(IvfPq {
             ctx: ctx.clone(),
             d,

@@ -27,6 +27,21 @@ use crate::submit::{barrier, Set, Submitter};
 use crate::table::{Precision, Table};
 use ash::vk::{AccessFlags as A, PipelineStageFlags as S};
 
+/// The checks of a quantizer's shape: M ≥ 1 divides D ≥ 1.
+pub(crate) fn check_shape(d: usize, m: usize) -> Result<()> {
+    if m == 0 || d == 0 {
+        return Err(Error::Invalid(format!(
+            "product quantizer of D = {d} into M = {m} sub-spaces: both must be ≥ 1"
+        )));
+    }
+    if !d.is_multiple_of(m) {
+        return Err(Error::Invalid(format!(
+            "product quantizer: M = {m} sub-spaces do not divide D = {d} (D % M must be 0)"
+        )));
+    }
+    Ok(())
+}
+
 /// k-means of each of the `m` sub-spaces of `rows` (n × `d`, row-major; sub-space s is dims
 /// `s · d / m ..  (s + 1) · d / m`) into `k` clusters: entry s is, bit for bit, what
 /// [`kmeans`](super::kmeans::kmeans) of sub-space s's sub-vectors alone returns with `opts`
@@ -46,7 +61,7 @@ pub fn kmeans_subspaces(
     k: usize,
     opts: &KMeansOptions,
 ) -> Result<Vec<KMeans>> {
-    super::pq::check_shape(d, m)?;
+    check_shape(d, m)?;
     if !rows.len().is_multiple_of(d) {
         return Err(Error::Invalid(format!(
             "k-means of sub-spaces: {} values are not rows of dimension {d}",

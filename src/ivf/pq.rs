@@ -20,7 +20,7 @@
 //! for L2 the scan sums the same distance in another form, from [`precomputed_table`].
 
 use super::kmeans::{assign, KMeansOptions};
-use super::kmeans_batch::kmeans_subspaces;
+use super::kmeans_batch::{check_shape, kmeans_subspaces};
 use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::table::Table;
@@ -35,21 +35,6 @@ pub struct ProductQuantizer {
     m: usize,
     /// M × 256 × (D / M): sub-space m's centroid c at `(m · 256 + c) · dsub`.
     centroids: Vec<f32>,
-}
-
-/// The checks of a quantizer's shape: M ≥ 1 divides D ≥ 1.
-pub(crate) fn check_shape(d: usize, m: usize) -> Result<()> {
-    if m == 0 || d == 0 {
-        return Err(Error::Invalid(format!(
-            "product quantizer of D = {d} into M = {m} sub-spaces: both must be ≥ 1"
-        )));
-    }
-    if !d.is_multiple_of(m) {
-        return Err(Error::Invalid(format!(
-            "product quantizer: M = {m} sub-spaces do not divide D = {d} (D % M must be 0)"
-        )));
-    }
-    Ok(())
 }
 
 impl ProductQuantizer {
