@@ -58,10 +58,6 @@
 // every step (IN_REGS = 0). Both run the same float operations per candidate in the same order,
 // and the (key, index) order is total, so every path, workgroup size, chunk and batch gives the
 // same bits, refreshes included (they depend only on keys, c and A).
-//
-// The step loop leaves at an uncertain step (or a due refresh); the settling runs after it,
-// outside, and the loop resumes: the loop itself carries no settling code (on an H200 its
-// presence in the loop cost a quarter of the judge's time, BENCHMARKS.md).
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 
