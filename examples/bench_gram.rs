@@ -20,8 +20,7 @@
 //! variants: `c` (the default: plain sums bound max |key| through |c|), `keys` (the maximum over
 //! the keys each step), `noevents` (the bound scaled to 0, no step uncertain: the judge's
 //! per-step work alone, not exact), `mem` (uncertain steps settled from device memory: the same
-//! bits), `lazy` (picks added to the running sum only when it is read: the same bits), and,
-//! timing only and never exact, `nosettle` (uncertain steps not settled: no band code
+//! bits), and, timing only and never exact, `nosettle` (uncertain steps not settled: no band code
 //! at all), `notop2` (also no second best), `nocsum` (also no running-sum update), `lean` (all
 //! three).
 //!
@@ -259,7 +258,6 @@ fn run(a: Args) -> Result<(), String> {
                     }),
                     judge_diag: diag_bits(variant),
                     judge_settle_mem: Some(variant.contains("mem")),
-                    judge_lazy_sum: Some(variant.contains("lazy")),
                     ..GramOptions::default()
                 };
                 let t = Instant::now();

@@ -84,10 +84,6 @@ layout(constant_id = 15) const uint DIAG = 0u;
 // band's gather and a refresh's pick as on the memory path) and loads them back, so the step's
 // unrolled code holds no band code and no key lives in a register across it; the same bits.
 layout(constant_id = 16) const uint SETTLE_MEM = 0u;
-// 1: the picks are added to the judge's running sum c only when it is read (a settling, the end
-// of a dispatch), pick by pick in step order as they would have been each step: the same bits,
-// and the step loop reads no table row.
-layout(constant_id = 17) const uint LAZY_SUM = 0u;
 
 #include "table.glsl"
 layout(std430, set = 0, binding = 2) readonly buffer Starts { uint starts[]; };
@@ -97,8 +93,6 @@ layout(std430, set = 0, binding = 2) readonly buffer Starts { uint starts[]; };
 layout(std430, set = 0, binding = 3) buffer State { float state[]; };
 layout(std430, set = 0, binding = 3) coherent buffer StateC { float state_c[]; };
 layout(std430, set = 0, binding = 5) buffer Seqs { uint seqs[]; };
-// The same, coherent: LAZY_SUM reads back picks invocation 0 wrote.
-layout(std430, set = 0, binding = 5) coherent buffer SeqsC { uint seqs_c[]; };
 layout(std430, set = 0, binding = 8) readonly buffer GSlab { float g[]; } G[8];
 
 layout(push_constant) uniform Push {
@@ -430,19 +424,6 @@ float fresh_error() {
 // Step t's pick (or, replaying, the recorded one): written to `seqs`, added to the judge's
 // running sum c (compensated: TwoSum per dimension, by the invocation that owns it; the next
 // reader of c comes after the next step's barrier) and r += |c_lo|. Returns it.
-void add_to_sum(uint p) {
-    for (uint d = gl_LocalInvocationID.x; d < DIM; d += WG) {
-        const float e = float(table[p * DIM + d]);
-        precise float sum = c_hi[d] + e;
-        precise float bp = sum - c_hi[d];
-        precise float err = (c_hi[d] - (sum - bp)) + (e - bp);
-        precise float l = c_lo[d] + err;
-        c_hi[d] = sum;
-        c_lo[d] = l;
-        c_r[d] += abs(l);
-    }
-}
-
 uint commit_step(uint t, uint idx, uint out_row) {
     const uint lid = gl_LocalInvocationID.x;
     uint p;
@@ -450,29 +431,21 @@ uint commit_step(uint t, uint idx, uint out_row) {
         p = seqs[out_row + t];
     } else {
         p = idx;
-        if (lid == 0u) {
-            if (LAZY_SUM != 0u) {
-                seqs_c[out_row + t] = p;
-            } else {
-                seqs[out_row + t] = p;
-            }
-        }
+        if (lid == 0u) seqs[out_row + t] = p;
     }
     if (JUDGE != 0u && !DIAG_NO_CSUM) {
-        if (LAZY_SUM == 0u) add_to_sum(p);
+        for (uint d = lid; d < DIM; d += WG) {
+            const float e = float(table[p * DIM + d]);
+            precise float sum = c_hi[d] + e;
+            precise float bp = sum - c_hi[d];
+            precise float err = (c_hi[d] - (sum - bp)) + (e - bp);
+            precise float l = c_lo[d] + err;
+            c_hi[d] = sum;
+            c_lo[d] = l;
+            c_r[d] += abs(l);
+        }
     }
     return p;
-}
-
-// LAZY_SUM: the picks of steps [from, to) added to c in step order (every invocation calls it).
-void catch_up(uint from, uint to, uint out_row) {
-    if (LAZY_SUM == 0u) return;
-    if (JUDGE == 0u) return;
-    if (from >= to) return;
-    memoryBarrierBuffer();
-    barrier();
-    for (uint t = from; t < to; ++t) add_to_sum(seqs_c[out_row + t]);
-    barrier();
 }
 
 void main() {
@@ -534,7 +507,6 @@ void main() {
     // outside it (so the step loop carries no settling code), then the loop resumes.
     const uint t_end = pc.first + pc.count;
     uint t = pc.first;
-    uint c_upto = pc.first;  // LAZY_SUM: the first step whose pick c does not hold yet
     Pick w;
     float a = 0.0;
     bool due = false;
@@ -625,8 +597,6 @@ void main() {
     }
     if (!settle) break;
     {
-        catch_up(c_upto, t, out_row);
-        c_upto = t;
         // Uncertain: gather the band of live keys within 2A of the best (a refresh that
         // is due skips the band).
         const float tau = due ? -INF : w.key + 2.0 * a;
@@ -783,7 +753,6 @@ void main() {
     prev = commit_step(t, w.idx, out_row);
     t += 1u;
     }
-    catch_up(c_upto, t_end, out_row);
 
     if (IN_REGS != 0u) {
         for (uint r = 0u; r < RPER; ++r) {

@@ -133,10 +133,6 @@ pub struct GramOptions {
     /// stored, the band gathered from there; `None` = no). The same bits; a benchmark knob.
     #[doc(hidden)]
     pub judge_settle_mem: Option<bool>,
-    /// Add the picks to the judge's running sum only when a settling or the end of a dispatch
-    /// reads it (`None` = no): the same bits; a benchmark knob.
-    #[doc(hidden)]
-    pub judge_lazy_sum: Option<bool>,
 }
 
 /// Steps between the judge's full recomputes by default ([`GramOptions::judge_refresh`]):
@@ -171,7 +167,6 @@ impl Default for GramOptions {
             judge_scale: None,
             judge_diag: 0,
             judge_settle_mem: None,
-            judge_lazy_sum: None,
         }
     }
 }
