@@ -421,33 +421,6 @@ float fresh_error() {
     return ef;
 }
 
-// Step t's pick (or, replaying, the recorded one): written to `seqs`, added to the judge's
-// running sum c (compensated: TwoSum per dimension, by the invocation that owns it; the next
-// reader of c comes after the next step's barrier) and r += |c_lo|. Returns it.
-uint commit_step(uint t, uint idx, uint out_row) {
-    const uint lid = gl_LocalInvocationID.x;
-    uint p;
-    if (pc.replay != 0u) {
-        p = seqs[out_row + t];
-    } else {
-        p = idx;
-        if (lid == 0u) seqs[out_row + t] = p;
-    }
-    if (JUDGE != 0u && !DIAG_NO_CSUM) {
-        for (uint d = lid; d < DIM; d += WG) {
-            const float e = float(table[p * DIM + d]);
-            precise float sum = c_hi[d] + e;
-            precise float bp = sum - c_hi[d];
-            precise float err = (c_hi[d] - (sum - bp)) + (e - bp);
-            precise float l = c_lo[d] + err;
-            c_hi[d] = sum;
-            c_lo[d] = l;
-            c_r[d] += abs(l);
-        }
-    }
-    return p;
-}
-
 void main() {
     const uint lid = gl_LocalInvocationID.x;
     const uint s = gl_WorkGroupID.x;
@@ -503,20 +476,9 @@ void main() {
     float c2 = (BOUND_BY_C && !fresh) ? state[jbase + JS_C2] : 0.0;
     float kb = (BOUND_BY_C && !fresh) ? state[jbase + JS_KB] : 0.0;
 
-    // The steps run in an inner loop that leaves at an uncertain step; the settling follows
-    // outside it (so the step loop carries no settling code), then the loop resumes.
-    const uint t_end = pc.first + pc.count;
-    uint t = pc.first;
-    Pick w;
-    float a = 0.0;
-    bool due = false;
-    float bk, b2, km, lm;
-    uint bi;
-    for (;;) {
-    bool settle = false;
-    for (; t < t_end; ++t) {
-        bk = INF; b2 = INF; km = 0.0; lm = 0.0;
-        bi = NO_INDEX;
+    for (uint t = pc.first; t < pc.first + pc.count; ++t) {
+        float bk = INF, b2 = INF, km = 0.0, lm = 0.0;
+        uint bi = NO_INDEX;
         // |e_prev| for the judge's bound, loaded before the Gram row so its latency hides
         // behind the row's instead of following the pick.
         const float ep_inv = JUDGE != 0u ? inv_norm[prev] : 0.0;
@@ -565,7 +527,7 @@ void main() {
                 }
             }
         }
-        w = workgroup_pick(bk, bi, b2, km, lm, t);
+        Pick w = workgroup_pick(bk, bi, b2, km, lm, t);
         if (JUDGE != 0u) {
             // The bound of every key against the exact one (see the top).
             const float ep = ep_inv > 0.0 ? 1.0 / ep_inv : 0.0;
@@ -579,7 +541,7 @@ void main() {
             jS += ep;
             jL += COMPENSATED != 0u ? w.lmax : kmax + ep;
             const float du = float(DIM) * U;
-            a = A_SCALE * (jE0 + (2.01 * U + du * du) * jS
+            const float a = A_SCALE * (jE0 + (2.01 * U + du * du) * jS
                                        + U * (COMPENSATED != 0u ? jL + w.kmax : jL));
             // max |key| ≤ |c| + A (every exact key is at most |c| in magnitude).
             kmax = TRACK_MAX ? w.kmax : sqrt(c2) * (1.0 + 1.0 / 1024.0) + a;
@@ -587,171 +549,184 @@ void main() {
             // the pick comes from fresh keys).
             kb = w.key + a;
             age += 1.0;
-            due = REFRESH != 0u && age >= float(REFRESH);
+            const bool due = REFRESH != 0u && age >= float(REFRESH);
             if (!DIAG_NO_SETTLE && (due || w.second - w.key <= 2.0 * a)) {
-                settle = true;
-                break;
-            }
-        }
-        prev = commit_step(t, w.idx, out_row);
-    }
-    if (!settle) break;
-    {
-        // Uncertain: gather the band of live keys within 2A of the best (a refresh that
-        // is due skips the band).
-        const float tau = due ? -INF : w.key + 2.0 * a;
-        if (lid == 0u) band_count = due ? BAND + 1u : 0u;
-        barrier();
-        if (IN_REGS != 0u && SETTLE_MEM != 0u) {
-            // The keys go to the state buffer (they stay in registers too) and the band
-            // is gathered from there, as on the memory path.
-            for (uint r = 0u; r < RPER; ++r) {
-                uint j = lid + r * WG;
-                if (j < n) {
-                    state_c[base + j] = hi[r];
-                    if (COMPENSATED != 0u) state_c[base + n + j] = lo[r];
-                }
-            }
-            memoryBarrierBuffer();
-            barrier();
-            for (uint j = lid; j < n; j += WG) {
-                const float h = state_c[base + j];
-                precise float v = h + (COMPENSATED != 0u ? state_c[base + n + j] : 0.0);
-                if (h != INF && v <= tau) {
-                    uint slot = atomicAdd(band_count, 1u);
-                    if (slot < BAND) cand[slot] = j;
-                }
-            }
-        } else if (IN_REGS != 0u) {
-            // One atomic a lane for its whole share of the band.
-            uint mine = 0u;
-            for (uint r = 0u; r < RPER; ++r) {
-                uint j = lid + r * WG;
-                precise float v = hi[r] + lo[r];
-                if (j < n && hi[r] != INF && v <= tau) mine += 1u;
-            }
-            uint slot = mine > 0u ? atomicAdd(band_count, mine) : 0u;
-            for (uint r = 0u; r < RPER && mine > 0u; ++r) {
-                uint j = lid + r * WG;
-                precise float v = hi[r] + lo[r];
-                if (j < n && hi[r] != INF && v <= tau) {
-                    if (slot < BAND) cand[slot] = j;
-                    slot += 1u;
-                }
-            }
-        } else {
-            for (uint j = lid; j < n; j += WG) {
-                const float h = state[base + j];
-                precise float v = h + (COMPENSATED != 0u ? state[base + n + j] : 0.0);
-                if (h != INF && v <= tau) {
-                    uint slot = atomicAdd(band_count, 1u);
-                    if (slot < BAND) cand[slot] = j;
-                }
-            }
-        }
-        barrier();
-        const uint band = band_count;
-        if (band <= BAND) {
-            // The band's order in cand[] varies; the (key, index) pick does not.
-            float fk = INF, f2 = INF, fm = 0.0, fl = 0.0;
-            uint fi = NO_INDEX;
-            for (uint k0 = 0u; k0 < band; k0 += ROUND) {
-                const uint cnt = min(ROUND, band - k0);
-                fresh_keys(k0, cnt);
-                for (uint k = lid; k < cnt; k += WG) {
-                    offer(part_hi[k * CHAINS], 0.0, cand[k0 + k], fk, fi, f2, fm, fl);
-                }
+                // Uncertain: gather the band of live keys within 2A of the best (a refresh that
+                // is due skips the band).
+                const float tau = due ? -INF : w.key + 2.0 * a;
+                if (lid == 0u) band_count = due ? BAND + 1u : 0u;
                 barrier();
-            }
-            Pick f = workgroup_pick(fk, fi, f2, fm, fl, t + 1u);
-            // The next step's pick writes these buffers' other half: wait for every
-            // reader of this one.
-            barrier();
-            // The pick's running key is within 2A of the best: its exact key ≤ best + 3A.
-            kb = w.key + 3.0 * a;
-            w.key = f.key;
-            w.idx = f.idx;
-            bands += 1.0;
-        } else {
-            // Every live key becomes F: the keys pass through the state buffer, rounds
-            // of ROUND candidates in index order, then back into registers.
-            if (IN_REGS != 0u && SETTLE_MEM == 0u) {
-                for (uint r = 0u; r < RPER; ++r) {
-                    uint j = lid + r * WG;
-                    if (j < n) state_c[base + j] = hi[r];
-                }
-            }
-            memoryBarrierBuffer();
-            barrier();
-            for (uint x0 = 0u; x0 < n; x0 += ROUND) {
-                const uint cnt = min(ROUND, n - x0);
-                for (uint k = lid; k < cnt; k += WG) {
-                    cand[k] = state_c[base + x0 + k] != INF ? x0 + k : NO_INDEX;
-                }
-                barrier();
-                fresh_keys(0u, cnt);
-                for (uint k = lid; k < cnt; k += WG) {
-                    if (cand[k] != NO_INDEX) {
-                        state_c[base + x0 + k] = part_hi[k * CHAINS];
-                        state_c[base + n + x0 + k] = 0.0;
+                if (IN_REGS != 0u && SETTLE_MEM != 0u) {
+                    // The keys go to the state buffer (they stay in registers too) and the band
+                    // is gathered from there, as on the memory path.
+                    for (uint r = 0u; r < RPER; ++r) {
+                        uint j = lid + r * WG;
+                        if (j < n) {
+                            state_c[base + j] = hi[r];
+                            if (COMPENSATED != 0u) state_c[base + n + j] = lo[r];
+                        }
+                    }
+                    memoryBarrierBuffer();
+                    barrier();
+                    for (uint j = lid; j < n; j += WG) {
+                        const float h = state_c[base + j];
+                        precise float v = h + (COMPENSATED != 0u ? state_c[base + n + j] : 0.0);
+                        if (h != INF && v <= tau) {
+                            uint slot = atomicAdd(band_count, 1u);
+                            if (slot < BAND) cand[slot] = j;
+                        }
+                    }
+                } else if (IN_REGS != 0u) {
+                    // One atomic a lane for its whole share of the band.
+                    uint mine = 0u;
+                    for (uint r = 0u; r < RPER; ++r) {
+                        uint j = lid + r * WG;
+                        precise float v = hi[r] + lo[r];
+                        if (j < n && hi[r] != INF && v <= tau) mine += 1u;
+                    }
+                    uint slot = mine > 0u ? atomicAdd(band_count, mine) : 0u;
+                    for (uint r = 0u; r < RPER && mine > 0u; ++r) {
+                        uint j = lid + r * WG;
+                        precise float v = hi[r] + lo[r];
+                        if (j < n && hi[r] != INF && v <= tau) {
+                            if (slot < BAND) cand[slot] = j;
+                            slot += 1u;
+                        }
+                    }
+                } else {
+                    for (uint j = lid; j < n; j += WG) {
+                        const float h = state[base + j];
+                        precise float v = h + (COMPENSATED != 0u ? state[base + n + j] : 0.0);
+                        if (h != INF && v <= tau) {
+                            uint slot = atomicAdd(band_count, 1u);
+                            if (slot < BAND) cand[slot] = j;
+                        }
                     }
                 }
                 barrier();
-            }
-            memoryBarrierBuffer();
-            barrier();
-            bk = INF; b2 = INF; km = 0.0; lm = 0.0; bi = NO_INDEX;
-            if (IN_REGS != 0u && SETTLE_MEM != 0u) {
-                // The pick over the refreshed keys from memory (the memory path's loop,
-                // the same order per lane), then the keys back into registers.
-                for (uint j = lid; j < n; j += WG) {
-                    const float h = state_c[base + j];
-                    offer_in_order(h != INF, h, 0.0, j, bk, bi, b2, km, lm);
+                const uint band = band_count;
+                if (band <= BAND) {
+                    // The band's order in cand[] varies; the (key, index) pick does not.
+                    float fk = INF, f2 = INF, fm = 0.0, fl = 0.0;
+                    uint fi = NO_INDEX;
+                    for (uint k0 = 0u; k0 < band; k0 += ROUND) {
+                        const uint cnt = min(ROUND, band - k0);
+                        fresh_keys(k0, cnt);
+                        for (uint k = lid; k < cnt; k += WG) {
+                            offer(part_hi[k * CHAINS], 0.0, cand[k0 + k], fk, fi, f2, fm, fl);
+                        }
+                        barrier();
+                    }
+                    Pick f = workgroup_pick(fk, fi, f2, fm, fl, t + 1u);
+                    // The next step's pick writes these buffers' other half: wait for every
+                    // reader of this one.
+                    barrier();
+                    // The pick's running key is within 2A of the best: its exact key ≤ best + 3A.
+                    kb = w.key + 3.0 * a;
+                    w.key = f.key;
+                    w.idx = f.idx;
+                    bands += 1.0;
+                } else {
+                    // Every live key becomes F: the keys pass through the state buffer, rounds
+                    // of ROUND candidates in index order, then back into registers.
+                    if (IN_REGS != 0u && SETTLE_MEM == 0u) {
+                        for (uint r = 0u; r < RPER; ++r) {
+                            uint j = lid + r * WG;
+                            if (j < n) state_c[base + j] = hi[r];
+                        }
+                    }
+                    memoryBarrierBuffer();
+                    barrier();
+                    for (uint x0 = 0u; x0 < n; x0 += ROUND) {
+                        const uint cnt = min(ROUND, n - x0);
+                        for (uint k = lid; k < cnt; k += WG) {
+                            cand[k] = state_c[base + x0 + k] != INF ? x0 + k : NO_INDEX;
+                        }
+                        barrier();
+                        fresh_keys(0u, cnt);
+                        for (uint k = lid; k < cnt; k += WG) {
+                            if (cand[k] != NO_INDEX) {
+                                state_c[base + x0 + k] = part_hi[k * CHAINS];
+                                state_c[base + n + x0 + k] = 0.0;
+                            }
+                        }
+                        barrier();
+                    }
+                    memoryBarrierBuffer();
+                    barrier();
+                    bk = INF; b2 = INF; km = 0.0; lm = 0.0; bi = NO_INDEX;
+                    if (IN_REGS != 0u && SETTLE_MEM != 0u) {
+                        // The pick over the refreshed keys from memory (the memory path's loop,
+                        // the same order per lane), then the keys back into registers.
+                        for (uint j = lid; j < n; j += WG) {
+                            const float h = state_c[base + j];
+                            offer_in_order(h != INF, h, 0.0, j, bk, bi, b2, km, lm);
+                        }
+                    } else if (IN_REGS != 0u) {
+                        for (uint r = 0u; r < RPER; ++r) {
+                            uint j = lid + r * WG;
+                            if (j < n) {
+                                hi[r] = state_c[base + j];
+                                lo[r] = 0.0;
+                                offer_in_order(hi[r] != INF, hi[r], 0.0, j, bk, bi, b2, km, lm);
+                            }
+                        }
+                    } else {
+                        for (uint j = lid; j < n; j += WG) {
+                            const float h = state_c[base + j];
+                            offer_in_order(h != INF, h, 0.0, j, bk, bi, b2, km, lm);
+                        }
+                    }
+                    w = workgroup_pick(bk, bi, b2, km, lm, t + 1u);
+                    jE0 = fresh_error();
+                    efmax = max(efmax, jE0);
+                    if (TRACK_MAX) {
+                        kmax = w.kmax;
+                    } else {
+                        c2 = norm_c2;
+                        kmax = sqrt(c2) * (1.0 + 1.0 / 1024.0) + jE0;
+                        kb = w.key + jE0;
+                    }
+                    jS = 0.0;
+                    jL = 0.0;
+                    age = 0.0;
+                    fulls += 1.0;
                 }
-            } else if (IN_REGS != 0u) {
-                for (uint r = 0u; r < RPER; ++r) {
-                    uint j = lid + r * WG;
-                    if (j < n) {
-                        hi[r] = state_c[base + j];
-                        lo[r] = 0.0;
-                        offer_in_order(hi[r] != INF, hi[r], 0.0, j, bk, bi, b2, km, lm);
+                if (IN_REGS != 0u && SETTLE_MEM != 0u) {
+                    // The keys back into registers (refreshed or as they were), so that no
+                    // register value lives across the settling.
+                    for (uint r = 0u; r < RPER; ++r) {
+                        uint j = lid + r * WG;
+                        if (j < n) {
+                            hi[r] = state_c[base + j];
+                            if (COMPENSATED != 0u) lo[r] = state_c[base + n + j];
+                        }
                     }
                 }
-            } else {
-                for (uint j = lid; j < n; j += WG) {
-                    const float h = state_c[base + j];
-                    offer_in_order(h != INF, h, 0.0, j, bk, bi, b2, km, lm);
-                }
-            }
-            w = workgroup_pick(bk, bi, b2, km, lm, t + 1u);
-            jE0 = fresh_error();
-            efmax = max(efmax, jE0);
-            if (TRACK_MAX) {
-                kmax = w.kmax;
-            } else {
-                c2 = norm_c2;
-                kmax = sqrt(c2) * (1.0 + 1.0 / 1024.0) + jE0;
-                kb = w.key + jE0;
-            }
-            jS = 0.0;
-            jL = 0.0;
-            age = 0.0;
-            fulls += 1.0;
-        }
-        if (IN_REGS != 0u && SETTLE_MEM != 0u) {
-            // The keys back into registers (refreshed or as they were), so that no
-            // register value lives across the settling.
-            for (uint r = 0u; r < RPER; ++r) {
-                uint j = lid + r * WG;
-                if (j < n) {
-                    hi[r] = state_c[base + j];
-                    if (COMPENSATED != 0u) lo[r] = state_c[base + n + j];
-                }
             }
         }
-    }
-    prev = commit_step(t, w.idx, out_row);
-    t += 1u;
+        uint p;
+        if (pc.replay != 0u) {
+            p = seqs[out_row + t];
+        } else {
+            p = w.idx;
+            if (lid == 0u) seqs[out_row + t] = p;
+        }
+        if (JUDGE != 0u && !DIAG_NO_CSUM) {
+            // c += e_p, compensated (TwoSum per dimension, by the invocation that owns it; the
+            // next reader of c comes after the next step's barrier), and r += |c_lo|.
+            for (uint d = lid; d < DIM; d += WG) {
+                const float e = float(table[p * DIM + d]);
+                precise float sum = c_hi[d] + e;
+                precise float bp = sum - c_hi[d];
+                precise float err = (c_hi[d] - (sum - bp)) + (e - bp);
+                precise float l = c_lo[d] + err;
+                c_hi[d] = sum;
+                c_lo[d] = l;
+                c_r[d] += abs(l);
+            }
+        }
+        prev = p;
     }
 
     if (IN_REGS != 0u) {
