@@ -80,9 +80,9 @@ layout(constant_id = 14) const float A_SCALE = 1.0; // 1; 0 only to time the jud
 // and refresh code compiled out), bit 2 drops the second best (as without the judge), bit 4 the
 // running sum's update. 0 in every real run.
 layout(constant_id = 15) const uint DIAG = 0u;
-// 1: an uncertain step on the register path stores the keys, settles from device memory (the
-// band's gather and a refresh's pick as on the memory path) and loads them back, so the step's
-// unrolled code holds no band code and no key lives in a register across it; the same bits.
+// 1: an uncertain step on the register path stores the keys and settles from device memory (the
+// band's gather and a refresh's pick as on the memory path), so the step's unrolled code holds
+// no band code; the same bits.
 layout(constant_id = 16) const uint SETTLE_MEM = 0u;
 
 #include "table.glsl"
@@ -662,6 +662,13 @@ void main() {
                             const float h = state_c[base + j];
                             offer_in_order(h != INF, h, 0.0, j, bk, bi, b2, km, lm);
                         }
+                        for (uint r = 0u; r < RPER; ++r) {
+                            uint j = lid + r * WG;
+                            if (j < n) {
+                                hi[r] = state_c[base + j];
+                                lo[r] = 0.0;
+                            }
+                        }
                     } else if (IN_REGS != 0u) {
                         for (uint r = 0u; r < RPER; ++r) {
                             uint j = lid + r * WG;
@@ -691,17 +698,6 @@ void main() {
                     jL = 0.0;
                     age = 0.0;
                     fulls += 1.0;
-                }
-                if (IN_REGS != 0u && SETTLE_MEM != 0u) {
-                    // The keys back into registers (refreshed or as they were), so that no
-                    // register value lives across the settling.
-                    for (uint r = 0u; r < RPER; ++r) {
-                        uint j = lid + r * WG;
-                        if (j < n) {
-                            hi[r] = state_c[base + j];
-                            if (COMPENSATED != 0u) lo[r] = state_c[base + n + j];
-                        }
-                    }
                 }
             }
         }
