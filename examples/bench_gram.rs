@@ -19,10 +19,9 @@
 //! shows how many recomputes the batch made. `--judge-variants` runs each with the judge's
 //! variants: `c` (the default: plain sums bound max |key| through |c|), `keys` (the maximum over
 //! the keys each step), `noevents` (the bound scaled to 0, no step uncertain: the judge's
-//! per-step work alone, not exact), `mem` (uncertain steps settled from device memory: the same
-//! bits), and, timing only and never exact, `nosettle` (uncertain steps not settled: no band code
-//! at all), `notop2` (also no second best), `nocsum` (also no running-sum update), `lean` (all
-//! three).
+//! per-step work alone, not exact), and, timing only and never exact, `nosettle` (uncertain
+//! steps not settled: no band code at all), `notop2` (also no second best), `nocsum` (no
+//! running-sum update either), `lean` (all three).
 //!
 //! `--spd` lists steps per dispatch (0 = the device default: the whole chunk in one in-shader
 //! loop on GPUs). `--starts S` takes the first S items as starts (default all N), `--steps K` the first K steps
@@ -32,6 +31,13 @@
 //! disk (every sequence at full length unless `--starts`/`--steps` cut it).
 
 mod common;
+
+use diversity::cache::JsonCacheWriter;
+use diversity::gram::{Gram, GramJob, GramOptions, Placement};
+use diversity::{files, Context, ContextOptions, DeviceTable, Precision};
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Instant;
 
 /// `GramOptions::judge_diag` of a `--judge-variants` name (0 for the exact ones).
 fn diag_bits(variant: &str) -> u32 {
@@ -43,13 +49,6 @@ fn diag_bits(variant: &str) -> u32 {
     }
     bits
 }
-
-use diversity::cache::JsonCacheWriter;
-use diversity::gram::{Gram, GramJob, GramOptions, Placement};
-use diversity::{files, Context, ContextOptions, DeviceTable, Precision};
-use std::fmt::Write as _;
-use std::path::Path;
-use std::time::Instant;
 
 struct Args {
     table: String,
@@ -257,7 +256,6 @@ fn run(a: Args) -> Result<(), String> {
                         1.0
                     }),
                     judge_diag: diag_bits(variant),
-                    judge_settle_mem: Some(variant.contains("mem")),
                     ..GramOptions::default()
                 };
                 let t = Instant::now();

@@ -80,10 +80,6 @@ layout(constant_id = 14) const float A_SCALE = 1.0; // 1; 0 only to time the jud
 // and refresh code compiled out), bit 2 drops the second best (as without the judge), bit 4 the
 // running sum's update. 0 in every real run.
 layout(constant_id = 15) const uint DIAG = 0u;
-// 1: an uncertain step on the register path stores the keys and settles from device memory (the
-// band's gather and a refresh's pick as on the memory path), so the step's unrolled code holds
-// no band code; the same bits.
-layout(constant_id = 16) const uint SETTLE_MEM = 0u;
 
 #include "table.glsl"
 layout(std430, set = 0, binding = 2) readonly buffer Starts { uint starts[]; };
@@ -315,7 +311,11 @@ void offer(float v, float l, uint j, inout float bk, inout uint bi, inout float 
 // `if (live) offer(…)`, in fewer instructions a candidate.
 void offer_in_order(bool live, float v, float l, uint j, inout float bk, inout uint bi,
                     inout float b2, inout float km, inout float lm) {
-    if (JUDGE == 0u || DIAG_NO_TOP2) {
+    if (JUDGE == 0u) {
+        if (live) offer(v, l, j, bk, bi, b2, km, lm);
+        return;
+    }
+    if (DIAG_NO_TOP2) {
         if (live && v < bk) {
             bk = v;
             bi = j;
@@ -556,27 +556,7 @@ void main() {
                 const float tau = due ? -INF : w.key + 2.0 * a;
                 if (lid == 0u) band_count = due ? BAND + 1u : 0u;
                 barrier();
-                if (IN_REGS != 0u && SETTLE_MEM != 0u) {
-                    // The keys go to the state buffer (they stay in registers too) and the band
-                    // is gathered from there, as on the memory path.
-                    for (uint r = 0u; r < RPER; ++r) {
-                        uint j = lid + r * WG;
-                        if (j < n) {
-                            state_c[base + j] = hi[r];
-                            if (COMPENSATED != 0u) state_c[base + n + j] = lo[r];
-                        }
-                    }
-                    memoryBarrierBuffer();
-                    barrier();
-                    for (uint j = lid; j < n; j += WG) {
-                        const float h = state_c[base + j];
-                        precise float v = h + (COMPENSATED != 0u ? state_c[base + n + j] : 0.0);
-                        if (h != INF && v <= tau) {
-                            uint slot = atomicAdd(band_count, 1u);
-                            if (slot < BAND) cand[slot] = j;
-                        }
-                    }
-                } else if (IN_REGS != 0u) {
+                if (IN_REGS != 0u) {
                     // One atomic a lane for its whole share of the band.
                     uint mine = 0u;
                     for (uint r = 0u; r < RPER; ++r) {
@@ -629,7 +609,7 @@ void main() {
                 } else {
                     // Every live key becomes F: the keys pass through the state buffer, rounds
                     // of ROUND candidates in index order, then back into registers.
-                    if (IN_REGS != 0u && SETTLE_MEM == 0u) {
+                    if (IN_REGS != 0u) {
                         for (uint r = 0u; r < RPER; ++r) {
                             uint j = lid + r * WG;
                             if (j < n) state_c[base + j] = hi[r];
@@ -655,21 +635,7 @@ void main() {
                     memoryBarrierBuffer();
                     barrier();
                     bk = INF; b2 = INF; km = 0.0; lm = 0.0; bi = NO_INDEX;
-                    if (IN_REGS != 0u && SETTLE_MEM != 0u) {
-                        // The pick over the refreshed keys from memory (the memory path's loop,
-                        // the same order per lane), then the keys back into registers.
-                        for (uint j = lid; j < n; j += WG) {
-                            const float h = state_c[base + j];
-                            offer_in_order(h != INF, h, 0.0, j, bk, bi, b2, km, lm);
-                        }
-                        for (uint r = 0u; r < RPER; ++r) {
-                            uint j = lid + r * WG;
-                            if (j < n) {
-                                hi[r] = state_c[base + j];
-                                lo[r] = 0.0;
-                            }
-                        }
-                    } else if (IN_REGS != 0u) {
+                    if (IN_REGS != 0u) {
                         for (uint r = 0u; r < RPER; ++r) {
                             uint j = lid + r * WG;
                             if (j < n) {

@@ -118,7 +118,6 @@ impl GramJob {
                 opts.judge_kmax_c.unwrap_or(true) as u32,
                 opts.judge_scale.unwrap_or(1.0).to_bits(),
                 opts.judge_diag,
-                opts.judge_settle_mem.unwrap_or(false) as u32,
             ],
         )?;
         let rows = Batch::new(&ctx, starts, seq_len)?;

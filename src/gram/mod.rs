@@ -129,10 +129,6 @@ pub struct GramOptions {
     /// update. A benchmark knob.
     #[doc(hidden)]
     pub judge_diag: u32,
-    /// Settle the judge's uncertain steps from device memory on the register path (the keys
-    /// stored, the band gathered from there; `None` = no). The same bits; a benchmark knob.
-    #[doc(hidden)]
-    pub judge_settle_mem: Option<bool>,
 }
 
 /// Steps between the judge's full recomputes by default ([`GramOptions::judge_refresh`]):
@@ -166,7 +162,6 @@ impl Default for GramOptions {
             judge_kmax_c: None,
             judge_scale: None,
             judge_diag: 0,
-            judge_settle_mem: None,
         }
     }
 }
