@@ -121,6 +121,11 @@ fn sub_spaces_trained_in_lockstep_are_each_the_kmeans_alone() {
     assert!(msg(kmeans_subspaces(&ctx, table.data(), d, 5, 8, &none)).contains("do not divide"));
     assert!(msg(kmeans_subspaces(&ctx, table.data(), d, m, n + 1, &none)).contains("between 1"));
     assert!(msg(kmeans_subspaces(&ctx, &table.data()[1..], d, m, 8, &none)).contains("dimension"));
+    let mut nan = table.data().to_vec();
+    nan[3 * d + 5] = f32::NAN;
+    assert!(
+        msg(kmeans_subspaces(&ctx, &nan, d, m, 8, &none)).contains("row 3 has a non-finite value")
+    );
     assert_clean(&ctx);
 }
 

@@ -52,7 +52,7 @@ pub(crate) fn check_shape(d: usize, m: usize) -> Result<()> {
 /// cannot hold a sub-space's training rows (a device's scratch budget), each sub-space trains
 /// alone instead (the same results). The rows are not checked for norms (they are usually
 /// residuals this crate derived). Errors: M does not divide D, a length that is not n × D,
-/// k = 0 or k > n, the device's.
+/// k = 0 or k > n, a non-finite value, the device's.
 pub fn kmeans_subspaces(
     ctx: &Context,
     rows: &[f32],
@@ -72,6 +72,14 @@ pub fn kmeans_subspaces(
     if k == 0 || k > n {
         return Err(Error::Invalid(format!(
             "k-means of {n} rows into k = {k} clusters: k must be between 1 and N = {n}"
+        )));
+    }
+    if let Some(pos) = rows.iter().position(|v| !v.is_finite()) {
+        return Err(Error::Invalid(format!(
+            "k-means of sub-spaces: row {} has a non-finite value ({}) at column {}",
+            pos / d,
+            rows[pos],
+            pos % d
         )));
     }
     let dsub = d / m;
