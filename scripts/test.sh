@@ -39,6 +39,10 @@ cargo run --release --quiet --example bench_knn -- --table data/fortunes-2k.npy 
 cargo run --release --quiet --example bench_ivf -- --table data/fortunes-2k.npy --n 1200 \
   --queries tail:100 --nlist 16 --iters 4 --nprobe 2 --metric cosine --precision fp16 \
   --label "CI smoke" >/dev/null
+# The same without subgroup operations (the block select's shared-memory merge; about 1 s).
+DIVERSITY_DISABLE=subgroups cargo run --release --quiet --example bench_ivf -- --table data/fortunes-2k.npy \
+  --n 1200 --queries tail:100 --nlist 16 --iters 4 --nprobe 2 --metric cosine --precision fp16 \
+  --label "CI smoke, no subgroups" >/dev/null
 # IVF-PQ with the exact re-rank (about 2 s).
 cargo run --release --quiet --example bench_ivf -- --table data/fortunes-2k.npy --n 1200 \
   --queries tail:100 --nlist 16 --iters 4 --nprobe 2 --metric cosine --pq 16 --refine 2 \

@@ -19,6 +19,7 @@
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint BS_K = 16u;
 layout(constant_id = 2) const uint ROWS = 1u;  // rows an invocation scans at a time
+layout(constant_id = 3) const uint BS_SUBGROUPS = 0u;  // block_select.glsl
 #include "block_select.glsl"
 
 const uint NO_ID = 0xffffffffu;

@@ -21,6 +21,7 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint BS_K = 16u;
 layout(constant_id = 2) const uint PQ_M = 8u;   // sub-spaces (bytes a code)
 layout(constant_id = 3) const uint PQ_D = 64u;  // D
+layout(constant_id = 4) const uint BS_SUBGROUPS = 0u;  // block_select.glsl
 #include "block_select.glsl"
 
 const uint KSUB = 256u;

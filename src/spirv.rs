@@ -227,15 +227,15 @@ mod tests {
     #[test]
     fn spec_constants() {
         assert_eq!(spec_constant_ids(b"not spir-v"), Vec::<u32>::new());
-        assert_eq!(spec_constant_ids(GRAM.fp32), (0..15).collect::<Vec<u32>>());
+        assert_eq!(spec_constant_ids(GRAM.fp32), (0..16).collect::<Vec<u32>>());
         assert_eq!(spec_constant_ids(KNN_SORT.fp16), vec![0, 1, 2]);
         // scan.comp does not read SEQ_LEN (id 3): the compiler drops its decoration.
         assert_eq!(spec_constant_ids(SCAN.fp32), vec![0, 1, 2, 4, 5]);
         let fp32 = Precision::Fp32;
         assert!(check_spec_constants(&SCAN, fp32, &[0; 6]).is_ok());
         assert_eq!(spec_constant_ids(KNN_DIST.fp32), Vec::<u32>::new());
-        assert!(check_spec_constants(&GRAM, fp32, &[0; 15]).is_ok());
-        assert!(check_spec_constants(&GRAM, fp32, &[0; 14]).is_err());
+        assert!(check_spec_constants(&GRAM, fp32, &[0; 16]).is_ok());
+        assert!(check_spec_constants(&GRAM, fp32, &[0; 15]).is_err());
         assert!(check_spec_constants(&KNN_WARP, fp32, &[0; 3]).is_err());
         let e = check_spec_constants(&GRAM, Precision::Fp16, &[0; 7]).unwrap_err();
         assert!(e.to_string().contains("gram declares"), "{e}");

@@ -197,7 +197,13 @@ impl PqSlab {
         let pipe = ctx.pipeline_for::<PqScanPush>(
             &spirv::IVFPQ_SCAN,
             Precision::Fp32,
-            &[SCAN_WG as u32, bs_k as u32, m as u32, d as u32],
+            &[
+                SCAN_WG as u32,
+                bs_k as u32,
+                m as u32,
+                d as u32,
+                caps.subgroup_arithmetic as u32,
+            ],
         )?;
         let (before_ns, ns, count) = record_list_scan(
             sub,

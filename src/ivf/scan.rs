@@ -279,7 +279,12 @@ impl Slab {
         let pipe = ctx.pipeline_for::<ScanPush>(
             &spirv::IVF_SCAN,
             self.precision,
-            &[wg as u32, bs_k as u32, ilp as u32],
+            &[
+                wg as u32,
+                bs_k as u32,
+                ilp as u32,
+                ctx.caps().subgroup_arithmetic as u32,
+            ],
         )?;
         let results = nq * k;
         record_list_scan(
