@@ -58,8 +58,13 @@ layout(push_constant) uniform Push {
     uint probe_off; // the probes' first word in probes
     uint key_off;   // the probes' keys' first word in probe_keys
     uint ids_off;   // the ids' first word in out_w
-    uint pre_at;    // L2: the precomputed tables' first float in cent
+    uint pre_at;    // L2: the precomputed tables' first float in cent (NO_TABLES: none)
 } pc;
+
+// pre_at when the lists have no precomputed tables (too large for the device): L2 builds the
+// residual's table for each probed list instead (entry (s, c) the fused multiply-add chain of
+// (r_j − C_s[c]_j)² with r = q − c(list), the key the sum of the code's entries).
+const uint NO_TABLES = 0xffffffffu;
 
 shared float lut[PQ_M * KSUB];
 shared float res[PQ_D];
@@ -87,6 +92,32 @@ void build_table(uint q) {
     barrier();
 }
 
+// The residual's table of list l (L2 without precomputed tables; all invocations; barriers
+// before and after).
+void build_residual_table(uint q, uint l) {
+    const uint lid = gl_LocalInvocationID.x;
+    const uint wg = gl_WorkGroupSize.x;
+    const uint dsub = PQ_D / PQ_M;
+    barrier();  // the previous list's table is no longer read
+    for (uint j = lid; j < PQ_D; j += wg) {
+        precise float v = queries[q * PQ_D + j] - cent[l * PQ_D + j];
+        res[j] = v;
+    }
+    barrier();
+    for (uint e = lid; e < PQ_M * KSUB; e += wg) {
+        const uint s0 = (e / KSUB) * dsub;
+        const uint c0 = pc.pq_at + e * dsub;
+        float s = 0.0;
+        for (uint j = 0u; j < dsub; ++j) {
+            precise float diff = res[s0 + j] - cent[c0 + j];
+            precise float v = fma(diff, diff, s);
+            s = v;
+        }
+        lut[e] = s;
+    }
+    barrier();
+}
+
 // The byte of sub-space m of slab row `row`.
 uint code_at(uint row, uint m) {
     const uint b = row * PQ_M + m;
@@ -102,8 +133,10 @@ void main() {
     if (pc.seed == 1u && lid < pc.k) {
         bs_push(uintBitsToFloat(out_w[q * pc.k + lid]), out_w[pc.ids_off + q * pc.k + lid]);
     }
-    // The table does not depend on the list: built once a query.
-    build_table(q);
+    // The table does not depend on the list: built once a query (but for L2 without
+    // precomputed tables).
+    const bool per_list = !ip && pc.pre_at == NO_TABLES;
+    if (!per_list) build_table(q);
     for (uint p = pc.p0; p < pc.p1; ++p) {
         const uint at = q * pc.nprobe + p;
         const uint l = probes[pc.probe_off + at];
@@ -112,9 +145,17 @@ void main() {
         const uint len = min(lists[2u * l + 1u], pc.r1);
         const uint base = lists[2u * l];
         const uint pre = pc.pre_at + l * (PQ_M * KSUB);
+        if (per_list) build_residual_table(q, l);
         for (uint r = pc.r0 + lid; r < len; r += wg) {
             float key;
-            if (ip) {
+            if (per_list) {
+                float s = 0.0;
+                for (uint m = 0u; m < PQ_M; ++m) {
+                    precise float v = s + lut[m * KSUB + code_at(base + r, m)];
+                    s = v;
+                }
+                key = s;
+            } else if (ip) {
                 float s = 0.0;
                 for (uint m = 0u; m < PQ_M; ++m) {
                     precise float v = s + lut[m * KSUB + code_at(base + r, m)];

@@ -395,6 +395,7 @@ fn searches_are_the_brute_force_over_float64_adc_distances() {
             .unwrap();
         assert!(rep.list_scan);
         assert_eq!(rep.rows_scanned, 24 * 56);
+        assert_eq!(ix.precomputed_tables(), !ip, "{metric:?}");
         let o = adc_oracle(&ctx, &ix, &q, 8);
         let eq = check_adc(&r, &o, ip, &format!("{metric:?} all"));
         assert!(
@@ -414,6 +415,60 @@ fn searches_are_the_brute_force_over_float64_adc_distances() {
             "{metric:?}: {eq} of 24 queries in the float64 order"
         );
     }
+    assert_clean(&ctx);
+}
+
+/// L2 without precomputed tables (past `DIVERSITY_PQ_TABLE_MAX_BYTES`, here 0): the scan builds
+/// each probed list's table, and the searches are still the float64 ADC order, also cut by the
+/// loop cap. It runs in a child process of this test binary, so that the variable reaches no
+/// other test.
+#[test]
+fn l2_without_precomputed_tables_is_the_same_brute_force() {
+    const NAME: &str = "l2_without_precomputed_tables_is_the_same_brute_force";
+    if std::env::var_os("DIVERSITY_PQ_TABLE_MAX_BYTES").is_none() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", NAME, "--test-threads=1"])
+            .env("DIVERSITY_PQ_TABLE_MAX_BYTES", "0")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{text}");
+        assert!(text.contains("1 passed"), "{text}");
+        return;
+    }
+    let ctx = ctx();
+    let (d, m) = (32, 8);
+    let data = random_table(400, d, 7);
+    let queries = random_table(24, d, 8);
+    let mut ix = IvfPq::new(&ctx, d, &opts(8, m, Metric::L2, false)).unwrap();
+    ix.train(&data).unwrap();
+    ix.add(&data).unwrap();
+    for nprobe in [8, 3] {
+        let (r, _) = ix
+            .search(queries.data(), d, &search(&ix, 10, nprobe, 1))
+            .unwrap();
+        assert!(!ix.precomputed_tables());
+        let o = adc_oracle(&ctx, &ix, queries.data(), nprobe);
+        let eq = check_adc(&r, &o, false, &format!("no tables, nprobe {nprobe}"));
+        assert!(eq >= 22, "{eq} of 24 queries in the float64 order");
+    }
+    // Long lists, k = 40: on lavapipe the probes' own tables split the scan into dispatches.
+    let (d, n) = (16, 80_000);
+    let data = random_table(n, d, 21);
+    let mut ix = IvfPq::new(&ctx, d, &opts(8, m, Metric::L2, false)).unwrap();
+    ix.train(&data.head(2_000).unwrap()).unwrap();
+    ix.add(&data).unwrap();
+    let queries = random_table(4, d, 22);
+    let (r, rep) = ix
+        .search(queries.data(), d, &search(&ix, 40, 8, 1))
+        .unwrap();
+    assert!(!ix.precomputed_tables());
+    if ctx.caps().loop_limit.is_some() {
+        assert!(rep.scan_dispatches >= 2, "{}", rep.scan_dispatches);
+    }
+    let o = adc_oracle(&ctx, &ix, queries.data(), 8);
+    assert!(check_adc(&r, &o, false, "no tables, cut") >= 2);
     assert_clean(&ctx);
 }
 

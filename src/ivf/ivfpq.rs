@@ -161,6 +161,13 @@ impl IvfPq {
     pub fn pq(&self) -> Option<&ProductQuantizer> {
         self.pq.as_ref()
     }
+    /// Whether the lists on the device carry Faiss's precomputed L2 tables (L2 indexes, from
+    /// the first search on; none where nlist × M × 256 floats exceed 2 GiB,
+    /// `DIVERSITY_PQ_TABLE_MAX_BYTES` or the device's buffer range: the scan then builds each
+    /// probed list's table).
+    pub fn precomputed_tables(&self) -> bool {
+        self.slab.as_ref().is_some_and(|s| s.has_tables())
+    }
     /// Rows in each list.
     pub fn list_sizes(&self) -> Vec<usize> {
         self.lists.iter().map(|l| l.ids.len()).collect()

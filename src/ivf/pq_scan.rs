@@ -29,6 +29,18 @@ use crate::table::Precision;
 use super::pq::{precomputed_table, ProductQuantizer, PQ_KSUB};
 use super::scan::{merge_iterations, record_list_scan, split, LoopCost};
 
+/// `pre_at` of a slab without precomputed tables (`NO_TABLES` in the shader).
+const NO_TABLES: usize = u32::MAX as usize;
+
+/// The most bytes of precomputed L2 tables a slab holds (Faiss's `precomputed_table_max_bytes`,
+/// 2 GiB), or `DIVERSITY_PQ_TABLE_MAX_BYTES`; past it the scan builds each probed list's table.
+fn precomputed_max_bytes() -> u64 {
+    std::env::var("DIVERSITY_PQ_TABLE_MAX_BYTES")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(1 << 31)
+}
+
 /// Invocations a workgroup (one query).
 const SCAN_WG: usize = 128;
 /// Shared memory of block_select.glsl (256 reduction pairs, 64 best pairs).
@@ -118,8 +130,15 @@ impl PqSlab {
         let nlist = coarse.len() / d;
         let mut cent = coarse.to_vec();
         cent.extend_from_slice(pq.centroids());
-        let pre_at = cent.len();
-        if l2 {
+        // Precomputed tables where they fit the budget and the buffer range; else the scan
+        // builds each probed list's table itself, as Faiss does past its own budget.
+        let table_bytes = (nlist * m * PQ_KSUB) as u64 * 4;
+        let tables = l2
+            && table_bytes <= precomputed_max_bytes()
+            && cent.len() as u64 * 4 + table_bytes <= caps.max_buffer_range
+            && cent.len() + nlist * m * PQ_KSUB < u32::MAX as usize;
+        let pre_at = if tables { cent.len() } else { NO_TABLES };
+        if tables {
             use rayon::prelude::*;
             cent.resize(pre_at + nlist * m * PQ_KSUB, 0.0);
             cent[pre_at..]
@@ -193,7 +212,8 @@ impl PqSlab {
             )));
         }
         let bs_k = k.next_power_of_two();
-        let steps = dispatches(caps, d, m, k, bs_k, nprobe, self.max_len)?;
+        let per_list = !ip && self.pre_at == NO_TABLES;
+        let steps = dispatches(caps, d, m, k, bs_k, nprobe, self.max_len, per_list)?;
         let pipe = ctx.pipeline_for::<PqScanPush>(
             &spirv::IVFPQ_SCAN,
             Precision::Fp32,
@@ -232,6 +252,11 @@ impl PqSlab {
             },
         )?;
         Ok((before_ns, ns, count))
+    }
+
+    /// Whether the slab holds the lists' precomputed L2 tables.
+    pub fn has_tables(&self) -> bool {
+        self.pre_at != NO_TABLES
     }
 
     /// [`PqSlab::record_scan`] with the probes from the host — each (list, the coarse key as
@@ -291,8 +316,10 @@ impl PqSlab {
 /// The dispatches of one scan, `(p0, p1, r0, r1)`: probe ranks [p0, p1) and rows [r0, r1) of
 /// each probed list. One dispatch where loops are not capped; where they are, as many as keep
 /// every invocation's loop iterations — counted from above: the seed, the query's copy and
-/// table (256 · M / WG entries of D / M + 1 iterations) once a dispatch, per probe its codes'
-/// sums and queue insertions, and the merge — within the budget.
+/// table (256 · M / WG entries of D / M + 1 iterations) once a dispatch — or, `per_list` (L2
+/// without precomputed tables), a residual's table per probe —, per probe its codes' sums and
+/// queue insertions, and the merge — within the budget.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn dispatches(
     caps: &Capabilities,
     d: usize,
@@ -301,13 +328,13 @@ pub(crate) fn dispatches(
     bs_k: usize,
     nprobe: usize,
     max_len: usize,
+    per_list: bool,
 ) -> Result<Vec<(usize, usize, usize, usize)>> {
+    let table = d.div_ceil(SCAN_WG) + (PQ_KSUB * m).div_ceil(SCAN_WG) * (d / m + 1);
     let cost = LoopCost {
-        // The query's table, once a dispatch, and the merge.
-        fixed: merge_iterations(SCAN_WG, k, bs_k)
-            + d.div_ceil(SCAN_WG)
-            + (PQ_KSUB * m).div_ceil(SCAN_WG) * (d / m + 1),
-        per_probe: 1,
+        // The query's table, once a dispatch (or a list's, each probe), and the merge.
+        fixed: merge_iterations(SCAN_WG, k, bs_k) + if per_list { 0 } else { table },
+        per_probe: 1 + if per_list { table } else { 0 },
         per_row: m + bs_k + 1,
     };
     split(
@@ -329,28 +356,39 @@ mod tests {
     fn pq_dispatches_fit_the_loop_cap() {
         let free = crate::device::test_caps(32, None);
         assert_eq!(
-            dispatches(&free, 128, 16, 10, 16, 7, 5000).unwrap().len(),
+            dispatches(&free, 128, 16, 10, 16, 7, 5000, false)
+                .unwrap()
+                .len(),
             1
         );
         let capped = crate::device::test_caps(8, Some(65_535));
         // Short lists: 419 iterations once (the merge, the query's table), 76 a probe, 641
         // probes a dispatch, every rank covered once.
-        let s = dispatches(&capped, 64, 8, 10, 16, 2000, 300).unwrap();
+        let s = dispatches(&capped, 64, 8, 10, 16, 2000, 300, false).unwrap();
         assert_eq!(s.len(), 4);
         assert_ranks_covered(&s, 2000);
         // The table no longer costs a probe: 32 probes of short lists at D = 1024 in one.
         assert_eq!(
-            dispatches(&capped, 1024, 8, 10, 16, 32, 100).unwrap().len(),
+            dispatches(&capped, 1024, 8, 10, 16, 32, 100, false)
+                .unwrap()
+                .len(),
             1
         );
         // tests/ivfpq.rs's loop-cap search: D = 16, M = 8, k = 40 (a queue of 64), 8 probes of
         // lists of at most 20,000 rows: 3,041 once, 11,462 a probe, 4 probes a dispatch.
         assert_eq!(
-            dispatches(&capped, 16, 8, 40, 64, 8, 20_000).unwrap().len(),
+            dispatches(&capped, 16, 8, 40, 64, 8, 20_000, false)
+                .unwrap()
+                .len(),
             2
         );
         // Long lists: one rank at a time, rows in ranges covering the longest list.
-        let s = dispatches(&capped, 384, 32, 10, 16, 2, 300_000).unwrap();
+        let s = dispatches(&capped, 384, 32, 10, 16, 2, 300_000, false).unwrap();
         assert_one_rank_each(&s, 300_000);
+        // Without precomputed tables each probe builds its list's table: the 32 probes of
+        // short lists at D = 1024 no longer fit one dispatch, and every rank is still covered.
+        let s = dispatches(&capped, 1024, 8, 10, 16, 32, 100, true).unwrap();
+        assert!(s.len() > 1, "{s:?}");
+        assert_ranks_covered(&s, 32);
     }
 }
