@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # IVF-PQ on the GPU machine beside faiss-cpu (16 cores), one run from the repo root with .gl/
-# carried (.gl/bin/bench_ivf built from branch h33, the fortunes at .gl/data/fortunes-minilm.f32,
+# carried (.gl/bin/bench_ivf built from this tree, the fortunes at .gl/data/fortunes-minilm.f32,
 # the loader .debs, the faiss-cpu wheel in .gl/wheels/). About 2 minutes of device time (the
 # timeouts add up to 4 minutes; the 1 M rows were ~26 s ours and ~76 s faiss's in
 # h200-ivf-1m.sh, which also ran faiss's k-means alone and the nprobe = nlist rows):
