@@ -59,13 +59,7 @@ impl Table {
                 data.len()
             )));
         }
-        if let Some(pos) = data.iter().position(|v| !v.is_finite()) {
-            let (row, col) = (pos / d, pos % d);
-            return Err(Error::Invalid(format!(
-                "row {row} has a non-finite value ({}) at column {col}",
-                data[pos]
-            )));
-        }
+        check_finite(&data, d)?;
         Ok(Table {
             n,
             d,
@@ -237,6 +231,20 @@ pub const MAX_ROW_NORM: f64 = (1u64 << 40) as f64;
 /// nonzero fp16 row's norm lies in [2⁻²⁴, 2²⁴].
 pub fn check_row_norms(data: &[f32], d: usize, what: &str) -> Result<()> {
     checked_sq_norms(data, d, what).map(|_| ())
+}
+
+/// Every value of `data` (rows of `d`, d ≥ 1) finite; else the first that is not, by row and
+/// column.
+pub(crate) fn check_finite(data: &[f32], d: usize) -> Result<()> {
+    match data.iter().position(|v| !v.is_finite()) {
+        Some(pos) => Err(Error::Invalid(format!(
+            "row {} has a non-finite value ({}) at column {}",
+            pos / d,
+            data[pos],
+            pos % d
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// [`check_row_norms`], returning each row's float64 sum of squares ([`sq_norms`]).

@@ -201,14 +201,19 @@ pub(crate) fn initial(train: &[f32], d: usize, opts: &KMeansOptions, draws: &Dra
     }
 }
 
-/// The checks of a k-means call: 1 ≤ k ≤ N, and initial centroids of k × D finite values.
-pub(crate) fn check(table: &Table, k: usize, opts: &KMeansOptions) -> Result<()> {
-    let n = table.n();
+/// 1 ≤ k ≤ N for a k-means of `n` rows.
+pub(crate) fn check_k(n: usize, k: usize) -> Result<()> {
     if k == 0 || k > n {
         return Err(Error::Invalid(format!(
             "k-means of {n} rows into k = {k} clusters: k must be between 1 and N = {n}"
         )));
     }
+    Ok(())
+}
+
+/// The checks of a k-means call: 1 ≤ k ≤ N, and initial centroids of k × D finite values.
+pub(crate) fn check(table: &Table, k: usize, opts: &KMeansOptions) -> Result<()> {
+    check_k(table.n(), k)?;
     if let Some(init) = &opts.init {
         if init.len() != k * table.d() {
             return Err(Error::Invalid(format!(

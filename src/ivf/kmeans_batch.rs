@@ -12,7 +12,7 @@
 //! read-back helpers.
 
 use super::kmeans::{
-    check, draws, initial, kmeans_derived, training_set, update, KMeans, KMeansOptions,
+    check, check_k, draws, initial, kmeans_derived, training_set, update, KMeans, KMeansOptions,
 };
 use super::resident::{record_readback, words};
 use super::update::{
@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::knn::{KeptScratch, KnnOptions, Metric, Prepared, MAX_QUERY_TILE};
 use crate::memory::{memory_barrier, Buffer};
 use crate::submit::{barrier, Set, Submitter};
-use crate::table::{Precision, Table};
+use crate::table::{check_finite, Precision, Table};
 use ash::vk::{AccessFlags as A, PipelineStageFlags as S};
 
 /// The checks of a quantizer's shape: M ≥ 1 divides D ≥ 1.
@@ -69,19 +69,8 @@ pub fn kmeans_subspaces(
         )));
     }
     let n = rows.len() / d;
-    if k == 0 || k > n {
-        return Err(Error::Invalid(format!(
-            "k-means of {n} rows into k = {k} clusters: k must be between 1 and N = {n}"
-        )));
-    }
-    if let Some(pos) = rows.iter().position(|v| !v.is_finite()) {
-        return Err(Error::Invalid(format!(
-            "k-means of sub-spaces: row {} has a non-finite value ({}) at column {}",
-            pos / d,
-            rows[pos],
-            pos % d
-        )));
-    }
+    check_k(n, k)?;
+    check_finite(rows, d)?;
     let dsub = d / m;
     let opts = KMeansOptions {
         init: None,
@@ -163,6 +152,13 @@ pub(crate) fn kmeans_recorded(
     Ok(out)
 }
 
+/// Sub-space `s` (dims `s · dsub ..`) of every row of `rows` (rows of `d`).
+pub(crate) fn sub_vectors(rows: &[f32], d: usize, dsub: usize, s: usize) -> Vec<f32> {
+    rows.chunks_exact(d)
+        .flat_map(|r| r[s * dsub..(s + 1) * dsub].iter().copied())
+        .collect()
+}
+
 /// Threads that train sub-spaces at once where they train alone.
 const ALONE_THREADS: usize = 8;
 
@@ -195,11 +191,7 @@ fn alone(
                         if s >= m {
                             return done;
                         }
-                        let sub: Vec<f32> = rows
-                            .chunks_exact(d)
-                            .flat_map(|r| r[s * dsub..(s + 1) * dsub].iter().copied())
-                            .collect();
-                        let trained = Table::new(sub, n, dsub)
+                        let trained = Table::new(sub_vectors(rows, d, dsub, s), n, dsub)
                             .and_then(|sub| kmeans_derived(ctx, &sub, k, opts));
                         done.push((s, trained));
                     }

@@ -20,7 +20,7 @@
 //! for L2 the scan sums the same distance in another form, from [`precomputed_table`].
 
 use super::kmeans::{assign, KMeansOptions};
-use super::kmeans_batch::{check_shape, kmeans_subspaces};
+use super::kmeans_batch::{check_shape, kmeans_subspaces, sub_vectors};
 use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::table::Table;
@@ -135,13 +135,6 @@ impl ProductQuantizer {
             })
             .collect()
     }
-}
-
-/// Sub-vector `s` (dimensions `s · dsub ..`) of every row, row-major.
-fn sub_vectors(rows: &[f32], d: usize, dsub: usize, s: usize) -> Vec<f32> {
-    rows.chunks_exact(d)
-        .flat_map(|r| r[s * dsub..(s + 1) * dsub].iter().copied())
-        .collect()
 }
 
 /// Squared L2 distance in float64.
