@@ -41,6 +41,7 @@ pub mod metric;
 pub mod mode;
 pub mod multi;
 mod names;
+mod par;
 mod pending_file;
 pub mod rankings;
 pub mod reference;

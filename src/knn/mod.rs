@@ -282,9 +282,15 @@ pub(crate) fn check_queries_sq(
     dim: usize,
     opts: &KnnOptions,
 ) -> Result<(usize, Vec<f64>)> {
-    // One pass over the queries where they are whole rows of finite values: a non-finite value
-    // makes its row's float64 sum of squares non-finite (finite f32 squares cannot overflow
-    // it), and only then does the finite-value scan run, for its message.
+    // Where the float64 sums are not needed (every metric but cosine scales nothing), a float32
+    // screen proves every row finite and in range in a tenth of their time; else (or where the
+    // screen proves nothing) one pass over the queries for the float64 sums: a non-finite value
+    // makes its row's sum non-finite (finite f32 squares cannot overflow it), and only then
+    // does the finite-value scan run, for its message.
+    if opts.metric != Metric::Cosine && dim == d && crate::table::norms_surely_in_range(queries, d)
+    {
+        return Ok((shape_checks(d, queries, dim, opts, false)?, Vec::new()));
+    }
     let sq = if dim == d && d > 0 && queries.len().is_multiple_of(d) {
         crate::table::sq_norms(queries, d)
     } else {
@@ -330,7 +336,14 @@ fn shape_checks(
             queries.len()
         )));
     }
-    if let Some(pos) = queries.iter().position(|v| scan_finite && !v.is_finite()) {
+    // Only where asked: a pass over every value costs as much as the search of a large query
+    // set at small nprobe.
+    let bad = if scan_finite {
+        queries.iter().position(|v| !v.is_finite())
+    } else {
+        None
+    };
+    if let Some(pos) = bad {
         return Err(Error::Invalid(format!(
             "query {} has a non-finite value ({}) at column {}",
             pos / d,

@@ -48,17 +48,39 @@ pub(super) fn write_query_rows(
     sq: &[f64],
     dst: &mut [f32],
 ) {
-    if metric != Metric::Cosine || d == 0 {
+    if d == 0 {
         dst.copy_from_slice(queries);
         return;
     }
-    for ((row, out), &s) in queries.chunks_exact(d).zip(dst.chunks_exact_mut(d)).zip(sq) {
-        let norm = s.sqrt();
-        let inv = if norm > 0.0 { 1.0 / norm } else { 0.0 };
-        for (o, &v) in out.iter_mut().zip(row) {
-            *o = (v as f64 * inv) as f32;
+    // Cosine rows need their sums (a caller that checked the queries under another metric has
+    // none): taken here rather than leaving rows unwritten.
+    let own;
+    let sq = if metric == Metric::Cosine && sq.len() < queries.len() / d {
+        own = crate::table::sq_norms(queries, d);
+        &own
+    } else {
+        sq
+    };
+    // Row runs on several cores for large query sets (a 5 MB copy into a mapped upload buffer
+    // is memory-bound on one core).
+    crate::par::for_row_runs(dst, d, queries.len(), |first, run| {
+        let src = &queries[first * d..first * d + run.len()];
+        if metric != Metric::Cosine {
+            run.copy_from_slice(src);
+            return;
         }
-    }
+        for ((row, out), &s) in src
+            .chunks_exact(d)
+            .zip(run.chunks_exact_mut(d))
+            .zip(&sq[first..])
+        {
+            let norm = s.sqrt();
+            let inv = if norm > 0.0 { 1.0 / norm } else { 0.0 };
+            for (o, &v) in out.iter_mut().zip(row) {
+                *o = (v as f64 * inv) as f32;
+            }
+        }
+    });
 }
 
 /// Whether a call of this plan packs its results on the device (`knn_gather.comp`).
