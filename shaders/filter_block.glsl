@@ -194,10 +194,6 @@ const uint B_DUTY = FBN * QR / FW;
 #ifndef FILTER_PREFETCH
 #define FILTER_PREFETCH 1
 #endif
-// 1: the fragments are loaded from device memory, not staged through shared memory.
-#ifndef FILTER_GLOBAL
-#define FILTER_GLOBAL 0
-#endif
 
 void block_scores(uint s0, uint x0, uint bx, uint n) {
     const uint lid = gl_LocalInvocationID.x;
@@ -212,25 +208,6 @@ void block_scores(uint s0, uint x0, uint bx, uint n) {
     ? ftab_v[(x0 + (lid + FW * (t)) / QR) * DQ + (K0) / 8u + (lid + FW * (t)) % QR] : uvec4(0u))
 #define A_SLOT(t) (A_OFF + ((lid + FW * (t)) / QR) * SROW + ((lid + FW * (t)) % QR))
 #define B_SLOT(t) (B_OFF + ((lid + FW * (t)) / QR) * SROW + ((lid + FW * (t)) % QR))
-#if FILTER_GLOBAL
-    // Every fragment straight from device memory (the rows are padded to whole blocks and DP is
-    // a multiple of 16): no staging, no barrier in the loop; subgroups sharing a B column read it
-    // through L1. The same products in the same order as the staged path.
-    for (uint k = 0u; k < DP; k += 16u) {
-        const uint kq = k / 8u;  // in uvec4s
-        fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> b[4];
-        [[unroll]] for (uint j = 0u; j < 4u; ++j) {
-            coopMatLoadNV(b[j], ftab_v, (x0 + cb + 16u * j) * DQ + kq, DQ, true);
-        }
-        [[unroll]] for (uint i = 0u; i < TI; ++i) {
-            fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> a;
-            coopMatLoadNV(a, c16_v, (s0 + r0 + 16u * i) * DQ + kq, DQ, false);
-            [[unroll]] for (uint j = 0u; j < 4u; ++j) {
-                acc[4u * i + j] = coopMatMulAddNV(a, b[j], acc[4u * i + j]);
-            }
-        }
-    }
-#else
 #if FILTER_PREFETCH
     uvec4 ra[A_DUTY], rb[B_DUTY];
     [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) ra[t] = A_AT(0u, t);
@@ -267,7 +244,6 @@ void block_scores(uint s0, uint x0, uint bx, uint n) {
             }
         }
     }
-#endif
 #undef A_AT
 #undef B_AT
 #undef A_SLOT

@@ -505,7 +505,9 @@ impl IvfPq {
                     out.ids.push(id);
                     out.distances.push(dist);
                 }
-                break 'scan (Vec::new(), Vec::new(), probes.to_vec(), device_probes);
+                report.rows_scanned =
+                    super::rows_scanned(self.lists.len(), |l| self.lists[l].ids.len(), probes);
+                break 'scan (Vec::new(), Vec::new(), Vec::new(), device_probes);
             }
             (
                 bytemuck::cast_slice(&fin[..results]).to_vec(),
@@ -538,10 +540,11 @@ impl IvfPq {
             }
         };
         report.probes_on_device = device_probes.is_some();
-        report.rows_scanned = probe_ids
-            .iter()
-            .map(|&l| self.lists[l as usize].ids.len() as u64)
-            .sum();
+        if !(kept.is_some() && device_probes.is_some()) {
+            // (The device re-rank's path counted them in place above.)
+            report.rows_scanned =
+                super::rows_scanned(self.lists.len(), |l| self.lists[l].ids.len(), &probe_ids);
+        }
         (out.path, out.subgroups, out.query_tile) = plan_info;
         out.gpu_ns = report.coarse_ns + report.lists_ns;
         if kept.is_some() && device_probes.is_some() {

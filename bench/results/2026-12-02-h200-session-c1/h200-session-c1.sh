@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session c, run 1 on the GPU machine (repo root, .gl/ carried; binaries of 1f0928e):
+# Session c, run 1 on the GPU machine (repo root, .gl/ carried; binaries of 1f0928e; bench_glob and
+# bench_glob4 built from it with the defines below changed), kept with its logs:
 #   ivf.log     IVF-PQ M = 16, re-rank x 4, 1 M x 128 clustered, 10k queries, nlist 4,096, every
 #               nprobe twice (first pass warms clocks), beside faiss-cpu (the block select's
 #               merge on subgroups, first time on the GPU)
@@ -8,7 +9,7 @@
 #               FILTER_GLOBAL 1), and that with 128 x 128 blocks (bench_glob4: FILTER_GLOBAL 1,
 #               FILTER_TI 4, COOPMAT_BLOCK_M 128); seed 3,584 x 500, N = 65,536 x 768, 1 M x 384
 set -uo pipefail
-source "$(dirname "$0")/h200-env.sh"
+source bench/h200-env.sh  # from the repo root
 B=.gl/bin
 T=$(mktemp -d)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
