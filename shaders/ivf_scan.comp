@@ -51,17 +51,14 @@ layout(push_constant) uniform Push {
 
 shared float qs[MAX_DIM];
 
-void main() {
+// Offers the seed and the rows of this dispatch to the block select (one pass of it).
+void offer_candidates(uint q) {
     const uint lid = gl_LocalInvocationID.x;
     const uint wg = gl_WorkGroupSize.x;
-    const uint q = pc.q0 + gl_WorkGroupID.x;
     const uint dim = pc.dim;
-    for (uint j = lid; j < dim; j += wg) qs[j] = queries[q * dim + j];
-    bs_init();
     if (pc.seed == 1u && lid < pc.k) {
         bs_push(uintBitsToFloat(results[q * pc.k + lid]), results[pc.ids_off + q * pc.k + lid]);
     }
-    barrier();
     const bool l2 = pc.metric == 2u;
     for (uint p = pc.p0; p < pc.p1; ++p) {
         const uint l = probes[pc.probe_off + q * pc.nprobe + p];
@@ -111,7 +108,22 @@ void main() {
             }
         }
     }
-    bs_merge(pc.k);
+}
+
+void main() {
+    const uint lid = gl_LocalInvocationID.x;
+    const uint wg = gl_WorkGroupSize.x;
+    const uint q = pc.q0 + gl_WorkGroupID.x;
+    const uint dim = pc.dim;
+    for (uint j = lid; j < dim; j += wg) qs[j] = queries[q * dim + j];
+    barrier();
+    // Passes of the block select: one unless an invocation's queue overflowed into the k best
+    // (block_select.glsl); each pass recomputes the same keys, bit for bit.
+    bs_start(pc.k);
+    do {
+        bs_init();
+        offer_candidates(q);
+    } while (!bs_merge(pc.k));
     if (lid < pc.k) {
         results[q * pc.k + lid] = floatBitsToUint(bs_best_key[lid]);
         results[pc.ids_off + q * pc.k + lid] = bs_best_id[lid];

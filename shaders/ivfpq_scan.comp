@@ -124,19 +124,15 @@ uint code_at(uint row, uint m) {
     return (codes[b >> 2u] >> ((b & 3u) * 8u)) & 0xffu;
 }
 
-void main() {
+// Offers the seed and the codes of this dispatch to the block select (one pass of it; the
+// query's table already built unless per_list).
+void offer_candidates(uint q, bool per_list) {
     const uint lid = gl_LocalInvocationID.x;
     const uint wg = gl_WorkGroupSize.x;
-    const uint q = pc.q0 + gl_WorkGroupID.x;
     const bool ip = pc.ip == 1u;
-    bs_init();
     if (pc.seed == 1u && lid < pc.k) {
         bs_push(uintBitsToFloat(out_w[q * pc.k + lid]), out_w[pc.ids_off + q * pc.k + lid]);
     }
-    // The table does not depend on the list: built once a query (but for L2 without
-    // precomputed tables).
-    const bool per_list = !ip && pc.pre_at == NO_TABLES;
-    if (!per_list) build_table(q);
     for (uint p = pc.p0; p < pc.p1; ++p) {
         const uint at = q * pc.nprobe + p;
         const uint l = probes[pc.probe_off + at];
@@ -176,7 +172,22 @@ void main() {
             bs_push(key, row_id[base + r]);
         }
     }
-    bs_merge(pc.k);
+}
+
+void main() {
+    const uint lid = gl_LocalInvocationID.x;
+    const uint q = pc.q0 + gl_WorkGroupID.x;
+    // The table does not depend on the list: built once a query (but for L2 without
+    // precomputed tables).
+    const bool per_list = pc.ip != 1u && pc.pre_at == NO_TABLES;
+    if (!per_list) build_table(q);
+    // Passes of the block select: one unless an invocation's queue overflowed into the k best
+    // (block_select.glsl); each pass recomputes the same keys from the same table, bit for bit.
+    bs_start(pc.k);
+    do {
+        bs_init();
+        offer_candidates(q, per_list);
+    } while (!bs_merge(pc.k));
     if (lid < pc.k) {
         out_w[q * pc.k + lid] = floatBitsToUint(bs_best_key[lid]);
         out_w[pc.ids_off + q * pc.k + lid] = bs_best_id[lid];

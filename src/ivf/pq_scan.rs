@@ -27,7 +27,7 @@ use crate::submit::{Set, Submitter};
 use crate::table::Precision;
 
 use super::pq::{precomputed_table, ProductQuantizer, PQ_KSUB};
-use super::scan::{merge_iterations, record_list_scan, split, LoopCost};
+use super::scan::{merge_iterations, queue, record_list_scan, select_passes, split, LoopCost};
 
 /// `pre_at` of a slab without precomputed tables (`NO_TABLES` in the shader).
 const NO_TABLES: usize = u32::MAX as usize;
@@ -211,7 +211,7 @@ impl PqSlab {
                 caps.name, caps.shared_memory_bytes
             )));
         }
-        let bs_k = k.next_power_of_two();
+        let bs_k = queue(k);
         let per_list = !ip && self.pre_at == NO_TABLES;
         let steps = dispatches(caps, d, m, k, bs_k, nprobe, self.max_len, per_list)?;
         let pipe = ctx.pipeline_for::<PqScanPush>(
@@ -331,11 +331,13 @@ pub(crate) fn dispatches(
     per_list: bool,
 ) -> Result<Vec<(usize, usize, usize, usize)>> {
     let table = d.div_ceil(SCAN_WG) + (PQ_KSUB * m).div_ceil(SCAN_WG) * (d / m + 1);
+    let passes = select_passes(k, bs_k);
     let cost = LoopCost {
-        // The query's table, once a dispatch (or a list's, each probe), and the merge.
+        // The query's table, once a dispatch (or a list's, each probe of each pass), and the
+        // merge; the rows once a pass of the block select.
         fixed: merge_iterations(SCAN_WG, k, bs_k) + if per_list { 0 } else { table },
-        per_probe: 1 + if per_list { table } else { 0 },
-        per_row: m + bs_k + 1,
+        per_probe: passes * (1 + if per_list { table } else { 0 }),
+        per_row: passes * (m + bs_k + 1),
     };
     split(
         caps,

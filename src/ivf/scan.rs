@@ -39,9 +39,13 @@ const SCAN_WG: usize = 128;
 const SCAN_ROWS: usize = 2;
 /// Rows a block of the interleaved layout.
 const BLOCK: usize = 32;
-/// The largest k of the list scan (block_select.glsl's queue bound); larger k search list by
-/// list with the exact k-NN.
+/// The largest k of the list scan (block_select.glsl's bound on the k best in shared memory);
+/// larger k search list by list with the exact k-NN.
 pub const MAX_SCAN_K: usize = 64;
+/// The longest queue an invocation of the block select keeps in registers: k ≤ 8 select in one
+/// pass, larger k in one pass unless an invocation holds more than 8 of the k best, and in at
+/// most ceil(k / 8) passes over the candidates (block_select.glsl).
+const QUEUE: usize = 8;
 /// The largest D of the list scan (the query is held in shared memory).
 pub const MAX_SCAN_DIM: usize = 4096;
 /// Queries a dispatch (workgroups along x).
@@ -273,7 +277,7 @@ impl Slab {
     ) -> Result<(u64, u64, usize)> {
         let ctx = &self.ctx;
         let d = self.d;
-        let bs_k = k.next_power_of_two();
+        let bs_k = queue(k);
         let (wg, ilp) = shape();
         let steps = dispatches(ctx.caps(), wg, d, k, bs_k, nprobe, self.max_len)?;
         let pipe = ctx.pipeline_for::<ScanPush>(
@@ -490,18 +494,40 @@ pub(crate) fn dispatches(
     nprobe: usize,
     max_len: usize,
 ) -> Result<Vec<(usize, usize, usize, usize)>> {
+    let passes = select_passes(k, bs_k);
     let cost = LoopCost {
         fixed: d.div_ceil(wg) + merge_iterations(wg, k, bs_k),
-        per_probe: 1,
-        per_row: d + bs_k + 1,
+        per_probe: passes,
+        per_row: passes * (d + bs_k + 1),
     };
     split(caps, "the IVF list scan", wg, nprobe, max_len, &cost)
 }
 
-/// Loop iterations an invocation of a list scan runs beside its rows' (the seed and the block
-/// select's merge, with a margin).
+/// The block select's queue for `k` results ([`QUEUE`] at most, a power of two), or
+/// `DIVERSITY_IVF_QUEUE` (a power of two from 1 to 64; a tuning and testing experiment: a short
+/// queue forces the select's extra passes).
+pub(crate) fn queue(k: usize) -> usize {
+    let max = std::env::var("DIVERSITY_IVF_QUEUE")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|q| q.is_power_of_two() && *q <= MAX_SCAN_K)
+        .unwrap_or(QUEUE);
+    k.next_power_of_two().min(max)
+}
+
+/// The most passes the block select makes over a dispatch's candidates with queues of `bs_k`:
+/// each confirms at least `bs_k` more of the k best (block_select.glsl).
+pub(crate) fn select_passes(k: usize, bs_k: usize) -> usize {
+    k.div_ceil(bs_k).max(1)
+}
+
+/// Loop iterations an invocation of a list scan runs beside its rows', from above, with a
+/// margin: per pass the queue's reset, the seed's insertion and the pass loop; over all passes
+/// at most k + 2 · passes merge rounds (the least lost pair's, the confirmed ones', the first
+/// unconfirmed one's), each a tree of log2(wg) steps and a head drop of `bs_k`.
 pub(crate) fn merge_iterations(wg: usize, k: usize, bs_k: usize) -> usize {
-    bs_k + k * (wg.trailing_zeros() as usize + 2 + bs_k) + 8
+    let passes = select_passes(k, bs_k);
+    passes * (2 * bs_k + 2) + (k + 2 * passes) * (wg.trailing_zeros() as usize + 2 + bs_k) + 8
 }
 
 /// An invocation's loop iterations in a list scan, from above: `fixed` once, `per_probe` for
