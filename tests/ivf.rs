@@ -377,6 +377,88 @@ fn a_scan_cut_into_dispatches_is_still_exact() {
     assert_clean(&ctx);
 }
 
+/// The block select keeps only a few pairs an invocation (8; src/ivf/scan.rs `QUEUE`) and
+/// offers the candidates again when one invocation held more of the k best: here every one of
+/// the k best falls to one invocation (one list, rows in id order; invocation i of the 128 takes
+/// the rows i, i + 128, …, and the near rows are the ids 0, 128, 256, …), with many equal keys.
+/// Both the subgroup merge and the shared-memory tree (`DIVERSITY_DISABLE=subgroups`, in a child
+/// process of this test binary), against a float64 brute force on the host.
+#[test]
+fn the_k_best_all_in_one_invocation_are_still_exact() {
+    const NAME: &str = "the_k_best_all_in_one_invocation_are_still_exact";
+    if std::env::var_os("DIVERSITY_DISABLE").is_none() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", NAME, "--test-threads=1"])
+            .env("DIVERSITY_DISABLE", "subgroups")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{text}");
+        assert!(text.contains("1 passed"), "{text}");
+    }
+    let ctx = ctx();
+    let (n, d) = (128 * 48, 8);
+    // Near rows (ids ≡ 0 mod 128): x0 in 60..=64, five keys shared by 48 rows; the others far.
+    let mut data = vec![0f32; n * d];
+    for (i, row) in data.chunks_exact_mut(d).enumerate() {
+        if i % 128 == 0 {
+            row[0] = (60 + (i / 128 * 7) % 5) as f32;
+        } else {
+            row[0] = (i % 3) as f32;
+            row[1] = (i % 5) as f32;
+        }
+    }
+    let t = Table::new(data, n, d).unwrap();
+    let mut q = vec![0f32; 2 * d];
+    q[0] = 62.0; // L2: keys 0, 1, 4 near
+    q[d] = 1.0; // inner product: keys −64 … −60 near
+    let queries = Table::new(q, 2, d).unwrap();
+    for metric in [Metric::L2, Metric::InnerProduct] {
+        let mut ix = IvfFlat::new(&ctx, d, &opts(1, metric, Precision::Fp32)).unwrap();
+        ix.train(&t).unwrap();
+        ix.add(&t).unwrap();
+        for k in [40, 64] {
+            let ko = KnnOptions {
+                k,
+                metric,
+                ..KnnOptions::default()
+            };
+            let (got, rep) = ix
+                .search(queries.data(), d, &IvfSearch::new(1, ko))
+                .unwrap();
+            assert!(rep.list_scan);
+            for (qi, qr) in queries.data().chunks_exact(d).enumerate() {
+                // Integer rows: every key exact in fp32 and float64 alike.
+                let mut want: Vec<(f64, i64)> = (0..n)
+                    .map(|i| {
+                        let r = t.row(i);
+                        let key = match metric {
+                            Metric::L2 => d2(qr, r),
+                            _ => -r.iter().zip(qr).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>(),
+                        };
+                        (key, i as i64)
+                    })
+                    .collect();
+                want.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                let what = format!("{metric:?} k {k} query {qi}");
+                let at = qi * k..(qi + 1) * k;
+                let ids: Vec<i64> = want[..k].iter().map(|w| w.1).collect();
+                assert_eq!(got.ids[at.clone()], ids[..], "{what}: ids");
+                let keys: Vec<f32> = want[..k]
+                    .iter()
+                    .map(|w| match metric {
+                        Metric::L2 => w.0 as f32,
+                        _ => -w.0 as f32,
+                    })
+                    .collect();
+                assert_eq!(bits(&got.distances[at]), bits(&keys), "{what}: keys");
+            }
+        }
+    }
+    assert_clean(&ctx);
+}
+
 /// More queries than one tile of the coarse k-NN (65,535): the probes come back through the
 /// host, and the search is still the exact one with every list probed.
 #[test]

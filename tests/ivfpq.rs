@@ -474,9 +474,9 @@ fn l2_without_precomputed_tables_is_the_same_brute_force() {
 
 #[test]
 fn a_search_cut_by_the_loop_cap_is_the_same_brute_force() {
-    // D = 16, M = 8, k = 40 (a queue of 64 a invocation), 8 lists of about 10,000 rows: on
-    // lavapipe a probe of the longest list costs an invocation over 5,800 loop iterations, so
-    // the 8 probes take two dispatches or more, each seeded by the one before.
+    // D = 16, M = 8, k = 40 (queues of 8 an invocation, counted as 5 passes), 8 lists of about
+    // 10,000 rows: on lavapipe a probe of the longest list costs an invocation over 5,800 loop
+    // iterations, so the 8 probes take two dispatches or more, each seeded by the one before.
     let ctx = ctx();
     let (d, m, n) = (16, 8, 80_000);
     let data = random_table(n, d, 21);
@@ -497,6 +497,47 @@ fn a_search_cut_by_the_loop_cap_is_the_same_brute_force() {
     }
     let o = adc_oracle(&ctx, &ix, queries.data(), 8);
     assert!(check_adc(&r, &o, false, "cut") >= 2);
+    assert_clean(&ctx);
+}
+
+/// The block select keeps only a few pairs an invocation (8) and offers the codes again when one
+/// invocation held more of the k best: here every one of the k best falls to one invocation
+/// (one list, rows in id order, invocation i of the 128 scanning the rows i, i + 128, …; the
+/// near rows are the ids 0, 128, 256, …, five distinct rows among 48, so many equal keys),
+/// with precomputed L2 tables and for inner product, against the float64 ADC order.
+#[test]
+fn the_k_best_all_in_one_invocation_are_the_same_brute_force() {
+    let ctx = ctx();
+    let (n, d, m) = (128 * 48, 8, 4);
+    let far = random_table(n, d, 41);
+    let mut data = vec![0f32; n * d];
+    for (i, row) in data.chunks_exact_mut(d).enumerate() {
+        if i % 128 == 0 {
+            row[0] = (60 + (i / 128 * 7) % 5) as f32;
+        } else {
+            row.copy_from_slice(far.row(i));
+        }
+    }
+    let t = Table::new(data, n, d).unwrap();
+    let mut q = vec![0f32; 2 * d];
+    (q[0], q[d], q[d + 1]) = (62.0, 61.0, 1.0);
+    for metric in [Metric::L2, Metric::InnerProduct] {
+        let mut ix = IvfPq::new(&ctx, d, &opts(1, m, metric, false)).unwrap();
+        ix.train(&t).unwrap();
+        ix.add(&t).unwrap();
+        let ip = metric != Metric::L2;
+        for k in [40, 64] {
+            let (r, _) = ix.search(&q, d, &search(&ix, k, 1, 1)).unwrap();
+            // The 48 near rows first, whatever the codes' rounding.
+            for qi in 0..2 {
+                let near = r.ids_of(qi).iter().filter(|&&id| id % 128 == 0).count();
+                assert_eq!(near, k.min(48), "{metric:?} k {k} query {qi}");
+            }
+            let o = adc_oracle(&ctx, &ix, &q, 1);
+            let eq = check_adc(&r, &o, ip, &format!("{metric:?} k {k}"));
+            assert_eq!(eq, 2, "{metric:?} k {k}: the float64 order");
+        }
+    }
     assert_clean(&ctx);
 }
 
