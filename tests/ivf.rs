@@ -435,7 +435,11 @@ fn the_k_best_all_in_one_invocation_are_still_exact() {
                         let r = t.row(i);
                         let key = match metric {
                             Metric::L2 => d2(qr, r),
-                            _ => -r.iter().zip(qr).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>(),
+                            _ => -r
+                                .iter()
+                                .zip(qr)
+                                .map(|(&a, &b)| a as f64 * b as f64)
+                                .sum::<f64>(),
                         };
                         (key, i as i64)
                     })

@@ -315,10 +315,11 @@ impl PqSlab {
 
 /// The dispatches of one scan, `(p0, p1, r0, r1)`: probe ranks [p0, p1) and rows [r0, r1) of
 /// each probed list. One dispatch where loops are not capped; where they are, as many as keep
-/// every invocation's loop iterations — counted from above: the seed, the query's copy and
-/// table (256 · M / WG entries of D / M + 1 iterations) once a dispatch — or, `per_list` (L2
-/// without precomputed tables), a residual's table per probe —, per probe its codes' sums and
-/// queue insertions, and the merge — within the budget.
+/// every invocation's loop iterations — counted from above: the query's copy and table (256 · M
+/// / WG entries of D / M + 1 iterations) once a dispatch, then in each of the block select's
+/// passes (as many as it may need) the seed and per probe its codes' sums and queue insertions
+/// — `per_list` (L2 without precomputed tables): and a residual's table —, and the merges —
+/// within the budget.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn dispatches(
     caps: &Capabilities,
@@ -358,26 +359,36 @@ mod tests {
     fn pq_dispatches_fit_the_loop_cap() {
         let free = crate::device::test_caps(32, None);
         assert_eq!(
-            dispatches(&free, 128, 16, 10, 16, 7, 5000, false)
+            dispatches(&free, 128, 16, 10, 8, 7, 5000, false)
                 .unwrap()
                 .len(),
             1
         );
         let capped = crate::device::test_caps(8, Some(65_535));
-        // Short lists: 419 iterations once (the merge, the query's table), 76 a probe, 641
-        // probes a dispatch, every rank covered once.
-        let s = dispatches(&capped, 64, 8, 10, 16, 2000, 300, false).unwrap();
-        assert_eq!(s.len(), 4);
+        // Short lists, k = 10 (queues of 8: two passes of the block select counted): 427
+        // iterations once (the merge, the query's table), 104 a probe, 468 probes a dispatch,
+        // every rank covered once.
+        let s = dispatches(&capped, 64, 8, 10, 8, 2000, 300, false).unwrap();
+        assert_eq!(s.len(), 5);
         assert_ranks_covered(&s, 2000);
         // The table no longer costs a probe: 32 probes of short lists at D = 1024 in one.
         assert_eq!(
-            dispatches(&capped, 1024, 8, 10, 16, 32, 100, false)
+            dispatches(&capped, 1024, 8, 10, 8, 32, 100, false)
                 .unwrap()
                 .len(),
             1
         );
-        // tests/ivfpq.rs's loop-cap search: D = 16, M = 8, k = 40 (a queue of 64), 8 probes of
-        // lists of at most 20,000 rows: 3,041 once, 11,462 a probe, 4 probes a dispatch.
+        // tests/ivfpq.rs's loop-cap search: D = 16, M = 8, k = 40 (queues of 8, five passes
+        // counted), 8 probes of lists of at most 20,000 rows: 997 once, 13,350 a probe, 3
+        // probes a dispatch.
+        assert_eq!(
+            dispatches(&capped, 16, 8, 40, 8, 8, 20_000, false)
+                .unwrap()
+                .len(),
+            3
+        );
+        // k ≤ the queue: one pass, as with the queue of 64 for k = 40 (3,253 once, 11,462 a
+        // probe, 4 probes a dispatch).
         assert_eq!(
             dispatches(&capped, 16, 8, 40, 64, 8, 20_000, false)
                 .unwrap()
@@ -385,11 +396,12 @@ mod tests {
             2
         );
         // Long lists: one rank at a time, rows in ranges covering the longest list.
-        let s = dispatches(&capped, 384, 32, 10, 16, 2, 300_000, false).unwrap();
+        let s = dispatches(&capped, 384, 32, 10, 8, 2, 300_000, false).unwrap();
         assert_one_rank_each(&s, 300_000);
-        // Without precomputed tables each probe builds its list's table: the 32 probes of
-        // short lists at D = 1024 no longer fit one dispatch, and every rank is still covered.
-        let s = dispatches(&capped, 1024, 8, 10, 16, 32, 100, true).unwrap();
+        // Without precomputed tables each probe builds its list's table (in every pass): the
+        // 32 probes of short lists at D = 1024 no longer fit one dispatch, and every rank is
+        // still covered.
+        let s = dispatches(&capped, 1024, 8, 10, 8, 32, 100, true).unwrap();
         assert!(s.len() > 1, "{s:?}");
         assert_ranks_covered(&s, 32);
     }

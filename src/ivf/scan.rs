@@ -1,6 +1,8 @@
 //! The IVF-Flat list scan on the device (`shaders/ivf_scan.comp`): every list in one slab, and
 //! one dispatch that scans, for every query, the rows of every list it probes and keeps its k
-//! best (`shaders/block_select.glsl`: a sorted queue per invocation, then a workgroup merge). May
+//! best (`shaders/block_select.glsl`: a short sorted queue per invocation, then a workgroup
+//! merge, and again over the same rows in the rare case one invocation held more of the k best
+//! than its queue). May
 //! touch the device context, device memory, the compiled shaders and command submission; no index
 //! logic.
 //!
@@ -483,8 +485,9 @@ fn interleave<T: Copy + Default>(src: &[T], rows: usize, d: usize) -> Vec<T> {
 
 /// The dispatches of one scan, `(p0, p1, r0, r1)`: probe ranks [p0, p1) and rows [r0, r1) of
 /// each probed list. One dispatch where loops are not capped; where they are, as many as keep
-/// every invocation's loop iterations — counted from above: the query load, the seed, per probe
-/// its rows' chains over d and queue insertions, and the merge — within the budget.
+/// every invocation's loop iterations — counted from above: the query load, then in each of the
+/// block select's passes (as many as it may need, [`select_passes`]) the seed and per probe its
+/// rows' chains over d and queue insertions, and the merges — within the budget.
 pub(crate) fn dispatches(
     caps: &Capabilities,
     wg: usize,
@@ -610,19 +613,31 @@ pub(super) mod tests {
     }
 
     #[test]
+    fn select_passes_cover_the_queue() {
+        // k ≤ the queue: one pass; past it, each pass confirms a queue's worth at least.
+        assert_eq!(select_passes(8, 8), 1);
+        assert_eq!(select_passes(1, 1), 1);
+        assert_eq!(select_passes(40, 8), 5);
+        assert_eq!(select_passes(64, 8), 8);
+        assert_eq!(select_passes(41, 8), 6);
+        // The merge: 5 passes of reset, seed and loop (18 each), 40 + 10 rounds of 7 + 2 + 8.
+        assert_eq!(merge_iterations(128, 40, 8), 5 * 18 + 50 * 17 + 8);
+    }
+
+    #[test]
     fn dispatches_fit_the_loop_cap() {
         let free = crate::device::test_caps(32, None);
         assert_eq!(
-            dispatches(&free, 128, 384, 10, 16, 7, 5000).unwrap().len(),
+            dispatches(&free, 128, 384, 10, 8, 7, 5000).unwrap().len(),
             1
         );
         let capped = crate::device::test_caps(8, Some(65_535));
         // Short lists: several probes a dispatch, every rank covered once, rows whole.
-        let s = dispatches(&capped, 128, 384, 10, 16, 50, 2000).unwrap();
+        let s = dispatches(&capped, 128, 384, 10, 8, 50, 2000).unwrap();
         assert!(s.len() > 1);
         assert_ranks_covered(&s, 50);
         // Long lists: one rank at a time, rows in ranges covering the longest list.
-        let s = dispatches(&capped, 128, 384, 10, 16, 2, 200_000).unwrap();
+        let s = dispatches(&capped, 128, 384, 10, 8, 2, 200_000).unwrap();
         assert_one_rank_each(&s, 200_000);
         assert_eq!(
             s.iter().filter(|e| e.0 == 1).map(|e| e.3).max(),
