@@ -12,9 +12,10 @@
 //! id (0, 1, … in the order added). *Search*: the `nprobe` nearest centroids of each query (the
 //! device's exact k-NN with k = nprobe), then **one dispatch** that scans, for every query, the
 //! rows of the lists it probes and keeps its k best (`scan.rs`, `shaders/ivf_scan.comp`: a
-//! workgroup a query, the lists in one slab interleaved by blocks of 32 rows, a sorted queue per
-//! invocation and a workgroup merge — Faiss GPU's IVF scan and block select). A search is one
-//! submission (`resident.rs`, IVF-PQ's alike): the queries' copy, the coarse search and the
+//! workgroup a query, the lists in one slab interleaved by blocks of 32 rows, a sorted queue of
+//! at most 8 pairs per invocation and a workgroup merge, again over the same rows in the rare
+//! case one invocation held more of the k best — Faiss GPU's IVF scan and block select).
+//! A search is one submission (`resident.rs`, IVF-PQ's alike): the queries' copy, the coarse search and the
 //! packing of its probes, the scan reading them there, and the copy of the keys, ids and probes
 //! into a read-back buffer, read once after one wait — with every buffer, the coarse scratch
 //! and the scan's descriptor set kept in the index from the last call. k ≤ [`MAX_SCAN_K`] and D ≤ [`MAX_SCAN_DIM`]; past them each probed list is searched
