@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session c, run 2 on the GPU machine (repo root, .gl/ carried: .gl/bin/bench_ivf built from
+# Session c, run 2 on the GPU machine (kept with its logs; repo root, .gl/ carried: .gl/bin/bench_ivf built at d0961d8 from
 # this tree, the fortunes at .gl/data/fortunes-minilm.f32, the loader .debs, the faiss-cpu
 # wheel): every row of the approximate-search targets, each beside faiss-cpu in the same run.
 # PART=fortunes: bench/h200-ivf-latency.sh into $OUT/lat (the fortunes, IVF-Flat and IVF-PQ
@@ -10,7 +10,7 @@
 #   second), then faiss-cpu's IndexIVFFlat and IndexIVFPQ (+ RefineFlat) on the same table,
 #   queries and ground truth; logs in $OUT/m1/.
 set -uo pipefail
-source "$(dirname "$0")/h200-env.sh"
+source bench/h200-env.sh  # from the repo root
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 -c "import faiss" 2>/dev/null || python3 -m pip install --no-index --no-deps --root-user-action=ignore .gl/wheels/faiss_cpu-*.whl 2>&1 | tail -1
 case ${PART:-fortunes} in
