@@ -386,17 +386,8 @@ fn a_scan_cut_into_dispatches_is_still_exact() {
 #[test]
 fn the_k_best_all_in_one_invocation_are_still_exact() {
     const NAME: &str = "the_k_best_all_in_one_invocation_are_still_exact";
-    if std::env::var_os("DIVERSITY_DISABLE").is_none() {
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", NAME, "--test-threads=1"])
-            .env("DIVERSITY_DISABLE", "subgroups")
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).to_string()
-            + &String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{text}");
-        assert!(text.contains("1 passed"), "{text}");
-    }
+    // The shared-memory tree in a child process, then the default merge here.
+    common::rerun_with_env(NAME, "DIVERSITY_DISABLE", "subgroups");
     let ctx = ctx();
     let (n, d) = (128 * 48, 8);
     // Near rows (ids ≡ 0 mod 128): x0 in 60..=64, five keys shared by 48 rows; the others far.

@@ -425,16 +425,7 @@ fn searches_are_the_brute_force_over_float64_adc_distances() {
 #[test]
 fn l2_without_precomputed_tables_is_the_same_brute_force() {
     const NAME: &str = "l2_without_precomputed_tables_is_the_same_brute_force";
-    if std::env::var_os("DIVERSITY_PQ_TABLE_MAX_BYTES").is_none() {
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", NAME, "--test-threads=1"])
-            .env("DIVERSITY_PQ_TABLE_MAX_BYTES", "0")
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).to_string()
-            + &String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{text}");
-        assert!(text.contains("1 passed"), "{text}");
+    if !common::rerun_with_env(NAME, "DIVERSITY_PQ_TABLE_MAX_BYTES", "0") {
         return;
     }
     let ctx = ctx();

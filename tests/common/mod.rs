@@ -147,3 +147,26 @@ pub fn fnv(b: &[u8]) -> u64 {
         (h ^ x as u64).wrapping_mul(0x0000_0100_0000_01b3)
     })
 }
+
+/// Runs the test `name` of this test binary again in a child process with the environment
+/// variable `var` set to `value` (so that it reaches no other test), and asserts that it passed
+/// there. Returns true in that child (where `var` is set), false in the parent after the child
+/// passed.
+pub fn rerun_with_env(name: &str, var: &str, value: &str) -> bool {
+    if std::env::var_os(var).is_some() {
+        return true;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--test-threads=1"])
+        .env(var, value)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{name} with {var}={value}: {text}");
+    assert!(
+        text.contains("1 passed"),
+        "{name} with {var}={value}: {text}"
+    );
+    false
+}
