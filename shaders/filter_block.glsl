@@ -97,14 +97,18 @@ void epilogue_rows(uint h0, uint s0, uint x0, uint bx, uint n) {
                 const float limit = bmin[q] + 2.0 * row_g[r];
                 // A row with no candidate left (bmin = INF) has an empty band.
                 const bvec4 in_band = bmin[q] < INF ? lessThanEqual(f[q], vec4(limit)) : bvec4(false);
-                const uint mine = uint(in_band.x) + uint(in_band.y) + uint(in_band.z) + uint(in_band.w);
-                const uint cnt = subgroupAdd(mine);
-                uint slot = subgroupExclusiveAdd(mine);
+                // The band's slots by one ballot per component (the entries' order within a
+                // record is free: the judge takes the (key, index) least): component j's entries
+                // after those of components < j, lane by lane within it.
                 const uint base = (s * nb + bx) * BAND_WORDS;
-                if (mine > 0u) {
-                    [[unroll]] for (uint j = 0u; j < 4u; ++j) {
-                        if (in_band[j]) band_entry(base, slot++, f[q][j], x0 + 4u * cq + j);
+                uint cnt = 0u;
+                [[unroll]] for (uint j = 0u; j < 4u; ++j) {
+                    const uvec4 bal = subgroupBallot(in_band[j]);
+                    if (in_band[j]) {
+                        band_entry(base, cnt + subgroupBallotExclusiveBitCount(bal), f[q][j],
+                                   x0 + 4u * cq + j);
                     }
+                    cnt += subgroupBallotBitCount(bal);
                 }
                 if (lane == 0u) band_header(base, bmin[q], cnt, r);
             }
