@@ -43,7 +43,8 @@ void band_header(uint base, float bmin, uint cnt, uint r) {
 
 // The filter keys F = (score · 2^-k) · finv of row r's candidates 4cq … 4cq + 3 (INF for a
 // chosen candidate or one past n), from one 16-byte read of the scores staged from row h0.
-vec4 filter_keys(uint r, uint h0, uint cq, uint x0, uint n) {
+// `fv`: the four candidates' finv (read once a stage by the caller that keeps them).
+vec4 filter_keys_fv(uint r, uint h0, uint cq, uint x0, uint n, vec4 fv) {
     const uint MW = FBN / 32u;
     const vec4 sc = uintBitsToFloat(smem[(r - h0) * (FBN / 4u) + cq]);
     const uint word = row_mask[r * MW + (cq >> 3u)] >> ((4u * cq) & 31u);
@@ -51,11 +52,17 @@ vec4 filter_keys(uint r, uint h0, uint cq, uint x0, uint n) {
     vec4 f = vec4(INF);
     [[unroll]] for (uint j = 0u; j < 4u; ++j) {
         if (x0 + 4u * cq + j < n && (word & (1u << j)) == 0u) {
-            precise float v = (sc[j] * gs) * cand_finv[4u * cq + j];
+            precise float v = (sc[j] * gs) * fv[j];
             f[j] = v;
         }
     }
     return f;
+}
+
+vec4 filter_keys(uint r, uint h0, uint cq, uint x0, uint n) {
+    const vec4 fv = vec4(cand_finv[4u * cq], cand_finv[4u * cq + 1u], cand_finv[4u * cq + 2u],
+                         cand_finv[4u * cq + 3u]);
+    return filter_keys_fv(r, h0, cq, x0, n, fv);
 }
 
 // The epilogue of rows [h0, h0 + SCORE_ROWS) of block (bx, s0 / FBM), their scores staged: one
@@ -83,12 +90,16 @@ void epilogue_rows(uint h0, uint s0, uint x0, uint bx, uint n) {
         // block minimum and the band.
         const uint cq = lane;
         const bool has = cq < FBN / 4u;
+        // The lane's four candidates' finv, read once for all its rows.
+        const uint cf = min(cq, FBN / 4u - 1u);
+        const vec4 fv = vec4(cand_finv[4u * cf], cand_finv[4u * cf + 1u], cand_finv[4u * cf + 2u],
+                             cand_finv[4u * cf + 3u]);
         for (uint rb = h0 + gl_SubgroupID * RG; rb < h1; rb += gl_NumSubgroups * RG) {
             vec4 f[RG];
             float bmin[RG];
             [[unroll]] for (uint q = 0u; q < RG; ++q) {
                 const uint r = rb + q;
-                f[q] = (has && s0 + r < BATCH) ? filter_keys(r, h0, cq, x0, n) : vec4(INF);
+                f[q] = (has && s0 + r < BATCH) ? filter_keys_fv(r, h0, cq, x0, n, fv) : vec4(INF);
                 bmin[q] = subgroupMin(min(min(f[q].x, f[q].y), min(f[q].z, f[q].w)));
             }
             [[unroll]] for (uint q = 0u; q < RG; ++q) {
