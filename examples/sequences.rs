@@ -209,6 +209,7 @@ fn run(a: Args) -> Result<(), String> {
             placement: a.placement,
             subgroups: None,
             compensated: a.compensated,
+            centered: center,
             judge: a.judge,
             ..GramOptions::default()
         },

@@ -665,13 +665,15 @@ end
 
 --- The devices' names for the metadata: each distinct name once, joined by " + " (one device
 -- opened twice reads as that device, so its output matches a one-device run byte for byte).
--- The gram job options that set the arithmetic: placement, and compensated / judge only where
--- `opts` names them (plain_sums, judge); unset, the engine chooses (the judge at every N, with
--- compensated sums, or plain sums where the compensated state would not fit a GPU's registers).
+-- The gram job options that set the arithmetic: placement, whether the table is centred
+-- (`center`), and compensated / judge only where `opts` names them (plain_sums, judge); unset,
+-- the engine chooses (the judge at every N, with compensated sums, or plain sums on a GPU where
+-- the compensated state would not fit its registers or the table is centred).
 function M.gram_arithmetic(opts)
   local compensated
   if opts.plain_sums ~= nil then compensated = not opts.plain_sums end
-  return { placement = opts.placement, compensated = compensated, judge = opts.judge }
+  return { placement = opts.placement, centered = opts.center == true, compensated = compensated,
+           judge = opts.judge }
 end
 
 function M.device_names(devs)

@@ -86,10 +86,17 @@ pub struct GramOptions {
     /// Keep each key as a compensated pair (Knuth TwoSum) or sum plain float32 (fewer registers
     /// and operations, more rounding over long runs on centered data). `None` (the default):
     /// compensated sums, except on GPUs where their state would not fit the register file
-    /// (N > 17,408 at 512 invocations) and the judge runs, where plain sums do (see
-    /// [`arithmetic`]). The settings give different bits; each is the same across every other
+    /// (N > 17,408 at 512 invocations) or the table is [`GramOptions::centered`], and the judge
+    /// runs: plain sums there (see [`arithmetic`]). The settings give different bits; each is the same across every other
     /// option.
     pub compensated: Option<bool>,
+    /// The table's column mean was subtracted (the driver's `center`, [`crate::Table::centered`]).
+    /// With `compensated` unset and the judge running, a GPU then sums plain float32: on
+    /// centred data the running sum stays short, so plain sums' error bound stays small, and
+    /// with the judge they were 16–56% faster than compensated sums on every centred table
+    /// measured on an H200 (1.3–1.5× slower on uncentred ones, BENCHMARKS.md). Other bits at
+    /// near-ties, the same bound. CPU devices keep compensated sums. Default false.
+    pub centered: bool,
     /// The judge: each step also finds the second best key, and when it is within twice the
     /// keys' rigorous error bound of the best (see `shaders/gram.comp`), the keys that could be
     /// the exact best are re-scored from the compensated running sum (a compensated dot product
@@ -155,6 +162,7 @@ impl Default for GramOptions {
             subgroups: None,
             steps_per_dispatch: 0,
             compensated: None,
+            centered: false,
             judge: None,
             loads: 0,
             judge_band: None,

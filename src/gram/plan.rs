@@ -23,8 +23,8 @@ const MAX_SPILL_ITEMS: usize = 32;
 
 /// The arithmetic a job with `opts` runs on `caps` for an N × D table: what `opts` names, and for
 /// what it leaves `None`, the judge at every N (a bound on every pick that does not grow with N)
-/// with compensated sums where their register state fits the register file (or on CPU devices),
-/// else plain sums (on an H200 at N = 31,102, 31 compensated items a lane spill; plain sums with
+/// with compensated sums where their register state fits the register file and the table is
+/// not [`GramOptions::centered`] (or on CPU devices), else plain sums (on an H200 at N = 31,102, 31 compensated items a lane spill; plain sums with
 /// the judge ran faster than compensated sums without it: BENCHMARKS.md). Where the judge does
 /// not fit the device (its running sum takes 12·D bytes of shared memory) or is turned off,
 /// compensated sums without it.
@@ -41,8 +41,11 @@ pub fn arithmetic(caps: &Capabilities, n: usize, d: usize, opts: &GramOptions) -
         });
     let big = !cpu && !fits;
     let wanted = opts.judge.unwrap_or(true);
-    // Plain sums only to go with the judge (without it, compensated keys stay closer).
-    let compensated = opts.compensated.unwrap_or(!big || !wanted);
+    // Plain sums only to go with the judge (without it, compensated keys stay closer): past
+    // the register file, or on a centred table (there plain sums' bound, which grows with the
+    // running sum's norm, stays small: faster with the judge on every centred table measured).
+    let plain = big || (!cpu && opts.centered);
+    let compensated = opts.compensated.unwrap_or(!plain || !wanted);
     let judge = wanted
         && plan_for(caps, n, compensated, true, opts)
             .map(|(wg, placement, rper)| judge_fits(caps, n, d, wg, placement, rper))
@@ -358,6 +361,32 @@ mod tests {
         assert_eq!(arith(true, 31_102, &no_judge), (true, false));
         let judge = named(None, Some(true));
         assert_eq!(arith(true, 8_359, &judge), (true, true));
+        // A centred table: plain sums with the judge on a GPU at every N, compensated on a CPU
+        // device, and what the options name still wins.
+        let centered = |compensated, judge| GramOptions {
+            centered: true,
+            ..named(compensated, judge)
+        };
+        for n in [1, 8_359, 14_943, 31_102] {
+            assert_eq!(
+                arith(true, n, &centered(None, None)),
+                (false, true),
+                "N = {n}"
+            );
+            assert_eq!(
+                arith(false, n, &centered(None, None)),
+                (true, true),
+                "CPU, N = {n}"
+            );
+        }
+        assert_eq!(
+            arith(true, 8_359, &centered(Some(true), None)),
+            (true, true)
+        );
+        assert_eq!(
+            arith(true, 8_359, &centered(None, Some(false))),
+            (true, false)
+        );
         // Where the judge's running sum does not fit shared memory (D = 8,192), the default
         // past the register file stays compensated without it.
         assert_eq!(arith_d(true, 31_102, 8_192, &d), (true, false));
@@ -376,6 +405,12 @@ mod tests {
             (8_359, 768, &d, "compensated; G dot2; judge2 refresh 4096"),
             (31_102, 384, &keys, "plain; G dot2; judge2 refresh 4096"),
             (8_359, 768, &no_judge, "compensated; G dot2"),
+            (
+                14_943,
+                384,
+                &centered(None, None),
+                "plain; G dot2; judge3 refresh 4096",
+            ),
         ] {
             assert_eq!(summation(&caps, n, dim, o).unwrap(), want, "N = {n}");
         }

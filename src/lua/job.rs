@@ -125,6 +125,8 @@ pub(super) fn gram_only_options(call: &str, o: &Option<LuaTable>) -> LuaResult<G
     g.subgroups = opt::<bool>(o, "subgroups")?;
     // Unset (nil): the engine's choice (`diversity::gram::arithmetic`).
     g.compensated = opt::<bool>(o, "compensated")?;
+    // The table's mean was subtracted (the driver's `center`): plain sums by default on GPUs.
+    g.centered = opt::<bool>(o, "centered")?.unwrap_or(false);
     g.judge = opt::<bool>(o, "judge")?;
     Ok(g)
 }

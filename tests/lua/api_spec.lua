@@ -801,6 +801,10 @@ describe("diversity (idiomatic API)", function()
         nil, { mode = "gram", subgroups = "false" })
       H.assert_error({ "device_table:job", "option pipelined must be a boolean" }, dt.job, dt,
         nil, { pipelined = 0 })
+      H.assert_error({ "device_table:job", "option centered must be a boolean" }, dt.job, dt,
+        nil, { mode = "gram", centered = "true" })
+      H.assert_error({ "context:gram_summation", "option centered must be a boolean" },
+        ctx.gram_summation, ctx, 100, 8, { centered = 1 })
       H.assert_error({ "device_table:knn", "option subgroups must be a boolean" }, dt.knn, dt,
         t, { k = 1, subgroups = "false" })
       for _, bits in ipairs({ 15360.5, 65536, -1, 0 / 0 }) do
