@@ -87,8 +87,8 @@ pub struct GramOptions {
     /// and operations, more rounding over long runs on centered data). `None` (the default):
     /// compensated sums, except on GPUs where their state would not fit the register file
     /// (N > 17,408 at 512 invocations) or the table is [`GramOptions::centered`], and the judge
-    /// runs: plain sums there (see [`arithmetic`]). The settings give different bits; each is the same across every other
-    /// option.
+    /// runs: plain sums there (see [`arithmetic`]). The settings give different bits; each is
+    /// the same across every other option.
     pub compensated: Option<bool>,
     /// The table's column mean was subtracted (the driver's `center`, [`crate::Table::centered`]).
     /// With `compensated` unset and the judge running, a GPU then sums plain float32: on

@@ -24,8 +24,10 @@ const MAX_SPILL_ITEMS: usize = 32;
 /// The arithmetic a job with `opts` runs on `caps` for an N × D table: what `opts` names, and for
 /// what it leaves `None`, the judge at every N (a bound on every pick that does not grow with N)
 /// with compensated sums where their register state fits the register file and the table is
-/// not [`GramOptions::centered`] (or on CPU devices), else plain sums (on an H200 at N = 31,102, 31 compensated items a lane spill; plain sums with
-/// the judge ran faster than compensated sums without it: BENCHMARKS.md). Where the judge does
+/// not [`GramOptions::centered`] (or on CPU devices), else plain sums (on an H200 at N =
+/// 31,102, 31 compensated items a lane spill; plain sums with the judge ran faster than
+/// compensated sums without it; on centred tables they were faster with the judge at every
+/// size measured: BENCHMARKS.md). Where the judge does
 /// not fit the device (its running sum takes 12·D bytes of shared memory) or is turned off,
 /// compensated sums without it.
 pub fn arithmetic(caps: &Capabilities, n: usize, d: usize, opts: &GramOptions) -> Arithmetic {
