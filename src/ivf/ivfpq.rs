@@ -505,8 +505,7 @@ impl IvfPq {
                     out.ids.push(id);
                     out.distances.push(dist);
                 }
-                report.rows_scanned =
-                    super::rows_scanned(self.lists.len(), |l| self.lists[l].ids.len(), probes);
+                report.rows_scanned = super::rows_scanned(probes, |l| self.lists[l].ids.len());
                 break 'scan (Vec::new(), Vec::new(), Vec::new(), device_probes);
             }
             (
@@ -542,8 +541,7 @@ impl IvfPq {
         report.probes_on_device = device_probes.is_some();
         if !(kept.is_some() && device_probes.is_some()) {
             // (The device re-rank's path counted them in place above.)
-            report.rows_scanned =
-                super::rows_scanned(self.lists.len(), |l| self.lists[l].ids.len(), &probe_ids);
+            report.rows_scanned = super::rows_scanned(&probe_ids, |l| self.lists[l].ids.len());
         }
         (out.path, out.subgroups, out.query_tile) = plan_info;
         out.gpu_ns = report.coarse_ns + report.lists_ns;
