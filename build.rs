@@ -18,6 +18,7 @@ type Defines = &'static [(&'static str, &'static str)];
 /// filter-and-judge scan (`ScanKernel::Coopmat`) is its scalar stand-in's with `COOPMAT`.
 const VARIANTS: &[(&str, &str, Defines)] = &[
     ("scan_big", "scan.comp", &[("BIG", "1")]),
+    ("gram_matrix_fixed", "gram_matrix.comp", &[("FIXED", "1")]),
     ("scan_big_tile", "scan_tile.comp", &[("BIG", "1")]),
     ("scan_big_commit", "scan_commit.comp", &[("BIG", "1")]),
     ("scan_filter_tc", "scan_filter.comp", &[("COOPMAT", "1")]),

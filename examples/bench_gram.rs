@@ -7,13 +7,19 @@
 //! ```text
 //! cargo run --release --example bench_gram -- --table FILE [--dim D] [--starts S] [--steps K]
 //!     [--precisions fp32,fp16] [--wg 256,512,1024] [--placements auto,registers,memory]
-//!     [--spd 0,1] [--compensated 1,0] [--judge 1,0] [--loads 0,8] [--refresh 0,4096] [--chunk C] [--label NAME] [--json OUT.json] [--md OUT.md] [--seqs OUT.u32]
+//!     [--spd 0,1] [--compensated d,1,0] [--judge 1,0] [--loads 0,8] [--refresh d,0,4096] [--chunk C] [--label NAME] [--json OUT.json] [--md OUT.md] [--seqs OUT.u32]
 //!     [--e2e CACHE.json] [--center] [--oracle K] [--judge-variants c,keys,noevents]
 //! ```
 //!
 //! `--center` subtracts the column mean first (the user's `mean-centered-v1` space). `--oracle K`
 //! checks the first K sequences of the first configuration of each summation (`--compensated`) against float64
 //! distances along their own prefix (ε = 1e-5) on every CPU core, and prints the worst excess.
+//! `--compensated` lists the arithmetics: `d` (the default: the engine's choice, fixed-point keys
+//! where the device has float64, on a fixed-point G), `1` / `0` (compensated / plain float32
+//! sums, on a float32 G); `--judge` applies to the float ones. `--refresh` lists the refresh
+//! periods: `d` (the default: the engine's), or R steps (fixed-point keys: every R steps, 0
+//! never; the float judge: each R steps without one). `nosettle` (below) also applies to
+//! fixed-point keys.
 //! `--judge 1,0` runs each configuration with and without the judge (`GramOptions::judge`: keys
 //! recomputed from the running sum when the best two are within their error bound); the line
 //! shows how many recomputes the batch made. `--judge-variants` runs each with the judge's
@@ -33,7 +39,7 @@
 mod common;
 
 use diversity::cache::JsonCacheWriter;
-use diversity::gram::{Gram, GramJob, GramOptions, Placement};
+use diversity::gram::{Gram, GramBuild, GramJob, GramOptions, Placement};
 use diversity::{files, Context, ContextOptions, DeviceTable, Precision};
 use std::fmt::Write as _;
 use std::path::Path;
@@ -59,10 +65,11 @@ struct Args {
     wgs: Vec<Option<u32>>,
     placements: Vec<Placement>,
     spds: Vec<usize>,
-    comps: Vec<bool>,
+    /// `None`: the engine's default arithmetic (fixed-point keys where the device has float64).
+    comps: Vec<Option<bool>>,
     judges: Vec<bool>,
     loads: Vec<usize>,
-    refreshes: Vec<usize>,
+    refreshes: Vec<Option<usize>>,
     /// The judge's variants: `c` (the default: plain sums bound max |key| through |c|), `keys`
     /// (the maximum over the keys each step), `noevents` (the bound scaled to 0: the judge's
     /// per-step work alone, not exact); joined by `+`.
@@ -87,10 +94,10 @@ fn parse() -> Result<Args, String> {
         wgs: vec![None],
         placements: vec![Placement::Auto],
         spds: vec![0],
-        comps: vec![true],
+        comps: vec![None],
         judges: vec![true],
         loads: vec![0],
-        refreshes: vec![diversity::gram::JUDGE_REFRESH],
+        refreshes: vec![None],
         variants: vec!["c".into()],
         chunk: 0,
         label: "workload".into(),
@@ -126,9 +133,25 @@ fn parse() -> Result<Args, String> {
             }
             "--placements" => a.placements = common::list(&f, &val()?)?,
             "--spd" => a.spds = common::list(&f, &val()?)?,
-            "--compensated" => a.comps = common::switches(&f, &val()?)?,
+            "--compensated" => {
+                a.comps = val()?
+                    .split(',')
+                    .map(|c| match c {
+                        "d" => Ok(None),
+                        c => common::switches(&f, c).map(|v| Some(v[0])),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
             "--judge" => a.judges = common::switches(&f, &val()?)?,
-            "--refresh" => a.refreshes = common::list(&f, &val()?)?,
+            "--refresh" => {
+                a.refreshes = val()?
+                    .split(',')
+                    .map(|r| match r {
+                        "d" => Ok(None),
+                        r => common::int_min::<usize>(&f, r, 0).map(Some),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
             "--judge-variants" => a.variants = common::list(&f, &val()?)?,
             "--loads" => a.loads = common::list(&f, &val()?)?,
             "--json" => a.json = Some(val()?),
@@ -204,18 +227,35 @@ fn run(a: Args) -> Result<(), String> {
     let mut checked = Vec::new();
     for &precision in &a.precisions {
         let dt = DeviceTable::upload(&ctx, &table, precision).map_err(|e| e.to_string())?;
-        let t0 = Instant::now();
-        let gram = Gram::build(&dt).map_err(|e| e.to_string())?;
-        let build_wall = t0.elapsed().as_secs_f64();
-        let build_s = gram.build_ns() as f64 * 1e-9;
-        println!(
-            "  {} G: {:.0} MiB in {} slab(s), {:.3} s GPU, {:.3} s wall",
-            precision.name(),
-            gram.bytes() as f64 / (1024.0 * 1024.0),
-            gram.slabs(),
-            build_s,
-            build_wall
-        );
+        // G as the configurations need it: the default (fixed-point where the device has
+        // float64), float32 entries for named float sums; each built once, when first needed.
+        let mut grams: Vec<(bool, Gram)> = Vec::new();
+        let mut gram_for = |float: bool| -> Result<Gram, String> {
+            if let Some((_, g)) = grams.iter().find(|(f, _)| *f == float) {
+                return Ok(g.clone());
+            }
+            let t0 = Instant::now();
+            let how = GramBuild {
+                fixed: if float { Some(false) } else { None },
+                ..GramBuild::default()
+            };
+            let gram = Gram::build_with(&dt, &how).map_err(|e| e.to_string())?;
+            println!(
+                "  {} G ({}): {:.0} MiB in {} slab(s), {:.3} s GPU, {:.3} s wall",
+                precision.name(),
+                if gram.fixed_scale().is_some() {
+                    "fixed-point"
+                } else {
+                    "float32"
+                },
+                gram.bytes() as f64 / (1024.0 * 1024.0),
+                gram.slabs(),
+                gram.build_ns() as f64 * 1e-9,
+                t0.elapsed().as_secs_f64()
+            );
+            grams.push((float, gram.clone()));
+            Ok(gram)
+        };
         let mut configs = Vec::new();
         for &wg in &a.wgs {
             for &pl in &a.placements {
@@ -245,10 +285,14 @@ fn run(a: Args) -> Result<(), String> {
                     placement,
                     subgroups: None,
                     steps_per_dispatch: spd,
-                    compensated: Some(comp),
-                    judge: Some(judge),
+                    compensated: comp,
+                    judge: if comp.is_some() { Some(judge) } else { None },
                     loads,
-                    judge_refresh: Some(refresh),
+                    judge_refresh: refresh.or(if comp.is_some() {
+                        Some(diversity::gram::JUDGE_REFRESH)
+                    } else {
+                        None
+                    }),
                     judge_kmax_c: Some(!variant.contains("keys")),
                     judge_scale: Some(if variant.contains("noevents") {
                         0.0
@@ -259,6 +303,8 @@ fn run(a: Args) -> Result<(), String> {
                     ..GramOptions::default()
                 };
                 let t = Instant::now();
+                let gram = gram_for(comp.is_some())?;
+                let fixed = gram.fixed_scale().is_some();
                 let mut job = match GramJob::new(&gram, &starts, &o) {
                     Ok(j) => j,
                     Err(e) => {
@@ -272,10 +318,10 @@ fn run(a: Args) -> Result<(), String> {
                 let h = fnv(&flat);
                 // The max over the keys (`keys`) may decide other steps uncertain: other bits at near-ties.
                 let arith = (
-                    comp,
-                    job.judge(),
+                    comp.unwrap_or(!fixed),
+                    job.judge() && !fixed,
                     job.judge()
-                        && ((!comp && variant.contains("keys"))
+                        && ((comp == Some(false) && variant.contains("keys"))
                             || variant.contains("noevents")
                             || diag_bits(variant) != 0),
                 );
@@ -313,10 +359,16 @@ fn run(a: Args) -> Result<(), String> {
                 let gpu_s = r.gpu_ns as f64 * 1e-9;
                 let bytes = s as f64 * steps as f64 * n as f64 * 4.0;
                 println!(
-                    "  {} wg {:>4} {:<9} spd {spd:<3} loads {loads:<2} refresh {refresh:<5} compensated {comp:<5} judge {:<5} {variant} ({bands} band re-scores, {refreshes} recomputes, E_F max {ef:.2e}) subgroups {:<5} GPU {:>8.4} s  wall {:>8.4} s  {:>10.0} steps/s  G rows {:>6.2} TB/s  same bits {}",
+                    "  {} wg {:>4} {:<9} spd {spd:<3} loads {loads:<2} refresh {:<5} {:<11} judge {:<5} {variant} ({bands} band re-scores, {refreshes} recomputes, E_F max {ef:.2e}) subgroups {:<5} GPU {:>8.4} s  wall {:>8.4} s  {:>10.0} steps/s  G rows {:>6.2} TB/s  same bits {}",
                     precision.name(),
                     job.workgroup_size(),
                     job.placement().name(),
+                    refresh.map_or("d".to_string(), |r| r.to_string()),
+                    match (fixed, comp) {
+                        (true, _) => "fixed",
+                        (false, Some(false)) => "plain",
+                        _ => "compensated",
+                    },
                     job.judge(),
                     job.uses_subgroups(),
                     gpu_s,
@@ -328,13 +380,13 @@ fn run(a: Args) -> Result<(), String> {
                 runs.push(Run {
                     precision,
                     spd,
-                    comp,
+                    comp: comp.unwrap_or(!fixed),
                     wg: job.workgroup_size(),
                     placement: job.placement(),
                     subgroups: job.uses_subgroups(),
                     gpu_s,
                     wall_s,
-                    build_s,
+                    build_s: gram.build_ns() as f64 * 1e-9,
                     identical,
                 });
             }
@@ -467,8 +519,6 @@ fn end_to_end(
     let precision = a.precisions[0];
     let dt = DeviceTable::upload(ctx, &table, precision).map_err(|e| e.to_string())?;
     mark(&mut t, "upload_s");
-    let gram = Gram::build(&dt).map_err(|e| e.to_string())?;
-    mark(&mut t, "gram_matrix_s");
     let n = table.n();
     // The workload's starts and steps (every item and every step unless --starts/--steps).
     let starts: Vec<u32> = (0..a.starts.unwrap_or(n).min(n) as u32).collect();
@@ -479,10 +529,18 @@ fn end_to_end(
         workgroup_size: a.wgs[0],
         placement: a.placements[0],
         steps_per_dispatch: a.spds[0],
-        compensated: Some(a.comps[0]),
-        judge: Some(a.judges[0]),
+        compensated: a.comps[0],
+        judge: a.comps[0].map(|_| a.judges[0]),
         ..GramOptions::default()
     };
+    // The G these options run on (as the engine builds it).
+    let fixed = diversity::gram::fixed_point(ctx.caps(), n, table.d(), &o);
+    let how = GramBuild {
+        fixed: Some(fixed),
+        ..GramBuild::default()
+    };
+    let gram = Gram::build_with(&dt, &how).map_err(|e| e.to_string())?;
+    mark(&mut t, "gram_matrix_s");
     let mut job = GramJob::new(&gram, &starts, &o).map_err(|e| e.to_string())?;
     let r = job.run().map_err(|e| e.to_string())?;
     mark(&mut t, "steps_s");

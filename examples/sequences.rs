@@ -249,7 +249,7 @@ fn run(a: Args) -> Result<(), String> {
     let wall = t0.elapsed().as_secs_f64();
     // The G the jobs shared (held by the engine since the first gram job).
     let g = match mode {
-        Mode::Gram => Some(engine.gram().map_err(|e| e.to_string())?),
+        Mode::Gram => Some(engine.gram_for(&opts.gram).map_err(|e| e.to_string())?),
         _ => None,
     };
     let meta = serde_json::json!({

@@ -28,7 +28,7 @@ cargo run --release --quiet --example bench -- --table data/fortunes-2k.npy --st
 grep -q "same bits: yes  band mean" "$smoke_log" || { cat "$smoke_log" >&2; echo "bench --kernels filter: no same-bits band line" >&2; exit 1; }
 rm -f "$smoke_log"
 cargo run --release --quiet --example bench_gram -- --table data/fortunes-2k.npy --starts 8 \
-  --steps 20 --wg 32,64 --placements registers,memory --compensated 1,0 --spd 0,1 --oracle 2 \
+  --steps 20 --wg 32,64 --placements registers,memory --compensated d,1,0 --spd 0,1 --oracle 2 \
   --e2e "$(mktemp -d)/e2e.json" --label "CI smoke" >/dev/null
 # The host engine's benchmark (about 1 s): the whole cache of 600 fortunes.
 cargo run --release --quiet --example bench_host -- data/fortunes-2k.npy --n 600 --center >/dev/null

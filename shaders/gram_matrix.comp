@@ -13,12 +13,24 @@
 // (see gram.comp for the whole bound). G[i][j] and G[j][i] have the same bits (every operation
 // is symmetric in a and b). The rows are the stored table: fp16 rows are widened, so G comes
 // from the rounded values.
+//
+// With FIXED (the `gram_matrix_fixed` variant, for gram_fixed.comp): each entry is
+// round(2^SCALE · (e_i · e_j) / |e_j|) as an int32, from a float64 dot product and a float64
+// norm of row j computed here (products of stored values are exact in float64; the sums round
+// by at most (D + 4)·2⁻⁵³ of their magnitudes), so an entry is within 0.5 + (D + 8)·2⁻²³ units
+// of 2^-SCALE of the exact (e_i · e_j) / |e_j| when 2^SCALE·|e_i| ≤ 2^30 (the host picks SCALE
+// so). A zero row j gives a zero column.
 #extension GL_EXT_nonuniform_qualifier : enable
 
 layout(local_size_x = 256) in;
 
 #include "table.glsl"
+#ifdef FIXED
+layout(constant_id = 0) const int SCALE = 0;
+layout(std430, set = 0, binding = 8) writeonly buffer GSlab { int g[]; } G[8];
+#else
 layout(std430, set = 0, binding = 8) writeonly buffer GSlab { float g[]; } G[8];
+#endif
 
 layout(push_constant) uniform Push {
     uint n;     // rows of the table (and of G)
@@ -39,11 +51,17 @@ void main() {
     const uint j0 = gl_WorkGroupID.x * BT;             // columns
     const uint i0 = pc.row0 + gl_WorkGroupID.y * BT;   // rows of G
     const uint iend = pc.row0 + pc.rows;
+#ifdef FIXED
+    double acc[16], sq[4];
+    for (uint q = 0u; q < 16u; ++q) acc[q] = 0.0LF;
+    for (uint q = 0u; q < 4u; ++q) sq[q] = 0.0LF;
+#else
     float acc[16], lo[16];
     for (uint q = 0u; q < 16u; ++q) {
         acc[q] = 0.0;
         lo[q] = 0.0;
     }
+#endif
     const uint lr = lid / 4u, lk = (lid % 4u) * 4u;
     for (uint k0 = 0u; k0 < pc.dim; k0 += BK) {
         for (uint q = 0u; q < 4u; ++q) {
@@ -58,6 +76,14 @@ void main() {
             float a[4], b[4];
             for (uint q = 0u; q < 4u; ++q) a[q] = As[kk * BT + ty * 4u + q];
             for (uint q = 0u; q < 4u; ++q) b[q] = Bs[kk * BT + tx * 4u + q];
+#ifdef FIXED
+            for (uint v = 0u; v < 4u; ++v) sq[v] = fma(double(b[v]), double(b[v]), sq[v]);
+            for (uint u = 0u; u < 4u; ++u) {
+                for (uint v = 0u; v < 4u; ++v) {
+                    acc[u * 4u + v] = fma(double(a[u]), double(b[v]), acc[u * 4u + v]);
+                }
+            }
+#else
             for (uint u = 0u; u < 4u; ++u) {
                 for (uint v = 0u; v < 4u; ++v) {
                     // TwoProduct and TwoSum: p + pe = a·b and s + se = acc + p exactly.
@@ -72,6 +98,7 @@ void main() {
                     lo[u * 4u + v] = l;
                 }
             }
+#endif
         }
         barrier();
     }
@@ -80,11 +107,21 @@ void main() {
         if (i >= iend) continue;
         for (uint v = 0u; v < 4u; ++v) {
             uint j = j0 + tx * 4u + v;
+#ifdef FIXED
+            if (j < pc.n) {
+                // The products are exact in float64 (24-bit operands), so fma and multiply-add
+                // round alike; 1/|e_j| in float64 from the same sums of squares.
+                const double nrm = sqrt(sq[v]);
+                const double x = nrm > 0.0LF ? ldexp(acc[u * 4u + v] / nrm, SCALE) : 0.0LF;
+                G[pc.slab].g[(i - pc.slab_row0) * pc.n + j] = int(roundEven(x));
+            }
+#else
             if (j < pc.n) {
                 precise float dot = acc[u * 4u + v] + lo[u * 4u + v];
                 precise float scaled = dot * inv_norm[j];
                 G[pc.slab].g[(i - pc.slab_row0) * pc.n + j] = scaled;
             }
+#endif
         }
     }
 }

@@ -395,12 +395,32 @@ impl Engine {
         (self.n, self.d, self.precision)
     }
 
-    /// G of the table, built on first use and shared with every later gram job.
+    /// G of the table for jobs with the default options, built on first use and shared with
+    /// every later gram job that can use it.
     pub fn gram(&mut self) -> Result<Gram> {
+        self.gram_for(&GramOptions::default())
+    }
+
+    /// G of the table for gram jobs with `opts`: fixed-point entries where they run on
+    /// fixed-point keys ([`crate::gram::fixed_point`]), float32 entries where their options name
+    /// float sums. Built on first use and kept; a G of the other kind is replaced (jobs and
+    /// handles that hold it keep it alive).
+    pub fn gram_for(&mut self, opts: &GramOptions) -> Result<Gram> {
+        let table = self.table()?;
+        let (n, d) = (table.n(), table.d());
+        let fixed = crate::gram::fixed_point(table.context().caps(), n, d, opts);
         if let Some(g) = &self.gram {
-            return Ok(g.clone());
+            if g.fixed_scale().is_some() == fixed {
+                return Ok(g.clone());
+            }
         }
-        let g = Gram::build(self.table()?)?;
+        let g = Gram::build_with(
+            table,
+            &crate::gram::GramBuild {
+                fixed: Some(fixed),
+                ..Default::default()
+            },
+        )?;
         self.gram = Some(g.clone());
         Ok(g)
     }
@@ -468,7 +488,7 @@ impl Engine {
             return Ok(Job::Host(Box::new(job)));
         }
         if mode == Mode::Gram {
-            let g = self.gram()?;
+            let g = self.gram_for(&opts.gram)?;
             return Job::gram(&g, starts, &opts.gram, prefix.map(|p| (p.rows, p.len)));
         }
         let job =

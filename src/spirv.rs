@@ -44,6 +44,8 @@ shaders! {
     SCAN_INIT = "scan_init",
     GRAM_MATRIX = "gram_matrix",
     GRAM = "gram",
+    GRAM_MATRIX_FIXED = "gram_matrix_fixed",
+    GRAM_FIXED = "gram_fixed",
     SCAN_BIG = "scan_big",
     SCAN_BIG_TILE = "scan_big_tile",
     SCAN_BIG_COMMIT = "scan_big_commit",

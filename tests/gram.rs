@@ -1,5 +1,5 @@
-//! The gram engine on a real Vulkan device (lavapipe in CI), validation layers on: G against a
-//! float64 product, the same bits across placements, workgroup sizes, reductions, chunks,
+//! The gram engine's float arithmetic (G with float32 entries) on a real Vulkan device (lavapipe
+//! in CI), validation layers on: G against a float64 product, the same bits across placements, workgroup sizes, reductions, chunks,
 //! batches and start order, the float64 ε-argmax oracle along the engine's
 //! own prefix on real and random data, fp32 and fp16, centered and not,
 //! edge cases, bad input, resume, and the memory-budget rule of `auto`.
@@ -14,6 +14,20 @@ use diversity::{
 };
 
 const EPS: f64 = 1e-5;
+
+/// G with float32 entries: this file tests the float arithmetic (compensated or plain key sums,
+/// the float judge); `gram_fixed.rs` tests the fixed-point keys that are the default where the
+/// device has float64.
+fn float_gram(dt: &DeviceTable) -> Gram {
+    Gram::build_with(
+        dt,
+        &GramBuild {
+            fixed: Some(false),
+            ..GramBuild::default()
+        },
+    )
+    .unwrap()
+}
 
 fn run(gram: &Gram, starts: &[u32], batch: usize, o: &GramOptions) -> Vec<Vec<u32>> {
     let mut out = Vec::new();
@@ -60,7 +74,7 @@ fn gram_matrix_matches_float64() {
     ] {
         let stored = table.as_stored(p);
         let dt = DeviceTable::upload(&ctx, &table, p).unwrap();
-        let g = Gram::build(&dt).unwrap();
+        let g = float_gram(&dt);
         let n = table.n();
         let norms: Vec<f64> = (0..n)
             .map(|j| {
@@ -103,6 +117,7 @@ fn slabs_and_submissions_split_g_without_changing_it() {
     let one = Gram::build_with(
         &dt,
         &GramBuild {
+            fixed: Some(false),
             slab_rows: Some(203),
             rows_per_submission: Some(203),
         },
@@ -115,6 +130,7 @@ fn slabs_and_submissions_split_g_without_changing_it() {
         let g = Gram::build_with(
             &dt,
             &GramBuild {
+                fixed: Some(false),
                 slab_rows: Some(slab_rows),
                 rows_per_submission: Some(per_sub),
             },
@@ -143,6 +159,7 @@ fn slabs_and_submissions_split_g_without_changing_it() {
     let e = Gram::build_with(
         &dt,
         &GramBuild {
+            fixed: Some(false),
             slab_rows: Some(25),
             rows_per_submission: None,
         },
@@ -158,7 +175,7 @@ fn same_bits_across_placements_workgroups_reductions_chunks_batches_and_order() 
     let ctx = ctx();
     let table = fortunes(203);
     let dt = DeviceTable::upload(&ctx, &table, Precision::Fp32).unwrap();
-    let gram = Gram::build(&dt).unwrap();
+    let gram = float_gram(&dt);
     let starts: Vec<u32> = vec![0, 5, 17, 42, 99, 150, 202, 1, 77, 128, 64];
     let base = run(&gram, &starts, starts.len(), &GramOptions::default());
     let (worst, _) = check_all(&table, &starts, &base);
@@ -222,7 +239,7 @@ fn run_gram(
     o: &GramOptions,
 ) -> Vec<Vec<u32>> {
     let dt = DeviceTable::upload(ctx, table, p).unwrap();
-    let gram = Gram::build(&dt).unwrap();
+    let gram = float_gram(&dt);
     run(&gram, starts, starts.len(), o)
 }
 
@@ -259,7 +276,7 @@ fn plain_sums_are_their_own_same_bits_and_pass_the_oracle() {
     for center in [false, true] {
         let table = if center { raw.centered() } else { raw.clone() };
         let dt = DeviceTable::upload(&ctx, &table, Precision::Fp32).unwrap();
-        let gram = Gram::build(&dt).unwrap();
+        let gram = float_gram(&dt);
         let plain = GramOptions {
             compensated: Some(false),
             ..GramOptions::default()
@@ -332,7 +349,7 @@ fn agreement_with_scan_is_reported_not_asserted() {
     scan.run().unwrap();
     let a = scan.sequences().unwrap();
     let b = run(
-        &Gram::build(&dt).unwrap(),
+        &float_gram(&dt),
         &starts,
         starts.len(),
         &GramOptions::default(),
@@ -348,7 +365,7 @@ fn top_k_chunks_and_progress() {
     let ctx = ctx();
     let table = fortunes(120);
     let dt = DeviceTable::upload(&ctx, &table, Precision::Fp32).unwrap();
-    let gram = Gram::build(&dt).unwrap();
+    let gram = float_gram(&dt);
     let full = run(&gram, &[7, 8], 2, &GramOptions::default());
     let o = GramOptions {
         steps: Some(10),
@@ -442,7 +459,7 @@ fn bad_input_and_the_memory_budget_rule() {
     let ctx = ctx();
     let table = fortunes(50);
     let dt = DeviceTable::upload(&ctx, &table, Precision::Fp32).unwrap();
-    let gram = Gram::build(&dt).unwrap();
+    let gram = float_gram(&dt);
     let e = GramJob::new(&gram, &[50], &GramOptions::default())
         .err()
         .unwrap();
@@ -506,7 +523,7 @@ fn resume_from_a_prefix_is_bit_identical() {
         let raw = fortunes(150);
         let table = if center { raw.centered() } else { raw };
         let dt = DeviceTable::upload(&ctx, &table, precision).unwrap();
-        let gram = Gram::build(&dt).unwrap();
+        let gram = float_gram(&dt);
         let starts = [3u32, 77, 0, 149, 12];
         let o = GramOptions {
             steps: Some(60),
@@ -545,7 +562,7 @@ fn gram_outlives_nothing_jobs_keep_it_alive() {
     let table = fortunes(64);
     let want = run_gram(&ctx, &table, Precision::Fp32, &[5], &GramOptions::default());
     let dt = DeviceTable::upload(&ctx, &table, Precision::Fp32).unwrap();
-    let gram = Gram::build(&dt).unwrap();
+    let gram = float_gram(&dt);
     let mut job = GramJob::new(&gram, &[5], &GramOptions::default()).unwrap();
     drop(gram);
     drop(dt);
@@ -563,7 +580,7 @@ fn many_steps_per_dispatch_stay_within_the_loop_cap() {
     let ctx = ctx();
     let table = fortunes(2000);
     let dt = DeviceTable::upload(&ctx, &table, Precision::Fp32).unwrap();
-    let gram = Gram::build(&dt).unwrap();
+    let gram = float_gram(&dt);
     let starts: Vec<u32> = vec![0, 1999, 733];
     for placement in [Placement::Registers, Placement::Memory] {
         let one = GramOptions {
@@ -600,7 +617,7 @@ fn near_duplicate_clusters_in_high_dimension_stay_within_eps() {
     let table = clusters(100, 12, 2048);
     let starts: Vec<u32> = vec![0, 600, 1199];
     let dt = DeviceTable::upload(&ctx, &table, Precision::Fp32).unwrap();
-    let gram = Gram::build(&dt).unwrap();
+    let gram = float_gram(&dt);
     let judged = GramOptions {
         judge: Some(true),
         ..GramOptions::default()
@@ -700,7 +717,7 @@ fn judge_same_bits_across_shapes_and_resume() {
     let ctx = ctx();
     let table = clusters(40, 8, 512);
     let dt = DeviceTable::upload(&ctx, &table, Precision::Fp16).unwrap();
-    let gram = Gram::build(&dt).unwrap();
+    let gram = float_gram(&dt);
     let starts: Vec<u32> = vec![0, 77, 160, 319, 5];
     // Compensated sums (the default at this size), and plain sums whose bound takes max |key|
     // through |c| (the default past the register file on GPUs).
@@ -781,7 +798,7 @@ fn whole_cache_every_sequence_passes_the_oracle() {
     let table = fortunes(320).centered();
     let stored = table.as_stored(Precision::Fp16);
     let dt = DeviceTable::upload(&ctx, &table, Precision::Fp16).unwrap();
-    let gram = Gram::build(&dt).unwrap();
+    let gram = float_gram(&dt);
     let starts: Vec<u32> = (0..320).collect();
     for judge in [false, true] {
         let o = GramOptions {

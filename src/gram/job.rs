@@ -3,11 +3,13 @@
 //! checkpoint by replaying its prefix, and the judge's counters read back from its state.
 //! Touches G (shared with the other jobs over it), its own state buffer and the batch scaffold.
 
-use super::judge::{judge_loops, judge_refresh, judge_round, BAND};
+use super::judge::{
+    fixed_loops, fixed_shared_bytes, judge_loops, judge_refresh, judge_round, BAND,
+};
 use super::matrix::{Gram, GramInner};
 use super::plan::{
-    arithmetic, batch_bytes, gram_loop_iterations, loads_in_flight, max_batch, plan_for,
-    state_floats,
+    arithmetic, batch_bytes, fixed_point, gram_loop_iterations, loads_in_flight, max_batch,
+    plan_fixed, plan_for, state_floats,
 };
 use super::record::{record_steps, GramPush};
 use super::{GramOptions, Placement};
@@ -34,6 +36,8 @@ pub struct GramJob {
     max_per_dispatch: usize,
     /// Whether the judge runs ([`GramOptions::judge`] and the device allows it).
     judge: bool,
+    /// Fixed-point keys' refresh period: dispatches are cut at steps 1 + k·period (0: none).
+    align: usize,
     pipeline: Arc<Pipeline>,
     sub: Submitter,
     set: Set,
@@ -75,15 +79,56 @@ impl GramJob {
             None => caps.subgroup_arithmetic && caps.subgroup_size >= 2,
         };
         let d = table.d();
-        let arith = arithmetic(&caps, n, d, opts);
-        let (wg, placement, rper) = plan_for(&caps, n, arith.compensated, arith.judge, opts)?;
+        let scale = gram.scale;
+        if scale.is_some() && !fixed_point(&caps, n, d, opts) {
+            return Err(Error::Invalid(format!(
+                "this Gram matrix holds fixed-point entries (the default on {}), and these gram \
+                 options ({}) need float32 entries: build G with fixed = false (Rust: \
+                 GramBuild {{ fixed: Some(false), .. }}), or run the job through the table, \
+                 which builds the G its options need",
+                caps.name,
+                float_reason(opts)
+            )));
+        }
+        let arith = match scale {
+            // Fixed-point keys: integer sums and their certificate, always on.
+            Some(_) => super::Arithmetic {
+                compensated: false,
+                judge: true,
+            },
+            None => arithmetic(&caps, n, d, opts),
+        };
+        let (wg, placement, rper) = match scale {
+            Some(_) => plan_fixed(&caps, n, opts)?,
+            None => plan_for(&caps, n, arith.compensated, arith.judge, opts)?,
+        };
+        if scale.is_some() {
+            if wg < 64 {
+                return Err(Error::Invalid(format!(
+                    "workgroup size {wg}: fixed-point gram keys need at least 64 invocations"
+                )));
+            }
+            let need = fixed_shared_bytes(d, wg);
+            if need > caps.shared_memory_bytes as u64 {
+                return Err(Error::Unsupported {
+                    device: caps.name.clone(),
+                    what: format!(
+                        "{need} bytes of shared memory for fixed-point gram keys at D = {d}, {wg} invocations"
+                    ),
+                });
+            }
+        }
         // lavapipe cuts an invocation's loops short after 65,535 iterations in all: a dispatch
         // runs only as many steps as fit the budget (same bits: steps per dispatch never
         // change them), and a step that alone does not fit is refused.
-        let (fixed, mut per_step) =
+        let (mut fixed, mut per_step) =
             gram_loop_iterations(n, wg, rper, placement, caps.subgroup_size);
         let judge = arith.judge;
-        if judge {
+        if scale.is_some() {
+            let (once, step) = fixed_loops(n, d, wg, placement, rper);
+            fixed += once;
+            per_step += step;
+        } else if judge {
             per_step += judge_loops(n, d, wg, placement, rper, judge_round(&caps, d, wg));
         }
         crate::device::check_loop_budget(
@@ -98,28 +143,51 @@ impl GramJob {
             u64::MAX => usize::MAX,
             b => ((b - fixed) / per_step).max(1) as usize,
         };
-        let pipeline = ctx.pipeline_for::<GramPush>(
-            &spirv::GRAM,
-            table.precision(),
-            &[
-                wg,
-                rper as u32,
-                (placement == Placement::Registers) as u32,
-                subgroups as u32,
-                seq_len as u32,
-                gram.slab_rows as u32,
-                arith.compensated as u32,
-                d as u32,
-                judge as u32,
-                loads_in_flight(rper, judge, opts) as u32,
-                judge_round(&caps, d, wg).max(1) as u32,
-                opts.judge_band.unwrap_or(BAND).min(BAND) as u32,
-                judge_refresh(opts) as u32,
-                opts.judge_kmax_c.unwrap_or(true) as u32,
-                opts.judge_scale.unwrap_or(1.0).to_bits(),
-                opts.judge_diag,
-            ],
-        )?;
+        let pipeline = if let Some(scale) = scale {
+            ctx.pipeline_for::<GramPush>(
+                &spirv::GRAM_FIXED,
+                table.precision(),
+                &[
+                    wg,
+                    rper as u32,
+                    (placement == Placement::Registers) as u32,
+                    subgroups as u32,
+                    seq_len as u32,
+                    gram.slab_rows as u32,
+                    d as u32,
+                    loads_in_flight(rper, true, opts) as u32,
+                    BAND as u32,
+                    scale as u32,
+                    opts.judge_diag,
+                    gram.max_norm.to_bits(),
+                    fixed_refresh(opts).0 as u32,
+                    fixed_refresh(opts).1.to_bits(),
+                ],
+            )?
+        } else {
+            ctx.pipeline_for::<GramPush>(
+                &spirv::GRAM,
+                table.precision(),
+                &[
+                    wg,
+                    rper as u32,
+                    (placement == Placement::Registers) as u32,
+                    subgroups as u32,
+                    seq_len as u32,
+                    gram.slab_rows as u32,
+                    arith.compensated as u32,
+                    d as u32,
+                    judge as u32,
+                    loads_in_flight(rper, judge, opts) as u32,
+                    judge_round(&caps, d, wg).max(1) as u32,
+                    opts.judge_band.unwrap_or(BAND).min(BAND) as u32,
+                    judge_refresh(opts) as u32,
+                    opts.judge_kmax_c.unwrap_or(true) as u32,
+                    opts.judge_scale.unwrap_or(1.0).to_bits(),
+                    opts.judge_diag,
+                ],
+            )?
+        };
         let rows = Batch::new(&ctx, starts, seq_len)?;
         let state = Buffer::storage(&ctx, "gram state", (batch * state_floats(n, d) * 4) as u64)?;
         let set = Set::new(
@@ -146,6 +214,11 @@ impl GramJob {
             subgroups,
             max_per_dispatch,
             judge,
+            align: if scale.is_some() {
+                fixed_refresh(opts).0
+            } else {
+                0
+            },
             pipeline,
             sub,
             set,
@@ -223,7 +296,8 @@ impl GramJob {
         Ok(job)
     }
 
-    /// Per sequence, how many times the judge recomputed every key so far (0s without it).
+    /// Per sequence, how many times the judge recomputed every key so far (0s without it; with
+    /// fixed-point keys: the periodic refreshes, see [`super::FIXED_REFRESH`]).
     pub fn refreshes(&self) -> Result<Vec<u32>> {
         self.judge_slot(3)
     }
@@ -231,6 +305,14 @@ impl GramJob {
     /// keys within twice their bound of the best (0s without it).
     pub fn band_rescores(&self) -> Result<Vec<u32>> {
         self.judge_slot(5)
+    }
+    /// Per sequence, how many of the settled steps had a band wider than 64 candidates (fixed-point
+    /// keys settle any number, in windows of 64; 0s with the float judge).
+    pub fn wide_bands(&self) -> Result<Vec<u32>> {
+        if self.align == 0 && self.gram.scale.is_none() {
+            return Ok(vec![0; self.batch.starts().len()]);
+        }
+        self.judge_slot(7)
     }
     /// Per sequence, the largest error bound of the fresh keys (E_F in `shaders/gram.comp`, key
     /// units: c · e_x / |e_x|) at a full recompute so far (0 without one).
@@ -293,9 +375,30 @@ impl GramJob {
             k => k,
         }
         .min(self.max_per_dispatch);
+        let align = self.align;
         let waited = self.sub.run(&what, |cb| unsafe {
-            record_steps(&dev, cb, p, set, groups, push, per)
+            record_steps(&dev, cb, p, set, groups, push, per, align)
         });
         self.batch.settle(&what, waited)
+    }
+}
+
+/// What in `opts` asks for float key sums (for the refusal of a fixed-point G).
+fn float_reason(opts: &GramOptions) -> String {
+    match (opts.compensated, opts.judge) {
+        (Some(true), _) => "compensated sums".into(),
+        (Some(false), _) => "plain sums".into(),
+        (None, Some(false)) => "no judge".into(),
+        _ => "fixed-point keys do not fit them on this device: they take at least 64 \
+              invocations, their shared memory and a step within the loop cap"
+            .into(),
+    }
+}
+
+/// Fixed-point keys' refresh period and threshold (units of A) for `opts`.
+fn fixed_refresh(opts: &GramOptions) -> (usize, f32) {
+    match opts.judge_refresh {
+        Some(r) => (r.min(1 << 24), 0.0),
+        None => (super::FIXED_REFRESH, super::FIXED_REFRESH_AT),
     }
 }

@@ -62,3 +62,44 @@ pub(super) fn judge_loops(
     let worst = items + 3 * items + rounds * (one + 1) + d + 2 * pick + 4;
     worst + d.div_ceil(wg) + 2
 }
+
+/// Shared memory `gram_fixed.comp` needs: three reduction arrays and the lane bases (WG entries
+/// each), the float64 running sum (D), the fresh keys' float64 partial sums (2·WG), the band's
+/// window, and a few scalars.
+pub(super) fn fixed_shared_bytes(d: usize, wg: u32) -> u64 {
+    let wg = wg as usize;
+    (16 * wg + 8 * d + 16 * wg + 4 * BAND.max(wg / CHAINS) + 32) as u64
+}
+
+/// Loop iterations `gram_fixed.comp` adds (once a dispatch, once a step) at most over the step
+/// loop itself: the dispatch's refresh of every key; per step a
+/// rescale of the keys, the running sum's share of a pick, and an uncertain step that counts its
+/// band, takes the lanes' bases serially and scores up to N candidates in windows of
+/// [`BAND`] and rounds of WG / 32.
+pub(super) fn fixed_loops(
+    n: usize,
+    d: usize,
+    wg: u32,
+    placement: Placement,
+    rper: usize,
+) -> (u64, u64) {
+    let wg64 = wg.max(1) as u64;
+    let (n, d) = (n as u64, d as u64);
+    let items = match placement {
+        Placement::Registers => rper as u64,
+        _ => n.div_ceil(wg64),
+    };
+    let rc = (wg64 / CHAINS as u64).max(1);
+    let windows = n.div_ceil(BAND as u64);
+    let round = d.div_ceil(CHAINS as u64) + 5 + rc + 2;
+    let rescale = items + 32;
+    // The running sum gains each pick once, at an uncertain step or at the dispatch's end.
+    let rebuild = 2 * (d.div_ceil(wg64) + 1);
+    let step = rescale
+        + rebuild
+        + 2 * items
+        + wg64
+        + windows * (items + (BAND as u64).div_ceil(rc) * round + 2);
+    // Once a dispatch: the refresh (every key's float64 dot product) and its shift's search.
+    (items * (d + 2) + 32, step)
+}

@@ -20,6 +20,12 @@ pub struct GramBuild {
     pub slab_rows: Option<usize>,
     /// Rows of G computed per submission (the watchdog knob). Default: ~2³³ multiply-adds.
     pub rows_per_submission: Option<usize>,
+    /// Fixed-point G: int32 entries round(2^s · G) from float64 dot products, for jobs on
+    /// fixed-point keys ([`super::fixed_point`]); `Some(false)`: float32 entries (compensated
+    /// dot products), for jobs whose options name float sums (`compensated`, or no judge).
+    /// `None`: what jobs with the default options run on this device (fixed-point where it has
+    /// float64 in shaders). A job refuses a fixed-point G its options cannot use.
+    pub fixed: Option<bool>,
 }
 
 /// G = E Eᵀ of a device table, on the device, in row slabs. Jobs share it (and keep it alive).
@@ -33,6 +39,10 @@ pub(super) struct GramInner {
     pub(super) slabs: Vec<Buffer>,
     pub(super) slab_rows: usize,
     pub(super) build_ns: u64,
+    /// Fixed-point G: its entries are round(2^scale · G) (None: float32 G).
+    pub(super) scale: Option<i32>,
+    /// An upper bound on every row's norm (fixed-point G only; 0 otherwise).
+    pub(super) max_norm: f32,
 }
 
 #[repr(C)]
@@ -84,8 +94,30 @@ impl Gram {
             )?);
             r0 += r;
         }
-        let pipeline =
-            ctx.pipeline_for::<MatrixPush>(&spirv::GRAM_MATRIX, table.precision(), &[])?;
+        let fixed = how.fixed.unwrap_or_else(|| {
+            super::plan::fixed_point(caps, n, d, &super::GramOptions::default())
+        });
+        if fixed && !caps.float64 {
+            return Err(Error::Unsupported {
+                device: caps.name.clone(),
+                what: "float64 in shaders (a fixed-point Gram matrix)".into(),
+            });
+        }
+        let (scale, max_norm) = if fixed {
+            let inv = ctx.download(table.inv_norm_buffer(), 0, (n * 4) as u64)?;
+            let (s, m) = fixed_scale(bytemuck::cast_slice(&inv));
+            (Some(s), m)
+        } else {
+            (None, 0.0)
+        };
+        let pipeline = match scale {
+            Some(s) => ctx.pipeline_for::<MatrixPush>(
+                &spirv::GRAM_MATRIX_FIXED,
+                table.precision(),
+                &[s as u32],
+            )?,
+            None => ctx.pipeline_for::<MatrixPush>(&spirv::GRAM_MATRIX, table.precision(), &[])?,
+        };
         let set = Set::new(
             &ctx,
             &[(0, table.data_buffer()), (1, table.inv_norm_buffer())],
@@ -129,6 +161,8 @@ impl Gram {
                 slabs,
                 slab_rows: rows,
                 build_ns,
+                scale,
+                max_norm,
             }),
         })
     }
@@ -150,8 +184,14 @@ impl Gram {
         self.inner.slabs.len()
     }
 
+    /// The fixed-point scale s: entries are round(2^s · G) as int32 (None: float32 G, see
+    /// [`GramBuild::fixed`]).
+    pub fn fixed_scale(&self) -> Option<i32> {
+        self.inner.scale
+    }
+
     /// Row `i` of G as stored, `G[i][j] = (e_i · e_j) / |e_j|` (0 for a zero row j), downloaded
-    /// (for tests and diagnostics).
+    /// (for tests and diagnostics; a fixed-point G's entries are converted to float32).
     pub fn row(&self, i: usize) -> Result<Vec<f32>> {
         let g = &self.inner;
         let n = g.table.n();
@@ -164,6 +204,32 @@ impl Gram {
             .table
             .context()
             .download(&g.slabs[slab], off, (n * 4) as u64)?;
-        Ok(bytemuck::cast_slice(&bytes).to_vec())
+        Ok(match g.scale {
+            None => bytemuck::cast_slice(&bytes).to_vec(),
+            Some(s) => bytemuck::cast_slice::<u8, i32>(&bytes)
+                .iter()
+                .map(|&v| (v as f64 * (-s as f64).exp2()) as f32)
+                .collect(),
+        })
+    }
+}
+
+/// The fixed-point scale for rows with these inverse norms (float32 roundings of float64 values;
+/// 0 for zero rows), and an upper bound M on their norms (|e| ≤ 1/inv_norm · (1 + 2⁻²⁰)): the
+/// largest s with 2^s · M < 2^30.
+pub(super) fn fixed_scale(inv_norm: &[f32]) -> (i32, f32) {
+    let m = inv_norm
+        .iter()
+        .filter(|&&v| v > 0.0)
+        .map(|&v| 1.0 / v as f64)
+        .fold(0.0f64, f64::max)
+        * (1.0 + 2f64.powi(-20));
+    // M as a float32 no smaller than m.
+    let mf = m as f32;
+    let mf = if (mf as f64) < m { mf.next_up() } else { mf };
+    if m > 0.0 {
+        (29 - (mf as f64).log2().floor() as i32, mf)
+    } else {
+        (0, 0.0)
     }
 }

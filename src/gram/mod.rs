@@ -35,7 +35,9 @@ mod record;
 pub use crate::mode::Mode;
 pub use job::GramJob;
 pub use matrix::{Gram, GramBuild};
-pub use plan::{arithmetic, batch_bytes, gram_bytes, gram_unfit, max_batch, mode_for, summation};
+pub use plan::{
+    arithmetic, batch_bytes, fixed_point, gram_bytes, gram_unfit, max_batch, mode_for, summation,
+};
 
 use crate::device::G_SLABS;
 use crate::names::named_enum;
@@ -142,6 +144,14 @@ pub struct GramOptions {
 /// measured on an H200 at N = 31,102, a recompute every 4,096 steps cut band re-scores 5× and
 /// saved 8–10%; with row loads in groups of 8 as well, 19–22% (BENCHMARKS.md).
 pub const JUDGE_REFRESH: usize = 4096;
+
+/// Fixed-point keys: a dispatch starting at step 1 + k·[`FIXED_REFRESH`] recomputes every key
+/// from the float64 running sum when their bound A has reached [`FIXED_REFRESH_AT`] units, which
+/// restarts A (fewer uncertain steps later). `GramOptions::judge_refresh = Some(r)` sets the
+/// period and drops the threshold (every r steps; 0: never), for tests.
+pub const FIXED_REFRESH: usize = 256;
+/// See [`FIXED_REFRESH`].
+pub const FIXED_REFRESH_AT: f32 = 1024.0;
 
 /// The arithmetic a gram job runs: key sums and whether the judge runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -222,13 +222,19 @@ describe("command line", function()
         local other = run("gram2", { "--mode", "gram", "--batch", "70", "--target-s", "0.000001",
           "--placement", "memory" })
         assert.are.equal(gram:gsub('"batch_size":%d+', ""), (other:gsub('"batch_size":%d+', "")))
-        -- the judge runs by default at every N: said in the metadata
-        assert.are.equal("compensated; G dot2; judge2 refresh 4096", jg.metadata.summation)
-        -- without it: said in the metadata (other bits at near-ties)
+        -- fixed-point keys, every step certified, by default where the device has float64
+        -- (lavapipe has): said in the metadata
+        assert.are.equal("fixed; G dot64", jg.metadata.summation)
+        -- float sums named: said in the metadata (other bits at near-ties)
         run("nojudge", { "--mode", "gram", "--no-judge" })
         assert.are.equal("compensated; G dot2", H.json_file(dir .. "/nojudge.json").metadata.summation)
-        -- the defaults named: the same bytes as unnamed at this size
-        local named = run("named", { "--mode", "gram", "--compensated-sums", "--judge" })
+        local comp = run("comp", { "--mode", "gram", "--compensated-sums", "--judge" })
+        assert.are.equal("compensated; G dot2; judge2 refresh 4096",
+          H.json_file(dir .. "/comp.json").metadata.summation)
+        check_sequences(H.json_file(dir .. "/comp.json"),
+          expected(dir .. "/e.json", { 0, 150, 299 }, 40, { mode = "gram" }))
+        -- the judge named alone: the default's bytes
+        local named = run("named", { "--mode", "gram", "--judge" })
         assert.are.equal(gram, named)
         -- plain sums (with the judge, whose bound then goes through |c|): said in the metadata,
         -- the same bytes across batches

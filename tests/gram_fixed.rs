@@ -1,0 +1,401 @@
+//! The gram engine on fixed-point keys (`shaders/gram_fixed.comp`) on a real Vulkan device
+//! (lavapipe in CI), validation layers on: the float64 oracle along the engine's own prefix on
+//! near-duplicate clusters, real data centred and not, fp32 and fp16, a table whose running sum
+//! grows past the keys' range (rescales); the same bits across placements, workgroup sizes,
+//! reductions, chunks, batches and a resume.
+
+mod common;
+use common::{assert_clean, ctx, fortunes, random_table};
+use diversity::gram::GramBuild;
+use diversity::reference::check_sequence;
+use diversity::{DeviceTable, Gram, GramJob, GramOptions, Placement, Precision, Table};
+
+const EPS: f64 = 1e-5;
+
+fn fixed_gram(dt: &DeviceTable) -> Gram {
+    Gram::build_with(
+        dt,
+        &GramBuild {
+            fixed: Some(true),
+            ..GramBuild::default()
+        },
+    )
+    .unwrap()
+}
+
+fn run(gram: &Gram, starts: &[u32], batch: usize, o: &GramOptions) -> Vec<Vec<u32>> {
+    let mut out = Vec::new();
+    for b in starts.chunks(batch) {
+        let mut job = GramJob::new(gram, b, o).unwrap();
+        job.run().unwrap();
+        out.extend(job.sequences().unwrap());
+    }
+    out
+}
+
+fn worst(stored: &Table, starts: &[u32], seqs: &[Vec<u32>]) -> f64 {
+    let mut w = 0f64;
+    for (s, seq) in starts.iter().zip(seqs) {
+        let c = check_sequence(stored, *s, seq, EPS).unwrap_or_else(|v| panic!("start {s}: {v:?}"));
+        w = w.max(c.worst_excess);
+    }
+    w
+}
+
+/// `centers` random directions in `d` dims, each repeated `copies` times with a perturbation of
+/// 1e-3 of its length, centred: near-duplicates whose distances differ by ~1e-5.
+fn clusters(centers: usize, copies: usize, d: usize) -> Table {
+    let base = random_table(centers, d, 17);
+    let noise = random_table(centers * copies, d, 18);
+    let mut data = Vec::with_capacity(centers * copies * d);
+    for c in 0..centers {
+        let row = base.row(c);
+        let norm = row.iter().map(|v| (*v as f64).powi(2)).sum::<f64>().sqrt();
+        let scale = 1e-3 * norm / (d as f64).sqrt();
+        for k in 0..copies {
+            let z = noise.row(c * copies + k);
+            data.extend(
+                row.iter()
+                    .zip(z)
+                    .map(|(a, b)| (*a as f64 + scale * *b as f64) as f32),
+            );
+        }
+    }
+    Table::new(data, centers * copies, d).unwrap().centered()
+}
+
+#[test]
+fn fixed_keys_hold_the_oracle_on_near_duplicates_and_real_data() {
+    let ctx = ctx();
+    if !ctx.caps().float64 {
+        eprintln!("no float64 in shaders on this device: fixed-point keys untested");
+        return;
+    }
+    let table = clusters(100, 12, 1024);
+    let starts: Vec<u32> = vec![0, 600, 1199];
+    let dt = DeviceTable::upload(&ctx, &table, Precision::Fp32).unwrap();
+    let gram = fixed_gram(&dt);
+    let mut job = GramJob::new(&gram, &starts, &GramOptions::default()).unwrap();
+    job.run().unwrap();
+    let got = job.sequences().unwrap();
+    let bands = job.band_rescores().unwrap();
+    let wide = job.wide_bands().unwrap();
+    let w = worst(&table, &starts, &got);
+    eprintln!(
+        "fixed keys, clusters 1,200 × 1,024: worst excess {w:.3e}, bands {bands:?}, wide {wide:?}"
+    );
+    assert!(w <= 1e-12, "worst excess {w:.3e}");
+    let raw = fortunes(2048);
+    for center in [false, true] {
+        let t = if center { raw.centered() } else { raw.clone() };
+        for p in [Precision::Fp32, Precision::Fp16] {
+            let dt = DeviceTable::upload(&ctx, &t, p).unwrap();
+            let gram = fixed_gram(&dt);
+            let starts = [0u32, 1337, 2047];
+            let mut job = GramJob::new(&gram, &starts, &GramOptions::default()).unwrap();
+            job.run().unwrap();
+            let seqs = job.sequences().unwrap();
+            let w = worst(&t.as_stored(p), &starts, &seqs);
+            eprintln!(
+                "fixed keys, fortunes 2,048 center {center} {p:?}: worst excess {w:.3e}, bands {:?}, scale {:?}",
+                job.band_rescores().unwrap(),
+                gram.fixed_scale()
+            );
+            assert!(w <= 1e-12, "center {center} {p:?}: {w:.3e}");
+        }
+    }
+    assert_clean(&ctx);
+}
+
+#[test]
+fn fixed_keys_same_bits_across_shapes_and_resume() {
+    let ctx = ctx();
+    if !ctx.caps().float64 {
+        return;
+    }
+    // A common component: the running sum grows with the sequence, so the keys rescale.
+    let raw = random_table(300, 48, 5);
+    let data: Vec<f32> = raw.data().iter().map(|v| v + 3.0).collect();
+    let table = Table::new(data, 300, 48).unwrap();
+    let dt = DeviceTable::upload(&ctx, &table, Precision::Fp32).unwrap();
+    let gram = fixed_gram(&dt);
+    let starts: Vec<u32> = vec![0, 5, 17, 42, 99, 150, 299, 1, 77];
+    let base = run(&gram, &starts, starts.len(), &GramOptions::default());
+    assert!(worst(&table, &starts, &base) <= 1e-12);
+    for placement in [Placement::Registers, Placement::Memory] {
+        for wg in [64u32, 256] {
+            for subgroups in [false, ctx.caps().subgroup_arithmetic] {
+                let o = GramOptions {
+                    placement,
+                    workgroup_size: Some(wg),
+                    subgroups: Some(subgroups),
+                    ..GramOptions::default()
+                };
+                assert_eq!(
+                    run(&gram, &starts, 4, &o),
+                    base,
+                    "{placement:?} wg {wg} subgroups {subgroups}"
+                );
+            }
+        }
+    }
+    for chunk in [1usize, 7, 0] {
+        let o = GramOptions {
+            chunk,
+            steps_per_dispatch: if chunk == 0 { 1000 } else { 0 },
+            ..GramOptions::default()
+        };
+        assert_eq!(run(&gram, &starts, 3, &o), base, "chunk {chunk}");
+    }
+    // Every key recomputed from the float64 running sum each 16 steps (dispatches cut there):
+    // its own bits, the same across shapes, chunks and a resume, and the oracle.
+    let refresh = GramOptions {
+        judge_refresh: Some(16),
+        ..GramOptions::default()
+    };
+    let mut job = GramJob::new(&gram, &starts, &refresh).unwrap();
+    job.run().unwrap();
+    let rbase = job.sequences().unwrap();
+    assert!(
+        job.refreshes().unwrap().iter().all(|&r| r == 299 / 16),
+        "{:?}",
+        job.refreshes()
+    );
+    assert!(worst(&table, &starts, &rbase) <= 1e-12);
+    for (placement, chunk, spd) in [
+        (Placement::Registers, 7usize, 0usize),
+        (Placement::Memory, 5, 0),
+        (Placement::Registers, 0, 1000),
+        (Placement::Memory, 1, 0),
+    ] {
+        let o = GramOptions {
+            placement,
+            chunk,
+            steps_per_dispatch: spd,
+            ..refresh.clone()
+        };
+        assert_eq!(
+            run(&gram, &starts, 4, &o),
+            rbase,
+            "refresh {placement:?} chunk {chunk}"
+        );
+    }
+    let o = GramOptions {
+        chunk: 9,
+        ..refresh.clone()
+    };
+    let mut first = GramJob::new(&gram, &starts, &o).unwrap();
+    first.step(100).unwrap();
+    let have = first.sequence_len();
+    let prefixes = first.sequence_columns(0, have).unwrap();
+    drop(first);
+    let mut rest = GramJob::resume(&gram, &starts, &prefixes, have, &o).unwrap();
+    rest.run().unwrap();
+    assert_eq!(rest.sequences().unwrap(), rbase, "refresh, resume");
+    let o = GramOptions {
+        chunk: 9,
+        ..GramOptions::default()
+    };
+    let mut first = GramJob::new(&gram, &starts, &o).unwrap();
+    first.step(130).unwrap();
+    let have = first.sequence_len();
+    let prefixes = first.sequence_columns(0, have).unwrap();
+    drop(first);
+    let mut rest = GramJob::resume(&gram, &starts, &prefixes, have, &o).unwrap();
+    rest.run().unwrap();
+    assert_eq!(rest.sequences().unwrap(), base, "resume");
+    assert_clean(&ctx);
+}
+
+/// Exact duplicates tie exactly in every arithmetic: 100 copies of one row make bands wider than
+/// one window of 64 whenever they are the best, which the windows path settles (lowest index
+/// first), the same bits in every shape, and the oracle holds.
+#[test]
+fn fixed_keys_settle_wide_bands_of_duplicates() {
+    let ctx = ctx();
+    if !ctx.caps().float64 {
+        return;
+    }
+    let d = 24;
+    let raw = random_table(120, d, 9);
+    let mut data = Vec::new();
+    for i in 0..220usize {
+        // Rows 10, 12, …, 208 are copies of row 0; every other row is distinct (a random row
+        // moved by 1e-3·i).
+        if (10..210).contains(&i) && i % 2 == 0 {
+            data.extend_from_slice(raw.row(0));
+        } else {
+            data.extend(raw.row((i * 7) % 120).iter().map(|v| v + 1e-3 * i as f32));
+        }
+    }
+    let table = Table::new(data, 220, d).unwrap().centered();
+    let dt = DeviceTable::upload(&ctx, &table, Precision::Fp32).unwrap();
+    let gram = fixed_gram(&dt);
+    let starts: Vec<u32> = vec![1, 3, 219, 50, 0];
+    let mut job = GramJob::new(&gram, &starts, &GramOptions::default()).unwrap();
+    job.run().unwrap();
+    let base = job.sequences().unwrap();
+    let wide = job.wide_bands().unwrap();
+    eprintln!(
+        "wide bands settled: {wide:?}, bands {:?}",
+        job.band_rescores().unwrap()
+    );
+    assert!(
+        wide.iter().any(|&w| w > 0),
+        "no band wider than 64: {wide:?}"
+    );
+    assert!(worst(&table, &starts, &base) <= 1e-12);
+    for placement in [Placement::Registers, Placement::Memory] {
+        for wg in [64u32, 128] {
+            let o = GramOptions {
+                placement,
+                workgroup_size: Some(wg),
+                ..GramOptions::default()
+            };
+            assert_eq!(run(&gram, &starts, 2, &o), base, "{placement:?} wg {wg}");
+        }
+    }
+    assert_clean(&ctx);
+}
+
+fn run_fixed(table: &Table, p: Precision, starts: &[u32], o: &GramOptions) -> Vec<Vec<u32>> {
+    let ctx = ctx();
+    let dt = DeviceTable::upload(&ctx, table, p).unwrap();
+    run(&fixed_gram(&dt), starts, starts.len(), o)
+}
+
+/// The cases worked by hand in tests/scan.rs, on fixed-point keys: N = 1 and 2, duplicates,
+/// |c| = 0 (every key 0: the lowest index wins), zero rows (d = 1), both placements.
+#[test]
+fn fixed_keys_edge_cases_n1_n2_zero_rows_duplicates() {
+    let ctx = ctx();
+    if !ctx.caps().float64 {
+        return;
+    }
+    let one = Table::new(vec![0.5, -1.0, 2.0], 1, 3).unwrap();
+    for p in [Precision::Fp32, Precision::Fp16] {
+        assert_eq!(
+            run_fixed(&one, p, &[0], &GramOptions::default()),
+            vec![vec![0]]
+        );
+    }
+    let two = Table::new(vec![1.0, 0.0, 0.0, 1.0], 2, 2).unwrap();
+    assert_eq!(
+        run_fixed(&two, Precision::Fp32, &[1, 0], &GramOptions::default()),
+        vec![vec![1, 0], vec![0, 1]]
+    );
+    let dup = Table::new(vec![1.0, 0.0, 0.0, 1.0, 0.0, 1.0, -1.0, 0.0], 4, 2).unwrap();
+    let zero = Table::new(vec![1.0, 0.0, 0.0, 0.0, 0.0, 1.0, -0.8, 0.6], 4, 2).unwrap();
+    for placement in [Placement::Registers, Placement::Memory] {
+        let o = GramOptions {
+            placement,
+            ..GramOptions::default()
+        };
+        assert_eq!(
+            run_fixed(&dup, Precision::Fp32, &[0], &o)[0],
+            vec![0, 3, 1, 2]
+        );
+        let s = run_fixed(&zero, Precision::Fp32, &[0, 1], &o);
+        assert_eq!(s[0], vec![0, 3, 1, 2]);
+        assert_eq!(s[1], vec![1, 0, 3, 2]);
+        for (st, seq) in [0u32, 1].iter().zip(&s) {
+            assert_eq!(
+                seq,
+                &diversity::reference::reference_sequence(&zero, *st, 3)
+            );
+        }
+    }
+    assert_clean(&ctx);
+}
+
+/// Top-k prefixes are the whole sequences' prefixes; a fixed-point G refuses options that name
+/// float sums, with the reason and the way out; the default falls back to float sums on a device
+/// without float64 (checked in a child process with `DIVERSITY_DISABLE=float64`).
+#[test]
+fn fixed_keys_top_k_refusals_and_the_float64_fallback() {
+    let ctx = ctx();
+    let table = fortunes(120);
+    let dt = DeviceTable::upload(&ctx, &table, Precision::Fp16).unwrap();
+    if !ctx.caps().float64 {
+        // The child process (or a device without float64): the default G is float32, the
+        // default job runs float sums with the judge, and a fixed-point G is refused.
+        let g = Gram::build(&dt).unwrap();
+        assert_eq!(g.fixed_scale(), None);
+        let mut job = GramJob::new(&g, &[0, 7], &GramOptions::default()).unwrap();
+        job.run().unwrap();
+        assert!(job.judge());
+        let e = Gram::build_with(
+            &dt,
+            &GramBuild {
+                fixed: Some(true),
+                ..GramBuild::default()
+            },
+        )
+        .err()
+        .unwrap();
+        assert!(e.to_string().contains("float64"), "{e}");
+        let s = diversity::gram::summation(ctx.caps(), 120, 384, &GramOptions::default()).unwrap();
+        assert!(s.starts_with("compensated; G dot2; judge"), "{s}");
+        assert_clean(&ctx);
+        return;
+    }
+    let g = Gram::build(&dt).unwrap();
+    assert!(
+        g.fixed_scale().is_some(),
+        "the default G is fixed-point where float64 exists"
+    );
+    let whole = run(&g, &[0, 7, 119], 3, &GramOptions::default());
+    let top = run(
+        &g,
+        &[0, 7, 119],
+        2,
+        &GramOptions {
+            steps: Some(17),
+            chunk: 5,
+            ..GramOptions::default()
+        },
+    );
+    for (w, t) in whole.iter().zip(&top) {
+        assert_eq!(&w[..18], &t[..]);
+    }
+    for (o, what) in [
+        (
+            GramOptions {
+                compensated: Some(true),
+                ..GramOptions::default()
+            },
+            "compensated sums",
+        ),
+        (
+            GramOptions {
+                compensated: Some(false),
+                ..GramOptions::default()
+            },
+            "plain sums",
+        ),
+        (
+            GramOptions {
+                judge: Some(false),
+                ..GramOptions::default()
+            },
+            "no judge",
+        ),
+    ] {
+        let e = GramJob::new(&g, &[0], &o).err().unwrap().to_string();
+        assert!(
+            e.contains("fixed-point") && e.contains(what) && e.contains("fixed = false"),
+            "{e}"
+        );
+    }
+    assert_eq!(
+        diversity::gram::summation(ctx.caps(), 120, 384, &GramOptions::default()).unwrap(),
+        "fixed; G dot64"
+    );
+    assert_clean(&ctx);
+    drop(dt);
+    common::rerun_with_env(
+        "fixed_keys_top_k_refusals_and_the_float64_fallback",
+        "DIVERSITY_DISABLE",
+        "float64",
+    );
+}
