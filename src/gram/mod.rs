@@ -145,11 +145,14 @@ pub struct GramOptions {
 /// saved 8–10%; with row loads in groups of 8 as well, 19–22% (BENCHMARKS.md).
 pub const JUDGE_REFRESH: usize = 4096;
 
-/// Fixed-point keys: a dispatch starting at step 1 + k·[`FIXED_REFRESH`] recomputes every key
-/// from the float64 running sum when their bound A has reached [`FIXED_REFRESH_AT`] units, which
-/// restarts A (fewer uncertain steps later). `GramOptions::judge_refresh = Some(r)` sets the
-/// period and drops the threshold (every r steps; 0: never), for tests.
-pub const FIXED_REFRESH: usize = 256;
+/// Fixed-point keys can recompute every key from the float64 running sum at steps
+/// 1 + k·R when their bound A has reached [`FIXED_REFRESH_AT`] units (A restarts; fewer uncertain
+/// steps later): `GramOptions::judge_refresh = Some(R)` turns it on, every R steps without the
+/// threshold (for tests and benchmarks). Off by default: on an H200 every 256 steps above 1,024
+/// units cost more than the settles it saved on every table measured (real31k 4.89 s against
+/// 3.97 s, the fortunes 8.20 against 4.67 s, the 8,359 × 768 table 0.91 against 0.79 s;
+/// BENCHMARKS.md).
+pub const FIXED_REFRESH: usize = 0;
 /// See [`FIXED_REFRESH`].
 pub const FIXED_REFRESH_AT: f32 = 1024.0;
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Kept with its log (run from the repo root as bench/<name>.sh with .gl/ carried).
 # Fixed-point gram keys, second build (loads issued before the step's bookkeeping, the running
 # sum updated each step from a row loaded beside the Gram row, bands gathered by atomics, shifts
 # rounded to nearest), beside the default arithmetic in the same run, row loads in flight swept.

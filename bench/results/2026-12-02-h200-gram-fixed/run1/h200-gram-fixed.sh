@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Kept with its log (run from the repo root as bench/<name>.sh with .gl/ carried).
 # Fixed-point gram keys (shaders/gram_fixed.comp, DIVERSITY_GRAM=fixed) against the default
 # arithmetic, on the GPU machine from the repo root with .gl/ carried (.gl/bin/bench_gram and
 # sequences built from this tree, the fortunes, the loader .debs). GPU time of the rows:
