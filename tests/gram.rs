@@ -5,7 +5,7 @@
 //! edge cases, bad input, resume, and the memory-budget rule of `auto`.
 
 mod common;
-use common::{assert_clean, ctx, fortunes, random_table};
+use common::{assert_clean, clusters, ctx, fortunes, random_table};
 use diversity::gram::{gram_unfit, mode_for, GramBuild};
 use diversity::reference::{check_sequence, common_prefix, reference_sequence};
 use diversity::{
@@ -674,28 +674,6 @@ fn near_duplicate_clusters_in_high_dimension_stay_within_eps() {
     }
     eprintln!("without the judge: worst excess {worst_plain:.3e} (not asserted)");
     assert_clean(&ctx);
-}
-
-/// `centers` random directions in `d` dims, each repeated `copies` times with a perturbation of
-/// 1e-3 of its length, centred: near-duplicates whose distances differ by ~1e-5.
-fn clusters(centers: usize, copies: usize, d: usize) -> Table {
-    let base = random_table(centers, d, 17);
-    let noise = random_table(centers * copies, d, 18);
-    let mut data = Vec::with_capacity(centers * copies * d);
-    for c in 0..centers {
-        let row = base.row(c);
-        let norm = row.iter().map(|v| (*v as f64).powi(2)).sum::<f64>().sqrt();
-        let scale = 1e-3 * norm / (d as f64).sqrt();
-        for k in 0..copies {
-            let z = noise.row(c * copies + k);
-            data.extend(
-                row.iter()
-                    .zip(z)
-                    .map(|(a, b)| (*a as f64 + scale * *b as f64) as f32),
-            );
-        }
-    }
-    Table::new(data, centers * copies, d).unwrap().centered()
 }
 
 /// The judge's derived bound on a pick's excess, in distance units (`shaders/gram.comp`): 2·E_F/|c|

@@ -5,7 +5,7 @@
 //! reductions, chunks, batches and a resume.
 
 mod common;
-use common::{assert_clean, ctx, fortunes, random_table};
+use common::{assert_clean, clusters, ctx, fortunes, random_table};
 use diversity::gram::GramBuild;
 use diversity::reference::check_sequence;
 use diversity::{DeviceTable, Gram, GramJob, GramOptions, Placement, Precision, Table};
@@ -40,28 +40,6 @@ fn worst(stored: &Table, starts: &[u32], seqs: &[Vec<u32>]) -> f64 {
         w = w.max(c.worst_excess);
     }
     w
-}
-
-/// `centers` random directions in `d` dims, each repeated `copies` times with a perturbation of
-/// 1e-3 of its length, centred: near-duplicates whose distances differ by ~1e-5.
-fn clusters(centers: usize, copies: usize, d: usize) -> Table {
-    let base = random_table(centers, d, 17);
-    let noise = random_table(centers * copies, d, 18);
-    let mut data = Vec::with_capacity(centers * copies * d);
-    for c in 0..centers {
-        let row = base.row(c);
-        let norm = row.iter().map(|v| (*v as f64).powi(2)).sum::<f64>().sqrt();
-        let scale = 1e-3 * norm / (d as f64).sqrt();
-        for k in 0..copies {
-            let z = noise.row(c * copies + k);
-            data.extend(
-                row.iter()
-                    .zip(z)
-                    .map(|(a, b)| (*a as f64 + scale * *b as f64) as f32),
-            );
-        }
-    }
-    Table::new(data, centers * copies, d).unwrap().centered()
 }
 
 #[test]

@@ -143,17 +143,19 @@ impl GramJob {
             u64::MAX => usize::MAX,
             b => ((b - fixed) / per_step).max(1) as usize,
         };
-        let pipeline = if let Some(scale) = scale {
-            ctx.pipeline_for::<GramPush>(
+        // Both shaders begin with the same six constants: the shape of the state and the batch.
+        let shape = [
+            wg,
+            rper as u32,
+            (placement == Placement::Registers) as u32,
+            subgroups as u32,
+            seq_len as u32,
+            gram.slab_rows as u32,
+        ];
+        let (shader, rest) = match scale {
+            Some(scale) => (
                 &spirv::GRAM_FIXED,
-                table.precision(),
-                &[
-                    wg,
-                    rper as u32,
-                    (placement == Placement::Registers) as u32,
-                    subgroups as u32,
-                    seq_len as u32,
-                    gram.slab_rows as u32,
+                vec![
                     d as u32,
                     loads_in_flight(rper, true, opts) as u32,
                     BAND as u32,
@@ -163,18 +165,10 @@ impl GramJob {
                     fixed_refresh(opts).0 as u32,
                     fixed_refresh(opts).1.to_bits(),
                 ],
-            )?
-        } else {
-            ctx.pipeline_for::<GramPush>(
+            ),
+            None => (
                 &spirv::GRAM,
-                table.precision(),
-                &[
-                    wg,
-                    rper as u32,
-                    (placement == Placement::Registers) as u32,
-                    subgroups as u32,
-                    seq_len as u32,
-                    gram.slab_rows as u32,
+                vec![
                     arith.compensated as u32,
                     d as u32,
                     judge as u32,
@@ -186,8 +180,10 @@ impl GramJob {
                     opts.judge_scale.unwrap_or(1.0).to_bits(),
                     opts.judge_diag,
                 ],
-            )?
+            ),
         };
+        let spec: Vec<u32> = shape.into_iter().chain(rest).collect();
+        let pipeline = ctx.pipeline_for::<GramPush>(shader, table.precision(), &spec)?;
         let rows = Batch::new(&ctx, starts, seq_len)?;
         let state = Buffer::storage(&ctx, "gram state", (batch * state_floats(n, d) * 4) as u64)?;
         let set = Set::new(

@@ -170,3 +170,27 @@ pub fn rerun_with_env(name: &str, var: &str, value: &str) -> bool {
     );
     false
 }
+
+/// `centers` random directions in `d` dims, each repeated `copies` times with a perturbation of
+/// 1e-3 of its length, centred: near-duplicates whose distances differ by ~1e-5.
+pub fn clusters(centers: usize, copies: usize, d: usize) -> diversity::Table {
+    let base = random_table(centers, d, 17);
+    let noise = random_table(centers * copies, d, 18);
+    let mut data = Vec::with_capacity(centers * copies * d);
+    for c in 0..centers {
+        let row = base.row(c);
+        let norm = row.iter().map(|v| (*v as f64).powi(2)).sum::<f64>().sqrt();
+        let scale = 1e-3 * norm / (d as f64).sqrt();
+        for k in 0..copies {
+            let z = noise.row(c * copies + k);
+            data.extend(
+                row.iter()
+                    .zip(z)
+                    .map(|(a, b)| (*a as f64 + scale * *b as f64) as f32),
+            );
+        }
+    }
+    diversity::Table::new(data, centers * copies, d)
+        .unwrap()
+        .centered()
+}
