@@ -5,14 +5,20 @@
 //! lowest index on ties). A step costs O(N) instead of the scan's O(N · D); the whole job reads
 //! N³ × 4 bytes of Gram rows.
 //!
-//! * the key is a compensated pair (hi + lo, Knuth TwoSum), so late steps on centered data, where
-//!   the running sums cancel, keep their direction.
+//! * Where the device has float64 in shaders the keys are fixed-point by default
+//!   ([`fixed_point`], `shaders/gram_fixed.comp`): G's entries are int32 (float64 dot products
+//!   rounded once), the keys int32 sums that do not round, and every step is certified by the
+//!   second-best key against a bound that only counts the entries' rounding; near ties are
+//!   settled from float64 fresh keys. Elsewhere, or when the options name float sums, the key is
+//!   a float32 compensated pair (hi + lo, Knuth TwoSum) or a plain float32 sum, with the float
+//!   judge (`shaders/gram.comp`).
 //! * The state lives in registers as a lane-stride array across one workgroup per sequence when
 //!   it fits ([`Placement::Registers`]), else in device memory ([`Placement::Memory`]); both run
 //!   the same float operations in the same order, so results have the same bits, as they do for
 //!   every workgroup size, chunk size, batch size and start order.
-//! * G is fp32, computed from the stored (for fp16 tables: rounded) rows, split into row slabs
-//!   of at most `maxStorageBufferRange` bytes each (at most [`MAX_SLABS`]).
+//! * G (int32 fixed-point or float32 entries, [`GramBuild::fixed`]) is computed from the stored
+//!   (for fp16 tables: rounded) rows, split into row slabs of at most `maxStorageBufferRange`
+//!   bytes each (at most [`MAX_SLABS`]).
 //!
 //! [`mode_for`] is the `auto` rule: gram when G and one batch's state fit the device's memory
 //! budget, else scan.
@@ -85,26 +91,33 @@ pub struct GramOptions {
     /// loop iterations an invocation's loops stop silently, which once made long in-shader
     /// step loops pick wrongly there).
     pub steps_per_dispatch: usize,
-    /// Keep each key as a compensated pair (Knuth TwoSum) or sum plain float32 (fewer registers
-    /// and operations, more rounding over long runs on centered data). `None` (the default):
-    /// compensated sums, except on GPUs where their state would not fit the register file
-    /// (N > 17,408 at 512 invocations) or the table is [`GramOptions::centered`], and the judge
-    /// runs: plain sums there (see [`arithmetic`]). The settings give different bits; each is
-    /// the same across every other option.
+    /// Float key sums: each key a compensated pair (Knuth TwoSum) or a plain float32 sum (fewer
+    /// registers and operations, more rounding over long runs on centered data). `None` (the
+    /// default): fixed-point keys where [`fixed_point`] says they run (the device has float64
+    /// in shaders), else compensated sums, except on GPUs where their state would not fit the
+    /// register file (N > 17,408 at 512 invocations) or the table is
+    /// [`GramOptions::centered`], and the judge runs: plain sums there (see [`arithmetic`]).
+    /// `Some(_)` selects the float arithmetic, which needs a G with float32 entries
+    /// ([`GramBuild::fixed`] `Some(false)`). The settings give different bits; each is the same
+    /// across every other option.
     pub compensated: Option<bool>,
     /// The table's column mean was subtracted (the driver's `center`, [`crate::Table::centered`]).
-    /// With `compensated` unset and the judge running, a GPU then sums plain float32: on
+    /// With the float arithmetic, `compensated` unset and the judge running, a GPU then sums
+    /// plain float32 (fixed-point keys do not depend on it): on
     /// centred data the running sum stays short, so plain sums' error bound stays small, and
     /// with the judge they were 16–56% faster than compensated sums on every centred table
     /// measured on an H200 (1.3–1.5× slower on uncentred ones, BENCHMARKS.md). Other bits at
     /// near-ties, the same bound. CPU devices keep compensated sums. Default false.
     pub centered: bool,
-    /// The judge: each step also finds the second best key, and when it is within twice the
-    /// keys' rigorous error bound of the best (see `shaders/gram.comp`), the keys that could be
+    /// The float judge (fixed-point keys always carry their own certificate, see
+    /// [`fixed_point`]; `Some(false)` selects the float arithmetic without a judge, `Some(true)`
+    /// keeps the default): each step also finds the second best key, and when it is within
+    /// twice the keys' rigorous error bound of the best (see `shaders/gram.comp`), the keys that could be
     /// the exact best are re-scored from the compensated running sum (a compensated dot product
     /// in 32 chains) and the pick made from them; past 64 of them, and every
     /// [`JUDGE_REFRESH`] steps, every key is recomputed. Every pick is then within about 6u
-    /// (u = 2⁻²⁴) of the exact best, whatever N. `None` (the default): on at every N; it costs
+    /// (u = 2⁻²⁴) of the exact best, whatever N. `None` (the default; with the float
+    /// arithmetic): on at every N; it costs
     /// about 1.6–3× the GPU time of the same sums without it (BENCHMARKS.md). `Some(false)`:
     /// off (other bits at near-ties; the compensated keys' error then grows with the sequence).
     /// Off where a step with a recompute would pass the device's loop cap or its buffers do not
@@ -121,7 +134,8 @@ pub struct GramOptions {
     pub judge_band: Option<usize>,
     /// The judge recomputes every key after this many steps without one (`None` = the
     /// default, [`JUDGE_REFRESH`]; `Some(0)`: only when a band overflows). Bounds the keys'
-    /// error growth, so uncertain steps stay rare. Other bits at near-ties.
+    /// error growth, so uncertain steps stay rare. Other bits at near-ties. With fixed-point
+    /// keys: see [`FIXED_REFRESH`].
     #[doc(hidden)]
     pub judge_refresh: Option<usize>,
     /// With plain sums, bound the keys' largest magnitude through the running sum's norm,
