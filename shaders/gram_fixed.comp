@@ -84,7 +84,8 @@ const double GROW = 1.0LF + 9.094947017729282e-13LF; // 1 + 2⁻⁴⁰
 const double LIMIT = 1073741824.0LF; // 2^30
 const double G_ERR = 0.51LF;
 const uint CHAINS = 32u;
-const uint RC = WG / CHAINS; // candidates a round of fresh keys
+const uint RC = WG >= CHAINS ? WG / CHAINS : 1u; // candidates a round of fresh keys
+const uint SLOTS = RC * CHAINS;                     // (candidate, chain) slots a round
 const uint EV = (DIM + WG - 1u) / WG; // dimensions of the running sum a lane owns
 #define DIAG_NO_SETTLE ((DIAG & 1u) != 0u)
 
@@ -98,8 +99,8 @@ shared int red_key[WG];
 shared uint red_idx[WG];
 shared int red_k2[WG];
 shared double c_sum[DIM];
-shared double part_dot[WG];
-shared double part_sq[WG];
+shared double part_dot[SLOTS];
+shared double part_sq[SLOTS];
 shared uint cand[BAND > RC ? BAND : RC];
 shared uint lane_base[WG];
 shared uint band_total;
@@ -197,27 +198,34 @@ void offer(int x, uint j, inout int bk, inout uint bi, inout int b2) {
 }
 
 // Fresh keys of cand[k0 .. k0 + cnt) (NO_INDEX skipped), cnt ≤ RC, offered to the running best
-// (best_f, best_i) by invocation 0; every invocation calls it (barriers inside). Slot lid:
-// candidate lid / 32, chain lid % 32 over d ≡ chain (mod 32) ascending, then a fixed tree.
+// (best_f, best_i) by invocation 0; every invocation calls it (barriers inside). Slot s:
+// candidate s / 32, chain s % 32 over d ≡ chain (mod 32) ascending, then a fixed tree over the
+// chains; lanes take slots lid, lid + WG, … (several each below 32 invocations), so the sums and
+// their order are the same for every workgroup size.
 void fresh_round(uint k0, uint cnt) {
     const uint lid = gl_LocalInvocationID.x;
-    const uint k = lid / CHAINS, q = lid % CHAINS;
-    double dot = 0.0LF, sq = 0.0LF;
-    const uint x = k < cnt ? cand[k0 + k] : NO_INDEX;
-    if (x != NO_INDEX) {
-        for (uint d = q; d < DIM; d += CHAINS) {
-            const double e = double(float(table[x * DIM + d]));
-            dot = fma(c_sum[d], e, dot);
-            sq = fma(e, e, sq);
+    for (uint sl = lid; sl < SLOTS; sl += WG) {
+        const uint k = sl / CHAINS, q = sl % CHAINS;
+        double dot = 0.0LF, sq = 0.0LF;
+        const uint x = k < cnt ? cand[k0 + k] : NO_INDEX;
+        if (x != NO_INDEX) {
+            for (uint d = q; d < DIM; d += CHAINS) {
+                const double e = double(float(table[x * DIM + d]));
+                dot = fma(c_sum[d], e, dot);
+                sq = fma(e, e, sq);
+            }
         }
+        part_dot[sl] = dot;
+        part_sq[sl] = sq;
     }
-    part_dot[lid] = dot;
-    part_sq[lid] = sq;
     barrier();
     for (uint w = CHAINS / 2u; w > 0u; w >>= 1u) {
-        if (q < w) {
-            part_dot[lid] += part_dot[lid + w];
-            part_sq[lid] += part_sq[lid + w];
+        // Slots with chain < w read chain + w, which this level does not write.
+        for (uint sl = lid; sl < SLOTS; sl += WG) {
+            if (sl % CHAINS < w) {
+                part_dot[sl] += part_dot[sl + w];
+                part_sq[sl] += part_sq[sl + w];
+            }
         }
         barrier();
     }

@@ -83,9 +83,9 @@ impl GramJob {
         if scale.is_some() && !fixed_point(&caps, n, d, opts) {
             return Err(Error::Invalid(format!(
                 "this Gram matrix holds fixed-point entries (the default on {}), and these gram \
-                 options ({}) need float32 entries: build G with fixed = false (Rust: \
-                 GramBuild {{ fixed: Some(false), .. }}), or run the job through the table, \
-                 which builds the G its options need",
+                 options ({}) need float32 entries: build G for them (Lua: dtable:gram(opts) with \
+                 the same options; Rust: GramBuild {{ fixed: Some(false), .. }}), or run the job \
+                 through the table, which builds the G its options need",
                 caps.name,
                 float_reason(opts)
             )));
@@ -103,11 +103,6 @@ impl GramJob {
             None => plan_for(&caps, n, arith.compensated, arith.judge, opts)?,
         };
         if scale.is_some() {
-            if wg < 64 {
-                return Err(Error::Invalid(format!(
-                    "workgroup size {wg}: fixed-point gram keys need at least 64 invocations"
-                )));
-            }
             let need = fixed_shared_bytes(d, wg);
             if need > caps.shared_memory_bytes as u64 {
                 return Err(Error::Unsupported {
@@ -385,8 +380,8 @@ fn float_reason(opts: &GramOptions) -> String {
         (Some(true), _) => "compensated sums".into(),
         (Some(false), _) => "plain sums".into(),
         (None, Some(false)) => "no judge".into(),
-        _ => "fixed-point keys do not fit them on this device: they take at least 64 \
-              invocations, their shared memory and a step within the loop cap"
+        _ => "fixed-point keys do not fit them on this device: their shared memory or a step \
+              within the loop cap"
             .into(),
     }
 }

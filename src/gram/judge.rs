@@ -64,11 +64,12 @@ pub(super) fn judge_loops(
 }
 
 /// Shared memory `gram_fixed.comp` needs: three reduction arrays and the lane bases (WG entries
-/// each), the float64 running sum (D), the fresh keys' float64 partial sums (2·WG), the band's
-/// window, and a few scalars.
+/// each), the float64 running sum (D), the fresh keys' float64 partial sums (2 · max(WG, 32)),
+/// the band's window, and a few scalars.
 pub(super) fn fixed_shared_bytes(d: usize, wg: u32) -> u64 {
     let wg = wg as usize;
-    (16 * wg + 8 * d + 16 * wg + 4 * BAND.max(wg / CHAINS) + 32) as u64
+    let slots = wg.max(CHAINS);
+    (16 * wg + 8 * d + 16 * slots + 4 * BAND.max(slots / CHAINS) + 32) as u64
 }
 
 /// Loop iterations `gram_fixed.comp` adds (once a dispatch, once a step) at most over the step
@@ -91,7 +92,10 @@ pub(super) fn fixed_loops(
     };
     let rc = (wg64 / CHAINS as u64).max(1);
     let windows = n.div_ceil(BAND as u64);
-    let round = d.div_ceil(CHAINS as u64) + 5 + rc + 2;
+    // A round: each lane's slots (several below 32 invocations) over D / 32 dimensions, the
+    // tree's five levels over them, invocation 0's pass over the round's candidates.
+    let slots = (rc * CHAINS as u64).div_ceil(wg64);
+    let round = slots * (d.div_ceil(CHAINS as u64) + 1) + 5 * slots + rc + 2;
     let rescale = items + 32;
     // The running sum gains each pick once, at an uncertain step or at the dispatch's end.
     let rebuild = 2 * (d.div_ceil(wg64) + 1);

@@ -61,8 +61,7 @@ pub fn arithmetic(caps: &Capabilities, n: usize, d: usize, opts: &GramOptions) -
 /// key sums over an int32 G from float64 dot products, every step certified, uncertain steps
 /// settled with float64 fresh keys) on `caps` for an N × D table: the default wherever the
 /// device has float64 in shaders and `opts` names no float arithmetic (`compensated`, or
-/// `judge: Some(false)`), where it fits the device (at least 64 invocations, its shared memory,
-/// the loop cap). Measured on an H200 against the float sums with the judge it replaces: 13–28%
+/// `judge: Some(false)`), where it fits the device (its shared memory, the loop cap). Measured on an H200 against the float sums with the judge it replaces: 13–28%
 /// faster on centred tables, 2.7× on an uncentred one, with a bound ~10⁴× tighter
 /// (BENCHMARKS.md). Else the float arithmetic of [`arithmetic`].
 pub fn fixed_point(caps: &Capabilities, n: usize, d: usize, opts: &GramOptions) -> bool {
@@ -101,8 +100,8 @@ pub(super) fn plan_fixed(
     plan_for(caps, n, false, true, &named)
 }
 
-/// Whether fixed-point keys fit: at least 64 invocations (fresh keys take 32 lanes each), their
-/// shared memory, and a step with the widest settling within the device's loop budget.
+/// Whether fixed-point keys fit: their shared memory, and a step with the widest settling within
+/// the device's loop budget.
 pub(super) fn fixed_fits(
     caps: &Capabilities,
     n: usize,
@@ -112,7 +111,7 @@ pub(super) fn fixed_fits(
     rper: usize,
 ) -> bool {
     let (fixed, per_step) = gram_loop_iterations(n, wg, rper, placement, caps.subgroup_size);
-    wg >= 64 && fixed_shared_bytes(d, wg) <= caps.shared_memory_bytes as u64 && {
+    fixed_shared_bytes(d, wg) <= caps.shared_memory_bytes as u64 && {
         let (once, step) = fixed_loops(n, d, wg, placement, rper);
         fixed + once + per_step + step <= crate::device::loop_budget(caps)
     }
@@ -511,8 +510,8 @@ mod tests {
             let (w, p, _) = plan_fixed(&caps, n, &d).unwrap();
             assert_eq!((w, p), (wg, placement), "N = {n}");
         }
-        // Options that name float sums, a device without float64, too little shared memory
-        // (D = 8,192: 64 KiB of running sum) or a workgroup under 64: the float arithmetic.
+        // Options that name float sums, a device without float64 or too little shared memory
+        // (D = 8,192: 64 KiB of running sum): the float arithmetic. Any workgroup size runs them.
         for o in [
             GramOptions {
                 compensated: Some(true),
@@ -524,10 +523,6 @@ mod tests {
             },
             GramOptions {
                 judge: Some(false),
-                ..d.clone()
-            },
-            GramOptions {
-                workgroup_size: Some(32),
                 ..d.clone()
             },
         ] {
@@ -545,6 +540,13 @@ mod tests {
             }
         ));
         assert!(!fixed_point(&caps, 31_102, 8_192, &d));
+        for wg in [1u32, 16, 32, 64] {
+            let o = GramOptions {
+                workgroup_size: Some(wg),
+                ..d.clone()
+            };
+            assert!(fixed_point(&caps, 8_359, 384, &o), "wg {wg}");
+        }
         let mut no64 = caps.clone();
         no64.float64 = false;
         assert!(!fixed_point(&no64, 8_359, 384, &d));

@@ -40,11 +40,14 @@ impl UserData for LDeviceTable {
         m.add_method("precision", |_, this, ()| {
             Ok(this.get("device_table:precision")?.shape().2.name())
         });
-        // G = E Eᵀ of this table, built on the first call (or the first gram job) and shared by
-        // every later gram job of the table.
-        m.add_method_mut("gram", |_, this, ()| {
+        // G = E Eᵀ of this table for gram jobs with `opts` (default: the default options; float
+        // options such as `compensated` need a G with float32 entries, fixed-point keys one with
+        // int32 entries), built on the first call (or the first gram job) and shared by every
+        // later gram job of the table that can use it.
+        m.add_method_mut("gram", |_, this, o: Option<LuaTable>| {
             let call = "device_table:gram";
-            let g = this.get_mut(call)?.gram().lua_ctx(call)?;
+            let opts = super::job::gram_only_options(call, &o)?;
+            let g = this.get_mut(call)?.gram_for(&opts).lua_ctx(call)?;
             Ok(LGram::new("gram", g))
         });
         // Drop the table's cached G (jobs and gram objects that hold it keep it alive).

@@ -282,6 +282,36 @@ describe("gram mode", function()
     a:close(); b:close(); g2:close(); g:close()
   end)
 
+  it("dtable:gram(opts): the G its options need; a gram job refuses options its G cannot run",
+    function()
+      -- Fixed-point keys are the default where the device has float64 (lavapipe has).
+      local fixed = ctx:gram_summation(N, t:dim()):find("^fixed") ~= nil
+      local comp = { compensated = true, steps = 12 }
+      local g = dt:gram()
+      if fixed then
+        H.assert_error({ "gram:job", "fixed-point", "compensated sums", "dtable:gram(opts)" },
+          g.job, g, { 0 }, comp)
+        H.assert_error({ "gram:job", "fixed-point", "no judge" }, g.job, g, { 0 },
+          { judge = false })
+      end
+      -- a G for float sums runs them, the same bytes as the table's own job with those options
+      local gf = dt:gram(comp)
+      local a = gf:job({ 3, 40 }, comp)
+      a:step(12)
+      local b = dt:job({ 3, 40 }, { mode = "gram", compensated = true, steps = 12 })
+      b:step(12)
+      assert.are.equal(b:sequences_bytes(), a:sequences_bytes())
+      -- and the default G again for the default options
+      local g2 = dt:gram()
+      local c = g2:job({ 3, 40 }, { steps = 12 })
+      c:step(12)
+      local d = dt:job({ 3, 40 }, { mode = "gram", steps = 12 })
+      d:step(12)
+      assert.are.equal(d:sequences_bytes(), c:sequences_bytes())
+      H.assert_error({ "device_table:gram", "'sideways'" }, dt.gram, dt, { placement = "sideways" })
+      a:close(); b:close(); c:close(); d:close(); g:close(); gf:close(); g2:close()
+    end)
+
   it("use after close of the gram object; jobs and G outlive the handles that made them", function()
     local t2 = diversity.load(H.DATA_NPY):head(20)
     local dt2 = ctx:upload(t2, "fp32")
