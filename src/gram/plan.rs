@@ -100,8 +100,8 @@ pub(super) fn plan_fixed(
     plan_for(caps, n, false, true, &named)
 }
 
-/// Whether fixed-point keys fit: their shared memory, and a step with the widest settling within
-/// the device's loop budget.
+/// Whether fixed-point keys fit: D ≤ 65,536, their shared memory, and a step with the widest
+/// settling within the device's loop budget.
 pub(super) fn fixed_fits(
     caps: &Capabilities,
     n: usize,
@@ -111,7 +111,8 @@ pub(super) fn fixed_fits(
     rper: usize,
 ) -> bool {
     let (fixed, per_step) = gram_loop_iterations(n, wg, rper, placement, caps.subgroup_size);
-    fixed_shared_bytes(d, wg) <= caps.shared_memory_bytes as u64 && {
+    // D ≤ 65,536 keeps G's entries within 0.51 units (gram_matrix.comp's FIXED bound).
+    d <= 65_536 && fixed_shared_bytes(d, wg) <= caps.shared_memory_bytes as u64 && {
         let (once, step) = fixed_loops(n, d, wg, placement, rper);
         fixed + once + per_step + step <= crate::device::loop_budget(caps)
     }
