@@ -18,7 +18,7 @@ cargo clippy --release --features lua --lib --quiet -- -D warnings
 cargo test --release
 # A crate depending on this one (`cargo add --path`) builds and runs the README's Rust example.
 bash scripts/dependent-crate.sh >/dev/null
-LP_NATIVE_VECTOR_WIDTH=128 cargo test --release --test scan --test filter --test gram --test knn --test multi
+LP_NATIVE_VECTOR_WIDTH=128 cargo test --release --test scan --test filter --test gram --test gram_fixed --test knn --test multi
 # The benchmark program must keep working: a tiny run on the bundled data.
 cargo run --release --quiet --example bench -- --table data/fortunes-2k.npy --starts 16 \
   --steps 2 --chunk 1 --quick --label "CI smoke" --plot "$(mktemp -d)/smoke.png" >/dev/null
