@@ -300,7 +300,8 @@ impl GramJob {
     /// Per sequence, how many of the settled steps had a band wider than 64 candidates (fixed-point
     /// keys settle any number, in windows of 64; 0s with the float judge).
     pub fn wide_bands(&self) -> Result<Vec<u32>> {
-        if self.align == 0 && self.gram.scale.is_none() {
+        if self.gram.scale.is_none() {
+            // The float judge keeps another counter in that slot.
             return Ok(vec![0; self.batch.starts().len()]);
         }
         self.judge_slot(7)

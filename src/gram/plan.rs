@@ -61,9 +61,10 @@ pub fn arithmetic(caps: &Capabilities, n: usize, d: usize, opts: &GramOptions) -
 /// key sums over an int32 G from float64 dot products, every step certified, uncertain steps
 /// settled with float64 fresh keys) on `caps` for an N × D table: the default wherever the
 /// device has float64 in shaders and `opts` names no float arithmetic (`compensated`, or
-/// `judge: Some(false)`), where it fits the device (its shared memory, the loop cap). Measured on an H200 against the float sums with the judge it replaces: 13–28%
-/// faster on centred tables, 2.7× on an uncentred one, with a bound ~10⁴× tighter
-/// (BENCHMARKS.md). Else the float arithmetic of [`arithmetic`].
+/// `judge: Some(false)`), where it fits the device (its shared memory, the loop cap). Measured
+/// on an H200 against the float sums with the judge it replaces: 1.1–1.4× faster on centred
+/// tables, 2.7× on an uncentred one, with a bound 10⁴–10⁵× tighter (BENCHMARKS.md). Else the
+/// float arithmetic of [`arithmetic`].
 pub fn fixed_point(caps: &Capabilities, n: usize, d: usize, opts: &GramOptions) -> bool {
     caps.float64
         && opts.compensated.is_none()
