@@ -19,25 +19,11 @@ const EPS: f64 = 1e-5;
 /// the float judge); `gram_fixed.rs` tests the fixed-point keys that are the default where the
 /// device has float64.
 fn float_gram(dt: &DeviceTable) -> Gram {
-    Gram::build_with(
-        dt,
-        &GramBuild {
-            fixed: Some(false),
-            ..GramBuild::default()
-        },
-    )
-    .unwrap()
+    common::gram_of(dt, false)
 }
 
 fn run(gram: &Gram, starts: &[u32], batch: usize, o: &GramOptions) -> Vec<Vec<u32>> {
-    let mut out = Vec::new();
-    for b in starts.chunks(batch) {
-        let mut job = GramJob::new(gram, b, o).unwrap();
-        job.run().unwrap();
-        assert!(job.done());
-        out.extend(job.sequences().unwrap());
-    }
-    out
+    common::gram_rows(gram, starts, batch, o)
 }
 
 fn check_all(stored: &Table, starts: &[u32], seqs: &[Vec<u32>]) -> (f64, usize) {

@@ -13,24 +13,11 @@ use diversity::{DeviceTable, Gram, GramJob, GramOptions, Placement, Precision, T
 const EPS: f64 = 1e-5;
 
 fn fixed_gram(dt: &DeviceTable) -> Gram {
-    Gram::build_with(
-        dt,
-        &GramBuild {
-            fixed: Some(true),
-            ..GramBuild::default()
-        },
-    )
-    .unwrap()
+    common::gram_of(dt, true)
 }
 
 fn run(gram: &Gram, starts: &[u32], batch: usize, o: &GramOptions) -> Vec<Vec<u32>> {
-    let mut out = Vec::new();
-    for b in starts.chunks(batch) {
-        let mut job = GramJob::new(gram, b, o).unwrap();
-        job.run().unwrap();
-        out.extend(job.sequences().unwrap());
-    }
-    out
+    common::gram_rows(gram, starts, batch, o)
 }
 
 fn worst(stored: &Table, starts: &[u32], seqs: &[Vec<u32>]) -> f64 {

@@ -194,3 +194,32 @@ pub fn clusters(centers: usize, copies: usize, d: usize) -> diversity::Table {
         .unwrap()
         .centered()
 }
+
+/// G of `dt` with fixed-point (`true`) or float32 (`false`) entries.
+pub fn gram_of(dt: &diversity::DeviceTable, fixed: bool) -> diversity::Gram {
+    diversity::Gram::build_with(
+        dt,
+        &diversity::gram::GramBuild {
+            fixed: Some(fixed),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+/// Every full sequence of `starts` on `gram` with options `o`, in batches of `batch`.
+pub fn gram_rows(
+    gram: &diversity::Gram,
+    starts: &[u32],
+    batch: usize,
+    o: &diversity::GramOptions,
+) -> Vec<Vec<u32>> {
+    let mut out = Vec::new();
+    for b in starts.chunks(batch) {
+        let mut job = diversity::GramJob::new(gram, b, o).unwrap();
+        job.run().unwrap();
+        assert!(job.done());
+        out.extend(job.sequences().unwrap());
+    }
+    out
+}
