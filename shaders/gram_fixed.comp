@@ -255,6 +255,21 @@ double fresh_full(uint x) {
     return sq > 0.0LF ? dot / sqrt(sq) : 0.0LF;
 }
 
+// E_F, the fresh keys' bound (see the top) after `rows` rows were summed, from c2 ≥ |c|² and
+// c2max ≥ every earlier |c|².
+double fresh_bound(uint rows, double c2, double c2max) {
+    const double cb = sqrt(c2) * GROW;
+    return 1.01LF * EPS * (double(rows) * sqrt(c2max) + double(2u * DIM + 8u) * cb);
+}
+
+// What a shift of sh bits makes of a step: the unit of the keys, A's growth a step (the
+// entries' rounding, and the rounded shift's half unit), and that shift's rounding half.
+void for_shift(uint sh, out double unit, out double inc, out int half_) {
+    unit = ldexp(1.0LF, int(sh) - SCALE);
+    inc = (G_ERR * ldexp(1.0LF, -int(sh)) + (sh > 0u ? 0.5LF : 0.0LF)) * GROW;
+    half_ = sh > 0u ? (1 << (sh - 1u)) : 0;
+}
+
 // Shift every key right by k bits (chosen keys stay chosen).
 void rescale(inout int key[RPER], uint k, uint base, uint n) {
     if (IN_REGS != 0u) {
@@ -300,9 +315,9 @@ void main() {
     double kb = fresh ? 0.0LF : load_d(jbase + JS_KB);      // ≥ the last pick's exact key
     double c2max = fresh ? 0.0LF : load_d(jbase + JS_C2MAX); // ≥ every |c|² so far
     // Derived from sh: the unit, A's growth a step, the rounding shift's half.
-    double unit = ldexp(1.0LF, int(sh) - SCALE);
-    double inc = (G_ERR * ldexp(1.0LF, -int(sh)) + (sh > 0u ? 0.5LF : 0.0LF)) * GROW;
-    int half_ = sh > 0u ? (1 << (sh - 1u)) : 0;
+    double unit, inc;
+    int half_;
+    for_shift(sh, unit, inc, half_);
     const double m_up = double(MAX_NORM);
     float refreshes = fresh ? 0.0 : uintBitsToFloat(state[jbase + JS_REFRESH]);
     barrier();
@@ -312,8 +327,7 @@ void main() {
         // shift sh' chosen afresh: the smallest under which the next step's keys stay under 2^30
         // (its |c| bounded as at a step's end). A restarts at 1/2 + E_F (+ 1/2 for the float64
         // product's rounding, far more than it is).
-        const double cb = sqrt(c2) * GROW;
-        const double ef = 1.01LF * EPS * (double(pc.first - 1u) * sqrt(c2max) + double(2u * DIM + 8u) * cb);
+        const double ef = fresh_bound(pc.first - 1u, c2, c2max);
         const double cnext = sqrt((c2 + m_up * m_up + 2.0LF * m_up * max(kb, 0.0LF)) * GROW) * GROW;
         uint sh2 = 0u;
         while (sh2 < 30u && ldexp(cnext + ef, SCALE - int(sh2)) + 12.0LF >= LIMIT) ++sh2;
@@ -332,9 +346,7 @@ void main() {
         }
         sh = sh2;
         au = (1.0LF + ef * scale2) * GROW;
-        unit = ldexp(1.0LF, int(sh) - SCALE);
-        inc = (G_ERR * ldexp(1.0LF, -int(sh)) + (sh > 0u ? 0.5LF : 0.0LF)) * GROW;
-        half_ = sh > 0u ? (1 << (sh - 1u)) : 0;
+        for_shift(sh, unit, inc, half_);
         refreshes += 1.0;
     }
 
@@ -484,8 +496,7 @@ void main() {
                 wide += 1.0;
                 bands += 1.0;
             }
-            const double cb = sqrt(c2) * GROW;
-            const double ef = 1.01LF * EPS * (double(t) * sqrt(c2max) + double(2u * DIM + 8u) * cb);
+            const double ef = fresh_bound(t, c2, c2max);
             w.idx = best_i;
             kb = up(best_f + ef);
             efmax = max(efmax, float(ef) * (1.0 + 2.0 * U));
@@ -512,9 +523,7 @@ void main() {
                 sh += k;
                 // The floors: < 1 new unit each; A's units grow 2^k-fold.
                 au = (ldexp(au, -int(k)) + 1.0LF) * GROW;
-                unit = ldexp(1.0LF, int(sh) - SCALE);
-                inc = (G_ERR * ldexp(1.0LF, -int(sh)) + 0.5LF) * GROW;
-                half_ = 1 << (sh - 1u);
+                for_shift(sh, unit, inc, half_);
             }
         }
     }

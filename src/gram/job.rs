@@ -3,9 +3,7 @@
 //! checkpoint by replaying its prefix, and the judge's counters read back from its state.
 //! Touches G (shared with the other jobs over it), its own state buffer and the batch scaffold.
 
-use super::judge::{
-    fixed_loops, fixed_shared_bytes, judge_loops, judge_refresh, judge_round, BAND,
-};
+use super::judge::{fixed_loops, judge_loops, judge_refresh, judge_round, BAND};
 use super::matrix::{Gram, GramInner};
 use super::plan::{
     arithmetic, batch_bytes, fixed_point, gram_loop_iterations, loads_in_flight, max_batch,
@@ -98,21 +96,12 @@ impl GramJob {
             },
             None => arithmetic(&caps, n, d, opts),
         };
+        // (With a fixed-point G, `fixed_point` above already checked that this plan fits:
+        // its shared memory and its loop budget.)
         let (wg, placement, rper) = match scale {
             Some(_) => plan_fixed(&caps, n, opts)?,
             None => plan_for(&caps, n, arith.compensated, arith.judge, opts)?,
         };
-        if scale.is_some() {
-            let need = fixed_shared_bytes(d, wg);
-            if need > caps.shared_memory_bytes as u64 {
-                return Err(Error::Unsupported {
-                    device: caps.name.clone(),
-                    what: format!(
-                        "{need} bytes of shared memory for fixed-point gram keys at D = {d}, {wg} invocations"
-                    ),
-                });
-            }
-        }
         // lavapipe cuts an invocation's loops short after 65,535 iterations in all: a dispatch
         // runs only as many steps as fit the budget (same bits: steps per dispatch never
         // change them), and a step that alone does not fit is refused.

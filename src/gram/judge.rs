@@ -97,7 +97,7 @@ pub(super) fn fixed_loops(
     let slots = (rc * CHAINS as u64).div_ceil(wg64);
     let round = slots * (d.div_ceil(CHAINS as u64) + 1) + 5 * slots + rc + 2;
     let rescale = items + 32;
-    // The running sum gains each pick once, at an uncertain step or at the dispatch's end.
+    // The running sum: each lane loads and adds its dimensions of the pick's row.
     let rebuild = 2 * (d.div_ceil(wg64) + 1);
     let step = rescale
         + rebuild
