@@ -344,6 +344,12 @@ fn run(a: Args) -> Result<(), String> {
                     .iter()
                     .map(|&r| r as u64)
                     .sum();
+                let (wide, cands): (u64, u64) = job
+                    .wide_bands()
+                    .map_err(|e| e.to_string())?
+                    .iter()
+                    .zip(job.band_candidates().map_err(|e| e.to_string())?)
+                    .fold((0, 0), |(w, c), (&x, y)| (w + x as u64, c + y as u64));
                 let ef = job
                     .fresh_error_max()
                     .map_err(|e| e.to_string())?
@@ -359,7 +365,7 @@ fn run(a: Args) -> Result<(), String> {
                 let gpu_s = r.gpu_ns as f64 * 1e-9;
                 let bytes = s as f64 * steps as f64 * n as f64 * 4.0;
                 println!(
-                    "  {} wg {:>4} {:<9} spd {spd:<3} loads {loads:<2} refresh {:<5} {:<11} judge {:<5} {variant} ({bands} band re-scores, {refreshes} recomputes, E_F max {ef:.2e}) subgroups {:<5} GPU {:>8.4} s  wall {:>8.4} s  {:>10.0} steps/s  G rows {:>6.2} TB/s  same bits {}",
+                    "  {} wg {:>4} {:<9} spd {spd:<3} loads {loads:<2} refresh {:<5} {:<11} judge {:<5} {variant} ({bands} band re-scores of {cands} candidates, {wide} wide, {refreshes} recomputes, E_F max {ef:.2e}) subgroups {:<5} GPU {:>8.4} s  wall {:>8.4} s  {:>10.0} steps/s  G rows {:>6.2} TB/s  same bits {}",
                     precision.name(),
                     job.workgroup_size(),
                     job.placement().name(),

@@ -39,6 +39,7 @@
 // so every placement, workgroup size, subgroup size, chunk and batch gives the same bits.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_shuffle_relative : require
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint RPER = 1u;      // keys per lane in registers (1 in memory)
@@ -91,9 +92,9 @@ const uint EV = (DIM + WG - 1u) / WG; // dimensions of the running sum a lane ow
 
 // Scalars after the vectors (float words unless doubles: two words, low first). 3, 5 and 6 are
 // gram.comp's slots for the counters the host reads (refreshes, settles, largest E_F); 7 counts
-// the settles of bands wider than BAND among them.
-const uint JS_SH = 0u, JS_REFRESH = 3u, JS_BANDS = 5u, JS_EF = 6u, JS_WIDE = 7u, JS_A = 8u,
-           JS_C2 = 10u, JS_KB = 12u, JS_C2MAX = 14u;
+// the settles of bands wider than BAND among them, 4 the candidates the settles re-scored.
+const uint JS_SH = 0u, JS_REFRESH = 3u, JS_CANDS = 4u, JS_BANDS = 5u, JS_EF = 6u, JS_WIDE = 7u,
+           JS_A = 8u, JS_C2 = 10u, JS_KB = 12u, JS_C2MAX = 14u;
 
 shared int red_key[WG];
 shared uint red_idx[WG];
@@ -204,9 +205,20 @@ void offer(int x, uint j, inout int bk, inout uint bi, inout int b2) {
 // their order are the same for every workgroup size.
 void fresh_round(uint k0, uint cnt) {
     const uint lid = gl_LocalInvocationID.x;
-    for (uint sl = lid; sl < SLOTS; sl += WG) {
+    // With subgroups (of 32 lanes or a divisor or multiple of 32) filling a workgroup of 32 or
+    // more, each invocation takes the one slot of its subgroup position (SLOTS = WG): a
+    // candidate's 32 chains lie in whole subgroups, its tree levels w ≥ the subgroup size run
+    // through shared memory and the rest on shuffles (lane q < w adds lane q + w's partial):
+    // the very additions of the shared tree in the other branch (the same bits).
+    const uint sgs = gl_SubgroupSize;
+    const bool shuffled = SUBGROUPS != 0u && WG >= CHAINS && WG % sgs == 0u
+        && (CHAINS % sgs == 0u || sgs % CHAINS == 0u);
+    const uint me = shuffled ? gl_SubgroupID * sgs + gl_SubgroupInvocationID : lid;
+    double dot = 0.0LF, sq = 0.0LF;
+    for (uint sl = me; sl < SLOTS; sl += WG) {
         const uint k = sl / CHAINS, q = sl % CHAINS;
-        double dot = 0.0LF, sq = 0.0LF;
+        dot = 0.0LF;
+        sq = 0.0LF;
         const uint x = k < cnt ? cand[k0 + k] : NO_INDEX;
         if (x != NO_INDEX) {
             for (uint d = q; d < DIM; d += CHAINS) {
@@ -218,16 +230,44 @@ void fresh_round(uint k0, uint cnt) {
         part_dot[sl] = dot;
         part_sq[sl] = sq;
     }
-    barrier();
-    for (uint w = CHAINS / 2u; w > 0u; w >>= 1u) {
-        // Slots with chain < w read chain + w, which this level does not write.
-        for (uint sl = lid; sl < SLOTS; sl += WG) {
-            if (sl % CHAINS < w) {
-                part_dot[sl] += part_dot[sl + w];
-                part_sq[sl] += part_sq[sl + w];
+    if (shuffled) {
+        const uint q = me % CHAINS;
+        for (uint w = CHAINS / 2u; w > 0u; w >>= 1u) {
+            if (w >= sgs) {
+                // Level w reads slots of chains ≥ w, written only at the level before.
+                barrier();
+                if (q < w) {
+                    dot += part_dot[me + w];
+                    sq += part_sq[me + w];
+                    part_dot[me] = dot;
+                    part_sq[me] = sq;
+                }
+            } else {
+                const double od = subgroupShuffleDown(dot, w), os = subgroupShuffleDown(sq, w);
+                if (q < w) {
+                    dot += od;
+                    sq += os;
+                }
             }
         }
+        // (No level reads chain 0's slot: its rewrite needs no barrier before it.)
+        if (q == 0u) {
+            part_dot[me] = dot;
+            part_sq[me] = sq;
+        }
         barrier();
+    } else {
+        barrier();
+        for (uint w = CHAINS / 2u; w > 0u; w >>= 1u) {
+            // Slots with chain < w read chain + w, which this level does not write.
+            for (uint sl = lid; sl < SLOTS; sl += WG) {
+                if (sl % CHAINS < w) {
+                    part_dot[sl] += part_dot[sl + w];
+                    part_sq[sl] += part_sq[sl + w];
+                }
+            }
+            barrier();
+        }
     }
     if (lid == 0u) {
         for (uint kk = 0u; kk < cnt; ++kk) {
@@ -282,6 +322,26 @@ void rescale(inout int key[RPER], uint k, uint base, uint n) {
     }
 }
 
+// The register placement's update of every key of the lane by the row at `row` (slab `slab`),
+// LOADS loads in flight; DELTA(g[q]) is the row value in key units. Only the last r can pass n
+// (RPER = ⌈N / WG⌉): its load is clamped and its key stays SENT.
+#define UPDATE_REGS(DELTA) \
+    for (uint r0 = 0u; r0 < RPER; r0 += LOADS) { \
+        int g[LOADS]; \
+        for (uint q = 0u; q < LOADS; ++q) { \
+            const uint r = r0 + q; \
+            if (r + 1u < RPER) g[q] = G[slab].g[row + r * WG]; \
+            else if (r < RPER) g[q] = G[slab].g[row - lid + min(lid + r * WG, n - 1u)]; \
+        } \
+        for (uint q = 0u; q < LOADS; ++q) { \
+            const uint r = r0 + q; \
+            if (r >= RPER) break; \
+            const int v = key[r] + (DELTA); \
+            key[r] = key[r] == SENT ? SENT : v; \
+            offer(key[r], r, bk, bi, b2); \
+        } \
+    }
+
 void main() {
     const uint lid = gl_LocalInvocationID.x;
     const uint s = gl_WorkGroupID.x;
@@ -310,6 +370,7 @@ void main() {
     float wide = fresh ? 0.0 : uintBitsToFloat(state[jbase + JS_WIDE]);
     float bands = fresh ? 0.0 : uintBitsToFloat(state[jbase + JS_BANDS]);
     float efmax = fresh ? 0.0 : uintBitsToFloat(state[jbase + JS_EF]);
+    float cands = fresh ? 0.0 : uintBitsToFloat(state[jbase + JS_CANDS]);
     double au = fresh ? 0.0LF : load_d(jbase + JS_A);       // A, in units of 2^(sh − SCALE)
     double c2 = fresh ? 0.0LF : load_d(jbase + JS_C2);      // ≥ |c|² (key units²)
     double kb = fresh ? 0.0LF : load_d(jbase + JS_KB);      // ≥ the last pick's exact key
@@ -351,32 +412,29 @@ void main() {
     }
 
     for (uint t = pc.first; t < pc.first + pc.count; ++t) {
-        // Loads first (|e_prev|, this lane's dimensions of e_prev, the Gram row); the scalar
-        // bookkeeping below has no branch, so it can run while they are in flight.
+        // Loads first (|e_prev|, the Gram row); the scalar bookkeeping below has no branch, so
+        // it can run while they are in flight.
         const float ep_inv = inv_norm[prev];
-        float ev[EV];
-        for (uint k = 0u; k < EV; ++k) {
-            const uint d = lid + k * WG;
-            ev[k] = d < DIM ? float(table[prev * DIM + d]) : 0.0;
-        }
         int bk = SENT, b2 = SENT;
         uint bi = NO_INDEX;
         if (IN_REGS != 0u) {
-            for (uint r0 = 0u; r0 < RPER; r0 += LOADS) {
-                int g[LOADS];
-                for (uint q = 0u; q < LOADS; ++q) {
-                    if (r0 + q < RPER) g[q] = grow(prev, min(lid + (r0 + q) * WG, n - 1u));
-                }
-                for (uint q = 0u; q < LOADS; ++q) {
-                    const uint r = r0 + q;
-                    if (r >= RPER) break;
-                    const uint j = lid + r * WG;
-                    const bool live = key[r] != SENT && j != prev;
-                    const int v = key[r] + ((g[q] + half_) >> sh);
-                    key[r] = live ? v : SENT;
-                    offer(key[r], j, bk, bi, b2);
-                }
+            // The lane that holds prev marks it chosen before the update (one lane: the other
+            // lanes skip this), so the update below tests only for chosen keys.
+            if (prev % WG == lid) {
+                const uint rp = prev / WG;
+                for (uint r = 0u; r < RPER; ++r) key[r] = r == rp ? SENT : key[r];
             }
+            const uint slab = prev / SLAB_ROWS;
+            const uint row = (prev - slab * SLAB_ROWS) * n + lid;
+            // The lane's r-th best is tracked as r (lid + r·WG once the loop is done). Keys are
+            // updated as key + ((g + half) >> sh); a uniform branch takes the unshifted sum
+            // (sh = 0, where half = 0: the same value) without the two integer operations.
+            if (sh == 0u) {
+                UPDATE_REGS(g[q]);
+            } else {
+                UPDATE_REGS((g[q] + half_) >> sh);
+            }
+            bi = bi == NO_INDEX ? NO_INDEX : lid + bi * WG;
         } else {
             for (uint j0 = lid; j0 < n; j0 += 4u * WG) {
                 int g[4], h[4];
@@ -393,6 +451,12 @@ void main() {
                     offer(v, j, bk, bi, b2);
                 }
             }
+        }
+        // This lane's dimensions of e_prev, for the float64 running sum (after the pick).
+        float ev[EV];
+        for (uint k = 0u; k < EV; ++k) {
+            const uint d = lid + k * WG;
+            ev[k] = d < DIM ? float(table[prev * DIM + d]) : 0.0;
         }
         // c gains e_prev: |c + e|² ≤ c2 + 2·|e|·kb + |e|², |e| within 1 ± 8u of 1/inv_norm
         // (a float32 rounding of the float64 1/|e|, inverted in float32: ≤ 3.5 ulp in all).
@@ -435,6 +499,7 @@ void main() {
             const uint first_slot = mine > 0u ? atomicAdd(band_total, mine) : 0u;
             barrier();
             const uint band = band_total;
+            cands += float(band);
             if (band <= BAND) {
                 uint slot = first_slot;
                 if (IN_REGS != 0u) {
@@ -541,6 +606,7 @@ void main() {
         state[jbase + JS_REFRESH] = floatBitsToUint(refreshes);
         state[jbase + JS_BANDS] = floatBitsToUint(bands);
         state[jbase + JS_EF] = floatBitsToUint(efmax);
+        state[jbase + JS_CANDS] = floatBitsToUint(cands);
         store_d(jbase + JS_A, au);
         store_d(jbase + JS_C2, c2);
         store_d(jbase + JS_KB, kb);

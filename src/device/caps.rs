@@ -30,8 +30,9 @@ pub struct Capabilities {
     pub fp16_storage: bool,
     /// Subgroup size (lanes).
     pub subgroup_size: u32,
-    /// Subgroup arithmetic (min) in compute shaders: the gram engine's reduction uses it when
-    /// present (off with `DIVERSITY_DISABLE=subgroups`); the scan engine does not.
+    /// Subgroup arithmetic (min) and relative shuffles in compute shaders: the gram engine's
+    /// reductions use them when present (off with `DIVERSITY_DISABLE=subgroups`); the scan
+    /// engine does not.
     pub subgroup_arithmetic: bool,
     /// `shaderStorageBufferArrayDynamicIndexing`: the gram engine may split G over several
     /// buffers (slabs); without it G must fit one buffer.

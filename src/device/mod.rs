@@ -391,12 +391,12 @@ impl Context {
             .driver_info_as_c_str()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let subgroup_arithmetic = subgroup
-            .supported_operations
-            .contains(vk::SubgroupFeatureFlags::ARITHMETIC)
-            && subgroup
-                .supported_stages
-                .contains(vk::ShaderStageFlags::COMPUTE)
+        // Subgroup reductions, and relative shuffles (gram_fixed.comp's settling tree).
+        let subgroup_arithmetic = subgroup.supported_operations.contains(
+            vk::SubgroupFeatureFlags::ARITHMETIC | vk::SubgroupFeatureFlags::SHUFFLE_RELATIVE,
+        ) && subgroup
+            .supported_stages
+            .contains(vk::ShaderStageFlags::COMPUTE)
             && !disabled("subgroups");
         // The tensor-core filter also reduces with subgroup arithmetic and ballots.
         let coopmat = has_coopmat_ext

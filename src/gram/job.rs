@@ -295,6 +295,14 @@ impl GramJob {
         }
         self.judge_slot(7)
     }
+    /// Per sequence, how many candidates the settled steps re-scored in all (fixed-point keys;
+    /// 0s with the float judge). Counted in float32: exact up to 2^24 a sequence.
+    pub fn band_candidates(&self) -> Result<Vec<u32>> {
+        if self.gram.scale.is_none() {
+            return Ok(vec![0; self.batch.starts().len()]);
+        }
+        self.judge_slot(4)
+    }
     /// Per sequence, the largest error bound of the fresh keys (E_F in `shaders/gram.comp`, key
     /// units: c · e_x / |e_x|) at a full recompute so far (0 without one).
     pub fn fresh_error_max(&self) -> Result<Vec<f32>> {
