@@ -4,6 +4,10 @@
 //! compiled shaders, as ggml's `vulkan-shaders-gen` does). `*.glsl` files are includes, resolved
 //! from `shaders/`, never compiled alone. `shaders.txt` in `OUT_DIR` lists the names compiled,
 //! one a line: `src/spirv.rs`'s unit test holds its shader list to it.
+//!
+//! `DIVERSITY_SHADER_DEFINES` (unset by default) adds preprocessor definitions to every shader,
+//! `NAME=VALUE` or `NAME`, separated by spaces or commas: the build-time knobs of the shaders
+//! (`FILTER_RG=8u`, `FILTER_SK=32u`, …) for benchmark variants built from one tree.
 
 use std::path::{Path, PathBuf};
 
@@ -41,6 +45,16 @@ fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
     let dir = Path::new("shaders");
     println!("cargo:rerun-if-changed=shaders");
+    println!("cargo:rerun-if-env-changed=DIVERSITY_SHADER_DEFINES");
+    let extra = std::env::var("DIVERSITY_SHADER_DEFINES").unwrap_or_default();
+    let extra: Vec<(&str, Option<&str>)> = extra
+        .split([' ', ','])
+        .filter(|d| !d.is_empty())
+        .map(|d| match d.split_once('=') {
+            Some((name, value)) => (name, Some(value)),
+            None => (d, None),
+        })
+        .collect();
     let compiler = shaderc::Compiler::new().expect("shaderc compiler");
     let mut entries: Vec<_> = std::fs::read_dir(dir)
         .expect("shaders/")
@@ -76,6 +90,9 @@ fn main() {
             }
             for &(macro_name, value) in defines {
                 opts.add_macro_definition(macro_name, Some(value));
+            }
+            for &(macro_name, value) in &extra {
+                opts.add_macro_definition(macro_name, value);
             }
             opts.set_include_callback(|name, _ty, _from, _depth| {
                 let p = dir.join(name);

@@ -18,6 +18,13 @@ shared uint row_mask[FBM * (FBN / 32u)];
 shared uint ovf_n4[4];  // ovf_n; 16 bytes like every shared variable here
 #define ovf_n ovf_n4[0]
 
+// Rows of the staged products a subgroup takes at a time in the epilogue (epilogue_rows): 4 by
+// default; another value at build time through DIVERSITY_SHADER_DEFINES (build.rs), e.g.
+// FILTER_RG=8u for bench/h200-filter-rg8.sh. Each lane keeps RG four-key groups and RG minima.
+#ifndef FILTER_RG
+#define FILTER_RG 4u
+#endif
+
 // Set by scan_filter_probe.comp: the staged products are checked instead of filtered.
 bool probe_products = false;
 
@@ -84,7 +91,11 @@ void epilogue_rows(uint h0, uint s0, uint x0, uint bx, uint n) {
 #endif
     // RG rows a subgroup at a time (their loads and reductions are independent, so their
     // latencies overlap); lane l takes candidates 4l … 4l + 3, 4(l + SG) …: one 16-byte read.
-    const uint RG = 4u;
+    // Subgroup g of NS takes rows [h0 + RG·g, +RG), [h0 + RG·(g + NS), +RG), …: every row of
+    // [h0, h1) once, as SCORE_ROWS is a multiple of RG: otherwise this array's size is 0, a
+    // compile error (the preprocessor cannot check it: its #if takes no 64u).
+    const uint RG = FILTER_RG;
+    uint filter_rg_must_divide_score_rows[SCORE_ROWS % RG == 0u ? 1 : 0];
     if (FBN / 4u <= sgs) {
         // One 16-byte group of four candidates a lane: the keys stay in registers between the
         // block minimum and the band.
