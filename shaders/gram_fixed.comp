@@ -322,26 +322,6 @@ void rescale(inout int key[RPER], uint k, uint base, uint n) {
     }
 }
 
-// The register placement's update of every key of the lane by the row at `row` (slab `slab`),
-// LOADS loads in flight; DELTA(g[q]) is the row value in key units. Only the last r can pass n
-// (RPER = ⌈N / WG⌉): its load is clamped and its key stays SENT.
-#define UPDATE_REGS(DELTA) \
-    for (uint r0 = 0u; r0 < RPER; r0 += LOADS) { \
-        int g[LOADS]; \
-        for (uint q = 0u; q < LOADS; ++q) { \
-            const uint r = r0 + q; \
-            if (r + 1u < RPER) g[q] = G[slab].g[row + r * WG]; \
-            else if (r < RPER) g[q] = G[slab].g[row - lid + min(lid + r * WG, n - 1u)]; \
-        } \
-        for (uint q = 0u; q < LOADS; ++q) { \
-            const uint r = r0 + q; \
-            if (r >= RPER) break; \
-            const int v = key[r] + (DELTA); \
-            key[r] = key[r] == SENT ? SENT : v; \
-            offer(key[r], r, bk, bi, b2); \
-        } \
-    }
-
 void main() {
     const uint lid = gl_LocalInvocationID.x;
     const uint s = gl_WorkGroupID.x;
@@ -412,27 +392,38 @@ void main() {
     }
 
     for (uint t = pc.first; t < pc.first + pc.count; ++t) {
-        // Loads first (|e_prev|, the Gram row); the scalar bookkeeping below has no branch, so
-        // it can run while they are in flight.
+        // Loads first (|e_prev|, this lane's dimensions of e_prev, the Gram row); the scalar
+        // bookkeeping below has no branch, so it can run while they are in flight.
         const float ep_inv = inv_norm[prev];
+        float ev[EV];
+        for (uint k = 0u; k < EV; ++k) {
+            const uint d = lid + k * WG;
+            ev[k] = d < DIM ? float(table[prev * DIM + d]) : 0.0;
+        }
         int bk = SENT, b2 = SENT;
         uint bi = NO_INDEX;
         if (IN_REGS != 0u) {
-            // The lane that holds prev marks it chosen before the update (one lane: the other
-            // lanes skip this), so the update below tests only for chosen keys.
-            if (prev % WG == lid) {
-                const uint rp = prev / WG;
-                for (uint r = 0u; r < RPER; ++r) key[r] = r == rp ? SENT : key[r];
-            }
-            const uint slab = prev / SLAB_ROWS;
-            const uint row = (prev - slab * SLAB_ROWS) * n + lid;
-            // The lane's r-th best is tracked as r (lid + r·WG once the loop is done). Keys are
-            // updated as key + ((g + half) >> sh); a uniform branch takes the unshifted sum
-            // (sh = 0, where half = 0: the same value) without the two integer operations.
-            if (sh == 0u) {
-                UPDATE_REGS(g[q]);
-            } else {
-                UPDATE_REGS((g[q] + half_) >> sh);
+            // Every key of the lane gains (g + half) >> sh (half = 0 and sh = 0 until the first
+            // shift: g itself), LOADS loads in flight; chosen keys stay SENT, and so does prev's
+            // (slot rp of the lane that holds it; NO_INDEX in the others). The lane's best is
+            // tracked by r, in increasing index order (j = lid + r·WG). Measured on an H200
+            // (BENCHMARKS.md): a second copy of this loop for sh = 0, prev marked in a branch
+            // before it, or the loads' addresses taken outside grow() made the driver put the
+            // keys in local memory (2.2-2.8x slower).
+            const uint rp = prev % WG == lid ? prev / WG : NO_INDEX;
+            for (uint r0 = 0u; r0 < RPER; r0 += LOADS) {
+                int g[LOADS];
+                for (uint q = 0u; q < LOADS; ++q) {
+                    const uint r = r0 + q;
+                    if (r < RPER) g[q] = grow(prev, min(lid + r * WG, n - 1u));
+                }
+                for (uint q = 0u; q < LOADS; ++q) {
+                    const uint r = r0 + q;
+                    if (r >= RPER) break;
+                    const int v = key[r] + ((g[q] + half_) >> sh);
+                    key[r] = (key[r] == SENT || r == rp) ? SENT : v;
+                    offer(key[r], r, bk, bi, b2);
+                }
             }
             bi = bi == NO_INDEX ? NO_INDEX : lid + bi * WG;
         } else {
@@ -451,12 +442,6 @@ void main() {
                     offer(v, j, bk, bi, b2);
                 }
             }
-        }
-        // This lane's dimensions of e_prev, for the float64 running sum (after the pick).
-        float ev[EV];
-        for (uint k = 0u; k < EV; ++k) {
-            const uint d = lid + k * WG;
-            ev[k] = d < DIM ? float(table[prev * DIM + d]) : 0.0;
         }
         // c gains e_prev: |c + e|² ≤ c2 + 2·|e|·kb + |e|², |e| within 1 ± 8u of 1/inv_norm
         // (a float32 rounding of the float64 1/|e|, inverted in float32: ≤ 3.5 ulp in all).
