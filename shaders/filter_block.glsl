@@ -4,7 +4,9 @@
 // time; for each such stage the epilogue turns them into filter keys F = (score · 2^-k) · finv,
 // keeps each sequence's band (every unchosen candidate within 2γ of the block's best F, up to
 // CAP) in `bands`; then the blocks whose band does not fit are re-scored exactly
-// (filter_common.glsl has the bound and the argument).
+// (filter_common.glsl has the bound and the argument). FILTER_ACC_EPI (a build-time variant,
+// tensor cores only) instead takes the same keys, minima and bands from the accumulator
+// fragments (block_scores).
 
 // Score i of the staged rows (row-major, FBN wide).
 float score_at(uint i) { return uintBitsToFloat(smem[i >> 2u][i & 3u]); }
@@ -17,6 +19,16 @@ shared float cand_finv[FBN];
 shared uint row_mask[FBM * (FBN / 32u)];
 shared uint ovf_n4[4];  // ovf_n; 16 bytes like every shared variable here
 #define ovf_n ovf_n4[0]
+#if defined(COOPMAT) && defined(FILTER_ACC_EPI)
+// The epilogue on the accumulators (FILTER_ACC_EPI, a build-time variant; block_scores): a
+// 16 × 16 fp32 matrix whose element (r, c) is r·16 + c (exact in fp32), from which each
+// invocation learns the coordinates of the fragment elements it holds; per row of the block its
+// best F as order-preserving bits (acc_key_bits) and its band's entries so far. 1 KiB + 2 × 4·FBM
+// bytes, multiples of 16.
+shared uvec4 acc_coords[64];
+shared uint acc_min[FBM];
+shared uint acc_cnt[FBM];
+#endif
 
 // Rows of the staged products a subgroup takes at a time in the epilogue (epilogue_rows): 4 by
 // default; another value at build time through DIVERSITY_SHADER_DEFINES (build.rs), e.g.
@@ -221,6 +233,25 @@ const uint B_DUTY = FBN * QR / FW;
 #define FILTER_PREFETCH 1
 #endif
 
+#ifdef FILTER_ACC_EPI
+// Elements of a 16 × 16 fp32 fragment an invocation holds when a subgroup of 32 holds each of
+// the 256 once (block_scores checks the length; otherwise it takes the staged path).
+const uint ACC_E = 8u;
+const uint ACC_INF_BITS = 0xff800000u;  // acc_key_bits(INF): the rows' initial best
+// Order-preserving bits of a float (not NaN): a ≤ b as floats iff acc_key_bits(a) ≤ acc_key_bits(b)
+// as uints, except that −0 orders below +0 (which compare equal: the band's limit and every
+// comparison of the judge are the same with either; only a zero best's sign could differ from
+// the staged path's subgroupMin, which may return either). So atomicMin on the bits is the
+// exact minimum whatever the order of the atomics.
+uint acc_key_bits(float f) {
+    const uint b = floatBitsToUint(f);
+    return (b & 0x80000000u) != 0u ? ~b : (b | 0x80000000u);
+}
+float acc_key_value(uint u) {
+    return uintBitsToFloat((u & 0x80000000u) != 0u ? (u & 0x7fffffffu) : ~u);
+}
+#endif
+
 void block_scores(uint s0, uint x0, uint bx, uint n) {
     const uint lid = gl_LocalInvocationID.x;
     const uint sg = gl_SubgroupID;
@@ -274,6 +305,136 @@ void block_scores(uint s0, uint x0, uint bx, uint n) {
 #undef B_AT
 #undef A_SLOT
 #undef B_SLOT
+#if defined(FILTER_ACC_EPI) && !defined(FILTER_PROFILE_SCORES_ONLY)
+    // THE EPILOGUE ON THE ACCUMULATORS (a build-time variant): the filter keys, each row's best
+    // and band straight from the fragments, only 2 × FBM words through shared memory instead of
+    // the staged 32 KiB of products. GL_NV_cooperative_matrix does not say which (row, column)
+    // element e of a fragment holds, and NVIDIA's mma layout is not the driver's (BENCHMARKS.md,
+    // 2026-12-01): each invocation reads its elements' coordinates from `coord`, a fragment of
+    // the same type as the accumulators (so the same mapping: element-wise arithmetic between
+    // matrices of one type needs it) loaded from acc_coords, whose (r, c) holds r·16 + c. With 8
+    // elements an invocation and 32 invocations each of the 256 is held once (a load must keep
+    // every element); any other length takes the staged path below. The probe's product check
+    // (probe_products) takes it too.
+    fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> coord;
+    coopMatLoadNV(coord, acc_coords, 0u, 4u, false);
+    if (!probe_products && coord.length() == int(ACC_E) && gl_SubgroupSize == 32u) {
+        const uint lane = gl_SubgroupInvocationID;
+        const uint MW = FBN / 32u;
+        const uint mw0 = cb / 32u;  // the first of the subgroup's two mask words of a row
+        // Fragment 4i + j covers rows r0 + 16i + [0, 16) and columns cb + 16j + [0, 16); its
+        // element e is (r0 + 16i + rr_e, cb + 16j + cc_e) with (rr_e, cc_e) from coord[e], the
+        // same for every i and j. First each element's F in place of its product, as
+        // filter_keys_fv computes it (the same expression on the same fp32 product: the staged
+        // path stores and reloads it exactly; INF for a chosen candidate, one past n, or a row past
+        // the batch, whose mask words are all ones), and pm[8i + e] = the minimum over j.
+        float pm[TI * ACC_E];
+        [[unroll]] for (uint e = 0u; e < ACC_E; ++e) {
+            const uint rc = uint(coord[int(e)]);
+            const uint rr = rc >> 4u, cc = rc & 15u;
+            float fv[4];
+            [[unroll]] for (uint j = 0u; j < 4u; ++j) fv[j] = cand_finv[cb + 16u * j + cc];
+            [[unroll]] for (uint i = 0u; i < TI; ++i) {
+                const uint r = r0 + 16u * i + rr;
+                const float gs = row_gs[r];
+                // Columns cb + 16j + cc: word mw0 + j / 2, bit 16·(j % 2) + cc.
+                const uint w0 = row_mask[r * MW + mw0], w1 = row_mask[r * MW + mw0 + 1u];
+                float m = INF;
+                [[unroll]] for (uint j = 0u; j < 4u; ++j) {
+                    const uint word = (j < 2u ? w0 : w1) >> (16u * (j & 1u) + cc);
+                    float f = INF;
+                    if (x0 + cb + 16u * j + cc < n && (word & 1u) == 0u) {
+                        precise float v = (acc[4u * i + j][int(e)] * gs) * fv[j];
+                        f = v;
+                    }
+                    acc[4u * i + j][int(e)] = f;
+                    m = min(m, f);
+                }
+                pm[ACC_E * i + e] = m;
+            }
+        }
+        // Then the minima of elements that share a row, combined where the coordinates prove it
+        // (checked for every invocation and element, so whatever the layout): element indices
+        // e and e ^ m of one invocation (emask), and element e of invocations l and l ^ m
+        // (lmask, by shuffles). After them every member of a group {(l ^ a, e ^ b): a in
+        // lmask's bits, b in emask's} holds the group's minimum, and its one member with those
+        // bits clear (the leader) gives it to the row's atomicMin. Where nothing is proven each
+        // element is its own group: more atomics, the same minimum.
+        uint emask = 0u, lmask = 0u;
+        // (Macros, so that every index into pm is a constant.)
+#define ACC_WITHIN(M) { \
+            bool same = true; \
+            [[unroll]] for (uint e = 0u; e < ACC_E; ++e) { \
+                same = same && (uint(coord[int(e)]) >> 4u) == (uint(coord[int(e ^ (M))]) >> 4u); \
+            } \
+            if (subgroupAll(same)) { \
+                emask |= (M); \
+                [[unroll]] for (uint k = 0u; k < TI * ACC_E; ++k) pm[k] = min(pm[k], pm[k ^ (M)]); \
+            } \
+        }
+#define ACC_ACROSS(M) { \
+            bool same = true; \
+            [[unroll]] for (uint e = 0u; e < ACC_E; ++e) { \
+                const uint rr = uint(coord[int(e)]) >> 4u; \
+                same = same && subgroupShuffleXor(rr, (M)) == rr; \
+            } \
+            if (subgroupAll(same)) { \
+                lmask |= (M); \
+                [[unroll]] for (uint k = 0u; k < TI * ACC_E; ++k) { \
+                    pm[k] = min(pm[k], subgroupShuffleXor(pm[k], (M))); \
+                } \
+            } \
+        }
+        ACC_WITHIN(1u) ACC_WITHIN(2u) ACC_WITHIN(4u)
+        ACC_ACROSS(1u) ACC_ACROSS(2u) ACC_ACROSS(4u) ACC_ACROSS(8u) ACC_ACROSS(16u)
+#undef ACC_WITHIN
+#undef ACC_ACROSS
+        // The rows' best over both subgroups that hold them (an INF leaves the initial INF).
+        [[unroll]] for (uint e = 0u; e < ACC_E; ++e) {
+            const uint rr = uint(coord[int(e)]) >> 4u;
+            [[unroll]] for (uint i = 0u; i < TI; ++i) {
+                const float m = pm[ACC_E * i + e];
+                if ((lane & lmask) == 0u && (e & emask) == 0u && m < INF) {
+                    atomicMin(acc_min[r0 + 16u * i + rr], acc_key_bits(m));
+                }
+            }
+        }
+        WG_BARRIER();
+        // The band: every F within the same limit as epilogue_rows' of its row's best, its slot
+        // by the row's counter (the entries' order within a record is free: the judge takes the
+        // (key, index) least); so the same entries, count and OVERFLOW as the staged path.
+        const uint nb = (n + FBN - 1u) / FBN;
+        [[unroll]] for (uint e = 0u; e < ACC_E; ++e) {
+            const uint rc = uint(coord[int(e)]);
+            const uint rr = rc >> 4u, cc = rc & 15u;
+            [[unroll]] for (uint i = 0u; i < TI; ++i) {
+                const uint r = r0 + 16u * i + rr;
+                const float bmin = acc_key_value(acc_min[r]);
+                const float limit = bmin + 2.0 * row_g[r];
+                // A row with no candidate left (bmin = INF; every row past the batch) has an
+                // empty band.
+                const bool live = bmin < INF;
+                const uint base = ((s0 + r) * nb + bx) * BAND_WORDS;
+                [[unroll]] for (uint j = 0u; j < 4u; ++j) {
+                    const float f = acc[4u * i + j][int(e)];
+                    if (live && f <= limit) {
+                        band_entry(base, atomicAdd(acc_cnt[r], 1u), f, x0 + cb + 16u * j + cc);
+                    }
+                }
+            }
+        }
+        WG_BARRIER();
+        // The headers, one invocation a row; the fallback (filter_block) reads ovf_n after the
+        // barrier, as after scores_ready's.
+        for (uint r = lid; r < FBM; r += FW) {
+            if (s0 + r < BATCH) {
+                band_header(((s0 + r) * nb + bx) * BAND_WORDS, acc_key_value(acc_min[r]), acc_cnt[r], r);
+            }
+        }
+        WG_BARRIER();
+        return;
+    }
+#endif
     // The products, row-major FBN wide in uvec4s (4 floats), SCORE_ROWS rows at a time: the
     // subgroups holding rows [h·SCORE_ROWS, +SCORE_ROWS) store them, then every subgroup filters.
     const uint st = FBN / 4u;
@@ -325,6 +486,18 @@ void filter_block(uint bx, uint by, uint n) {
         row_g[i] = ok ? fseq[s0 + i].gamma : 0.0;
     }
     for (uint i = lid; i < FBN; i += FW) cand_finv[i] = x0 + i < n ? finv[x0 + i] : 0.0;
+#if defined(COOPMAT) && defined(FILTER_ACC_EPI)
+    // Made visible by block_scores' first workgroup barrier.
+    for (uint i = lid; i < 64u; i += FW) {
+        const uint v = 4u * i;  // the flat index r·16 + c of the uvec4's first float
+        acc_coords[i] = uvec4(floatBitsToUint(float(v)), floatBitsToUint(float(v + 1u)),
+                              floatBitsToUint(float(v + 2u)), floatBitsToUint(float(v + 3u)));
+    }
+    for (uint i = lid; i < FBM; i += FW) {
+        acc_min[i] = ACC_INF_BITS;
+        acc_cnt[i] = 0u;
+    }
+#endif
     for (uint i = lid; i < FBM * MW; i += FW) {
         const uint r = i / MW, w = x0 / 32u + i % MW;
         // Past the batch or the table: every candidate counts as chosen.

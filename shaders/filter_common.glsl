@@ -42,6 +42,11 @@
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#ifdef FILTER_ACC_EPI
+// The epilogue on the accumulators (filter_block.glsl, a build-time variant).
+#extension GL_KHR_shader_subgroup_shuffle : require
+#extension GL_KHR_shader_subgroup_vote : require
+#endif
 // Under the Vulkan memory model (which the cooperative-matrix instructions bring), barrier()
 // orders only non-private accesses: plain shared-memory loads after it may see stale values.
 // Every workgroup barrier of the filter makes shared and buffer writes available and visible.
