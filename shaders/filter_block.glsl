@@ -4,9 +4,10 @@
 // time; for each such stage the epilogue turns them into filter keys F = (score · 2^-k) · finv,
 // keeps each sequence's band (every unchosen candidate within 2γ of the block's best F, up to
 // CAP) in `bands`; then the blocks whose band does not fit are re-scored exactly
-// (filter_common.glsl has the bound and the argument). FILTER_ACC_EPI (a build-time variant,
-// tensor cores only) instead takes the same keys, minima and bands from the accumulator
-// fragments (block_scores).
+// (filter_common.glsl has the bound and the argument). With tensor cores the epilogue takes
+// the same keys, minima and bands from the accumulator fragments instead (FILTER_ACC_EPI, the
+// default; block_scores), and stages the products only where their layout is not the one it
+// can use, in the probe, or with FILTER_STAGED_EPI defined at build time.
 
 // Score i of the staged rows (row-major, FBN wide).
 float score_at(uint i) { return uintBitsToFloat(smem[i >> 2u][i & 3u]); }
@@ -20,7 +21,7 @@ shared uint row_mask[FBM * (FBN / 32u)];
 shared uint ovf_n4[4];  // ovf_n; 16 bytes like every shared variable here
 #define ovf_n ovf_n4[0]
 #if defined(COOPMAT) && defined(FILTER_ACC_EPI)
-// The epilogue on the accumulators (FILTER_ACC_EPI, a build-time variant; block_scores): a
+// The epilogue on the accumulators (FILTER_ACC_EPI, the default; block_scores): a
 // 16 × 16 fp32 matrix whose element (r, c) is r·16 + c (exact in fp32), from which each
 // invocation learns the coordinates of the fragment elements it holds; per row of the block its
 // best F as order-preserving bits (acc_key_bits) and its band's entries so far. 1 KiB + 2 × 4·FBM
@@ -306,7 +307,7 @@ void block_scores(uint s0, uint x0, uint bx, uint n) {
 #undef A_SLOT
 #undef B_SLOT
 #if defined(FILTER_ACC_EPI) && !defined(FILTER_PROFILE_SCORES_ONLY)
-    // THE EPILOGUE ON THE ACCUMULATORS (a build-time variant): the filter keys, each row's best
+    // THE EPILOGUE ON THE ACCUMULATORS (the default): the filter keys, each row's best
     // and band straight from the fragments, only 2 × FBM words through shared memory instead of
     // the staged 32 KiB of products. GL_NV_cooperative_matrix does not say which (row, column)
     // element e of a fragment holds, and NVIDIA's mma layout is not the driver's (BENCHMARKS.md,

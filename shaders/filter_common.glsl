@@ -42,8 +42,14 @@
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+// The filter's epilogue works on the accumulator fragments (filter_block.glsl) unless
+// FILTER_STAGED_EPI is defined at build time (DIVERSITY_SHADER_DEFINES, build.rs): then every
+// block's products go through shared memory, as the fallback path does.
+#if !defined(FILTER_STAGED_EPI) && !defined(FILTER_ACC_EPI)
+#define FILTER_ACC_EPI 1
+#endif
 #ifdef FILTER_ACC_EPI
-// The epilogue on the accumulators (filter_block.glsl, a build-time variant).
+// The epilogue on the accumulators.
 #extension GL_KHR_shader_subgroup_shuffle : require
 #extension GL_KHR_shader_subgroup_vote : require
 #endif

@@ -398,12 +398,15 @@ impl Context {
             .supported_stages
             .contains(vk::ShaderStageFlags::COMPUTE)
             && !disabled("subgroups");
-        // The tensor-core filter also reduces with subgroup arithmetic and ballots.
+        // The tensor-core filter also reduces with subgroup arithmetic, ballots, votes and
+        // shuffles (its epilogue on the accumulators).
         let coopmat = has_coopmat_ext
             && subgroup_arithmetic
-            && subgroup
-                .supported_operations
-                .contains(vk::SubgroupFeatureFlags::BALLOT)
+            && subgroup.supported_operations.contains(
+                vk::SubgroupFeatureFlags::BALLOT
+                    | vk::SubgroupFeatureFlags::VOTE
+                    | vk::SubgroupFeatureFlags::SHUFFLE,
+            )
             && coopmat_feature
             && fp16_storage
             && f12.shader_float16 == vk::TRUE
