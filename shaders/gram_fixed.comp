@@ -88,6 +88,8 @@ const uint CHAINS = 32u;
 const uint RC = WG >= CHAINS ? WG / CHAINS : 1u; // candidates a round of fresh keys
 const uint SLOTS = RC * CHAINS;                     // (candidate, chain) slots a round
 const uint EV = (DIM + WG - 1u) / WG; // dimensions of the running sum a lane owns
+const uint KD = (DIM + CHAINS - 1u) / CHAINS; // terms of a fresh key's longest chain
+const uint FRESH_LOADS = 8u;                  // row values a chain loads at a time
 #define DIAG_NO_SETTLE ((DIAG & 1u) != 0u)
 
 // Scalars after the vectors (float words unless doubles: two words, low first). 3, 5 and 6 are
@@ -221,10 +223,22 @@ void fresh_round(uint k0, uint cnt) {
         sq = 0.0LF;
         const uint x = k < cnt ? cand[k0 + k] : NO_INDEX;
         if (x != NO_INDEX) {
-            for (uint d = q; d < DIM; d += CHAINS) {
-                const double e = double(float(table[x * DIM + d]));
-                dot = fma(c_sum[d], e, dot);
-                sq = fma(e, e, sq);
+            // The chain over d = q, q + 32, … ascending, its row values loaded FRESH_LOADS at a
+            // time before their products (so their latencies overlap; the same operations in
+            // the same order).
+            for (uint i0 = 0u; i0 < KD; i0 += FRESH_LOADS) {
+                float ev[FRESH_LOADS];
+                for (uint u = 0u; u < FRESH_LOADS; ++u) {
+                    ev[u] = float(table[x * DIM + min(q + (i0 + u) * CHAINS, DIM - 1u)]);
+                }
+                for (uint u = 0u; u < FRESH_LOADS; ++u) {
+                    const uint d = q + (i0 + u) * CHAINS;
+                    if (d < DIM) {
+                        const double e = double(ev[u]);
+                        dot = fma(c_sum[d], e, dot);
+                        sq = fma(e, e, sq);
+                    }
+                }
             }
         }
         part_dot[sl] = dot;

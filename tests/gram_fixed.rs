@@ -112,6 +112,17 @@ fn fixed_keys_same_bits_across_shapes_and_resume() {
         };
         assert_eq!(run(&gram, &starts, 3, &o), base, "chunk {chunk}");
     }
+    // Row loads in flight (19 keys a lane at 16 invocations: groups of 1, 3, 8 and 16, the last
+    // ones partial).
+    for loads in [1usize, 3, 8, 16] {
+        let o = GramOptions {
+            placement: Placement::Registers,
+            workgroup_size: Some(16),
+            loads,
+            ..GramOptions::default()
+        };
+        assert_eq!(run(&gram, &starts, 9, &o), base, "loads {loads}");
+    }
     // Every key recomputed from the float64 running sum each 16 steps (dispatches cut there):
     // its own bits, the same across shapes, chunks and a resume, and the oracle.
     let refresh = GramOptions {

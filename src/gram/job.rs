@@ -6,8 +6,8 @@
 use super::judge::{fixed_loops, judge_loops, judge_refresh, judge_round, BAND};
 use super::matrix::{Gram, GramInner};
 use super::plan::{
-    arithmetic, batch_bytes, fixed_point, gram_loop_iterations, loads_in_flight, max_batch,
-    plan_fixed, plan_for, state_floats,
+    arithmetic, batch_bytes, fixed_loads, fixed_point, gram_loop_iterations, loads_in_flight,
+    max_batch, plan_fixed, plan_for, state_floats,
 };
 use super::record::{record_steps, GramPush};
 use super::{GramOptions, Placement};
@@ -141,7 +141,7 @@ impl GramJob {
                 &spirv::GRAM_FIXED,
                 vec![
                     d as u32,
-                    loads_in_flight(rper, true, opts) as u32,
+                    fixed_loads(wg, rper, opts) as u32,
                     BAND as u32,
                     scale as u32,
                     opts.judge_diag,

@@ -62,8 +62,8 @@ pub fn arithmetic(caps: &Capabilities, n: usize, d: usize, opts: &GramOptions) -
 /// settled with float64 fresh keys) on `caps` for an N × D table: the default wherever the
 /// device has float64 in shaders and `opts` names no float arithmetic (`compensated`, or
 /// `judge: Some(false)`), where it fits the device (its shared memory, the loop cap). Measured
-/// on an H200 against the float sums with the judge it replaces: 1.1–1.4× faster on centred
-/// tables, 2.7× on an uncentred one, with a bound 10⁴–10⁵× tighter (BENCHMARKS.md). Else the
+/// on an H200 against the float sums with the judge it replaces: 1.3–1.5× faster on centred
+/// tables, 2.8× on an uncentred one, with a bound 10⁴–10⁵× tighter (BENCHMARKS.md). Else the
 /// float arithmetic of [`arithmetic`].
 pub fn fixed_point(caps: &Capabilities, n: usize, d: usize, opts: &GramOptions) -> bool {
     caps.float64
@@ -383,9 +383,37 @@ pub(super) fn loads_in_flight(rper: usize, judge: bool, opts: &GramOptions) -> u
     }
 }
 
+/// Row loads in flight for fixed-point keys in registers: 16 at 512 invocations, 8 otherwise;
+/// `opts.loads` sets them, for benchmarks. Measured on an H200 (BENCHMARKS.md, 2026-12-02): at
+/// N = 31,102 (512 invocations, 61 keys a lane) 16 ran 6% faster than 8; at 256 invocations 16
+/// ran 3% slower on the fortunes (59 keys a lane) and 1.8× slower on the peer table (33).
+pub(super) fn fixed_loads(wg: u32, rper: usize, opts: &GramOptions) -> usize {
+    match opts.loads {
+        0 if wg == 512 => 16.min(rper.max(1)),
+        _ => loads_in_flight(rper, true, opts),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fixed_keys_row_loads_in_flight() {
+        let d = GramOptions::default();
+        // 16 at 512 invocations (never more than the keys a lane), 8 otherwise; named loads win.
+        assert_eq!(fixed_loads(512, 61, &d), 16);
+        assert_eq!(fixed_loads(512, 5, &d), 5);
+        assert_eq!(fixed_loads(256, 59, &d), 8);
+        assert_eq!(fixed_loads(1024, 31, &d), 8);
+        assert_eq!(fixed_loads(64, 3, &d), 3);
+        let named = GramOptions {
+            loads: 4,
+            ..GramOptions::default()
+        };
+        assert_eq!(fixed_loads(512, 61, &named), 4);
+        assert_eq!(fixed_loads(256, 59, &named), 4);
+    }
 
     fn arith(gpu: bool, n: usize, opts: &GramOptions) -> (bool, bool) {
         arith_d(gpu, n, 384, opts)
