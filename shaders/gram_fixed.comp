@@ -421,9 +421,9 @@ void main() {
             // shift: g itself), LOADS loads in flight; chosen keys stay SENT, and so does prev's
             // (slot rp of the lane that holds it; NO_INDEX in the others). The lane's best is
             // tracked by r, in increasing index order (j = lid + r·WG). Measured on an H200
-            // (BENCHMARKS.md): a second copy of this loop for sh = 0, prev marked in a branch
-            // before it, or the loads' addresses taken outside grow() made the driver put the
-            // keys in local memory (2.2-2.8x slower).
+            // (BENCHMARKS.md, the bisect): the loads' addresses taken outside grow() made the
+            // driver put the keys in local memory (2.2-2.8x slower); a second copy of this loop
+            // for sh = 0 and prev marked in a branch before it were slower too (+17%, +27%).
             const uint rp = prev % WG == lid ? prev / WG : NO_INDEX;
             for (uint r0 = 0u; r0 < RPER; r0 += LOADS) {
                 int g[LOADS];

@@ -123,9 +123,10 @@ pub struct GramOptions {
     /// Off where a step with a recompute would pass the device's loop cap or its buffers do not
     /// fit shared memory ([`GramJob::judge`] says which ran).
     pub judge: Option<bool>,
-    /// Register placement: Gram row loads a lane issues before using them (0 = every item's at
-    /// once). The same bits for every value on lavapipe; a benchmark knob (see
-    /// `loads_in_flight`).
+    /// Register placement: Gram row loads a lane issues before using them (0 = the default:
+    /// every item's at once for float sums without the judge, else 8, or 16 for fixed-point keys
+    /// at 512 invocations). The same bits for every value; a benchmark knob (see
+    /// `loads_in_flight` and `fixed_loads`).
     #[doc(hidden)]
     pub loads: usize,
     /// The judge's widest band re-scored alone (`None` = 64; `Some(0)`: every uncertain step
