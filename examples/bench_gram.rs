@@ -350,6 +350,21 @@ fn run(a: Args) -> Result<(), String> {
                     .iter()
                     .zip(job.band_candidates().map_err(|e| e.to_string())?)
                     .fold((0, 0), |(w, c), (&x, y)| (w + x as u64, c + y as u64));
+                // Shaders built with GF_PROFILE, run with DIVERSITY_SHADER_CLOCK: the phases.
+                let profile = job.profile_ticks().map_err(|e| e.to_string())?.map(|p| {
+                    let sum = p.iter().fold([0.0; 4], |a, x| {
+                        [a[0] + x[0], a[1] + x[1], a[2] + x[2], a[3] + x[3]]
+                    });
+                    let per = (s * steps) as f64;
+                    format!(
+                        "\n    profile (subgroup clock, invocation 0), ticks a step: update {:.0}, pick {:.0}, settling {:.0} ({:.0} a settle), end {:.0}",
+                        sum[0] / per,
+                        sum[1] / per,
+                        sum[2] / per,
+                        sum[2] / (bands.max(1) as f64),
+                        sum[3] / per
+                    )
+                });
                 let ef = job
                     .fresh_error_max()
                     .map_err(|e| e.to_string())?
@@ -365,7 +380,7 @@ fn run(a: Args) -> Result<(), String> {
                 let gpu_s = r.gpu_ns as f64 * 1e-9;
                 let bytes = s as f64 * steps as f64 * n as f64 * 4.0;
                 println!(
-                    "  {} wg {:>4} {:<9} spd {spd:<3} loads {loads:<2} refresh {:<5} {:<11} judge {:<5} {variant} ({bands} band re-scores of {cands} candidates, {wide} wide, {refreshes} recomputes, E_F max {ef:.2e}) subgroups {:<5} GPU {:>8.4} s  wall {:>8.4} s  {:>10.0} steps/s  G rows {:>6.2} TB/s  same bits {}",
+                    "  {} wg {:>4} {:<9} spd {spd:<3} loads {loads:<2} refresh {:<5} {:<11} judge {:<5} {variant} ({bands} band re-scores of {cands} candidates, {wide} wide, {refreshes} recomputes, E_F max {ef:.2e}) subgroups {:<5} GPU {:>8.4} s  wall {:>8.4} s  {:>10.0} steps/s  G rows {:>6.2} TB/s  same bits {}{}",
                     precision.name(),
                     job.workgroup_size(),
                     job.placement().name(),
@@ -381,7 +396,8 @@ fn run(a: Args) -> Result<(), String> {
                     wall_s,
                     steps as f64 / gpu_s.max(1e-12),
                     bytes / gpu_s.max(1e-12) * 1e-12,
-                    identical
+                    identical,
+                    profile.unwrap_or_default()
                 );
                 runs.push(Run {
                     precision,

@@ -40,6 +40,14 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_shuffle_relative : require
+// GF_PROFILE (a build-time knob, DIVERSITY_SHADER_DEFINES; the device needs VK_KHR_shader_clock,
+// enabled by DIVERSITY_SHADER_CLOCK): invocation 0 adds the subgroup-clock ticks of each phase
+// of a step into the state's unused words [N, N + 8) (four doubles: the update, the pick, the
+// settling, the step's end), and writes PROFILE_MARK after them; GramJob::profile_ticks reads
+// them. Timing only: the same bits.
+#ifdef GF_PROFILE
+#extension GL_ARB_shader_clock : require
+#endif
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint RPER = 1u;      // keys per lane in registers (1 in memory)
@@ -336,6 +344,23 @@ void rescale(inout int key[RPER], uint k, uint base, uint n) {
     }
 }
 
+#ifdef GF_PROFILE
+const uint PROFILE_MARK = 0x50524f46u;
+// Subgroup-clock ticks since t (a 64-bit difference of two reads; 0 if the clock went back,
+// as a CPU device's may across a barrier); t moves to now.
+double ticks(inout uvec2 t) {
+    const uvec2 now = clock2x32ARB();
+    const uint borrow = now.x < t.x ? 1u : 0u;
+    const int hi = int(now.y - t.y - borrow);
+    const double d = hi < 0 ? 0.0LF : double(hi) * 4294967296.0LF + double(now.x - t.x);
+    t = now;
+    return d;
+}
+#define PROF(k) if (lid == 0u) prof[k] += ticks(tick);
+#else
+#define PROF(k)
+#endif
+
 void main() {
     const uint lid = gl_LocalInvocationID.x;
     const uint s = gl_WorkGroupID.x;
@@ -375,6 +400,11 @@ void main() {
     for_shift(sh, unit, inc, half_);
     const double m_up = double(MAX_NORM);
     float refreshes = fresh ? 0.0 : uintBitsToFloat(state[jbase + JS_REFRESH]);
+#ifdef GF_PROFILE
+    double prof[4];
+    for (uint k = 0u; k < 4u; ++k) prof[k] = (fresh || n < 16u) ? 0.0LF : load_d(base + n + 2u * k);
+    uvec2 tick = clock2x32ARB();
+#endif
     barrier();
     if (REFRESH != 0u && !fresh && (pc.first - 1u) % REFRESH == 0u && au >= double(REFRESH_AT)) {
         // Every live key from c̃ (rows seqs[0 .. first − 1) so far, as the keys): F_x in one
@@ -468,6 +498,7 @@ void main() {
             c2max = max(c2max, c2);
         }
         au += inc;
+        PROF(0)
         Pick w = workgroup_pick(bk, bi, b2, t);
         // c̃ += e_prev in float64, each invocation its dimensions (read after the next barrier).
         for (uint k = 0u; k < EV; ++k) {
@@ -476,6 +507,7 @@ void main() {
         }
         // The pick's exact key ≤ its key + A (replaced below when the pick is settled).
         kb = up((double(w.key) + au) * unit);
+        PROF(1)
         if (!DIAG_NO_SETTLE && double(w.second) - double(w.key) <= 2.0LF * au) {
             // Uncertain. The band: live keys ≤ tau (within 2A of the best).
             const int tau = int(min(double(w.key) + floor(2.0LF * au), double(SENT - 1)));
@@ -566,6 +598,7 @@ void main() {
             efmax = max(efmax, float(ef) * (1.0 + 2.0 * U));
             barrier();
         }
+        PROF(2)
         uint p;
         if (pc.replay != 0u) {
             p = seqs[out_row + t];
@@ -590,6 +623,7 @@ void main() {
                 for_shift(sh, unit, inc, half_);
             }
         }
+        PROF(3)
     }
 
     if (IN_REGS != 0u) {
@@ -606,6 +640,12 @@ void main() {
         state[jbase + JS_BANDS] = floatBitsToUint(bands);
         state[jbase + JS_EF] = floatBitsToUint(efmax);
         state[jbase + JS_CANDS] = floatBitsToUint(cands);
+#ifdef GF_PROFILE
+        if (n >= 16u) {
+            for (uint k = 0u; k < 4u; ++k) store_d(base + n + 2u * k, prof[k]);
+            state[base + n + 8u] = PROFILE_MARK;
+        }
+#endif
         store_d(jbase + JS_A, au);
         store_d(jbase + JS_C2, c2);
         store_d(jbase + JS_KB, kb);

@@ -87,6 +87,10 @@ fn fixed_keys_same_bits_across_shapes_and_resume() {
     let starts: Vec<u32> = vec![0, 5, 17, 42, 99, 150, 299, 1, 77];
     let base = run(&gram, &starts, starts.len(), &GramOptions::default());
     assert!(worst(&table, &starts, &base) <= 1e-12);
+    // A build without GF_PROFILE leaves no profile (its mark absent): nothing is reported.
+    let mut job = GramJob::new(&gram, &starts, &GramOptions::default()).unwrap();
+    job.step(5).unwrap();
+    assert!(job.profile_ticks().unwrap().is_none());
     for placement in [Placement::Registers, Placement::Memory] {
         for wg in [16u32, 64, 256] {
             for subgroups in [false, ctx.caps().subgroup_arithmetic] {

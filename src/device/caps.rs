@@ -77,6 +77,11 @@ pub struct Capabilities {
     /// every new pipeline's statistics (registers, spills, shared memory, as the driver names
     /// them) are printed to stderr — a diagnostic for kernel work, off by default.
     pub pipeline_stats: bool,
+    /// `DIVERSITY_SHADER_CLOCK` is set and the device has `VK_KHR_shader_clock` with
+    /// `shaderSubgroupClock`: enabled, so that shaders built with a profiling knob (the gram
+    /// engine's `GF_PROFILE`, through `DIVERSITY_SHADER_DEFINES`) can read the subgroup clock —
+    /// a diagnostic for kernel work, off by default.
+    pub shader_clock: bool,
     /// `shaderFloat64`: k-means sums its clusters on the device in float64
     /// ([`crate::ivf::kmeans()`]); off with `DIVERSITY_DISABLE=float64`.
     pub float64: bool,
@@ -283,6 +288,7 @@ pub(crate) fn test_caps(sg: u32, loop_limit: Option<u64>) -> Capabilities {
         loop_limit,
         coopmat: false,
         pipeline_stats: false,
+        shader_clock: false,
         float64: true,
     }
 }

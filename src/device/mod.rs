@@ -329,12 +329,19 @@ impl Context {
         if want_stats {
             feats2 = feats2.push_next(&mut fpe);
         }
+        let mut fclock = vk::PhysicalDeviceShaderClockFeaturesKHR::default();
+        let want_clock = std::env::var_os("DIVERSITY_SHADER_CLOCK").is_some()
+            && has_ext(ash::khr::shader_clock::NAME);
+        if want_clock {
+            feats2 = feats2.push_next(&mut fclock);
+        }
         unsafe { instance.get_physical_device_features2(pd, &mut feats2) };
         let buffer_array_indexing =
             feats2.features.shader_storage_buffer_array_dynamic_indexing == vk::TRUE;
         let float64 = feats2.features.shader_float64 == vk::TRUE && !disabled("float64");
         let coopmat_feature = fcm.cooperative_matrix == vk::TRUE;
         let pipeline_stats = want_stats && fpe.pipeline_executable_info == vk::TRUE;
+        let shader_clock = want_clock && fclock.shader_subgroup_clock == vk::TRUE;
         let qfs = unsafe { instance.get_physical_device_queue_family_properties(pd) };
         // Prefer a compute-only queue family (async compute on GPUs), else any with compute.
         let qf = qfs
@@ -440,6 +447,7 @@ impl Context {
             loop_limit,
             coopmat,
             pipeline_stats,
+            shader_clock,
             float64,
         };
         let priorities = [1.0f32];
@@ -466,6 +474,11 @@ impl Context {
         }
         let mut en_pe = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default()
             .pipeline_executable_info(true);
+        if shader_clock {
+            dev_exts.push(ash::khr::shader_clock::NAME.as_ptr());
+        }
+        let mut en_clock =
+            vk::PhysicalDeviceShaderClockFeaturesKHR::default().shader_subgroup_clock(true);
         let base_features = vk::PhysicalDeviceFeatures::default()
             .shader_storage_buffer_array_dynamic_indexing(caps.buffer_array_indexing)
             .shader_float64(caps.float64);
@@ -482,6 +495,11 @@ impl Context {
         };
         let info = if pipeline_stats {
             info.push_next(&mut en_pe)
+        } else {
+            info
+        };
+        let info = if shader_clock {
+            info.push_next(&mut en_clock)
         } else {
             info
         };

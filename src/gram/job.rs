@@ -43,6 +43,9 @@ pub struct GramJob {
     _state: Buffer,
 }
 
+/// `shaders/gram_fixed.comp`'s mark after its profile (GF_PROFILE builds): "PROF".
+const PROFILE_MARK: u32 = 0x5052_4f46;
+
 impl GramJob {
     /// Prepare a batch: one sequence per entry of `starts` (0-based, distinct, < N). Nothing is
     /// computed until [`GramJob::step`].
@@ -302,6 +305,42 @@ impl GramJob {
             return Ok(vec![0; self.batch.starts().len()]);
         }
         self.judge_slot(4)
+    }
+    /// Per sequence, the subgroup-clock ticks invocation 0 spent in each phase of the steps so
+    /// far — the update, the pick, the settling, the step's end — where the shaders were built
+    /// with `GF_PROFILE` (`DIVERSITY_SHADER_DEFINES`) and run with `DIVERSITY_SHADER_CLOCK`
+    /// (fixed-point keys, N ≥ 16); `None` otherwise (the shader's mark is absent). A diagnostic
+    /// for kernel work.
+    #[doc(hidden)]
+    pub fn profile_ticks(&self) -> Result<Option<Vec<[f64; 4]>>> {
+        let n = self.gram.table.n();
+        if self.gram.scale.is_none() || n < 16 {
+            return Ok(None);
+        }
+        let stride = state_floats(n, self.gram.table.d());
+        let regions: Vec<(u64, u64)> = (0..self.batch.starts().len())
+            .map(|i| (((i * stride + n) * 4) as u64, 36))
+            .collect();
+        let bytes = self
+            .gram
+            .table
+            .context()
+            .download_regions(&self._state, &regions)?;
+        let word = |c: &[u8], i: usize| {
+            u32::from_le_bytes([c[4 * i], c[4 * i + 1], c[4 * i + 2], c[4 * i + 3]])
+        };
+        let mut out = Vec::with_capacity(regions.len());
+        for c in bytes.chunks_exact(36) {
+            if word(c, 8) != PROFILE_MARK {
+                return Ok(None);
+            }
+            let mut p = [0.0; 4];
+            for (k, v) in p.iter_mut().enumerate() {
+                *v = f64::from_bits(word(c, 2 * k) as u64 | (word(c, 2 * k + 1) as u64) << 32);
+            }
+            out.push(p);
+        }
+        Ok(Some(out))
     }
     /// Per sequence, the largest error bound of the fresh keys (E_F in `shaders/gram.comp`, key
     /// units: c · e_x / |e_x|) at a full recompute so far (0 without one).
