@@ -292,19 +292,12 @@ impl GramJob {
     /// Per sequence, how many of the settled steps had a band wider than 64 candidates (fixed-point
     /// keys settle any number, in windows of 64; 0s with the float judge).
     pub fn wide_bands(&self) -> Result<Vec<u32>> {
-        if self.gram.scale.is_none() {
-            // The float judge keeps another counter in that slot.
-            return Ok(vec![0; self.batch.starts().len()]);
-        }
-        self.judge_slot(7)
+        self.fixed_slot(7)
     }
     /// Per sequence, how many candidates the settled steps re-scored in all (fixed-point keys;
     /// 0s with the float judge). Counted in float32: exact up to 2^24 a sequence.
     pub fn band_candidates(&self) -> Result<Vec<u32>> {
-        if self.gram.scale.is_none() {
-            return Ok(vec![0; self.batch.starts().len()]);
-        }
-        self.judge_slot(4)
+        self.fixed_slot(4)
     }
     /// Per sequence, the subgroup-clock ticks invocation 0 spent in each phase of the steps so
     /// far — the update, the pick, the settling, the step's end — where the shaders were built
@@ -317,19 +310,11 @@ impl GramJob {
         if self.gram.scale.is_none() || n < 16 {
             return Ok(None);
         }
-        let stride = state_floats(n, self.gram.table.d());
-        let regions: Vec<(u64, u64)> = (0..self.batch.starts().len())
-            .map(|i| (((i * stride + n) * 4) as u64, 36))
-            .collect();
-        let bytes = self
-            .gram
-            .table
-            .context()
-            .download_regions(&self._state, &regions)?;
+        let bytes = self.per_sequence(n, 9)?;
         let word = |c: &[u8], i: usize| {
             u32::from_le_bytes([c[4 * i], c[4 * i + 1], c[4 * i + 2], c[4 * i + 3]])
         };
-        let mut out = Vec::with_capacity(regions.len());
+        let mut out = Vec::with_capacity(self.batch.starts().len());
         for c in bytes.chunks_exact(36) {
             if word(c, 8) != PROFILE_MARK {
                 return Ok(None);
@@ -347,6 +332,14 @@ impl GramJob {
     pub fn fresh_error_max(&self) -> Result<Vec<f32>> {
         self.judge_floats(6)
     }
+    /// A counter slot that only fixed-point keys keep (0s with the float judge, which keeps
+    /// another counter there).
+    fn fixed_slot(&self, slot: usize) -> Result<Vec<u32>> {
+        if self.gram.scale.is_none() {
+            return Ok(vec![0; self.batch.starts().len()]);
+        }
+        self.judge_slot(slot)
+    }
     fn judge_slot(&self, slot: usize) -> Result<Vec<u32>> {
         Ok(self
             .judge_floats(slot)?
@@ -360,19 +353,22 @@ impl GramJob {
             return Ok(vec![0.0; self.batch.starts().len()]);
         }
         let (n, d) = (self.gram.table.n(), self.gram.table.d());
-        let stride = state_floats(n, d);
-        let regions: Vec<(u64, u64)> = (0..self.batch.starts().len())
-            .map(|i| (((i * stride + 2 * n + 3 * d + slot) * 4) as u64, 4))
-            .collect();
-        let bytes = self
-            .gram
-            .table
-            .context()
-            .download_regions(&self._state, &regions)?;
-        Ok(bytes
+        Ok(self
+            .per_sequence(2 * n + 3 * d + slot, 1)?
             .chunks_exact(4)
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect())
+    }
+    /// `words` words of every sequence's state from word `at` of it, sequence after sequence.
+    fn per_sequence(&self, at: usize, words: usize) -> Result<Vec<u8>> {
+        let stride = state_floats(self.gram.table.n(), self.gram.table.d());
+        let regions: Vec<(u64, u64)> = (0..self.batch.starts().len())
+            .map(|i| (((i * stride + at) * 4) as u64, (words * 4) as u64))
+            .collect();
+        self.gram
+            .table
+            .context()
+            .download_regions(&self._state, &regions)
     }
 
     /// One submission of `count` steps from step `first` (`replay`: picks read from the
