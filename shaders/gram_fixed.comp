@@ -97,7 +97,13 @@ const uint RC = WG >= CHAINS ? WG / CHAINS : 1u; // candidates a round of fresh 
 const uint SLOTS = RC * CHAINS;                     // (candidate, chain) slots a round
 const uint EV = (DIM + WG - 1u) / WG; // dimensions of the running sum a lane owns
 const uint KD = (DIM + CHAINS - 1u) / CHAINS; // terms of a fresh key's longest chain
-const uint FRESH_LOADS = 8u;                  // row values a chain loads at a time
+// Row values a chain loads at a time (at most its KD terms): 24, every value of a chain up to
+// D = 768 in one go (on an H200 the 8,359 × 768 table's whole cache ran 5% faster than with 8;
+// the same elsewhere: BENCHMARKS.md). GF_FRESH_LOADS (DIVERSITY_SHADER_DEFINES) sets it.
+#ifndef GF_FRESH_LOADS
+#define GF_FRESH_LOADS 24u
+#endif
+const uint FRESH_LOADS = GF_FRESH_LOADS < KD ? GF_FRESH_LOADS : KD;
 #define DIAG_NO_SETTLE ((DIAG & 1u) != 0u)
 
 // Scalars after the vectors (float words unless doubles: two words, low first). 3, 5 and 6 are
