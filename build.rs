@@ -7,7 +7,8 @@
 //!
 //! `DIVERSITY_SHADER_DEFINES` (unset by default) adds preprocessor definitions to every shader,
 //! `NAME=VALUE` or `NAME`, separated by spaces or commas: the build-time knobs of the shaders
-//! (`FILTER_RG=8u`, `FILTER_SK=32u`, `FILTER_STAGED_EPI`, …) for benchmark variants built from one tree.
+//! (`FILTER_RG=8u`, `FILTER_SK=32u`, `FILTER_STAGED_EPI`, the profiles `FILTER_CLOCK` and
+//! `GF_PROFILE`, …) for benchmark variants built from one tree.
 
 use std::path::{Path, PathBuf};
 

@@ -23,7 +23,9 @@
 //! kernel. `--budget-s S` starts no new configuration once S seconds of wall time have passed
 //! (what ran is still reported). `--best OUT.txt` writes the fastest configuration as one line
 //! `kernel precision shape TFMA/s GPU-s`. TFMA/s counts S × N × D × steps multiply-adds (every
-//! candidate is scored every step) per second of GPU time.
+//! candidate is scored every step) per second of GPU time. Built with `FILTER_CLOCK` in
+//! `DIVERSITY_SHADER_DEFINES` and run with `DIVERSITY_SHADER_CLOCK=1`, each filter kernel's line
+//! is followed by its subgroup-clock profile (`ScanJob::filter_clock`).
 
 mod common;
 use diversity::batch::StepReport;
@@ -416,6 +418,15 @@ fn run(a: Args) -> Result<(), String> {
                         if identical { "yes" } else { "NO" }
                     );
                     let _ = band;
+                    // Shaders built with FILTER_CLOCK, run with DIVERSITY_SHADER_CLOCK: the
+                    // filter's phases by the subgroup clock (before profile_phases adds to it).
+                    if let Some(c) = job.filter_clock().map_err(s)? {
+                        let t = c.per_block();
+                        eprintln!(
+                            "  clock (subgroup ticks a block, invocation 0): setup {:.0}, staging {:.0}, products {:.0}, epilogue {:.0}, fallback {:.0} over {} blocks",
+                            t[0], t[1], t[2], t[3], t[4], c.blocks
+                        );
+                    }
                     if a.probe {
                         // Last: it corrupts the job's state.
                         let (scan_ns, commit_ns) = job.profile_phases(20).map_err(s)?;

@@ -31,6 +31,68 @@ shared uint acc_min[FBM];
 shared uint acc_cnt[FBM];
 #endif
 
+// THE CLOCK PROFILE (FILTER_CLOCK, filter_common.glsl; nothing of it is compiled by default).
+// Invocation 0 of the workgroup reads the subgroup clock at each phase boundary of a block and
+// charges the ticks since its last read to the phase that ends there: FCLK_SETUP (filter_block's
+// loads into row_gs … row_mask, up to block_scores), FCLK_STAGING (tensor cores: the k-stages'
+// copies of the operands into smem with their two barriers and the next stage's prefetch, plus
+// the first stage's prefetch), FCLK_PRODUCTS (the k-stages' fragment loads and coopMatMulAddNV;
+// in the stand-in its whole fp32 product loop and the barrier after it), FCLK_EPILOGUE (keys,
+// minima, bands: on the accumulators, or staged with scores_ready), FCLK_FALLBACK (the exact
+// re-scoring of overflowing rows, and the flush). A clock read is no fence: a phase is charged
+// with the stalls of what invocation 0's subgroup waits on there, so a load's latency lands
+// where its value is first used (a prefetch's in the next stage's copy). At the end of the
+// block, invocation 0 adds its five sums and 1 (FCLK_BLOCKS) into 64-bit counters (atomicAdd
+// of the low word, and a carry into the high word) in the unused words of FSeqEntry: counter k
+// of block row by at sequence by·FBM + k, or at sequence k where that row has fewer than
+// FCLK_COUNTERS sequences; none with a batch that small (ScanJob::filter_clock sums them).
+#ifdef FILTER_CLOCK
+#define FCLK_SETUP 0
+#define FCLK_STAGING 1
+#define FCLK_PRODUCTS 2
+#define FCLK_EPILOGUE 3
+#define FCLK_FALLBACK 4
+#define FCLK_BLOCKS 5
+#define FCLK_COUNTERS 6u
+uvec2 fclk_last;         // invocation 0's last clock read
+uint fclk_sum[5];        // its ticks a phase in this block (each far below 2^32)
+// Subgroup-clock ticks since the last read (0 if the clock went back, as a CPU device's may
+// across a barrier; 2^32 − 1 at most); the read becomes the last.
+uint fclk_ticks() {
+    const uvec2 now = clock2x32ARB();
+    const uint borrow = now.x < fclk_last.x ? 1u : 0u;
+    const uint hi = now.y - fclk_last.y - borrow;
+    const uint d = hi == 0u ? now.x - fclk_last.x : (int(hi) < 0 ? 0u : 0xffffffffu);
+    fclk_last = now;
+    return d;
+}
+#define FCLK_BEGIN() if (gl_LocalInvocationIndex == 0u) { \
+    [[unroll]] for (uint k = 0u; k < 5u; ++k) fclk_sum[k] = 0u; \
+    fclk_last = clock2x32ARB(); \
+}
+#define FCLK(k) if (gl_LocalInvocationIndex == 0u) { \
+    const uint t_ = fclk_ticks(); \
+    fclk_sum[k] = fclk_sum[k] + min(t_, ~fclk_sum[k]); \
+}
+// Adds the block's sums to the counters of block row s0 / FBM (see above).
+void fclk_flush(uint s0) {
+    if (gl_LocalInvocationIndex != 0u || BATCH < FCLK_COUNTERS) return;
+    const uint base = BATCH - s0 >= FCLK_COUNTERS ? s0 : 0u;
+    [[unroll]] for (uint k = 0u; k < FCLK_COUNTERS; ++k) {
+        const uint v = k == uint(FCLK_BLOCKS) ? 1u : fclk_sum[min(k, 4u)];
+        if (v != 0u) {
+            const uint old = atomicAdd(fseq[base + k].pad0, v);
+            if (old + v < old) atomicAdd(fseq[base + k].pad1, 1u);
+        }
+    }
+}
+#define FCLK_FLUSH(s0) fclk_flush(s0);
+#else
+#define FCLK_BEGIN()
+#define FCLK(k)
+#define FCLK_FLUSH(s0)
+#endif
+
 // Rows of the staged products a subgroup takes at a time in the epilogue (epilogue_rows): 4 by
 // default; another value at build time through DIVERSITY_SHADER_DEFINES (build.rs), e.g.
 // FILTER_RG=8u for bench/h200-filter-rg8.sh. Each lane keeps RG four-key groups and RG minima.
@@ -258,6 +320,7 @@ void block_scores(uint s0, uint x0, uint bx, uint n) {
     const uint sg = gl_SubgroupID;
     const uint r0 = (sg >> 1u) * 16u * TI, cb = (sg & 1u) * 64u;
     const uint DQ = DP / 8u;  // uvec4s a row in device memory
+    FCLK(FCLK_SETUP)
     fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc[TI * 4u];
     [[unroll]] for (uint t = 0u; t < TI * 4u; ++t) acc[t] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
 #define A_AT(K0, t) ((K0) / 8u + ((lid + FW * (t)) % QR) < DQ \
@@ -287,6 +350,7 @@ void block_scores(uint s0, uint x0, uint bx, uint n) {
             [[unroll]] for (uint t = 0u; t < B_DUTY; ++t) rb[t] = B_AT(k0 + SK, t);
         }
 #endif
+        FCLK(FCLK_STAGING)
         for (uint kk = 0u; kk < SK && k0 + kk < DP; kk += 16u) {
             const uint kq = kk / 8u;  // in uvec4s
             fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> b[4];
@@ -301,6 +365,7 @@ void block_scores(uint s0, uint x0, uint bx, uint n) {
                 }
             }
         }
+        FCLK(FCLK_PRODUCTS)
     }
 #undef A_AT
 #undef B_AT
@@ -433,6 +498,7 @@ void block_scores(uint s0, uint x0, uint bx, uint n) {
             }
         }
         WG_BARRIER();
+        FCLK(FCLK_EPILOGUE)
         return;
     }
 #endif
@@ -452,11 +518,13 @@ void block_scores(uint s0, uint x0, uint bx, uint n) {
         WG_BARRIER();
         scores_ready(h * SCORE_ROWS, s0, x0, bx, n);
     }
+    FCLK(FCLK_EPILOGUE)
 }
 #else
 // The stand-in: invocation i scores candidates x0 + i, + FW, … against the block's FBM
 // sequences with plain fp32 arithmetic on the same fp16 operands (each product exact in fp32).
 void block_scores(uint s0, uint x0, uint bx, uint n) {
+    FCLK(FCLK_SETUP)
     for (uint c = gl_LocalInvocationID.x; c < FBN; c += FW) {
         float acc[FBM];
         for (uint r = 0u; r < FBM; ++r) acc[r] = 0.0;
@@ -471,7 +539,9 @@ void block_scores(uint s0, uint x0, uint bx, uint n) {
         }
     }
     WG_BARRIER();
+    FCLK(FCLK_PRODUCTS)
     scores_ready(0u, s0, x0, bx, n);
+    FCLK(FCLK_EPILOGUE)
 }
 #endif
 
@@ -479,6 +549,7 @@ void block_scores(uint s0, uint x0, uint bx, uint n) {
 void filter_block(uint bx, uint by, uint n) {
     const uint lid = gl_LocalInvocationID.x;
     const uint s0 = by * FBM, x0 = bx * FBN;
+    FCLK_BEGIN()
     if (lid == 0u) ovf_n = 0u;
     const uint MW = FBN / 32u;  // mask words of a block's candidates (x0 is a multiple of 32)
     for (uint i = lid; i < FBM; i += FW) {
@@ -526,4 +597,6 @@ void filter_block(uint bx, uint by, uint n) {
             bands[b2 + 3u] = red_pick;
         }
     }
+    FCLK(FCLK_FALLBACK)
+    FCLK_FLUSH(s0)
 }

@@ -37,6 +37,14 @@
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_ballot : require
 #extension GL_EXT_control_flow_attributes : require
+// FILTER_CLOCK (a build-time knob, DIVERSITY_SHADER_DEFINES; the device needs VK_KHR_shader_clock,
+// enabled by DIVERSITY_SHADER_CLOCK): invocation 0 of each filter workgroup reads the subgroup
+// clock at the phase boundaries of filter_block (filter_block.glsl) and adds the ticks into the
+// unused words of FSeqEntry (pad0, pad1); ScanJob::filter_clock reads them. Timing only: the same
+// bits. Absent by default, when none of it is compiled.
+#if defined(FILTER_CLOCK) && defined(FILTER_BLOCK)
+#extension GL_ARB_shader_clock : require
+#endif
 // Only the filter itself (FILTER_BLOCK) uses cooperative matrices and their memory model.
 #if defined(COOPMAT) && defined(FILTER_BLOCK)
 #extension GL_NV_cooperative_matrix : require
@@ -140,6 +148,8 @@ struct FSeqEntry {
     uint rescored_max;  // the most in one step
     uint overflows;     // blocks that fell back to exact scoring, all steps
     uint steps;         // steps judged
+    // Unused, but with FILTER_CLOCK: the profile's 64-bit counters (low, high word), counter k
+    // (< FCLK_COUNTERS) of block row by at sequence by·FBM + k (filter_block.glsl).
     uint pad0;
     uint pad1;
 };

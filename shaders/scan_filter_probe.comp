@@ -5,6 +5,8 @@
 // pairs go to the band buffer, which
 // the next filter dispatch overwrites. ScanJob::filter_probe reads them back. With slot_count 1
 // it runs filter block (0, 0) instead and leaves its band records (ScanJob::filter_probe_bands).
+// Not profiled (FILTER_CLOCK): its block would count in the run's profile.
+#undef FILTER_CLOCK
 #define FILTER_BLOCK 1
 #include "filter_common.glsl"
 

@@ -17,6 +17,10 @@ void main() {
         fseq[s].rescored_max = 0u;
         fseq[s].overflows = 0u;
         fseq[s].steps = 0u;
+#ifdef FILTER_CLOCK
+        fseq[s].pad0 = 0u;  // the filter's clock profile (filter_block.glsl)
+        fseq[s].pad1 = 0u;
+#endif
     }
     filter_prepare(s);
 }

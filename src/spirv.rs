@@ -195,6 +195,31 @@ pub(crate) fn spec_constant_ids(spirv: &[u8]) -> Vec<u32> {
     ids
 }
 
+const OP_CAPABILITY: u32 = 17;
+/// `ShaderClockKHR`: a module that reads the clock (a profiling knob built in, such as the
+/// filter's `FILTER_CLOCK`).
+pub(crate) const CAPABILITY_SHADER_CLOCK: u32 = 5055;
+
+/// Whether `spirv` declares `OpCapability cap`.
+pub(crate) fn has_capability(spirv: &[u8], cap: u32) -> bool {
+    let words: Vec<u32> = spirv
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    let mut i = 5;
+    while i < words.len() {
+        let (count, op) = ((words[i] >> 16) as usize, words[i] & 0xffff);
+        if count == 0 || i + count > words.len() {
+            break;
+        }
+        if op == OP_CAPABILITY && count >= 2 && words[i + 1] == cap {
+            return true;
+        }
+        i += count;
+    }
+    false
+}
+
 /// Checks the values a pipeline of `shader` at precision `p` passes (constant i = `values[i]`)
 /// against the ids that variant declares: every declared id must get a value. The error names
 /// the shader.
@@ -224,6 +249,27 @@ mod tests {
         assert_eq!(push_constant_size(SCAN.fp32), Some(20));
         assert!(checked_push::<[u32; 5]>(&SCAN).is_ok());
         assert!(checked_push::<[u32; 4]>(&SCAN).is_err());
+    }
+
+    #[test]
+    fn capabilities() {
+        assert!(!has_capability(b"not spir-v", 1));
+        for s in ALL {
+            // Capability Shader (1): every compute shader.
+            assert!(
+                has_capability(s.fp32, 1) && has_capability(s.fp16, 1),
+                "{}",
+                s.name
+            );
+        }
+        // Only a profiling knob (FILTER_CLOCK, GF_PROFILE) makes a shader read the clock.
+        if option_env!("DIVERSITY_SHADER_DEFINES").is_none_or(|d| d.trim().is_empty()) {
+            for s in ALL {
+                for spv in [s.fp32, s.fp16] {
+                    assert!(!has_capability(spv, CAPABILITY_SHADER_CLOCK), "{}", s.name);
+                }
+            }
+        }
     }
 
     #[test]

@@ -248,3 +248,95 @@ fn filter_refusals_name_the_cause() {
     }
     assert_clean(&ctx);
 }
+
+/// The filter's subgroup-clock profile (`FILTER_CLOCK` in `DIVERSITY_SHADER_DEFINES`, a
+/// build-time knob; `shaders/filter_block.glsl`): none in a build without it (the default); in a
+/// build with it (run with `DIVERSITY_SHADER_CLOCK=1`, which lavapipe's `VK_KHR_shader_clock`
+/// honours) ticks over exactly the blocks the steps filtered, the probe's not counted, and the
+/// same bits.
+#[test]
+fn filter_clock_profile() {
+    let built = option_env!("DIVERSITY_SHADER_DEFINES")
+        .is_some_and(|d| d.split([' ', ',']).any(|x| x == "FILTER_CLOCK"));
+    let ctx = ctx();
+    let table = fortunes(300);
+    let dt = DeviceTable::upload(&ctx, &table, Precision::Fp16).unwrap();
+    // 21 sequences: block rows of 16 and 5 (the second too short for the counters: they go to
+    // the first's).
+    let starts: Vec<u32> = (0..21).map(|i| (i * 13) % 300).collect();
+    let k = 40;
+    let (want, _) = run(&dt, &starts, &steps(k), ScanKernel::Block64);
+    let mut block64 = ScanJob::new(
+        &dt,
+        &starts,
+        &ScanOptions {
+            kernel: ScanKernel::Block64,
+            ..steps(k)
+        },
+    )
+    .unwrap();
+    block64.step(3).unwrap();
+    assert!(block64.filter_clock().unwrap().is_none(), "no filter");
+    let (nbx, nby) = (300usize.div_ceil(32), starts.len().div_ceil(16));
+    for (name, o) in [
+        ("untiled", steps(k)),
+        (
+            "per tile",
+            ScanOptions {
+                shape: Shape::PerTile,
+                tile_size: 100,
+                ..steps(k)
+            },
+        ),
+    ] {
+        let o = ScanOptions {
+            kernel: ScanKernel::Filter,
+            ..o
+        };
+        let mut job = ScanJob::new(&dt, &starts, &o).unwrap();
+        assert!(!job.filter_probe().unwrap().is_empty());
+        job.run().unwrap();
+        assert_eq!(job.sequences().unwrap(), want, "{name}");
+        let clock = job.filter_clock().unwrap();
+        if !built {
+            assert!(clock.is_none(), "{name}: a profile without FILTER_CLOCK");
+            continue;
+        }
+        assert!(
+            ctx.caps().shader_clock,
+            "a FILTER_CLOCK build runs with DIVERSITY_SHADER_CLOCK=1 on a device with \
+             VK_KHR_shader_clock"
+        );
+        let c = clock.expect("a FILTER_CLOCK build's profile");
+        eprintln!("{name}: {c:?} a block {:?}", c.per_block());
+        assert_eq!(c.blocks, (k * nbx * nby) as u64, "{name}: blocks profiled");
+        assert_eq!(c.staging, 0, "{name}: the stand-in stages nothing");
+        assert!(c.products > 0 && c.epilogue > 0, "{name}: {c:?}");
+        // A batch under 6 sequences has no room for the counters.
+        let mut small = ScanJob::new(&dt, &starts[..5], &o).unwrap();
+        small.step(2).unwrap();
+        assert!(
+            small.filter_clock().unwrap().is_none(),
+            "{name}: batch of 5"
+        );
+    }
+    // Bands that overflow (capacity 1, γ × 50): the fallback's ticks.
+    let o = tuned(30, 1, 50.0);
+    let (want, _) = run(&dt, &starts, &o, ScanKernel::Block64);
+    let o = ScanOptions {
+        kernel: ScanKernel::Filter,
+        ..o
+    };
+    let mut job = ScanJob::new(&dt, &starts, &o).unwrap();
+    job.run().unwrap();
+    assert_eq!(job.sequences().unwrap(), want, "overflows");
+    assert!(job.filter_stats().unwrap().unwrap().overflows > 0);
+    if let Some(c) = job.filter_clock().unwrap() {
+        eprintln!("overflows: {c:?} a block {:?}", c.per_block());
+        assert_eq!(c.blocks, (30 * nbx * nby) as u64);
+        assert!(c.fallback > 0, "{c:?}");
+    } else {
+        assert!(!built);
+    }
+    assert_clean(&ctx);
+}

@@ -79,8 +79,9 @@ pub struct Capabilities {
     pub pipeline_stats: bool,
     /// `DIVERSITY_SHADER_CLOCK` is set and the device has `VK_KHR_shader_clock` with
     /// `shaderSubgroupClock`: enabled, so that shaders built with a profiling knob (the gram
-    /// engine's `GF_PROFILE`, through `DIVERSITY_SHADER_DEFINES`) can read the subgroup clock —
-    /// a diagnostic for kernel work, off by default.
+    /// engine's `GF_PROFILE`, the scan filter's `FILTER_CLOCK`, through
+    /// `DIVERSITY_SHADER_DEFINES`) can read the subgroup clock — a diagnostic for kernel work,
+    /// off by default.
     pub shader_clock: bool,
     /// `shaderFloat64`: k-means sums its clusters on the device in float64
     /// ([`crate::ivf::kmeans()`]); off with `DIVERSITY_DISABLE=float64`.

@@ -12,6 +12,7 @@ use crate::batch::{batch_accessors, steps_per_submission, Batch, StepReport};
 use crate::device::Context;
 use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
+use crate::spirv;
 use crate::submit::Submitter;
 use crate::table::{Precision, Table};
 
@@ -131,6 +132,40 @@ impl ScanJob {
         }
         let ctx = self.run_probe(0)?;
         self.state.probe_pairs(&ctx, pairs)
+    }
+
+    /// The filter's subgroup-clock profile so far: ticks per phase summed over every block it
+    /// filtered (`shaders/filter_block.glsl`, "THE CLOCK PROFILE"), where the shaders were
+    /// built with `FILTER_CLOCK` (`DIVERSITY_SHADER_DEFINES`) and the context was created with
+    /// `DIVERSITY_SHADER_CLOCK` set (the device's `VK_KHR_shader_clock`); `None` for a build
+    /// without it, a kernel without a filter, or a batch under 6 sequences (no room for the
+    /// counters). Read it before [`ScanJob::profile_phases`], whose re-runs add to it (the
+    /// probes do not). A diagnostic for kernel work.
+    #[doc(hidden)]
+    pub fn filter_clock(&self) -> Result<Option<super::FilterClock>> {
+        let shaders = match self.kernel {
+            ScanKernel::Coopmat => [&spirv::SCAN_FILTER_TC, &spirv::SCAN_FILTER_TC_TILE],
+            ScanKernel::Filter => [&spirv::SCAN_FILTER, &spirv::SCAN_FILTER_TILE],
+            _ => return Ok(None),
+        };
+        let p = self.table.precision();
+        let built = shaders
+            .iter()
+            .all(|s| spirv::has_capability(s.spirv(p), spirv::CAPABILITY_SHADER_CLOCK));
+        if !built || self.batch.starts().len() < 6 {
+            return Ok(None);
+        }
+        let Some(c) = self.state.filter_clock(self.table.context())? else {
+            return Ok(None);
+        };
+        Ok(Some(super::FilterClock {
+            setup: c[0],
+            staging: c[1],
+            products: c[2],
+            epilogue: c[3],
+            fallback: c[4],
+            blocks: c[5],
+        }))
     }
 
     /// Dispatch the filter probe in `mode` (0: products, 1: block (0, 0) as a step); its context.

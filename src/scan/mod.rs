@@ -273,6 +273,41 @@ pub struct FilterStats {
     pub overflows: u64,
 }
 
+/// Subgroup-clock ticks of the filter's phases, summed over the blocks filtered so far
+/// (invocation 0 of each workgroup; `shaders/filter_block.glsl`, "THE CLOCK PROFILE"):
+/// [`ScanJob::filter_clock`]. A diagnostic for kernel work.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FilterClock {
+    /// Block setup: the rows' and candidates' constants and mask words into shared memory.
+    pub setup: u64,
+    /// Tensor cores: the k-stages' operand copies into shared memory with their barriers and
+    /// prefetches (0 in the stand-in, which stages nothing).
+    pub staging: u64,
+    /// The products: fragment loads and multiply-adds (the stand-in's fp32 loop).
+    pub products: u64,
+    /// The epilogue: filter keys, minima, bands.
+    pub epilogue: u64,
+    /// The exact re-scoring of rows whose band overflowed.
+    pub fallback: u64,
+    /// Blocks profiled (workgroup blocks of the filter, all steps).
+    pub blocks: u64,
+}
+
+impl FilterClock {
+    /// Ticks a block of each phase: setup, staging, products, epilogue, fallback.
+    pub fn per_block(&self) -> [f64; 5] {
+        let b = self.blocks.max(1) as f64;
+        [
+            self.setup as f64 / b,
+            self.staging as f64 / b,
+            self.products as f64 / b,
+            self.epilogue as f64 / b,
+            self.fallback as f64 / b,
+        ]
+    }
+}
+
 impl FilterStats {
     /// Mean candidates re-scored per sequence-step.
     pub fn mean_rescored(&self) -> f64 {
