@@ -113,13 +113,34 @@ const DECORATION_SPEC_ID: u32 = 1;
 const DECORATION_OFFSET: u32 = 35;
 const STORAGE_PUSH_CONSTANT: u32 = 9;
 
+/// The words of a SPIR-V module (little-endian).
+fn words(spirv: &[u8]) -> Vec<u32> {
+    spirv
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// Calls `f(opcode, words)` for each instruction after the module's 5-word header, in order
+/// (`words` is the instruction's, its first word included); false where an instruction's word
+/// count runs past the module or is 0 (it stops there).
+fn each_instruction(words: &[u32], mut f: impl FnMut(u32, &[u32])) -> bool {
+    let mut i = 5;
+    while i < words.len() {
+        let (count, op) = ((words[i] >> 16) as usize, words[i] & 0xffff);
+        if count == 0 || i + count > words.len() {
+            return false;
+        }
+        f(op, &words[i..i + count]);
+        i += count;
+    }
+    true
+}
+
 /// Size in bytes of the push-constant block declared by `spirv` (offset of the last member plus
 /// its size), or `None` when the module declares none. Handles scalar and vector members.
 pub(crate) fn push_constant_size(spirv: &[u8]) -> Option<u32> {
-    let words: Vec<u32> = spirv
-        .chunks_exact(4)
-        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
+    let words = words(spirv);
     if words.len() < 5 || words[0] != 0x0723_0203 {
         return None;
     }
@@ -128,14 +149,7 @@ pub(crate) fn push_constant_size(spirv: &[u8]) -> Option<u32> {
     let mut pointers = std::collections::HashMap::new(); // pointer id -> (storage, pointee)
     let mut offsets = std::collections::HashMap::new(); // (struct, member) -> offset
     let mut push_ptr = None;
-    let mut i = 5;
-    while i < words.len() {
-        let count = (words[i] >> 16) as usize;
-        let op = words[i] & 0xffff;
-        if count == 0 || i + count > words.len() {
-            return None;
-        }
-        let w = &words[i..i + count];
+    let whole = each_instruction(&words, |op, w| {
         match op {
             OP_TYPE_INT | OP_TYPE_FLOAT => {
                 sizes.insert(w[1], w[2] / 8);
@@ -160,7 +174,9 @@ pub(crate) fn push_constant_size(spirv: &[u8]) -> Option<u32> {
             }
             _ => {}
         }
-        i += count;
+    });
+    if !whole {
+        return None;
     }
     let (_, block) = pointers.get(&push_ptr?)?;
     let members = structs.get(block)?;
@@ -175,22 +191,12 @@ pub(crate) fn push_constant_size(spirv: &[u8]) -> Option<u32> {
 /// so it checks the list against these: a shader that gains a constant its host does not set
 /// (it would silently keep its default) is an error, not a wrong result.
 pub(crate) fn spec_constant_ids(spirv: &[u8]) -> Vec<u32> {
-    let words: Vec<u32> = spirv
-        .chunks_exact(4)
-        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
     let mut ids = Vec::new();
-    let mut i = 5;
-    while i < words.len() {
-        let (count, op) = ((words[i] >> 16) as usize, words[i] & 0xffff);
-        if count == 0 || i + count > words.len() {
-            break;
+    each_instruction(&words(spirv), |op, w| {
+        if op == OP_DECORATE && w.len() >= 4 && w[2] == DECORATION_SPEC_ID {
+            ids.push(w[3]);
         }
-        if op == OP_DECORATE && count >= 4 && words[i + 2] == DECORATION_SPEC_ID {
-            ids.push(words[i + 3]);
-        }
-        i += count;
-    }
+    });
     ids.sort_unstable();
     ids
 }
@@ -202,22 +208,11 @@ pub(crate) const CAPABILITY_SHADER_CLOCK: u32 = 5055;
 
 /// Whether `spirv` declares `OpCapability cap`.
 pub(crate) fn has_capability(spirv: &[u8], cap: u32) -> bool {
-    let words: Vec<u32> = spirv
-        .chunks_exact(4)
-        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
-    let mut i = 5;
-    while i < words.len() {
-        let (count, op) = ((words[i] >> 16) as usize, words[i] & 0xffff);
-        if count == 0 || i + count > words.len() {
-            break;
-        }
-        if op == OP_CAPABILITY && count >= 2 && words[i + 1] == cap {
-            return true;
-        }
-        i += count;
-    }
-    false
+    let mut found = false;
+    each_instruction(&words(spirv), |op, w| {
+        found |= op == OP_CAPABILITY && w.len() >= 2 && w[1] == cap;
+    });
+    found
 }
 
 /// Checks the values a pipeline of `shader` at precision `p` passes (constant i = `values[i]`)
