@@ -98,7 +98,7 @@ const uint SLOTS = RC * CHAINS;                     // (candidate, chain) slots 
 const uint EV = (DIM + WG - 1u) / WG; // dimensions of the running sum a lane owns
 const uint KD = (DIM + CHAINS - 1u) / CHAINS; // terms of a fresh key's longest chain
 // Row values a chain loads at a time (at most its KD terms): 24, every value of a chain up to
-// D = 768 in one go (on an H200 the 8,359 × 768 table's whole cache ran 5% faster than with 8;
+// D = 768 in one go (on an H200 the 8,359 × 768 table's whole cache ran 5-7% faster than with 8;
 // the same elsewhere: BENCHMARKS.md). GF_FRESH_LOADS (DIVERSITY_SHADER_DEFINES) sets it.
 #ifndef GF_FRESH_LOADS
 #define GF_FRESH_LOADS 24u
