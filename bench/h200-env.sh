@@ -23,3 +23,14 @@ h200_oracle() {
   local cf=""; for f in "$@"; do case $f in --center) cf="$cf --center";; fp16|fp32) cf="$cf --precision $f";; esac; done
   timeout 300 python3 bench/seq_oracle.py "$tab" "$T/o.json" $cf --device cuda --batch 16 2>&1 | tee -a "$OUT/oracle.log"
 }
+# `h200_gram_tables DIR`: the gram issue's three tables in DIR: fortunes.npy (14,943 × 384 float32,
+# from .gl/data), real31k.npy (bench/make-real31k.py's 31,102 × 384 fp16) and seed.npy (the
+# peer's 8,359 × 768); FORT and R31 name the first two (call it unpiped: a pipeline's subshell
+# would not keep them).
+h200_gram_tables() {
+  python3 -c "import numpy as np; np.save('$1/fortunes.npy', np.fromfile('.gl/data/fortunes-minilm.f32', dtype='<f4').reshape(-1, 384))"
+  FORT=$1/fortunes.npy
+  R31=$1/real31k.npy
+  python3 bench/make-real31k.py "$FORT" "$R31"
+  h200_seed_npy "$1"
+}

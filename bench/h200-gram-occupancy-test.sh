@@ -13,12 +13,8 @@ B=.gl/bin
 T=$(mktemp -d)
 L=$OUT/occ-test.log
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-python3 -c "
-import numpy as np
-a = np.fromfile('.gl/data/fortunes-minilm.f32', dtype='<f4').reshape(-1, 384)
-np.save('$T/fortunes.npy', a)
-np.save('$T/fort8359.npy', a[:8359])"
-h200_seed_npy "$T"
+h200_gram_tables "$T" >> "$L" 2>&1  # (not piped: it sets FORT and R31)
+python3 -c "import numpy as np; np.save('$T/fort8359.npy', np.load('$FORT')[:8359])"
 timeout 60 $B/bench_gram --table "$T/fortunes.npy" --starts 4096 --steps 500 --label warm-up > /dev/null 2>&1
 for t in fort8359 fortunes; do
   DIVERSITY_PIPELINE_STATS=1 timeout 60 $B/bench_gram --table "$T/$t.npy" --center --precisions fp16 --starts 132 --steps 20 --label stats 2>&1 | grep gram_fixed | tee -a "$OUT/stats.log"
