@@ -87,6 +87,21 @@ fn fixed_keys_same_bits_across_shapes_and_resume() {
     let starts: Vec<u32> = vec![0, 5, 17, 42, 99, 150, 299, 1, 77];
     let base = run(&gram, &starts, starts.len(), &GramOptions::default());
     assert!(worst(&table, &starts, &base) <= 1e-12);
+    // Each sequence's settles and the candidates they re-scored: events of its own arithmetic,
+    // so the same in every shape below (a shape that skipped or repeated a settle would show
+    // here even where its picks happen to agree).
+    let settles = |o: &GramOptions, batch: usize| {
+        let (mut b, mut c) = (Vec::new(), Vec::new());
+        for part in starts.chunks(batch) {
+            let mut job = GramJob::new(&gram, part, o).unwrap();
+            job.run().unwrap();
+            b.extend(job.band_rescores().unwrap());
+            c.extend(job.band_candidates().unwrap());
+        }
+        (b, c)
+    };
+    let base_settles = settles(&GramOptions::default(), starts.len());
+    assert!(base_settles.0.iter().any(|&b| b > 0), "{base_settles:?}");
     // A build without GF_PROFILE leaves no profile (its mark absent): nothing is reported.
     let mut job = GramJob::new(&gram, &starts, &GramOptions::default()).unwrap();
     job.step(5).unwrap();
@@ -104,6 +119,11 @@ fn fixed_keys_same_bits_across_shapes_and_resume() {
                     run(&gram, &starts, 4, &o),
                     base,
                     "{placement:?} wg {wg} subgroups {subgroups}"
+                );
+                assert_eq!(
+                    settles(&o, 4),
+                    base_settles,
+                    "settles: {placement:?} wg {wg} subgroups {subgroups}"
                 );
             }
         }
