@@ -205,18 +205,35 @@ impl State {
             .is_some_and(|f| f.bands_bytes >= pairs as u64 * 8)
     }
 
+    /// Every sequence's filter-state entry (`FSeqEntry` in `filter_common.glsl`: 8 words),
+    /// downloaded; `None` for a kernel without a filter.
+    fn fseq_entries(&self, ctx: &Context) -> Result<Option<Vec<[u32; 8]>>> {
+        let Some(f) = &self.filter else {
+            return Ok(None);
+        };
+        let bytes = ctx.download(&f.fseq, 0, f.fseq_bytes)?;
+        Ok(Some(
+            bytes
+                .chunks_exact(32)
+                .map(|e| {
+                    std::array::from_fn(|i| {
+                        u32::from_le_bytes([e[4 * i], e[4 * i + 1], e[4 * i + 2], e[4 * i + 3]])
+                    })
+                })
+                .collect(),
+        ))
+    }
+
     /// The filter's clock counters (`filter_block.glsl`, FILTER_CLOCK): counter k < 6 of each
     /// block row in the unused words 6 and 7 (low, high) of the state entry of sequence
     /// `by·FBM + k` (or `k`), summed over the batch; FBM is a multiple of 8 and every other
     /// entry's words are 0 (scan_prep zeroes them in that build), so entry s holds counter s % 8.
     pub(super) fn filter_clock(&self, ctx: &Context) -> Result<Option<[u64; 6]>> {
-        let Some(f) = &self.filter else {
+        let Some(entries) = self.fseq_entries(ctx)? else {
             return Ok(None);
         };
-        let bytes = ctx.download(&f.fseq, 0, f.fseq_bytes)?;
-        let words: &[u32] = bytemuck::cast_slice(&bytes);
         let mut out = [0u64; 6];
-        for (s, e) in words.chunks_exact(8).enumerate() {
+        for (s, e) in entries.iter().enumerate() {
             if let Some(c) = out.get_mut(s % 8) {
                 *c += e[6] as u64 | (e[7] as u64) << 32;
             }
@@ -226,13 +243,11 @@ impl State {
 
     /// The judge's counters summed over the batch (filter-and-judge kernels only).
     pub(super) fn filter_stats(&self, ctx: &Context) -> Result<Option<super::FilterStats>> {
-        let Some(f) = &self.filter else {
+        let Some(entries) = self.fseq_entries(ctx)? else {
             return Ok(None);
         };
-        let bytes = ctx.download(&f.fseq, 0, f.fseq_bytes)?;
-        let words: &[u32] = bytemuck::cast_slice(&bytes);
         let mut st = super::FilterStats::default();
-        for e in words.chunks_exact(8) {
+        for e in &entries {
             st.rescored += e[2] as u64;
             st.rescored_max = st.rescored_max.max(e[3]);
             st.overflows += e[4] as u64;
