@@ -56,15 +56,11 @@ shared uint acc_cnt[FBM];
 #define FCLK_COUNTERS 6u
 uvec2 fclk_last;         // invocation 0's last clock read
 uint fclk_sum[5];        // its ticks a phase in this block (each far below 2^32)
-// Subgroup-clock ticks since the last read (0 if the clock went back, as a CPU device's may
-// across a barrier; 2^32 − 1 at most); the read becomes the last.
+#include "clock.glsl"
+// Subgroup-clock ticks since the last read (2^32 − 1 at most); the read becomes the last.
 uint fclk_ticks() {
-    const uvec2 now = clock2x32ARB();
-    const uint borrow = now.x < fclk_last.x ? 1u : 0u;
-    const uint hi = now.y - fclk_last.y - borrow;
-    const uint d = hi == 0u ? now.x - fclk_last.x : (int(hi) < 0 ? 0u : 0xffffffffu);
-    fclk_last = now;
-    return d;
+    const uvec2 d = clock_since(fclk_last);
+    return d.y == 0u ? d.x : 0xffffffffu;
 }
 #define FCLK_BEGIN() if (gl_LocalInvocationIndex == 0u) { \
     [[unroll]] for (uint k = 0u; k < 5u; ++k) fclk_sum[k] = 0u; \

@@ -352,15 +352,11 @@ void rescale(inout int key[RPER], uint k, uint base, uint n) {
 
 #ifdef GF_PROFILE
 const uint PROFILE_MARK = 0x50524f46u;
-// Subgroup-clock ticks since t (a 64-bit difference of two reads; 0 if the clock went back,
-// as a CPU device's may across a barrier); t moves to now.
+#include "clock.glsl"
+// Subgroup-clock ticks since t, as a double; t moves to now.
 double ticks(inout uvec2 t) {
-    const uvec2 now = clock2x32ARB();
-    const uint borrow = now.x < t.x ? 1u : 0u;
-    const int hi = int(now.y - t.y - borrow);
-    const double d = hi < 0 ? 0.0LF : double(hi) * 4294967296.0LF + double(now.x - t.x);
-    t = now;
-    return d;
+    const uvec2 d = clock_since(t);
+    return double(d.y) * 4294967296.0LF + double(d.x);
 }
 #define PROF(k) if (lid == 0u) prof[k] += ticks(tick);
 #else
