@@ -102,10 +102,20 @@ fn fixed_keys_same_bits_across_shapes_and_resume() {
     };
     let base_settles = settles(&GramOptions::default(), starts.len());
     assert!(base_settles.0.iter().any(|&b| b > 0), "{base_settles:?}");
-    // A build without GF_PROFILE leaves no profile (its mark absent): nothing is reported.
+    // A build without GF_PROFILE leaves no profile (its mark absent): nothing is reported. A
+    // build with it (run with DIVERSITY_SHADER_CLOCK=1) reports every sequence's ticks.
+    let profiled = option_env!("DIVERSITY_SHADER_DEFINES")
+        .is_some_and(|d| d.split([' ', ',']).any(|x| x == "GF_PROFILE"));
     let mut job = GramJob::new(&gram, &starts, &GramOptions::default()).unwrap();
     job.step(5).unwrap();
-    assert!(job.profile_ticks().unwrap().is_none());
+    match job.profile_ticks().unwrap() {
+        None => assert!(!profiled, "a GF_PROFILE build reported no profile"),
+        Some(p) => {
+            assert!(profiled, "a profile without GF_PROFILE");
+            assert_eq!(p.len(), starts.len());
+            assert!(p.iter().all(|t| t[0] > 0.0 && t[1] > 0.0), "{p:?}");
+        }
+    }
     for placement in [Placement::Registers, Placement::Memory] {
         for wg in [16u32, 64, 256] {
             for subgroups in [false, ctx.caps().subgroup_arithmetic] {
