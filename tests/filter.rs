@@ -256,8 +256,7 @@ fn filter_refusals_name_the_cause() {
 /// same bits.
 #[test]
 fn filter_clock_profile() {
-    let built = option_env!("DIVERSITY_SHADER_DEFINES")
-        .is_some_and(|d| d.split([' ', ',']).any(|x| x == "FILTER_CLOCK"));
+    let built = common::built_with("FILTER_CLOCK");
     let ctx = ctx();
     let table = fortunes(300);
     let dt = DeviceTable::upload(&ctx, &table, Precision::Fp16).unwrap();

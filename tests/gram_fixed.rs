@@ -104,8 +104,7 @@ fn fixed_keys_same_bits_across_shapes_and_resume() {
     assert!(base_settles.0.iter().any(|&b| b > 0), "{base_settles:?}");
     // A build without GF_PROFILE leaves no profile (its mark absent): nothing is reported. A
     // build with it (run with DIVERSITY_SHADER_CLOCK=1) reports every sequence's ticks.
-    let profiled = option_env!("DIVERSITY_SHADER_DEFINES")
-        .is_some_and(|d| d.split([' ', ',']).any(|x| x == "GF_PROFILE"));
+    let profiled = common::built_with("GF_PROFILE");
     let mut job = GramJob::new(&gram, &starts, &GramOptions::default()).unwrap();
     job.step(5).unwrap();
     match job.profile_ticks().unwrap() {

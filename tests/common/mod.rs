@@ -223,3 +223,12 @@ pub fn gram_rows(
     }
     out
 }
+
+/// Whether the shaders were built with the preprocessor knob `knob` (`DIVERSITY_SHADER_DEFINES`
+/// at build time, as build.rs reads it: `NAME` or `NAME=VALUE`, separated by spaces or commas).
+pub fn built_with(knob: &str) -> bool {
+    option_env!("DIVERSITY_SHADER_DEFINES").is_some_and(|d| {
+        d.split([' ', ','])
+            .any(|x| x.split_once('=').map_or(x, |(name, _)| name) == knob)
+    })
+}
