@@ -56,6 +56,17 @@ fn main() {
             None => (d, None),
         })
         .collect();
+    // The tensor-core filter's geometry knobs, for the host's block and workgroup sizes
+    // (src/scan/mod.rs): the value given (without GLSL's `u`) or the shaders' default.
+    for (knob, default) in [("FILTER_WG", "128"), ("FILTER_TI", "2"), ("FILTER_SK", "0")] {
+        let value = extra
+            .iter()
+            .rev()
+            .find(|(name, _)| *name == knob)
+            .and_then(|(_, v)| *v)
+            .map_or(default, |v| v.trim_end_matches('u'));
+        println!("cargo:rustc-env=DIVERSITY_{knob}={value}");
+    }
     let compiler = shaderc::Compiler::new().expect("shaderc compiler");
     let mut entries: Vec<_> = std::fs::read_dir(dir)
         .expect("shaders/")

@@ -273,14 +273,14 @@ void scores_ready(uint h0, uint s0, uint x0, uint bx, uint n) {
 }
 
 #ifdef COOPMAT
-// Tensor cores: four subgroups, each 16·TI sequences × 64 candidates (TI × 4 tiles of 16 × 16,
-// fp16 × fp16 → fp32; ĉ the left operand, row-major, ê rows the columns of the right): each A
-// fragment loaded from shared memory serves four products, each B fragment TI. SK dims at a
-// time of the block's ĉ rows (FBM) and ê rows (128) go through `smem`, copied by the whole
-// workgroup with 16-byte loads issued one stage ahead (registers; FILTER_PREFETCH 0 copies
-// straight through); rows are padded by 16 bytes so that the tile loads of a subgroup hit
-// distinct banks. After the last stage the same memory takes the products, SCORE_ROWS rows at a
-// time (subgroups 0 and 1 hold the first FBM / 2 rows, 2 and 3 the rest).
+// Tensor cores: FW / 32 subgroups (four by default; FILTER_WG), each 16·TI sequences × 64
+// candidates (TI × 4 tiles of 16 × 16, fp16 × fp16 → fp32; ĉ the left operand, row-major, ê rows
+// the columns of the right): each A fragment loaded from shared memory serves four products,
+// each B fragment TI. SK dims at a time of the block's ĉ rows (FBM) and ê rows (128) go through
+// `smem`, copied by the whole workgroup with 16-byte loads issued one stage ahead (registers;
+// FILTER_PREFETCH 0 copies straight through); rows are padded by 16 bytes so that the tile loads
+// of a subgroup hit distinct banks. After the last stage the same memory takes the products,
+// SCORE_ROWS rows at a time (subgroup pair p holds rows [16·TI·p, +16·TI)).
 const uint TI = FILTER_TI;
 const uint SK = FILTER_SK;           // dims a stage (filter_common.glsl defines it)
 const uint QR = SK / 8u;             // uvec4s of data a staged row

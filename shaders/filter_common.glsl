@@ -63,10 +63,21 @@
 #endif
 // Under the Vulkan memory model (which the cooperative-matrix instructions bring), barrier()
 // orders only non-private accesses: plain shared-memory loads after it may see stale values.
-// Every workgroup barrier of the filter makes shared and buffer writes available and visible.
+// Every workgroup barrier of the filter makes shared memory available and visible. Only shared
+// memory passes values between its invocations within a dispatch (the operands, ĉ, ê and the
+// rows' scales, are read-only there, and nothing reads what it writes to `bands` before the
+// judge's dispatch, behind a pipeline barrier), so the barriers carry no buffer semantics: on
+// an H200 that ran 1-2% faster than with them, the same bits (BENCHMARKS.md, 2026-12-02).
+// FILTER_BUFFER_BAR (a build-time knob) adds them back.
+#ifdef FILTER_BUFFER_BAR
 #define WG_BARRIER() controlBarrier(gl_ScopeWorkgroup, gl_ScopeWorkgroup, \
     gl_StorageSemanticsShared | gl_StorageSemanticsBuffer, \
     gl_SemanticsAcquireRelease | gl_SemanticsMakeAvailable | gl_SemanticsMakeVisible)
+#else
+#define WG_BARRIER() controlBarrier(gl_ScopeWorkgroup, gl_ScopeWorkgroup, \
+    gl_StorageSemanticsShared, \
+    gl_SemanticsAcquireRelease | gl_SemanticsMakeAvailable | gl_SemanticsMakeVisible)
+#endif
 #endif
 
 #ifdef COOPMAT
@@ -76,9 +87,16 @@
 #ifndef FILTER_TI
 #define FILTER_TI 2u
 #endif
-#define FBM (32u * FILTER_TI)  // sequences per filter block
+// Invocations of a filter workgroup (FILTER_WG): 128, four subgroups of 32 (two row groups of
+// 16·TI sequences × two column groups of 64 candidates), or 256, eight subgroups (four row
+// groups): blocks of 64 × 128 or 128 × 128 at TI = 2, every staged operand row serving 64 or 128
+// rows of the other operand. The host reads both knobs (build.rs, src/scan/mod.rs).
+#ifndef FILTER_WG
+#define FILTER_WG 128u
+#endif
+#define FW FILTER_WG
+#define FBM (16u * FILTER_TI * (FW / 64u))  // sequences per filter block
 #define FBN 128u  // candidates per filter block
-#define FW 128u   // invocations of a filter workgroup: four subgroups of 32
 // The block's products go through shared memory 64 rows at a time (128 × 128 fp32 products
 // would take 64 KiB; the H200 allows 48 KiB a workgroup).
 #define SCORE_ROWS 64u

@@ -158,7 +158,7 @@ impl ScanKernel {
     /// Invocations of one candidate-scan workgroup.
     fn scan_workgroup(self) -> u32 {
         match self.resolve() {
-            ScanKernel::Coopmat => 128,
+            ScanKernel::Coopmat => COOPMAT_WORKGROUP as u32,
             ScanKernel::Filter => 64,
             _ => GEMM_WORKGROUP,
         }
@@ -178,21 +178,53 @@ impl ScanKernel {
             // argmin arrays and picks.
             ScanKernel::Coopmat | ScanKernel::Filter => {
                 let staged = if self.resolve() == ScanKernel::Coopmat {
-                    // 64 rows of products, or a stage of 64 dims (32 with 128-row blocks).
-                    let stage_row = if bm == 64 { 144 } else { 80 };
+                    // 64 rows of products, or a stage of SK dims and 16 bytes of padding.
+                    let stage_row = 2 * COOPMAT_SK + 16;
                     (4 * 64 * bn).max((bm + bn) * stage_row)
                 } else {
                     4 * bm * bn
                 };
-                staged + 4 * (bm + 4 + 2 * bm + bm * bn / 32 + bn + 2 * w + 8)
+                // The accumulator epilogue's coordinate fragment and per-row best and count.
+                let acc = if self.resolve() == ScanKernel::Coopmat {
+                    1024 + 8 * bm
+                } else {
+                    0
+                };
+                staged + acc + 4 * (bm + 4 + 2 * bm + bm * bn / 32 + bn + 2 * w + 8)
             }
             _ => GEMM_SHARED_BYTES,
         }
     }
 }
 
-/// Sequences per block of the tensor-core filter: `32 · FILTER_TI` in `filter_common.glsl`.
-const COOPMAT_BLOCK_M: usize = 64;
+/// A decimal build-time knob (build.rs sets `DIVERSITY_FILTER_*` from the shader defines).
+const fn knob(s: &str) -> usize {
+    let b = s.as_bytes();
+    let mut v = 0;
+    let mut i = 0;
+    while i < b.len() {
+        assert!(
+            b[i].is_ascii_digit(),
+            "a filter knob must be a decimal number"
+        );
+        v = v * 10 + (b[i] - b'0') as usize;
+        i += 1;
+    }
+    v
+}
+
+/// Invocations of a tensor-core filter workgroup: `FILTER_WG` in `filter_common.glsl`.
+const COOPMAT_WORKGROUP: usize = knob(env!("DIVERSITY_FILTER_WG"));
+/// Row tiles of 16 sequences a subgroup holds: `FILTER_TI`.
+const COOPMAT_TI: usize = knob(env!("DIVERSITY_FILTER_TI"));
+/// Dims a shared-memory stage of the filter's operands: `FILTER_SK` (0: the shader's default).
+const COOPMAT_SK: usize = match knob(env!("DIVERSITY_FILTER_SK")) {
+    0 if COOPMAT_TI == 2 => 64,
+    0 => 32,
+    sk => sk,
+};
+/// Sequences per block of the tensor-core filter: `16 · FILTER_TI · (FILTER_WG / 64)`.
+const COOPMAT_BLOCK_M: usize = 16 * COOPMAT_TI * (COOPMAT_WORKGROUP / 64);
 
 /// How a scan step walks the candidates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
