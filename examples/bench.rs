@@ -422,9 +422,10 @@ fn run(a: Args) -> Result<(), String> {
                     // filter's phases by the subgroup clock (before profile_phases adds to it).
                     if let Some(c) = job.filter_clock().map_err(s)? {
                         let t = c.per_block();
+                        let e = c.epilogue_parts_per_block();
                         eprintln!(
-                            "  clock (subgroup ticks a block, invocation 0): setup {:.0}, staging {:.0}, products {:.0}, epilogue {:.0}, fallback {:.0} over {} blocks",
-                            t[0], t[1], t[2], t[3], t[4], c.blocks
+                            "  clock (subgroup ticks a block, invocation 0): setup {:.0}, staging {:.0}, products {:.0}, epilogue {:.0} (keys {:.0}, reduction {:.0}, band {:.0}, headers {:.0}), fallback {:.0} over {} blocks",
+                            t[0], t[1], t[2], t[3], e[0], e[1], e[2], e[3], t[4], c.blocks
                         );
                     }
                     if a.probe {

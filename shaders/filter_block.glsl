@@ -42,7 +42,7 @@ shared uint acc_cnt[FBM];
 // re-scoring of overflowing rows, and the flush). A clock read is no fence: a phase is charged
 // with the stalls of what invocation 0's subgroup waits on there, so a load's latency lands
 // where its value is first used (a prefetch's in the next stage's copy). At the end of the
-// block, invocation 0 adds its five sums and 1 (FCLK_BLOCKS) into 64-bit counters (atomicAdd
+// block, invocation 0 adds its sums and 1 (FCLK_BLOCKS) into 64-bit counters (atomicAdd
 // of the low word, and a carry into the high word) in the unused words of FSeqEntry: counter k
 // of block row by at sequence by·FBM + k, or at sequence k where that row has fewer than
 // FCLK_COUNTERS sequences; none with a batch that small (ScanJob::filter_clock sums them).
@@ -53,9 +53,16 @@ shared uint acc_cnt[FBM];
 #define FCLK_EPILOGUE 3
 #define FCLK_FALLBACK 4
 #define FCLK_BLOCKS 5
-#define FCLK_COUNTERS 6u
+// The epilogue on the accumulators split (FCLK_EPILOGUE then gets the rest, ~0): the keys and
+// per-element minima, their reduction to the rows' best (with its barrier), the band entries
+// (with theirs), the headers (with theirs).
+#define FCLK_EPI_KEYS 6
+#define FCLK_EPI_REDUCE 7
+#define FCLK_EPI_BAND 8
+#define FCLK_EPI_HEAD 9
+#define FCLK_COUNTERS 10u
 uvec2 fclk_last;         // invocation 0's last clock read
-uint fclk_sum[5];        // its ticks a phase in this block (each far below 2^32)
+uint fclk_sum[FCLK_COUNTERS]; // its ticks a counter in this block (each far below 2^32)
 #include "clock.glsl"
 // Subgroup-clock ticks since the last read (2^32 − 1 at most); the read becomes the last.
 uint fclk_ticks() {
@@ -63,7 +70,7 @@ uint fclk_ticks() {
     return d.y == 0u ? d.x : 0xffffffffu;
 }
 #define FCLK_BEGIN() if (gl_LocalInvocationIndex == 0u) { \
-    [[unroll]] for (uint k = 0u; k < 5u; ++k) fclk_sum[k] = 0u; \
+    [[unroll]] for (uint k = 0u; k < FCLK_COUNTERS; ++k) fclk_sum[k] = 0u; \
     fclk_last = clock2x32ARB(); \
 }
 #define FCLK(k) if (gl_LocalInvocationIndex == 0u) { \
@@ -75,7 +82,7 @@ void fclk_flush(uint s0) {
     if (gl_LocalInvocationIndex != 0u || BATCH < FCLK_COUNTERS) return;
     const uint base = BATCH - s0 >= FCLK_COUNTERS ? s0 : 0u;
     [[unroll]] for (uint k = 0u; k < FCLK_COUNTERS; ++k) {
-        const uint v = k == uint(FCLK_BLOCKS) ? 1u : fclk_sum[min(k, 4u)];
+        const uint v = k == uint(FCLK_BLOCKS) ? 1u : fclk_sum[k];
         if (v != 0u) {
             const uint old = atomicAdd(fseq[base + k].pad0, v);
             if (old + v < old) atomicAdd(fseq[base + k].pad1, 1u);
@@ -422,6 +429,7 @@ void block_scores(uint s0, uint x0, uint bx, uint n) {
         // lmask's bits, b in emask's} holds the group's minimum, and its one member with those
         // bits clear (the leader) gives it to the row's atomicMin. Where nothing is proven each
         // element is its own group: more atomics, the same minimum.
+        FCLK(FCLK_EPI_KEYS)
         uint emask = 0u, lmask = 0u;
         // (Macros, so that every index into pm is a constant.)
 #define ACC_WITHIN(M) { \
@@ -462,13 +470,20 @@ void block_scores(uint s0, uint x0, uint bx, uint n) {
             }
         }
         WG_BARRIER();
+        FCLK(FCLK_EPI_REDUCE)
         // The band: every F within the same limit as epilogue_rows' of its row's best, its slot
         // by the row's counter (the entries' order within a record is free: the judge takes the
         // (key, index) least); so the same entries, count and OVERFLOW as the staged path.
+        // First which of each (element, row tile)'s four columns are in the band (four bits of
+        // inb), then one atomicAdd an (element, row tile) with any for the first of their slots
+        // (independent of each other: their latencies overlap, where one a candidate, each
+        // needed by its store, ran one after the other: 55% of the epilogue on an H200), then
+        // the entries.
         const uint nb = (n + FBN - 1u) / FBN;
+        uint inb[TI];  // bits 4e + j: element e's column j in the band, row tile i
+        [[unroll]] for (uint i = 0u; i < TI; ++i) inb[i] = 0u;
         [[unroll]] for (uint e = 0u; e < ACC_E; ++e) {
-            const uint rc = uint(coord[int(e)]);
-            const uint rr = rc >> 4u, cc = rc & 15u;
+            const uint rr = uint(coord[int(e)]) >> 4u;
             [[unroll]] for (uint i = 0u; i < TI; ++i) {
                 const uint r = r0 + 16u * i + rr;
                 const float bmin = acc_key_value(acc_min[r]);
@@ -476,16 +491,37 @@ void block_scores(uint s0, uint x0, uint bx, uint n) {
                 // A row with no candidate left (bmin = INF; every row past the batch) has an
                 // empty band.
                 const bool live = bmin < INF;
-                const uint base = ((s0 + r) * nb + bx) * BAND_WORDS;
                 [[unroll]] for (uint j = 0u; j < 4u; ++j) {
-                    const float f = acc[4u * i + j][int(e)];
-                    if (live && f <= limit) {
-                        band_entry(base, atomicAdd(acc_cnt[r], 1u), f, x0 + cb + 16u * j + cc);
+                    if (live && acc[4u * i + j][int(e)] <= limit) inb[i] |= 1u << (4u * e + j);
+                }
+            }
+        }
+        uint first[TI * ACC_E];
+        [[unroll]] for (uint e = 0u; e < ACC_E; ++e) {
+            const uint rr = uint(coord[int(e)]) >> 4u;
+            [[unroll]] for (uint i = 0u; i < TI; ++i) {
+                const uint m = (inb[i] >> (4u * e)) & 15u;
+                first[ACC_E * i + e] = m != 0u ? atomicAdd(acc_cnt[r0 + 16u * i + rr], uint(bitCount(m))) : 0u;
+            }
+        }
+        [[unroll]] for (uint e = 0u; e < ACC_E; ++e) {
+            const uint rc = uint(coord[int(e)]);
+            const uint rr = rc >> 4u, cc = rc & 15u;
+            [[unroll]] for (uint i = 0u; i < TI; ++i) {
+                const uint m = (inb[i] >> (4u * e)) & 15u;
+                if (m == 0u) continue;
+                const uint base = ((s0 + r0 + 16u * i + rr) * nb + bx) * BAND_WORDS;
+                uint slot = first[ACC_E * i + e];
+                [[unroll]] for (uint j = 0u; j < 4u; ++j) {
+                    if ((m & (1u << j)) != 0u) {
+                        band_entry(base, slot, acc[4u * i + j][int(e)], x0 + cb + 16u * j + cc);
+                        slot += 1u;
                     }
                 }
             }
         }
         WG_BARRIER();
+        FCLK(FCLK_EPI_BAND)
         // The headers, one invocation a row; the fallback (filter_block) reads ovf_n after the
         // barrier, as after scores_ready's.
         for (uint r = lid; r < FBM; r += FW) {
@@ -494,6 +530,7 @@ void block_scores(uint s0, uint x0, uint bx, uint n) {
             }
         }
         WG_BARRIER();
+        FCLK(FCLK_EPI_HEAD)
         FCLK(FCLK_EPILOGUE)
         return;
     }

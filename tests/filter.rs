@@ -260,8 +260,8 @@ fn filter_clock_profile() {
     let ctx = ctx();
     let table = fortunes(300);
     let dt = DeviceTable::upload(&ctx, &table, Precision::Fp16).unwrap();
-    // 21 sequences: block rows of 16 and 5 (the second too short for the counters: they go to
-    // the first's).
+    // 21 sequences: block rows of 16 and 5 (the second too short for the ten counters: they go
+    // to the first's).
     let starts: Vec<u32> = (0..21).map(|i| (i * 13) % 300).collect();
     let k = 40;
     let (want, _) = run(&dt, &starts, &steps(k), ScanKernel::Block64);
@@ -311,7 +311,11 @@ fn filter_clock_profile() {
         assert_eq!(c.blocks, (k * nbx * nby) as u64, "{name}: blocks profiled");
         assert_eq!(c.staging, 0, "{name}: the stand-in stages nothing");
         assert!(c.products > 0 && c.epilogue > 0, "{name}: {c:?}");
-        // A batch under 6 sequences has no room for the counters.
+        assert_eq!(
+            c.epilogue_parts, [0; 4],
+            "{name}: the stand-in stages its products"
+        );
+        // A batch under 10 sequences has no room for the counters.
         let mut small = ScanJob::new(&dt, &starts[..5], &o).unwrap();
         small.step(2).unwrap();
         assert!(

@@ -138,7 +138,7 @@ impl ScanJob {
     /// filtered (`shaders/filter_block.glsl`, "THE CLOCK PROFILE"), where the shaders were
     /// built with `FILTER_CLOCK` (`DIVERSITY_SHADER_DEFINES`) and the context was created with
     /// `DIVERSITY_SHADER_CLOCK` set (the device's `VK_KHR_shader_clock`); `None` for a build
-    /// without it, a kernel without a filter, or a batch under 6 sequences (no room for the
+    /// without it, a kernel without a filter, or a batch under 10 sequences (no room for the
     /// counters). Read it before [`ScanJob::profile_phases`], whose re-runs add to it (the
     /// probes do not). A diagnostic for kernel work.
     #[doc(hidden)]
@@ -152,7 +152,7 @@ impl ScanJob {
         let built = shaders
             .iter()
             .all(|s| spirv::has_capability(s.spirv(p), spirv::CAPABILITY_SHADER_CLOCK));
-        if !built || self.batch.starts().len() < 6 {
+        if !built || self.batch.starts().len() < 10 {
             return Ok(None);
         }
         let Some(c) = self.state.filter_clock(self.table.context())? else {
@@ -162,7 +162,8 @@ impl ScanJob {
             setup: c[0],
             staging: c[1],
             products: c[2],
-            epilogue: c[3],
+            epilogue: c[3] + c[6..].iter().sum::<u64>(),
+            epilogue_parts: [c[6], c[7], c[8], c[9]],
             fallback: c[4],
             blocks: c[5],
         }))

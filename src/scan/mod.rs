@@ -320,6 +320,10 @@ pub struct FilterClock {
     pub products: u64,
     /// The epilogue: filter keys, minima, bands.
     pub epilogue: u64,
+    /// The tensor-core epilogue on the accumulators, split (part of `epilogue`; zeros where the
+    /// products were staged, as in the stand-in): the keys and per-element minima, their
+    /// reduction to each row's best, the band entries, the headers (each with its barrier).
+    pub epilogue_parts: [u64; 4],
     /// The exact re-scoring of rows whose band overflowed.
     pub fallback: u64,
     /// Blocks profiled (workgroup blocks of the filter, all steps).
@@ -337,6 +341,13 @@ impl FilterClock {
             self.epilogue as f64 / b,
             self.fallback as f64 / b,
         ]
+    }
+
+    /// Ticks a block of each part of the epilogue on the accumulators: keys, reduction, band,
+    /// headers.
+    pub fn epilogue_parts_per_block(&self) -> [f64; 4] {
+        let b = self.blocks.max(1) as f64;
+        self.epilogue_parts.map(|t| t as f64 / b)
     }
 }
 

@@ -224,17 +224,18 @@ impl State {
         ))
     }
 
-    /// The filter's clock counters (`filter_block.glsl`, FILTER_CLOCK): counter k < 6 of each
+    /// The filter's clock counters (`filter_block.glsl`, FILTER_CLOCK): counter k < 10 of each
     /// block row in the unused words 6 and 7 (low, high) of the state entry of sequence
-    /// `by·FBM + k` (or `k`), summed over the batch; FBM is a multiple of 8 and every other
-    /// entry's words are 0 (scan_prep zeroes them in that build), so entry s holds counter s % 8.
-    pub(super) fn filter_clock(&self, ctx: &Context) -> Result<Option<[u64; 6]>> {
+    /// `by·FBM + k` (or `k`), summed over the batch; FBM is a multiple of 16 and every other
+    /// entry's words are 0 (scan_prep zeroes them in that build), so entry s holds counter
+    /// s % 16 where that is below 10.
+    pub(super) fn filter_clock(&self, ctx: &Context) -> Result<Option<[u64; 10]>> {
         let Some(entries) = self.fseq_entries(ctx)? else {
             return Ok(None);
         };
-        let mut out = [0u64; 6];
+        let mut out = [0u64; 10];
         for (s, e) in entries.iter().enumerate() {
-            if let Some(c) = out.get_mut(s % 8) {
+            if let Some(c) = out.get_mut(s % 16) {
                 *c += e[6] as u64 | (e[7] as u64) << 32;
             }
         }
