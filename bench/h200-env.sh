@@ -34,3 +34,19 @@ h200_gram_tables() {
   python3 bench/make-real31k.py "$FORT" "$R31"
   h200_seed_npy "$1"
 }
+# `h200_scan_rows DIR FN`: the tensor-core scan issue's three workloads, each table made in DIR
+# by the torch peer's generator and removed after: FN TABLE DIM STARTS STEPS CHUNK LABEL for the
+# seed (8,359 × 768, 3,584 × 500), N = 65,536 × 768 (3,584 × 500) and N = 1,048,576 × 384
+# (1,024 × 100), in that order. (The run records under bench/results/ before it each spell
+# these out.)
+h200_scan_rows() {
+  local dir=$1 fn=$2
+  timeout 60 python3 bench/peer/torch_diversity.py --dump "$dir/seed.f32" >/dev/null
+  "$fn" "$dir/seed.f32" 768 3584 500 50 "seed 8359x768, 3584 x 500"
+  timeout 60 python3 bench/peer/torch_diversity.py --n 65536 --dump "$dir/n.f32" >/dev/null
+  "$fn" "$dir/n.f32" 768 3584 500 50 "N 65536x768, 3584 x 500"
+  rm -f "$dir/n.f32"
+  timeout 90 python3 bench/peer/torch_diversity.py --n 1048576 --d 384 --dump "$dir/big.f32" >/dev/null
+  "$fn" "$dir/big.f32" 384 1024 100 100 "N 1048576 x 384, 1024 x 100"
+  rm -f "$dir/big.f32"
+}
