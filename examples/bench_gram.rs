@@ -370,6 +370,12 @@ fn run(a: Args) -> Result<(), String> {
                         sum[3] / per
                     )
                 });
+                // Fixed-point keys: the bits each sequence's keys were shifted right (its bound
+                // grows faster after a shift).
+                let shifts = job.key_shifts().map_err(|e| e.to_string())?;
+                let sh_max = shifts.iter().copied().max().unwrap_or(0);
+                let sh_mean =
+                    shifts.iter().map(|&v| v as f64).sum::<f64>() / shifts.len().max(1) as f64;
                 let ef = job
                     .fresh_error_max()
                     .map_err(|e| e.to_string())?
@@ -385,7 +391,7 @@ fn run(a: Args) -> Result<(), String> {
                 let gpu_s = r.gpu_ns as f64 * 1e-9;
                 let bytes = s as f64 * steps as f64 * n as f64 * 4.0;
                 println!(
-                    "  {} wg {:>4} {:<9} spd {spd:<3} loads {loads:<2} refresh {:<5} {:<11} judge {:<5} {variant} ({bands} band re-scores of {cands} candidates, {wide} wide, {refreshes} recomputes, E_F max {ef:.2e}) subgroups {:<5} GPU {:>8.4} s  wall {:>8.4} s  {:>10.0} steps/s  G rows {:>6.2} TB/s  same bits {}{}",
+                    "  {} wg {:>4} {:<9} spd {spd:<3} loads {loads:<2} refresh {:<5} {:<11} judge {:<5} {variant} ({bands} band re-scores of {cands} candidates, {wide} wide, {refreshes} recomputes, E_F max {ef:.2e}, key shifts max {sh_max} mean {sh_mean:.2}) subgroups {:<5} GPU {:>8.4} s  wall {:>8.4} s  {:>10.0} steps/s  G rows {:>6.2} TB/s  same bits {}{}",
                     precision.name(),
                     job.workgroup_size(),
                     job.placement().name(),

@@ -102,6 +102,22 @@ fn fixed_keys_same_bits_across_shapes_and_resume() {
     };
     let base_settles = settles(&GramOptions::default(), starts.len());
     assert!(base_settles.0.iter().any(|&b| b > 0), "{base_settles:?}");
+    // The common component makes every sequence's keys shift (the diagnostic reads the bits),
+    // by the same amount in every shape: the shifts follow each sequence's own bound.
+    let shifts = |o: &GramOptions| {
+        let mut job = GramJob::new(&gram, &starts, o).unwrap();
+        job.run().unwrap();
+        job.key_shifts().unwrap()
+    };
+    let base_shifts = shifts(&GramOptions::default());
+    assert!(base_shifts.iter().all(|&k| k > 0), "{base_shifts:?}");
+    for wg in [16u32, 64] {
+        let o = GramOptions {
+            workgroup_size: Some(wg),
+            ..GramOptions::default()
+        };
+        assert_eq!(shifts(&o), base_shifts, "shifts at wg {wg}");
+    }
     // A build without GF_PROFILE leaves no profile (its mark absent): nothing is reported. A
     // build with it (run with DIVERSITY_SHADER_CLOCK=1) reports every sequence's ticks.
     let profiled = common::built_with("GF_PROFILE");

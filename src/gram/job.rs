@@ -327,6 +327,21 @@ impl GramJob {
         }
         Ok(Some(out))
     }
+    /// Per sequence, the bits the fixed-point keys were shifted right so far (`sh` in
+    /// `shaders/gram_fixed.comp`: after a shift of sh bits each step adds up to half a unit of
+    /// 2^sh to the keys' bound); 0s with the float arithmetic. A diagnostic.
+    #[doc(hidden)]
+    pub fn key_shifts(&self) -> Result<Vec<u32>> {
+        if self.gram.scale.is_none() {
+            return Ok(vec![0; self.batch.starts().len()]);
+        }
+        let (n, d) = (self.gram.table.n(), self.gram.table.d());
+        Ok(self
+            .per_sequence(2 * n + 3 * d, 1)?
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    }
     /// Per sequence, the largest error bound of the fresh keys (E_F in `shaders/gram.comp`, key
     /// units: c · e_x / |e_x|) at a full recompute so far (0 without one).
     pub fn fresh_error_max(&self) -> Result<Vec<f32>> {
