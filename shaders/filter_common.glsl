@@ -90,7 +90,8 @@
 // Invocations of a filter workgroup (FILTER_WG): 128, four subgroups of 32 (two row groups of
 // 16·TI sequences × two column groups of 64 candidates), or 256, eight subgroups (four row
 // groups): blocks of 64 × 128 or 128 × 128 at TI = 2, every staged operand row serving 64 or 128
-// rows of the other operand. The host reads both knobs (build.rs, src/scan/mod.rs).
+// rows of the other operand. The host reads FILTER_WG, FILTER_TI and FILTER_SK (build.rs,
+// src/scan/mod.rs).
 #ifndef FILTER_WG
 #define FILTER_WG 128u
 #endif

@@ -335,12 +335,7 @@ impl GramJob {
         if self.gram.scale.is_none() {
             return Ok(vec![0; self.batch.starts().len()]);
         }
-        let (n, d) = (self.gram.table.n(), self.gram.table.d());
-        Ok(self
-            .per_sequence(2 * n + 3 * d, 1)?
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect())
+        self.judge_words(0)
     }
     /// Per sequence, the largest error bound of the fresh keys (E_F in `shaders/gram.comp`, key
     /// units: c · e_x / |e_x|) at a full recompute so far (0 without one).
@@ -367,11 +362,19 @@ impl GramJob {
             // Without the judge these slots are never written.
             return Ok(vec![0.0; self.batch.starts().len()]);
         }
+        Ok(self
+            .judge_words(slot)?
+            .into_iter()
+            .map(f32::from_bits)
+            .collect())
+    }
+    /// Word `slot` of every sequence's scalars (after its keys and running sum), as stored.
+    fn judge_words(&self, slot: usize) -> Result<Vec<u32>> {
         let (n, d) = (self.gram.table.n(), self.gram.table.d());
         Ok(self
             .per_sequence(2 * n + 3 * d + slot, 1)?
             .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect())
     }
     /// `words` words of every sequence's state from word `at` of it, sequence after sequence.
