@@ -58,7 +58,12 @@ fn main() {
         .collect();
     // The tensor-core filter's geometry knobs, for the host's block and workgroup sizes
     // (src/scan/mod.rs): the value given (without GLSL's `u`) or the shaders' default.
-    for (knob, default) in [("FILTER_WG", "128"), ("FILTER_TI", "2"), ("FILTER_SK", "0")] {
+    for (knob, default) in [
+        ("FILTER_WG", "128"),
+        ("FILTER_TI", "2"),
+        ("FILTER_SK", "0"),
+        ("FILTER_DBUF", "0"),
+    ] {
         let value = extra
             .iter()
             .rev()

@@ -428,6 +428,15 @@ fn run(a: Args) -> Result<(), String> {
                             t[0], t[1], t[2], t[3], e[0], e[1], e[2], e[3], t[4], c.blocks
                         );
                     }
+                    // Shaders built with JUDGE_CLOCK, run with DIVERSITY_SHADER_CLOCK: the
+                    // judge's phases likewise.
+                    if let Some(c) = job.judge_clock().map_err(s)? {
+                        let t = c.per_step();
+                        eprintln!(
+                            "  judge clock (subgroup ticks a sequence-step, invocation 0): headers {:.0}, gather {:.0}, rescore {:.0}, pick {:.0}, prepare {:.0} over {} sequence-steps",
+                            t[0], t[1], t[2], t[3], t[4], c.judged
+                        );
+                    }
                     if a.probe {
                         // Last: it corrupts the job's state.
                         let (scan_ns, commit_ns) = job.profile_phases(20).map_err(s)?;

@@ -332,6 +332,62 @@ void block_scores(uint s0, uint x0, uint bx, uint n) {
     ? ftab_v[(x0 + (lid + FW * (t)) / QR) * DQ + (K0) / 8u + (lid + FW * (t)) % QR] : uvec4(0u))
 #define A_SLOT(t) (A_OFF + ((lid + FW * (t)) / QR) * SROW + ((lid + FW * (t)) % QR))
 #define B_SLOT(t) (B_OFF + ((lid + FW * (t)) / QR) * SROW + ((lid + FW * (t)) % QR))
+    // The products of the stage staged at OFF (uvec4s into smem), dims [K0, K0 + SK).
+    // FILTER_UNROLL (a build-time knob) unrolls the stage's k-steps.
+#ifdef FILTER_UNROLL
+#define KK_LOOP [[unroll]] for (uint kk = 0u; kk < SK; kk += 16u) if (K0_ + kk < DP)
+#else
+#define KK_LOOP for (uint kk = 0u; kk < SK && K0_ + kk < DP; kk += 16u)
+#endif
+#define STAGE_PRODUCTS(OFF, K0) { \
+        const uint K0_ = (K0); \
+        KK_LOOP { \
+            const uint kq = kk / 8u; \
+            fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> b[4]; \
+            [[unroll]] for (uint j = 0u; j < 4u; ++j) { \
+                coopMatLoadNV(b[j], smem, (OFF) + B_OFF + (cb + 16u * j) * SROW + kq, SROW, true); \
+            } \
+            [[unroll]] for (uint i = 0u; i < TI; ++i) { \
+                fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> a; \
+                coopMatLoadNV(a, smem, (OFF) + A_OFF + (r0 + 16u * i) * SROW + kq, SROW, false); \
+                [[unroll]] for (uint j = 0u; j < 4u; ++j) { \
+                    acc[4u * i + j] = coopMatMulAddNV(a, b[j], acc[4u * i + j]); \
+                } \
+            } \
+        } \
+    }
+#if FILTER_DBUF
+    // Two stage buffers (FILTER_DBUF): stage q in buffer q % 2. After the barrier that opens
+    // stage q, buffer q % 2 holds it (copied during stage q − 1, or before the loop) and every
+    // subgroup is done with the other (stage q − 1's products): stage q + 1 is copied into it
+    // from registers loaded during stage q − 1, stage q + 2's loads are issued, then stage q's
+    // products run. One barrier a stage.
+    const uint STAGE = (FBM + FBN) * SROW;  // uvec4s a buffer
+    uvec4 ra[A_DUTY], rb[B_DUTY];
+    [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) smem[A_SLOT(t)] = A_AT(0u, t);
+    [[unroll]] for (uint t = 0u; t < B_DUTY; ++t) smem[B_SLOT(t)] = B_AT(0u, t);
+    if (SK < DP) {
+        [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) ra[t] = A_AT(SK, t);
+        [[unroll]] for (uint t = 0u; t < B_DUTY; ++t) rb[t] = B_AT(SK, t);
+    }
+    uint cur = 0u;  // the offset of stage q's buffer: 0 or STAGE
+    for (uint k0 = 0u; k0 < DP; k0 += SK) {
+        WG_BARRIER();
+        const uint nxt = STAGE - cur;
+        if (k0 + SK < DP) {
+            [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) smem[nxt + A_SLOT(t)] = ra[t];
+            [[unroll]] for (uint t = 0u; t < B_DUTY; ++t) smem[nxt + B_SLOT(t)] = rb[t];
+            if (k0 + 2u * SK < DP) {
+                [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) ra[t] = A_AT(k0 + 2u * SK, t);
+                [[unroll]] for (uint t = 0u; t < B_DUTY; ++t) rb[t] = B_AT(k0 + 2u * SK, t);
+            }
+        }
+        FCLK(FCLK_STAGING)
+        STAGE_PRODUCTS(cur, k0)
+        FCLK(FCLK_PRODUCTS)
+        cur = nxt;
+    }
+#else
 #if FILTER_PREFETCH
     uvec4 ra[A_DUTY], rb[B_DUTY];
     [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) ra[t] = A_AT(0u, t);
@@ -354,22 +410,12 @@ void block_scores(uint s0, uint x0, uint bx, uint n) {
         }
 #endif
         FCLK(FCLK_STAGING)
-        for (uint kk = 0u; kk < SK && k0 + kk < DP; kk += 16u) {
-            const uint kq = kk / 8u;  // in uvec4s
-            fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> b[4];
-            [[unroll]] for (uint j = 0u; j < 4u; ++j) {
-                coopMatLoadNV(b[j], smem, B_OFF + (cb + 16u * j) * SROW + kq, SROW, true);
-            }
-            [[unroll]] for (uint i = 0u; i < TI; ++i) {
-                fcoopmatNV<16, gl_ScopeSubgroup, 16, 16> a;
-                coopMatLoadNV(a, smem, A_OFF + (r0 + 16u * i) * SROW + kq, SROW, false);
-                [[unroll]] for (uint j = 0u; j < 4u; ++j) {
-                    acc[4u * i + j] = coopMatMulAddNV(a, b[j], acc[4u * i + j]);
-                }
-            }
-        }
+        STAGE_PRODUCTS(0u, k0)
         FCLK(FCLK_PRODUCTS)
     }
+#endif
+#undef KK_LOOP
+#undef STAGE_PRODUCTS
 #undef A_AT
 #undef B_AT
 #undef A_SLOT

@@ -45,6 +45,14 @@
 #if defined(FILTER_CLOCK) && defined(FILTER_BLOCK)
 #extension GL_ARB_shader_clock : require
 #endif
+// JUDGE_CLOCK: the same for the judge's phases (scan_judge.comp), into the same words, so not
+// with FILTER_CLOCK.
+#if defined(JUDGE_CLOCK) && defined(FILTER_JUDGE)
+#extension GL_ARB_shader_clock : require
+#endif
+#if defined(JUDGE_CLOCK) && defined(FILTER_CLOCK)
+#error "JUDGE_CLOCK and FILTER_CLOCK count into the same words: build with one of them"
+#endif
 // Only the filter itself (FILTER_BLOCK) uses cooperative matrices and their memory model.
 #if defined(COOPMAT) && defined(FILTER_BLOCK)
 #extension GL_NV_cooperative_matrix : require
@@ -127,7 +135,12 @@
 #ifndef FILTER_SK
 #define FILTER_SK (FILTER_TI == 2u ? 64u : 32u)
 #endif
-shared uvec4 smem[max(SCORE_ROWS * FBN / 4u, (FBM + FBN) * (FILTER_SK / 8u + 1u))];
+// FILTER_DBUF (a build-time knob, 0 or 1): two stage buffers, the next stage copied into one while
+// the other feeds the products, one workgroup barrier a stage instead of two (filter_block.glsl).
+#ifndef FILTER_DBUF
+#define FILTER_DBUF 0
+#endif
+shared uvec4 smem[max(SCORE_ROWS * FBN / 4u, (1u + FILTER_DBUF) * (FBM + FBN) * (FILTER_SK / 8u + 1u))];
 #else
 shared uvec4 smem[SCORE_ROWS * FBN / 4u];
 #endif
@@ -232,28 +245,43 @@ float norm_inflation() {
     return 1.0 + 2.384185791e-7 * float(DIM + 8u);
 }
 
-// ĉ, 2^-k and γ of sequence s from its fp32 centroid (cen32), by the whole workgroup.
-void filter_prepare(uint s) {
+// The sum over the workgroup of each component (every invocation gets them): both at once.
+vec2 wg_sum2(vec2 v) {
+    v = subgroupAdd(v);
+    WG_BARRIER();
+    if (gl_SubgroupInvocationID == 0u) {
+        red_key[gl_SubgroupID] = v.x;
+        red_idx[gl_SubgroupID] = floatBitsToUint(v.y);
+    }
+    WG_BARRIER();
+    vec2 r = vec2(red_key[0], uintBitsToFloat(red_idx[0]));
+    for (uint i = 1u; i < gl_NumSubgroups; ++i) r += vec2(red_key[i], uintBitsToFloat(red_idx[i]));
+    WG_BARRIER();
+    return r;
+}
+
+// ĉ, 2^-k and γ of sequence s from its fp32 centroid (cen32), by the whole workgroup; m is the
+// largest |cen32[s·DIM + d]| over this invocation's d = lid, lid + WG, … (the caller's: the
+// judge has the values at hand, having just written them). Each invocation reads back only the
+// cen32 words it wrote, so a caller needs no barrier between its writes and this.
+void filter_prepare_max(uint s, float m) {
     const uint lid = gl_LocalInvocationID.x;
-    float m = 0.0;
-    for (uint d = lid; d < DIM; d += gl_WorkGroupSize.x) m = max(m, abs(cen32[s * DIM + d]));
+    const float rho = uintBitsToFloat(rho_bits), sigma = uintBitsToFloat(sigma_bits);
     m = wg_max(m);
     const int k = scale_exponent(m);
-    float c2 = 0.0, dl2 = 0.0;
+    vec2 sums = vec2(0.0);  // |c·2^k|², |δc|²
     for (uint d = lid; d < DP; d += gl_WorkGroupSize.x) {
         const float v = d < DIM ? ldexp(cen32[s * DIM + d], k) : 0.0;
         c16[s * DP + d] = float16_t(v);
         precise float dd = float(c16[s * DP + d]) - v;  // the stored value, read back
-        c2 += v * v;
-        dl2 += dd * dd;
+        sums += vec2(v * v, dd * dd);
     }
-    c2 = wg_sum(c2);
-    dl2 = wg_sum(dl2);
+    sums = wg_sum2(sums);
+    const float c2 = sums.x, dl2 = sums.y;
     if (lid == 0u) {
         const float u = 5.9604644775390625e-8;  // 2^-24
         const float dim = float(DIM);
         const float gd = dim * u / (1.0 - dim * u);
-        const float rho = uintBitsToFloat(rho_bits), sigma = uintBitsToFloat(sigma_bits);
         const float cn = sqrt(c2) * norm_inflation();   // |c|·2^k
         const float dn = sqrt(dl2) * norm_inflation();  // |δc|
         const float g = (gd + 2.0 * u + 8.0 * dim * u * sigma + rho) * cn
@@ -261,4 +289,13 @@ void filter_prepare(uint s) {
         fseq[s].gscale = ldexp(1.0, -k);
         fseq[s].gamma = GAMMA_SCALE * (1.01 * ldexp(g, -k) + ldexp(1.0, -100));
     }
+}
+
+// filter_prepare_max with the maximum read from cen32 (scan_prep: step 0, or a resume).
+void filter_prepare(uint s) {
+    float m = 0.0;
+    for (uint d = gl_LocalInvocationID.x; d < DIM; d += gl_WorkGroupSize.x) {
+        m = max(m, abs(cen32[s * DIM + d]));
+    }
+    filter_prepare_max(s, m);
 }

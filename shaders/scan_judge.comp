@@ -5,6 +5,7 @@
 // record it, mark it chosen, add it to the running sum as scan_commit does, and prepare the
 // next step's ĉ, 2^-k and γ (filter_common.glsl). Compiled twice (build.rs): `scan_judge`
 // (the stand-in's blocks of 32 candidates) and, with COOPMAT, `scan_judge_tc` (blocks of 128).
+#define FILTER_JUDGE 1
 #include "filter_common.glsl"
 
 layout(push_constant) uniform Push {
@@ -21,6 +22,55 @@ shared float cen_s[DIM];  // this sequence's fp32 centroid
 // with filter_common's exact_key, one chain an invocation).
 layout(constant_id = 9) const uint JR = 4u;
 shared float rows_s[(JR + (JR == 0u ? 1u : 0u)) * DIM];
+
+// JUDGE_CLOCK (a build-time knob, DIVERSITY_SHADER_DEFINES; the device needs
+// VK_KHR_shader_clock, enabled by DIVERSITY_SHADER_CLOCK): invocation 0 of each workgroup reads
+// the subgroup clock at the phase boundaries below and charges the ticks since its last read to
+// the phase that ends there: JCLK_HEADERS (the centroid into shared memory, the best filter key
+// over the blocks' headers, up to its reduction), JCLK_GATHER (the band entries within the limit
+// into `cand`, round by round), JCLK_RESCORE (the candidate rows staged and their exact chains),
+// JCLK_PICK (the (key, index) minimum, the pick's record and the running sum's update, up to
+// filter_prepare_max), JCLK_PREPARE (the next step's ĉ, 2^-k and γ). At the end it adds its sums
+// and 1 (JCLK_SEQS) into the 64-bit counters of the filter's profile (FSeqEntry's pad0, pad1):
+// counter k at sequence 16·⌊s / 16⌋ + k, or at k where fewer than 10 sequences follow that
+// (ScanJob::judge_clock). Timing only: the same bits. Nothing of it is compiled by default.
+#ifdef JUDGE_CLOCK
+#define JCLK_HEADERS 0
+#define JCLK_GATHER 1
+#define JCLK_RESCORE 2
+#define JCLK_PICK 3
+#define JCLK_PREPARE 4
+#define JCLK_SEQS 5
+#define JCLK_COUNTERS 10u
+uvec2 jclk_last;
+uint jclk_sum[JCLK_COUNTERS];
+#include "clock.glsl"
+#define JCLK_BEGIN() if (gl_LocalInvocationIndex == 0u) { \
+    [[unroll]] for (uint k = 0u; k < JCLK_COUNTERS; ++k) jclk_sum[k] = 0u; \
+    jclk_last = clock2x32ARB(); \
+}
+#define JCLK(k) if (gl_LocalInvocationIndex == 0u) { \
+    const uvec2 d_ = clock_since(jclk_last); \
+    const uint t_ = d_.y == 0u ? d_.x : 0xffffffffu; \
+    jclk_sum[k] = jclk_sum[k] + min(t_, ~jclk_sum[k]); \
+}
+void jclk_flush(uint s) {
+    if (gl_LocalInvocationIndex != 0u || BATCH < JCLK_COUNTERS) return;
+    const uint b = s & ~15u;
+    const uint base = BATCH - b >= JCLK_COUNTERS ? b : 0u;
+    [[unroll]] for (uint k = 0u; k < JCLK_COUNTERS; ++k) {
+        const uint v = k == uint(JCLK_SEQS) ? 1u : jclk_sum[k];
+        if (v != 0u) {
+            const uint old = atomicAdd(fseq[base + k].pad0, v);
+            if (old + v < old) atomicAdd(fseq[base + k].pad1, 1u);
+        }
+    }
+}
+#else
+#define JCLK_BEGIN()
+#define JCLK(k)
+#define jclk_flush(s)
+#endif
 
 // exact_key (filter_common.glsl) for the row staged at rows_s[j], both operands in shared memory
 // and read eight values ahead of the chain: the same fused multiply-adds in the same order.
@@ -71,13 +121,15 @@ void main() {
     const uint lid = gl_LocalInvocationID.x;
     const uint n = pc.num_items;
     const uint nb = (n + FBN - 1u) / FBN;
+    JCLK_BEGIN()
     for (uint d = lid; d < DIM; d += gl_WorkGroupSize.x) cen_s[d] = cen32[s * DIM + d];
     float m = INF;
     for (uint b = lid; b < nb; b += gl_WorkGroupSize.x) {
         m = min(m, uintBitsToFloat(bands[(s * nb + b) * BAND_WORDS]));
     }
+    const float gamma = fseq[s].gamma;
     m = wg_min(m);
-    const float limit = m + 2.0 * fseq[s].gamma;
+    const float limit = m + 2.0 * gamma;
     float bk = INF;
     uint bi = NO_INDEX;
     uint rescored = 0u;
@@ -86,6 +138,7 @@ void main() {
         ovf_seen = 0u;
     }
     barrier();
+    JCLK(JCLK_HEADERS)
     // Rounds of one block header an invocation: at most CAP entries each, so `cand` never
     // overflows; the gathered candidates are then scored in parallel.
     for (uint b0 = 0u; b0 < nb; b0 += gl_WorkGroupSize.x) {
@@ -109,6 +162,7 @@ void main() {
             }
         }
         barrier();
+        JCLK(JCLK_GATHER)
         const uint cn = cand_n;
         if (JR == 0u) {
             for (uint i = lid; i < cn; i += gl_WorkGroupSize.x) {
@@ -143,6 +197,7 @@ void main() {
         barrier();
         if (lid == 0u) cand_n = 0u;
         barrier();
+        JCLK(JCLK_RESCORE)
     }
     judge_argmin(bk, bi);
     const uint p = bi;
@@ -150,6 +205,7 @@ void main() {
     // so the band is never empty; were it, nothing is written past the buffers.
     if (p >= n) {
         if (lid == 0u) seqs[s * SEQ_LEN + pc.slot] = NO_INDEX;
+        jclk_flush(s);
         return;
     }
     if (lid == 0u) {
@@ -161,10 +217,14 @@ void main() {
         fseq[s].overflows += ovf_seen;
         fseq[s].steps += 1u;
     }
+    float cm = 0.0;  // the largest |centroid| of this invocation's dims
     for (uint d = lid; d < DIM; d += gl_WorkGroupSize.x) {
-        cen32[s * DIM + d] = centroid_add(s, d, float(table[p * DIM + d]));
+        const float v = centroid_add(s, d, float(table[p * DIM + d]));
+        cen32[s * DIM + d] = v;
+        cm = max(cm, abs(v));
     }
-    memoryBarrierBuffer();
-    barrier();
-    filter_prepare(s);
+    JCLK(JCLK_PICK)
+    filter_prepare_max(s, cm);
+    JCLK(JCLK_PREPARE)
+    jclk_flush(s);
 }

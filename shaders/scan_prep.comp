@@ -17,8 +17,8 @@ void main() {
         fseq[s].rescored_max = 0u;
         fseq[s].overflows = 0u;
         fseq[s].steps = 0u;
-#ifdef FILTER_CLOCK
-        fseq[s].pad0 = 0u;  // the filter's clock profile (filter_block.glsl)
+#if defined(FILTER_CLOCK) || defined(JUDGE_CLOCK)
+        fseq[s].pad0 = 0u;  // the clock profiles (filter_block.glsl, scan_judge.comp)
         fseq[s].pad1 = 0u;
 #endif
     }

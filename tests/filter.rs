@@ -254,6 +254,65 @@ fn filter_refusals_name_the_cause() {
 /// build with it (run with `DIVERSITY_SHADER_CLOCK=1`, which lavapipe's `VK_KHR_shader_clock`
 /// honours) ticks over exactly the blocks the steps filtered, the probe's not counted, and the
 /// same bits.
+/// The judge's clock profile (`JUDGE_CLOCK` builds, run with `DIVERSITY_SHADER_CLOCK=1`): every
+/// sequence-step judged counted once, ticks in every phase that always runs, the same bits; no
+/// profile otherwise, nor for a kernel without a judge or a batch under 10.
+#[test]
+fn judge_clock_profile() {
+    let built = common::built_with("JUDGE_CLOCK");
+    let ctx = ctx();
+    let table = fortunes(300);
+    let dt = DeviceTable::upload(&ctx, &table, Precision::Fp16).unwrap();
+    // 21 sequences: groups of 16 and 5 (the second too short for the ten counters).
+    let starts: Vec<u32> = (0..21).map(|i| (i * 13) % 300).collect();
+    let k = 40;
+    let (want, _) = run(&dt, &starts, &steps(k), ScanKernel::Block64);
+    let mut block64 = ScanJob::new(
+        &dt,
+        &starts,
+        &ScanOptions {
+            kernel: ScanKernel::Block64,
+            ..steps(k)
+        },
+    )
+    .unwrap();
+    block64.step(3).unwrap();
+    assert!(block64.judge_clock().unwrap().is_none(), "no judge");
+    let o = ScanOptions {
+        kernel: ScanKernel::Filter,
+        ..steps(k)
+    };
+    let mut job = ScanJob::new(&dt, &starts, &o).unwrap();
+    job.run().unwrap();
+    assert_eq!(job.sequences().unwrap(), want);
+    let clock = job.judge_clock().unwrap();
+    if !built {
+        assert!(clock.is_none(), "a profile without JUDGE_CLOCK");
+        return;
+    }
+    assert!(
+        ctx.caps().shader_clock,
+        "a JUDGE_CLOCK build runs with DIVERSITY_SHADER_CLOCK=1 on a device with \
+         VK_KHR_shader_clock"
+    );
+    assert!(
+        job.filter_clock().unwrap().is_none(),
+        "the judge's counters are not the filter's profile"
+    );
+    let c = clock.expect("a JUDGE_CLOCK build's profile");
+    eprintln!("judge: {c:?} a sequence-step {:?}", c.per_step());
+    let judged = job.filter_stats().unwrap().unwrap().steps;
+    assert_eq!(c.judged, judged, "sequence-steps profiled");
+    assert_eq!(judged, (starts.len() * k) as u64);
+    for (i, t) in c.phases.iter().enumerate() {
+        assert!(*t > 0, "phase {i}: {c:?}");
+    }
+    let mut small = ScanJob::new(&dt, &starts[..5], &o).unwrap();
+    small.step(2).unwrap();
+    assert!(small.judge_clock().unwrap().is_none(), "batch of 5");
+    assert_clean(&ctx);
+}
+
 #[test]
 fn filter_clock_profile() {
     let built = common::built_with("FILTER_CLOCK");

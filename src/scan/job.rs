@@ -169,6 +169,33 @@ impl ScanJob {
         }))
     }
 
+    /// The judge's subgroup-clock profile so far: ticks per phase summed over every sequence-step
+    /// it judged (`shaders/scan_judge.comp`, `JUDGE_CLOCK`), where the shaders were built with
+    /// `JUDGE_CLOCK` and the context was created with `DIVERSITY_SHADER_CLOCK` set; `None`
+    /// otherwise, as for [`ScanJob::filter_clock`]. A diagnostic for kernel work.
+    #[doc(hidden)]
+    pub fn judge_clock(&self) -> Result<Option<super::JudgeClock>> {
+        let shader = match self.kernel {
+            ScanKernel::Coopmat => &spirv::SCAN_JUDGE_TC,
+            ScanKernel::Filter => &spirv::SCAN_JUDGE,
+            _ => return Ok(None),
+        };
+        let built = spirv::has_capability(
+            shader.spirv(self.table.precision()),
+            spirv::CAPABILITY_SHADER_CLOCK,
+        );
+        if !built || self.batch.starts().len() < 10 {
+            return Ok(None);
+        }
+        let Some(c) = self.state.filter_clock(self.table.context())? else {
+            return Ok(None);
+        };
+        Ok(Some(super::JudgeClock {
+            phases: [c[0], c[1], c[2], c[3], c[4]],
+            judged: c[5],
+        }))
+    }
+
     /// Dispatch the filter probe in `mode` (0: products, 1: block (0, 0) as a step); its context.
     fn run_probe(&self, mode: u32) -> Result<Context> {
         let ctx = self.table.context().clone();

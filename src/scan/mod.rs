@@ -173,14 +173,14 @@ impl ScanKernel {
         match self.resolve() {
             ScanKernel::Block128 => GEMM_BIG_SHARED_BYTES,
             // The staged scores (the tensor-core filter: half the block's rows at a time, or its
-            // operands, 32 dims of each row and 16 bytes of padding, whichever is larger),
-            // overflow rows and count, row scales, bounds and mask words, candidate finv, the
-            // argmin arrays and picks.
+            // operands, SK dims of each row and 16 bytes of padding, in one or two stage
+            // buffers, whichever is larger), overflow rows and count, row scales, bounds and
+            // mask words, candidate finv, the argmin arrays and picks.
             ScanKernel::Coopmat | ScanKernel::Filter => {
                 let staged = if self.resolve() == ScanKernel::Coopmat {
-                    // 64 rows of products, or a stage of SK dims and 16 bytes of padding.
+                    // 64 rows of products, or the stage buffers.
                     let stage_row = 2 * COOPMAT_SK + 16;
-                    (4 * 64 * bn).max((bm + bn) * stage_row)
+                    (4 * 64 * bn).max(COOPMAT_STAGES * (bm + bn) * stage_row)
                 } else {
                     4 * bm * bn
                 };
@@ -223,6 +223,8 @@ const COOPMAT_SK: usize = match knob(env!("DIVERSITY_FILTER_SK")) {
     0 => 32,
     sk => sk,
 };
+/// Stage buffers of the tensor-core filter's operands: 1, or 2 with `FILTER_DBUF=1`.
+const COOPMAT_STAGES: usize = 1 + knob(env!("DIVERSITY_FILTER_DBUF"));
 /// Sequences per block of the tensor-core filter: `16 · FILTER_TI · (FILTER_WG / 64)`.
 const COOPMAT_BLOCK_M: usize = 16 * COOPMAT_TI * (COOPMAT_WORKGROUP / 64);
 
@@ -348,6 +350,27 @@ impl FilterClock {
     pub fn epilogue_parts_per_block(&self) -> [f64; 4] {
         let b = self.blocks.max(1) as f64;
         self.epilogue_parts.map(|t| t as f64 / b)
+    }
+}
+
+/// Subgroup-clock ticks of the judge's phases, summed over the sequence-steps judged so far
+/// (invocation 0 of each workgroup; `shaders/scan_judge.comp`, `JUDGE_CLOCK`):
+/// [`ScanJob::judge_clock`]. A diagnostic for kernel work.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JudgeClock {
+    /// Headers (the centroid staged, the best filter key), gathering the band, re-scoring it,
+    /// the pick and its commit, the next step's ĉ, 2^-k and γ.
+    pub phases: [u64; 5],
+    /// Sequence-steps judged.
+    pub judged: u64,
+}
+
+impl JudgeClock {
+    /// Ticks a sequence-step of each phase.
+    pub fn per_step(&self) -> [f64; 5] {
+        let j = self.judged.max(1) as f64;
+        self.phases.map(|t| t as f64 / j)
     }
 }
 
