@@ -57,12 +57,14 @@ fn main() {
         })
         .collect();
     // The tensor-core filter's geometry knobs, for the host's block and workgroup sizes
-    // (src/scan/mod.rs): the value given (without GLSL's `u`) or the shaders' default.
+    // (src/scan/mod.rs): the value given (without GLSL's `u`) or the shaders' default; and
+    // JUDGE_ROWS, the most candidate rows the judge stages at a time (src/scan/plan.rs).
     for (knob, default) in [
         ("FILTER_WG", "128"),
         ("FILTER_TI", "2"),
         ("FILTER_SK", "0"),
         ("FILTER_DBUF", "0"),
+        ("JUDGE_ROWS", "4"),
     ] {
         let value = extra
             .iter()

@@ -29,12 +29,13 @@ shared uint ovf_n4[4];  // ovf_n; 16 bytes like every shared variable here
 shared uvec4 acc_coords[64];
 shared uint acc_min[FBM];
 shared uint acc_cnt[FBM];
+const uint ACC_INF_BITS = 0xff800000u;  // acc_key_bits(INF): the rows' initial best
 #endif
 
 // THE CLOCK PROFILE (FILTER_CLOCK, filter_common.glsl; nothing of it is compiled by default).
 // Invocation 0 of the workgroup reads the subgroup clock at each phase boundary of a block and
-// charges the ticks since its last read to the phase that ends there: FCLK_SETUP (filter_block's
-// loads into row_gs … row_mask, up to block_scores), FCLK_STAGING (tensor cores: the k-stages'
+// charges the ticks since its last read to the phase that ends there: FCLK_SETUP (block_setup's
+// loads into row_gs … row_mask, after the tensor cores' first stage loads are issued), FCLK_STAGING (tensor cores: the k-stages'
 // copies of the operands into smem with their two barriers and the next stage's prefetch, plus
 // the first stage's prefetch), FCLK_PRODUCTS (the k-stages' fragment loads and coopMatMulAddNV;
 // in the stand-in its whole fp32 product loop and the barrier after it), FCLK_EPILOGUE (keys,
@@ -279,6 +280,39 @@ void scores_ready(uint h0, uint s0, uint x0, uint bx, uint n) {
     WG_BARRIER();
 }
 
+// The block's setup: what the epilogue reads per row and candidate into shared memory (2^-k
+// and γ per row, finv per candidate, the rows' mask words; with the accumulator epilogue, its
+// coordinate fragment and the rows' initial best and count), made visible by the barrier that
+// opens block_scores' first stage. The tensor-core filter calls it after issuing the first
+// stage's loads, so that both wait on memory together.
+void block_setup(uint s0, uint x0, uint n) {
+    const uint lid = gl_LocalInvocationID.x;
+    if (lid == 0u) ovf_n = 0u;
+    const uint MW = FBN / 32u;  // mask words of a block's candidates (x0 is a multiple of 32)
+    for (uint i = lid; i < FBM; i += FW) {
+        const bool ok = s0 + i < BATCH;
+        row_gs[i] = ok ? fseq[s0 + i].gscale : 0.0;
+        row_g[i] = ok ? fseq[s0 + i].gamma : 0.0;
+    }
+    for (uint i = lid; i < FBN; i += FW) cand_finv[i] = x0 + i < n ? finv[x0 + i] : 0.0;
+#if defined(COOPMAT) && defined(FILTER_ACC_EPI)
+    for (uint i = lid; i < 64u; i += FW) {
+        const uint v = 4u * i;  // the flat index r·16 + c of the uvec4's first float
+        acc_coords[i] = uvec4(floatBitsToUint(float(v)), floatBitsToUint(float(v + 1u)),
+                              floatBitsToUint(float(v + 2u)), floatBitsToUint(float(v + 3u)));
+    }
+    for (uint i = lid; i < FBM; i += FW) {
+        acc_min[i] = ACC_INF_BITS;
+        acc_cnt[i] = 0u;
+    }
+#endif
+    for (uint i = lid; i < FBM * MW; i += FW) {
+        const uint r = i / MW, w = x0 / 32u + i % MW;
+        // Past the batch or the table: every candidate counts as chosen.
+        row_mask[i] = (s0 + r < BATCH && w < MASK_WORDS) ? mask_g[(s0 + r) * MASK_WORDS + w] : 0xffffffffu;
+    }
+}
+
 #ifdef COOPMAT
 // Tensor cores: FW / 32 subgroups (four by default; FILTER_WG), each 16·TI sequences × 64
 // candidates (TI × 4 tiles of 16 × 16, fp16 × fp16 → fp32; ĉ the left operand, row-major, ê rows
@@ -303,7 +337,6 @@ const uint B_DUTY = FBN * QR / FW;
 // Elements of a 16 × 16 fp32 fragment an invocation holds when a subgroup of 32 holds each of
 // the 256 once (block_scores checks the length; otherwise it takes the staged path).
 const uint ACC_E = 8u;
-const uint ACC_INF_BITS = 0xff800000u;  // acc_key_bits(INF): the rows' initial best
 // Order-preserving bits of a float (not NaN): a ≤ b as floats iff acc_key_bits(a) ≤ acc_key_bits(b)
 // as uints, except that −0 orders below +0 (which compare equal: the band's limit and every
 // comparison of the judge are the same with either; only a zero best's sign could differ from
@@ -323,7 +356,6 @@ void block_scores(uint s0, uint x0, uint bx, uint n) {
     const uint sg = gl_SubgroupID;
     const uint r0 = (sg >> 1u) * 16u * TI, cb = (sg & 1u) * 64u;
     const uint DQ = DP / 8u;  // uvec4s a row in device memory
-    FCLK(FCLK_SETUP)
     fcoopmatNV<32, gl_ScopeSubgroup, 16, 16> acc[TI * 4u];
     [[unroll]] for (uint t = 0u; t < TI * 4u; ++t) acc[t] = fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>(0.0);
 #define A_AT(K0, t) ((K0) / 8u + ((lid + FW * (t)) % QR) < DQ \
@@ -364,8 +396,12 @@ void block_scores(uint s0, uint x0, uint bx, uint n) {
     // products run. One barrier a stage.
     const uint STAGE = (FBM + FBN) * SROW;  // uvec4s a buffer
     uvec4 ra[A_DUTY], rb[B_DUTY];
-    [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) smem[A_SLOT(t)] = A_AT(0u, t);
-    [[unroll]] for (uint t = 0u; t < B_DUTY; ++t) smem[B_SLOT(t)] = B_AT(0u, t);
+    [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) ra[t] = A_AT(0u, t);
+    [[unroll]] for (uint t = 0u; t < B_DUTY; ++t) rb[t] = B_AT(0u, t);
+    block_setup(s0, x0, n);
+    FCLK(FCLK_SETUP)
+    [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) smem[A_SLOT(t)] = ra[t];
+    [[unroll]] for (uint t = 0u; t < B_DUTY; ++t) smem[B_SLOT(t)] = rb[t];
     if (SK < DP) {
         [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) ra[t] = A_AT(SK, t);
         [[unroll]] for (uint t = 0u; t < B_DUTY; ++t) rb[t] = B_AT(SK, t);
@@ -393,6 +429,8 @@ void block_scores(uint s0, uint x0, uint bx, uint n) {
     [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) ra[t] = A_AT(0u, t);
     [[unroll]] for (uint t = 0u; t < B_DUTY; ++t) rb[t] = B_AT(0u, t);
 #endif
+    block_setup(s0, x0, n);
+    FCLK(FCLK_SETUP)
     for (uint k0 = 0u; k0 < DP; k0 += SK) {
         WG_BARRIER();
 #if FILTER_PREFETCH
@@ -603,6 +641,7 @@ void block_scores(uint s0, uint x0, uint bx, uint n) {
 // The stand-in: invocation i scores candidates x0 + i, + FW, … against the block's FBM
 // sequences with plain fp32 arithmetic on the same fp16 operands (each product exact in fp32).
 void block_scores(uint s0, uint x0, uint bx, uint n) {
+    block_setup(s0, x0, n);
     FCLK(FCLK_SETUP)
     for (uint c = gl_LocalInvocationID.x; c < FBN; c += FW) {
         float acc[FBM];
@@ -629,31 +668,6 @@ void filter_block(uint bx, uint by, uint n) {
     const uint lid = gl_LocalInvocationID.x;
     const uint s0 = by * FBM, x0 = bx * FBN;
     FCLK_BEGIN()
-    if (lid == 0u) ovf_n = 0u;
-    const uint MW = FBN / 32u;  // mask words of a block's candidates (x0 is a multiple of 32)
-    for (uint i = lid; i < FBM; i += FW) {
-        const bool ok = s0 + i < BATCH;
-        row_gs[i] = ok ? fseq[s0 + i].gscale : 0.0;
-        row_g[i] = ok ? fseq[s0 + i].gamma : 0.0;
-    }
-    for (uint i = lid; i < FBN; i += FW) cand_finv[i] = x0 + i < n ? finv[x0 + i] : 0.0;
-#if defined(COOPMAT) && defined(FILTER_ACC_EPI)
-    // Made visible by block_scores' first workgroup barrier.
-    for (uint i = lid; i < 64u; i += FW) {
-        const uint v = 4u * i;  // the flat index r·16 + c of the uvec4's first float
-        acc_coords[i] = uvec4(floatBitsToUint(float(v)), floatBitsToUint(float(v + 1u)),
-                              floatBitsToUint(float(v + 2u)), floatBitsToUint(float(v + 3u)));
-    }
-    for (uint i = lid; i < FBM; i += FW) {
-        acc_min[i] = ACC_INF_BITS;
-        acc_cnt[i] = 0u;
-    }
-#endif
-    for (uint i = lid; i < FBM * MW; i += FW) {
-        const uint r = i / MW, w = x0 / 32u + i % MW;
-        // Past the batch or the table: every candidate counts as chosen.
-        row_mask[i] = (s0 + r < BATCH && w < MASK_WORDS) ? mask_g[(s0 + r) * MASK_WORDS + w] : 0xffffffffu;
-    }
     block_scores(s0, x0, bx, n);  // the epilogue of every row; ends with a workgroup barrier
     const uint nb = (n + FBN - 1u) / FBN;
     // Fallback: the block's exact winner for every sequence whose band did not fit.

@@ -209,13 +209,15 @@ void main() {
         return;
     }
     if (lid == 0u) {
-        mask_g[s * MASK_WORDS + (p >> 5u)] |= 1u << (p & 31u);
+        // Atomics whose results go unused, not loads and stores: nothing waits for them (only
+        // this workgroup writes these words in this dispatch, so the values are the same).
+        atomicOr(mask_g[s * MASK_WORDS + (p >> 5u)], 1u << (p & 31u));
         seqs[s * SEQ_LEN + pc.slot] = p;
         const uint seen = rescored + ovf_seen;
-        fseq[s].rescored += seen;
-        fseq[s].rescored_max = max(fseq[s].rescored_max, seen);
-        fseq[s].overflows += ovf_seen;
-        fseq[s].steps += 1u;
+        atomicAdd(fseq[s].rescored, seen);
+        atomicMax(fseq[s].rescored_max, seen);
+        atomicAdd(fseq[s].overflows, ovf_seen);
+        atomicAdd(fseq[s].steps, 1u);
     }
     float cm = 0.0;  // the largest |centroid| of this invocation's dims
     for (uint d = lid; d < DIM; d += gl_WorkGroupSize.x) {

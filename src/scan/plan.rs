@@ -270,7 +270,7 @@ pub(super) fn judge_rows(
     Ok(if caps.loop_limit.is_some() {
         0
     } else {
-        room.min(4) as u32
+        room.min(super::JUDGE_ROWS) as u32
     })
 }
 
