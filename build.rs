@@ -64,7 +64,7 @@ fn main() {
         ("FILTER_TI", "2"),
         ("FILTER_SK", "0"),
         ("FILTER_DBUF", "0"),
-        ("JUDGE_ROWS", "4"),
+        ("JUDGE_ROWS", "2"),
     ] {
         let value = extra
             .iter()

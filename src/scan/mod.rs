@@ -224,7 +224,7 @@ const COOPMAT_SK: usize = match knob(env!("DIVERSITY_FILTER_SK")) {
     sk => sk,
 };
 /// The most candidate rows the judge stages in shared memory at a time: `JUDGE_ROWS` (a build
-/// knob read only by the host; 0 reads them in place).
+/// knob read only by the host, 2 by default; 0 reads them in place).
 const JUDGE_ROWS: u64 = knob(env!("DIVERSITY_JUDGE_ROWS")) as u64;
 /// Stage buffers of the tensor-core filter's operands: 1, or 2 with `FILTER_DBUF=1`.
 const COOPMAT_STAGES: usize = 1 + knob(env!("DIVERSITY_FILTER_DBUF"));
