@@ -36,9 +36,10 @@ const uint ACC_INF_BITS = 0xff800000u;  // acc_key_bits(INF): the rows' initial 
 // Invocation 0 of the workgroup reads the subgroup clock at each phase boundary of a block and
 // charges the ticks since its last read to the phase that ends there: FCLK_SETUP (block_setup's
 // loads into row_gs … row_mask, up to block_scores), FCLK_STAGING (tensor cores: the k-stages'
-// copies of the operands into smem with their two barriers and the next stage's prefetch, plus
-// the first stage's prefetch), FCLK_PRODUCTS (the k-stages' fragment loads and coopMatMulAddNV;
-// in the stand-in its whole fp32 product loop and the barrier after it), FCLK_EPILOGUE (keys,
+// copies of the operands into smem with their two barriers and, with FILTER_PREFETCH, the
+// next stage's prefetch and the first's), FCLK_PRODUCTS (the k-stages' fragment loads and
+// coopMatMulAddNV; in the stand-in its whole fp32 product loop and the barrier after it),
+// FCLK_EPILOGUE (keys,
 // minima, bands: on the accumulators, or staged with scores_ready), FCLK_FALLBACK (the exact
 // re-scoring of overflowing rows, and the flush). A clock read is no fence: a phase is charged
 // with the stalls of what invocation 0's subgroup waits on there, so a load's latency lands
@@ -54,9 +55,9 @@ const uint ACC_INF_BITS = 0xff800000u;  // acc_key_bits(INF): the rows' initial 
 #define FCLK_EPILOGUE 3
 #define FCLK_FALLBACK 4
 #define FCLK_BLOCKS 5
-// The epilogue on the accumulators split (FCLK_EPILOGUE then gets the rest, ~0): the layout's
-// checks, the keys and per-element minima, their reduction to the rows' best (with its barrier),
-// the band entries (with theirs), the headers (with theirs).
+// The epilogue on the accumulators split (FCLK_EPILOGUE then gets the rest, ~0): the keys and
+// per-element minima, their reduction to the rows' best (with its barrier), the band entries
+// (with theirs), the headers (with theirs).
 #define FCLK_EPI_KEYS 6
 #define FCLK_EPI_REDUCE 7
 #define FCLK_EPI_BAND 8
@@ -321,16 +322,11 @@ void block_setup(uint s0, uint x0, uint n) {
 // `smem`, copied by the whole workgroup with 16-byte loads straight through (FILTER_PREFETCH=1
 // issues them one stage ahead into registers: 223 registers instead of 151, so two workgroups an
 // SM instead of three, and 1.7% slower on an H200: BENCHMARKS.md); rows are padded by 16 bytes
-// so that the tile loads of a subgroup hit distinct banks. After the last stage the same memory takes the products,
-// SCORE_ROWS rows at a time (subgroup pair p holds rows [16·TI·p, +16·TI)).
+// so that the tile loads of a subgroup hit distinct banks. After the last stage the same memory
+// takes the products, SCORE_ROWS rows at a time (subgroup pair p holds rows [16·TI·p, +16·TI)).
+// The register count decides the workgroups an SM: an epilogue that computed the layout's
+// checks before the keys took 169 (two an SM) and ran 2-5% slower (BENCHMARKS.md).
 const uint TI = FILTER_TI;
-// Row tiles the accumulator epilogue works on at a time: all TI, or one with FILTER_EPI_SPLIT (a
-// build-time knob: fewer values live at once, the same keys, minima and bands).
-#ifdef FILTER_EPI_SPLIT
-const uint EI = 1u;
-#else
-const uint EI = TI;
-#endif
 const uint SK = FILTER_SK;           // dims a stage (filter_common.glsl defines it)
 const uint QR = SK / 8u;             // uvec4s of data a staged row
 const uint SROW = QR + 1u;           // uvec4s a staged row: QR of data, 1 of padding
@@ -482,84 +478,79 @@ void block_scores(uint s0, uint x0, uint bx, uint n) {
         const uint mw0 = cb / 32u;  // the first of the subgroup's two mask words of a row
         // Fragment 4i + j covers rows r0 + 16i + [0, 16) and columns cb + 16j + [0, 16); its
         // element e is (r0 + 16i + rr_e, cb + 16j + cc_e) with (rr_e, cc_e) from coord[e], the
-        // same for every i and j.
-        // First which elements share a row, where the coordinates prove it (checked for every
-        // invocation and element, so whatever the layout): element indices e and e ^ m of one
-        // invocation (emask), and element e of invocations l and l ^ m (lmask).
+        // same for every i and j. First each element's F in place of its product, as
+        // filter_keys_fv computes it (the same expression on the same fp32 product: the staged
+        // path stores and reloads it exactly; INF for a chosen candidate, one past n, or a row past
+        // the batch, whose mask words are all ones), and pm[8i + e] = the minimum over j.
+        float pm[TI * ACC_E];
+        [[unroll]] for (uint e = 0u; e < ACC_E; ++e) {
+            const uint rc = uint(coord[int(e)]);
+            const uint rr = rc >> 4u, cc = rc & 15u;
+            float fv[4];
+            [[unroll]] for (uint j = 0u; j < 4u; ++j) fv[j] = cand_finv[cb + 16u * j + cc];
+            [[unroll]] for (uint i = 0u; i < TI; ++i) {
+                const uint r = r0 + 16u * i + rr;
+                const float gs = row_gs[r];
+                // Columns cb + 16j + cc: word mw0 + j / 2, bit 16·(j % 2) + cc.
+                const uint w0 = row_mask[r * MW + mw0], w1 = row_mask[r * MW + mw0 + 1u];
+                float m = INF;
+                [[unroll]] for (uint j = 0u; j < 4u; ++j) {
+                    const uint word = (j < 2u ? w0 : w1) >> (16u * (j & 1u) + cc);
+                    float f = INF;
+                    if (x0 + cb + 16u * j + cc < n && (word & 1u) == 0u) {
+                        precise float v = (acc[4u * i + j][int(e)] * gs) * fv[j];
+                        f = v;
+                    }
+                    acc[4u * i + j][int(e)] = f;
+                    m = min(m, f);
+                }
+                pm[ACC_E * i + e] = m;
+            }
+        }
+        // Then the minima of elements that share a row, combined where the coordinates prove it
+        // (checked for every invocation and element, so whatever the layout): element indices
+        // e and e ^ m of one invocation (emask), and element e of invocations l and l ^ m
+        // (lmask, by shuffles). After them every member of a group {(l ^ a, e ^ b): a in
+        // lmask's bits, b in emask's} holds the group's minimum, and its one member with those
+        // bits clear (the leader) gives it to the row's atomicMin. Where nothing is proven each
+        // element is its own group: more atomics, the same minimum.
+        FCLK(FCLK_EPI_KEYS)
         uint emask = 0u, lmask = 0u;
-        [[unroll]] for (uint m = 1u; m < ACC_E; m <<= 1u) {
-            bool same = true;
-            [[unroll]] for (uint e = 0u; e < ACC_E; ++e) {
-                same = same && (uint(coord[int(e)]) >> 4u) == (uint(coord[int(e ^ m)]) >> 4u);
-            }
-            if (subgroupAll(same)) emask |= m;
+        // (Macros, so that every index into pm is a constant.)
+#define ACC_WITHIN(M) { \
+            bool same = true; \
+            [[unroll]] for (uint e = 0u; e < ACC_E; ++e) { \
+                same = same && (uint(coord[int(e)]) >> 4u) == (uint(coord[int(e ^ (M))]) >> 4u); \
+            } \
+            if (subgroupAll(same)) { \
+                emask |= (M); \
+                [[unroll]] for (uint k = 0u; k < TI * ACC_E; ++k) pm[k] = min(pm[k], pm[k ^ (M)]); \
+            } \
         }
-        [[unroll]] for (uint m = 1u; m < 32u; m <<= 1u) {
-            bool same = true;
-            [[unroll]] for (uint e = 0u; e < ACC_E; ++e) {
-                const uint rr = uint(coord[int(e)]) >> 4u;
-                same = same && subgroupShuffleXor(rr, m) == rr;
-            }
-            if (subgroupAll(same)) lmask |= m;
+#define ACC_ACROSS(M) { \
+            bool same = true; \
+            [[unroll]] for (uint e = 0u; e < ACC_E; ++e) { \
+                const uint rr = uint(coord[int(e)]) >> 4u; \
+                same = same && subgroupShuffleXor(rr, (M)) == rr; \
+            } \
+            if (subgroupAll(same)) { \
+                lmask |= (M); \
+                [[unroll]] for (uint k = 0u; k < TI * ACC_E; ++k) { \
+                    pm[k] = min(pm[k], subgroupShuffleXor(pm[k], (M))); \
+                } \
+            } \
         }
-        // The row tiles EI at a time (all of them, or one with FILTER_EPI_SPLIT: fewer values
-        // live at once). For each: every element's F in place of its product, as filter_keys_fv
-        // computes it (the same expression on the same fp32 product: the staged path stores and
-        // reloads it exactly; INF for a chosen candidate, one past n, or a row past the batch,
-        // whose mask words are all ones), and pm[8(i − i0) + e] = the minimum over j; then the
-        // minima of elements that share a row combined, within the invocation over emask's bits
-        // and across invocations by shuffles over lmask's. After them every member of a group
-        // {(l ^ a, e ^ b): a in lmask's bits, b in emask's} holds the group's minimum, and its
-        // one member with those bits clear (the leader) gives it to the row's atomicMin, the
-        // row's best over both subgroups that hold it. Where nothing is proven each element is
-        // its own group: more atomics, the same minimum.
-        [[unroll]] for (uint i0 = 0u; i0 < TI; i0 += EI) {
-            float pm[EI * ACC_E];
-            [[unroll]] for (uint e = 0u; e < ACC_E; ++e) {
-                const uint rc = uint(coord[int(e)]);
-                const uint rr = rc >> 4u, cc = rc & 15u;
-                float fv[4];
-                [[unroll]] for (uint j = 0u; j < 4u; ++j) fv[j] = cand_finv[cb + 16u * j + cc];
-                [[unroll]] for (uint q = 0u; q < EI; ++q) {
-                    const uint i = i0 + q;
-                    const uint r = r0 + 16u * i + rr;
-                    const float gs = row_gs[r];
-                    // Columns cb + 16j + cc: word mw0 + j / 2, bit 16·(j % 2) + cc.
-                    const uint w0 = row_mask[r * MW + mw0], w1 = row_mask[r * MW + mw0 + 1u];
-                    float m = INF;
-                    [[unroll]] for (uint j = 0u; j < 4u; ++j) {
-                        const uint word = (j < 2u ? w0 : w1) >> (16u * (j & 1u) + cc);
-                        float f = INF;
-                        if (x0 + cb + 16u * j + cc < n && (word & 1u) == 0u) {
-                            precise float v = (acc[4u * i + j][int(e)] * gs) * fv[j];
-                            f = v;
-                        }
-                        acc[4u * i + j][int(e)] = f;
-                        m = min(m, f);
-                    }
-                    pm[ACC_E * q + e] = m;
-                }
-            }
-            FCLK(FCLK_EPI_KEYS)
-            [[unroll]] for (uint m = 1u; m < ACC_E; m <<= 1u) {
-                if ((emask & m) != 0u) {
-                    [[unroll]] for (uint k = 0u; k < EI * ACC_E; ++k) pm[k] = min(pm[k], pm[k ^ m]);
-                }
-            }
-            [[unroll]] for (uint m = 1u; m < 32u; m <<= 1u) {
-                if ((lmask & m) != 0u) {
-                    [[unroll]] for (uint k = 0u; k < EI * ACC_E; ++k) {
-                        pm[k] = min(pm[k], subgroupShuffleXor(pm[k], m));
-                    }
-                }
-            }
-            [[unroll]] for (uint e = 0u; e < ACC_E; ++e) {
-                const uint rr = uint(coord[int(e)]) >> 4u;
-                [[unroll]] for (uint q = 0u; q < EI; ++q) {
-                    const float m = pm[ACC_E * q + e];
-                    if ((lane & lmask) == 0u && (e & emask) == 0u && m < INF) {
-                        atomicMin(acc_min[r0 + 16u * (i0 + q) + rr], acc_key_bits(m));
-                    }
+        ACC_WITHIN(1u) ACC_WITHIN(2u) ACC_WITHIN(4u)
+        ACC_ACROSS(1u) ACC_ACROSS(2u) ACC_ACROSS(4u) ACC_ACROSS(8u) ACC_ACROSS(16u)
+#undef ACC_WITHIN
+#undef ACC_ACROSS
+        // The rows' best over both subgroups that hold them (an INF leaves the initial INF).
+        [[unroll]] for (uint e = 0u; e < ACC_E; ++e) {
+            const uint rr = uint(coord[int(e)]) >> 4u;
+            [[unroll]] for (uint i = 0u; i < TI; ++i) {
+                const float m = pm[ACC_E * i + e];
+                if ((lane & lmask) == 0u && (e & emask) == 0u && m < INF) {
+                    atomicMin(acc_min[r0 + 16u * i + rr], acc_key_bits(m));
                 }
             }
         }
@@ -568,53 +559,48 @@ void block_scores(uint s0, uint x0, uint bx, uint n) {
         // The band: every F within the same limit as epilogue_rows' of its row's best, its slot
         // by the row's counter (the entries' order within a record is free: the judge takes the
         // (key, index) least); so the same entries, count and OVERFLOW as the staged path.
-        // For each group of EI row tiles: first which of each (element, row tile)'s four columns
-        // are in the band (four bits of inb), then one atomicAdd an (element, row tile) with any
-        // for the first of their slots (independent of each other: their latencies overlap,
-        // where one a candidate, each needed by its store, ran one after the other: 55% of the
-        // epilogue on an H200), then the entries.
+        // First which of each (element, row tile)'s four columns are in the band (four bits of
+        // inb), then one atomicAdd an (element, row tile) with any for the first of their slots
+        // (independent of each other: their latencies overlap, where one a candidate, each
+        // needed by its store, ran one after the other: 55% of the epilogue on an H200), then
+        // the entries.
         const uint nb = (n + FBN - 1u) / FBN;
-        [[unroll]] for (uint i0 = 0u; i0 < TI; i0 += EI) {
-            uint inb[EI];  // bits 4e + j: element e's column j in the band, row tile i0 + q
-            [[unroll]] for (uint q = 0u; q < EI; ++q) inb[q] = 0u;
-            [[unroll]] for (uint e = 0u; e < ACC_E; ++e) {
-                const uint rr = uint(coord[int(e)]) >> 4u;
-                [[unroll]] for (uint q = 0u; q < EI; ++q) {
-                    const uint i = i0 + q;
-                    const uint r = r0 + 16u * i + rr;
-                    const float bmin = acc_key_value(acc_min[r]);
-                    const float limit = bmin + 2.0 * row_g[r];
-                    // A row with no candidate left (bmin = INF; every row past the batch) has an
-                    // empty band.
-                    const bool live = bmin < INF;
-                    [[unroll]] for (uint j = 0u; j < 4u; ++j) {
-                        if (live && acc[4u * i + j][int(e)] <= limit) inb[q] |= 1u << (4u * e + j);
-                    }
+        uint inb[TI];  // bits 4e + j: element e's column j in the band, row tile i
+        [[unroll]] for (uint i = 0u; i < TI; ++i) inb[i] = 0u;
+        [[unroll]] for (uint e = 0u; e < ACC_E; ++e) {
+            const uint rr = uint(coord[int(e)]) >> 4u;
+            [[unroll]] for (uint i = 0u; i < TI; ++i) {
+                const uint r = r0 + 16u * i + rr;
+                const float bmin = acc_key_value(acc_min[r]);
+                const float limit = bmin + 2.0 * row_g[r];
+                // A row with no candidate left (bmin = INF; every row past the batch) has an
+                // empty band.
+                const bool live = bmin < INF;
+                [[unroll]] for (uint j = 0u; j < 4u; ++j) {
+                    if (live && acc[4u * i + j][int(e)] <= limit) inb[i] |= 1u << (4u * e + j);
                 }
             }
-            uint first[EI * ACC_E];
-            [[unroll]] for (uint e = 0u; e < ACC_E; ++e) {
-                const uint rr = uint(coord[int(e)]) >> 4u;
-                [[unroll]] for (uint q = 0u; q < EI; ++q) {
-                    const uint m = (inb[q] >> (4u * e)) & 15u;
-                    first[ACC_E * q + e] = m != 0u
-                        ? atomicAdd(acc_cnt[r0 + 16u * (i0 + q) + rr], uint(bitCount(m))) : 0u;
-                }
+        }
+        uint first[TI * ACC_E];
+        [[unroll]] for (uint e = 0u; e < ACC_E; ++e) {
+            const uint rr = uint(coord[int(e)]) >> 4u;
+            [[unroll]] for (uint i = 0u; i < TI; ++i) {
+                const uint m = (inb[i] >> (4u * e)) & 15u;
+                first[ACC_E * i + e] = m != 0u ? atomicAdd(acc_cnt[r0 + 16u * i + rr], uint(bitCount(m))) : 0u;
             }
-            [[unroll]] for (uint e = 0u; e < ACC_E; ++e) {
-                const uint rc = uint(coord[int(e)]);
-                const uint rr = rc >> 4u, cc = rc & 15u;
-                [[unroll]] for (uint q = 0u; q < EI; ++q) {
-                    const uint i = i0 + q;
-                    const uint m = (inb[q] >> (4u * e)) & 15u;
-                    if (m == 0u) continue;
-                    const uint base = ((s0 + r0 + 16u * i + rr) * nb + bx) * BAND_WORDS;
-                    uint slot = first[ACC_E * q + e];
-                    [[unroll]] for (uint j = 0u; j < 4u; ++j) {
-                        if ((m & (1u << j)) != 0u) {
-                            band_entry(base, slot, acc[4u * i + j][int(e)], x0 + cb + 16u * j + cc);
-                            slot += 1u;
-                        }
+        }
+        [[unroll]] for (uint e = 0u; e < ACC_E; ++e) {
+            const uint rc = uint(coord[int(e)]);
+            const uint rr = rc >> 4u, cc = rc & 15u;
+            [[unroll]] for (uint i = 0u; i < TI; ++i) {
+                const uint m = (inb[i] >> (4u * e)) & 15u;
+                if (m == 0u) continue;
+                const uint base = ((s0 + r0 + 16u * i + rr) * nb + bx) * BAND_WORDS;
+                uint slot = first[ACC_E * i + e];
+                [[unroll]] for (uint j = 0u; j < 4u; ++j) {
+                    if ((m & (1u << j)) != 0u) {
+                        band_entry(base, slot, acc[4u * i + j][int(e)], x0 + cb + 16u * j + cc);
+                        slot += 1u;
                     }
                 }
             }
