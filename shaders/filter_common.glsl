@@ -129,11 +129,12 @@
 // ScanJob::filter_probe checks the products on a device.
 #ifdef COOPMAT
 // With tensor cores the operands of a stage of FILTER_SK dims go through it first: (FBM + FBN)
-// rows of FILTER_SK / 8 uvec4s and one of padding (filter_block.glsl). With 64 × 128 blocks 64
-// measured best on an H200 (bench/h200-filter-sk.sh: 32 and 16 need fewer registers but more
-// barriers and ran slower, 96 within 1.5%, 128 spills).
+// rows of FILTER_SK / 8 uvec4s and one of padding (filter_block.glsl). With 64 × 128 blocks 96
+// measured best on an H200 since the copies go straight through (no register prefetch): 1-2%
+// faster than 64 on every row, at 176 registers against 151 (two workgroups an SM against three),
+// for a third fewer barriers (BENCHMARKS.md, 2026-12-02; 128 does not fit in 48 KiB).
 #ifndef FILTER_SK
-#define FILTER_SK (FILTER_TI == 2u ? 64u : 32u)
+#define FILTER_SK (FILTER_TI == 2u ? 96u : 32u)
 #endif
 // FILTER_DBUF (a build-time knob, 0 or 1): two stage buffers, the next stage copied into one while
 // the other feeds the products, one workgroup barrier a stage instead of two (filter_block.glsl).

@@ -219,7 +219,7 @@ const COOPMAT_WORKGROUP: usize = knob(env!("DIVERSITY_FILTER_WG"));
 const COOPMAT_TI: usize = knob(env!("DIVERSITY_FILTER_TI"));
 /// Dims a shared-memory stage of the filter's operands: `FILTER_SK` (0: the shader's default).
 const COOPMAT_SK: usize = match knob(env!("DIVERSITY_FILTER_SK")) {
-    0 if COOPMAT_TI == 2 => 64,
+    0 if COOPMAT_TI == 2 => 96,
     0 => 32,
     sk => sk,
 };
