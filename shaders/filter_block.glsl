@@ -39,15 +39,14 @@ const uint ACC_INF_BITS = 0xff800000u;  // acc_key_bits(INF): the rows' initial 
 // copies of the operands into smem with their two barriers and, with FILTER_PREFETCH, the
 // next stage's prefetch and the first's), FCLK_PRODUCTS (the k-stages' fragment loads and
 // coopMatMulAddNV; in the stand-in its whole fp32 product loop and the barrier after it),
-// FCLK_EPILOGUE (keys,
-// minima, bands: on the accumulators, or staged with scores_ready), FCLK_FALLBACK (the exact
-// re-scoring of overflowing rows, and the flush). A clock read is no fence: a phase is charged
-// with the stalls of what invocation 0's subgroup waits on there, so a load's latency lands
-// where its value is first used (a prefetch's in the next stage's copy). At the end of the
-// block, invocation 0 adds its sums and 1 (FCLK_BLOCKS) into 64-bit counters (atomicAdd
-// of the low word, and a carry into the high word) in the unused words of FSeqEntry: counter k
-// of block row by at sequence by·FBM + k, or at sequence k where that row has fewer than
-// FCLK_COUNTERS sequences; none with a batch that small (ScanJob::filter_clock sums them).
+// FCLK_EPILOGUE (keys, minima, bands: on the accumulators, or staged with scores_ready),
+// FCLK_FALLBACK (the exact re-scoring of overflowing rows, and the flush). A clock read is no
+// fence: a phase is charged with the stalls of what invocation 0's subgroup waits on there, so
+// a load's latency lands where its value is first used (a prefetch's in the next stage's copy).
+// At the end of the block, invocation 0 adds its sums and 1 (FCLK_BLOCKS) into 64-bit counters
+// (atomicAdd of the low word, and a carry into the high word) in the unused words of FSeqEntry:
+// counter k of block row by at sequence by·FBM + k, or at sequence k where that row has fewer
+// than FCLK_COUNTERS sequences; none with a batch that small (ScanJob::filter_clock sums them).
 #ifdef FILTER_CLOCK
 #define FCLK_SETUP 0
 #define FCLK_STAGING 1

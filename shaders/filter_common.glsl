@@ -136,8 +136,9 @@
 #ifndef FILTER_SK
 #define FILTER_SK (FILTER_TI == 2u ? 96u : 32u)
 #endif
-// FILTER_DBUF (a build-time knob, 0 or 1): two stage buffers, the next stage copied into one while
-// the other feeds the products, one workgroup barrier a stage instead of two (filter_block.glsl).
+// FILTER_DBUF (a build-time knob, 0 or 1): two stage buffers, the next stage copied into one
+// while the other feeds the products, one workgroup barrier a stage instead of two
+// (filter_block.glsl; slower on an H200: BENCHMARKS.md).
 #ifndef FILTER_DBUF
 #define FILTER_DBUF 0
 #endif

@@ -246,11 +246,11 @@ impl Plan {
 }
 
 /// The candidate rows the judge (`scan_judge.comp`, `wg` invocations) stages in shared memory at
-/// a time for D dims: up to 2 (`JUDGE_ROWS`: on an H200 the judge ran faster with 2 than with 4
-/// at the seed benchmark's shape, and than with 1 or 0; BENCHMARKS.md) where they fit beside the
-/// centroid, its candidate list and the reductions; 0 (read in place, one chain an invocation) on a device that caps loop iterations,
-/// where staging would put every chain of a round on a few invocations. An error when even the
-/// centroid does not fit.
+/// a time for D dims: up to 2 (`JUDGE_ROWS`; on an H200 the seed benchmark's whole scan ran 4%
+/// faster with 2 than with 4, 2.5% with 1, 18% slower with 0: BENCHMARKS.md) where they fit
+/// beside the centroid, its candidate list and the reductions; 0 (read in place, one chain an
+/// invocation) on a device that caps loop iterations, where staging would put every chain of a
+/// round on a few invocations. An error when even the centroid does not fit.
 pub(super) fn judge_rows(
     caps: &crate::device::Capabilities,
     d: usize,
