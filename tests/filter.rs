@@ -249,11 +249,31 @@ fn filter_refusals_name_the_cause() {
     assert_clean(&ctx);
 }
 
-/// The filter's subgroup-clock profile (`FILTER_CLOCK` in `DIVERSITY_SHADER_DEFINES`, a
-/// build-time knob; `shaders/filter_block.glsl`): none in a build without it (the default); in a
-/// build with it (run with `DIVERSITY_SHADER_CLOCK=1`, which lavapipe's `VK_KHR_shader_clock`
-/// honours) ticks over exactly the blocks the steps filtered, the probe's not counted, and the
-/// same bits.
+/// Steps of the clock profiles' jobs.
+const CLOCK_STEPS: usize = 40;
+
+/// The clock profiles' workload: 300 fortunes in fp16 and 21 sequences (block rows, or groups, of
+/// 16 and 5: the second too short for the ten counters, which go to the first's); the Block64
+/// sequences of `CLOCK_STEPS` steps to compare with, and a Block64 job three steps in (neither
+/// filter nor judge, so no profile).
+fn clock_workload(ctx: &diversity::Context) -> (DeviceTable, Vec<u32>, Vec<Vec<u32>>, ScanJob) {
+    let table = fortunes(300);
+    let dt = DeviceTable::upload(ctx, &table, Precision::Fp16).unwrap();
+    let starts: Vec<u32> = (0..21).map(|i| (i * 13) % 300).collect();
+    let (want, _) = run(&dt, &starts, &steps(CLOCK_STEPS), ScanKernel::Block64);
+    let mut block64 = ScanJob::new(
+        &dt,
+        &starts,
+        &ScanOptions {
+            kernel: ScanKernel::Block64,
+            ..steps(CLOCK_STEPS)
+        },
+    )
+    .unwrap();
+    block64.step(3).unwrap();
+    (dt, starts, want, block64)
+}
+
 /// The judge's clock profile (`JUDGE_CLOCK` builds, run with `DIVERSITY_SHADER_CLOCK=1`): every
 /// sequence-step judged counted once, ticks in every phase that always runs, the same bits; no
 /// profile otherwise, nor for a kernel without a judge or a batch under 10.
@@ -261,22 +281,8 @@ fn filter_refusals_name_the_cause() {
 fn judge_clock_profile() {
     let built = common::built_with("JUDGE_CLOCK");
     let ctx = ctx();
-    let table = fortunes(300);
-    let dt = DeviceTable::upload(&ctx, &table, Precision::Fp16).unwrap();
-    // 21 sequences: groups of 16 and 5 (the second too short for the ten counters).
-    let starts: Vec<u32> = (0..21).map(|i| (i * 13) % 300).collect();
-    let k = 40;
-    let (want, _) = run(&dt, &starts, &steps(k), ScanKernel::Block64);
-    let mut block64 = ScanJob::new(
-        &dt,
-        &starts,
-        &ScanOptions {
-            kernel: ScanKernel::Block64,
-            ..steps(k)
-        },
-    )
-    .unwrap();
-    block64.step(3).unwrap();
+    let (dt, starts, want, block64) = clock_workload(&ctx);
+    let k = CLOCK_STEPS;
     assert!(block64.judge_clock().unwrap().is_none(), "no judge");
     let o = ScanOptions {
         kernel: ScanKernel::Filter,
@@ -313,27 +319,17 @@ fn judge_clock_profile() {
     assert_clean(&ctx);
 }
 
+/// The filter's subgroup-clock profile (`FILTER_CLOCK` in `DIVERSITY_SHADER_DEFINES`, a
+/// build-time knob; `shaders/filter_block.glsl`): none in a build without it (the default); in a
+/// build with it (run with `DIVERSITY_SHADER_CLOCK=1`, which lavapipe's `VK_KHR_shader_clock`
+/// honours) ticks over exactly the blocks the steps filtered, the probe's not counted, and the
+/// same bits.
 #[test]
 fn filter_clock_profile() {
     let built = common::built_with("FILTER_CLOCK");
     let ctx = ctx();
-    let table = fortunes(300);
-    let dt = DeviceTable::upload(&ctx, &table, Precision::Fp16).unwrap();
-    // 21 sequences: block rows of 16 and 5 (the second too short for the ten counters: they go
-    // to the first's).
-    let starts: Vec<u32> = (0..21).map(|i| (i * 13) % 300).collect();
-    let k = 40;
-    let (want, _) = run(&dt, &starts, &steps(k), ScanKernel::Block64);
-    let mut block64 = ScanJob::new(
-        &dt,
-        &starts,
-        &ScanOptions {
-            kernel: ScanKernel::Block64,
-            ..steps(k)
-        },
-    )
-    .unwrap();
-    block64.step(3).unwrap();
+    let (dt, starts, want, block64) = clock_workload(&ctx);
+    let k = CLOCK_STEPS;
     assert!(block64.filter_clock().unwrap().is_none(), "no filter");
     let (nbx, nby) = (300usize.div_ceil(32), starts.len().div_ceil(16));
     for (name, o) in [
