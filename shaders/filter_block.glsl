@@ -324,7 +324,7 @@ void block_setup(uint s0, uint x0, uint n) {
 // so that the tile loads of a subgroup hit distinct banks. After the last stage the same memory
 // takes the products, SCORE_ROWS rows at a time (subgroup pair p holds rows [16·TI·p, +16·TI)).
 // The register count decides the workgroups an SM: an epilogue that computed the layout's
-// checks before the keys took 169 (two an SM) and ran 2-5% slower (BENCHMARKS.md).
+// checks before the keys took 169 (two an SM) and ran 3-6% slower (BENCHMARKS.md).
 const uint TI = FILTER_TI;
 const uint SK = FILTER_SK;           // dims a stage (filter_common.glsl defines it)
 const uint QR = SK / 8u;             // uvec4s of data a staged row
