@@ -39,6 +39,7 @@ fn tuned(k: usize, capacity: u32, gamma_scale: f32) -> ScanOptions {
         filter: FilterTuning {
             capacity,
             gamma_scale,
+            ..FilterTuning::default()
         },
         ..steps(k)
     }
@@ -197,6 +198,77 @@ fn a_bound_below_gamma_breaks_the_bits() {
     assert_ne!(
         got, want,
         "with γ = 0 some pick must come from the fp16 filter alone"
+    );
+    assert_clean(&ctx);
+}
+
+/// The judge's staged rows (`FilterTuning::judge_rows`): in place and one, two or three rows at
+/// a time give the fp32 kernels' bits, with narrow bands and with wide ones (γ × 50: many
+/// candidates a round, several groups); lavapipe's default is in place (its loop cap), a GPU's
+/// two. Past the workgroup or the shared memory they are refused with the reason. (48 dims and
+/// 4 entries a block keep the staged judge's worst case within lavapipe's loop cap.)
+#[test]
+fn judge_staged_rows_give_the_same_bits() {
+    let ctx = ctx();
+    let table = fortunes(400);
+    let first48: Vec<f32> = (0..400).flat_map(|i| table.row(i)[..48].to_vec()).collect();
+    let narrow = Table::new(first48, 400, 48).unwrap();
+    let dt = DeviceTable::upload(&ctx, &narrow, Precision::Fp32).unwrap();
+    let starts: Vec<u32> = (0..24).map(|i| (i * 13) % 400).collect();
+    let with_rows = |o: ScanOptions, jr: Option<u32>| ScanOptions {
+        filter: FilterTuning {
+            judge_rows: jr,
+            ..o.filter
+        },
+        ..o
+    };
+    for base in [tuned(60, 4, 1.0), tuned(60, 4, 50.0)] {
+        let (want, _) = run(&dt, &starts, &base, ScanKernel::Block64);
+        let mut rescored = Vec::new();
+        for jr in [None, Some(0), Some(1), Some(2), Some(3)] {
+            let (got, stats) = run(
+                &dt,
+                &starts,
+                &with_rows(base.clone(), jr),
+                ScanKernel::Filter,
+            );
+            assert_eq!(
+                got, want,
+                "judge_rows {jr:?}, γ × {}",
+                base.filter.gamma_scale
+            );
+            rescored.push(stats.unwrap().rescored);
+        }
+        // The same candidates re-scored whichever way they are read.
+        assert!(
+            rescored[0] > 0 && rescored.iter().all(|&r| r == rescored[0]),
+            "{rescored:?}"
+        );
+    }
+    let wg = ScanJob::new(&dt, &starts, &with_rows(steps(3), None))
+        .unwrap()
+        .workgroup_size();
+    let filter = |o: ScanOptions| ScanOptions {
+        kernel: ScanKernel::Filter,
+        ..o
+    };
+    let e = ScanJob::new(&dt, &starts, &filter(with_rows(steps(3), Some(wg + 1))))
+        .err()
+        .expect("more rows than invocations");
+    assert!(
+        matches!(&e, Error::Invalid(m) if m.contains(&format!("judge_rows {}", wg + 1)) && m.contains("workgroup size")),
+        "{e}"
+    );
+    // As many rows of 256 dims as the judge has invocations (64 KiB or more): past the shared
+    // memory of lavapipe and of the GPUs we know.
+    let wide = random_table(40, 256, 3);
+    let dw = DeviceTable::upload(&ctx, &wide, Precision::Fp32).unwrap();
+    let e = ScanJob::new(&dw, &[0, 1], &filter(with_rows(steps(3), Some(wg))))
+        .err()
+        .expect("more rows than shared memory holds");
+    assert!(
+        matches!(&e, Error::Limit(m) if m.contains("shared memory") && m.contains("D = 256")),
+        "{e}"
     );
     assert_clean(&ctx);
 }

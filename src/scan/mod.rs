@@ -284,6 +284,11 @@ pub struct FilterTuning {
     /// Multiplies the bound γ (default 1). Values above 1 only widen the band (slower, same
     /// result); values below 1 void the guarantee: for tests that must see it fail.
     pub gamma_scale: f32,
+    /// Candidate rows the judge copies into shared memory at a time before re-scoring them
+    /// (`None`, the default: up to 2 where they fit, none on a device that caps loop
+    /// iterations; `Some(0)`: each row read in place; at most the judge's workgroup size and
+    /// what its shared memory holds, else the job is refused). The same result either way.
+    pub judge_rows: Option<u32>,
 }
 
 impl Default for FilterTuning {
@@ -291,6 +296,7 @@ impl Default for FilterTuning {
         FilterTuning {
             capacity: 8,
             gamma_scale: 1.0,
+            judge_rows: None,
         }
     }
 }

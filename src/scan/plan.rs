@@ -109,7 +109,7 @@ impl Plan {
         // Auto falls back to the fp32 kernels where the filter kernels cannot run this table.
         if asked == ScanKernel::Auto
             && kernel.is_filter()
-            && judge_rows(caps, table.d(), 128, opts.filter.capacity).is_err()
+            && judge_rows(caps, table.d(), 128, opts.filter.capacity, None).is_err()
         {
             let mut plain = caps.clone();
             plain.coopmat = false;
@@ -204,8 +204,12 @@ impl Plan {
             .then(|| filter_buffer_bytes(n, d, bn, bm, batch, opts.filter.capacity));
         let mut judge_staged_rows = 0;
         if kernel.is_filter() {
-            check_filter_loops(caps, n, d, bn, bm, scan_wg, wg, opts.filter.capacity)?;
-            judge_staged_rows = judge_rows(caps, d, wg, opts.filter.capacity)?;
+            let f = &opts.filter;
+            // The loop cap is reported first: it is the limit a smaller D does not lift.
+            let jr = judge_rows(caps, d, wg, f.capacity, f.judge_rows);
+            let staged = *jr.as_ref().unwrap_or(&0);
+            check_filter_loops(caps, n, d, bn, bm, scan_wg, wg, f.capacity, staged)?;
+            judge_staged_rows = jr?;
         }
         for (what, bytes) in sizes.iter().chain(filter_sizes.iter().flatten()).copied() {
             if bytes > caps.max_buffer_range {
@@ -246,16 +250,18 @@ impl Plan {
 }
 
 /// The candidate rows the judge (`scan_judge.comp`, `wg` invocations) stages in shared memory at
-/// a time for D dims: up to 2 (`JUDGE_ROWS`; on an H200 the seed benchmark's whole scan ran 4%
-/// faster with 2 than with 4, 2.5% with 1, 18% slower with 0: BENCHMARKS.md) where they fit
-/// beside the centroid, its candidate list and the reductions; 0 (read in place, one chain an
-/// invocation) on a device that caps loop iterations, where staging would put every chain of a
-/// round on a few invocations. An error when even the centroid does not fit.
+/// a time for D dims: `asked` if given (refused past `wg`, whose invocations take one staged row
+/// each, or past what fits), else up to 2 (`JUDGE_ROWS`; on an H200 the seed benchmark's whole
+/// scan ran 4% faster with 2 than with 4, 2.5% with 1, 18% slower with 0: BENCHMARKS.md) where
+/// they fit beside the centroid, its candidate list and the reductions, and 0 (read in place,
+/// one chain an invocation) on a device that caps loop iterations, where staging puts every
+/// chain of a round on a few invocations. An error when even the centroid does not fit.
 pub(super) fn judge_rows(
     caps: &crate::device::Capabilities,
     d: usize,
     wg: u32,
     capacity: u32,
+    asked: Option<u32>,
 ) -> Result<u32> {
     let (d, w) = (d as u64, wg as u64);
     let fixed = 4 * d + 4 * w * capacity as u64 + 8 * w + 64;
@@ -268,16 +274,24 @@ pub(super) fn judge_rows(
             caps.shared_memory_bytes
         )));
     }
-    Ok(if caps.loop_limit.is_some() {
-        0
-    } else {
-        room.min(super::JUDGE_ROWS) as u32
-    })
+    match asked {
+        None if caps.loop_limit.is_some() => Ok(0),
+        None => Ok(room.min(super::JUDGE_ROWS) as u32),
+        Some(r) if r as u64 > w => Err(Error::Invalid(format!(
+            "judge_rows {r}: at most the judge's workgroup size, {wg} (one staged row an invocation)"
+        ))),
+        Some(r) if r as u64 > room => Err(Error::Limit(format!(
+            "judge_rows {r}: the judge's shared memory holds {room} rows of D = {d} on {} ({} bytes, maxComputeSharedMemorySize)",
+            caps.name, caps.shared_memory_bytes
+        ))),
+        Some(r) => Ok(r),
+    }
 }
 
 /// The filter-and-judge kernels' loops per invocation, from above, against a device that caps
 /// them ([`crate::device::check_loop_budget`]): the filter (scores, band, fallback), the judge
-/// (rounds of band entries, each re-scored over D) and the preparation of ĉ.
+/// (rounds of band entries, each re-scored over D, in place or `jr` rows staged at a time) and
+/// the preparation of ĉ.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn check_filter_loops(
     caps: &crate::device::Capabilities,
@@ -288,6 +302,7 @@ pub(super) fn check_filter_loops(
     scan_wg: u32,
     wg: u32,
     capacity: u32,
+    jr: u32,
 ) -> Result<()> {
     let (n, d, bn, bm, sw, w, cap) = (
         n as u64,
@@ -311,9 +326,18 @@ pub(super) fn check_filter_loops(
         dp * (bm + 1) + 3 * bm * bn.div_ceil(lanes) + bm * (bn.div_ceil(sw) * (d + 1) + reduce);
     crate::device::check_loop_budget(caps, "the scan's filter", filter)?;
     // Rounds of one block header an invocation; each round re-scores up to CAP entries an
-    // invocation over D.
+    // invocation over D in place, or, staged, up to W·CAP entries in groups of JR: per group
+    // the copy (eight values an invocation at a time) and, on invocation 0, one chain (eight
+    // dims an iteration, then the remainder), each counted as if its eight-wide inner loops
+    // were not unrolled (9 and 17 back-edges an iteration).
     let rounds = n.div_ceil(bn).div_ceil(w);
-    let judge = rounds * (1 + 2 * cap + cap * (d + 1)) + rounds + d.div_ceil(w) + reduce + prepare;
+    let jr = jr as u64;
+    let rescore = if jr == 0 {
+        cap * (d + 1)
+    } else {
+        (w * cap).div_ceil(jr) * (9 * (jr * d).div_ceil(8 * w) + 17 * (d / 8) + d % 8 + 2)
+    };
+    let judge = rounds * (1 + 2 * cap + rescore) + rounds + d.div_ceil(w) + reduce + prepare;
     crate::device::check_loop_budget(caps, "the scan's judge", judge)?;
     let rows = n.div_ceil(bn) * bn;
     let groups = rows.min(caps.max_workgroup_count as u64);
