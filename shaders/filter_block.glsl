@@ -46,7 +46,7 @@ const uint ACC_INF_BITS = 0xff800000u;  // acc_key_bits(INF): the rows' initial 
 // At the end of the block, invocation 0 adds its sums and 1 (FCLK_BLOCKS) into 64-bit counters
 // (atomicAdd of the low word, and a carry into the high word) in the unused words of FSeqEntry:
 // counter k of block row by at sequence by·FBM + k, or at sequence k where that row has fewer
-// than FCLK_COUNTERS sequences; none with a batch that small (ScanJob::filter_clock sums them).
+// than CLOCK_COUNTERS (10) sequences; none with a batch that small (ScanJob::filter_clock).
 #ifdef FILTER_CLOCK
 #define FCLK_SETUP 0
 #define FCLK_STAGING 1
@@ -61,36 +61,10 @@ const uint ACC_INF_BITS = 0xff800000u;  // acc_key_bits(INF): the rows' initial 
 #define FCLK_EPI_REDUCE 7
 #define FCLK_EPI_BAND 8
 #define FCLK_EPI_HEAD 9
-#define FCLK_COUNTERS 10u
-uvec2 fclk_last;         // invocation 0's last clock read
-uint fclk_sum[FCLK_COUNTERS]; // its ticks a counter in this block (each far below 2^32)
-#include "clock.glsl"
-// Subgroup-clock ticks since the last read (2^32 − 1 at most); the read becomes the last.
-uint fclk_ticks() {
-    const uvec2 d = clock_since(fclk_last);
-    return d.y == 0u ? d.x : 0xffffffffu;
-}
-#define FCLK_BEGIN() if (gl_LocalInvocationIndex == 0u) { \
-    [[unroll]] for (uint k = 0u; k < FCLK_COUNTERS; ++k) fclk_sum[k] = 0u; \
-    fclk_last = clock2x32ARB(); \
-}
-#define FCLK(k) if (gl_LocalInvocationIndex == 0u) { \
-    const uint t_ = fclk_ticks(); \
-    fclk_sum[k] = fclk_sum[k] + min(t_, ~fclk_sum[k]); \
-}
-// Adds the block's sums to the counters of block row s0 / FBM (see above).
-void fclk_flush(uint s0) {
-    if (gl_LocalInvocationIndex != 0u || BATCH < FCLK_COUNTERS) return;
-    const uint base = BATCH - s0 >= FCLK_COUNTERS ? s0 : 0u;
-    [[unroll]] for (uint k = 0u; k < FCLK_COUNTERS; ++k) {
-        const uint v = k == uint(FCLK_BLOCKS) ? 1u : fclk_sum[k];
-        if (v != 0u) {
-            const uint old = atomicAdd(fseq[base + k].pad0, v);
-            if (old + v < old) atomicAdd(fseq[base + k].pad1, 1u);
-        }
-    }
-}
-#define FCLK_FLUSH(s0) fclk_flush(s0);
+// (filter_common.glsl's clock: counter k of block row by at sequence by·FBM + k.)
+#define FCLK_BEGIN() CLOCK_BEGIN()
+#define FCLK(k) CLOCK_ADD(k)
+#define FCLK_FLUSH(s0) clock_flush(s0, FCLK_BLOCKS);
 #else
 #define FCLK_BEGIN()
 #define FCLK(k)

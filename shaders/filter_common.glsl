@@ -182,12 +182,45 @@ struct FSeqEntry {
     uint rescored_max;  // the most in one step
     uint overflows;     // blocks that fell back to exact scoring, all steps
     uint steps;         // steps judged
-    // Unused, but with FILTER_CLOCK: the profile's 64-bit counters (low, high word), counter k
-    // (< FCLK_COUNTERS) of block row by at sequence by·FBM + k (filter_block.glsl).
+    // Unused, but with FILTER_CLOCK or JUDGE_CLOCK: the profile's 64-bit counters (low, high
+    // word), counter k (< CLOCK_COUNTERS) of a row of 16 or more sequences at its k-th (below).
     uint pad0;
     uint pad1;
 };
 layout(std430, set = 0, binding = 12) buffer FSeq { FSeqEntry fseq[]; };
+// The clock profiles (FILTER_CLOCK in filter_block.glsl, JUDGE_CLOCK in scan_judge.comp):
+// invocation 0 of a workgroup keeps CLOCK_COUNTERS sums of subgroup-clock ticks; CLOCK_ADD(k)
+// charges the ticks since its last read (2^32 − 1 at most, each sum saturating) to sum k, and
+// clock_flush adds the sums, with 1 as counter `count`, into 64-bit counters (atomicAdd of the
+// low word, a carry into the high word) in the unused words of FSeqEntry: counter k at sequence
+// row0 + k, or at k where fewer than CLOCK_COUNTERS sequences follow row0 (a multiple of 16);
+// none with a batch that small (ScanJob::filter_clock and judge_clock sum them).
+#if (defined(FILTER_CLOCK) && defined(FILTER_BLOCK)) || (defined(JUDGE_CLOCK) && defined(FILTER_JUDGE))
+#include "clock.glsl"
+#define CLOCK_COUNTERS 10u
+uvec2 clk_last;                 // invocation 0's last clock read
+uint clk_sum[CLOCK_COUNTERS];   // its ticks a counter (each far below 2^32)
+#define CLOCK_BEGIN() if (gl_LocalInvocationIndex == 0u) { \
+    [[unroll]] for (uint k = 0u; k < CLOCK_COUNTERS; ++k) clk_sum[k] = 0u; \
+    clk_last = clock2x32ARB(); \
+}
+#define CLOCK_ADD(k) if (gl_LocalInvocationIndex == 0u) { \
+    const uvec2 d_ = clock_since(clk_last); \
+    const uint t_ = d_.y == 0u ? d_.x : 0xffffffffu; \
+    clk_sum[k] = clk_sum[k] + min(t_, ~clk_sum[k]); \
+}
+void clock_flush(uint row0, uint count) {
+    if (gl_LocalInvocationIndex != 0u || BATCH < CLOCK_COUNTERS) return;
+    const uint base = BATCH - row0 >= CLOCK_COUNTERS ? row0 : 0u;
+    [[unroll]] for (uint k = 0u; k < CLOCK_COUNTERS; ++k) {
+        const uint v = k == count ? 1u : clk_sum[k];
+        if (v != 0u) {
+            const uint old = atomicAdd(fseq[base + k].pad0, v);
+            if (old + v < old) atomicAdd(fseq[base + k].pad1, 1u);
+        }
+    }
+}
+#endif
 // Per (sequence, block): BAND_WORDS words (see BAND_WORDS; a fallen-back block: count OVERFLOW
 // and entry 0 = its exact winner's (key, index)).
 // Under the Vulkan memory model (the tensor-core filter) the filter's writes must be

@@ -41,31 +41,10 @@ shared float rows_s[(JR + (JR == 0u ? 1u : 0u)) * DIM];
 #define JCLK_PICK 3
 #define JCLK_PREPARE 4
 #define JCLK_SEQS 5
-#define JCLK_COUNTERS 10u
-uvec2 jclk_last;
-uint jclk_sum[JCLK_COUNTERS];
-#include "clock.glsl"
-#define JCLK_BEGIN() if (gl_LocalInvocationIndex == 0u) { \
-    [[unroll]] for (uint k = 0u; k < JCLK_COUNTERS; ++k) jclk_sum[k] = 0u; \
-    jclk_last = clock2x32ARB(); \
-}
-#define JCLK(k) if (gl_LocalInvocationIndex == 0u) { \
-    const uvec2 d_ = clock_since(jclk_last); \
-    const uint t_ = d_.y == 0u ? d_.x : 0xffffffffu; \
-    jclk_sum[k] = jclk_sum[k] + min(t_, ~jclk_sum[k]); \
-}
-void jclk_flush(uint s) {
-    if (gl_LocalInvocationIndex != 0u || BATCH < JCLK_COUNTERS) return;
-    const uint b = s & ~15u;
-    const uint base = BATCH - b >= JCLK_COUNTERS ? b : 0u;
-    [[unroll]] for (uint k = 0u; k < JCLK_COUNTERS; ++k) {
-        const uint v = k == uint(JCLK_SEQS) ? 1u : jclk_sum[k];
-        if (v != 0u) {
-            const uint old = atomicAdd(fseq[base + k].pad0, v);
-            if (old + v < old) atomicAdd(fseq[base + k].pad1, 1u);
-        }
-    }
-}
+// (filter_common.glsl's clock: counter k of the group of 16 sequences from s & ~15.)
+#define JCLK_BEGIN() CLOCK_BEGIN()
+#define JCLK(k) CLOCK_ADD(k)
+#define jclk_flush(s) clock_flush((s) & ~15u, JCLK_SEQS)
 #else
 #define JCLK_BEGIN()
 #define JCLK(k)

@@ -148,14 +148,7 @@ impl ScanJob {
             ScanKernel::Filter => [&spirv::SCAN_FILTER, &spirv::SCAN_FILTER_TILE],
             _ => return Ok(None),
         };
-        let p = self.table.precision();
-        let built = shaders
-            .iter()
-            .all(|s| spirv::has_capability(s.spirv(p), spirv::CAPABILITY_SHADER_CLOCK));
-        if !built || self.batch.starts().len() < 10 {
-            return Ok(None);
-        }
-        let Some(c) = self.state.filter_clock(self.table.context())? else {
+        let Some(c) = self.clock_counters(&shaders)? else {
             return Ok(None);
         };
         Ok(Some(super::FilterClock {
@@ -180,20 +173,26 @@ impl ScanJob {
             ScanKernel::Filter => &spirv::SCAN_JUDGE,
             _ => return Ok(None),
         };
-        let built = spirv::has_capability(
-            shader.spirv(self.table.precision()),
-            spirv::CAPABILITY_SHADER_CLOCK,
-        );
-        if !built || self.batch.starts().len() < 10 {
-            return Ok(None);
-        }
-        let Some(c) = self.state.filter_clock(self.table.context())? else {
+        let Some(c) = self.clock_counters(&[shader])? else {
             return Ok(None);
         };
         Ok(Some(super::JudgeClock {
             phases: [c[0], c[1], c[2], c[3], c[4]],
             judged: c[5],
         }))
+    }
+
+    /// The clock profiles' ten counters (`State::clock_counters`) where every one of `shaders`
+    /// was built with the subgroup clock and the batch has room for them (10 sequences).
+    fn clock_counters(&self, shaders: &[&spirv::Shader]) -> Result<Option<[u64; 10]>> {
+        let p = self.table.precision();
+        let built = shaders
+            .iter()
+            .all(|s| spirv::has_capability(s.spirv(p), spirv::CAPABILITY_SHADER_CLOCK));
+        if !built || self.batch.starts().len() < 10 {
+            return Ok(None);
+        }
+        self.state.clock_counters(self.table.context())
     }
 
     /// Dispatch the filter probe in `mode` (0: products, 1: block (0, 0) as a step); its context.

@@ -224,12 +224,13 @@ impl State {
         ))
     }
 
-    /// The filter's clock counters (`filter_block.glsl`, FILTER_CLOCK): counter k < 10 of each
-    /// block row in the unused words 6 and 7 (low, high) of the state entry of sequence
-    /// `by·FBM + k` (or `k`), summed over the batch; FBM is a multiple of 16 and every other
-    /// entry's words are 0 (scan_prep zeroes them in that build), so entry s holds counter
-    /// s % 16 where that is below 10.
-    pub(super) fn filter_clock(&self, ctx: &Context) -> Result<Option<[u64; 10]>> {
+    /// The clock profiles' counters (`filter_common.glsl`, `clock_flush`: the filter's with
+    /// FILTER_CLOCK, the judge's with JUDGE_CLOCK): counter k < 10 of each block row (filter)
+    /// or group of 16 sequences (judge) in the unused words 6 and 7 (low, high) of the state
+    /// entry of sequence `row0 + k` (or `k`), summed over the batch; `row0` is a multiple of 16
+    /// and every other entry's words are 0 (scan_prep zeroes them in those builds), so entry s
+    /// holds counter s % 16 where that is below 10.
+    pub(super) fn clock_counters(&self, ctx: &Context) -> Result<Option<[u64; 10]>> {
         let Some(entries) = self.fseq_entries(ctx)? else {
             return Ok(None);
         };
