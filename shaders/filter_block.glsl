@@ -366,6 +366,15 @@ void block_scores(uint s0, uint x0, uint bx, uint n) {
             } \
         } \
     }
+    // A stage's copy in registers (ra, rb): loaded from dims [K0, K0 + SK), stored at OFF.
+#define REGS_LOAD(K0) { \
+        [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) ra[t] = A_AT(K0, t); \
+        [[unroll]] for (uint t = 0u; t < B_DUTY; ++t) rb[t] = B_AT(K0, t); \
+    }
+#define REGS_STORE(OFF) { \
+        [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) smem[(OFF) + A_SLOT(t)] = ra[t]; \
+        [[unroll]] for (uint t = 0u; t < B_DUTY; ++t) smem[(OFF) + B_SLOT(t)] = rb[t]; \
+    }
 #if FILTER_DBUF
     // Two stage buffers (FILTER_DBUF): stage q in buffer q % 2. After the barrier that opens
     // stage q, buffer q % 2 holds it (copied during stage q − 1, or before the loop) and every
@@ -374,25 +383,16 @@ void block_scores(uint s0, uint x0, uint bx, uint n) {
     // products run. One barrier a stage.
     const uint STAGE = (FBM + FBN) * SROW;  // uvec4s a buffer
     uvec4 ra[A_DUTY], rb[B_DUTY];
-    [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) ra[t] = A_AT(0u, t);
-    [[unroll]] for (uint t = 0u; t < B_DUTY; ++t) rb[t] = B_AT(0u, t);
-    [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) smem[A_SLOT(t)] = ra[t];
-    [[unroll]] for (uint t = 0u; t < B_DUTY; ++t) smem[B_SLOT(t)] = rb[t];
-    if (SK < DP) {
-        [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) ra[t] = A_AT(SK, t);
-        [[unroll]] for (uint t = 0u; t < B_DUTY; ++t) rb[t] = B_AT(SK, t);
-    }
+    REGS_LOAD(0u)
+    REGS_STORE(0u)
+    if (SK < DP) REGS_LOAD(SK)
     uint cur = 0u;  // the offset of stage q's buffer: 0 or STAGE
     for (uint k0 = 0u; k0 < DP; k0 += SK) {
         WG_BARRIER();
         const uint nxt = STAGE - cur;
         if (k0 + SK < DP) {
-            [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) smem[nxt + A_SLOT(t)] = ra[t];
-            [[unroll]] for (uint t = 0u; t < B_DUTY; ++t) smem[nxt + B_SLOT(t)] = rb[t];
-            if (k0 + 2u * SK < DP) {
-                [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) ra[t] = A_AT(k0 + 2u * SK, t);
-                [[unroll]] for (uint t = 0u; t < B_DUTY; ++t) rb[t] = B_AT(k0 + 2u * SK, t);
-            }
+            REGS_STORE(nxt)
+            if (k0 + 2u * SK < DP) REGS_LOAD(k0 + 2u * SK)
         }
         FCLK(FCLK_STAGING)
         STAGE_PRODUCTS(cur, k0)
@@ -402,30 +402,27 @@ void block_scores(uint s0, uint x0, uint bx, uint n) {
 #else
 #if FILTER_PREFETCH
     uvec4 ra[A_DUTY], rb[B_DUTY];
-    [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) ra[t] = A_AT(0u, t);
-    [[unroll]] for (uint t = 0u; t < B_DUTY; ++t) rb[t] = B_AT(0u, t);
+    REGS_LOAD(0u)
 #endif
     for (uint k0 = 0u; k0 < DP; k0 += SK) {
         WG_BARRIER();
 #if FILTER_PREFETCH
-        [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) smem[A_SLOT(t)] = ra[t];
-        [[unroll]] for (uint t = 0u; t < B_DUTY; ++t) smem[B_SLOT(t)] = rb[t];
+        REGS_STORE(0u)
 #else
         [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) smem[A_SLOT(t)] = A_AT(k0, t);
         [[unroll]] for (uint t = 0u; t < B_DUTY; ++t) smem[B_SLOT(t)] = B_AT(k0, t);
 #endif
         WG_BARRIER();
 #if FILTER_PREFETCH
-        if (k0 + SK < DP) {
-            [[unroll]] for (uint t = 0u; t < A_DUTY; ++t) ra[t] = A_AT(k0 + SK, t);
-            [[unroll]] for (uint t = 0u; t < B_DUTY; ++t) rb[t] = B_AT(k0 + SK, t);
-        }
+        if (k0 + SK < DP) REGS_LOAD(k0 + SK)
 #endif
         FCLK(FCLK_STAGING)
         STAGE_PRODUCTS(0u, k0)
         FCLK(FCLK_PRODUCTS)
     }
 #endif
+#undef REGS_LOAD
+#undef REGS_STORE
 #undef KK_LOOP
 #undef STAGE_PRODUCTS
 #undef A_AT
