@@ -400,6 +400,14 @@ fn main() {
     let rs: Vec<f32> = (0..m + 512).map(|i| 1.0 + (i % 7) as f32 * 0.01).collect();
     let cs: Vec<f32> = (0..n + 512).map(|i| (i % 13) as f32 * 0.001).collect();
     eprintln!("uploading");
+    // EPI 8's bit matrix: 256 × 32 fp16, entry (c, c / 8) = 2^(c % 8).
+    let bits: Vec<f16> = (0..256 * 32)
+        .map(|i| {
+            let (c, g) = (i / 32, i % 32);
+            f16::from_f32(if g == c / 8 { (1u32 << (c % 8)) as f32 } else { 0.0 })
+        })
+        .collect();
+    let bbits = gpu.upload(bytemuck::cast_slice(&bits));
     let ba = gpu.upload(bytemuck::cast_slice(&a));
     let bb = gpu.upload(bytemuck::cast_slice(&b));
     let brs = gpu.upload(bytemuck::cast_slice(&rs));
@@ -413,7 +421,7 @@ fn main() {
         dev.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&words), None)
     }
     .unwrap();
-    let bindings: Vec<_> = (0..7)
+    let bindings: Vec<_> = (0..8)
         .map(|i| {
             vk::DescriptorSetLayoutBinding::default()
                 .binding(i)
@@ -448,7 +456,7 @@ fn main() {
                 .max_sets(64)
                 .pool_sizes(&[vk::DescriptorPoolSize::default()
                     .ty(vk::DescriptorType::STORAGE_BUFFER)
-                    .descriptor_count(7 * 64)]),
+                    .descriptor_count(8 * 64)]),
             None,
         )
     }
@@ -531,7 +539,7 @@ fn main() {
             )
         }
         .unwrap()[0];
-        let bufs = [&ba, &bb, &bo, &bc, &brs, &bcs, &be];
+        let bufs = [&ba, &bb, &bo, &bc, &brs, &bcs, &be, &bbits];
         let infos: Vec<[vk::DescriptorBufferInfo; 1]> = bufs
             .iter()
             .map(|b| {
@@ -616,7 +624,7 @@ fn main() {
         // inputs; out-of-range columns are zero (the layouts clamp).
         // EPI 3: the hits a row over the whole table (the threshold aims at about 1e-5 of keys).
         let mut hits = String::new();
-        if epi == 3 || epi == 5 {
+        if epi == 3 || epi == 5 || epi == 8 {
             let c: Vec<u32> = bytemuck::cast_slice(&gpu.download(&bc)).to_vec();
             let total: u64 = c.iter().map(|&x| x as u64).sum();
             hits = format!(", {:.3} hits a row", total as f64 / m as f64);

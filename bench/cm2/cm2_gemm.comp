@@ -20,6 +20,11 @@
 //          the host's grid counts workgroup tiles the same way;
 //   EPI 7: EPI 3 with a plain shared-memory store for a hit (the row's last hit column, no
 //          atomic, no device-memory write), to see what EPI 3's side effects cost;
+//   EPI 8: the hits found by the tensor cores: EPI 5's flags as an fp16 A matrix times a fixed
+//          BN × 32 matrix whose entry (c, c / 8) is 2^(c % 8) (binding 7), so that each row's
+//          result column g is the exact bit mask of its hits among columns 8g … 8g + 7 (sums of
+//          distinct powers of two below 2^8: exact in an fp16 accumulator); the BM × 32 fp16
+//          result through shared memory, then each hit as in EPI 3;
 //   EPI 5: EPI 3 without side effects in the per-element function: a flag per element (key
 //          within the threshold, not chosen), converted to uint8, stored to shared memory, then
 //          scanned 16 bytes an invocation at a time; a hit writes (key bits 0, column).
@@ -51,13 +56,15 @@ layout(binding = 4) readonly buffer RS { float rs[]; };  // a scalar a row of A
 layout(binding = 5) readonly buffer CS { float cs[]; };  // a scalar a row of B
 
 shared uint s_cnt[BM];
-shared float s_min[BM];
+shared float s_min[EPI == 1u || EPI == 2u ? BM : 1u];
 shared float s_rs[BM];
 shared float s_thr[BM];
 shared float s_cs[BN];
 shared uint s_mask[BM * (BN / 32u)];
 layout(binding = 6) buffer E { uvec2 ent[]; };    // EPI 3's hits: (key bits, column)
 shared uvec4 s_flag[EPI == 5u ? BM * BN / 16u : 1u];
+layout(binding = 7) readonly buffer BITS { float16_t bits[]; };  // 256 × 32, row-major (EPI 8)
+shared float16_t s_res[EPI == 8u ? BM * 32u : 1u];
 
 uint g_ir, g_ic;
 
@@ -184,6 +191,33 @@ void main() {
     if (EPI == 0u) {
         // Keep the GEMM: one element of each invocation's part feeds a store nobody reads.
         if (acc[0] == -12345.0) o[g_ir * BM] = acc[0];
+        return;
+    }
+    if (EPI == 8u) {
+        coopMatPerElementNV(acc, acc, flag);
+        coopmat<float16_t, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseA> fa =
+            coopmat<float16_t, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseA>(acc);
+        coopmat<float16_t, gl_ScopeWorkgroup, BN, 32, gl_MatrixUseB> mb;
+        coopMatLoad(mb, bits, 0, 32, gl_CooperativeMatrixLayoutRowMajor);
+        coopmat<float16_t, gl_ScopeWorkgroup, BM, 32, gl_MatrixUseAccumulator> res =
+            coopMatMulAdd(fa, mb, coopmat<float16_t, gl_ScopeWorkgroup, BM, 32, gl_MatrixUseAccumulator>(float16_t(0.0)));
+        coopMatStore(res, s_res, 0, 32, gl_CooperativeMatrixLayoutRowMajor);
+        barrier();
+        for (uint i = lid; i < BM * (BN / 8u); i += gl_WorkGroupSize.x) {
+            const uint r = i / (BN / 8u), g = i % (BN / 8u);
+            uint m = uint(s_res[r * 32u + g]);
+            while (m != 0u) {
+                const uint c = g * 8u + uint(findLSB(m));
+                m &= m - 1u;
+                const uint slot = atomicAdd(s_cnt[r], 1u);
+                if (slot < 4u) ent[((g_ir * BM + r) * p.NT + g_ic) * 4u + slot] = uvec2(0u, g_ic * BN + c);
+            }
+        }
+        barrier();
+        for (uint i = lid; i < BM; i += gl_WorkGroupSize.x) {
+            const uint row = g_ir * BM + i;
+            if (row < p.M) cnt[row * p.NT + g_ic] = s_cnt[i];
+        }
         return;
     }
     if (EPI == 5u) {
