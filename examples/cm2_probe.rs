@@ -404,7 +404,11 @@ fn main() {
     let bits: Vec<f16> = (0..256 * 32)
         .map(|i| {
             let (c, g) = (i / 32, i % 32);
-            f16::from_f32(if g == c / 8 { (1u32 << (c % 8)) as f32 } else { 0.0 })
+            f16::from_f32(if g == c / 8 {
+                (1u32 << (c % 8)) as f32
+            } else {
+                0.0
+            })
         })
         .collect();
     let bbits = gpu.upload(bytemuck::cast_slice(&bits));
