@@ -1,11 +1,12 @@
 //! A probe of `VK_NV_cooperative_matrix2` on the tensor-core filter's GEMM shape; not part of the
 //! library. It times `bench/cm2/cm2_gemm.comp` (built to SPIR-V by `bench/cm2/build.sh` with a
 //! glslang that knows the extension) on a device that has it: C = A·Bᵀ with A = M × K and
-//! B = N × K in fp16, fp32 accumulators, workgroup-scope matrices loaded by tensor layouts,
-//! then one of three epilogues (see the shader). For every (workgroup size, BM, BN, BK,
-//! epilogue) it reports GPU time a dispatch (timestamps, after two warm-up dispatches) and
-//! TFLOP/s of products, and checks each row's minimum over sampled tiles against the CPU
-//! (float64 over the fp16 inputs).
+//! B = N × K in fp16, fp32 accumulators, workgroup-scope matrices loaded by tensor layouts
+//! (or subgroup-scope ones, EPI 6), then one of the shader's epilogues (EPI 0–8, described at
+//! its top). For every (workgroup size, BM, BN, BK, epilogue) it reports GPU time a dispatch
+//! (timestamps, after about 0.3 s of untimed dispatches that warm the clock) and TFLOP/s of
+//! products. EPI 1 checks 24 sampled rows' tile minima against float64 over the same fp16
+//! inputs; EPI 3, 5 and 8 report the hits a row (the same count each, if each is right).
 //!
 //! ```text
 //! cargo run --release --example cm2_probe -- SPV M N K REPS CONFIG...
@@ -381,7 +382,7 @@ fn fill(n: usize, seed: u64, scale: f32) -> Vec<f16> {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.len() < 6 {
-        eprintln!("usage: cm2_probe SPV M N K REPS WG:BM:BN:BK:EPI...");
+        eprintln!("usage: cm2_probe SPV M N K REPS WG:BM:BN:BK:EPI[:CLAMP]...");
         std::process::exit(2);
     }
     let spv = std::fs::read(&args[0]).expect("SPIR-V file");

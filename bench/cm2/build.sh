@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Builds bench/cm2/cm2_gemm.comp to SPIR-V with a glslang that knows GL_NV_cooperative_matrix2
-# (Debian 12's 12.0.0 does not): GLSLANG names it (default: glslang on PATH), OUT the file
-# (default .gl/cm2_gemm.spv).
+# (Debian 12's 12.0.0 does not). GLSLANG names the compiler (default: glslang on PATH); the first
+# argument names the output (default .gl/cm2_gemm.spv). The probe's runs used glslang 16.5.0
+# built from KhronosGroup/glslang 90afccf, standalone only (about 1.5 minutes on 2 cores):
+#   pip install --user cmake ninja
+#   cmake -S glslang -B glslang/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DENABLE_OPT=OFF \
+#     -DGLSLANG_TESTS=OFF -DBUILD_TESTING=OFF -DENABLE_HLSL=OFF
+#   cmake --build glslang/build --target glslang-standalone   # → glslang/build/StandAlone/glslang
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 GLSLANG=${GLSLANG:-glslang}
