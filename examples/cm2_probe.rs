@@ -6,7 +6,8 @@
 //! its top). For every (workgroup size, BM, BN, BK, epilogue) it reports GPU time a dispatch
 //! (timestamps, after about 0.3 s of untimed dispatches that warm the clock) and TFLOP/s of
 //! products. EPI 1 checks 24 sampled rows' tile minima against float64 over the same fp16
-//! inputs; EPI 3, 5 and 8 report the hits a row (the same count each, if each is right).
+//! inputs; EPI 3, 5 and 8 report the hits a row (the same count each, if each is right). EPI 9
+//! and 10 (keys to device memory) have not run yet.
 //!
 //! ```text
 //! cargo run --release --example cm2_probe -- SPV M N K REPS CONFIG...
@@ -426,7 +427,7 @@ fn main() {
         dev.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&words), None)
     }
     .unwrap();
-    let bindings: Vec<_> = (0..8)
+    let bindings: Vec<_> = (0..9)
         .map(|i| {
             vk::DescriptorSetLayoutBinding::default()
                 .binding(i)
@@ -461,7 +462,7 @@ fn main() {
                 .max_sets(64)
                 .pool_sizes(&[vk::DescriptorPoolSize::default()
                     .ty(vk::DescriptorType::STORAGE_BUFFER)
-                    .descriptor_count(8 * 64)]),
+                    .descriptor_count(9 * 64)]),
             None,
         )
     }
@@ -495,8 +496,19 @@ fn main() {
         let out_bytes = (m as u64 * nt as u64 * 4).max(4);
         let dev_local = vk::MemoryPropertyFlags::DEVICE_LOCAL;
         let usage = vk::BufferUsageFlags::STORAGE_BUFFER | vk::BufferUsageFlags::TRANSFER_SRC;
+        // EPI 9 / 10: every key, M × N, 4 or 2 bytes each (a 4-byte placeholder otherwise).
+        let key_bytes = match epi {
+            9 => m as u64 * n as u64 * 4,
+            10 => m as u64 * n as u64 * 2,
+            _ => 4,
+        };
+        if key_bytes >= 4 << 30 {
+            println!("{cfg}: skipped: {key_bytes} bytes of keys reach a 4 GiB binding");
+            continue;
+        }
         let bo = gpu.buffer(out_bytes, usage, dev_local);
         let be = gpu.buffer(out_bytes * 8, usage, dev_local);
+        let bk_keys = gpu.buffer(key_bytes, usage, dev_local);
         let bc = gpu.buffer(out_bytes, usage, dev_local);
         let spec: [u32; 6] = [wg, bm, bn, bk, epi, clamp];
         let entries: Vec<_> = (0..6)
@@ -532,6 +544,7 @@ fn main() {
                 gpu.free(bo);
                 gpu.free(bc);
                 gpu.free(be);
+                gpu.free(bk_keys);
                 continue;
             }
         };
@@ -544,7 +557,7 @@ fn main() {
             )
         }
         .unwrap()[0];
-        let bufs = [&ba, &bb, &bo, &bc, &brs, &bcs, &be, &bbits];
+        let bufs = [&ba, &bb, &bo, &bc, &brs, &bcs, &be, &bbits, &bk_keys];
         let infos: Vec<[vk::DescriptorBufferInfo; 1]> = bufs
             .iter()
             .map(|b| {
@@ -675,6 +688,7 @@ fn main() {
         gpu.free(bo);
         gpu.free(bc);
         gpu.free(be);
+        gpu.free(bk_keys);
     }
     let _ = &gpu.instance;
 }

@@ -25,6 +25,10 @@
 //          result column g is the exact bit mask of its hits among columns 8g … 8g + 7 (sums of
 //          distinct powers of two below 2^8: exact in an fp16 accumulator); the BM × 32 fp16
 //          result through shared memory, then each hit as in EPI 3;
+//   EPI 9 / 10: EPI 4's keys written to device memory (binding 8, M × N row-major, clamped at
+//          the edges) by coopMatStoreTensorNV, as fp32 (9) or converted to an fp16 accumulator
+//          first (10): the first half of a filter whose minima and bands a plain streaming
+//          kernel would find (not run yet);
 //   EPI 5: EPI 3 without side effects in the per-element function: a flag per element (key
 //          within the threshold, not chosen), converted to uint8, stored to shared memory, then
 //          scanned 16 bytes an invocation at a time; a hit writes (key bits 0, column).
@@ -65,6 +69,8 @@ layout(binding = 6) buffer E { uvec2 ent[]; };    // EPI 3's hits: (key bits, co
 shared uvec4 s_flag[EPI == 5u ? BM * BN / 16u : 1u];
 layout(binding = 7) readonly buffer BITS { float16_t bits[]; };  // 256 × 32, row-major (EPI 8)
 shared float16_t s_res[EPI == 8u ? BM * 32u : 1u];
+layout(binding = 8) buffer K32 { float keys32[]; };      // EPI 9
+layout(binding = 8) buffer K16 { float16_t keys16[]; };  // EPI 10 (the same buffer)
 
 uint g_ir, g_ic;
 
@@ -191,6 +197,21 @@ void main() {
     if (EPI == 0u) {
         // Keep the GEMM: one element of each invocation's part feeds a store nobody reads.
         if (acc[0] == -12345.0) o[g_ir * BM] = acc[0];
+        return;
+    }
+    if (EPI == 9u || EPI == 10u) {
+        coopMatPerElementNV(acc, acc, key_shared);
+        tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> lk =
+            createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
+        lk = setTensorLayoutDimensionNV(lk, p.M, p.N);
+        lk = setTensorLayoutStrideNV(lk, p.N, 1);
+        if (EPI == 9u) {
+            coopMatStoreTensorNV(acc, keys32, 0, sliceTensorLayoutNV(lk, g_ir * BM, BM, g_ic * BN, BN));
+        } else {
+            coopmat<float16_t, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> k16 =
+                coopmat<float16_t, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(acc);
+            coopMatStoreTensorNV(k16, keys16, 0, sliceTensorLayoutNV(lk, g_ir * BM, BM, g_ic * BN, BN));
+        }
         return;
     }
     if (EPI == 8u) {
