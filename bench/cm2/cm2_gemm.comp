@@ -1,5 +1,5 @@
 #version 450
-// A probe, not a kernel of the library: how fast the H200 runs the tensor-core filter's GEMM shape
+// A probe, not a kernel of the library: how fast an H100 / H200 runs the tensor-core filter's GEMM shape
 // (C = A·Bᵀ, A = M × K centroids, B = N × K table rows, fp16 → fp32) through
 // GL_NV_cooperative_matrix2: workgroup-scope matrices loaded straight from device memory by
 // tensor layouts (the driver stages them), then an epilogue on the accumulator:
@@ -13,6 +13,9 @@
 //          chosen-bit mask, compared with the row's threshold; a hit takes a slot by a
 //          shared-memory atomic and writes (key, column) to device memory (rare);
 //   EPI 4: only EPI 3's keys (each element's key computed, nothing compared);
+//   EPI 5: EPI 3 without side effects in the per-element function: a flag per element (key
+//          within the threshold, not chosen), converted to uint8, stored to shared memory, then
+//          scanned 16 bytes an invocation at a time; a hit writes (key bits 0, column);
 //   EPI 6: subgroup-scope matrices instead (GL_KHR_cooperative_matrix with the extension's
 //          flexible sizes and tensor-layout loads from device memory, no shared memory): each
 //          of the workgroup's subgroups a BM × BN tile, the subgroups 2 × (WG / 64) (so the
@@ -28,10 +31,7 @@
 //   EPI 9 / 10: EPI 4's keys written to device memory (binding 8, M × N row-major, clamped at
 //          the edges) by coopMatStoreTensorNV, as fp32 (9) or converted to an fp16 accumulator
 //          first (10): the first half of a filter whose minima and bands a plain streaming
-//          kernel would find (not run yet);
-//   EPI 5: EPI 3 without side effects in the per-element function: a flag per element (key
-//          within the threshold, not chosen), converted to uint8, stored to shared memory, then
-//          scanned 16 bytes an invocation at a time; a hit writes (key bits 0, column).
+//          kernel would find (not run yet).
 // Built by bench/cm2/build.sh with a glslang that knows GL_NV_cooperative_matrix2 (16.x); run by
 // examples/cm2_probe.rs.
 #extension GL_EXT_shader_explicit_arithmetic_types : require
