@@ -7,7 +7,10 @@
 //! (timestamps, after about 0.3 s of untimed dispatches that warm the clock) and TFLOP/s of
 //! products. EPI 1 checks 24 sampled rows' tile minima against float64 over the same fp16
 //! inputs; EPI 3, 5 and 8 report the hits a row (the same count each, if each is right). EPI 9
-//! and 10 (keys to device memory) have not run yet.
+//! and 10 (keys to device memory) have not run yet; with `CM2_STREAM=<cm2_stream.spv>` each of
+//! their dispatches is followed by the streaming half (bench/cm2/cm2_stream.comp: each row's
+//! minimum and band from the stored keys), timed together, and 8 rows' minima are checked
+//! against float64.
 //!
 //! ```text
 //! cargo run --release --example cm2_probe -- SPV M N K REPS CONFIG...
@@ -476,6 +479,49 @@ fn main() {
         )
     }
     .unwrap();
+    // The streaming half for EPI 9 / 10 (bench/cm2/cm2_stream.comp), when CM2_STREAM names its
+    // SPIR-V: keys (binding 0) and (minimum, count) a row (binding 1); push M, N, band.
+    let stream = std::env::var_os("CM2_STREAM").map(|path| {
+        let spv = std::fs::read(path).expect("CM2_STREAM: the stream shader's SPIR-V");
+        let words: Vec<u32> = spv
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let module = unsafe {
+            dev.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&words), None)
+        }
+        .unwrap();
+        let bindings: Vec<_> = (0..2)
+            .map(|i| {
+                vk::DescriptorSetLayoutBinding::default()
+                    .binding(i)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .descriptor_count(1)
+                    .stage_flags(vk::ShaderStageFlags::COMPUTE)
+            })
+            .collect();
+        let dsl = unsafe {
+            dev.create_descriptor_set_layout(
+                &vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings),
+                None,
+            )
+        }
+        .unwrap();
+        let pcr = [vk::PushConstantRange::default()
+            .stage_flags(vk::ShaderStageFlags::COMPUTE)
+            .size(12)];
+        let dsls = [dsl];
+        let layout = unsafe {
+            dev.create_pipeline_layout(
+                &vk::PipelineLayoutCreateInfo::default()
+                    .set_layouts(&dsls)
+                    .push_constant_ranges(&pcr),
+                None,
+            )
+        }
+        .unwrap();
+        (module, dsl, layout)
+    });
     let flops = 2.0 * m as f64 * n as f64 * k as f64;
     println!(
         "shape M {m} N {n} K {k}: {:.3e} FLOP a dispatch, {reps} dispatches timed",
@@ -579,6 +625,73 @@ fn main() {
             .collect();
         unsafe { dev.update_descriptor_sets(&writes, &[]) };
         let band = 0.05f32 * scale;
+        // The streaming half (EPI 9 / 10 with CM2_STREAM): its pipeline, set and result buffer.
+        let sres = gpu.buffer((m as u64 * 8).max(4), usage, dev_local);
+        let stream_run = match (&stream, epi) {
+            (Some((smod, sdsl, slayout)), 9 | 10) => {
+                let f16_keys: [u32; 1] = [(epi == 10) as u32];
+                let entry = [vk::SpecializationMapEntry {
+                    constant_id: 0,
+                    offset: 0,
+                    size: 4,
+                }];
+                let ssi = vk::SpecializationInfo::default()
+                    .map_entries(&entry)
+                    .data(bytemuck::cast_slice(&f16_keys));
+                let sstage = vk::PipelineShaderStageCreateInfo::default()
+                    .stage(vk::ShaderStageFlags::COMPUTE)
+                    .module(*smod)
+                    .name(c"main")
+                    .specialization_info(&ssi);
+                let spipe = unsafe {
+                    dev.create_compute_pipelines(
+                        vk::PipelineCache::null(),
+                        &[vk::ComputePipelineCreateInfo::default()
+                            .stage(sstage)
+                            .layout(*slayout)],
+                        None,
+                    )
+                }
+                .map_err(|(_, e)| e)
+                .expect("the stream pipeline")[0];
+                let sdsls = [*sdsl];
+                let sset = unsafe {
+                    dev.allocate_descriptor_sets(
+                        &vk::DescriptorSetAllocateInfo::default()
+                            .descriptor_pool(dpool)
+                            .set_layouts(&sdsls),
+                    )
+                }
+                .unwrap()[0];
+                let sinfos = [
+                    [vk::DescriptorBufferInfo::default()
+                        .buffer(bk_keys.buf)
+                        .range(vk::WHOLE_SIZE)],
+                    [vk::DescriptorBufferInfo::default()
+                        .buffer(sres.buf)
+                        .range(vk::WHOLE_SIZE)],
+                ];
+                let swrites: Vec<_> = sinfos
+                    .iter()
+                    .enumerate()
+                    .map(|(i, inf)| {
+                        vk::WriteDescriptorSet::default()
+                            .dst_set(sset)
+                            .dst_binding(i as u32)
+                            .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                            .buffer_info(inf)
+                    })
+                    .collect();
+                unsafe { dev.update_descriptor_sets(&swrites, &[]) };
+                let mut spc = Vec::with_capacity(12);
+                for x in [m, n] {
+                    spc.extend_from_slice(&x.to_le_bytes());
+                }
+                spc.extend_from_slice(&band.to_le_bytes());
+                Some((spipe, sset, *slayout, spc))
+            }
+            _ => None,
+        };
         let mut pc = Vec::with_capacity(20);
         for x in [m, n, k, nt] {
             pc.extend_from_slice(&x.to_le_bytes());
@@ -590,21 +703,10 @@ fn main() {
         let run = |timed: bool, count: u32| {
             gpu.one_shot(|cb| unsafe {
                 dev.cmd_reset_query_pool(cb, qpool, 0, 2);
-                dev.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, pipe);
-                dev.cmd_bind_descriptor_sets(
-                    cb,
-                    vk::PipelineBindPoint::COMPUTE,
-                    layout,
-                    0,
-                    &[set],
-                    &[],
-                );
-                dev.cmd_push_constants(cb, layout, vk::ShaderStageFlags::COMPUTE, 0, &pc);
                 if timed {
                     dev.cmd_write_timestamp(cb, vk::PipelineStageFlags::TOP_OF_PIPE, qpool, 0);
                 }
-                for _ in 0..count {
-                    dev.cmd_dispatch(cb, mt, nt, 1);
+                let after = |cb| {
                     dev.cmd_pipeline_barrier(
                         cb,
                         vk::PipelineStageFlags::COMPUTE_SHADER,
@@ -614,6 +716,34 @@ fn main() {
                         &[],
                         &[],
                     );
+                };
+                for _ in 0..count {
+                    dev.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, pipe);
+                    dev.cmd_bind_descriptor_sets(
+                        cb,
+                        vk::PipelineBindPoint::COMPUTE,
+                        layout,
+                        0,
+                        &[set],
+                        &[],
+                    );
+                    dev.cmd_push_constants(cb, layout, vk::ShaderStageFlags::COMPUTE, 0, &pc);
+                    dev.cmd_dispatch(cb, mt, nt, 1);
+                    after(cb);
+                    if let Some((spipe, sset, slayout, spc)) = &stream_run {
+                        dev.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, *spipe);
+                        dev.cmd_bind_descriptor_sets(
+                            cb,
+                            vk::PipelineBindPoint::COMPUTE,
+                            *slayout,
+                            0,
+                            &[*sset],
+                            &[],
+                        );
+                        dev.cmd_push_constants(cb, *slayout, vk::ShaderStageFlags::COMPUTE, 0, spc);
+                        dev.cmd_dispatch(cb, m, 1, 1);
+                        after(cb);
+                    }
                 }
                 if timed {
                     dev.cmd_write_timestamp(cb, vk::PipelineStageFlags::BOTTOM_OF_PIPE, qpool, 1);
@@ -647,6 +777,36 @@ fn main() {
             let total: u64 = c.iter().map(|&x| x as u64).sum();
             hits = format!(", {:.3} hits a row", total as f64 / m as f64);
         }
+        // The streaming half: each sampled row's minimum over every key (EPI 4's keys: the
+        // product times the row's scalar plus the column's, INF where the shader's mask chose
+        // the column: (column + row % BM) % 61 == 0), against float64 over the same inputs.
+        let mut stream_note = String::new();
+        if stream_run.is_some() {
+            let r2: Vec<[f32; 2]> = bytemuck::cast_slice(&gpu.download(&sres)).to_vec();
+            let mut worst_rel = 0f64;
+            for s in 0..8u32 {
+                let r = (s * 7919 + 13) % m;
+                let mut best = f64::INFINITY;
+                for c in 0..n {
+                    if (c + r % bm).is_multiple_of(61) {
+                        continue;
+                    }
+                    let d: f64 = (0..k as usize)
+                        .map(|q| {
+                            a[r as usize * k as usize + q].to_f64()
+                                * b[c as usize * k as usize + q].to_f64()
+                        })
+                        .sum();
+                    best = best.min(d * rs[r as usize] as f64 + cs[c as usize] as f64);
+                }
+                let got = r2[r as usize][0] as f64;
+                worst_rel = worst_rel.max((got - best).abs() / best.abs().max(1.0));
+            }
+            stream_note = format!(
+                ", with the streaming half; 8 row minima vs float64: worst relative diff {worst_rel:.2e}, band {:.1} keys a row (row 0)",
+                r2[0][1]
+            );
+        }
         let mut worst = 0f64;
         let mut checked = 0;
         if epi == 1 {
@@ -674,7 +834,7 @@ fn main() {
             }
         }
         println!(
-            "{cfg}: {:.1} us a dispatch, {:.1} TFLOP/s (pipeline {:.0} ms){hits}{}",
+            "{cfg}: {:.1} us a dispatch, {:.1} TFLOP/s (pipeline {:.0} ms){hits}{stream_note}{}",
             secs * 1e6,
             flops / secs * 1e-12,
             compile_ms,
@@ -685,6 +845,10 @@ fn main() {
             }
         );
         unsafe { dev.destroy_pipeline(pipe, None) };
+        if let Some((spipe, ..)) = stream_run {
+            unsafe { dev.destroy_pipeline(spipe, None) };
+        }
+        gpu.free(sres);
         gpu.free(bo);
         gpu.free(bc);
         gpu.free(be);
