@@ -77,6 +77,14 @@ struct Buf {
     size: u64,
 }
 
+/// A compute shader, its descriptor set layout (storage buffers at bindings 0, 1, …) and its
+/// pipeline layout.
+struct Kernel {
+    module: vk::ShaderModule,
+    dsl: vk::DescriptorSetLayout,
+    layout: vk::PipelineLayout,
+}
+
 struct Gpu {
     /// Holds the loader library open: dropping it unloads the Vulkan functions.
     _entry: ash::Entry,
@@ -215,6 +223,153 @@ impl Gpu {
         }
         self.free(st);
         out
+    }
+
+    /// `spv`'s shader with `bindings` storage buffers and `push_bytes` of push constants.
+    fn kernel(&self, spv: &[u8], bindings: u32, push_bytes: u32) -> Kernel {
+        let words: Vec<u32> = spv
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let b: Vec<_> = (0..bindings)
+            .map(|i| {
+                vk::DescriptorSetLayoutBinding::default()
+                    .binding(i)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .descriptor_count(1)
+                    .stage_flags(vk::ShaderStageFlags::COMPUTE)
+            })
+            .collect();
+        let pcr = [vk::PushConstantRange::default()
+            .stage_flags(vk::ShaderStageFlags::COMPUTE)
+            .size(push_bytes)];
+        unsafe {
+            let module = self
+                .device
+                .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&words), None)
+                .unwrap();
+            let dsl = self
+                .device
+                .create_descriptor_set_layout(
+                    &vk::DescriptorSetLayoutCreateInfo::default().bindings(&b),
+                    None,
+                )
+                .unwrap();
+            let layout = self
+                .device
+                .create_pipeline_layout(
+                    &vk::PipelineLayoutCreateInfo::default()
+                        .set_layouts(&[dsl])
+                        .push_constant_ranges(&pcr),
+                    None,
+                )
+                .unwrap();
+            Kernel {
+                module,
+                dsl,
+                layout,
+            }
+        }
+    }
+
+    /// `kernel`'s pipeline with specialization constants 0, 1, … set to `spec`.
+    fn pipeline(&self, kernel: &Kernel, spec: &[u32]) -> Result<vk::Pipeline, vk::Result> {
+        let entries: Vec<_> = (0..spec.len() as u32)
+            .map(|i| vk::SpecializationMapEntry {
+                constant_id: i,
+                offset: 4 * i,
+                size: 4,
+            })
+            .collect();
+        let si = vk::SpecializationInfo::default()
+            .map_entries(&entries)
+            .data(bytemuck::cast_slice(spec));
+        let stage = vk::PipelineShaderStageCreateInfo::default()
+            .stage(vk::ShaderStageFlags::COMPUTE)
+            .module(kernel.module)
+            .name(c"main")
+            .specialization_info(&si);
+        unsafe {
+            self.device.create_compute_pipelines(
+                vk::PipelineCache::null(),
+                &[vk::ComputePipelineCreateInfo::default()
+                    .stage(stage)
+                    .layout(kernel.layout)],
+                None,
+            )
+        }
+        .map(|p| p[0])
+        .map_err(|(_, e)| e)
+    }
+
+    /// A descriptor set of `kernel` from `pool` with binding i = `bufs[i]`.
+    fn set(&self, pool: vk::DescriptorPool, kernel: &Kernel, bufs: &[&Buf]) -> vk::DescriptorSet {
+        let set = unsafe {
+            self.device.allocate_descriptor_sets(
+                &vk::DescriptorSetAllocateInfo::default()
+                    .descriptor_pool(pool)
+                    .set_layouts(&[kernel.dsl]),
+            )
+        }
+        .unwrap()[0];
+        let infos: Vec<[vk::DescriptorBufferInfo; 1]> = bufs
+            .iter()
+            .map(|b| {
+                [vk::DescriptorBufferInfo::default()
+                    .buffer(b.buf)
+                    .range(vk::WHOLE_SIZE)]
+            })
+            .collect();
+        let writes: Vec<_> = infos
+            .iter()
+            .enumerate()
+            .map(|(i, inf)| {
+                vk::WriteDescriptorSet::default()
+                    .dst_set(set)
+                    .dst_binding(i as u32)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .buffer_info(inf)
+            })
+            .collect();
+        unsafe { self.device.update_descriptor_sets(&writes, &[]) };
+        set
+    }
+
+    /// Records a dispatch of `pipe` (a pipeline of `kernel`) on `set` with push constants `pc`,
+    /// then a barrier that orders its writes before what follows.
+    fn dispatch(
+        &self,
+        cb: vk::CommandBuffer,
+        kernel: &Kernel,
+        (pipe, set, pc): (vk::Pipeline, vk::DescriptorSet, &[u8]),
+        groups: (u32, u32),
+    ) {
+        let dev = &self.device;
+        let barrier = vk::MemoryBarrier::default()
+            .src_access_mask(vk::AccessFlags::SHADER_WRITE)
+            .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE);
+        unsafe {
+            dev.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, pipe);
+            dev.cmd_bind_descriptor_sets(
+                cb,
+                vk::PipelineBindPoint::COMPUTE,
+                kernel.layout,
+                0,
+                &[set],
+                &[],
+            );
+            dev.cmd_push_constants(cb, kernel.layout, vk::ShaderStageFlags::COMPUTE, 0, pc);
+            dev.cmd_dispatch(cb, groups.0, groups.1, 1);
+            dev.cmd_pipeline_barrier(
+                cb,
+                vk::PipelineStageFlags::COMPUTE_SHADER,
+                vk::PipelineStageFlags::COMPUTE_SHADER,
+                vk::DependencyFlags::empty(),
+                &[barrier],
+                &[],
+                &[],
+            );
+        }
     }
 
     fn free(&self, b: Buf) {
@@ -369,6 +524,13 @@ fn open() -> Gpu {
     }
 }
 
+/// Push constants: `words` then `band`, little-endian.
+fn push(words: &[u32], band: f32) -> Vec<u8> {
+    let mut pc: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    pc.extend_from_slice(&band.to_le_bytes());
+    pc
+}
+
 /// A small deterministic generator (xorshift) for the inputs.
 fn fill(n: usize, seed: u64, scale: f32) -> Vec<f16> {
     let mut s = seed | 1;
@@ -421,44 +583,8 @@ fn main() {
     let bb = gpu.upload(bytemuck::cast_slice(&b));
     let brs = gpu.upload(bytemuck::cast_slice(&rs));
     let bcs = gpu.upload(bytemuck::cast_slice(&cs));
-    let words: Vec<u32> = spv
-        .chunks_exact(4)
-        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
     eprintln!("uploaded");
-    let module = unsafe {
-        dev.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&words), None)
-    }
-    .unwrap();
-    let bindings: Vec<_> = (0..9)
-        .map(|i| {
-            vk::DescriptorSetLayoutBinding::default()
-                .binding(i)
-                .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                .descriptor_count(1)
-                .stage_flags(vk::ShaderStageFlags::COMPUTE)
-        })
-        .collect();
-    let dsl = unsafe {
-        dev.create_descriptor_set_layout(
-            &vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings),
-            None,
-        )
-    }
-    .unwrap();
-    let pcr = [vk::PushConstantRange::default()
-        .stage_flags(vk::ShaderStageFlags::COMPUTE)
-        .size(20)];
-    let dsls = [dsl];
-    let layout = unsafe {
-        dev.create_pipeline_layout(
-            &vk::PipelineLayoutCreateInfo::default()
-                .set_layouts(&dsls)
-                .push_constant_ranges(&pcr),
-            None,
-        )
-    }
-    .unwrap();
+    let gemm = gpu.kernel(&spv, 9, 20);
     let dpool = unsafe {
         dev.create_descriptor_pool(
             &vk::DescriptorPoolCreateInfo::default()
@@ -483,45 +609,15 @@ fn main() {
     // SPIR-V: keys (binding 0) and (minimum, count) a row (binding 1); push M, N, band.
     let stream = std::env::var_os("CM2_STREAM").map(|path| {
         let spv = std::fs::read(path).expect("CM2_STREAM: the stream shader's SPIR-V");
-        let words: Vec<u32> = spv
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
-        let module = unsafe {
-            dev.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&words), None)
-        }
-        .unwrap();
-        let bindings: Vec<_> = (0..2)
-            .map(|i| {
-                vk::DescriptorSetLayoutBinding::default()
-                    .binding(i)
-                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                    .descriptor_count(1)
-                    .stage_flags(vk::ShaderStageFlags::COMPUTE)
-            })
-            .collect();
-        let dsl = unsafe {
-            dev.create_descriptor_set_layout(
-                &vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings),
-                None,
-            )
-        }
-        .unwrap();
-        let pcr = [vk::PushConstantRange::default()
-            .stage_flags(vk::ShaderStageFlags::COMPUTE)
-            .size(12)];
-        let dsls = [dsl];
-        let layout = unsafe {
-            dev.create_pipeline_layout(
-                &vk::PipelineLayoutCreateInfo::default()
-                    .set_layouts(&dsls)
-                    .push_constant_ranges(&pcr),
-                None,
-            )
-        }
-        .unwrap();
-        (module, dsl, layout)
+        gpu.kernel(&spv, 2, 12)
     });
+    // Row r of A against row c of B in float64 (the checks' reference).
+    let dot = |r: u32, c: u32| -> f64 {
+        let (ra, rb) = (r as usize * k as usize, c as usize * k as usize);
+        (0..k as usize)
+            .map(|q| a[ra + q].to_f64() * b[rb + q].to_f64())
+            .sum()
+    };
     let flops = 2.0 * m as f64 * n as f64 * k as f64;
     println!(
         "shape M {m} N {n} K {k}: {:.3e} FLOP a dispatch, {reps} dispatches timed",
@@ -556,36 +652,11 @@ fn main() {
         let be = gpu.buffer(out_bytes * 8, usage, dev_local);
         let bk_keys = gpu.buffer(key_bytes, usage, dev_local);
         let bc = gpu.buffer(out_bytes, usage, dev_local);
-        let spec: [u32; 6] = [wg, bm, bn, bk, epi, clamp];
-        let entries: Vec<_> = (0..6)
-            .map(|i| vk::SpecializationMapEntry {
-                constant_id: i,
-                offset: 4 * i,
-                size: 4,
-            })
-            .collect();
-        let si = vk::SpecializationInfo::default()
-            .map_entries(&entries)
-            .data(bytemuck::cast_slice(&spec));
-        let stage = vk::PipelineShaderStageCreateInfo::default()
-            .stage(vk::ShaderStageFlags::COMPUTE)
-            .module(module)
-            .name(c"main")
-            .specialization_info(&si);
         eprintln!("{cfg}: creating the pipeline");
         let t0 = std::time::Instant::now();
-        let pipe = unsafe {
-            dev.create_compute_pipelines(
-                vk::PipelineCache::null(),
-                &[vk::ComputePipelineCreateInfo::default()
-                    .stage(stage)
-                    .layout(layout)],
-                None,
-            )
-        };
-        let pipe = match pipe {
-            Ok(p) => p[0],
-            Err((_, e)) => {
+        let pipe = match gpu.pipeline(&gemm, &[wg, bm, bn, bk, epi, clamp]) {
+            Ok(p) => p,
+            Err(e) => {
                 println!("{cfg}: pipeline creation failed: {e:?}");
                 gpu.free(bo);
                 gpu.free(bc);
@@ -595,154 +666,39 @@ fn main() {
             }
         };
         let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
-        let set = unsafe {
-            dev.allocate_descriptor_sets(
-                &vk::DescriptorSetAllocateInfo::default()
-                    .descriptor_pool(dpool)
-                    .set_layouts(&dsls),
-            )
-        }
-        .unwrap()[0];
-        let bufs = [&ba, &bb, &bo, &bc, &brs, &bcs, &be, &bbits, &bk_keys];
-        let infos: Vec<[vk::DescriptorBufferInfo; 1]> = bufs
-            .iter()
-            .map(|b| {
-                [vk::DescriptorBufferInfo::default()
-                    .buffer(b.buf)
-                    .range(vk::WHOLE_SIZE)]
-            })
-            .collect();
-        let writes: Vec<_> = infos
-            .iter()
-            .enumerate()
-            .map(|(i, inf)| {
-                vk::WriteDescriptorSet::default()
-                    .dst_set(set)
-                    .dst_binding(i as u32)
-                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                    .buffer_info(inf)
-            })
-            .collect();
-        unsafe { dev.update_descriptor_sets(&writes, &[]) };
+        let set = gpu.set(
+            dpool,
+            &gemm,
+            &[&ba, &bb, &bo, &bc, &brs, &bcs, &be, &bbits, &bk_keys],
+        );
         let band = 0.05f32 * scale;
         // The streaming half (EPI 9 / 10 with CM2_STREAM): its pipeline, set and result buffer.
         let sres = gpu.buffer((m as u64 * 8).max(4), usage, dev_local);
         let stream_run = match (&stream, epi) {
-            (Some((smod, sdsl, slayout)), 9 | 10) => {
-                let f16_keys: [u32; 1] = [(epi == 10) as u32];
-                let entry = [vk::SpecializationMapEntry {
-                    constant_id: 0,
-                    offset: 0,
-                    size: 4,
-                }];
-                let ssi = vk::SpecializationInfo::default()
-                    .map_entries(&entry)
-                    .data(bytemuck::cast_slice(&f16_keys));
-                let sstage = vk::PipelineShaderStageCreateInfo::default()
-                    .stage(vk::ShaderStageFlags::COMPUTE)
-                    .module(*smod)
-                    .name(c"main")
-                    .specialization_info(&ssi);
-                let spipe = unsafe {
-                    dev.create_compute_pipelines(
-                        vk::PipelineCache::null(),
-                        &[vk::ComputePipelineCreateInfo::default()
-                            .stage(sstage)
-                            .layout(*slayout)],
-                        None,
-                    )
-                }
-                .map_err(|(_, e)| e)
-                .expect("the stream pipeline")[0];
-                let sdsls = [*sdsl];
-                let sset = unsafe {
-                    dev.allocate_descriptor_sets(
-                        &vk::DescriptorSetAllocateInfo::default()
-                            .descriptor_pool(dpool)
-                            .set_layouts(&sdsls),
-                    )
-                }
-                .unwrap()[0];
-                let sinfos = [
-                    [vk::DescriptorBufferInfo::default()
-                        .buffer(bk_keys.buf)
-                        .range(vk::WHOLE_SIZE)],
-                    [vk::DescriptorBufferInfo::default()
-                        .buffer(sres.buf)
-                        .range(vk::WHOLE_SIZE)],
-                ];
-                let swrites: Vec<_> = sinfos
-                    .iter()
-                    .enumerate()
-                    .map(|(i, inf)| {
-                        vk::WriteDescriptorSet::default()
-                            .dst_set(sset)
-                            .dst_binding(i as u32)
-                            .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                            .buffer_info(inf)
-                    })
-                    .collect();
-                unsafe { dev.update_descriptor_sets(&swrites, &[]) };
-                let mut spc = Vec::with_capacity(12);
-                for x in [m, n] {
-                    spc.extend_from_slice(&x.to_le_bytes());
-                }
-                spc.extend_from_slice(&band.to_le_bytes());
-                Some((spipe, sset, *slayout, spc))
+            (Some(sk), 9 | 10) => {
+                let spipe = gpu
+                    .pipeline(sk, &[(epi == 10) as u32])
+                    .expect("the stream pipeline");
+                Some((
+                    sk,
+                    spipe,
+                    gpu.set(dpool, sk, &[&bk_keys, &sres]),
+                    push(&[m, n], band),
+                ))
             }
             _ => None,
         };
-        let mut pc = Vec::with_capacity(20);
-        for x in [m, n, k, nt] {
-            pc.extend_from_slice(&x.to_le_bytes());
-        }
-        pc.extend_from_slice(&band.to_le_bytes());
-        let barrier = vk::MemoryBarrier::default()
-            .src_access_mask(vk::AccessFlags::SHADER_WRITE)
-            .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE);
+        let pc = push(&[m, n, k, nt], band);
         let run = |timed: bool, count: u32| {
             gpu.one_shot(|cb| unsafe {
                 dev.cmd_reset_query_pool(cb, qpool, 0, 2);
                 if timed {
                     dev.cmd_write_timestamp(cb, vk::PipelineStageFlags::TOP_OF_PIPE, qpool, 0);
                 }
-                let after = |cb| {
-                    dev.cmd_pipeline_barrier(
-                        cb,
-                        vk::PipelineStageFlags::COMPUTE_SHADER,
-                        vk::PipelineStageFlags::COMPUTE_SHADER,
-                        vk::DependencyFlags::empty(),
-                        &[barrier],
-                        &[],
-                        &[],
-                    );
-                };
                 for _ in 0..count {
-                    dev.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, pipe);
-                    dev.cmd_bind_descriptor_sets(
-                        cb,
-                        vk::PipelineBindPoint::COMPUTE,
-                        layout,
-                        0,
-                        &[set],
-                        &[],
-                    );
-                    dev.cmd_push_constants(cb, layout, vk::ShaderStageFlags::COMPUTE, 0, &pc);
-                    dev.cmd_dispatch(cb, mt, nt, 1);
-                    after(cb);
-                    if let Some((spipe, sset, slayout, spc)) = &stream_run {
-                        dev.cmd_bind_pipeline(cb, vk::PipelineBindPoint::COMPUTE, *spipe);
-                        dev.cmd_bind_descriptor_sets(
-                            cb,
-                            vk::PipelineBindPoint::COMPUTE,
-                            *slayout,
-                            0,
-                            &[*sset],
-                            &[],
-                        );
-                        dev.cmd_push_constants(cb, *slayout, vk::ShaderStageFlags::COMPUTE, 0, spc);
-                        dev.cmd_dispatch(cb, m, 1, 1);
-                        after(cb);
+                    gpu.dispatch(cb, &gemm, (pipe, set, &pc), (mt, nt));
+                    if let Some((sk, spipe, sset, spc)) = &stream_run {
+                        gpu.dispatch(cb, sk, (*spipe, *sset, spc), (m, 1));
                     }
                 }
                 if timed {
@@ -791,13 +747,7 @@ fn main() {
                     if (c + r % bm).is_multiple_of(61) {
                         continue;
                     }
-                    let d: f64 = (0..k as usize)
-                        .map(|q| {
-                            a[r as usize * k as usize + q].to_f64()
-                                * b[c as usize * k as usize + q].to_f64()
-                        })
-                        .sum();
-                    best = best.min(d * rs[r as usize] as f64 + cs[c as usize] as f64);
+                    best = best.min(dot(r, c) * rs[r as usize] as f64 + cs[c as usize] as f64);
                 }
                 let got = r2[r as usize][0] as f64;
                 worst_rel = worst_rel.max((got - best).abs() / best.abs().max(1.0));
@@ -816,17 +766,7 @@ fn main() {
                 let t = (s * 104_729 + 5) % nt;
                 let mut best = f64::INFINITY;
                 for c in t * bn..(t + 1) * bn {
-                    let d = if c < n {
-                        (0..k as usize)
-                            .map(|q| {
-                                a[r as usize * k as usize + q].to_f64()
-                                    * b[c as usize * k as usize + q].to_f64()
-                            })
-                            .sum()
-                    } else {
-                        0.0
-                    };
-                    best = best.min(d);
+                    best = best.min(if c < n { dot(r, c) } else { 0.0 });
                 }
                 let got = o[(r * nt + t) as usize] as f64;
                 worst = worst.max((got - best).abs());
@@ -845,7 +785,7 @@ fn main() {
             }
         );
         unsafe { dev.destroy_pipeline(pipe, None) };
-        if let Some((spipe, ..)) = stream_run {
+        if let Some((_, spipe, ..)) = stream_run {
             unsafe { dev.destroy_pipeline(spipe, None) };
         }
         gpu.free(sres);
