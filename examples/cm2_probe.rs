@@ -2,13 +2,14 @@
 //! library. It times `bench/cm2/cm2_gemm.comp` (built to SPIR-V by `bench/cm2/build.sh` with a
 //! glslang that knows the extension) on a device that has it: C = A·Bᵀ with A = M × K and
 //! B = N × K in fp16, fp32 accumulators, workgroup-scope matrices loaded by tensor layouts
-//! (or subgroup-scope ones, EPI 6), then one of the shader's epilogues (EPI 0–8, described at
-//! its top). For every (workgroup size, BM, BN, BK, epilogue) it reports GPU time a dispatch
+//! (or subgroup-scope ones, EPI 6), then one of the shader's epilogues (EPI 0–15, described at
+//! its top; EPI 0, 4 and 6 observe one element an invocation and time dead code, EPI 15 is the
+//! GEMM with every product live). For every (workgroup size, BM, BN, BK, epilogue) it reports GPU time a dispatch
 //! (timestamps, after about 0.3 s of untimed dispatches that warm the clock) and TFLOP/s of
 //! products. EPI 1 checks 24 sampled rows' tile minima against float64 over the same fp16
 //! inputs; EPI 3, 5 and 8 report the hits a row (the same count each, if each is right). EPI 9
-//! and 10 (keys to device memory) have not run yet; with `CM2_STREAM=<cm2_stream.spv>` each of
-//! their dispatches is followed by the streaming half (bench/cm2/cm2_stream.comp: each row's
+//! and 10 write the keys to device memory; with `CM2_STREAM=<cm2_stream.spv>` each of their
+//! dispatches is followed by the streaming half (bench/cm2/cm2_stream.comp: each row segment's
 //! minimum and band from the stored keys), timed together, and 8 rows' minima are checked
 //! against float64.
 //!
@@ -606,10 +607,10 @@ fn main() {
     }
     .unwrap();
     // The streaming half for EPI 9 / 10 (bench/cm2/cm2_stream.comp), when CM2_STREAM names its
-    // SPIR-V: keys (binding 0) and (minimum, count) a row (binding 1); push M, N, band.
+    // SPIR-V: keys (binding 0) and (minimum, count) a row segment (binding 1); push M, N, NS, SEG, band.
     let stream = std::env::var_os("CM2_STREAM").map(|path| {
         let spv = std::fs::read(path).expect("CM2_STREAM: the stream shader's SPIR-V");
-        gpu.kernel(&spv, 2, 12)
+        gpu.kernel(&spv, 2, 20)
     });
     // Row r of A against row c of B in float64 (the checks' reference).
     let dot = |r: u32, c: u32| -> f64 {
@@ -639,11 +640,22 @@ fn main() {
         let dev_local = vk::MemoryPropertyFlags::DEVICE_LOCAL;
         let usage = vk::BufferUsageFlags::STORAGE_BUFFER | vk::BufferUsageFlags::TRANSFER_SRC;
         // EPI 9 / 10: every key, M × N, 4 or 2 bytes each (a 4-byte placeholder otherwise).
+        // Each row's stride is N rounded up to 8 keys (the streaming half's 16-byte loads).
+        // EPI 13 stores whole tiles: rows NT·BN keys apart, M rounded up to whole tiles.
+        let ns = if epi == 13 {
+            nt * bn
+        } else {
+            n.next_multiple_of(8)
+        };
         let key_bytes = match epi {
-            9 => m as u64 * n as u64 * 4,
-            10 => m as u64 * n as u64 * 2,
+            9 => m as u64 * ns as u64 * 4,
+            10 => m as u64 * ns as u64 * 2,
+            13 => (mt * bm) as u64 * ns as u64 * 2,
             _ => 4,
         };
+        // The streaming half's segments: about 8,192 keys each, a multiple of 8.
+        let segs = ns.div_ceil(8192);
+        let seg = ns.div_ceil(segs).next_multiple_of(8);
         if key_bytes >= 4 << 30 {
             println!("{cfg}: skipped: {key_bytes} bytes of keys reach a 4 GiB binding");
             continue;
@@ -673,17 +685,17 @@ fn main() {
         );
         let band = 0.05f32 * scale;
         // The streaming half (EPI 9 / 10 with CM2_STREAM): its pipeline, set and result buffer.
-        let sres = gpu.buffer((m as u64 * 8).max(4), usage, dev_local);
+        let sres = gpu.buffer((m as u64 * segs as u64 * 8).max(4), usage, dev_local);
         let stream_run = match (&stream, epi) {
-            (Some(sk), 9 | 10) => {
+            (Some(sk), 9 | 10 | 13) => {
                 let spipe = gpu
-                    .pipeline(sk, &[(epi == 10) as u32])
+                    .pipeline(sk, &[(epi != 9) as u32])
                     .expect("the stream pipeline");
                 Some((
                     sk,
                     spipe,
                     gpu.set(dpool, sk, &[&bk_keys, &sres]),
-                    push(&[m, n], band),
+                    push(&[m, n, ns, seg], band),
                 ))
             }
             _ => None,
@@ -698,7 +710,7 @@ fn main() {
                 for _ in 0..count {
                     gpu.dispatch(cb, &gemm, (pipe, set, &pc), (mt, nt));
                     if let Some((sk, spipe, sset, spc)) = &stream_run {
-                        gpu.dispatch(cb, sk, (*spipe, *sset, spc), (m, 1));
+                        gpu.dispatch(cb, sk, (*spipe, *sset, spc), (m, segs));
                     }
                 }
                 if timed {
@@ -749,12 +761,13 @@ fn main() {
                     }
                     best = best.min(dot(r, c) * rs[r as usize] as f64 + cs[c as usize] as f64);
                 }
-                let got = r2[r as usize][0] as f64;
+                let row = &r2[(r * segs) as usize..((r + 1) * segs) as usize];
+                let got = row.iter().map(|x| x[0]).fold(f32::INFINITY, f32::min) as f64;
                 worst_rel = worst_rel.max((got - best).abs() / best.abs().max(1.0));
             }
             stream_note = format!(
-                ", with the streaming half; 8 row minima vs float64: worst relative diff {worst_rel:.2e}, band {:.1} keys a row (row 0)",
-                r2[0][1]
+                ", with the streaming half ({segs} segments a row); 8 row minima vs float64: worst relative diff {worst_rel:.2e}, segments' bands {:.1} keys (row 0)",
+                r2[..segs as usize].iter().map(|x| x[1]).sum::<f32>()
             );
         }
         let mut worst = 0f64;

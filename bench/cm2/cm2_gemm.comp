@@ -3,7 +3,9 @@
 // (C = A·Bᵀ, A = M × K centroids, B = N × K table rows, fp16 → fp32) through
 // GL_NV_cooperative_matrix2: workgroup-scope matrices loaded straight from device memory by
 // tensor layouts (the driver stages them), then an epilogue on the accumulator:
-//   EPI 0: nothing but one element kept (the GEMM alone);
+//   EPI 0: nothing but one element an invocation kept. NOT the GEMM alone: the driver drops
+//          the products that do not feed that element (so do EPI 4 and 6); EPI 15 is the GEMM
+//          with every product live (bench/results/2026-12-06-h100-cm2-store-dce/);
 //   EPI 1: each row's minimum over the tile (coopMatReduceNV), written per (row, tile);
 //   EPI 2: the filter's shape of epilogue: a key per element from row and column scalars
 //          (coopMatPerElementNV), the row minimum, then a count per row of the keys within a
@@ -28,10 +30,15 @@
 //          result column g is the exact bit mask of its hits among columns 8g … 8g + 7 (sums of
 //          distinct powers of two below 2^8: exact in an fp16 accumulator); the BM × 32 fp16
 //          result through shared memory, then each hit as in EPI 3;
-//   EPI 9 / 10: EPI 4's keys written to device memory (binding 8, M × N row-major, clamped at
-//          the edges) by coopMatStoreTensorNV, as fp32 (9) or converted to an fp16 accumulator
+//   EPI 9 / 10: EPI 4's keys written to device memory (binding 8, M rows of N keys, each row's
+//          stride N rounded up to 8 keys, clamped at the edges) by coopMatStoreTensorNV, as fp32 (9) or converted to an fp16 accumulator
 //          first (10): the first half of a filter whose minima and bands a plain streaming
-//          kernel would find (not run yet).
+//          kernel would find;
+//   EPI 11: every element of the accumulator summed (no product can be dead code); EPI 12: EPI
+//          4's keys, every element's minimum taken;
+//   EPI 13: EPI 10 through a plain strided coopMatStore (rows NT·BN keys apart, whole tiles);
+//   EPI 14: EPI 0 with the kept element's index a push constant's value modulo the length (no
+//          product can be dead code); EPI 15: EPI 11 with the loop unrolled.
 // Built by bench/cm2/build.sh with a glslang that knows GL_NV_cooperative_matrix2 (16.x); run by
 // examples/cm2_probe.rs.
 #extension GL_EXT_shader_explicit_arithmetic_types : require
@@ -194,6 +201,39 @@ void main() {
             acc = coopMatMulAdd(ma, mb, acc);
         }
     }
+    if (EPI == 11u || EPI == 12u) {
+        // Every element of each invocation's part summed (EPI 12: EPI 4's keys' minimum), so no
+        // product can be dead code (EPI 0 and 4 observe one element an invocation).
+        if (EPI == 12u) coopMatPerElementNV(acc, acc, key_shared);
+        float t = EPI == 12u ? uintBitsToFloat(0x7f800000u) : 0.0;
+        for (int i = 0; i < acc.length(); ++i) t = EPI == 12u ? min(t, acc[i]) : t + acc[i];
+        if (t == -12345.0) o[g_ir * BM] = t;
+        return;
+    }
+    if (EPI == 14u) {
+        // One element an invocation, as EPI 0, but at an index the compiler cannot know (a push
+        // constant's value): every product stays live.
+        const uint j = p.NT % uint(acc.length());
+        if (acc[j] == -12345.0) o[g_ir * BM] = acc[j];
+        return;
+    }
+    if (EPI == 15u) {
+        // EPI 11's sum with the loop unrolled at compile time.
+        float t = 0.0;
+        [[unroll]] for (int i = 0; i < acc.length(); ++i) t += acc[i];
+        if (t == -12345.0) o[g_ir * BM] = t;
+        return;
+    }
+    if (EPI == 13u) {
+        // EPI 10 by a plain strided store (coopMatStore, row-major) instead of a tensor layout:
+        // rows at a stride of NT·BN keys (whole tiles, no clamping).
+        coopMatPerElementNV(acc, acc, key_shared);
+        coopmat<float16_t, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> k16 =
+            coopmat<float16_t, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(acc);
+        coopMatStore(k16, keys16, (g_ir * BM) * (p.NT * BN) + g_ic * BN, p.NT * BN,
+                     gl_CooperativeMatrixLayoutRowMajor);
+        return;
+    }
     if (EPI == 0u) {
         // Keep the GEMM: one element of each invocation's part feeds a store nobody reads.
         if (acc[0] == -12345.0) o[g_ir * BM] = acc[0];
@@ -204,7 +244,7 @@ void main() {
         tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> lk =
             createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
         lk = setTensorLayoutDimensionNV(lk, p.M, p.N);
-        lk = setTensorLayoutStrideNV(lk, p.N, 1);
+        lk = setTensorLayoutStrideNV(lk, (p.N + 7u) & ~7u, 1);  // rows padded to 8 keys (16-byte loads)
         if (EPI == 9u) {
             coopMatStoreTensorNV(acc, keys32, 0, sliceTensorLayoutNV(lk, g_ir * BM, BM, g_ic * BN, BN));
         } else {

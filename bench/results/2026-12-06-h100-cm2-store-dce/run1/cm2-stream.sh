@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# NOT RUN YET (written 2026-12-06 for the next lease). GPU machine, repo root, .gl/ carried
+# GPU machine, repo root, .gl/ carried
 # (.gl/bin/cm2_probe.gz and bench.gz, .gl/cm2_gemm.spv and .gl/cm2_stream.spv from
 # bench/cm2/build.sh): the keys written to device memory by the GEMM (EPI 9 fp32, EPI 10 fp16),
 # then each row's minimum and band by a plain streaming kernel (CM2_STREAM), timed together,
@@ -10,10 +10,14 @@ source bench/h200-env.sh
 for z in .gl/bin/*.gz; do [ -e "$z" ] && gunzip -f "$z"; done; chmod +x .gl/bin/*
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 P=.gl/bin/cm2_probe; S=.gl/cm2_gemm.spv; T=$(mktemp -d)
-export CM2_STREAM=.gl/cm2_stream.spv
-CFGS="256:256:128:64:0 256:256:128:64:4 256:256:128:64:9 256:256:128:64:10 256:256:128:32:10 256:128:128:64:10"
-timeout 150 $P $S 3584 8359 768 40 $CFGS 2>&1 | grep -v "creating\|uploading\|uploaded\|device created\|flexible\|features\|properties" | tee "$OUT/seed.log"
-timeout 150 $P $S 1024 1048576 384 8 $CFGS 2>&1 | grep -v "creating\|uploading\|uploaded\|device created\|flexible\|features\|properties" | tee "$OUT/big.log"
+# First the GEMM halves alone (EPI 0 / 4 / 9 / 10), then EPI 9 / 10 followed by the stream.
+ALONE="256:256:128:64:0 256:256:128:64:4 256:256:128:64:9 256:256:128:64:10 256:256:128:32:10 256:128:128:64:10"
+WITH="256:256:128:64:9 256:256:128:64:10 256:256:128:32:10 256:128:128:64:10"
+quiet() { grep -v "creating\|uploading\|uploaded\|device created\|flexible\|features\|properties"; }
+timeout 100 $P $S 3584 8359 768 40 $ALONE 2>&1 | quiet | tee "$OUT/seed.log"
+CM2_STREAM=.gl/cm2_stream.spv timeout 100 $P $S 3584 8359 768 40 $WITH 2>&1 | quiet | tee -a "$OUT/seed.log"
+timeout 100 $P $S 1024 1048576 384 8 $ALONE 2>&1 | quiet | tee "$OUT/big.log"
+CM2_STREAM=.gl/cm2_stream.spv timeout 100 $P $S 1024 1048576 384 8 $WITH 2>&1 | quiet | tee -a "$OUT/big.log"
 timeout 60 python3 bench/peer/torch_diversity.py --dump "$T/seed.f32" > /dev/null
 timeout 90 .gl/bin/bench --table "$T/seed.f32" --dim 768 --starts 3584 --steps 100 --chunk 50 --precisions fp16 \
   --shapes untiled --quick --kernels coopmat,coopmat,coopmat --probe --label seed 2>&1 \
