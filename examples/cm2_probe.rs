@@ -661,7 +661,7 @@ fn main() {
             continue;
         }
         let bo = gpu.buffer(out_bytes, usage, dev_local);
-        let be = gpu.buffer(out_bytes * 8, usage, dev_local);
+        let be = gpu.buffer(out_bytes * 18, usage, dev_local); // EPI 16: 9 uvec2 a (row, tile)
         let bk_keys = gpu.buffer(key_bytes, usage, dev_local);
         let bc = gpu.buffer(out_bytes, usage, dev_local);
         eprintln!("{cfg}: creating the pipeline");
@@ -740,6 +740,18 @@ fn main() {
         // inputs; out-of-range columns are zero (the layouts clamp).
         // EPI 3: the hits a row over the whole table (the threshold aims at about 1e-5 of keys).
         let mut hits = String::new();
+        if epi == 16 {
+            // (minimum, count) then 8 entries a (row, tile): the mean count and the overflows.
+            let e: Vec<[u32; 2]> = bytemuck::cast_slice(&gpu.download(&be)).to_vec();
+            let pairs = m as usize * nt as usize;
+            let counts: Vec<u32> = (0..pairs).map(|i| e[i * 9][1]).collect();
+            let over = counts.iter().filter(|&&c| c > 8).count();
+            hits = format!(
+                ", band {:.2} keys a (row, tile), {:.4}% over 8",
+                counts.iter().map(|&c| c as f64).sum::<f64>() / pairs as f64,
+                100.0 * over as f64 / pairs as f64
+            );
+        }
         if epi == 3 || epi == 5 || epi == 8 {
             let c: Vec<u32> = bytemuck::cast_slice(&gpu.download(&bc)).to_vec();
             let total: u64 = c.iter().map(|&x| x as u64).sum();

@@ -38,7 +38,10 @@
 //          4's keys, every element's minimum taken;
 //   EPI 13: EPI 10 through a plain strided coopMatStore (rows NT·BN keys apart, whole tiles);
 //   EPI 14: EPI 0 with the kept element's index a push constant's value modulo the length (no
-//          product can be dead code); EPI 15: EPI 11 with the loop unrolled.
+//          product can be dead code); EPI 15: EPI 11 with the loop unrolled;
+//   EPI 16: the library filter's epilogue: EPI 4's keys, each row's minimum, up to 8 band
+//          entries a row by shared atomics and shared stores, then (minimum, count) and the
+//          entries to device memory (binding 6).
 // Built by bench/cm2/build.sh with a glslang that knows GL_NV_cooperative_matrix2 (16.x); run by
 // examples/cm2_probe.rs.
 #extension GL_EXT_shader_explicit_arithmetic_types : require
@@ -67,7 +70,8 @@ layout(binding = 4) readonly buffer RS { float rs[]; };  // a scalar a row of A
 layout(binding = 5) readonly buffer CS { float cs[]; };  // a scalar a row of B
 
 shared uint s_cnt[BM];
-shared float s_min[EPI == 1u || EPI == 2u ? BM : 1u];
+shared float s_min[EPI == 1u || EPI == 2u || EPI == 16u ? BM : 1u];
+shared uvec2 s_band[EPI == 16u ? BM * 8u : 1u];  // EPI 16: up to 8 (key bits, column) a row
 shared float s_rs[BM];
 shared float s_thr[BM];
 shared float s_cs[BN];
@@ -111,6 +115,13 @@ float hit_plain(const in uint r, const in uint c, const in float v) {
 float flag(const in uint r, const in uint c, const in float v) {
     const bool chosen = ((s_mask[r * (BN / 32u) + c / 32u] >> (c % 32u)) & 1u) != 0u;
     return (!chosen && v * s_rs[r] + s_cs[c] <= s_thr[r]) ? 1.0 : 0.0;
+}
+float band_slot(const in uint r, const in uint c, const in float v) {
+    if (v <= s_min[r] + p.band) {
+        const uint slot = atomicAdd(s_cnt[r], 1u);
+        if (slot < 8u) s_band[r * 8u + slot] = uvec2(floatBitsToUint(v), g_ic * BN + c);
+    }
+    return v;
 }
 float count_band(const in uint r, const in uint c, const in float v) {
     if (v <= s_min[r] + p.band) atomicAdd(s_cnt[r], 1u);
@@ -222,6 +233,29 @@ void main() {
         float t = 0.0;
         [[unroll]] for (int i = 0; i < acc.length(); ++i) t += acc[i];
         if (t == -12345.0) o[g_ir * BM] = t;
+        return;
+    }
+    if (EPI == 16u) {
+        // The library filter's epilogue: EPI 4's keys (chosen columns +INF), each row's minimum
+        // over the tile (coopMatReduceNV), then every key within the band of it takes a slot by
+        // a shared atomic and, among the first 8, stores (key, column) to shared memory; each
+        // row's (minimum, count) and 8 entries go to device memory (binding 6, 9 uvec2 a (row,
+        // tile)), as the filter's band words would.
+        coopMatPerElementNV(acc, acc, key_shared);
+        coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> mn;
+        coopMatReduceNV(mn, acc, gl_CooperativeMatrixReduceRowNV, fmin2);
+        coopMatPerElementNV(mn, mn, put_min);
+        barrier();
+        coopMatPerElementNV(acc, acc, band_slot);
+        barrier();
+        for (uint i = lid; i < BM * 9u; i += gl_WorkGroupSize.x) {
+            const uint r = i / 9u, w = i % 9u;
+            const uint row = g_ir * BM + r;
+            if (row < p.M) {
+                ent[(row * p.NT + g_ic) * 9u + w] =
+                    w == 0u ? uvec2(floatBitsToUint(s_min[r]), s_cnt[r]) : s_band[r * 8u + w - 1u];
+            }
+        }
         return;
     }
     if (EPI == 13u) {
