@@ -8,7 +8,7 @@
 //! cargo run --release --example bench -- --table FILE [--dim D] [--center] [--starts S]
 //!     [--steps K] [--chunk C] [--label NAME] [--precisions fp32,fp16] [--quick]
 //!     [--shapes untiled,tiled,per-tile] [--kernels block64,block128] [--budget-s S]
-//!     [--capacity C] [--gamma-scale G] [--probe] [--tile-bytes B]
+//!     [--capacity C] [--gamma-scale G] [--probe] [--tile-bytes B] [--workgroup W]
 //!     [--device NAME] [--json OUT.json] [--md OUT.md] [--plot OUT.png] [--best OUT.txt]
 //! cargo run --release --example bench -- --replot RUN.json --plot OUT.png
 //! ```
@@ -25,7 +25,9 @@
 //! `kernel precision shape TFMA/s GPU-s`. TFMA/s counts S × N × D × steps multiply-adds (every
 //! candidate is scored every step) per second of GPU time. Built with `FILTER_CLOCK` in
 //! `DIVERSITY_SHADER_DEFINES` and run with `DIVERSITY_SHADER_CLOCK=1`, each filter kernel's line
-//! is followed by its subgroup-clock profile (`ScanJob::filter_clock`).
+//! is followed by its subgroup-clock profile (`ScanJob::filter_clock`). `--workgroup W` sets the
+//! scan's workgroup size (`ScanOptions::workgroup_size`: the candidate scan's for Block64 and
+//! Block128, the judge's for the filter kernels; default: the library's choice).
 
 mod common;
 use diversity::batch::StepReport;
@@ -58,6 +60,7 @@ struct Args {
     filter: FilterTuning,
     probe: bool,
     tile_bytes: Option<u64>,
+    workgroup: Option<u32>,
 }
 
 fn parse() -> Result<Args, String> {
@@ -83,6 +86,7 @@ fn parse() -> Result<Args, String> {
         filter: FilterTuning::default(),
         probe: false,
         tile_bytes: None,
+        workgroup: None,
     };
     let mut it = common::Cli::new(include_str!("bench.rs"));
     while let Some(f) = it.flag()? {
@@ -100,6 +104,7 @@ fn parse() -> Result<Args, String> {
             "--quick" => a.quick = true,
             "--probe" => a.probe = true,
             "--tile-bytes" => a.tile_bytes = Some(common::int_min::<u64>(&f, &val()?, 1)?),
+            "--workgroup" => a.workgroup = Some(common::int_min::<u32>(&f, &val()?, 1)?),
             "--capacity" => {
                 let c: usize = min(val()?, 1)?;
                 a.filter.capacity =
@@ -299,7 +304,7 @@ fn run(a: Args) -> Result<(), String> {
                         steps: Some(steps),
                         filter: a.filter,
                         kernel,
-                        ..ScanOptions::default()
+                        workgroup_size: a.workgroup,
                     };
                     let mut job = ScanJob::new(dt, &starts, &opts).map_err(s)?;
                     if a.probe && kernel.is_filter() {
