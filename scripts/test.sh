@@ -19,7 +19,8 @@ cargo test --release
 # A crate depending on this one (`cargo add --path`) builds and runs the README's Rust example.
 bash scripts/dependent-crate.sh >/dev/null
 # Again at subgroup size 4, but for the scan's two sweeps of the host's shapes over one table
-# (about 2 minutes; every shader they run runs at size 4 in the oracle and edge-shape tests).
+# (they take about 2 minutes; every shader they run runs at size 4 in the oracle and edge-shape
+# tests).
 LP_NATIVE_VECTOR_WIDTH=128 cargo test --release --test scan --test filter --test gram --test gram_fixed --test knn --test multi \
   -- --skip same_bits_across_shapes_tiles_chunks_batches_and_order --skip block128_kernel_gives_the_same_bits_as_block64
 # The benchmark program must keep working: a tiny run on the bundled data.
