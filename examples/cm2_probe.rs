@@ -2,16 +2,16 @@
 //! library. It times `bench/cm2/cm2_gemm.comp` (built to SPIR-V by `bench/cm2/build.sh` with a
 //! glslang that knows the extension) on a device that has it: C = A·Bᵀ with A = M × K and
 //! B = N × K in fp16, fp32 accumulators, workgroup-scope matrices loaded by tensor layouts
-//! (or subgroup-scope ones, EPI 6), then one of the shader's epilogues (EPI 0–15, described at
+//! (or subgroup-scope ones, EPI 6), then one of the shader's epilogues (EPI 0–16, described at
 //! its top; EPI 0, 4 and 6 observe one element an invocation and time dead code, EPI 15 is the
-//! GEMM with every product live). For every (workgroup size, BM, BN, BK, epilogue) it reports GPU time a dispatch
-//! (timestamps, after about 0.3 s of untimed dispatches that warm the clock) and TFLOP/s of
-//! products. EPI 1 checks 24 sampled rows' tile minima against float64 over the same fp16
-//! inputs; EPI 3, 5 and 8 report the hits a row (the same count each, if each is right). EPI 9
-//! and 10 write the keys to device memory; with `CM2_STREAM=<cm2_stream.spv>` each of their
-//! dispatches is followed by the streaming half (bench/cm2/cm2_stream.comp: each row segment's
-//! minimum and band from the stored keys), timed together, and 8 rows' minima are checked
-//! against float64.
+//! GEMM with every product live, EPI 16 the library filter's epilogue). For every (workgroup
+//! size, BM, BN, BK, epilogue) it reports GPU time a dispatch (timestamps, after about 0.3 s of
+//! untimed dispatches that warm the clock) and TFLOP/s of products. EPI 1 checks 24 sampled
+//! rows' tile minima against float64 over the same fp16 inputs; EPI 3, 5 and 8 report the hits a
+//! row (the same count each, if each is right), EPI 16 its band's mean size. EPI 9, 10 and 13
+//! write the keys to device memory; with `CM2_STREAM=<cm2_stream.spv>` each of their dispatches
+//! is followed by the streaming half (bench/cm2/cm2_stream.comp: each row segment's minimum and
+//! band from the stored keys), timed together, and 8 rows' minima are checked against float64.
 //!
 //! ```text
 //! cargo run --release --example cm2_probe -- SPV M N K REPS CONFIG...
@@ -606,8 +606,9 @@ fn main() {
         )
     }
     .unwrap();
-    // The streaming half for EPI 9 / 10 (bench/cm2/cm2_stream.comp), when CM2_STREAM names its
-    // SPIR-V: keys (binding 0) and (minimum, count) a row segment (binding 1); push M, N, NS, SEG, band.
+    // The streaming half for EPI 9 / 10 / 13 (bench/cm2/cm2_stream.comp), when CM2_STREAM names
+    // its SPIR-V: keys (binding 0) and (minimum, count) a row segment (binding 1); push M, N,
+    // NS, SEG, band.
     let stream = std::env::var_os("CM2_STREAM").map(|path| {
         let spv = std::fs::read(path).expect("CM2_STREAM: the stream shader's SPIR-V");
         gpu.kernel(&spv, 2, 20)
@@ -639,7 +640,7 @@ fn main() {
         let out_bytes = (m as u64 * nt as u64 * 4).max(4);
         let dev_local = vk::MemoryPropertyFlags::DEVICE_LOCAL;
         let usage = vk::BufferUsageFlags::STORAGE_BUFFER | vk::BufferUsageFlags::TRANSFER_SRC;
-        // EPI 9 / 10: every key, M × N, 4 or 2 bytes each (a 4-byte placeholder otherwise).
+        // EPI 9 / 10 / 13: every key, 4 or 2 bytes each (a 4-byte placeholder otherwise).
         // Each row's stride is N rounded up to 8 keys (the streaming half's 16-byte loads).
         // EPI 13 stores whole tiles: rows NT·BN keys apart, M rounded up to whole tiles.
         let ns = if epi == 13 {
@@ -684,7 +685,8 @@ fn main() {
             &[&ba, &bb, &bo, &bc, &brs, &bcs, &be, &bbits, &bk_keys],
         );
         let band = 0.05f32 * scale;
-        // The streaming half (EPI 9 / 10 with CM2_STREAM): its pipeline, set and result buffer.
+        // The streaming half (EPI 9 / 10 / 13 with CM2_STREAM): its pipeline, set and result
+        // buffer.
         let sres = gpu.buffer((m as u64 * segs as u64 * 8).max(4), usage, dev_local);
         let stream_run = match (&stream, epi) {
             (Some(sk), 9 | 10 | 13) => {
