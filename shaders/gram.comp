@@ -117,9 +117,10 @@ const uint JS_S = 0u, JS_L = 1u, JS_E0 = 2u, JS_FULL = 3u, JS_KMAX = 4u, JS_BAND
 
 #include "key_order.glsl"
 
+// Entry j of row prev of G (a row takes N entries rounded up to a multiple of 4).
 float grow(uint prev, uint j) {
     uint slab = prev / SLAB_ROWS;
-    return G[slab].g[(prev - slab * SLAB_ROWS) * pc.n + j];
+    return G[slab].g[(prev - slab * SLAB_ROWS) * ((pc.n + 3u) & ~3u) + j];
 }
 
 // Two halves of slots for the subgroups' results (alternate steps): WG each without the judge

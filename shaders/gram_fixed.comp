@@ -34,9 +34,10 @@
 // (|e_next| ≤ MAX_NORM), every key shifts right by k bits (sh += k). Centred tables keep |c|
 // small and rarely shift; a table with a common component shifts a few times a sequence.
 //
-// State in registers as a lane-stride array (IN_REGS = 1) or in device memory (IN_REGS = 0): the
-// same integer operations in the same order, and the float64 work the same in every invocation,
-// so every placement, workgroup size, subgroup size, chunk and batch gives the same bits.
+// State in registers, runs of four items a lane (IN_REGS = 1; see VW below), or in device memory
+// (IN_REGS = 0): the same integer operations in the same order, and the float64 work the same in
+// every invocation, so every placement, workgroup size, subgroup size, chunk and batch gives the
+// same bits.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_shuffle_relative : require
@@ -47,6 +48,11 @@
 // them. Timing only: the same bits.
 #ifdef GF_PROFILE
 #extension GL_ARB_shader_clock : require
+#endif
+
+// (GF_VEC: see VW below.)
+#ifndef GF_VEC
+#define GF_VEC 4
 #endif
 
 layout(local_size_x_id = 0) in;
@@ -76,6 +82,13 @@ layout(std430, set = 0, binding = 2) readonly buffer Starts { uint starts[]; };
 layout(std430, set = 0, binding = 3) buffer State { uint state[]; };
 layout(std430, set = 0, binding = 5) buffer Seqs { uint seqs[]; };
 layout(std430, set = 0, binding = 8) readonly buffer GSlab { int g[]; } G[8];
+#if GF_VEC == 4
+layout(std430, set = 0, binding = 8) readonly buffer GSlabV { ivec4 g[]; } GV[8];
+#define IVECV ivec4
+#elif GF_VEC == 2
+layout(std430, set = 0, binding = 8) readonly buffer GSlabV { ivec2 g[]; } GV[8];
+#define IVECV ivec2
+#endif
 
 layout(push_constant) uniform Push {
     uint n;      // N
@@ -105,6 +118,18 @@ const uint KD = (DIM + CHAINS - 1u) / CHAINS; // terms of a fresh key's longest 
 #endif
 const uint FRESH_LOADS = GF_FRESH_LOADS < KD ? GF_FRESH_LOADS : KD;
 #define DIAG_NO_SETTLE ((DIAG & 1u) != 0u)
+// In registers a lane holds runs of VW = 4 adjacent items and loads each run's Gram-row values
+// as one ivec4 (rows of G are padded to a multiple of 4 entries, so every run is 16-byte
+// aligned): key r of lane lid is item x = VW·(lid + (r / VW)·WG) + r % VW, in increasing order
+// of r. Measured on an H100 against single loads (lane-stride items; BENCHMARKS.md, 2026-12-06):
+// whole caches 14% faster on the fortunes (14,943 × 384: the driver's registers fell from 254 to
+// 128, two workgroups an SM), 6% on the peer's 8,359 × 768 table, 1.5% on real31k, the same bits
+// (a pick is the least (key, index), whichever lane holds it). A benchmark knob
+// (DIVERSITY_SHADER_DEFINES), the same bits for every value: GF_VEC = 1 or 2 (runs and loads of
+// one or two values; 2 ran slower than both, 1.9x on real31k).
+const uint VW = uint(GF_VEC);
+// Keys a lane: the host rounds RPER up to a multiple of 4 (plan.rs, plan_fixed); 1 in memory.
+const uint KPL = IN_REGS != 0u ? ((RPER + VW - 1u) / VW) * VW : 1u;
 
 // Scalars after the vectors (float words unless doubles: two words, low first). 3, 5 and 6 are
 // gram.comp's slots for the counters the host reads (refreshes, settles, largest E_F); 7 counts
@@ -131,9 +156,25 @@ void store_d(uint at, double v) {
     state[at + 1u] = w.y;
 }
 
+// Entries a row of G: N rounded up to a multiple of 4 (plan.rs, row_stride).
+uint g_stride() { return (pc.n + 3u) & ~3u; }
+
 int grow(uint prev, uint j) {
     uint slab = prev / SLAB_ROWS;
-    return G[slab].g[(prev - slab * SLAB_ROWS) * pc.n + j];
+    return G[slab].g[(prev - slab * SLAB_ROWS) * g_stride() + j];
+}
+
+#if GF_VEC > 1
+// Vector q of row prev: its entries VW·q .. VW·q + VW − 1.
+IVECV grow_v(uint prev, uint q) {
+    uint slab = prev / SLAB_ROWS;
+    return GV[slab].g[(prev - slab * SLAB_ROWS) * (g_stride() / VW) + q];
+}
+#endif
+
+// The item of a lane's register key r.
+uint kj(uint r) {
+    return VW * (gl_LocalInvocationID.x + (r / VW) * WG) + r % VW;
 }
 
 // x rounded up by far more than the few float64 roundings that made it (bounds stay bounds).
@@ -339,9 +380,9 @@ void for_shift(uint sh, out double unit, out double inc, out int half_) {
 }
 
 // Shift every key right by k bits (chosen keys stay chosen).
-void rescale(inout int key[RPER], uint k, uint base, uint n) {
+void rescale(inout int key[KPL], uint k, uint base, uint n) {
     if (IN_REGS != 0u) {
-        for (uint r = 0u; r < RPER; ++r) key[r] = key[r] == SENT ? SENT : (key[r] >> k);
+        for (uint r = 0u; r < KPL; ++r) key[r] = key[r] == SENT ? SENT : (key[r] >> k);
     } else {
         for (uint j = gl_LocalInvocationID.x; j < n; j += WG) {
             const int v = int(state[base + j]);
@@ -376,10 +417,10 @@ void main() {
     uint prev = fresh ? starts[s] : seqs[out_row + pc.first - 1u];
     if (fresh && lid == 0u && pc.replay == 0u) seqs[out_row] = prev;
 
-    int key[RPER];
+    int key[KPL];
     if (IN_REGS != 0u) {
-        for (uint r = 0u; r < RPER; ++r) {
-            uint j = lid + r * WG;
+        for (uint r = 0u; r < KPL; ++r) {
+            uint j = kj(r);
             key[r] = j >= n ? SENT : (fresh ? 0 : int(state[base + j]));
         }
     } else if (fresh) {
@@ -420,8 +461,8 @@ void main() {
         while (sh2 < 30u && ldexp(cnext + ef, SCALE - int(sh2)) + 12.0LF >= LIMIT) ++sh2;
         const double scale2 = ldexp(1.0LF, SCALE - int(sh2));
         if (IN_REGS != 0u) {
-            for (uint r = 0u; r < RPER; ++r) {
-                const uint x = lid + r * WG;
+            for (uint r = 0u; r < KPL; ++r) {
+                const uint x = kj(r);
                 if (x < n && key[r] != SENT) key[r] = int(roundEven(fresh_full(x) * scale2));
             }
         } else {
@@ -450,13 +491,40 @@ void main() {
         uint bi = NO_INDEX;
         if (IN_REGS != 0u) {
             // Every key of the lane gains (g + half) >> sh (half = 0 and sh = 0 until the first
-            // shift: g itself), LOADS loads in flight; chosen keys stay SENT, and so does prev's
-            // (slot rp of the lane that holds it; NO_INDEX in the others). The lane's best is
-            // tracked by r, in increasing index order (j = lid + r·WG). Measured on an H200
-            // (BENCHMARKS.md, the bisect): the loads' addresses taken outside grow() made the
-            // driver put the keys in local memory (2.2-2.8x slower); a second copy of this loop
-            // for sh = 0 and prev marked in a branch before it were slower too (+17%, +27%).
+            // shift: g itself), LOADS values in flight (LOADS / VW vector loads); chosen keys
+            // stay SENT, and so does prev's (slot rp of the lane that holds it; NO_INDEX in the
+            // others). The lane's best is tracked by r, in increasing index order (j = kj(r)).
+            // Measured on an H200 (BENCHMARKS.md, the bisect): the loads' addresses taken outside
+            // grow() made the driver put the keys in local memory (2.2-2.8x slower); a second
+            // copy of this loop for sh = 0 and prev marked in a branch before it were slower too
+            // (+17%, +27%); a lane's top-2 in two chains merged after the loop, 5-15% slower
+            // (H100, 2026-12-06).
+#if GF_VEC > 1
+            const uint pq = prev / VW;
+            const uint rp = pq % WG == lid ? (pq / WG) * VW + prev % VW : NO_INDEX;
+#else
             const uint rp = prev % WG == lid ? prev / WG : NO_INDEX;
+#endif
+#if GF_VEC > 1
+            const uint NQ = KPL / VW, LV = (LOADS + VW - 1u) / VW;
+            for (uint q0 = 0u; q0 < NQ; q0 += LV) {
+                IVECV g[LV];
+                for (uint u = 0u; u < LV; ++u) {
+                    const uint q = q0 + u;
+                    if (q < NQ) g[u] = grow_v(prev, min(lid + q * WG, g_stride() / VW - 1u));
+                }
+                for (uint u = 0u; u < LV; ++u) {
+                    const uint q = q0 + u;
+                    if (q >= NQ) break;
+                    for (uint c = 0u; c < VW; ++c) {
+                        const uint r = q * VW + c;
+                        const int v = key[r] + ((g[u][c] + half_) >> sh);
+                        key[r] = (key[r] == SENT || r == rp) ? SENT : v;
+                        offer(key[r], r, bk, bi, b2);
+                    }
+                }
+            }
+#else
             for (uint r0 = 0u; r0 < RPER; r0 += LOADS) {
                 int g[LOADS];
                 for (uint q = 0u; q < LOADS; ++q) {
@@ -471,7 +539,8 @@ void main() {
                     offer(key[r], r, bk, bi, b2);
                 }
             }
-            bi = bi == NO_INDEX ? NO_INDEX : lid + bi * WG;
+#endif
+            bi = bi == NO_INDEX ? NO_INDEX : kj(bi);
         } else {
             for (uint j0 = lid; j0 < n; j0 += 4u * WG) {
                 int g[4], h[4];
@@ -515,7 +584,7 @@ void main() {
             const int tau = int(min(double(w.key) + floor(2.0LF * au), double(SENT - 1)));
             uint mine = 0u;
             if (IN_REGS != 0u) {
-                for (uint r = 0u; r < RPER; ++r) mine += (key[r] != SENT && key[r] <= tau) ? 1u : 0u;
+                for (uint r = 0u; r < KPL; ++r) mine += (key[r] != SENT && key[r] <= tau) ? 1u : 0u;
             } else {
                 for (uint j = lid; j < n; j += WG) {
                     const int v = int(state[base + j]);
@@ -536,9 +605,9 @@ void main() {
             if (band <= BAND) {
                 uint slot = first_slot;
                 if (IN_REGS != 0u) {
-                    for (uint r = 0u; r < RPER && slot < first_slot + mine; ++r) {
+                    for (uint r = 0u; r < KPL && slot < first_slot + mine; ++r) {
                         if (key[r] != SENT && key[r] <= tau) {
-                            cand[slot] = lid + r * WG;
+                            cand[slot] = kj(r);
                             slot += 1u;
                         }
                     }
@@ -572,9 +641,9 @@ void main() {
                 for (uint w0 = 0u; w0 < band; w0 += BAND) {
                     uint slot = lane_first;
                     if (IN_REGS != 0u) {
-                        for (uint r = 0u; r < RPER; ++r) {
+                        for (uint r = 0u; r < KPL; ++r) {
                             if (key[r] != SENT && key[r] <= tau) {
-                                if (slot >= w0 && slot < w0 + BAND) cand[slot - w0] = lid + r * WG;
+                                if (slot >= w0 && slot < w0 + BAND) cand[slot - w0] = kj(r);
                                 slot += 1u;
                             }
                         }
@@ -629,8 +698,8 @@ void main() {
     }
 
     if (IN_REGS != 0u) {
-        for (uint r = 0u; r < RPER; ++r) {
-            uint j = lid + r * WG;
+        for (uint r = 0u; r < KPL; ++r) {
+            uint j = kj(r);
             if (j < n) state[base + j] = uint(key[r]);
         }
     }

@@ -2,7 +2,8 @@
 // G = E Eᵀ for the gram engine (the running keys c·e_x grow by a row of G per step): rows
 // [row0, row0 + rows) of G written into slab `slab`, which holds the rows from slab_row0 on (G is
 // split into slabs of whole rows: one binding sees at most maxStorageBufferRange bytes; a slab may
-// take several submissions).
+// take several submissions). A row takes N entries rounded up to a multiple of 4 (16-byte
+// aligned rows; the padding entries are 0).
 // Column j is stored scaled by 1/|e_j|: the engine then sums keys c·e_j/|e_j| directly.
 // Each entry is a compensated dot product (Ogita, Rump and Oishi's Dot2) over d in ascending
 // order from 0: every product's rounding error comes exactly from fma(a, b, -a·b), every sum's
@@ -51,6 +52,7 @@ void main() {
     const uint j0 = gl_WorkGroupID.x * BT;             // columns
     const uint i0 = pc.row0 + gl_WorkGroupID.y * BT;   // rows of G
     const uint iend = pc.row0 + pc.rows;
+    const uint stride = (pc.n + 3u) & ~3u; // entries a row of G (plan.rs, row_stride)
 #ifdef FIXED
     double acc[16], sq[4];
     for (uint q = 0u; q < 16u; ++q) acc[q] = 0.0LF;
@@ -107,19 +109,20 @@ void main() {
         if (i >= iend) continue;
         for (uint v = 0u; v < 4u; ++v) {
             uint j = j0 + tx * 4u + v;
+            // Columns N .. stride (the row's padding to a multiple of 4) hold 0.
 #ifdef FIXED
-            if (j < pc.n) {
+            if (j < stride) {
                 // The products are exact in float64 (24-bit operands), so fma and multiply-add
                 // round alike; 1/|e_j| in float64 from the same sums of squares.
                 const double nrm = sqrt(sq[v]);
                 const double x = nrm > 0.0LF ? ldexp(acc[u * 4u + v] / nrm, SCALE) : 0.0LF;
-                G[pc.slab].g[(i - pc.slab_row0) * pc.n + j] = int(roundEven(x));
+                G[pc.slab].g[(i - pc.slab_row0) * stride + j] = j < pc.n ? int(roundEven(x)) : 0;
             }
 #else
-            if (j < pc.n) {
+            if (j < stride) {
                 precise float dot = acc[u * 4u + v] + lo[u * 4u + v];
-                precise float scaled = dot * inv_norm[j];
-                G[pc.slab].g[(i - pc.slab_row0) * pc.n + j] = scaled;
+                precise float scaled = dot * inv_norm[min(j, pc.n - 1u)];
+                G[pc.slab].g[(i - pc.slab_row0) * stride + j] = j < pc.n ? scaled : 0.0;
             }
 #endif
         }

@@ -40,7 +40,7 @@ pub enum ModeReason {
     AutoFits {
         /// Items in the table.
         n: usize,
-        /// Bytes of G (N² × 4).
+        /// Bytes of G ([`crate::gram::gram_bytes`]: N rows of N rounded up to a multiple of 4).
         gram_bytes: u64,
         /// The device's name.
         device: String,

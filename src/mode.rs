@@ -9,7 +9,8 @@ use crate::names::named_enum;
 pub enum Mode {
     /// Every step scans every candidate (O(N · D) per step).
     Scan,
-    /// Keep `c · e_x` and add Gram rows (O(N) per step; needs N² × 4 bytes for G).
+    /// Keep `c · e_x` and add Gram rows (O(N) per step; needs about N² × 4 bytes for G,
+    /// [`crate::gram::gram_bytes`]).
     Gram,
     /// Gram when it fits the device's memory budget, else scan ([`crate::gram::mode_for`]).
     Auto,

@@ -96,50 +96,60 @@ fn gram_matrix_matches_float64() {
 fn slabs_and_submissions_split_g_without_changing_it() {
     // G in several slabs (descriptor array entries) and several submissions per slab: the same
     // bits as one slab in one submission, and the same sequences. (An offset bug here once left
-    // most of G unwritten on the GPU, where a slab takes several submissions.)
+    // most of G unwritten on the GPU, where a slab takes several submissions.) N = 203 pads each
+    // row to 204 entries; fixed-point keys in registers load them four at a time, in device
+    // memory one at a time: the same sequences.
     let ctx = ctx();
     let table = fortunes(203);
     let dt = DeviceTable::upload(&ctx, &table, Precision::Fp16).unwrap();
-    let one = Gram::build_with(
-        &dt,
-        &GramBuild {
-            fixed: Some(false),
-            slab_rows: Some(203),
-            rows_per_submission: Some(203),
-        },
-    )
-    .unwrap();
-    assert_eq!(one.slabs(), 1);
-    let starts: Vec<u32> = vec![0, 101, 202, 7];
-    let want = run(&one, &starts, starts.len(), &GramOptions::default());
-    for (slab_rows, per_sub) in [(203, 64), (37, 10), (29, 1000), (26, 7)] {
-        let g = Gram::build_with(
+    let kinds: &[bool] = if ctx.caps().float64 {
+        &[false, true]
+    } else {
+        &[false]
+    };
+    for &fixed in kinds {
+        let one = Gram::build_with(
             &dt,
             &GramBuild {
-                fixed: Some(false),
-                slab_rows: Some(slab_rows),
-                rows_per_submission: Some(per_sub),
+                fixed: Some(fixed),
+                slab_rows: Some(203),
+                rows_per_submission: Some(203),
             },
         )
         .unwrap();
-        assert_eq!(g.slabs(), 203usize.div_ceil(slab_rows));
-        for i in [0usize, 25, 26, 36, 37, 100, 202] {
-            assert_eq!(
-                g.row(i).unwrap(),
-                one.row(i).unwrap(),
-                "row {i}, slabs of {slab_rows}, {per_sub} rows a submission"
-            );
-        }
-        for placement in [Placement::Registers, Placement::Memory] {
-            let o = GramOptions {
-                placement,
-                ..GramOptions::default()
-            };
-            assert_eq!(
-                run(&g, &starts, starts.len(), &o),
-                want,
-                "slabs of {slab_rows}, {placement:?}"
-            );
+        assert_eq!(one.slabs(), 1);
+        assert_eq!(one.bytes(), 203 * 204 * 4);
+        let starts: Vec<u32> = vec![0, 101, 202, 7];
+        let want = run(&one, &starts, starts.len(), &GramOptions::default());
+        for (slab_rows, per_sub) in [(203, 64), (37, 10), (29, 1000), (26, 7)] {
+            let g = Gram::build_with(
+                &dt,
+                &GramBuild {
+                    fixed: Some(fixed),
+                    slab_rows: Some(slab_rows),
+                    rows_per_submission: Some(per_sub),
+                },
+            )
+            .unwrap();
+            assert_eq!(g.slabs(), 203usize.div_ceil(slab_rows));
+            for i in [0usize, 25, 26, 36, 37, 100, 202] {
+                assert_eq!(
+                    g.row(i).unwrap(),
+                    one.row(i).unwrap(),
+                    "row {i}, slabs of {slab_rows}, {per_sub} rows a submission, fixed {fixed}"
+                );
+            }
+            for placement in [Placement::Registers, Placement::Memory] {
+                let o = GramOptions {
+                    placement,
+                    ..GramOptions::default()
+                };
+                assert_eq!(
+                    run(&g, &starts, starts.len(), &o),
+                    want,
+                    "slabs of {slab_rows}, {placement:?}, fixed {fixed}"
+                );
+            }
         }
     }
     let e = Gram::build_with(

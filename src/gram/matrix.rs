@@ -2,7 +2,7 @@
 //! device in row slabs of at most `maxStorageBufferRange` bytes, shared by every job over the
 //! table (each keeps it alive). Touches the table it reads and its own slabs.
 
-use super::plan::{gram_bytes, gram_unfit, slab_rows};
+use super::plan::{gram_bytes, gram_unfit, row_stride, slab_rows};
 use super::record::in_parts;
 use super::MAX_SLABS;
 use crate::device_table::DeviceTable;
@@ -90,7 +90,7 @@ impl Gram {
             slabs.push(Buffer::storage(
                 &ctx,
                 "Gram matrix slab",
-                (r * n * 4) as u64,
+                (r * row_stride(n) * 4) as u64,
             )?);
             r0 += r;
         }
@@ -199,7 +199,7 @@ impl Gram {
             return Err(Error::Invalid(format!("row {i} of G for N = {n}")));
         }
         let slab = i / g.slab_rows;
-        let off = ((i - slab * g.slab_rows) * n * 4) as u64;
+        let off = ((i - slab * g.slab_rows) * row_stride(n) * 4) as u64;
         let bytes = g
             .table
             .context()

@@ -12,11 +12,14 @@
 //!   settled from float64 fresh keys. Elsewhere, or when the options name float sums, the key is
 //!   a float32 compensated pair (hi + lo, Knuth TwoSum) or a plain float32 sum, with the float
 //!   judge (`shaders/gram.comp`).
-//! * The state lives in registers as a lane-stride array across one workgroup per sequence when
-//!   it fits ([`Placement::Registers`]), else in device memory ([`Placement::Memory`]); both run
-//!   the same float operations in the same order, so results have the same bits, as they do for
-//!   every workgroup size, chunk size, batch size and start order.
-//! * G (int32 fixed-point or float32 entries, [`GramBuild::fixed`]) is computed from the stored
+//! * The state lives in registers across one workgroup per sequence when it fits
+//!   ([`Placement::Registers`]: a lane-stride array for the float sums; for fixed-point keys runs
+//!   of four adjacent items a lane, whose Gram-row values come in one 16-byte load), else in
+//!   device memory ([`Placement::Memory`]); both run the same operations in the same order, so
+//!   results have the same bits, as they do for every workgroup size, chunk size, batch size and
+//!   start order.
+//! * G (int32 fixed-point or float32 entries, [`GramBuild::fixed`]; each row padded with zeros to
+//!   a multiple of 4 entries, [`row_stride`]) is computed from the stored
 //!   (for fp16 tables: rounded) rows, split into row slabs of at most `maxStorageBufferRange`
 //!   bytes each (at most [`MAX_SLABS`]).
 //!
@@ -42,7 +45,8 @@ pub use crate::mode::Mode;
 pub use job::GramJob;
 pub use matrix::{Gram, GramBuild};
 pub use plan::{
-    arithmetic, batch_bytes, fixed_point, gram_bytes, gram_unfit, max_batch, mode_for, summation,
+    arithmetic, batch_bytes, fixed_point, gram_bytes, gram_unfit, max_batch, mode_for, row_stride,
+    summation,
 };
 
 use crate::device::G_SLABS;
@@ -58,7 +62,8 @@ pub const BUDGET_FRACTION: f64 = 0.9;
 pub enum Placement {
     /// Registers when they hold N items across the workgroup, else device memory.
     Auto,
-    /// A lane-stride array in registers, loaded and stored once per submission.
+    /// In registers across the workgroup (a lane-stride array; fixed-point keys in runs of four
+    /// adjacent items a lane), loaded and stored once per submission.
     Registers,
     /// Device memory, read and written every step (any N whose G fits).
     Memory,

@@ -76,7 +76,8 @@ pub fn fixed_point(caps: &Capabilities, n: usize, d: usize, opts: &GramOptions) 
 /// Workgroup size, placement and keys a lane for fixed-point keys: the smallest of 256, 512 and
 /// 1,024 invocations that holds N in registers at up to 64 keys a lane on GPUs (measured fastest
 /// on an H200: 256 for 8,359 and 14,943 rows, 512 for 31,102), 64 on CPU devices; `opts` may
-/// name them.
+/// name them. In registers the keys a lane are rounded up to a multiple of 4 (runs of four
+/// adjacent items, see `shaders/gram_fixed.comp`).
 pub(super) fn plan_fixed(
     caps: &Capabilities,
     n: usize,
@@ -98,7 +99,13 @@ pub(super) fn plan_fixed(
         workgroup_size: Some(wg),
         ..opts.clone()
     };
-    plan_for(caps, n, false, true, &named)
+    // In registers a lane holds runs of 4 adjacent items (one 16-byte load of a Gram row
+    // each): its keys are a multiple of 4.
+    let (wg, placement, rper) = plan_for(caps, n, false, true, &named)?;
+    Ok(match placement {
+        Placement::Registers => (wg, placement, rper.next_multiple_of(4)),
+        _ => (wg, placement, rper),
+    })
 }
 
 /// Whether fixed-point keys fit: D ≤ 65,536, their shared memory, and a step with the widest
@@ -119,10 +126,20 @@ pub(super) fn fixed_fits(
     }
 }
 
-/// Bytes of G for N items.
+/// Entries a row of G takes on the device: N rounded up to a multiple of 4, so that every row
+/// starts 16-byte aligned and the fixed-point engine loads its values four at a time (the
+/// padding entries are 0 and belong to no item).
+pub fn row_stride(n: usize) -> usize {
+    // Saturates (no device holds such an N; gram_bytes then saturates too).
+    n.checked_next_multiple_of(4).unwrap_or(usize::MAX)
+}
+
+/// Bytes of G for N items: N rows of [`row_stride`] 4-byte entries.
 pub fn gram_bytes(n: usize) -> u64 {
     // Saturates: past 2^64 bytes no device holds it anyway (2^31 items wrapped to 0 before).
-    (n as u64).saturating_mul(n as u64).saturating_mul(4)
+    (n as u64)
+        .saturating_mul(row_stride(n) as u64)
+        .saturating_mul(4)
 }
 
 /// Bytes of one batch's device state and output: (hi, lo) per candidate, the sequences, starts.
@@ -193,7 +210,7 @@ pub(super) fn judge_fits(
 
 /// Rows of G per slab on `caps`: whole rows of at most `maxStorageBufferRange` bytes.
 pub(super) fn slab_rows(caps: &Capabilities, n: usize) -> usize {
-    ((caps.max_buffer_range / (4 * n.max(1) as u64)) as usize).min(n.max(1))
+    ((caps.max_buffer_range / (4 * row_stride(n.max(1)) as u64)) as usize).min(n.max(1))
 }
 
 /// Why gram mode cannot run an N × D table on `caps` (None: it can, with a batch of 1 at least):
@@ -224,7 +241,8 @@ pub fn gram_unfit(
     let budget = (caps.memory_budget_bytes as f64 * BUDGET_FRACTION) as u64;
     if need > budget {
         return Some(format!(
-            "gram mode for N = {n} needs {:.0} MiB of device memory (G = N² × 4 bytes is {:.0} MiB); \
+            "gram mode for N = {n} needs {:.0} MiB of device memory (G, N rows of N rounded up to 4 \
+             entries of 4 bytes, is {:.0} MiB); \
              {} has {:.0} MiB available",
             mib(need),
             mib(gram_bytes(n)),
@@ -519,6 +537,24 @@ mod tests {
         assert_eq!(plan_for(&caps, 8_359, false, true, &d).unwrap().0, 256);
     }
 
+    /// Rows of G take N rounded up to a multiple of 4 entries: G's bytes and a slab's rows
+    /// count them (a slab of whole padded rows stays within maxStorageBufferRange).
+    #[test]
+    fn rows_of_g_are_padded_to_four_entries() {
+        for (n, stride) in [(1, 4), (4, 4), (5, 8), (8_359, 8_360), (31_102, 31_104)] {
+            assert_eq!(row_stride(n), stride, "N = {n}");
+            assert_eq!(gram_bytes(n), (n * stride * 4) as u64, "N = {n}");
+        }
+        let mut caps = crate::device::test_caps(32, None);
+        caps.max_buffer_range = 1 << 30;
+        let rows = slab_rows(&caps, 31_102);
+        assert!(rows < 31_102);
+        assert!(rows as u64 * 31_104 * 4 <= caps.max_buffer_range);
+        assert!((rows + 1) as u64 * 31_104 * 4 > caps.max_buffer_range);
+        // Past 2^64 bytes the size saturates instead of wrapping.
+        assert_eq!(gram_bytes(usize::MAX), u64::MAX);
+    }
+
     /// Fixed-point keys: the default wherever the device has float64 and they fit, unless the
     /// options name float sums; the workgroup holds up to 64 keys a lane.
     #[test]
@@ -529,16 +565,17 @@ mod tests {
         caps.memory_budget_bytes = 64 << 30;
         caps.float64 = true;
         let d = GramOptions::default();
-        for (n, wg, placement) in [
-            (8_359, 256, Placement::Registers),
-            (14_943, 256, Placement::Registers),
-            (31_102, 512, Placement::Registers),
-            (100_000, 1024, Placement::Memory),
+        // In registers the keys a lane come in runs of 4 (33 → 36, 59 → 60, 61 → 64).
+        for (n, wg, placement, keys) in [
+            (8_359, 256, Placement::Registers, 36),
+            (14_943, 256, Placement::Registers, 60),
+            (31_102, 512, Placement::Registers, 64),
+            (100_000, 1024, Placement::Memory, 1),
         ] {
             assert!(fixed_point(&caps, n, 384, &d), "N = {n}");
             assert_eq!(summation(&caps, n, 384, &d).unwrap(), "fixed; G dot64");
-            let (w, p, _) = plan_fixed(&caps, n, &d).unwrap();
-            assert_eq!((w, p), (wg, placement), "N = {n}");
+            let (w, p, k) = plan_fixed(&caps, n, &d).unwrap();
+            assert_eq!((w, p, k), (wg, placement, keys), "N = {n}");
         }
         // Options that name float sums, a device without float64 or too little shared memory
         // (D = 8,192: 64 KiB of running sum): the float arithmetic. Any workgroup size runs them.
