@@ -129,7 +129,7 @@ pub struct GramOptions {
     /// fit shared memory ([`GramJob::judge`] says which ran).
     pub judge: Option<bool>,
     /// Register placement: Gram row loads a lane issues before using them (0 = the default:
-    /// every item's at once for float sums without the judge, else 8, or 16 for fixed-point keys
+    /// every item's at once for float sums without the judge, else 8, or 32 for fixed-point keys
     /// at 512 invocations). The same bits for every value; a benchmark knob (see
     /// `loads_in_flight` and `fixed_loads`).
     #[doc(hidden)]

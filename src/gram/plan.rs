@@ -401,13 +401,15 @@ pub(super) fn loads_in_flight(rper: usize, judge: bool, opts: &GramOptions) -> u
     }
 }
 
-/// Row loads in flight for fixed-point keys in registers: 16 at 512 invocations, 8 otherwise;
-/// `opts.loads` sets them, for benchmarks. Measured on an H200 (BENCHMARKS.md, 2026-12-02): at
-/// N = 31,102 (512 invocations, 61 keys a lane) 16 ran 6% faster than 8; at 256 invocations 16
-/// ran 3% slower on the fortunes (59 keys a lane) and 1.8× slower on the peer table (33).
+/// Row values a lane loads before using them, for fixed-point keys in registers (LOADS / 4
+/// ivec4 loads): 32 at 512 invocations, 8 otherwise; `opts.loads` sets them, for benchmarks.
+/// Measured with ivec4 loads on an H100 (BENCHMARKS.md, 2026-12-06): at N = 31,102 (512
+/// invocations, 64 keys a lane) 32 ran 5.3% faster than 16; at 256 invocations on the fortunes
+/// (60 keys a lane) 8 ran 3–9% faster than 4, 12, 16 or 20, and on the peer table (36) 4, 8 and
+/// 16 tied. (With single loads on an H200, 2026-12-02: 16 at 512 ran 6% faster than 8.)
 pub(super) fn fixed_loads(wg: u32, rper: usize, opts: &GramOptions) -> usize {
     match opts.loads {
-        0 if wg == 512 => 16.min(rper.max(1)),
+        0 if wg == 512 => 32.min(rper.max(1)),
         _ => loads_in_flight(rper, true, opts),
     }
 }
@@ -420,7 +422,7 @@ mod tests {
     fn fixed_keys_row_loads_in_flight() {
         let d = GramOptions::default();
         // 16 at 512 invocations (never more than the keys a lane), 8 otherwise; named loads win.
-        assert_eq!(fixed_loads(512, 61, &d), 16);
+        assert_eq!(fixed_loads(512, 64, &d), 32);
         assert_eq!(fixed_loads(512, 5, &d), 5);
         assert_eq!(fixed_loads(256, 59, &d), 8);
         assert_eq!(fixed_loads(1024, 31, &d), 8);
