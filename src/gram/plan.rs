@@ -421,7 +421,7 @@ mod tests {
     #[test]
     fn fixed_keys_row_loads_in_flight() {
         let d = GramOptions::default();
-        // 16 at 512 invocations (never more than the keys a lane), 8 otherwise; named loads win.
+        // 32 at 512 invocations (never more than the keys a lane), 8 otherwise; named loads win.
         assert_eq!(fixed_loads(512, 64, &d), 32);
         assert_eq!(fixed_loads(512, 5, &d), 5);
         assert_eq!(fixed_loads(256, 59, &d), 8);
