@@ -5,7 +5,7 @@
 //! an end-to-end run that loads the file, uploads, builds G, runs, and writes the JSON cache.
 //!
 //! ```text
-//! cargo run --release --example bench_gram -- --table FILE [--dim D] [--starts S] [--steps K]
+//! cargo run --release --example bench_gram -- --table FILE [--dim D] [--starts S] [--batch B] [--steps K]
 //!     [--precisions fp32,fp16] [--wg 256,512,1024] [--placements auto,registers,memory]
 //!     [--spd 0,1] [--compensated d,1,0] [--judge 1,0] [--loads 0,8] [--refresh d,0,4096] [--chunk C] [--label NAME] [--json OUT.json] [--md OUT.md] [--seqs OUT.u32]
 //!     [--e2e CACHE.json] [--center] [--oracle K] [--judge-variants c,keys,noevents]
@@ -31,10 +31,13 @@
 //!
 //! `--spd` lists steps per dispatch (0 = the device default: the whole chunk in one in-shader
 //! loop on GPUs). `--starts S` takes the first S items as starts (default all N), `--steps K` the first K steps
-//! (default N − 1). `--seqs` writes the first configuration's sequences as little-endian u32,
+//! (default N − 1). Each configuration runs its starts in batches of at most the engine's largest
+//! batch (`gram::max_batch`: a whole cache of a large table needs several; the line then says how
+//! many), or of `--batch B` if smaller, GPU times summed. `--seqs` writes the first configuration's sequences as little-endian u32,
 //! row-major, to compare with the PyTorch peer's `--out`. `--e2e` times the user's whole job in
 //! the first configuration: load → upload → G → the workload's steps → download → JSON cache on
-//! disk (every sequence at full length unless `--starts`/`--steps` cut it).
+//! disk (every sequence at full length unless `--starts`/`--steps` cut it), in one batch (a
+//! workload past one batch is refused there; the `sequences` example batches).
 
 mod common;
 
@@ -60,6 +63,7 @@ struct Args {
     table: String,
     dim: Option<usize>,
     starts: Option<usize>,
+    batch: Option<usize>,
     steps: Option<usize>,
     precisions: Vec<Precision>,
     wgs: Vec<Option<u32>>,
@@ -89,6 +93,7 @@ fn parse() -> Result<Args, String> {
         table: String::new(),
         dim: None,
         starts: None,
+        batch: None,
         steps: None,
         precisions: vec![Precision::Fp32, Precision::Fp16],
         wgs: vec![None],
@@ -118,6 +123,7 @@ fn parse() -> Result<Args, String> {
             "--table" => a.table = val()?,
             "--dim" => a.dim = Some(min(val()?, 1)?),
             "--starts" => a.starts = Some(min(val()?, 1)?),
+            "--batch" => a.batch = Some(min(val()?, 1)?),
             "--steps" => a.steps = Some(min(val()?, 1)?),
             "--chunk" => a.chunk = min(val()?, 0)?,
             "--label" => a.label = val()?,
@@ -188,6 +194,77 @@ fn main() {
         eprintln!("bench_gram: {e}");
         std::process::exit(1);
     }
+}
+
+/// One configuration's run over every start: in batches of at most the engine's largest batch
+/// ([`diversity::gram::max_batch`]; a whole cache of a large table needs several, each batch's
+/// state being one buffer), the GPU time summed and the per-sequence counters concatenated in
+/// start order.
+struct Ran {
+    gpu_ns: u64,
+    batches: usize,
+    flat: Vec<u32>,
+    refreshes: Vec<u32>,
+    bands: Vec<u32>,
+    wide: Vec<u32>,
+    cands: Vec<u32>,
+    profile: Option<Vec<[f64; 4]>>,
+    shifts: Vec<u32>,
+    ef: Vec<f32>,
+    wg: u32,
+    placement: Placement,
+    judge: bool,
+    subgroups: bool,
+}
+
+/// `Ok(Err(reason))`: the engine refuses the configuration (its first batch's job), which the
+/// caller skips; `Err`: a failure after that.
+fn run_batches(
+    gram: &Gram,
+    starts: &[u32],
+    o: &GramOptions,
+    batch: usize,
+) -> Result<Result<Ran, String>, String> {
+    let e = |e: diversity::Error| e.to_string();
+    let mut ran: Option<Ran> = None;
+    for part in starts.chunks(batch.max(1)) {
+        let mut job = match GramJob::new(gram, part, o) {
+            Ok(j) => j,
+            Err(err) if ran.is_none() => return Ok(Err(err.to_string())),
+            Err(err) => return Err(err.to_string()),
+        };
+        let r = job.run().map_err(e)?;
+        let profile = job.profile_ticks().map_err(e)?;
+        let agg = ran.get_or_insert_with(|| Ran {
+            gpu_ns: 0,
+            batches: 0,
+            flat: Vec::new(),
+            refreshes: Vec::new(),
+            bands: Vec::new(),
+            wide: Vec::new(),
+            cands: Vec::new(),
+            profile: profile.as_ref().map(|_| Vec::new()),
+            shifts: Vec::new(),
+            ef: Vec::new(),
+            wg: job.workgroup_size(),
+            placement: job.placement(),
+            judge: job.judge(),
+            subgroups: job.uses_subgroups(),
+        });
+        agg.gpu_ns += r.gpu_ns;
+        agg.batches += 1;
+        agg.flat.extend(job.sequences_flat().map_err(e)?);
+        agg.refreshes.extend(job.refreshes().map_err(e)?);
+        agg.bands.extend(job.band_rescores().map_err(e)?);
+        agg.wide.extend(job.wide_bands().map_err(e)?);
+        agg.cands.extend(job.band_candidates().map_err(e)?);
+        if let (Some(all), Some(p)) = (agg.profile.as_mut(), profile) {
+            all.extend(p);
+        }
+        agg.shifts.extend(job.key_shifts().map_err(e)?);
+        agg.ef.extend(job.fresh_error_max().map_err(e)?);
+    }
+    Ok(ran.ok_or_else(|| "no starts".to_string()))
 }
 
 fn fnv(words: &[u32]) -> u64 {
@@ -305,22 +382,23 @@ fn run(a: Args) -> Result<(), String> {
                 let t = Instant::now();
                 let gram = gram_for(comp.is_some())?;
                 let fixed = gram.fixed_scale().is_some();
-                let mut job = match GramJob::new(&gram, &starts, &o) {
-                    Ok(j) => j,
+                let batch = diversity::gram::max_batch(&caps, n, d, precision.bytes(), steps)
+                    .min(a.batch.unwrap_or(usize::MAX));
+                let ran = match run_batches(&gram, &starts, &o, batch)? {
+                    Ok(r) => r,
                     Err(e) => {
                         println!("  skip wg {wg:?} {} spd {spd}: {e}", placement.name());
                         continue;
                     }
                 };
-                let r = job.run().map_err(|e| e.to_string())?;
                 let wall_s = t.elapsed().as_secs_f64();
-                let flat = job.sequences_flat().map_err(|e| e.to_string())?;
+                let flat = ran.flat;
                 let h = fnv(&flat);
                 // The max over the keys (`keys`) may decide other steps uncertain: other bits at near-ties.
                 let arith = (
                     comp.unwrap_or(!fixed),
-                    job.judge() && !fixed,
-                    job.judge()
+                    ran.judge && !fixed,
+                    ran.judge
                         && ((comp == Some(false) && variant.contains("keys"))
                             || variant.contains("noevents")
                             || diag_bits(variant) != 0),
@@ -332,26 +410,15 @@ fn run(a: Args) -> Result<(), String> {
                         true
                     }
                 };
-                let refreshes: u64 = job
-                    .refreshes()
-                    .map_err(|e| e.to_string())?
+                let refreshes: u64 = ran.refreshes.iter().map(|&r| r as u64).sum();
+                let bands: u64 = ran.bands.iter().map(|&r| r as u64).sum();
+                let (wide, cands): (u64, u64) = ran
+                    .wide
                     .iter()
-                    .map(|&r| r as u64)
-                    .sum();
-                let bands: u64 = job
-                    .band_rescores()
-                    .map_err(|e| e.to_string())?
-                    .iter()
-                    .map(|&r| r as u64)
-                    .sum();
-                let (wide, cands): (u64, u64) = job
-                    .wide_bands()
-                    .map_err(|e| e.to_string())?
-                    .iter()
-                    .zip(job.band_candidates().map_err(|e| e.to_string())?)
-                    .fold((0, 0), |(w, c), (&x, y)| (w + x as u64, c + y as u64));
+                    .zip(&ran.cands)
+                    .fold((0, 0), |(w, c), (&x, &y)| (w + x as u64, c + y as u64));
                 // Shaders built with GF_PROFILE, run with DIVERSITY_SHADER_CLOCK: the phases.
-                let profile = job.profile_ticks().map_err(|e| e.to_string())?.map(|p| {
+                let profile = ran.profile.map(|p| {
                     let sum = p.iter().fold([0.0; 4], |a, x| {
                         [a[0] + x[0], a[1] + x[1], a[2] + x[2], a[3] + x[3]]
                     });
@@ -372,15 +439,11 @@ fn run(a: Args) -> Result<(), String> {
                 });
                 // Fixed-point keys: the bits each sequence's keys were shifted right (its bound
                 // grows faster after a shift).
-                let shifts = job.key_shifts().map_err(|e| e.to_string())?;
+                let shifts = ran.shifts;
                 let sh_max = shifts.iter().copied().max().unwrap_or(0);
                 let sh_mean =
                     shifts.iter().map(|&v| v as f64).sum::<f64>() / shifts.len().max(1) as f64;
-                let ef = job
-                    .fresh_error_max()
-                    .map_err(|e| e.to_string())?
-                    .into_iter()
-                    .fold(0.0f32, f32::max);
+                let ef = ran.ef.into_iter().fold(0.0f32, f32::max);
                 if a.oracle > 0 && !checked.contains(&arith) {
                     checked.push(arith);
                     oracle(&table, precision, &starts, &flat, steps + 1, a.oracle)?;
@@ -388,21 +451,25 @@ fn run(a: Args) -> Result<(), String> {
                 if first_seqs.is_none() {
                     first_seqs = Some(flat);
                 }
-                let gpu_s = r.gpu_ns as f64 * 1e-9;
+                let gpu_s = ran.gpu_ns as f64 * 1e-9;
                 let bytes = s as f64 * steps as f64 * n as f64 * 4.0;
                 println!(
-                    "  {} wg {:>4} {:<9} spd {spd:<3} loads {loads:<2} refresh {:<5} {:<11} judge {:<5} {variant} ({bands} band re-scores of {cands} candidates, {wide} wide, {refreshes} recomputes, E_F max {ef:.2e}, key shifts max {sh_max} mean {sh_mean:.2}) subgroups {:<5} GPU {:>8.4} s  wall {:>8.4} s  {:>10.0} steps/s  G rows {:>6.2} TB/s  same bits {}{}",
+                    "  {} wg {:>4} {:<9} spd {spd:<3} loads {loads:<2} refresh {:<5} {:<11} judge {:<5} {variant} ({bands} band re-scores of {cands} candidates, {wide} wide, {refreshes} recomputes, E_F max {ef:.2e}, key shifts max {sh_max} mean {sh_mean:.2}{}) subgroups {:<5} GPU {:>8.4} s  wall {:>8.4} s  {:>10.0} steps/s  G rows {:>6.2} TB/s  same bits {}{}",
                     precision.name(),
-                    job.workgroup_size(),
-                    job.placement().name(),
+                    ran.wg,
+                    ran.placement.name(),
                     refresh.map_or("d".to_string(), |r| r.to_string()),
                     match (fixed, comp) {
                         (true, _) => "fixed",
                         (false, Some(false)) => "plain",
                         _ => "compensated",
                     },
-                    job.judge(),
-                    job.uses_subgroups(),
+                    ran.judge,
+                    match ran.batches {
+                        1 => String::new(),
+                        b => format!(", {b} batches"),
+                    },
+                    ran.subgroups,
                     gpu_s,
                     wall_s,
                     steps as f64 / gpu_s.max(1e-12),
@@ -414,9 +481,9 @@ fn run(a: Args) -> Result<(), String> {
                     precision,
                     spd,
                     comp: comp.unwrap_or(!fixed),
-                    wg: job.workgroup_size(),
-                    placement: job.placement(),
-                    subgroups: job.uses_subgroups(),
+                    wg: ran.wg,
+                    placement: ran.placement,
+                    subgroups: ran.subgroups,
                     gpu_s,
                     wall_s,
                     build_s: gram.build_ns() as f64 * 1e-9,

@@ -40,6 +40,15 @@ rm -f "$smoke_log"
 cargo run --release --quiet --example bench_gram -- --table data/fortunes-2k.npy --starts 8 \
   --steps 20 --wg 32,64 --placements registers,memory --compensated d,1,0 --spd 0,1 --oracle 2 \
   --e2e "$(mktemp -d)/e2e.json" --label "CI smoke" >/dev/null
+# Its batches: the same sequences in batches of 3 (the last one short) as in one.
+gram_dir=$(mktemp -d)
+for b in 8 3; do
+  cargo run --release --quiet --example bench_gram -- --table data/fortunes-2k.npy --starts 8 \
+    --steps 20 --batch "$b" --seqs "$gram_dir/batch-$b.u32" --label "CI smoke, batches of $b" >/dev/null
+done
+cmp "$gram_dir/batch-8.u32" "$gram_dir/batch-3.u32" \
+  || { echo "bench_gram --batch 3: other sequences than one batch" >&2; exit 1; }
+rm -rf "$gram_dir"
 # The host engine's benchmark (about 1 s): the whole cache of 600 fortunes.
 cargo run --release --quiet --example bench_host -- data/fortunes-2k.npy --n 600 --center >/dev/null
 cargo run --release --quiet --example bench_knn -- --table data/fortunes-2k.npy --n 300 \

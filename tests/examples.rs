@@ -314,6 +314,11 @@ fn examples_refuse_meaningless_numbers() {
             "--wg 0: must be at least 1",
         ),
         (
+            "bench_gram",
+            &["--batch", "0"],
+            "--batch 0: must be at least 1",
+        ),
+        (
             "check",
             &["--eps", "nan"],
             "--eps nan: must be a finite number 0 or more",
