@@ -202,6 +202,8 @@ fn main() {
 /// start order.
 struct Ran {
     gpu_ns: u64,
+    /// Wall time of creating and running the jobs (not the downloads after each).
+    run_s: f64,
     batches: usize,
     flat: Vec<u32>,
     refreshes: Vec<u32>,
@@ -228,15 +230,18 @@ fn run_batches(
     let e = |e: diversity::Error| e.to_string();
     let mut ran: Option<Ran> = None;
     for part in starts.chunks(batch.max(1)) {
+        let t = Instant::now();
         let mut job = match GramJob::new(gram, part, o) {
             Ok(j) => j,
             Err(err) if ran.is_none() => return Ok(Err(err.to_string())),
             Err(err) => return Err(err.to_string()),
         };
         let r = job.run().map_err(e)?;
+        let run_s = t.elapsed().as_secs_f64();
         let profile = job.profile_ticks().map_err(e)?;
         let agg = ran.get_or_insert_with(|| Ran {
             gpu_ns: 0,
+            run_s: 0.0,
             batches: 0,
             flat: Vec::new(),
             refreshes: Vec::new(),
@@ -252,6 +257,7 @@ fn run_batches(
             subgroups: job.uses_subgroups(),
         });
         agg.gpu_ns += r.gpu_ns;
+        agg.run_s += run_s;
         agg.batches += 1;
         agg.flat.extend(job.sequences_flat().map_err(e)?);
         agg.refreshes.extend(job.refreshes().map_err(e)?);
@@ -379,8 +385,10 @@ fn run(a: Args) -> Result<(), String> {
                     judge_diag: diag_bits(variant),
                     ..GramOptions::default()
                 };
+                // Wall time: G's build where this configuration builds it, and its jobs' runs.
                 let t = Instant::now();
                 let gram = gram_for(comp.is_some())?;
+                let build_s = t.elapsed().as_secs_f64();
                 let fixed = gram.fixed_scale().is_some();
                 let batch = diversity::gram::max_batch(&caps, n, d, precision.bytes(), steps)
                     .min(a.batch.unwrap_or(usize::MAX));
@@ -391,7 +399,7 @@ fn run(a: Args) -> Result<(), String> {
                         continue;
                     }
                 };
-                let wall_s = t.elapsed().as_secs_f64();
+                let wall_s = build_s + ran.run_s;
                 let flat = ran.flat;
                 let h = fnv(&flat);
                 // The max over the keys (`keys`) may decide other steps uncertain: other bits at near-ties.
