@@ -497,7 +497,7 @@ void main() {
             // Measured on an H200 (BENCHMARKS.md, the bisect): the loads' addresses taken outside
             // grow() made the driver put the keys in local memory (2.2-2.8x slower); a second
             // copy of this loop for sh = 0 and prev marked in a branch before it were slower too
-            // (+17%, +27%); a lane's top-2 in two chains merged after the loop, 5-15% slower
+            // (+17%, +27%); a lane's top-2 in two chains merged after the loop, 1-15% slower
             // (H100, 2026-12-06).
 #if GF_VEC > 1
             const uint pq = prev / VW;
