@@ -116,11 +116,12 @@ const uint JS_S = 0u, JS_L = 1u, JS_E0 = 2u, JS_FULL = 3u, JS_KMAX = 4u, JS_BAND
 #define DIAG_NO_CSUM ((DIAG & 4u) != 0u)
 
 #include "key_order.glsl"
+#include "gram_rows.glsl"
 
-// Entry j of row prev of G (a row takes N entries rounded up to a multiple of 4).
+// Entry j of row prev of G.
 float grow(uint prev, uint j) {
     uint slab = prev / SLAB_ROWS;
-    return G[slab].g[(prev - slab * SLAB_ROWS) * ((pc.n + 3u) & ~3u) + j];
+    return G[slab].g[(prev - slab * SLAB_ROWS) * gram_row_stride(pc.n) + j];
 }
 
 // Two halves of slots for the subgroups' results (alternate steps): WG each without the judge

@@ -76,18 +76,26 @@ layout(constant_id = 12) const uint REFRESH = 0u;
 layout(constant_id = 13) const float REFRESH_AT = 1024.0;
 
 #include "table.glsl"
+#include "gram_rows.glsl"
 layout(std430, set = 0, binding = 2) readonly buffer Starts { uint starts[]; };
 // Per sequence (stride 2N + 3D + 16 floats, gram.comp's): keys[0..N) (int bits), then at 2N the
 // float64 running sum c̃[0..D) (two words each), then at 2N + 3D the scalars (JS_*).
 layout(std430, set = 0, binding = 3) buffer State { uint state[]; };
 layout(std430, set = 0, binding = 5) buffer Seqs { uint seqs[]; };
 layout(std430, set = 0, binding = 8) readonly buffer GSlab { int g[]; } G[8];
+// G's rows as runs of GF_VEC values (GV_AT(v, c): value c of a run).
 #if GF_VEC == 4
 layout(std430, set = 0, binding = 8) readonly buffer GSlabV { ivec4 g[]; } GV[8];
 #define IVECV ivec4
+#define GV_AT(v, c) (v)[c]
 #elif GF_VEC == 2
 layout(std430, set = 0, binding = 8) readonly buffer GSlabV { ivec2 g[]; } GV[8];
 #define IVECV ivec2
+#define GV_AT(v, c) (v)[c]
+#else
+#define GV G
+#define IVECV int
+#define GV_AT(v, c) (v)
 #endif
 
 layout(push_constant) uniform Push {
@@ -156,21 +164,16 @@ void store_d(uint at, double v) {
     state[at + 1u] = w.y;
 }
 
-// Entries a row of G: N rounded up to a multiple of 4 (plan.rs, row_stride).
-uint g_stride() { return (pc.n + 3u) & ~3u; }
-
 int grow(uint prev, uint j) {
     uint slab = prev / SLAB_ROWS;
-    return G[slab].g[(prev - slab * SLAB_ROWS) * g_stride() + j];
+    return G[slab].g[(prev - slab * SLAB_ROWS) * gram_row_stride(pc.n) + j];
 }
 
-#if GF_VEC > 1
-// Vector q of row prev: its entries VW·q .. VW·q + VW − 1.
+// Run q of row prev: its entries VW·q .. VW·q + VW − 1.
 IVECV grow_v(uint prev, uint q) {
     uint slab = prev / SLAB_ROWS;
-    return GV[slab].g[(prev - slab * SLAB_ROWS) * (g_stride() / VW) + q];
+    return GV[slab].g[(prev - slab * SLAB_ROWS) * (gram_row_stride(pc.n) / VW) + q];
 }
-#endif
 
 // The item of a lane's register key r.
 uint kj(uint r) {
@@ -499,47 +502,28 @@ void main() {
             // copy of this loop for sh = 0 and prev marked in a branch before it were slower too
             // (+17%, +27%); a lane's top-2 in two chains merged after the loop, 1-15% slower
             // (H100, 2026-12-06).
-#if GF_VEC > 1
             const uint pq = prev / VW;
             const uint rp = pq % WG == lid ? (pq / WG) * VW + prev % VW : NO_INDEX;
-#else
-            const uint rp = prev % WG == lid ? prev / WG : NO_INDEX;
-#endif
-#if GF_VEC > 1
             const uint NQ = KPL / VW, LV = (LOADS + VW - 1u) / VW;
             for (uint q0 = 0u; q0 < NQ; q0 += LV) {
                 IVECV g[LV];
                 for (uint u = 0u; u < LV; ++u) {
                     const uint q = q0 + u;
-                    if (q < NQ) g[u] = grow_v(prev, min(lid + q * WG, g_stride() / VW - 1u));
+                    if (q < NQ) {
+                        g[u] = grow_v(prev, min(lid + q * WG, gram_row_stride(n) / VW - 1u));
+                    }
                 }
                 for (uint u = 0u; u < LV; ++u) {
                     const uint q = q0 + u;
                     if (q >= NQ) break;
                     for (uint c = 0u; c < VW; ++c) {
                         const uint r = q * VW + c;
-                        const int v = key[r] + ((g[u][c] + half_) >> sh);
+                        const int v = key[r] + ((GV_AT(g[u], c) + half_) >> sh);
                         key[r] = (key[r] == SENT || r == rp) ? SENT : v;
                         offer(key[r], r, bk, bi, b2);
                     }
                 }
             }
-#else
-            for (uint r0 = 0u; r0 < RPER; r0 += LOADS) {
-                int g[LOADS];
-                for (uint q = 0u; q < LOADS; ++q) {
-                    const uint r = r0 + q;
-                    if (r < RPER) g[q] = grow(prev, min(lid + r * WG, n - 1u));
-                }
-                for (uint q = 0u; q < LOADS; ++q) {
-                    const uint r = r0 + q;
-                    if (r >= RPER) break;
-                    const int v = key[r] + ((g[q] + half_) >> sh);
-                    key[r] = (key[r] == SENT || r == rp) ? SENT : v;
-                    offer(key[r], r, bk, bi, b2);
-                }
-            }
-#endif
             bi = bi == NO_INDEX ? NO_INDEX : kj(bi);
         } else {
             for (uint j0 = lid; j0 < n; j0 += 4u * WG) {

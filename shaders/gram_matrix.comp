@@ -2,8 +2,8 @@
 // G = E Eᵀ for the gram engine (the running keys c·e_x grow by a row of G per step): rows
 // [row0, row0 + rows) of G written into slab `slab`, which holds the rows from slab_row0 on (G is
 // split into slabs of whole rows: one binding sees at most maxStorageBufferRange bytes; a slab may
-// take several submissions). A row takes N entries rounded up to a multiple of 4 (16-byte
-// aligned rows; the padding entries are 0).
+// take several submissions). A row takes N entries rounded up to a multiple of 4, the padding
+// entries 0 (gram_rows.glsl).
 // Column j is stored scaled by 1/|e_j|: the engine then sums keys c·e_j/|e_j| directly.
 // Each entry is a compensated dot product (Ogita, Rump and Oishi's Dot2) over d in ascending
 // order from 0: every product's rounding error comes exactly from fma(a, b, -a·b), every sum's
@@ -26,6 +26,7 @@
 layout(local_size_x = 256) in;
 
 #include "table.glsl"
+#include "gram_rows.glsl"
 #ifdef FIXED
 layout(constant_id = 0) const int SCALE = 0;
 layout(std430, set = 0, binding = 8) writeonly buffer GSlab { int g[]; } G[8];
@@ -52,7 +53,7 @@ void main() {
     const uint j0 = gl_WorkGroupID.x * BT;             // columns
     const uint i0 = pc.row0 + gl_WorkGroupID.y * BT;   // rows of G
     const uint iend = pc.row0 + pc.rows;
-    const uint stride = (pc.n + 3u) & ~3u; // entries a row of G (plan.rs, row_stride)
+    const uint stride = gram_row_stride(pc.n);
 #ifdef FIXED
     double acc[16], sq[4];
     for (uint q = 0u; q < 16u; ++q) acc[q] = 0.0LF;
