@@ -159,16 +159,12 @@ impl UserData for LGram {
 /// `gram_bytes`.
 pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
     // Bytes of G = E Eᵀ for N items on a device (crate::gram::gram_bytes: N rows of N rounded up
-    // to a multiple of 4 entries, 4 bytes each).
+    // to a multiple of 4 entries, 4 bytes each; it saturates past 2^64).
     m.set(
         "gram_bytes",
         lua.create_function(|_, n: Value| {
             let items = int("gram_bytes", "n", &n)?;
-            let stride = items.checked_next_multiple_of(4);
-            match stride
-                .and_then(|s| items.checked_mul(s))
-                .and_then(|b| b.checked_mul(4))
-            {
+            match usize::try_from(items).ok().map(crate::gram::gram_bytes) {
                 // Past 2^53 bytes a Lua number would not hold the size exactly either.
                 Some(b) if b < 1u64 << 53 => Ok(b),
                 _ => Err(msg(
