@@ -4,7 +4,7 @@
 //! `.part` block, and the checks a resume makes before it trusts a file (the rows' meaning as
 //! well as their checksums). The Lua driver decides when to write and
 //! read; the bytes and the refusals are written here, once. May touch the file system (reading
-//! a checkpoint directory, never writing it) and [`crate::checksum`] / [`crate::files`]'s
+//! a checkpoint directory, never writing it) and `crate::checksum` / [`crate::files`]'s
 //! checksums; nothing else in the crate.
 //!
 //! A checkpoint directory holds `run.txt`, and per batch b (1-based) `batch-<b:05>.u32` (the

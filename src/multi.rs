@@ -1,7 +1,7 @@
 //! Several devices for one exact k-NN search, the Faiss way: [`IndexShards`] splits
 //! the table, [`IndexReplicas`] splits the queries. Both give, bit for bit, what one device's
 //! [`knn_flat`] gives on the whole table.
-//! It may touch the device context, device tables and the exact k-NN search of [`crate::knn`];
+//! It may touch the device context, device tables and the exact k-NN search of [`mod@crate::knn`];
 //! no sequence engine, no file format.
 //!
 //! # Shards (Faiss's `IndexShards`)

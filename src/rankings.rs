@@ -4,7 +4,7 @@
 //! streamed batch by batch into a sink — the user's rankings cache ([`write_rankings_cache`], through
 //! [`RankingsWriter`]) or the compact k-NN graph file ([`write_knn_graph`], through
 //! [`KnnGraphWriter`]).
-//! It may touch the exact k-NN search ([`crate::knn`]), the device table, the metric and the
+//! It may touch the exact k-NN search ([`mod@crate::knn`]), the device table, the metric and the
 //! rankings and k-NN graph writers of [`crate::cache`]; no sequence engine.
 //!
 //! # Semantics

@@ -1,6 +1,6 @@
 //! Reading embedding tables from files, and writing `.npy` arrays. Host files only: the loaders
 //! may touch the host [`Table`], [`crate::error`], the checksum and the atomic writer
-//! ([`crate::pending_file`]); no device, no engine.
+//! (`crate::pending_file`); no device, no engine.
 //!
 //! The input formats, all ending up as a validated [`Table`]:
 //!

@@ -21,7 +21,7 @@ use crate::knn::{check_queries, KnnResult};
 use crate::multi::{first_error, merged, names, shard_results, split_ranges, MultiReport};
 use crate::table::Table;
 
-/// An IVF-Flat index sharded over devices (see the [module](self) documentation).
+/// An IVF-Flat index sharded over devices (see the module documentation).
 pub struct IvfShards {
     shards: Vec<Option<IvfFlat>>,
     ranges: Vec<(usize, usize)>,
