@@ -15,6 +15,7 @@ export DIVERSITY_DEVICE="${DIVERSITY_DEVICE:-llvmpipe}"
 cargo fmt --check
 cargo clippy --release --all-targets --quiet -- -D warnings
 cargo clippy --release --features lua --lib --quiet -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --features lua --quiet
 cargo test --release
 # A crate depending on this one (`cargo add --path`) builds and runs the README's Rust example.
 bash scripts/dependent-crate.sh >/dev/null
