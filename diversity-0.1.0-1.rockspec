@@ -4,7 +4,8 @@
 -- --lua-version=5.1 config lua_interpreter` says which).
 rockspec_format = "3.0"
 package = "diversity"
-version = "dev-1"
+-- The crate's version (Cargo.toml) and a rockspec revision; scripts/rock.sh checks they agree.
+version = "0.1.0-1"
 source = {
    url = "git+https://example.invalid/diversity.git",
 }
@@ -30,6 +31,8 @@ build = {
       lua = {
          ["diversity.driver"] = "lua/diversity/driver.lua",
          ["diversity.cli"] = "lua/diversity/cli.lua",
+         -- LuaLS ---@meta stubs of the module (docs/lua.md): read by editors, never run.
+         ["diversity.types"] = "lua/diversity/types.lua",
          vk_compute = "lua/vk_compute.lua",
       },
       bin = { diversity = "lua/diversity/cli.lua" },
