@@ -1,16 +1,20 @@
--- README.md runs as written: every fenced code block is read from the file and executed or
--- checked, so a snippet that stops working fails the suite.
+-- README.md and docs/*.md run as written: every fenced code block is read from the files and
+-- executed or checked, so a snippet that stops working fails the suite. Also: no page cites the
+-- project's internal documents, every relative link resolves, and docs/cli.md's flag table holds
+-- exactly the flags (and metavariables and defaults) of `diversity --help`, which come from the
+-- one FLAGS table in lua/diversity/cli.lua.
 --
 --   ```lua   runs under LuaJIT from the repository root (it may read data/, writes only to
 --            temporary files); it must exit 0.
 --   ```sh    runs under bash -e from the repository root, with HOME a fresh directory (a
 --            `--local` rock goes there) and `diversity` on PATH (lua/diversity/cli.lua); three
 --            blocks are not run, named in SKIPPED with the reason.
---   ```rust  the one complete program; scripts/dependent-crate.sh (in scripts/test.sh) builds it
---            as a crate depending on this one and runs it.
+--   ```rust  a complete program (README.md holds exactly one); scripts/dependent-crate.sh (in
+--            scripts/test.sh) builds each as a program of a crate depending on this one and runs
+--            it.
 --   ```text  after "It prints:", the preceding block's exact output; starting "usage: NAME", the
 --            exact `--help` of the command line (`diversity`) or of example NAME; under
---            "## Layout", a file tree whose every path must exist.
+--            "## Layout" (docs/architecture.md), a file tree whose every path must exist.
 local H = require "helpers"
 
 -- Blocks not run, each matched by a string it contains, and why.
@@ -43,14 +47,24 @@ local function blocks(text)
       end
     end
   end
-  assert(cur == nil, "README.md: a code block is not closed")
+  assert(cur == nil, "a code block is not closed")
   return out
 end
 
-local README = H.read("README.md")
 local REPO = assert(io.popen("pwd")):read("*l")
 
-describe("README.md", function()
+--- README.md, then docs/*.md in name order: {name, text}.
+local function pages()
+  local out = { { name = "README.md", text = H.read("README.md") } }
+  local ls = assert(io.popen("ls docs/*.md"))
+  for path in ls:lines() do out[#out + 1] = { name = path, text = H.read(path) } end
+  ls:close()
+  assert(#out >= 8, "docs/*.md: expected the seven guides and the environment page")
+  return out
+end
+local PAGES = pages()
+
+describe("README.md and docs/*.md", function()
   local bin, home
   setup(function()
     bin, home = H.tmpdir(), H.tmpdir()
@@ -79,7 +93,7 @@ describe("README.md", function()
       rc, out, err = H.sh(env() .. " bash -eo pipefail " .. H.q(f))
     end
     os.remove(f)
-    assert.are.equal(0, rc, ("README.md line %d (%s) failed:\n%s%s"):format(b.line, b.lang, out, err))
+    assert.are.equal(0, rc, ("%s line %d (%s) failed:\n%s%s"):format(b.page, b.line, b.lang, out, err))
     return out
   end
 
@@ -91,16 +105,68 @@ describe("README.md", function()
     return out
   end
 
-  it("names no internal documents or issue numbers", function()
-    assert.falsy(README:find("SPEC", 1, true), "README.md cites SPEC")
-    assert.falsy(README:find("§", 1, true), "README.md cites a § section")
-    assert.falsy(README:lower():find("issue %d"), "README.md cites an issue number")
+  it("name no internal documents or issue numbers", function()
+    for _, p in ipairs(PAGES) do
+      assert.falsy(p.text:find("SPEC", 1, true), p.name .. " cites SPEC")
+      assert.falsy(p.text:find("§", 1, true), p.name .. " cites a § section")
+      assert.falsy(p.text:lower():find("issue %d"), p.name .. " cites an issue number")
+    end
+  end)
+
+  it("README.md stays short", function()
+    local lines = select(2, PAGES[1].text:gsub("\n", ""))
+    assert.is_true(lines <= 300, "README.md has " .. lines .. " lines (at most 300)")
+  end)
+
+  it("every relative link resolves", function()
+    for _, p in ipairs(PAGES) do
+      local dir = p.name:match("^(.*/)") or ""
+      for target in p.text:gmatch("%]%(([^)%s]+)%)") do
+        if not target:match("^%a+:") then
+          local path = target:gsub("#.*$", "")
+          if path ~= "" then
+            assert.is_true(H.exists(dir .. path), p.name .. " links to " .. target .. ", which does not exist")
+          end
+        end
+      end
+    end
+  end)
+
+  it("docs/cli.md's flag table is `diversity --help`'s flags, each once", function()
+    local help = help_of("diversity")
+    local want = {}
+    for line in help:gmatch("[^\n]+") do
+      local flag, meta = line:match("^  (%-%-[%w-]+) ?(%S*)")
+      if flag then
+        local default = line:match("%[default: (.*)%]$")
+        want[flag] = { meta = meta, default = default or "" }
+      end
+    end
+    local have, rows = {}, 0
+    for line in H.read("docs/cli.md"):gmatch("[^\n]+") do
+      local flag, meta, default = line:match("^| `(%-%-[%w-]+) ?([^`]*)` |([^|]*)|")
+      if flag then
+        rows = rows + 1
+        assert.is_nil(have[flag], "docs/cli.md: " .. flag .. " has two rows")
+        have[flag] = { meta = meta, default = default:match("^%s*(.-)%s*$") }
+      end
+    end
+    assert.is_true(rows > 20, "docs/cli.md: no flag table found")
+    for flag, w in pairs(want) do
+      assert.are.same(w, have[flag], "docs/cli.md's row for " .. flag .. " (metavariable, default)")
+    end
+    for flag in pairs(have) do
+      assert.is_table(want[flag], "docs/cli.md documents " .. flag .. ", which `diversity --help` lacks")
+    end
   end)
 
   it("every code block runs or matches", function()
-    local last_out, ran, skipped, rust = nil, 0, 0, 0
-    for _, b in ipairs(blocks(README)) do
-      local where = ("README.md line %d"):format(b.line)
+    local ran, skipped, rust = 0, 0, 0
+    for _, p in ipairs(PAGES) do
+     local last_out, readme_rust = nil, 0
+     for _, b in ipairs(blocks(p.text)) do
+      local where = ("%s line %d"):format(p.name, b.line)
+      b.page = p.name
       if b.lang == "lua" or b.lang == "sh" then
         local skip
         for _, s in ipairs(SKIPPED) do
@@ -116,6 +182,7 @@ describe("README.md", function()
       elseif b.lang == "rust" then
         assert.truthy(b.body:find("\nfn main", 1, true), where .. ": the Rust example has no fn main")
         rust = rust + 1
+        if p.name == "README.md" then readme_rust = readme_rust + 1 end
       elseif b.lang == "text" and b.before == "It prints:" then
         assert.is_string(last_out, where .. ": no block runs before this output")
         assert.are.equal(b.body, last_out, where .. ": the output shown is not what the block prints")
@@ -132,9 +199,13 @@ describe("README.md", function()
       else
         error(where .. ": a ```" .. b.lang .. " block that nothing runs or checks")
       end
+     end
+     if p.name == "README.md" then
+       assert.are.equal(1, readme_rust, "README.md: one complete Rust program")
+     end
     end
     assert.are.equal(#SKIPPED, skipped, "a SKIPPED entry matches no block")
-    assert.are.equal(1, rust, "one complete Rust program")
-    assert.is_true(ran >= 5, "ran only " .. ran .. " blocks")
+    assert.is_true(rust >= 2, "the Rust programs: README.md's and docs/rust.md's")
+    assert.is_true(ran >= 10, "ran only " .. ran .. " blocks")
   end)
 end)
