@@ -117,6 +117,59 @@ local function run_batches(call, dt, N, from, batch, each)
   return result
 end
 
+-- Rows of a resumed output computed again to bind the file to the table (spread over the rows
+-- written, the first and the last among them).
+local RESUME_SAMPLE = 8
+
+-- A resumed output (`path`: the header and `k` rows of N entries) checked before anything is
+-- appended to it: every row as the reader checks it (row s starts with s and is a permutation of
+-- 0..N-1), read a block at a time; then up to RESUME_SAMPLE rows computed again on `dt` with this
+-- call's mode and compared byte for byte, so that rows written for another table, other options
+-- or another DIVERSITY_MODE are refused rather than continued. Raises naming the file and the row.
+local function check_resume(call, path, N, k, dt)
+  local r, err = io.open(path, "rb")
+  if not r then return nil, path .. ": " .. tostring(err) end
+  local block = math.max(1, math.floor(2 ^ 24 / (N * 4)))
+  for first = 0, k - 1, block do
+    local count = math.min(block, k - first)
+    r:seek("set", 4 + first * N * 4)
+    local bytes = r:read(count * N * 4) or ""
+    local list = {}
+    for i = 1, count do list[i] = first + i - 1 end
+    local bad = diversity.checkpoint_check_rows(bytes, list, N, N)
+    if bad then
+      r:close()
+      return nil, ("%s: the rows already written (starts %d to %d) are not diversity sequences "
+        .. "of N = %d: %s; nothing was appended (start again with start_from = 0)")
+        :format(path, first, first + count - 1, N, bad)
+    end
+  end
+  local sample, seen = {}, {}
+  local m = math.min(RESUME_SAMPLE, k)
+  for j = 0, m - 1 do
+    local s = m == 1 and 0 or math.floor(j * (k - 1) / (m - 1) + 0.5)
+    if not seen[s] then seen[s] = true; sample[#sample + 1] = s end
+  end
+  local ok, job = pcall(dt.job, dt, sample, { mode = shim_mode(call) })
+  if not ok then r:close(); return nil, diversity.message(job) end
+  local buf = ffi.new("uint32_t[?]", #sample * N)
+  local ok_run, e = pcall(function() job:step(N); job:download(buf) end)
+  job:close()
+  if not ok_run then r:close(); return nil, diversity.message(e) end
+  for i, s in ipairs(sample) do
+    r:seek("set", 4 + s * N * 4)
+    local row = r:read(N * 4)
+    if row ~= ffi.string(buf + (i - 1) * N, N * 4) then
+      r:close()
+      return nil, ("%s: the row of start %d is not this table's sequence from start %d: the file "
+        .. "was written for another table, other options or another DIVERSITY_MODE; nothing was "
+        .. "appended (start again with start_from = 0)"):format(path, s, s)
+    end
+  end
+  r:close()
+  return true
+end
+
 --- One full diversity sequence from `start` (0-based) over a flat fp32 array of N*dim values.
 -- Returns a 1-based Lua array of 0-based item indices.
 function M.compute_diversity_sequence(ctx, flat, N, dim, start)
@@ -135,8 +188,9 @@ end
 --- Every sequence of an fp32 table (`flat`: a Lua array or float cdata of N*dim values), start
 -- by start from `start_from` (0-based, default 0), appended to `output_file` as they are done:
 -- the file is uint32 N, then one row of N uint32 per start, so a run stopped after k rows resumes
--- with `start_from = k` (the file must then hold exactly the header and k rows; it is checked and
--- refused otherwise). With start_from 0 the file is started anew: written beside the output and
+-- with `start_from = k` (the file must then hold exactly the header and k rows, each row a
+-- sequence of this N, and a sample of them must be what this table gives again: it is checked and
+-- refused otherwise, before anything is appended). With start_from 0 the file is started anew: written beside the output and
 -- renamed onto it once the first batch of rows is in it, so a failure before that (a closed
 -- context, the upload, the first job) leaves an existing file as it was. An output that exists
 -- and is not a regular file (a device, a FIFO, a directory) is refused before any device work.
@@ -202,6 +256,10 @@ function M.compute_all_diversity_sequences(ctx, flat, N, dim, output_file, start
   end
   local dt = guarded(call, ctx.upload, ctx, t, "fp32")
   t:close()
+  if output_file ~= nil and start_from > 0 then
+    local ok, err = check_resume(call, output_file, N, start_from, dt)
+    if not ok then dt:close(); fail(call, err) end
+  end
   local result = run_batches(call, dt, N, start_from, 256, output_file and function(job, first, count)
     local buf = ffi.new("uint32_t[?]", count * N)
     guarded(call, job.download, job, buf)

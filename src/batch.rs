@@ -33,11 +33,11 @@ static CHUNKS_DONE: AtomicUsize = AtomicUsize::new(0);
 /// `Some(n)` when [`ENV_FAIL_AFTER_CHUNKS`]` = n` and this process has already completed `n`
 /// submissions: the caller must treat the submission it just waited for as lost.
 pub(crate) fn injected_loss() -> Option<usize> {
-    let n: usize = std::env::var(ENV_FAIL_AFTER_CHUNKS)
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
+    let n = crate::settings::read(ENV_FAIL_AFTER_CHUNKS, |v| {
+        crate::settings::parse_count(ENV_FAIL_AFTER_CHUNKS, v, 0, u32::MAX as u64)
+    })
+    .ok()
+    .flatten()? as usize;
     (CHUNKS_DONE.fetch_add(1, Ordering::SeqCst) >= n).then_some(n)
 }
 

@@ -184,17 +184,14 @@ pub fn fingerprint_diff(now: &str, saved: &str) -> String {
         m
     };
     let (a, b) = (map(now), map(saved));
-    keys(now)
+    let diff = keys(now)
         .iter()
         .filter(|(k, _)| a.get(k) != b.get(k))
         .map(|(k, _)| {
             let (now_v, saved_v) = (a.get(k).copied(), b.get(k).copied());
-            // A gram run written before the judge became the default at every N.
-            let hint = match (*k, now_v, saved_v) {
-                ("summation", Some(n), Some(s)) if n.contains("judge") && !s.contains("judge") => {
-                    " (written without the judge, before it ran by default: resume with --no-judge)"
-                }
-                _ => "",
+            let hint = match (*k, saved_v) {
+                ("summation", Some(s)) => summation_hint(s),
+                _ => String::new(),
             };
             format!(
                 "{k}: {} now, {} in the checkpoint{hint}",
@@ -203,7 +200,51 @@ pub fn fingerprint_diff(now: &str, saved: &str) -> String {
             )
         })
         .collect::<Vec<_>>()
-        .join("; ")
+        .join("; ");
+    if !diff.is_empty() {
+        return diff;
+    }
+    // Every key has the same value, yet the texts differ: a key twice, lines reordered, text
+    // that is no key=value line. Name the first line that differs.
+    let (now_lines, saved_lines): (Vec<&str>, Vec<&str>) =
+        (now.lines().collect(), saved.lines().collect());
+    let at = (0..now_lines.len().max(saved_lines.len()))
+        .find(|&i| now_lines.get(i) != saved_lines.get(i))
+        .unwrap_or(0);
+    let shown = |l: Option<&&str>| match l {
+        Some(l) => format!("'{l}'"),
+        None => "nothing".to_string(),
+    };
+    format!(
+        "line {} of its run.txt reads {}, where this run writes {}",
+        at + 1,
+        shown(saved_lines.get(at)),
+        shown(now_lines.get(at))
+    )
+}
+
+/// How to resume a gram checkpoint whose `summation` (the arithmetic it was written with) is
+/// `saved`: the flags that select that arithmetic again, as " (…)", or why none do.
+fn summation_hint(saved: &str) -> String {
+    let flags = match saved {
+        "fixed; G dot64" => {
+            "written with fixed-point keys, the default where the device has float64: resume \
+             without --compensated-sums, --plain-sums, --judge and --no-judge, on a device of \
+             the same kind"
+        }
+        "compensated; G dot2" => "resume with --compensated-sums --no-judge",
+        "plain; G dot2" => "resume with --plain-sums --no-judge",
+        s if s.starts_with("compensated; G dot2; judge2") => {
+            "resume with --compensated-sums --judge"
+        }
+        s if s.starts_with("plain; G dot2; judge3") => "resume with --plain-sums --judge",
+        s if !s.contains("G dot") || s.contains("judge;") || s.ends_with("judge") => {
+            "written by an older version whose arithmetic this one does not run: remove the \
+             checkpoint to start over"
+        }
+        _ => return String::new(),
+    };
+    format!(" ({flags})")
 }
 
 /// `text` without its `generated_at=…` lines (every "generated_at=" up to and with the next
@@ -481,15 +522,39 @@ mod tests {
             fingerprint_diff("a=1\nc=2\n", "a=1\n"),
             "c: 2 now, (missing: an older checkpoint format) in the checkpoint"
         );
-        // A gram checkpoint from before the judge ran by default says how to resume it.
+        // A gram checkpoint says which flags select its arithmetic again.
         assert_eq!(
             fingerprint_diff(
                 "summation=compensated; G dot2; judge2 refresh 4096\n",
                 "summation=compensated; G dot2\n"
             ),
             "summation: compensated; G dot2; judge2 refresh 4096 now, compensated; G dot2 in the \
-             checkpoint (written without the judge, before it ran by default: resume with \
-             --no-judge)"
+             checkpoint (resume with --compensated-sums --no-judge)"
+        );
+        // Fixed-point keys, resumed with --compensated-sums: not --no-judge (refused again).
+        let d = fingerprint_diff(
+            "summation=compensated; G dot2; judge2\n",
+            "summation=fixed; G dot64\n",
+        );
+        assert!(d.ends_with("(written with fixed-point keys, the default where the device has float64: resume without --compensated-sums, --plain-sums, --judge and --no-judge, on a device of the same kind)"), "{d}");
+        assert!(!d.contains("resume with --no-judge"), "{d}");
+        assert!(fingerprint_diff(
+            "summation=fixed; G dot64\n",
+            "summation=plain; G dot2; judge3\n"
+        )
+        .ends_with("(resume with --plain-sums --judge)"));
+        assert!(
+            fingerprint_diff("summation=fixed; G dot64\n", "summation=plain\n")
+                .ends_with("remove the checkpoint to start over)")
+        );
+        // The same values, other text: a key twice is named, never "()".
+        assert_eq!(
+            fingerprint_diff("a=1\nb=2\n", "a=1\nb=2\nb=2\n"),
+            "line 3 of its run.txt reads 'b=2', where this run writes nothing"
+        );
+        assert_eq!(
+            fingerprint_diff("a=1\nb=2\n", "b=2\na=1\n"),
+            "line 1 of its run.txt reads 'b=2', where this run writes 'a=1'"
         );
         assert_eq!(without_generated_at("a=1\ngenerated_at=x\n"), "a=1\n");
         assert_eq!(without_generated_at("generated_at=x"), "generated_at=x");

@@ -46,6 +46,7 @@ mod pending_file;
 pub mod rankings;
 pub mod reference;
 pub mod scan;
+pub mod settings;
 mod spirv;
 mod submit;
 pub mod table;

@@ -52,20 +52,20 @@ use std::sync::Mutex;
 
 /// Open the devices that `spec` names, in its order, each as its own [`Context`]:
 /// `all` (every device of [`Context::list_devices`]) or a comma-separated list whose items are
-/// device indices (into [`Context::list_devices`]), device UUIDs (`GPU-…`, see
-/// [`crate::device::match_uuid`]) or case-insensitive substrings of a device's name (the first
-/// device, in that list's order, whose name contains it). An item may repeat:
+/// device selectors, each by [`crate::device::select_device`]'s rule (an index into
+/// [`Context::list_devices`], a `GPU-…` UUID, or a part of one device's name: a name that
+/// several devices share is refused). An item may repeat:
 /// `"0,0"` opens device 0 twice, as two logical devices with their own queues and memory.
 /// `validation` turns the validation layers on for every context (also on with
 /// `DIVERSITY_VALIDATION=1`). Errors ([`Error::Invalid`]) name the offending item and list the
-/// devices: an empty list or item, an index out of range, a name no device has.
+/// devices: an empty list or item, an index out of range, a name no device has or several have.
 pub fn open_devices(spec: &str, validation: bool) -> Result<Vec<Context>> {
     let devices = Context::list_devices()?;
     let listing = || {
         crate::device::device_listing(
             devices
                 .iter()
-                .map(|d| format!("{}: {} ({})", d.index, d.name, d.device_type)),
+                .map(|d| format!("{}: {} ({})", d.index, d.name, d.uuid)),
         )
     };
     let trimmed = spec.trim();
@@ -81,7 +81,7 @@ pub fn open_devices(spec: &str, validation: bool) -> Result<Vec<Context>> {
         if items.iter().all(|s| s.is_empty()) {
             return Err(Error::Invalid(format!(
                 "device list '{spec}' is empty: expected 'all' or a comma-separated list of \
-                 device indices or name substrings; devices: {}",
+                 device indices, UUIDs or names; devices: {}",
                 listing()
             )));
         }
@@ -93,40 +93,13 @@ pub fn open_devices(spec: &str, validation: bool) -> Result<Vec<Context>> {
                     listing()
                 )));
             }
-            if let Ok(i) = item.parse::<usize>() {
-                if i >= devices.len() {
-                    return Err(Error::Invalid(format!(
-                        "device list '{spec}': index {i} is out of range ({} device{}); \
-                         devices: {}",
-                        devices.len(),
-                        if devices.len() == 1 { "" } else { "s" },
-                        listing()
-                    )));
-                }
-                out.push(i);
-            } else if crate::device::is_uuid_selector(item) {
-                let listed: Vec<(usize, String, String)> = devices
-                    .iter()
-                    .map(|d| (d.index, d.name.clone(), d.uuid.clone()))
-                    .collect();
-                let i = crate::device::match_uuid(item, &listed)
-                    .map_err(|e| Error::Invalid(format!("device list '{spec}': {e}")))?;
-                out.push(i);
-            } else {
-                let lower = item.to_lowercase();
-                match devices
-                    .iter()
-                    .position(|d| d.name.to_lowercase().contains(&lower))
-                {
-                    Some(i) => out.push(i),
-                    None => {
-                        return Err(Error::Invalid(format!(
-                            "device list '{spec}': no device name contains '{item}'; devices: {}",
-                            listing()
-                        )))
-                    }
-                }
-            }
+            let listed: Vec<(usize, String, String)> = devices
+                .iter()
+                .map(|d| (d.index, d.name.clone(), d.uuid.clone()))
+                .collect();
+            let i = crate::device::select_device(item, &listed)
+                .map_err(|e| Error::Invalid(format!("device list '{spec}': {e}")))?;
+            out.push(i);
         }
         out
     };

@@ -181,14 +181,7 @@ impl Table {
     /// rounded to half and widened) has a norm outside what fp32 arithmetic handles exactly;
     /// see [`check_row_norms`]. Zero rows pass.
     pub fn check_norms(&self, precision: Precision) -> Result<()> {
-        match precision {
-            Precision::Fp32 => check_row_norms(&self.data, self.d, "row"),
-            // A value past the fp16 range is named as such, not as an infinite norm.
-            Precision::Fp16 => {
-                check_norms_by(&self.data, self.d, "row", |v| f16::from_f32(v).to_f32())
-                    .or_else(|e| self.to_f16_bits_checked().and(Err(e)))
-            }
-        }
+        check_stored_norms(&self.data, self.d, precision, "row")
     }
 
     /// Row norms of the stored table, computed in float64 and rounded once to float32; the
@@ -231,6 +224,30 @@ pub const MAX_ROW_NORM: f64 = (1u64 << 40) as f64;
 /// nonzero fp16 row's norm lies in [2⁻²⁴, 2²⁴].
 pub fn check_row_norms(data: &[f32], d: usize, what: &str) -> Result<()> {
     checked_sq_norms(data, d, what).map(|_| ())
+}
+
+/// [`Table::check_norms`] of row-major `data` (rows of `d` finite values) as a device stores it
+/// at `precision`, naming the first refused row as `what` and its index: fp32, the rows'
+/// norms ([`check_row_norms`]); fp16, a value past the fp16 range (±65504) by row and column,
+/// then the norms of the rows rounded to half. The one check every writer of rows (a table's
+/// upload, an index's `add`) and every reader of stored rows (the index files) applies.
+pub fn check_stored_norms(data: &[f32], d: usize, precision: Precision, what: &str) -> Result<()> {
+    match precision {
+        Precision::Fp32 => check_row_norms(data, d, what),
+        Precision::Fp16 => {
+            // A value past the fp16 range is named as such, not as an infinite norm.
+            if let Some(pos) = data.iter().position(|&v| !f16::from_f32(v).is_finite()) {
+                return Err(Error::Invalid(format!(
+                    "{what} {} has a value ({}) at column {} outside the float16 range (the fp16 \
+                     range is ±65504)",
+                    pos / d.max(1),
+                    data[pos],
+                    pos % d.max(1)
+                )));
+            }
+            check_norms_by(data, d, what, |v| f16::from_f32(v).to_f32())
+        }
+    }
 }
 
 /// Every value of `data` (rows of `d`, d ≥ 1) finite; else the first that is not, by row and

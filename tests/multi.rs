@@ -251,7 +251,7 @@ fn uneven_weights_and_three_devices() {
 #[test]
 fn device_spec_and_its_errors() {
     let list = Context::list_devices().unwrap();
-    let listed = format!("0: {} ({})", list[0].name, list[0].device_type);
+    let listed = format!("0: {} ({})", list[0].name, list[0].uuid);
     let err = |spec: &str| open_devices(spec, true).err().expect(spec).to_string();
     for spec in ["", "  ", " , "] {
         let e = err(spec);

@@ -1,5 +1,5 @@
---- The `diversity` command: the diversity-cache job from files (see README.md, "The driver and
--- command line"). Installed as `diversity` by the rock; from a clone, run
+--- The `diversity` command: the diversity-cache job from files (see docs/cli.md).
+-- Installed as `diversity` by the rock; from a clone, run
 --   LUA_CPATH='target/lua/?.so;;' LUA_PATH='lua/?.lua;lua/?/init.lua;;' luajit lua/diversity/cli.lua --help
 --
 -- The flags are one table (FLAGS): the parser, the help text and its defaults all come from it.
@@ -48,7 +48,9 @@ local function shard(_, v)
 end
 
 local function directory(flag, v)
-  if not os.rename(v, v) then error(flag .. " " .. v .. ": no such directory", 0) end
+  -- The driver's own check (a directory, not a file, FIFO or device), without its prefix.
+  local ok, e = pcall(driver.check_directory, flag, v)
+  if not ok then error((tostring(e):gsub("^diversity: ", "")), 0) end
   return v
 end
 
@@ -74,7 +76,7 @@ local FLAGS = {
   { "--starts", "starts", "LIST", nil, "all, or 0-based starts a,b,c", "all" },
   { "--binary", "binary", "FILE", nil, "also write the uint32 cache (needs every start)" },
   { "--dim", "dim", "D", number, "row length of a .f32 input" },
-  { "--device", "device", "NAME", nil, "device index, name substring or GPU-… UUID", "the best device" },
+  { "--device", "device", "NAME", nil, "device index, GPU-… UUID or a name one device has", "the best device" },
   { "--devices", "devices", "LIST", nil, "all, or a comma list: batches shared out" },
   { "--validation", "validation", nil, nil, "Vulkan validation layers on" },
   { "--resume", "resume", nil, nil, "continue from <out>.partial/" },

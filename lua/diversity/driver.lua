@@ -191,6 +191,38 @@ function M.check_outputs(outputs, inputs, prefix)
   end
 end
 
+--- Refuse a directory option (`flag`, e.g. "--cache-dir") whose `path` is not a directory:
+-- missing, or a regular file, FIFO, device or socket (symlinks followed), naming what it is.
+-- Returns `path`. (Writing into a file named as a directory would fail later, silently for the
+-- fp16 cache, which is best-effort.)
+function M.check_directory(flag, path)
+  if type(path) ~= "string" or path == "" then
+    error(("diversity: %s must be a directory path, got %s %s"):format(flag, type(path), tostring(path)), 0)
+  end
+  local kind = diversity.file_kind(path)
+  if kind == nil then
+    error(("diversity: %s %s: no such directory"):format(flag, path), 0)
+  elseif kind ~= "directory" then
+    error(("diversity: %s %s is a %s, not a directory"):format(flag, path,
+      kind == "file" and "regular file" or kind), 0)
+  end
+  return path
+end
+
+--- SOURCE_DATE_EPOCH (the time a reproducible run writes as `generated_at`) as whole seconds
+-- since 1970, nil when unset or empty; anything else (a fraction, a sign, a date, text, past the
+-- year 9999) is an error naming the variable, never the current time in its place.
+function M.source_date_epoch()
+  local v = os.getenv("SOURCE_DATE_EPOCH")
+  if v == nil or v == "" then return nil end
+  local digits = v:match("^%s*(%d+)%s*$")
+  if not digits or #digits > 12 or tonumber(digits) > 253402300799 then
+    error(("diversity: SOURCE_DATE_EPOCH=%q: expected whole seconds since 1970 (0 to 253402300799)")
+      :format(v), 0)
+  end
+  return tonumber(digits)
+end
+
 --- Refuse an option of `opts` named in `keys` that is neither nil nor a boolean: Lua's
 -- truthiness would take the string "false" (or 0) for on.
 function M.check_switches(opts, keys)
@@ -207,6 +239,7 @@ end
 -- beside the input (`<name>.<space>.fp16.bin` + sidecar) and reused while the source is unchanged.
 function M.load(opts)
   M.check_switches(opts, { "center" })
+  if opts.cache_dir ~= nil then M.check_directory("--cache-dir", opts.cache_dir) end
   local path = opts.embeddings
   local space = opts.center and "mean-centered-v1" or "raw"
   if path:match("%.bin$") then
@@ -446,6 +479,10 @@ function M.run(opts)
         .. "for all"):format(type(opts.starts) == "table" and "{}" or tostring(opts.starts)), 0)
     end
   end
+  -- Places and settings named by options or the environment: checked before any device, file or
+  -- GPU work.
+  if opts.cache_dir ~= nil then M.check_directory("--cache-dir", opts.cache_dir) end
+  local epoch = M.source_date_epoch()
   -- An output is never an input: checked before any device, file or GPU work.
   local outputs = { { "--out", opts.out } }
   if opts.binary then outputs[#outputs + 1] = { "--binary", opts.binary } end
@@ -519,7 +556,6 @@ function M.run(opts)
   -- generated_at: SOURCE_DATE_EPOCH when set (reproducible output), else now; a resumed run keeps
   -- the time of the run it continues, so its output is byte-identical to an uninterrupted one.
   local ckdir = opts.out .. ".partial"
-  local epoch = tonumber(os.getenv("SOURCE_DATE_EPOCH") or "")
   local generated_at = os.date("!%Y-%m-%dT%H:%M:%SZ", epoch)
   if opts.resume then generated_at = M.checkpoint_time(ckdir) or generated_at end
   local meta = {
@@ -567,9 +603,13 @@ function M.run(opts)
   phases:add("finish", M.clock() - t0)
   t:close(); close_devs()
   if not ok_f then
+    if not M.checkpoint_is(ckdir, result.run_text) then
+      error(("%s\n%s"):format(diversity.message(e_f), M.checkpoint_gone(ckdir)), 0)
+    end
     error(("%s\nevery batch is checkpointed in %s: run again with --resume to write the "
       .. "output without computing them again"):format(diversity.message(e_f), ckdir), 0)
   end
+  result.run_text = nil -- the driver's own, not part of the summary
   -- The outputs are in place: the checkpoint is no longer needed.
   M.remove_checkpoint(ckdir)
   result.from_cache = from_cache
@@ -725,15 +765,50 @@ end
 -- over `binding` and `bytes`) first, then the bytes through a temporary file renamed onto
 -- `path`, so a batch file is never torn (a failure leaves the batch's steps in its .part).
 function M.write_batch(path, bytes, binding)
+  -- Something that is not a regular file at the batch file's name (a directory, a FIFO) is
+  -- named as such, before anything is written beside it.
+  for _, p in ipairs({ path, path .. ".sum", path .. ".tmp" }) do
+    local kind = diversity.file_kind(p)
+    if kind and kind ~= "file" then
+      error(("diversity: checkpoint %s is a %s, not a regular file: refusing to write over it")
+        :format(p, kind), 0)
+    end
+  end
   write_file(path .. ".sum", M.batch_checksum(binding, bytes))
   if type(bytes) == "string" then
-    write_file(path .. ".tmp", bytes)
+    local ok_w, e_w = pcall(write_file, path .. ".tmp", bytes)
+    if not ok_w then os.remove(path .. ".tmp"); error(e_w, 0) end
   else
     local ok_w, e_w = pcall(bytes.write_to, bytes, path .. ".tmp")
-    if not ok_w then error("diversity: checkpoint " .. diversity.message(e_w), 0) end
+    if not ok_w then
+      os.remove(path .. ".tmp")
+      error("diversity: checkpoint " .. diversity.message(e_w), 0)
+    end
   end
   local ok, e = os.rename(path .. ".tmp", path)
-  if not ok then error("diversity: checkpoint " .. path .. ": " .. tostring(e), 0) end
+  if not ok then
+    -- os.rename's message names the temporary file: name the batch file, and leave no .tmp.
+    os.remove(path .. ".tmp")
+    local why = tostring(e):gsub("^" .. (path .. ".tmp"):gsub("%p", "%%%0") .. ": ", "")
+    error(("diversity: checkpoint %s: %s"):format(path, why), 0)
+  end
+end
+
+--- Whether `ckdir` still holds the checkpoint of the run whose run.txt reads `run_text` (another
+-- run to the same output may have finished and removed it): what a failure may tell the user to
+-- --resume.
+function M.checkpoint_is(ckdir, run_text)
+  local f = io.open(ckdir .. "/run.txt", "rb")
+  if not f then return false end
+  local text = f:read("*a")
+  f:close()
+  return text == run_text
+end
+
+--- The note a failure ends with when the checkpoint in `ckdir` is not this run's any more.
+function M.checkpoint_gone(ckdir)
+  return ("nothing is checkpointed: %s no longer holds this run's checkpoint (another run to the "
+    .. "same output finished or removed it); run again without --resume"):format(ckdir)
 end
 
 --- A finished batch from the checkpoint (`path`, the rows of the starts `list`, `len` entries
@@ -1037,12 +1112,13 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
           phases:add("download", clock() - t0)
           s.job:close()
           slots[d] = nil
-          completed = completed + 1
           -- The next batch first, then this one's files while it runs.
           fill()
           local b, path, binding, partfile = s.b, ckfile(s.b), bindings[s.b], s.partfile
           tasks[#tasks + 1] = { "checkpoint", "checkpoint", function()
             M.write_batch(path, bytes, binding)
+            -- Counted once its file is written: a batch whose file failed (a full disk) is not.
+            completed = completed + 1
             os.remove(partfile)
           end }
           done_bytes[b] = bytes
@@ -1093,7 +1169,9 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
     end
     close_all()
     local saved_note
-    if completed == 0 and #partial == 0 then
+    if not M.checkpoint_is(ckdir, run_text) then
+      saved_note = M.checkpoint_gone(ckdir)
+    elseif completed == 0 and #partial == 0 then
       M.remove_checkpoint(ckdir)
       saved_note = "nothing was complete, so nothing is checkpointed"
     else
@@ -1115,6 +1193,7 @@ function M.compute(devs, t, starts, run, opts, writer, bin, ckdir, generated_at)
   -- Every batch is computed; the checkpoint stays until the caller's outputs are in place.
   return { n = t:n(), dim = t:dim(), sequences = #starts, steps = steps, batches = nbatches,
     batch = batch, gpu_ns = total_gpu_ns, device_gpu_ns = device_ns, resumed_batches = resumed,
+    run_text = run_text,
     device = M.device_names(devs), devices = ndev, mode = run.mode, phases = phases,
     engine = devs[1]:engine() }
 end

@@ -356,8 +356,8 @@ impl KnnGraph {
         )?;
         let ids = le_u32s(&self.buf);
         // What the writer refuses, the reader refuses: an id neither below N nor padding, the
-        // item itself, an id twice, padding before a real id; then NaN or values not closest
-        // first.
+        // item itself, an id twice, padding before a real id; then a value beside padding that
+        // the writer would not have stored, NaN or values not closest first.
         let corrupt = |why: String| Error::Format {
             path: self.path.clone(),
             reason: format!("row {item} (of {n} × k = {k}): {why}; the file is corrupt"),
@@ -376,7 +376,24 @@ impl KnnGraph {
             &mut self.buf,
         )?;
         let values: Vec<f32> = le_u32s(&self.buf).into_iter().map(f32::from_bits).collect();
-        check_knn_values(self.metric, &values[..real]).map_err(|why| Error::Format {
+        // The writer stores the farthest value beside every padding id, whatever it was given.
+        let pad = self.metric.pad_value();
+        let pad_problem = values[real..]
+            .iter()
+            .position(|v| v.to_bits() != pad.to_bits())
+            .map(|j| {
+                format!(
+                    "the value beside the padding id at position {} is {}, not {pad} (the writer \
+                     stores {pad} there)",
+                    real + j,
+                    values[real + j]
+                )
+            });
+        match pad_problem {
+            Some(why) => Err(why),
+            None => check_knn_values(self.metric, &values[..real]),
+        }
+        .map_err(|why| Error::Format {
             path: self.path.clone(),
             reason: format!("row {item} (of {n} × k = {k}): {why}; the file is corrupt"),
         })?;

@@ -131,10 +131,8 @@ const KNOWN_L2: &[(&str, u64)] = &[
 const DEFAULT_L2: u64 = 4 * 1024 * 1024;
 
 pub(super) fn l2_for(name: &str, device_type: vk::PhysicalDeviceType) -> (u64, &'static str) {
-    if let Some(v) = std::env::var(ENV_L2_BYTES)
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-    {
+    // Parsed strictly (bytes or K/M/G) by `settings::check` when the context opened.
+    if let Ok(Some(v)) = crate::settings::bytes(ENV_L2_BYTES, false) {
         return (v, "env");
     }
     if let Some((_, b)) = KNOWN_L2.iter().find(|(k, _)| name.contains(k)) {
@@ -202,9 +200,13 @@ pub(super) fn coopmat_shape_supported(
 }
 
 pub(super) fn disabled(feature: &str) -> bool {
-    std::env::var(ENV_DISABLE)
-        .map(|v| v.split(',').any(|f| f.trim().eq_ignore_ascii_case(feature)))
-        .unwrap_or(false)
+    // Parsed strictly (known features only) by `settings::check` when the context opened.
+    crate::settings::read(ENV_DISABLE, |v| {
+        crate::settings::parse_words(ENV_DISABLE, v, crate::settings::FEATURES)
+    })
+    .ok()
+    .flatten()
+    .is_some_and(|list| list.iter().any(|f| f == feature))
 }
 
 impl Context {

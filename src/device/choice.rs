@@ -146,8 +146,8 @@ pub(super) fn native_host(opts: &ContextOptions, caps: &Capabilities) -> bool {
     }
 }
 
-/// The device `opts` names (or [`ENV_DEVICE`], else the best ranked): by UUID, index or a
-/// substring of its name.
+/// The device `opts` names (or [`ENV_DEVICE`], else the best ranked), by [`select_device`]'s
+/// rule: an index, a UUID or an unambiguous part of its name.
 pub(super) fn choose(instance: &ash::Instance, opts: &ContextOptions) -> Result<Ranked> {
     let devs = ranked_devices(instance)?;
     if devs.is_empty() {
@@ -158,30 +158,13 @@ pub(super) fn choose(instance: &ash::Instance, opts: &ContextOptions) -> Result<
     let wanted = device_selector(opts).filter(|s| !s.eq_ignore_ascii_case(HOST_SELECTOR));
     let chosen = match &wanted {
         None => &devs[0],
-        Some(sel) if is_uuid_selector(sel) => {
+        Some(sel) => {
             let listed: Vec<(usize, String, String)> = devs
                 .iter()
                 .enumerate()
                 .map(|(i, d)| (i, d.1.clone(), uuid_string(&d.3)))
                 .collect();
-            &devs[match_uuid(sel, &listed)?]
-        }
-        Some(sel) => {
-            let by_index = sel.parse::<usize>().ok().and_then(|i| devs.get(i));
-            let lower = sel.to_lowercase();
-            by_index
-                .or_else(|| devs.iter().find(|d| d.1.to_lowercase().contains(&lower)))
-                .ok_or_else(|| {
-                    let names: Vec<_> = devs
-                        .iter()
-                        .enumerate()
-                        .map(|(i, d)| format!("{i}: {}", d.1))
-                        .collect();
-                    Error::NoDevice(format!(
-                        "no device matches '{sel}'; available: {}",
-                        names.join(", ")
-                    ))
-                })?
+            &devs[select_device(sel, &listed).map_err(Error::NoDevice)?]
         }
     };
     Ok(chosen.clone())
@@ -226,6 +209,95 @@ pub fn uuid_string(uuid: &[u8; 16]) -> String {
 pub fn is_uuid_selector(sel: &str) -> bool {
     let s = sel.trim().as_bytes();
     s.len() >= 4 && (s[..4].eq_ignore_ascii_case(b"GPU-") || s[..4].eq_ignore_ascii_case(b"MIG-"))
+}
+
+/// The index of the one device of `devices` (index, name, UUID as [`uuid_string`] writes it)
+/// that the selector `sel` names, by one rule everywhere a device is chosen (`--device`,
+/// `DIVERSITY_DEVICE`, `open { device = … }`, each item of a `--devices` list):
+///
+/// - a whole number (ASCII digits only) is an index, and only an index: one past the last
+///   device is refused, never read as part of a name;
+/// - `GPU-…` / `MIG-…` is a UUID ([`match_uuid`]);
+/// - anything else is a name: the devices whose names contain it (case ignored), or failing
+///   that equal it; exactly one must match. Several (two cards of one model) are refused:
+///   name one by index or UUID;
+/// - a selector that reads as a number but is no index (`-1`, `1.0`, `1e0`, `+2`) is refused,
+///   not matched against names.
+///
+/// The refusal names the selector and lists the devices (index, name, UUID).
+pub fn select_device(
+    sel: &str,
+    devices: &[(usize, String, String)],
+) -> std::result::Result<usize, String> {
+    let listing = || {
+        device_listing(
+            devices
+                .iter()
+                .map(|(i, name, uuid)| format!("{i}: {name} ({uuid})")),
+        )
+    };
+    let t = sel.trim();
+    if t.is_empty() {
+        return Err(format!(
+            "device selector '{sel}' is empty; devices: {}",
+            listing()
+        ));
+    }
+    if is_uuid_selector(t) {
+        return match_uuid(t, devices).map_err(|e| match e {
+            Error::NoDevice(m) | Error::Invalid(m) => m,
+            e => e.to_string(),
+        });
+    }
+    if t.bytes().all(|b| b.is_ascii_digit()) {
+        return match t.parse::<usize>() {
+            Ok(i) if i < devices.len() => Ok(i),
+            _ => Err(format!(
+                "index {t} is out of range ({} device{}, indices from 0); devices: {}",
+                devices.len(),
+                if devices.len() == 1 { "" } else { "s" },
+                listing()
+            )),
+        };
+    }
+    if t.parse::<f64>().is_ok() || t.parse::<i128>().is_ok() {
+        return Err(format!(
+            "device selector '{sel}' is a number but not a device index (a whole number from 0 \
+             to {}); devices: {}",
+            devices.len().saturating_sub(1),
+            listing()
+        ));
+    }
+    let lower = t.to_lowercase();
+    let mut found: Vec<usize> = (0..devices.len())
+        .filter(|&k| devices[k].1.to_lowercase().contains(&lower))
+        .collect();
+    if found.len() > 1 {
+        let exact: Vec<usize> = found
+            .iter()
+            .copied()
+            .filter(|&k| devices[k].1.trim().eq_ignore_ascii_case(t))
+            .collect();
+        if exact.len() == 1 {
+            found = exact;
+        }
+    }
+    match found.as_slice() {
+        [k] => Ok(devices[*k].0),
+        [] => Err(format!(
+            "no device name contains '{sel}'; devices: {}",
+            listing()
+        )),
+        many => Err(format!(
+            "'{sel}' matches {} devices ({}): name one by its index or UUID; devices: {}",
+            many.len(),
+            many.iter()
+                .map(|&k| devices[k].0.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            listing()
+        )),
+    }
 }
 
 /// The devices as the selection errors list them: one entry each, joined by ", ", or "none".
@@ -432,5 +504,92 @@ mod uuid_tests {
         // No devices at all.
         let e = match_uuid(A, &[]).unwrap_err().to_string();
         assert!(e.contains("devices: none"), "{e}");
+    }
+
+    /// One rule for every selector: a whole number is an index only (never a piece of a name:
+    /// "1" once chose "llvmpipe (LLVM 15.0.6, 256 bits)" on a one-device machine), a number
+    /// that is no index is refused, a name must match one device.
+    #[test]
+    fn selectors_choose_one_device_or_are_refused() {
+        let d = fake();
+        assert_eq!(select_device("0", &d), Ok(0));
+        assert_eq!(select_device(" 2 ", &d), Ok(2));
+        assert_eq!(select_device("LLVMpipe", &d), Ok(2));
+        assert_eq!(select_device(&C.to_lowercase(), &d), Ok(2));
+        assert_eq!(select_device("GPU-5f0c2f", &d), Ok(0));
+        // The names of several devices: refused, naming them; an exact name settles it.
+        let e = select_device("H200", &d).unwrap_err();
+        assert!(
+            e.contains("matches 2 devices (0, 1)") && e.contains("by its index or UUID"),
+            "{e}"
+        );
+        let e = select_device("nvidia h200", &d).unwrap_err();
+        assert!(e.contains("matches 2 devices"), "{e}");
+        let mut one = fake();
+        one.push((
+            3,
+            "NVIDIA H200 NVL".into(),
+            "GPU-ffff0000-0000-4000-8000-000000000009".into(),
+        ));
+        one.remove(1);
+        assert_eq!(
+            select_device("NVIDIA H200", &one),
+            Ok(0),
+            "the exact name among longer ones"
+        );
+        let lavapipe = vec![(
+            0,
+            "llvmpipe (LLVM 15.0.6, 256 bits)".to_string(),
+            C.to_string(),
+        )];
+        for sel in ["1", "2", "5", "3", "8", "99999999999999999999999"] {
+            let e = select_device(sel, &lavapipe).unwrap_err();
+            assert!(
+                e.contains(&format!("index {sel} is out of range (1 device")),
+                "{sel}: {e}"
+            );
+            assert!(
+                e.contains("0: llvmpipe (LLVM 15.0.6, 256 bits) (GPU-0a1b2c3d"),
+                "{e}"
+            );
+        }
+        for sel in ["-1", "+0", "1.0", "1e0", "0.5", " -0 "] {
+            let e = select_device(sel, &lavapipe).unwrap_err();
+            assert!(
+                e.contains("is a number but not a device index"),
+                "{sel}: {e}"
+            );
+        }
+        for sel in ["", "  "] {
+            let e = select_device(sel, &lavapipe).unwrap_err();
+            assert!(e.contains("is empty"), "{sel:?}: {e}");
+        }
+        let e = select_device("radeon", &lavapipe).unwrap_err();
+        assert!(
+            e.contains("no device name contains 'radeon'; devices: 0: llvmpipe"),
+            "{e}"
+        );
+        let e = select_device("GPU-ffff", &lavapipe).unwrap_err();
+        assert!(e.contains("no device has the UUID"), "{e}");
+        // Eight cards of one model: each by index, none by the shared name.
+        let node: Vec<(usize, String, String)> = (0..8)
+            .map(|i| {
+                (
+                    i,
+                    "NVIDIA H100 80GB HBM3".to_string(),
+                    format!("GPU-{i:08x}-0000-4000-8000-000000000000"),
+                )
+            })
+            .collect();
+        assert_eq!(select_device("7", &node), Ok(7));
+        assert!(select_device("8", &node)
+            .unwrap_err()
+            .contains("index 8 is out of range (8 devices"));
+        assert!(select_device("H100", &node)
+            .unwrap_err()
+            .contains("matches 8 devices"));
+        assert!(select_device("NVIDIA H100 80GB HBM3", &node)
+            .unwrap_err()
+            .contains("matches 8 devices"));
     }
 }

@@ -19,7 +19,9 @@ pub use caps::{
     LLVMPIPE_LOOP_LIMIT,
 };
 pub(crate) use choice::device_listing;
-pub use choice::{device_selector, is_uuid_selector, match_uuid, uuid_string, DeviceInfo};
+pub use choice::{
+    device_selector, is_uuid_selector, match_uuid, select_device, uuid_string, DeviceInfo,
+};
 pub(crate) use pipelines::{Pipeline, PipelineKey};
 
 use crate::error::{Error, Result, VkContext};
@@ -34,9 +36,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// A device buffer with its memory (defined with the transfers in `memory.rs`).
 pub use crate::memory::Buffer;
 
-/// Environment variable naming the device to use (a substring of its name, its index in
-/// [`Context::list_devices`], or its UUID as `GPU-…`, see [`match_uuid`]). The
-/// [`ContextOptions::device`] option wins over it.
+/// Environment variable naming the device to use: its index in [`Context::list_devices`], its
+/// UUID as `GPU-…`, or a part of its name that no other device's name has ([`select_device`]'s
+/// rule). The [`ContextOptions::device`] option wins over it.
 pub const ENV_DEVICE: &str = "DIVERSITY_DEVICE";
 /// The device selector that runs diversity sequences on the host engine (on the best Vulkan
 /// device for everything else), even where a GPU is present: `open{device = "host"}`,
@@ -56,9 +58,10 @@ pub const ENV_VALIDATION: &str = "DIVERSITY_VALIDATION";
 /// How to open a device.
 #[derive(Clone, Debug, Default)]
 pub struct ContextOptions {
-    /// A substring of the device name (case-insensitive), an index into
-    /// [`Context::list_devices`], or the device's UUID as NVIDIA's tools write it (`GPU-…`, a
-    /// unique prefix will do; see [`match_uuid`]: never taken as a name); `None` takes
+    /// An index into [`Context::list_devices`], the device's UUID as NVIDIA's tools write it
+    /// (`GPU-…`, a unique prefix will do; see [`match_uuid`]), or a part of the device's name
+    /// (case-insensitive) that names one device only — [`select_device`]'s rule, anything else
+    /// refused listing the devices; `None` takes
     /// [`ENV_DEVICE`], else the best device (discrete GPU first, then integrated, virtual, CPU).
     pub device: Option<String>,
     /// Enable `VK_LAYER_KHRONOS_validation` and collect its messages
@@ -183,10 +186,9 @@ unsafe extern "system" fn debug_callback(
 impl Context {
     /// Open a device (see [`ContextOptions`]).
     pub fn new(opts: &ContextOptions) -> Result<Context> {
-        let validation = opts.validation
-            || std::env::var(ENV_VALIDATION)
-                .map(|v| v == "1")
-                .unwrap_or(false);
+        // Every setting from the environment parses, or nothing is opened.
+        crate::settings::check()?;
+        let validation = opts.validation || crate::settings::switch(ENV_VALIDATION)?;
         let entry = load_entry()?;
         let instance = create_instance(&entry, validation)?;
         // From here on, `guard` destroys the instance if anything fails.
@@ -324,13 +326,13 @@ impl Context {
             feats2 = feats2.push_next(&mut fcm);
         }
         let mut fpe = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default();
-        let want_stats = std::env::var_os("DIVERSITY_PIPELINE_STATS").is_some()
+        let want_stats = crate::settings::switch("DIVERSITY_PIPELINE_STATS")?
             && has_ext(ash::khr::pipeline_executable_properties::NAME);
         if want_stats {
             feats2 = feats2.push_next(&mut fpe);
         }
         let mut fclock = vk::PhysicalDeviceShaderClockFeaturesKHR::default();
-        let want_clock = std::env::var_os("DIVERSITY_SHADER_CLOCK").is_some()
+        let want_clock = crate::settings::switch("DIVERSITY_SHADER_CLOCK")?
             && has_ext(ash::khr::shader_clock::NAME);
         if want_clock {
             feats2 = feats2.push_next(&mut fclock);

@@ -27,6 +27,8 @@ impl HostTable {
     /// The table at `precision`, checked as a device upload checks it (fp16 overflow; nonzero
     /// row norms within 2⁻⁴⁰ … 2⁴⁰, naming the row).
     pub fn new(table: &Table, precision: Precision) -> Result<Arc<HostTable>> {
+        // The host engine's settings (memory budget, threads) parse, or nothing is built.
+        crate::settings::check()?;
         if precision == Precision::Fp16 {
             table.to_f16_bits_checked()?;
         }

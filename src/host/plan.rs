@@ -9,17 +9,17 @@ use crate::mode::Mode;
 /// the state of the sequences in flight.
 pub const HOST_BUDGET_FRACTION: f64 = 0.6;
 
-/// Environment variable overriding the host engine's memory budget in bytes (for tests of the
-/// limits, and for machines shared with other work).
+/// Environment variable overriding the host engine's memory budget: bytes, or a size with a
+/// unit K, M or G as `--host-memory` takes it (for tests of the limits, and for machines shared
+/// with other work); anything else is refused ([`crate::settings`]).
 pub const ENV_HOST_MEMORY: &str = "DIVERSITY_HOST_MEMORY";
 
 /// The host engine's memory budget in bytes: [`ENV_HOST_MEMORY`] when set, else
 /// [`HOST_BUDGET_FRACTION`] of the host's memory (4 GiB where it cannot be read).
 pub fn host_memory_budget() -> u64 {
-    if let Some(b) = std::env::var(ENV_HOST_MEMORY)
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-    {
+    // A value that does not parse was refused by `settings::check` when the context or the
+    // host table was made.
+    if let Ok(Some(b)) = crate::settings::bytes(ENV_HOST_MEMORY, false) {
         return b;
     }
     match crate::device::host_memory_bytes() {
@@ -101,7 +101,8 @@ pub fn cpu_name() -> String {
         .unwrap_or_else(|| "host CPU".into())
 }
 
-/// Threads the host engine runs on (one per core unless `RAYON_NUM_THREADS` says otherwise).
+/// Threads the host engine runs on (one per core unless `RAYON_NUM_THREADS` says otherwise,
+/// parsed and bounded by [`crate::settings::check`]).
 pub fn threads() -> usize {
     rayon::current_num_threads()
 }

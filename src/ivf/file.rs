@@ -19,7 +19,8 @@
 //! device copy is made on load. A file is written through a temporary file and a rename
 //! ([`crate::files::write_atomic`]): an error leaves no file and never a half-written one. A file
 //! that is not exactly this — another magic or version, a length that does not add up, a checksum
-//! that does not match, an id out of place, a non-finite value — is refused with [`Error::Format`]
+//! that does not match, an id out of place, a non-finite value, a row that `add` would refuse
+//! (a nonzero norm outside 2⁻⁴⁰ … 2⁴⁰ at the index's precision) — is refused with [`Error::Format`]
 //! naming the file and the fault, before anything is uploaded.
 //!
 //! What both index files share lives here too, for `pq_file.rs`: the metric codes, the atomic
@@ -222,6 +223,30 @@ impl<'a> IndexBytes<'a> {
         Ok(ids)
     }
 
+    /// List `l`'s `size` rows of `d` f32 values at byte `o`, held to what `add` checks before a
+    /// row enters an index: finite, and each nonzero row's norm, as the device stores it at
+    /// `precision`, inside the range fp32 arithmetic handles exactly
+    /// ([`crate::table::check_stored_norms`]). A row that `add` refuses can only come from
+    /// another writer or an edit, and would rank first for the wrong queries.
+    pub(super) fn list_rows(
+        &self,
+        o: usize,
+        l: usize,
+        size: usize,
+        d: usize,
+        precision: Precision,
+    ) -> std::result::Result<Vec<f32>, String> {
+        let rows = self.f32s(o, size * d)?;
+        crate::table::check_stored_norms(&rows, d, precision, "row").map_err(|e| {
+            let why = match e {
+                Error::Invalid(m) => m,
+                e => e.to_string(),
+            };
+            format!("list {l}: {why} (the index's add refuses such a row: the file was edited or written by another program)")
+        })?;
+        Ok(rows)
+    }
+
     /// The `n` f32 values at byte `o`; a non-finite one is refused naming its byte.
     pub(super) fn f32s(&self, o: usize, n: usize) -> std::result::Result<Vec<f32>, String> {
         let v: Vec<f32> = self.b[o..o + n * 4]
@@ -334,7 +359,7 @@ impl IvfFlat {
             let list = &mut index.lists[l];
             list.ids = b.list_ids(o, l, size, &mut seen)?;
             o += size * 8;
-            list.data = f32s(o, size * d)?;
+            list.data = b.list_rows(o, l, size, d, precision)?;
             o += size * d * 4;
         }
         index.ntotal = ntotal;

@@ -21,7 +21,8 @@
 //! Every id 0 … ntotal − 1 is in exactly one list. Written through a temporary file and a rename
 //! ([`crate::files::write_atomic`]): an error leaves no file. A file that is not exactly this —
 //! another magic or version, unknown flags, M not dividing D, a length that does not add up, a
-//! checksum that does not match, an id out of place, a non-finite value — is refused with
+//! checksum that does not match, an id out of place, a non-finite value, a kept row that `add`
+//! would refuse (a nonzero norm outside 2⁻⁴⁰ … 2⁴⁰) — is refused with
 //! [`Error::Format`] naming the file and the fault, before anything is uploaded.
 
 use super::file::{
@@ -32,6 +33,7 @@ use super::pq::{ProductQuantizer, PQ_KSUB};
 use super::KMeansOptions;
 use crate::device::Context;
 use crate::error::{Error, Result};
+use crate::table::Precision;
 use std::path::Path;
 
 /// The IVF-PQ index file's first four bytes.
@@ -140,7 +142,8 @@ impl IvfPq {
             list.codes = b.bytes(o, size * m).to_vec();
             o += size * m;
             if keep {
-                list.data = f32s(o, size * d)?;
+                // Kept rows are the rows `add` checked at fp32 (unit rows for cosine).
+                list.data = b.list_rows(o, l, size, d, Precision::Fp32)?;
                 o += size * d * 4;
             }
             index.lists[l] = list;

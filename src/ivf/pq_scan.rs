@@ -35,9 +35,10 @@ const NO_TABLES: usize = u32::MAX as usize;
 /// The most bytes of precomputed L2 tables a slab holds (Faiss's `precomputed_table_max_bytes`,
 /// 2 GiB), or `DIVERSITY_PQ_TABLE_MAX_BYTES`; past it the scan builds each probed list's table.
 fn precomputed_max_bytes() -> u64 {
-    std::env::var("DIVERSITY_PQ_TABLE_MAX_BYTES")
+    // Parsed strictly (bytes or K/M/G) by `settings::check` when the context opened.
+    crate::settings::bytes("DIVERSITY_PQ_TABLE_MAX_BYTES", true)
         .ok()
-        .and_then(|v| v.trim().parse().ok())
+        .flatten()
         .unwrap_or(1 << 31)
 }
 

@@ -443,21 +443,13 @@ pub(crate) struct ScanOut {
 /// [`SCAN_ROWS`], or `DIVERSITY_IVF_SCAN=wg,rows` (a tuning experiment; wg a power of two from 32
 /// to 256, rows 1 to 4).
 fn shape() -> (usize, usize) {
-    let parsed = std::env::var("DIVERSITY_IVF_SCAN").ok().and_then(|v| {
-        let (a, b) = v.split_once(',')?;
-        Some((
-            a.trim().parse::<usize>().ok()?,
-            b.trim().parse::<usize>().ok()?,
-        ))
-    });
-    match parsed {
-        Some((wg, rows))
-            if wg.is_power_of_two() && (32..=256).contains(&wg) && (1..=4).contains(&rows) =>
-        {
-            (wg, rows)
-        }
-        _ => (SCAN_WG, SCAN_ROWS),
-    }
+    // Parsed strictly by `settings::check` when the context opened.
+    crate::settings::read("DIVERSITY_IVF_SCAN", |v| {
+        crate::settings::parse_scan_shape("DIVERSITY_IVF_SCAN", v)
+    })
+    .ok()
+    .flatten()
+    .unwrap_or((SCAN_WG, SCAN_ROWS))
 }
 
 fn metric_code(m: Metric) -> u32 {
@@ -510,11 +502,15 @@ pub(crate) fn dispatches(
 /// `DIVERSITY_IVF_QUEUE` (a power of two from 1 to 64; a tuning and testing experiment: a short
 /// queue forces the select's extra passes).
 pub(crate) fn queue(k: usize) -> usize {
-    let max = std::env::var("DIVERSITY_IVF_QUEUE")
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .filter(|q| q.is_power_of_two() && *q <= MAX_SCAN_K)
-        .unwrap_or(QUEUE);
+    // Parsed strictly (a power of two, 1 to 64) by `settings::check` when the context opened.
+    let max = crate::settings::read("DIVERSITY_IVF_QUEUE", |v| {
+        crate::settings::parse_count("DIVERSITY_IVF_QUEUE", v, 1, MAX_SCAN_K as u64)
+    })
+    .ok()
+    .flatten()
+    .map(|q| q as usize)
+    .filter(|q| q.is_power_of_two())
+    .unwrap_or(QUEUE);
     k.next_power_of_two().min(max)
 }
 

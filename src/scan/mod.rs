@@ -102,8 +102,10 @@ named_enum!(ScanKernel, "scan kernel", {
 impl ScanKernel {
     /// The kernel named by [`ENV_SCAN_KERNEL`], if any.
     fn from_env() -> Option<ScanKernel> {
-        std::env::var(ENV_SCAN_KERNEL)
+        // Parsed strictly by `settings::check` when the context opened.
+        crate::settings::raw(ENV_SCAN_KERNEL)
             .ok()
+            .flatten()
             .and_then(|v| v.trim().parse().ok())
             .filter(|k| *k != ScanKernel::Auto)
     }
