@@ -265,6 +265,9 @@ fn example(name: &str) -> PathBuf {
     p
 }
 
+/// A run of an example: its environment, its extra arguments, what its error must say.
+type Case<'a> = (&'a [(&'a str, &'a str)], &'a [&'a str], &'a str);
+
 /// The example programs refuse a bad selector and a bad setting before writing anything.
 #[test]
 fn example_programs_refuse_bad_selectors_and_settings() {
@@ -272,7 +275,7 @@ fn example_programs_refuse_bad_selectors_and_settings() {
     let count = Context::list_devices().unwrap().len().to_string();
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/fortunes-300.embeddings.json");
     let out = dir.path("r.json");
-    let cases: [(&[(&str, &str)], &[&str], &str); 4] = [
+    let cases: [Case; 4] = [
         (&[], &["--device", &count], "is out of range"),
         (
             &[],
