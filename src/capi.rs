@@ -29,8 +29,8 @@
 //! device, with G once a gram job has built it, and an init whose table has the same shape,
 //! precision and bytes as a kept one reuses it (see [`crate::table_cache`]).
 
-use crate::device::{Context, ContextOptions};
-use crate::engine::{Job, JobOptions};
+use crate::device::ContextOptions;
+use crate::engine::{Job, JobOptions, Target};
 use crate::error::Error;
 use crate::mode::Mode;
 use crate::scan::Shape;
@@ -212,8 +212,8 @@ unsafe fn slice_of<'a, T>(
 
 /// A Vulkan device opened for the old API, with the tables it keeps for repeated inits.
 pub struct VkComputeContext {
-    /// The device; `None` on a machine with no Vulkan device (the host engine alone).
-    ctx: Option<Context>,
+    /// Where its work runs: the device, or the host engine alone on a machine without Vulkan.
+    target: Target,
     name: CString,
     tables: Mutex<TableCache>,
 }
@@ -284,19 +284,14 @@ pub extern "C" fn vkc_init(enable_validation: bool) -> *mut VkComputeContext {
             ..ContextOptions::default()
         };
         // No Vulkan device on this machine (and none named): the host engine alone.
-        let ctx = match Context::new(&opts) {
-            Ok(ctx) => Some(ctx),
-            Err(e) if crate::engine::host_fallback(&opts, &e) => None,
+        let target = match Target::open(&opts) {
+            Ok(target) => target,
             Err(e @ Error::NoDevice(_)) => return Err(Fail::from(e)),
             Err(e) => return Err(Fail(VKC_ERROR_INIT_FAILED, e.to_string())),
         };
-        let name = match &ctx {
-            Some(ctx) => crate::engine::sequence_device_name(ctx),
-            None => crate::engine::host_engine_name(),
-        };
-        let name = CString::new(name.replace('\0', " ")).unwrap_or_default();
+        let name = CString::new(target.name().replace('\0', " ")).unwrap_or_default();
         Ok(Box::into_raw(Box::new(VkComputeContext {
-            ctx,
+            target,
             name,
             tables: Mutex::new(TableCache::new(KEPT_TABLES)),
         })))
@@ -369,7 +364,7 @@ pub unsafe extern "C" fn vkc_get_device_name(ctx: *mut VkComputeContext) -> *con
 pub unsafe extern "C" fn vkc_get_device_memory(ctx: *mut VkComputeContext) -> u64 {
     // SAFETY: per the contract above.
     match unsafe { ctx.as_ref() } {
-        Some(c) => match &c.ctx {
+        Some(c) => match c.target.context() {
             Some(ctx) if !ctx.native_host() => ctx.caps().device_local_bytes,
             _ => crate::host::host_memory_budget(),
         },
@@ -433,7 +428,7 @@ pub unsafe extern "C" fn vkd_init(
         let data = unsafe { slice_of(call, "embeddings", embeddings, num_poems, embedding_dim)? };
         let mode = mode_from_env(call)?;
         let table = Table::new(data.to_vec(), num_poems as usize, embedding_dim as usize)?;
-        let engine = c.tables().engine(c.ctx.as_ref(), table, Precision::Fp32)?;
+        let engine = c.tables().engine(&c.target, table, Precision::Fp32)?;
         Ok(Box::into_raw(Box::new(VkDiversityContext {
             engine,
             n: num_poems as usize,
@@ -533,7 +528,7 @@ pub unsafe extern "C" fn vkd_batch_init(
         let mode = mode_from_env(call)?;
         let data: Vec<f32> = halves.iter().map(|&b| f16::from_bits(b).to_f32()).collect();
         let table = Table::new(data, num_poems as usize, embedding_dim as usize)?;
-        let engine = c.tables().engine(c.ctx.as_ref(), table, Precision::Fp16)?;
+        let engine = c.tables().engine(&c.target, table, Precision::Fp16)?;
         let job = start_job(Some(c), &engine, starts, &batch_options(mode))?;
         Ok(Box::into_raw(Box::new(VkDiversityBatchContext {
             job,

@@ -133,11 +133,12 @@ impl ModeChoice {
         unfit: Option<String>,
         fits: impl FnOnce() -> ModeReason,
     ) -> ModeChoice {
-        let (mode, reason) = match (requested, unfit) {
-            (Mode::Auto, None) => (Mode::Gram, fits()),
-            (Mode::Auto, Some(why)) => (Mode::Scan, ModeReason::AutoUnfit(why)),
-            (Mode::Gram, Some(why)) => (Mode::Gram, ModeReason::RequestedUnfit(why)),
-            (m, _) => (m, ModeReason::Requested),
+        let mode = requested.resolve(unfit.is_none());
+        let reason = match (requested, unfit) {
+            (Mode::Auto, None) => fits(),
+            (Mode::Auto, Some(why)) => ModeReason::AutoUnfit(why),
+            (Mode::Gram, Some(why)) => ModeReason::RequestedUnfit(why),
+            _ => ModeReason::Requested,
         };
         ModeChoice {
             mode,
@@ -186,6 +187,176 @@ impl ModeChoice {
             ModeChoice::host(requested, n, d)
         } else {
             ModeChoice::new(ctx.caps(), requested, n, d, precision)
+        }
+    }
+}
+
+impl ModeChoice {
+    /// The engine several devices agree on, for jobs shared out over them (`choices`: each
+    /// device's choice and its name, in the devices' order): the first device's choice, unless
+    /// a later device chooses another engine or cannot run a requested gram — its choice then
+    /// stands, with the reason in words naming it ("device d of k (name): …"; a requested gram
+    /// that does not fit keeps its own reason). Returns the choice and that reason; `None` for
+    /// no devices.
+    pub fn agree(choices: &[(ModeChoice, String)]) -> Option<(ModeChoice, String)> {
+        let (first, _) = choices.first()?;
+        let k = choices.len();
+        for (i, (c, name)) in choices.iter().enumerate().skip(1) {
+            let unfit = matches!(c.reason, ModeReason::RequestedUnfit(_));
+            if c.mode != first.mode || unfit {
+                let reason = if unfit {
+                    c.to_string()
+                } else {
+                    format!("device {} of {k} ({name}): {c}", i + 1)
+                };
+                return Some((c.clone(), reason));
+            }
+        }
+        // The first device's own requested-unfit reason stands as it is too.
+        Some((first.clone(), first.to_string()))
+    }
+}
+
+/// Where a context's work runs — the one answer to "the host engine or a device?" that every
+/// front end (the Lua module's contexts, the C ABI's) asks: an open Vulkan device, whose
+/// diversity sequences run on the host engine where [`Context::native_host`] says so, or no
+/// Vulkan at all (no loader, driver or device), where sequences run on the host engine and
+/// what needs a device is refused ([`no_vulkan`]).
+pub enum Target {
+    /// An open Vulkan device.
+    Vulkan(Context),
+    /// No Vulkan device on this machine: the host engine only.
+    HostOnly,
+}
+
+/// The L2 size a target without a device reports (the driver's tile formula reads it; the host
+/// engine has no tiles).
+pub const NO_DEVICE_L2: u64 = 1 << 20;
+
+impl Target {
+    /// Open the device `opts` names; where the machine has no Vulkan and none was named (or
+    /// `host` was), the host engine alone ([`host_fallback`]). Other errors are returned.
+    pub fn open(opts: &ContextOptions) -> Result<Target> {
+        match Context::new(opts) {
+            Ok(ctx) => Ok(Target::Vulkan(ctx)),
+            Err(e) if host_fallback(opts, &e) => {
+                // No context checked the settings: the host engine's must parse too.
+                crate::settings::check()?;
+                Ok(Target::HostOnly)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The Vulkan device, if there is one.
+    pub fn context(&self) -> Option<&Context> {
+        match self {
+            Target::Vulkan(c) => Some(c),
+            Target::HostOnly => None,
+        }
+    }
+
+    /// The Vulkan device, or [`no_vulkan`]'s error.
+    pub fn vulkan(&self) -> Result<&Context> {
+        self.context().ok_or_else(no_vulkan)
+    }
+
+    /// Whether diversity sequences run on the host engine.
+    pub fn native_host(&self) -> bool {
+        self.context().is_none_or(Context::native_host)
+    }
+
+    /// `"host"` where diversity sequences run on the host engine, else `"device"`.
+    pub fn engine_name(&self) -> &'static str {
+        if self.native_host() {
+            "host"
+        } else {
+            "device"
+        }
+    }
+
+    /// The name sequences report: the device's, or the CPU's with "(host engine)".
+    pub fn name(&self) -> String {
+        match self {
+            Target::Vulkan(c) => sequence_device_name(c),
+            Target::HostOnly => host_engine_name(),
+        }
+    }
+
+    /// The engine `requested` resolves to for an N × D table at `precision`, and why.
+    pub fn mode_for(
+        &self,
+        requested: Mode,
+        n: usize,
+        d: usize,
+        precision: Precision,
+    ) -> ModeChoice {
+        match self {
+            Target::Vulkan(c) => ModeChoice::for_context(c, requested, n, d, precision),
+            Target::HostOnly => ModeChoice::host(requested, n, d),
+        }
+    }
+
+    /// The largest batch for an N × D table at `precision` and `steps` steps on the engine
+    /// `requested` resolves to (the device's limits, or the host engine's memory budget).
+    pub fn max_batch(
+        &self,
+        requested: Mode,
+        n: usize,
+        d: usize,
+        precision: Precision,
+        steps: usize,
+    ) -> usize {
+        match self {
+            Target::Vulkan(c) if !c.native_host() => {
+                max_batch(c.caps(), requested, n, d, precision, steps)
+            }
+            _ => host::max_batch(requested, n, d, steps, host::host_memory_budget()),
+        }
+    }
+
+    /// The arithmetic a job of the engine `mode` (resolved: gram or scan) runs for an N × D
+    /// table, as the cache metadata's `summation` names it: the host engine's where sequences
+    /// run there, the gram arithmetic with `g` for a gram on a device, `None` for a device scan.
+    pub fn summation(
+        &self,
+        mode: Mode,
+        n: usize,
+        d: usize,
+        g: &GramOptions,
+    ) -> Result<Option<String>> {
+        if self.native_host() {
+            return Ok(Some(host_summation(mode).to_string()));
+        }
+        if mode != Mode::Gram {
+            return Ok(None);
+        }
+        gram::summation(self.vulkan()?.caps(), n, d, g).map(Some)
+    }
+
+    /// The device's L2 size, or [`NO_DEVICE_L2`].
+    pub fn l2_bytes(&self) -> u64 {
+        self.context().map_or(NO_DEVICE_L2, |c| c.caps().l2_bytes)
+    }
+
+    /// A table ready for jobs: uploaded to the device (with the host engine's copy where
+    /// sequences run there), or the host engine's copy alone.
+    pub fn upload(&self, table: &Table, precision: Precision) -> Result<Engine> {
+        match self {
+            Target::Vulkan(ctx) => Engine::upload(ctx, table, precision),
+            Target::HostOnly => Engine::host_only(table, precision),
+        }
+    }
+
+    /// A multi-line account of where work runs and of the device.
+    pub fn describe(&self) -> String {
+        match self {
+            Target::Vulkan(c) if c.native_host() => format!("{}{}", host_line(), c.describe()),
+            Target::Vulkan(c) => c.describe(),
+            Target::HostOnly => format!(
+                "{}device:          none (no Vulkan loader, driver or device on this machine)\n",
+                host_line()
+            ),
         }
     }
 }
@@ -636,5 +807,51 @@ impl Job {
     /// reused, so a caller downloading chunk after chunk into one buffer pays no fresh pages).
     pub fn sequence_columns_into(&self, from: usize, to: usize, out: &mut Vec<u32>) -> Result<()> {
         both!(self, j => j.sequence_columns_into(from, to, out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn choice(requested: Mode, unfit: Option<&str>) -> ModeChoice {
+        ModeChoice::from_fit(requested, unfit.map(str::to_string), || ModeReason::AutoFits {
+            n: 10,
+            gram_bytes: 400,
+            device: "dev".into(),
+            budget_bytes: 1 << 20,
+        })
+    }
+
+    /// The `auto` rule, once: gram where G fits, scan where not; a named mode stays.
+    #[test]
+    fn auto_is_gram_where_g_fits() {
+        assert_eq!(Mode::Auto.resolve(true), Mode::Gram);
+        assert_eq!(Mode::Auto.resolve(false), Mode::Scan);
+        assert_eq!(Mode::Gram.resolve(false), Mode::Gram);
+        assert_eq!(Mode::Scan.resolve(true), Mode::Scan);
+        let c = choice(Mode::Gram, Some("G needs 9 GiB"));
+        assert_eq!((c.mode, c.reason.code()), (Mode::Gram, "requested_unfit"));
+        let c = choice(Mode::Auto, Some("G needs 9 GiB"));
+        assert_eq!((c.mode, c.reason.code()), (Mode::Scan, "auto_unfit"));
+    }
+
+    /// Devices agree on the first one's engine unless another chooses otherwise or cannot run
+    /// a requested gram; that device's choice then stands, named.
+    #[test]
+    fn devices_agree_on_one_engine() {
+        assert!(ModeChoice::agree(&[]).is_none());
+        let fits = (choice(Mode::Auto, None), "A".to_string());
+        let unfit = (choice(Mode::Auto, Some("G does not fit B")), "B".to_string());
+        let (c, why) = ModeChoice::agree(&[fits.clone(), fits.clone()]).unwrap();
+        assert_eq!((c.mode, why.as_str()), (Mode::Gram, fits.0.to_string().as_str()));
+        let (c, why) = ModeChoice::agree(&[fits.clone(), fits.clone(), unfit.clone()]).unwrap();
+        assert_eq!(c.mode, Mode::Scan);
+        assert_eq!(why, "device 3 of 3 (B): auto: G does not fit B");
+        let gram_unfit = (choice(Mode::Gram, Some("G needs 9 GiB")), "C".to_string());
+        let gram_fits = (choice(Mode::Gram, None), "D".to_string());
+        let (c, why) = ModeChoice::agree(&[gram_fits, gram_unfit]).unwrap();
+        assert_eq!((c.mode, c.reason.code()), (Mode::Gram, "requested_unfit"));
+        assert_eq!(why, "requested, but G needs 9 GiB");
     }
 }

@@ -21,3 +21,17 @@ named_enum!(Mode, "mode", {
     Gram => "gram",
     Auto => "auto",
 });
+
+impl Mode {
+    /// The `auto` rule, the one every engine and front end applies: `auto` is
+    /// [`Mode::Gram`] where G fits (`gram_fits`: on the device's memory budget, or the host
+    /// engine's), else [`Mode::Scan`]; a named mode is returned as it is (a requested gram that
+    /// does not fit stays gram, and its job says why).
+    pub fn resolve(self, gram_fits: bool) -> Mode {
+        match self {
+            Mode::Auto if gram_fits => Mode::Gram,
+            Mode::Auto => Mode::Scan,
+            m => m,
+        }
+    }
+}

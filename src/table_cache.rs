@@ -14,8 +14,7 @@
 //! call tried once more. Jobs and handles that hold an engine keep it alive after it leaves the
 //! cache.
 
-use crate::device::Context;
-use crate::engine::Engine;
+use crate::engine::{Engine, Target};
 use crate::error::{Error, Result};
 use crate::table::{Precision, Table};
 use std::sync::{Arc, Mutex};
@@ -74,11 +73,11 @@ impl TableCache {
         self.entries.clear();
     }
 
-    /// The engine of `table` stored at `precision` on `ctx`: a kept one when a table with the
-    /// same shape, precision and bytes was kept, else a new upload (kept in turn).
+    /// The engine of `table` stored at `precision` on `target`: a kept one when a table with
+    /// the same shape, precision and bytes was kept, else a new upload (kept in turn).
     pub fn engine(
         &mut self,
-        ctx: Option<&Context>,
+        target: &Target,
         table: Table,
         precision: Precision,
     ) -> Result<SharedEngine> {
@@ -94,11 +93,7 @@ impl TableCache {
             self.hits += 1;
             return Ok(e.engine.clone());
         }
-        // No device (a machine without Vulkan): the host engine's copy only.
-        let upload = |t: &Table| match ctx {
-            Some(ctx) => Engine::upload(ctx, t, precision),
-            None => Engine::host_only(t, precision),
-        };
+        let upload = |t: &Table| target.upload(t, precision);
         let up = match upload(&table) {
             Err(e) if out_of_memory(&e) && self.drop_unused() > 0 => upload(&table)?,
             r => r?,

@@ -253,8 +253,7 @@ pub fn gram_unfit(
     None
 }
 
-/// The `auto` rule: [`Mode::Gram`] when [`gram_unfit`] finds nothing, else [`Mode::Scan`]. Other
-/// modes are returned as they are.
+/// The `auto` rule ([`Mode::resolve`]) on a device: gram when [`gram_unfit`] finds nothing.
 pub fn mode_for(
     caps: &Capabilities,
     mode: Mode,
@@ -262,11 +261,7 @@ pub fn mode_for(
     d: usize,
     bytes_per_value: usize,
 ) -> Mode {
-    match mode {
-        Mode::Auto if gram_unfit(caps, n, d, bytes_per_value).is_none() => Mode::Gram,
-        Mode::Auto => Mode::Scan,
-        m => m,
-    }
+    mode.resolve(mode != Mode::Auto || gram_unfit(caps, n, d, bytes_per_value).is_none())
 }
 
 /// The largest batch a gram job may run on `caps` for N items and `steps` steps, next to a G

@@ -58,14 +58,10 @@ pub fn gram_unfit(n: usize, d: usize, budget: u64) -> Option<String> {
     })
 }
 
-/// The engine `mode` resolves to on the host for an N × D table within `budget` bytes: `auto`
-/// is gram when G fits, else scan; a named mode is kept.
+/// The engine `mode` resolves to on the host for an N × D table within `budget` bytes: the
+/// `auto` rule ([`Mode::resolve`]) with the host's fit.
 pub fn mode_for(mode: Mode, n: usize, d: usize, budget: u64) -> Mode {
-    match mode {
-        Mode::Auto if gram_unfit(n, d, budget).is_none() => Mode::Gram,
-        Mode::Auto => Mode::Scan,
-        m => m,
-    }
+    mode.resolve(mode != Mode::Auto || gram_unfit(n, d, budget).is_none())
 }
 
 /// The largest batch (sequences per job) of the engine `mode` resolves to, within `budget`

@@ -8,7 +8,7 @@ use super::error::LuaCtx;
 use super::handle::Handle;
 use super::table::LTable;
 use crate::device::{Context, ContextOptions};
-use crate::engine::{self, Engine, ModeChoice};
+use crate::engine::{self, Target};
 use crate::host;
 use crate::mode::Mode;
 use crate::table::Precision;
@@ -47,92 +47,20 @@ impl BatchSizing {
     }
 }
 
-/// What a context handle holds: a Vulkan device, or none on a machine that has no Vulkan
-/// device (loader, driver or device missing), where diversity sequences still run on the host
-/// engine and what needs a device is refused naming the cause.
-pub(super) enum Device {
-    /// An open Vulkan device (its sequences on the host engine where
-    /// [`Context::native_host`]).
-    Vulkan(Context),
-    /// No Vulkan device: the host engine only.
-    HostOnly,
-}
-
-impl Device {
-    /// The Vulkan device, or an error for `call` saying the machine has none.
-    pub(super) fn vulkan(&self, call: &str) -> LuaResult<&Context> {
-        match self {
-            Device::Vulkan(c) => Ok(c),
-            Device::HostOnly => Err::<&Context, _>(engine::no_vulkan()).lua_ctx(call),
-        }
-    }
-    /// Whether diversity sequences run on the host engine.
-    pub(super) fn native_host(&self) -> bool {
-        match self {
-            Device::Vulkan(c) => c.native_host(),
-            Device::HostOnly => true,
-        }
-    }
-    /// The engine `mode` resolves to for an N × D table at `p`, and why.
-    pub(super) fn mode_for(&self, mode: Mode, n: usize, d: usize, p: Precision) -> ModeChoice {
-        match self {
-            Device::Vulkan(c) => ModeChoice::for_context(c, mode, n, d, p),
-            Device::HostOnly => ModeChoice::host(mode, n, d),
-        }
-    }
-    /// The largest batch for the N × D table, precision, steps and mode of `s`.
-    pub(super) fn max_batch(&self, s: &BatchSizing) -> usize {
-        let BatchSizing {
-            mode,
-            n,
-            d,
-            p,
-            steps,
-        } = *s;
-        match self {
-            Device::Vulkan(c) if !c.native_host() => {
-                engine::max_batch(c.caps(), mode, n, d, p, steps)
-            }
-            _ => host::max_batch(mode, n, d, steps, host::host_memory_budget()),
-        }
-    }
-    /// The arithmetic a job of the engine `mode` (resolved: gram or scan) runs for an N × D
-    /// table, as the cache metadata's `summation` names it: the host engine's on a host context,
-    /// the gram arithmetic with `g` for a gram on a device, nil for a scan on a device.
-    fn summation(
-        &self,
-        call: &str,
-        mode: Mode,
-        n: usize,
-        d: usize,
-        g: &crate::gram::GramOptions,
-    ) -> LuaResult<Option<String>> {
-        if self.native_host() {
-            return Ok(Some(engine::host_summation(mode).to_string()));
-        }
-        if mode != Mode::Gram {
-            return Ok(None);
-        }
-        let caps = self.vulkan(call)?.caps();
-        crate::gram::summation(caps, n, d, g)
-            .lua_ctx(call)
-            .map(Some)
-    }
-    /// The name sequences report.
-    pub(super) fn name(&self) -> String {
-        match self {
-            Device::Vulkan(c) => engine::sequence_device_name(c),
-            Device::HostOnly => engine::host_engine_name(),
-        }
+impl BatchSizing {
+    /// The largest batch `target` allows for these sizes.
+    pub(super) fn max_batch(&self, target: &Target) -> usize {
+        target.max_batch(self.mode, self.n, self.d, self.p, self.steps)
     }
 }
 
-/// The L2 size a context without a device reports (the driver's tile formula reads it; the host
-/// engine has no tiles).
-const NO_DEVICE_L2: u64 = 1 << 20;
+/// The Vulkan device of `target`, or `call`'s error saying the machine has none.
+pub(super) fn vulkan<'a>(target: &'a Target, call: &str) -> LuaResult<&'a Context> {
+    target.vulkan().lua_ctx(call)
+}
 
-/// A device.
-pub(super) type LContext = Handle<Device>;
+/// A context: where its work runs ([`Target`]: a Vulkan device, or the host engine alone).
+pub(super) type LContext = Handle<Target>;
 
 /// The device of `this` (`call`'s error after close()), then the checked `n` and `dim`: the
 /// opening of the context methods that size an N × D table, its errors in that order.
@@ -141,7 +69,7 @@ fn device_and_dims<'a>(
     call: &str,
     n: &Value,
     d: &Value,
-) -> LuaResult<(&'a Device, usize, usize)> {
+) -> LuaResult<(&'a Target, usize, usize)> {
     let dev = this.get(call)?;
     let (n, d) = dims(call, n, d)?;
     Ok((dev, n, d))
@@ -151,44 +79,29 @@ fn device_and_dims<'a>(
 /// the error where the handle is closed or the machine has no Vulkan device.
 pub(super) fn vulkan_arg(call: &str, ctx: &LuaAnyUserData) -> LuaResult<Context> {
     let c = ctx.borrow::<LContext>()?;
-    Ok(c.get(call)?.vulkan(call)?.clone())
+    Ok(vulkan(c.get(call)?, call)?.clone())
 }
 
 impl UserData for LContext {
     fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
         m.add_method("describe", |_, this, ()| {
-            Ok(match this.get("context:describe")? {
-                Device::Vulkan(c) if c.native_host() => {
-                    format!("{}{}", engine::host_line(), c.describe())
-                }
-                Device::Vulkan(c) => c.describe(),
-                Device::HostOnly => format!(
-                    "{}device:          none (no Vulkan loader, driver or device on this machine)\n",
-                    engine::host_line()
-                ),
-            })
+            Ok(this.get("context:describe")?.describe())
         });
         // The name sequences report: the device's, or the CPU's with "(host engine)".
         m.add_method("name", |_, this, ()| Ok(this.get("context:name")?.name()));
         // Where diversity sequences run: "host" (the native CPU engine) or "device".
         m.add_method("engine", |_, this, ()| {
-            Ok(match this.get("context:engine")?.native_host() {
-                true => "host",
-                false => "device",
-            })
+            Ok(this.get("context:engine")?.engine_name())
         });
         m.add_method("l2_bytes", |_, this, ()| {
-            Ok(match this.get("context:l2_bytes")? {
-                Device::Vulkan(c) => c.caps().l2_bytes,
-                Device::HostOnly => NO_DEVICE_L2,
-            })
+            Ok(this.get("context:l2_bytes")?.l2_bytes())
         });
         m.add_method("caps", |lua, this, ()| {
             let dev = this.get("context:caps")?;
             let t = lua.create_table()?;
             let ctx = match dev {
-                Device::Vulkan(c) => c,
-                Device::HostOnly => {
+                Target::Vulkan(c) => c,
+                Target::HostOnly => {
                     t.set("name", dev.name())?;
                     t.set("device_name", "none")?;
                     t.set("engine", "host")?;
@@ -196,7 +109,7 @@ impl UserData for LContext {
                     t.set("fp16_storage", true)?;
                     t.set("timestamps", false)?;
                     t.set("memory_budget_bytes", host::host_memory_budget())?;
-                    t.set("l2_bytes", NO_DEVICE_L2)?;
+                    t.set("l2_bytes", engine::NO_DEVICE_L2)?;
                     t.set("l2_source", "none")?;
                     return Ok(t);
                 }
@@ -205,7 +118,7 @@ impl UserData for LContext {
             // `name` is where sequences run (see `name`); `device_name` the Vulkan device's.
             t.set("name", dev.name())?;
             t.set("device_name", c.name.clone())?;
-            t.set("engine", if ctx.native_host() { "host" } else { "device" })?;
+            t.set("engine", dev.engine_name())?;
             t.set("device_type", c.device_type.clone())?;
             t.set("uuid", c.uuid.clone())?;
             t.set("driver", c.driver.clone())?;
@@ -226,7 +139,7 @@ impl UserData for LContext {
         m.add_method("max_batch", |_, this, args: SizingArgs| {
             let call = "context:max_batch";
             let dev = this.get(call)?;
-            Ok(dev.max_batch(&BatchSizing::parse(call, args)?))
+            Ok(BatchSizing::parse(call, args)?.max_batch(dev))
         });
         // The engine `mode` ("scan", "gram" or "auto", the default) resolves to for an N × D
         // table at `precision` on this device, and why: (mode name, reason in words, reason code,
@@ -249,7 +162,7 @@ impl UserData for LContext {
                 let call = "context:gram_summation";
                 let (dev, n, d) = device_and_dims(this, call, &n, &d)?;
                 let g = super::job::gram_only_options(call, &o)?;
-                dev.summation(call, Mode::Gram, n, d, &g)
+                dev.summation(Mode::Gram, n, d, &g).lua_ctx(call)
             },
         );
         // The arithmetic a job of the engine `mode` resolves to runs, as the cache metadata's
@@ -263,13 +176,13 @@ impl UserData for LContext {
                 let mode = parse_mode(call, mode.as_deref(), Mode::Auto)?;
                 let g = super::job::gram_only_options(call, &o)?;
                 let resolved = dev.mode_for(mode, n, d, Precision::Fp32).mode;
-                dev.summation(call, resolved, n, d, &g)
+                dev.summation(resolved, n, d, &g).lua_ctx(call)
             },
         );
         m.add_method("validation_messages", |lua, this, ()| {
-            lua.create_sequence_from(match this.get("context:validation_messages")? {
-                Device::Vulkan(c) => c.validation_messages(),
-                Device::HostOnly => Vec::new(),
+            lua.create_sequence_from(match this.get("context:validation_messages")?.context() {
+                Some(c) => c.validation_messages(),
+                None => Vec::new(),
             })
         });
         m.add_method(
@@ -279,11 +192,7 @@ impl UserData for LContext {
                 let dev = this.get(call)?;
                 let p = parse_precision(call, precision)?;
                 let t = table.borrow::<LTable>()?;
-                let e = match dev {
-                    Device::Vulkan(ctx) => Engine::upload(ctx, t.get(call)?, p),
-                    Device::HostOnly => Engine::host_only(t.get(call)?, p),
-                }
-                .lua_ctx(call)?;
+                let e = dev.upload(t.get(call)?, p).lua_ctx(call)?;
                 Ok(LDeviceTable::new("device table", e))
             },
         );
@@ -301,12 +210,10 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
                 validation: opt(&o, "validation")?.unwrap_or(false),
             };
             // No Vulkan device on this machine (and none named): the host engine alone.
-            let dev = match Context::new(&opts) {
-                Ok(ctx) => Device::Vulkan(ctx),
-                Err(e) if engine::host_fallback(&opts, &e) => Device::HostOnly,
-                Err(e) => return Err(e).lua_ctx("open"),
-            };
-            Ok(LContext::new("context", dev))
+            Ok(LContext::new(
+                "context",
+                Target::open(&opts).lua_ctx("open")?,
+            ))
         })?,
     )?;
     m.set(

@@ -14,6 +14,7 @@ use super::error::{msg, LuaCtx};
 use super::rows::LRows;
 use super::set_function;
 use crate::checkpoint::{self as ck, RunFingerprint};
+use crate::engine::ModeChoice;
 use crate::mode::Mode;
 use mlua::prelude::*;
 use mlua::Value;
@@ -78,7 +79,7 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
             for c in ctxs.sequence_values::<LuaAnyUserData>() {
                 let c = c?;
                 let c = c.borrow::<LContext>()?;
-                let f = c.get(call)?.max_batch(&sizing);
+                let f = sizing.max_batch(c.get(call)?);
                 fit = Some(fit.map_or(f, |m| m.min(f)));
             }
             fit.ok_or_else(|| msg(call, "no contexts"))
@@ -106,27 +107,17 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
             let p = parse_precision(call, precision)?;
             let mode = parse_mode(call, mode.as_deref(), Mode::Auto)?;
             let ctxs: Vec<LuaAnyUserData> = ctxs.sequence_values().collect::<LuaResult<_>>()?;
-            let k = ctxs.len();
-            let mut out: Option<(&'static str, String, &'static str, Option<String>)> = None;
-            for (i, u) in ctxs.iter().enumerate() {
+            let mut choices = Vec::with_capacity(ctxs.len());
+            for u in &ctxs {
                 let c = u.borrow::<LContext>()?;
-                let dev = c.get(call)?;
-                let (m, r, code, unfit) = mode_values(&dev.mode_for(mode, n, d, p));
-                match &out {
-                    None => out = Some((m, r, code, unfit)),
-                    Some(first) if m != first.0 || code == "requested_unfit" => {
-                        let reason = if code == "requested_unfit" {
-                            r
-                        } else {
-                            format!("device {} of {k} ({}): {r}", i + 1, dev.name())
-                        };
-                        out = Some((m, reason, code, unfit));
-                        break;
-                    }
-                    Some(_) => {}
-                }
+                let target = c.get(call)?;
+                choices.push((target.mode_for(mode, n, d, p), target.name()));
             }
-            out.ok_or_else(|| msg(call, "no contexts"))
+            let agreed = ModeChoice::agree(&choices).map(|(c, reason)| {
+                let (m, _, code, unfit) = mode_values(&c);
+                (m, reason, code, unfit)
+            });
+            agreed.ok_or_else(|| msg(call, "no contexts"))
         },
     )?;
     // `diversity.host_batch(bytes, steps)`: the most sequences of `steps` steps a batch may

@@ -3,12 +3,13 @@
 //! the crate's multi-device API, the context, table and job handles and the binding's helpers.
 
 use super::args::{opt, parse_precision};
-use super::context::{vulkan_arg, Device, LContext};
+use super::context::{vulkan_arg, LContext};
 use super::error::{msg, LuaCtx};
 use super::handle::Handle;
 use super::job::LJob;
 use super::knn::{knn_options, knn_result};
 use super::table::LTable;
+use crate::engine::Target;
 use mlua::prelude::*;
 use mlua::{UserData, UserDataMethods};
 
@@ -73,7 +74,7 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
             let ctxs = crate::multi::open_devices(&spec, validation).lua_ctx("open_devices")?;
             lua.create_sequence_from(
                 ctxs.into_iter()
-                    .map(|c| LContext::new("context", Device::Vulkan(c))),
+                    .map(|c| LContext::new("context", Target::Vulkan(c))),
             )
         })?,
     )?;
