@@ -577,11 +577,12 @@ pub unsafe extern "C" fn vkd_batch_compute_chunk(
                 ),
             ));
         }
-        let (shape, tile) = if tile_size == 0 || tile_size as usize >= b.n {
-            (Shape::Untiled, 0)
+        // The old library scanned untiled from a tile of N on.
+        let (shape, tile) = Shape::from_tile(if tile_size as usize >= b.n {
+            0
         } else {
-            (Shape::Tiled, tile_size)
-        };
+            tile_size
+        });
         b.job.set_tiling(shape, tile);
         b.job.step(slot_count as usize)?;
         b.next_slot = start_slot + slot_count;

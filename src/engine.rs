@@ -815,11 +815,13 @@ mod tests {
     use super::*;
 
     fn choice(requested: Mode, unfit: Option<&str>) -> ModeChoice {
-        ModeChoice::from_fit(requested, unfit.map(str::to_string), || ModeReason::AutoFits {
-            n: 10,
-            gram_bytes: 400,
-            device: "dev".into(),
-            budget_bytes: 1 << 20,
+        ModeChoice::from_fit(requested, unfit.map(str::to_string), || {
+            ModeReason::AutoFits {
+                n: 10,
+                gram_bytes: 400,
+                device: "dev".into(),
+                budget_bytes: 1 << 20,
+            }
         })
     }
 
@@ -842,9 +844,15 @@ mod tests {
     fn devices_agree_on_one_engine() {
         assert!(ModeChoice::agree(&[]).is_none());
         let fits = (choice(Mode::Auto, None), "A".to_string());
-        let unfit = (choice(Mode::Auto, Some("G does not fit B")), "B".to_string());
+        let unfit = (
+            choice(Mode::Auto, Some("G does not fit B")),
+            "B".to_string(),
+        );
         let (c, why) = ModeChoice::agree(&[fits.clone(), fits.clone()]).unwrap();
-        assert_eq!((c.mode, why.as_str()), (Mode::Gram, fits.0.to_string().as_str()));
+        assert_eq!(
+            (c.mode, why.as_str()),
+            (Mode::Gram, fits.0.to_string().as_str())
+        );
         let (c, why) = ModeChoice::agree(&[fits.clone(), fits.clone(), unfit.clone()]).unwrap();
         assert_eq!(c.mode, Mode::Scan);
         assert_eq!(why, "device 3 of 3 (B): auto: G does not fit B");

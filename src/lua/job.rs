@@ -139,7 +139,7 @@ impl UserData for LJob {
             let job = this.get_mut(call)?;
             if let Some(t) = tile.filter(|t| !t.is_nil()) {
                 let t = int_u32(call, "tile", &t)?;
-                let shape = if t == 0 { Shape::Untiled } else { Shape::Tiled };
+                let (shape, t) = Shape::from_tile(t);
                 // Tiles are the scan engine's; a gram step reads whole Gram rows.
                 job.set_tiling(shape, t);
             }

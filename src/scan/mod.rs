@@ -250,6 +250,28 @@ named_enum!(Shape, "shape", {
     PerTile => "per-tile" | "dispatch-per-tile",
 });
 
+impl Shape {
+    /// The shape a tile size names, the one reading of "0 = untiled" for every front end (the
+    /// Lua `job:step(n, tile)`, the C ABI's `tile_size`): 0 is [`Shape::Untiled`] (one strided
+    /// pass), any other size [`Shape::Tiled`] with tiles of that many candidates.
+    pub fn from_tile(tile: u32) -> (Shape, u32) {
+        if tile == 0 {
+            (Shape::Untiled, 0)
+        } else {
+            (Shape::Tiled, tile)
+        }
+    }
+
+    /// The tile size a step of this shape scans with, as the shaders take it: 0 (the whole
+    /// table) when untiled, else `tile`.
+    pub fn tile(self, tile: u32) -> u32 {
+        match self {
+            Shape::Untiled => 0,
+            _ => tile,
+        }
+    }
+}
+
 /// How a [`ScanJob`] runs. The defaults are an untiled scan of every step, 64 steps a submission.
 #[derive(Clone, Debug)]
 pub struct ScanOptions {

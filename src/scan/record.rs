@@ -228,11 +228,7 @@ impl Recorder {
         for slot in first..first + steps {
             match opts.shape {
                 Shape::Untiled | Shape::Tiled => {
-                    let tile = if opts.shape == Shape::Untiled {
-                        0
-                    } else {
-                        opts.tile_size
-                    };
+                    let tile = opts.shape.tile(opts.tile_size);
                     let push = ScanPush {
                         num_items: n,
                         dim: d,
@@ -278,10 +274,7 @@ impl Recorder {
 /// untiled or `tile_size` 0); tiles are whole candidate blocks of `bn` (the last may be short).
 pub(super) fn tile_ranges(n: usize, shape: Shape, tile_size: u32, bn: usize) -> Vec<(u32, u32)> {
     let n = n as u64;
-    let t = match shape {
-        Shape::Untiled => 0,
-        _ => tile_size as u64,
-    };
+    let t = shape.tile(tile_size) as u64;
     let t = if t == 0 {
         n
     } else {
