@@ -30,6 +30,11 @@ build = {
       lib = { diversity = "target/lua/diversity.so" },
       lua = {
          ["diversity.driver"] = "lua/diversity/driver.lua",
+         -- the driver's pieces, re-exported by diversity.driver
+         ["diversity.driver.options"] = "lua/diversity/driver/options.lua",
+         ["diversity.driver.checkpoint"] = "lua/diversity/driver/checkpoint.lua",
+         ["diversity.driver.progress"] = "lua/diversity/driver/progress.lua",
+         ["diversity.driver.schedule"] = "lua/diversity/driver/schedule.lua",
          ["diversity.cli"] = "lua/diversity/cli.lua",
          -- LuaLS ---@meta stubs of the module (docs/lua.md): read by editors, never run.
          ["diversity.types"] = "lua/diversity/types.lua",
