@@ -4,37 +4,73 @@
 //! much larger than its caches, on every core). Compare with `../shared/peer/numpy_gram.py` on
 //! the same table in the same run (bench/host.sh does both).
 //!
-//! usage: bench_host TABLE.npy [--n N] [--center] [--precision fp32|fp16] [--chunk C] [--out F.u32]
-//! (`--chunk C`: every sequence advances C steps before any goes on; 0, the default: each
-//! sequence runs to its end at once)
+//! ```text
+//! cargo run --release --example bench_host -- TABLE.npy [--n N] [--center]
+//!     [--precision fp32|fp16] [--chunk C] [--out F.u32]
+//! ```
+//!
+//! `--n N` takes the table's first N rows; `--chunk C`: every sequence advances C steps before
+//! any goes on (0, the default: each sequence runs to its end at once).
 
 use diversity::host::{isa, threads, HostGram, HostJob, HostOptions, HostTable};
 use diversity::Precision;
 use rayon::prelude::*;
 use std::time::Instant;
 
-fn main() {
-    let mut args = std::env::args().skip(1);
-    let mut table = None;
-    let (mut n, mut center, mut precision, mut out) = (None, false, Precision::Fp32, None);
+mod common;
+
+/// The command line.
+struct Args {
+    table: String,
+    n: Option<usize>,
+    center: bool,
+    precision: Precision,
+    chunk: usize,
+    out: Option<String>,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut args = common::Cli::new(include_str!("bench_host.rs"));
+    let (mut table, mut n, mut center, mut precision, mut out) =
+        (None, None, false, Precision::Fp32, None);
     let mut chunk = 0usize;
-    while let Some(a) = args.next() {
+    while let Some(a) = args.flag()? {
+        let mut val = || args.value().ok_or(format!("{a} needs a value"));
         match a.as_str() {
-            "--n" => n = Some(args.next().expect("--n N").parse::<usize>().expect("N")),
+            "--n" => n = Some(common::int_min(&a, &val()?, 1)?),
             "--center" => center = true,
             "--precision" => {
-                precision = args.next().expect("precision").parse().expect("fp32|fp16")
+                precision = val()?
+                    .parse()
+                    .map_err(|e: diversity::Error| e.to_string())?
             }
-            "--out" => out = Some(args.next().expect("--out FILE")),
-            "--chunk" => chunk = args.next().expect("--chunk C").parse().expect("C"),
+            "--out" => out = Some(val()?),
+            "--chunk" => chunk = common::int_min(&a, &val()?, 0)?,
+            _ if a.starts_with('-') => return Err(format!("unknown argument {a}")),
             _ if table.is_none() => table = Some(a),
-            _ => panic!("unexpected argument {a}"),
+            _ => return Err(format!("unexpected argument {a}")),
         }
     }
-    let mut t = diversity::files::load_npy(std::path::Path::new(
-        &table.expect("usage: bench_host TABLE.npy [--n N] [--center] [--precision P]"),
-    ))
-    .expect("table");
+    Ok(Args {
+        table: table.ok_or("TABLE.npy is required")?,
+        n,
+        center,
+        precision,
+        chunk,
+        out,
+    })
+}
+
+fn main() {
+    let Args {
+        table,
+        n,
+        center,
+        precision,
+        chunk,
+        out,
+    } = common::parsed("bench_host", parse());
+    let mut t = diversity::files::load_npy(std::path::Path::new(&table)).expect("table");
     if let Some(n) = n {
         t = t.head(n).expect("head");
     }

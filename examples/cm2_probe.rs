@@ -546,17 +546,99 @@ fn fill(n: usize, seed: u64, scale: f32) -> Vec<f16> {
         .collect()
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.len() < 6 {
-        eprintln!("usage: cm2_probe SPV M N K REPS WG:BM:BN:BK:EPI[:CLAMP]...");
-        std::process::exit(2);
+mod common;
+
+/// The command line: the shader, the shape, the timed dispatches and the configurations.
+struct Args {
+    spv: String,
+    m: u32,
+    n: u32,
+    k: u32,
+    reps: u32,
+    /// Each CONFIG as written and its numbers: WG, BM, BN, BK, EPI and CLAMP when given.
+    configs: Vec<(String, Vec<u32>)>,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut args = common::Cli::new(include_str!("cm2_probe.rs"));
+    let mut words = Vec::new();
+    while let Some(a) = args.flag()? {
+        if a.starts_with('-') {
+            return Err(format!("unknown argument {a}"));
+        }
+        words.push(a);
     }
-    let spv = std::fs::read(&args[0]).expect("SPIR-V file");
-    let m: u32 = args[1].parse().unwrap();
-    let n: u32 = args[2].parse().unwrap();
-    let k: u32 = args[3].parse().unwrap();
-    let reps: u32 = args[4].parse().unwrap();
+    if words.len() < 6 {
+        return Err("expected SPV M N K REPS and at least one CONFIG".into());
+    }
+    let configs = words[5..]
+        .iter()
+        .map(|cfg| {
+            let v = common::int_list::<u32>("CONFIG", &cfg.replace(':', ","), 0)
+                .map_err(|e| format!("{e} (CONFIG = WG:BM:BN:BK:EPI[:CLAMP])"))?;
+            if v.len() != 5 && v.len() != 6 {
+                return Err(format!("CONFIG {cfg}: expected WG:BM:BN:BK:EPI[:CLAMP]"));
+            }
+            Ok((cfg.clone(), v))
+        })
+        .collect::<Result<_, String>>()?;
+    Ok(Args {
+        spv: words[0].clone(),
+        m: common::int_min("M", &words[1], 1)?,
+        n: common::int_min("N", &words[2], 1)?,
+        k: common::int_min("K", &words[3], 1)?,
+        reps: common::int_min("REPS", &words[4], 1)?,
+        configs,
+    })
+}
+
+/// What every configuration shares: the device, the kernels, the inputs and their buffers.
+struct Probe {
+    gpu: Gpu,
+    gemm: Kernel,
+    stream: Option<Kernel>,
+    dpool: vk::DescriptorPool,
+    qpool: vk::QueryPool,
+    a: Vec<f16>,
+    b: Vec<f16>,
+    rs: Vec<f32>,
+    cs: Vec<f32>,
+    ba: Buf,
+    bb: Buf,
+    brs: Buf,
+    bcs: Buf,
+    bbits: Buf,
+    m: u32,
+    n: u32,
+    k: u32,
+    reps: u32,
+    scale: f32,
+    flops: f64,
+}
+
+/// A configuration's tiling, for its checks.
+#[derive(Clone, Copy)]
+struct Tiling {
+    epi: u32,
+    bm: u32,
+    bn: u32,
+    nt: u32,
+    segs: u32,
+}
+
+fn main() {
+    let Args {
+        spv,
+        m,
+        n,
+        k,
+        reps,
+        configs,
+    } = common::parsed("cm2_probe", parse());
+    let spv = std::fs::read(&spv).unwrap_or_else(|e| {
+        eprintln!("cm2_probe: {spv}: {e}");
+        std::process::exit(1);
+    });
     let gpu = open();
     let dev = &gpu.device;
     let scale = 1.0 / (k as f32).sqrt();
@@ -613,20 +695,55 @@ fn main() {
         let spv = std::fs::read(path).expect("CM2_STREAM: the stream shader's SPIR-V");
         gpu.kernel(&spv, 2, 20)
     });
-    // Row r of A against row c of B in float64 (the checks' reference).
-    let dot = |r: u32, c: u32| -> f64 {
-        let (ra, rb) = (r as usize * k as usize, c as usize * k as usize);
-        (0..k as usize)
-            .map(|q| a[ra + q].to_f64() * b[rb + q].to_f64())
-            .sum()
-    };
     let flops = 2.0 * m as f64 * n as f64 * k as f64;
     println!(
         "shape M {m} N {n} K {k}: {:.3e} FLOP a dispatch, {reps} dispatches timed",
         flops
     );
-    for cfg in &args[5..] {
-        let v: Vec<u32> = cfg.split(':').map(|s| s.parse().unwrap()).collect();
+    let probe = Probe {
+        gpu,
+        gemm,
+        stream,
+        dpool,
+        qpool,
+        a,
+        b,
+        rs,
+        cs,
+        ba,
+        bb,
+        brs,
+        bcs,
+        bbits,
+        m,
+        n,
+        k,
+        reps,
+        scale,
+        flops,
+    };
+    for (cfg, v) in &configs {
+        probe.config(cfg, v);
+    }
+    let _ = &probe.gpu.instance;
+}
+
+impl Probe {
+    /// Row r of A against row c of B in float64 (the checks' reference).
+    fn dot(&self, r: u32, c: u32) -> f64 {
+        let k = self.k as usize;
+        let (ra, rb) = (r as usize * k, c as usize * k);
+        (0..k)
+            .map(|q| self.a[ra + q].to_f64() * self.b[rb + q].to_f64())
+            .sum()
+    }
+
+    /// Time one configuration (`v`: WG, BM, BN, BK, EPI[, CLAMP]) and print its line.
+    fn config(&self, cfg: &str, v: &[u32]) {
+        let (gpu, gemm, stream) = (&self.gpu, &self.gemm, &self.stream);
+        let dev = &gpu.device;
+        let (dpool, qpool) = (self.dpool, self.qpool);
+        let (m, n, k, scale) = (self.m, self.n, self.k, self.scale);
         let (wg, bm, bn, bk, epi) = (v[0], v[1], v[2], v[3], v[4]);
         let clamp = v.get(5).copied().unwrap_or(1);
         // EPI 6: subgroup tiles of BM × BN, 2 × (WG / 64) of them a workgroup.
@@ -659,7 +776,7 @@ fn main() {
         let seg = ns.div_ceil(segs).next_multiple_of(8);
         if key_bytes >= 4 << 30 {
             println!("{cfg}: skipped: {key_bytes} bytes of keys reach a 4 GiB binding");
-            continue;
+            return;
         }
         let bo = gpu.buffer(out_bytes, usage, dev_local);
         let be = gpu.buffer(out_bytes * 18, usage, dev_local); // EPI 16: 9 uvec2 a (row, tile)
@@ -667,7 +784,7 @@ fn main() {
         let bc = gpu.buffer(out_bytes, usage, dev_local);
         eprintln!("{cfg}: creating the pipeline");
         let t0 = std::time::Instant::now();
-        let pipe = match gpu.pipeline(&gemm, &[wg, bm, bn, bk, epi, clamp]) {
+        let pipe = match gpu.pipeline(gemm, &[wg, bm, bn, bk, epi, clamp]) {
             Ok(p) => p,
             Err(e) => {
                 println!("{cfg}: pipeline creation failed: {e:?}");
@@ -675,20 +792,30 @@ fn main() {
                 gpu.free(bc);
                 gpu.free(be);
                 gpu.free(bk_keys);
-                continue;
+                return;
             }
         };
         let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
         let set = gpu.set(
             dpool,
-            &gemm,
-            &[&ba, &bb, &bo, &bc, &brs, &bcs, &be, &bbits, &bk_keys],
+            gemm,
+            &[
+                &self.ba,
+                &self.bb,
+                &bo,
+                &bc,
+                &self.brs,
+                &self.bcs,
+                &be,
+                &self.bbits,
+                &bk_keys,
+            ],
         );
         let band = 0.05f32 * scale;
         // The streaming half (EPI 9 / 10 / 13 with CM2_STREAM): its pipeline, set and result
         // buffer.
         let sres = gpu.buffer((m as u64 * segs as u64 * 8).max(4), usage, dev_local);
-        let stream_run = match (&stream, epi) {
+        let stream_run = match (stream, epi) {
             (Some(sk), 9 | 10 | 13) => {
                 let spipe = gpu
                     .pipeline(sk, &[(epi != 9) as u32])
@@ -710,7 +837,7 @@ fn main() {
                     dev.cmd_write_timestamp(cb, vk::PipelineStageFlags::TOP_OF_PIPE, qpool, 0);
                 }
                 for _ in 0..count {
-                    gpu.dispatch(cb, &gemm, (pipe, set, &pc), (mt, nt));
+                    gpu.dispatch(cb, gemm, (pipe, set, &pc), (mt, nt));
                     if let Some((sk, spipe, sset, spc)) = &stream_run {
                         gpu.dispatch(cb, sk, (*spipe, *sset, spc), (m, segs));
                     }
@@ -720,31 +847,82 @@ fn main() {
                 }
             });
         };
-        // Warm up for about 0.3 s (the SM clock drops within seconds of idling, e.g. while the
-        // driver compiles the next pipeline): time 2 dispatches, then run enough for 0.3 s.
+        let secs = self.time(run);
+        let tiling = Tiling {
+            epi,
+            bm,
+            bn,
+            nt,
+            segs,
+        };
+        self.report(
+            cfg,
+            &tiling,
+            [&bo, &bc, &be, &sres],
+            stream_run.is_some(),
+            secs,
+            compile_ms,
+        );
+        unsafe { dev.destroy_pipeline(pipe, None) };
+        if let Some((_, spipe, ..)) = stream_run {
+            unsafe { dev.destroy_pipeline(spipe, None) };
+        }
+        gpu.free(sres);
+        gpu.free(bo);
+        gpu.free(bc);
+        gpu.free(be);
+        gpu.free(bk_keys);
+    }
+
+    /// Seconds a dispatch of `run(timed, count)` takes, from its timestamps. Warms up for about
+    /// 0.3 s first (the SM clock drops within seconds of idling, e.g. while the driver compiles
+    /// the next pipeline): times 2 dispatches, then runs enough for 0.3 s.
+    fn time(&self, run: impl Fn(bool, u32)) -> f64 {
         let w0 = std::time::Instant::now();
         run(false, 2);
         let per = w0.elapsed().as_secs_f64() / 2.0;
         run(false, ((0.3 / per.max(1e-6)) as u32).clamp(2, 4000));
-        run(true, reps);
+        run(true, self.reps);
         let mut ts = [0u64; 2];
         unsafe {
-            dev.get_query_pool_results(
-                qpool,
+            self.gpu.device.get_query_pool_results(
+                self.qpool,
                 0,
                 &mut ts,
                 vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WAIT,
             )
         }
         .unwrap();
-        let secs = (ts[1] - ts[0]) as f64 * gpu.ts_period * 1e-9 / reps as f64;
+        (ts[1] - ts[0]) as f64 * self.gpu.ts_period * 1e-9 / self.reps as f64
+    }
+
+    /// The checks of one configuration's outputs (`bufs`: out, counts, band entries, the
+    /// streaming half's results) and its line.
+    fn report(
+        &self,
+        cfg: &str,
+        tiling: &Tiling,
+        bufs: [&Buf; 4],
+        streamed: bool,
+        secs: f64,
+        compile_ms: f64,
+    ) {
+        let Tiling {
+            epi,
+            bm,
+            bn,
+            nt,
+            segs,
+        } = *tiling;
+        let [bo, bc, be, sres] = bufs;
+        let (gpu, m, n) = (&self.gpu, self.m, self.n);
         // Check each sampled row's tile minimum (EPI 1) against float64 over the same fp16
         // inputs; out-of-range columns are zero (the layouts clamp).
         // EPI 3: the hits a row over the whole table (the threshold aims at about 1e-5 of keys).
         let mut hits = String::new();
         if epi == 16 {
             // (minimum, count) then 8 entries a (row, tile): the mean count and the overflows.
-            let e: Vec<[u32; 2]> = bytemuck::cast_slice(&gpu.download(&be)).to_vec();
+            let e: Vec<[u32; 2]> = bytemuck::cast_slice(&gpu.download(be)).to_vec();
             let pairs = m as usize * nt as usize;
             let counts: Vec<u32> = (0..pairs).map(|i| e[i * 9][1]).collect();
             let over = counts.iter().filter(|&&c| c > 8).count();
@@ -755,7 +933,7 @@ fn main() {
             );
         }
         if epi == 3 || epi == 5 || epi == 8 {
-            let c: Vec<u32> = bytemuck::cast_slice(&gpu.download(&bc)).to_vec();
+            let c: Vec<u32> = bytemuck::cast_slice(&gpu.download(bc)).to_vec();
             let total: u64 = c.iter().map(|&x| x as u64).sum();
             hits = format!(", {:.3} hits a row", total as f64 / m as f64);
         }
@@ -763,8 +941,8 @@ fn main() {
         // product times the row's scalar plus the column's, INF where the shader's mask chose
         // the column: (column + row % BM) % 61 == 0), against float64 over the same inputs.
         let mut stream_note = String::new();
-        if stream_run.is_some() {
-            let r2: Vec<[f32; 2]> = bytemuck::cast_slice(&gpu.download(&sres)).to_vec();
+        if streamed {
+            let r2: Vec<[f32; 2]> = bytemuck::cast_slice(&gpu.download(sres)).to_vec();
             let mut worst_rel = 0f64;
             for s in 0..8u32 {
                 let r = (s * 7919 + 13) % m;
@@ -773,7 +951,9 @@ fn main() {
                     if (c + r % bm).is_multiple_of(61) {
                         continue;
                     }
-                    best = best.min(dot(r, c) * rs[r as usize] as f64 + cs[c as usize] as f64);
+                    best = best.min(
+                        self.dot(r, c) * self.rs[r as usize] as f64 + self.cs[c as usize] as f64,
+                    );
                 }
                 let row = &r2[(r * segs) as usize..((r + 1) * segs) as usize];
                 let got = row.iter().map(|x| x[0]).fold(f32::INFINITY, f32::min) as f64;
@@ -787,13 +967,13 @@ fn main() {
         let mut worst = 0f64;
         let mut checked = 0;
         if epi == 1 {
-            let o: Vec<f32> = bytemuck::cast_slice(&gpu.download(&bo)).to_vec();
+            let o: Vec<f32> = bytemuck::cast_slice(&gpu.download(bo)).to_vec();
             for s in 0..24u32 {
                 let r = (s * 7919 + 13) % m;
                 let t = (s * 104_729 + 5) % nt;
                 let mut best = f64::INFINITY;
                 for c in t * bn..(t + 1) * bn {
-                    best = best.min(if c < n { dot(r, c) } else { 0.0 });
+                    best = best.min(if c < n { self.dot(r, c) } else { 0.0 });
                 }
                 let got = o[(r * nt + t) as usize] as f64;
                 worst = worst.max((got - best).abs());
@@ -803,7 +983,7 @@ fn main() {
         println!(
             "{cfg}: {:.1} us a dispatch, {:.1} TFLOP/s (pipeline {:.0} ms){hits}{stream_note}{}",
             secs * 1e6,
-            flops / secs * 1e-12,
+            self.flops / secs * 1e-12,
             compile_ms,
             if checked > 0 {
                 format!(", {checked} row minima vs float64: worst |diff| {worst:.2e}")
@@ -811,15 +991,5 @@ fn main() {
                 String::new()
             }
         );
-        unsafe { dev.destroy_pipeline(pipe, None) };
-        if let Some((_, spipe, ..)) = stream_run {
-            unsafe { dev.destroy_pipeline(spipe, None) };
-        }
-        gpu.free(sres);
-        gpu.free(bo);
-        gpu.free(bc);
-        gpu.free(be);
-        gpu.free(bk_keys);
     }
-    let _ = &gpu.instance;
 }
