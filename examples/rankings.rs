@@ -45,7 +45,7 @@ use diversity::cache::{
     merge_graphs, merge_rankings, KnnGraphShard, KnnGraphWriter, KnnMetric, RankingsWriter,
     ShardLayout, KNN_PAD, SHARD_TABLE_KEY,
 };
-use diversity::ivf::{IvfFlat, IvfOptions, IvfSearch, KMeansOptions};
+use diversity::ivf::{widened_nprobe, IvfFlat, IvfOptions, IvfSearch, KMeansOptions};
 use diversity::knn::KnnOptions;
 use diversity::knn::KnnPath;
 use diversity::rankings::{
@@ -403,7 +403,7 @@ fn run(a: Args) -> Result<(), String> {
                 ..KnnOptions::default()
             };
             let search = |q: &[f32], widen: usize| {
-                let np = a.nprobe.saturating_mul(1 << widen.min(40)).min(nlist);
+                let np = widened_nprobe(a.nprobe, widen, nlist);
                 ix.search(q, d, &IvfSearch::new(np, ko.clone()))
                     .map(|r| r.0)
             };

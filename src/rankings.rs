@@ -421,7 +421,8 @@ pub fn write_knn_graph(
 /// index finds rather than the exact best. `search(queries, widen)` searches row-major queries
 /// of the table's dimension for `k` neighbours (the report's `knn_k`), `widen` = 0 normally;
 /// an item whose probed lists hold fewer than `len` other items is searched again with `widen`
-/// = 1, 2, … (the caller doubles its nprobe each time, up to every list), so every row is whole.
+/// = 1, 2, … (the caller widens its nprobe by [`crate::ivf::widened_nprobe`], doubling it each
+/// time up to every list), so every row is whole.
 /// `stored` is the table as the index stores it (for fp16, [`Table::as_stored`]): an item is
 /// its stored row, so it and its duplicates score the same. Errors: `top_k: None` (all N − 1:
 /// use the exact search), `verify`, bad items, and the search's.

@@ -6,7 +6,7 @@
 
 mod common;
 use common::{assert_clean, ctx, fortunes, random_table};
-use diversity::ivf::{IvfFlat, IvfOptions, IvfSearch, KMeansOptions};
+use diversity::ivf::{widened_nprobe, IvfFlat, IvfOptions, IvfSearch, KMeansOptions};
 use diversity::knn::KnnOptions;
 use diversity::rankings::{rankings_approx, rankings_with_values, RankingsOptions};
 use diversity::{DeviceTable, Metric, Precision, Table};
@@ -43,7 +43,7 @@ fn approx(ix: &mut IvfFlat, stored: &Table, opts: &RankingsOptions, nprobe: usiz
         stored,
         opts,
         |q, widen| {
-            let np = (nprobe << widen).min(nlist);
+            let np = widened_nprobe(nprobe, widen, nlist);
             ix.search(q, d, &IvfSearch::new(np, ko.clone()))
                 .map(|r| r.0)
         },

@@ -23,19 +23,22 @@
 //!   product one on the unit rows.
 
 use super::coarse::{index_rows, Coarse};
+use super::index::{self, CallMeter, ListScan, ReadBack, Words};
 use super::kmeans::{nearest, KMeans, KMeansOptions};
 use super::pq::ProductQuantizer;
 use super::pq_rerank::{self, KeptRows};
 use super::pq_scan::PqSlab;
-use super::resident::{self, Resident};
+use super::resident::Resident;
 use super::{IvfSearch, IvfSearchReport, MAX_SCAN_K};
-use crate::device::Context;
+use crate::device::{Buffer, Context, Pipeline};
 use crate::error::{Error, Result};
 use crate::knn::{
-    check_queries_sq, knn_flat, write_query_rows, KnnOptions, KnnPath, KnnResult, Metric, Prepared,
-    NO_ID,
+    check_queries_sq, knn_flat, write_query_rows, KnnOptions, KnnPath, KnnResult, Metric, NO_ID,
 };
+use crate::submit::{Set, Submitter};
 use crate::table::{Precision, Table};
+use ash::vk;
+use std::sync::Arc;
 
 /// How an [`IvfPq`] is built.
 #[derive(Clone, Debug)]
@@ -293,7 +296,7 @@ impl IvfPq {
         dim: usize,
         s: &IvfSearch,
     ) -> Result<(KnnResult, IvfSearchReport)> {
-        let meter = super::CallMeter::start(&self.ctx, &self.resident);
+        let meter = CallMeter::start(&self.ctx, &self.resident);
         let (out, mut report) = self.search_counted(queries, dim, s)?;
         meter.finish(&self.ctx, &self.resident, &mut report);
         Ok((out, report))
@@ -395,102 +398,49 @@ impl IvfPq {
             if nq == 0 {
                 break 'scan (Vec::new(), Vec::new(), Vec::new(), None);
             }
-            if self.resident.is_none() {
-                self.resident = Some(Resident::new(&self.ctx)?);
-            }
-            let res = self.resident.as_mut().expect("made above");
             let results = nq * kk;
             let layout = pq_rerank::Layout::new(nq, kk, k);
             // The words read back first: the re-rank's k best (3 words a result), or the
             // scan's candidates (2 a candidate); then the probes.
-            let (fin_at, fin_words, out_words) = match kept {
-                Some(_) => (layout.res_keys, 3 * nq * k, layout.words),
-                None => (0, 2 * results, 2 * results),
+            let words = match kept {
+                Some(_) => Words {
+                    out: layout.words,
+                    read_at: layout.res_keys,
+                    read: 3 * nq * k,
+                },
+                None => Words {
+                    out: 2 * results,
+                    read_at: 0,
+                    read: 2 * results,
+                },
             };
-            let io = res.stage(
-                nq * d,
-                write_rows,
-                (out_words * 4) as u64,
-                ((fin_words + nq * nprobe) * 4) as u64,
-            )?;
-            let resident::Io {
-                sub,
-                coarse: kept_scratch,
-                set: slot,
-                rerank_set,
-                up,
-                queries: qbuf,
-                out: obuf,
-                down,
-                gen,
-                ctx,
-            } = io;
-            let Some(prep) = Prepared::new(coarse, qbuf, gen, nq, &copts, kept_scratch)? else {
-                break 'scan (Vec::new(), Vec::new(), Vec::new(), None);
-            };
-            if prep.ke() != nprobe {
-                break 'scan (Vec::new(), Vec::new(), Vec::new(), None);
-            }
-            let packed = prep.packed();
-            let mut singles = slab.bindings().to_vec();
-            singles.extend([(2, qbuf), (5, packed), (6, obuf), (7, packed)]);
-            let key = [gen, slab.serial, prep.scratch_gen()];
-            let set = resident::set_for(slot, ctx, key, &singles)?;
-            let rerank = match kept {
-                Some(kr) => {
-                    let bindings = [(0, kr.buffer()), (2, qbuf), (6, obuf)];
-                    let rset = resident::set_for(rerank_set, ctx, [gen, kr.serial, 0], &bindings)?;
-                    Some((kr, kr.pipeline()?, rset))
-                }
-                None => None,
-            };
-            let dev = ctx.device();
-            let mut failed = None;
-            let before = |cb| unsafe {
-                resident::record_upload(dev, cb, up, qbuf, (nq * d * 4) as u64);
-                if let Err(e) = prep.record(cb) {
-                    failed = Some(e);
-                }
-            };
-            let after = |cb| unsafe {
-                if let Some((kr, pipe, rset)) = &rerank {
-                    kr.record(cb, pipe, *rset, nq, kk, k, ip, &layout);
-                }
-                resident::record_readback(
-                    dev,
-                    cb,
-                    down,
-                    &[
-                        (obuf, (fin_at * 4) as u64, 0, (fin_words * 4) as u64),
-                        (
-                            packed,
-                            (nq * nprobe * 4) as u64,
-                            (fin_words * 4) as u64,
-                            (nq * nprobe * 4) as u64,
-                        ),
-                    ],
-                )
-            };
-            let (coarse_ns, lists_ns, dispatches) = slab.record_scan(
-                sub,
-                set,
-                nq,
-                (nq * nprobe, 0),
-                nprobe,
-                kk,
+            let ps = PqScan {
+                slab,
+                kept,
+                layout: &layout,
+                shape: (nq, kk, k),
                 ip,
-                Some(before),
-                Some(after),
+            };
+            let one = index::search_resident(
+                &mut self.resident,
+                &self.ctx,
+                coarse,
+                &copts,
+                (nq, d),
+                write_rows,
+                &ps,
+                words,
+                &mut report,
             )?;
-            if let Some(e) = failed {
-                return Err(e);
-            }
-            (report.coarse_ns, report.lists_ns) = (coarse_ns, lists_ns);
-            report.scan_dispatches = dispatches;
-            device_probes = Some(prep.plan_info());
-            // Read in place from the read-back buffer.
-            let w = resident::words(down, 0, fin_words + nq * nprobe);
-            let (fin, probes) = w.split_at(fin_words);
+            let Some(ReadBack {
+                results: fin,
+                probes,
+                plan,
+            }) = one
+            else {
+                break 'scan (Vec::new(), Vec::new(), Vec::new(), None);
+            };
+            device_probes = Some(plan);
             if kept.is_some() {
                 // The device's k best: float64 distances rounded to f32 here, as the host
                 // re-rank rounds them.
@@ -505,7 +455,7 @@ impl IvfPq {
                     out.ids.push(id);
                     out.distances.push(dist);
                 }
-                report.rows_scanned = super::rows_scanned(probes, |l| self.lists[l].ids.len());
+                report.rows_scanned = index::rows_scanned(probes, |l| self.lists[l].ids.len());
                 break 'scan (Vec::new(), Vec::new(), Vec::new(), device_probes);
             }
             (
@@ -541,7 +491,7 @@ impl IvfPq {
         report.probes_on_device = device_probes.is_some();
         if !(kept.is_some() && device_probes.is_some()) {
             // (The device re-rank's path counted them in place above.)
-            report.rows_scanned = super::rows_scanned(&probe_ids, |l| self.lists[l].ids.len());
+            report.rows_scanned = index::rows_scanned(&probe_ids, |l| self.lists[l].ids.len());
         }
         (out.path, out.subgroups, out.query_tile) = plan_info;
         out.gpu_ns = report.coarse_ns + report.lists_ns;
@@ -676,4 +626,73 @@ impl std::fmt::Debug for IvfPq {
 
 fn untrained() -> Error {
     Error::Invalid("the IVF-PQ index is not trained (train it first)".into())
+}
+
+/// IVF-PQ's list scan in the search skeleton: the slab's scan of the codes, then, where the
+/// rows are kept on the device and `k_factor` > 1, the exact re-rank of its candidates.
+struct PqScan<'a> {
+    slab: &'a PqSlab,
+    kept: Option<&'a KeptRows>,
+    layout: &'a pq_rerank::Layout,
+    /// Queries, candidates kept a query (k × k_factor), results a query.
+    shape: (usize, usize, usize),
+    ip: bool,
+}
+
+impl ListScan for PqScan<'_> {
+    type After = (Arc<Pipeline>, vk::DescriptorSet);
+
+    fn slab(&self) -> ([(u32, &Buffer); 4], u64) {
+        (self.slab.bindings(), self.slab.serial)
+    }
+
+    fn binds_keys(&self) -> bool {
+        true
+    }
+
+    fn after_pass(
+        &self,
+        slot: &mut Option<(Set, [u64; 3])>,
+        ctx: &Context,
+        gen: u64,
+        queries: &Buffer,
+        out: &Buffer,
+    ) -> Result<Option<Self::After>> {
+        let Some(kr) = self.kept else {
+            return Ok(None);
+        };
+        let bindings = [(0, kr.buffer()), (2, queries), (6, out)];
+        let set = super::resident::set_for(slot, ctx, [gen, kr.serial, 0], &bindings)?;
+        Ok(Some((kr.pipeline()?, set)))
+    }
+
+    unsafe fn record_after(&self, cb: vk::CommandBuffer, (pipe, set): &Self::After) {
+        let (nq, kk, k) = self.shape;
+        if let Some(kr) = self.kept {
+            kr.record(cb, pipe, *set, nq, kk, k, self.ip, self.layout);
+        }
+    }
+
+    fn record(
+        &self,
+        sub: &mut Submitter,
+        set: vk::DescriptorSet,
+        nq: usize,
+        nprobe: usize,
+        before: impl FnOnce(vk::CommandBuffer),
+        after: impl FnOnce(vk::CommandBuffer),
+    ) -> Result<(u64, u64, usize)> {
+        let kk = self.shape.1;
+        self.slab.record_scan(
+            sub,
+            set,
+            nq,
+            (nq * nprobe, 0),
+            nprobe,
+            kk,
+            self.ip,
+            Some(before),
+            Some(after),
+        )
+    }
 }

@@ -1,0 +1,487 @@
+//! The inverted file with flat (uncompressed) lists, Faiss's `IndexIVFFlat` (see the
+//! [`crate::ivf`] documentation): train, add, search (the list scan of `scan.rs` in the
+//! search skeleton of `index.rs`, or per list with the exact k-NN past its limits). May touch
+//! the coarse quantizer, k-means, the list scan and its slab, the search skeleton, the exact
+//! k-NN and the host table.
+
+use super::coarse::{index_rows, Coarse};
+use super::index::{self, CallMeter, ListScan, ReadBack, Words};
+use super::kmeans::{self, KMeans, KMeansOptions};
+use super::resident;
+use super::scan;
+use super::{IvfSearch, IvfSearchReport};
+use crate::device::{Buffer, Context};
+use crate::device_table::DeviceTable;
+use crate::error::{Error, Result};
+use crate::knn::{
+    check_queries_sq, knn_flat, knn_resident, write_query_rows, DeviceQueries, KnnOptions,
+    KnnResult, Metric, NO_ID,
+};
+use crate::submit::Submitter;
+use crate::table::{Precision, Table};
+use ash::vk;
+
+/// How an [`IvfFlat`] is built.
+#[derive(Clone, Debug)]
+pub struct IvfOptions {
+    /// Lists (k-means centroids).
+    pub nlist: usize,
+    /// Similarity or distance of the search (and of the coarse assignment).
+    pub metric: Metric,
+    /// Storage of the lists on the device.
+    pub precision: Precision,
+    /// The k-means of [`IvfFlat::train`].
+    pub kmeans: KMeansOptions,
+}
+
+/// One inverted list: its rows' ids (ascending) and values, and their device copy.
+#[derive(Default)]
+pub(super) struct List {
+    pub ids: Vec<i64>,
+    pub data: Vec<f32>,
+    dev: Option<DeviceTable>,
+}
+
+/// The inverted-file index with flat (uncompressed) lists (see the [module](self)
+/// documentation).
+pub struct IvfFlat {
+    /// What a search keeps on the device for the next one (made by the first search); first,
+    /// so dropped before the tables its sets name.
+    resident: Option<resident::Resident>,
+    pub(super) ctx: Context,
+    pub(super) d: usize,
+    pub(super) nlist: usize,
+    pub(super) metric: Metric,
+    pub(super) precision: Precision,
+    pub(super) kmeans: KMeansOptions,
+    /// The centroids and their device copy.
+    pub(super) coarse: Coarse,
+    pub(super) lists: Vec<List>,
+    pub(super) ntotal: usize,
+    /// Every list on the device for the list scan; `None` until the first search (and while
+    /// every list is empty), and again after an add that outgrew a list's room.
+    slab: Option<scan::Slab>,
+    /// Slab builds and in-place appends so far.
+    slab_uploads: (usize, usize),
+}
+
+impl IvfFlat {
+    /// An empty, untrained index of dimension `d` on `ctx`. Errors: D = 0, nlist = 0.
+    pub fn new(ctx: &Context, d: usize, opts: &IvfOptions) -> Result<IvfFlat> {
+        if d == 0 {
+            return Err(Error::Invalid("IVF index of dimension D = 0".into()));
+        }
+        if opts.nlist == 0 {
+            return Err(Error::Invalid("IVF index needs nlist ≥ 1".into()));
+        }
+        Ok(IvfFlat {
+            ctx: ctx.clone(),
+            d,
+            nlist: opts.nlist,
+            metric: opts.metric,
+            precision: opts.precision,
+            kmeans: opts.kmeans.clone(),
+            coarse: Coarse::new(opts.nlist, d),
+            lists: (0..opts.nlist).map(|_| List::default()).collect(),
+            ntotal: 0,
+            slab: None,
+            slab_uploads: (0, 0),
+            resident: None,
+        })
+    }
+
+    /// Dimension D.
+    pub fn d(&self) -> usize {
+        self.d
+    }
+    /// Lists.
+    pub fn nlist(&self) -> usize {
+        self.nlist
+    }
+    /// Rows added.
+    pub fn ntotal(&self) -> usize {
+        self.ntotal
+    }
+    /// The metric.
+    pub fn metric(&self) -> Metric {
+        self.metric
+    }
+    /// The lists' storage on the device.
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+    /// Whether [`IvfFlat::train`] has run (or the index was loaded).
+    pub fn is_trained(&self) -> bool {
+        !self.coarse.centroids().is_empty()
+    }
+    /// The nlist × D centroids (empty until trained).
+    pub fn centroids(&self) -> &[f32] {
+        self.coarse.centroids()
+    }
+    /// Rows in each list.
+    pub fn list_sizes(&self) -> Vec<usize> {
+        self.lists.iter().map(|l| l.ids.len()).collect()
+    }
+    /// How the lists reached the device so far: whole builds of the slab (the first search, and
+    /// the first search after an add that outgrew a list's room) and adds written in place.
+    pub fn slab_uploads(&self) -> (usize, usize) {
+        self.slab_uploads
+    }
+    /// The ids of list `l` (ascending).
+    pub fn list_ids(&self, l: usize) -> &[i64] {
+        &self.lists[l].ids
+    }
+
+    fn check_dim(&self, what: &str, t: &Table) -> Result<()> {
+        if t.d() != self.d {
+            return Err(Error::Invalid(format!(
+                "{what} have dimension {}, the index {}",
+                t.d(),
+                self.d
+            )));
+        }
+        Ok(())
+    }
+
+    /// Train the coarse quantizer: k-means of `table`'s rows (normalised for cosine) into
+    /// nlist centroids. Errors: the dimension, nlist > N, an index already trained.
+    pub fn train(&mut self, table: &Table) -> Result<KMeans> {
+        self.check_dim("training rows", table)?;
+        if self.is_trained() {
+            return Err(Error::Invalid(
+                "the IVF index is already trained (make a new one to retrain)".into(),
+            ));
+        }
+        let rows = index_rows(self.metric, table)?;
+        self.resident = None;
+        self.coarse.train(&self.ctx, &rows, &self.kmeans)
+    }
+
+    pub(super) fn set_centroids(&mut self, c: Vec<f32>) -> Result<()> {
+        // The kept coarse scratch names the old centroids' table.
+        self.resident = None;
+        self.coarse.set(&self.ctx, c)
+    }
+
+    /// Add `table`'s rows: ids `ntotal`, `ntotal + 1`, … in row order, each in the list of
+    /// its nearest centroid. Returns the first id. Errors: untrained, the dimension, a nonzero
+    /// row whose norm at the index's precision is outside what fp32 arithmetic handles exactly
+    /// ([`crate::table::check_row_norms`]).
+    pub fn add(&mut self, table: &Table) -> Result<usize> {
+        self.check_dim("added rows", table)?;
+        table.check_norms(self.precision)?;
+        let coarse = self.coarse.device().ok_or_else(untrained)?;
+        let (lists, _, _) = kmeans::nearest(coarse, table.data(), self.d, self.metric)?;
+        let first = self.ntotal;
+        for (i, &l) in lists.iter().enumerate() {
+            let list = &mut self.lists[l as usize];
+            list.ids.push((first + i) as i64);
+            list.data.extend_from_slice(table.row(i));
+            list.dev = None;
+        }
+        self.ntotal += table.n();
+        // Rows appended to lists that still have room on the device go there in place; else
+        // the slab is built again on the next search.
+        if let Some(slab) = self.slab.as_mut() {
+            let views: Vec<(&[i64], &[f32])> = self
+                .lists
+                .iter()
+                .map(|l| (l.ids.as_slice(), l.data.as_slice()))
+                .collect();
+            match slab.append(&views) {
+                Ok(true) => self.slab_uploads.1 += 1,
+                Ok(false) => self.slab = None,
+                Err(e) => {
+                    self.slab = None;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(first)
+    }
+
+    /// The `s.knn.k` nearest added rows of each query among the `s.nprobe` lists nearest to it
+    /// (nprobe is clamped to nlist; see [`IvfSearch`] for what is checked; `k_factor` must be
+    /// 1). With nprobe = nlist the result is bit for bit [`knn_flat`] on all the
+    /// rows added, in this index's precision. The result's `path` and `query_tile` are the
+    /// coarse search's.
+    pub fn search(
+        &mut self,
+        queries: &[f32],
+        dim: usize,
+        s: &IvfSearch,
+    ) -> Result<(KnnResult, IvfSearchReport)> {
+        let meter = CallMeter::start(&self.ctx, &self.resident);
+        let (out, mut report) = self.search_counted(queries, dim, s)?;
+        meter.finish(&self.ctx, &self.resident, &mut report);
+        Ok((out, report))
+    }
+
+    fn search_counted(
+        &mut self,
+        queries: &[f32],
+        dim: usize,
+        s: &IvfSearch,
+    ) -> Result<(KnnResult, IvfSearchReport)> {
+        let opts = &s.knn;
+        let (nq, sq) = check_queries_sq(self.d, queries, dim, opts)?;
+        s.check("IVF", self.metric)?;
+        if s.k_factor != 1 {
+            return Err(Error::Invalid(
+                "the IVF-Flat search is exact and has no re-rank: k_factor must be 1".into(),
+            ));
+        }
+        let coarse = self.coarse.device().ok_or_else(untrained)?;
+        let nprobe = s.nprobe.min(self.nlist);
+        let copts = KnnOptions {
+            k: nprobe,
+            metric: self.metric,
+            ..KnnOptions::default()
+        };
+        let k = opts.k;
+        let neg = self.metric != Metric::L2;
+        let pad = if neg {
+            f32::NEG_INFINITY
+        } else {
+            f32::INFINITY
+        };
+        let mut report = IvfSearchReport {
+            nprobe,
+            ..IvfSearchReport::default()
+        };
+        let mut out = KnnResult::started(k, nq, crate::knn::KnnPath::Select { chunk: 0 }, false, 0);
+        if nq == 0 {
+            return Ok((out, report));
+        }
+        if scan::applies(k, self.d) {
+            report.list_scan = true;
+            if self.slab.is_none() {
+                let lists: Vec<(&[i64], &[f32])> = self
+                    .lists
+                    .iter()
+                    .map(|l| (l.ids.as_slice(), l.data.as_slice()))
+                    .collect();
+                self.slab = scan::Slab::build(&self.ctx, &lists, self.d, self.precision)?;
+                self.slab_uploads.0 += 1;
+            }
+            let Some(slab) = &self.slab else {
+                // Nothing added: every result is padding.
+                out.ids = vec![NO_ID; nq * k];
+                out.distances = vec![pad; nq * k];
+                return Ok((out, report));
+            };
+            // One submission where the coarse search's query tile holds every query (the
+            // skeleton of `index.rs`); else the coarse results come back to the host first.
+            let (d, metric) = (self.d, self.metric);
+            let words = Words {
+                out: 2 * nq * k,
+                read_at: 0,
+                read: 2 * nq * k,
+            };
+            let fs = FlatScan { slab, k, metric };
+            let write_rows = |dst: &mut [f32]| write_query_rows(queries, d, metric, &sq, dst);
+            let one = index::search_resident(
+                &mut self.resident,
+                &self.ctx,
+                coarse,
+                &copts,
+                (nq, d),
+                write_rows,
+                &fs,
+                words,
+                &mut report,
+            )?;
+            if let Some(ReadBack {
+                results,
+                probes,
+                plan,
+            }) = one
+            {
+                (out.path, out.subgroups, out.query_tile) = plan;
+                let (keys, ids) = results.split_at(nq * k);
+                Self::finish(
+                    &self.lists,
+                    metric,
+                    &mut out,
+                    &mut report,
+                    bytemuck::cast_slice(keys),
+                    ids,
+                    probes,
+                );
+            } else {
+                let rows = DeviceQueries::upload(&self.ctx, queries, self.d, self.metric)?;
+                let probes = knn_resident(coarse, &rows, &copts)?;
+                report.coarse_ns = probes.gpu_ns;
+                (out.path, out.subgroups, out.query_tile) =
+                    (probes.path, probes.subgroups, probes.query_tile);
+                let pr: Vec<u32> = probes.ids.iter().map(|&l| l as u32).collect();
+                let so = slab.scan(rows.buffer(), nq, &pr, nprobe, k, self.metric)?;
+                (report.lists_ns, report.scan_dispatches) = (so.gpu_ns, so.dispatches);
+                Self::finish(
+                    &self.lists,
+                    self.metric,
+                    &mut out,
+                    &mut report,
+                    &so.keys,
+                    &so.ids,
+                    &pr,
+                );
+            }
+            out.gpu_ns = report.coarse_ns + report.lists_ns;
+            return Ok((out, report));
+        }
+        let probes = knn_flat(coarse, queries, dim, &copts)?;
+        report.coarse_ns = probes.gpu_ns;
+        (out.path, out.subgroups, out.query_tile) =
+            (probes.path, probes.subgroups, probes.query_tile);
+        for q in 0..nq {
+            for &l in probes.ids_of(q) {
+                report.rows_scanned += self.lists[l as usize].ids.len() as u64;
+            }
+        }
+        // Large k or D: the exact k-NN of each probed list with the queries that probe it,
+        // merged on the host.
+        let mut by_list: Vec<Vec<usize>> = vec![Vec::new(); self.nlist];
+        for q in 0..nq {
+            for &l in probes.ids_of(q) {
+                by_list[l as usize].push(q);
+            }
+        }
+        let mut pools: Vec<Vec<(f32, i64, f32)>> = vec![Vec::new(); nq];
+        for (l, qs) in by_list.iter().enumerate() {
+            if qs.is_empty() || self.lists[l].ids.is_empty() {
+                continue;
+            }
+            let dt = self.device_list(l)?;
+            let sub: Vec<f32> = qs
+                .iter()
+                .flat_map(|&q| queries[q * dim..(q + 1) * dim].iter().copied())
+                .collect();
+            let lopts = KnnOptions {
+                verify: 0,
+                ..opts.clone()
+            };
+            let r = knn_flat(dt, &sub, dim, &lopts)?;
+            report.lists_ns += r.gpu_ns;
+            let ids = &self.lists[l].ids;
+            for (i, &q) in qs.iter().enumerate() {
+                for (&id, &dist) in r.ids_of(i).iter().zip(r.distances_of(i)) {
+                    if id != NO_ID {
+                        let key = if neg { -dist } else { dist };
+                        pools[q].push((key, ids[id as usize], dist));
+                    }
+                }
+            }
+        }
+        out.gpu_ns = report.coarse_ns + report.lists_ns;
+        for pool in &mut pools {
+            pool.sort_unstable_by(|a, b| crate::multi::key_order((a.0, a.1), (b.0, b.1)));
+            for i in 0..k {
+                let (id, dist) = pool.get(i).map_or((NO_ID, pad), |e| (e.1, e.2));
+                out.ids.push(id);
+                out.distances.push(dist);
+            }
+        }
+        Ok((out, report))
+    }
+
+    /// The list scan's `keys` and `ids` (k a query, +∞ and `u32::MAX` padding) into `out`'s
+    /// distances and ids, and the rows the `probes` name into `report.rows_scanned`.
+    fn finish(
+        lists: &[List],
+        metric: Metric,
+        out: &mut KnnResult,
+        report: &mut IvfSearchReport,
+        keys: &[f32],
+        ids: &[u32],
+        probes: &[u32],
+    ) {
+        let neg = metric != Metric::L2;
+        let pad = if neg {
+            f32::NEG_INFINITY
+        } else {
+            f32::INFINITY
+        };
+        report.rows_scanned = index::rows_scanned(probes, |l| lists[l].ids.len());
+        out.ids.extend(
+            ids.iter()
+                .map(|&id| if id == u32::MAX { NO_ID } else { id as i64 }),
+        );
+        out.distances
+            .extend(keys.iter().zip(ids).map(|(&key, &id)| match id {
+                u32::MAX => pad,
+                _ if neg => -key,
+                _ => key,
+            }));
+    }
+
+    /// List `l` on the device, uploaded if it changed since the last search.
+    fn device_list(&mut self, l: usize) -> Result<&DeviceTable> {
+        let list = &mut self.lists[l];
+        if list.dev.is_none() {
+            let t = Table::new(list.data.clone(), list.ids.len(), self.d)?;
+            list.dev = Some(DeviceTable::upload(&self.ctx, &t, self.precision)?);
+        }
+        Ok(list.dev.as_ref().expect("uploaded above"))
+    }
+}
+
+impl std::fmt::Debug for IvfFlat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IvfFlat")
+            .field("d", &self.d)
+            .field("nlist", &self.nlist)
+            .field("ntotal", &self.ntotal)
+            .field("metric", &self.metric)
+            .field("precision", &self.precision)
+            .field("trained", &self.is_trained())
+            .finish()
+    }
+}
+
+fn untrained() -> Error {
+    Error::Invalid("the IVF index is not trained (train it first)".into())
+}
+
+/// IVF-Flat's list scan in the search skeleton: the slab's scan, nothing after it.
+struct FlatScan<'a> {
+    slab: &'a scan::Slab,
+    k: usize,
+    metric: Metric,
+}
+
+impl ListScan for FlatScan<'_> {
+    type After = ();
+
+    fn slab(&self) -> ([(u32, &Buffer); 4], u64) {
+        (self.slab.bindings(), self.slab.serial)
+    }
+
+    fn binds_keys(&self) -> bool {
+        false
+    }
+
+    fn record(
+        &self,
+        sub: &mut Submitter,
+        set: vk::DescriptorSet,
+        nq: usize,
+        nprobe: usize,
+        before: impl FnOnce(vk::CommandBuffer),
+        after: impl FnOnce(vk::CommandBuffer),
+    ) -> Result<(u64, u64, usize)> {
+        let (k, metric) = (self.k, self.metric);
+        let probe_off = nq * nprobe;
+        self.slab.record_scan(
+            sub,
+            set,
+            nq,
+            probe_off,
+            nprobe,
+            k,
+            metric,
+            Some(before),
+            Some(after),
+        )
+    }
+}

@@ -1,0 +1,396 @@
+//! What both inverted-file indexes carry, as Faiss GPU's `IVFBase`: the search options
+//! ([`IvfSearch`], checked in one place), the search report ([`IvfSearchReport`]) and what a
+//! call measures on the host, the `nprobe` widening rule of the IVF rankings
+//! ([`widened_nprobe`]), the one interface the front ends see ([`InvertedFile`]), and the one
+//! search skeleton ([`search_resident`]: the queries' copy, the coarse search, the list scan and
+//! the read-back in one submission) over the [`ListScan`] that IVF-Flat (`flat.rs`) and IVF-PQ
+//! (`ivfpq.rs`) implement. May touch the device context, the exact k-NN's kept search, the
+//! kept device state of `resident.rs` and the crate's errors.
+
+use super::kmeans::KMeans;
+use super::resident::{self, Resident};
+use super::{IvfFlat, IvfPq};
+use crate::device::{Buffer, Context, HostOps};
+use crate::device_table::DeviceTable;
+use crate::error::{Error, Result};
+use crate::knn::{KnnOptions, KnnPath, KnnResult, Metric, Prepared};
+use crate::submit::{Set, Submitter};
+use crate::table::Table;
+use ash::vk;
+
+/// Lists probed a query when the caller names no `nprobe` (both indexes, every front end).
+pub const DEFAULT_NPROBE: usize = 1;
+
+/// How an IVF index is searched: the one options struct of [`IvfFlat::search`],
+/// [`IvfShards::search`] and [`IvfPq::search`] (and of both Lua handles' `search`).
+#[derive(Clone, Debug)]
+pub struct IvfSearch {
+    /// Results a query (`k`) and the metric, which must be the index's; `verify` is refused.
+    /// IVF-Flat's exact path for a large k or D also takes the k-NN tile options from here.
+    pub knn: KnnOptions,
+    /// Lists probed a query (≥ 1, clamped to nlist; [`DEFAULT_NPROBE`] by default).
+    pub nprobe: usize,
+    /// IVF-PQ: 1 keeps the ADC result; > 1 re-ranks k × k_factor ADC candidates exactly
+    /// (needs `keep_vectors`). IVF-Flat is exact already and takes only 1.
+    pub k_factor: usize,
+}
+
+impl IvfSearch {
+    /// `nprobe` lists with the k-NN options `knn` (its k and metric), no re-rank.
+    pub fn new(nprobe: usize, knn: KnnOptions) -> Self {
+        IvfSearch {
+            knn,
+            nprobe,
+            k_factor: 1,
+        }
+    }
+
+    /// The checks both indexes make before any work: nprobe ≥ 1, k_factor ≥ 1, the index's
+    /// metric, no verify. `what` names the index in messages ("IVF", "IVF-PQ").
+    pub(super) fn check(&self, what: &str, metric: Metric) -> Result<()> {
+        if self.nprobe == 0 {
+            return Err(Error::Invalid(format!("{what} search needs nprobe ≥ 1")));
+        }
+        if self.k_factor == 0 {
+            return Err(Error::Invalid(format!("{what} search needs k_factor ≥ 1")));
+        }
+        if self.knn.metric != metric {
+            return Err(Error::Invalid(format!(
+                "search metric {} is not the index's ({})",
+                self.knn.metric.name(),
+                metric.name()
+            )));
+        }
+        if self.knn.verify > 0 {
+            return Err(Error::Invalid(format!(
+                "verify is not supported by the {what} search (search a device table for it)"
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl Default for IvfSearch {
+    /// k = 10, cosine, [`DEFAULT_NPROBE`] lists, no re-rank.
+    fn default() -> Self {
+        IvfSearch::new(DEFAULT_NPROBE, KnnOptions::default())
+    }
+}
+
+/// What the IVF-Flat and IVF-PQ indexes both answer, so a front end (the Lua handles) writes
+/// each of these once; each method is the index's own method of that name.
+#[cfg_attr(not(feature = "lua"), allow(dead_code))]
+pub(crate) trait InvertedFile {
+    /// Dimension D.
+    fn d(&self) -> usize;
+    /// Lists.
+    fn nlist(&self) -> usize;
+    /// Rows added.
+    fn ntotal(&self) -> usize;
+    /// The metric.
+    fn metric(&self) -> Metric;
+    /// Whether the index is trained (or was loaded).
+    fn is_trained(&self) -> bool;
+    /// The nlist × D coarse centroids (empty until trained).
+    fn centroids(&self) -> &[f32];
+    /// Rows in each list.
+    fn list_sizes(&self) -> Vec<usize>;
+    /// Train the index; returns the coarse k-means.
+    fn train(&mut self, table: &Table) -> Result<KMeans>;
+    /// Add rows; returns the first id.
+    fn add(&mut self, table: &Table) -> Result<usize>;
+    /// Write the index file.
+    fn save(&self, path: &std::path::Path) -> Result<()>;
+    /// The k nearest added rows of each query among the nearest lists.
+    fn search(
+        &mut self,
+        queries: &[f32],
+        dim: usize,
+        s: &IvfSearch,
+    ) -> Result<(KnnResult, IvfSearchReport)>;
+}
+
+macro_rules! inverted_file {
+    ($t:ty) => {
+        impl InvertedFile for $t {
+            fn d(&self) -> usize {
+                <$t>::d(self)
+            }
+            fn nlist(&self) -> usize {
+                <$t>::nlist(self)
+            }
+            fn ntotal(&self) -> usize {
+                <$t>::ntotal(self)
+            }
+            fn metric(&self) -> Metric {
+                <$t>::metric(self)
+            }
+            fn is_trained(&self) -> bool {
+                <$t>::is_trained(self)
+            }
+            fn centroids(&self) -> &[f32] {
+                <$t>::centroids(self)
+            }
+            fn list_sizes(&self) -> Vec<usize> {
+                <$t>::list_sizes(self)
+            }
+            fn train(&mut self, table: &Table) -> Result<KMeans> {
+                <$t>::train(self, table)
+            }
+            fn add(&mut self, table: &Table) -> Result<usize> {
+                <$t>::add(self, table)
+            }
+            fn save(&self, path: &std::path::Path) -> Result<()> {
+                <$t>::save(self, path)
+            }
+            fn search(
+                &mut self,
+                queries: &[f32],
+                dim: usize,
+                s: &IvfSearch,
+            ) -> Result<(KnnResult, IvfSearchReport)> {
+                <$t>::search(self, queries, dim, s)
+            }
+        }
+    };
+}
+inverted_file!(IvfFlat);
+inverted_file!(IvfPq);
+
+/// What [`IvfFlat::search`] did, beside its result.
+#[derive(Clone, Debug, Default)]
+pub struct IvfSearchReport {
+    /// Lists probed per query (nprobe, at most nlist).
+    pub nprobe: usize,
+    /// Rows whose keys were computed, over all queries (the work nprobe = nlist would make
+    /// N × queries).
+    pub rows_scanned: u64,
+    /// GPU nanoseconds of the coarse search.
+    pub coarse_ns: u64,
+    /// GPU nanoseconds of the list searches.
+    pub lists_ns: u64,
+    /// Whether the one-dispatch list scan ran (k ≤ [`MAX_SCAN_K`] and D ≤ [`MAX_SCAN_DIM`]);
+    /// otherwise each probed list was searched by the exact k-NN and the results merged.
+    pub list_scan: bool,
+    /// Dispatches of the list scan (1 a query tile on a GPU; more where a device caps the loop
+    /// iterations of an invocation, each carrying the k best to the next).
+    pub scan_dispatches: usize,
+    /// Whether the scan read the coarse search's results on the device (no round trip through
+    /// the host; where one query tile of the coarse search holds every query).
+    pub probes_on_device: bool,
+    /// Whether IVF-PQ's exact re-rank (`k_factor` > 1) ran on the device, in the search's one
+    /// submission (`false`: on the host, or no re-rank).
+    pub rerank_on_device: bool,
+    /// The host-side Vulkan work of the call (submissions, buffers, descriptor sets and
+    /// pipelines created): what it cost beside the GPU's time.
+    pub host_ops: HostOps,
+    /// Wall nanoseconds of the call outside the one-submission path's queue submission and
+    /// fence wait: the host's own work (the queries' preparation and copy, the recording, the
+    /// results' unpacking). The whole call where that path did not run.
+    pub host_ns: u64,
+}
+
+/// What a search call's report measures on the host ([`IvfSearchReport::host_ops`] and
+/// [`IvfSearchReport::host_ns`]), for IVF-Flat and IVF-PQ alike: taken at the call's start,
+/// written into its report at the end.
+pub(super) struct CallMeter {
+    ops: HostOps,
+    t0: std::time::Instant,
+    /// The kept submitter's busy time at the start (0 before the first search makes it).
+    busy0: u64,
+}
+
+impl CallMeter {
+    pub(super) fn start(ctx: &Context, resident: &Option<resident::Resident>) -> CallMeter {
+        CallMeter {
+            ops: ctx.host_ops(),
+            t0: std::time::Instant::now(),
+            busy0: resident.as_ref().map_or(0, |r| r.sub.busy_ns()),
+        }
+    }
+
+    /// The context's Vulkan work since the start, and the wall nanoseconds since then less what
+    /// the kept submitter spent submitting and waiting.
+    pub(super) fn finish(
+        self,
+        ctx: &Context,
+        resident: &Option<resident::Resident>,
+        report: &mut IvfSearchReport,
+    ) {
+        let busy = resident.as_ref().map_or(self.busy0, |r| r.sub.busy_ns()) - self.busy0;
+        report.host_ops = ctx.host_ops() - self.ops;
+        report.host_ns = (self.t0.elapsed().as_nanos() as u64).saturating_sub(busy);
+    }
+}
+
+/// The rows a search's probes scanned: `len(l)` (list l's rows) summed over `probes`, read
+/// where they lie (IVF-Flat's and IVF-PQ's read-back buffers, no copy).
+pub(crate) fn rows_scanned(probes: &[u32], len: impl Fn(usize) -> usize) -> u64 {
+    probes.iter().map(|&l| len(l as usize) as u64).sum()
+}
+
+/// The lists the IVF rankings probe on their `widen`-th search of a row (0 the first):
+/// `nprobe` doubled `widen` times (at most 2⁴⁰ times, saturating), at most `nlist`. The
+/// rankings search a row again wider while its ranking is short of rows (too few rows in the
+/// probed lists); with every list probed the search is exact, so the widening ends.
+pub fn widened_nprobe(nprobe: usize, widen: usize, nlist: usize) -> usize {
+    nprobe.saturating_mul(1 << widen.min(40)).min(nlist)
+}
+
+/// What the one-submission search asks of an index's list scan: IVF-Flat's (`flat.rs`, over
+/// [`super::scan::Slab`]) and IVF-PQ's (`pq_index.rs`, over [`super::pq_scan::PqSlab`] and its
+/// device re-rank) — the part each index overrides, as Faiss's `IVFBase` subclasses do.
+pub(super) trait ListScan {
+    /// A pass recorded after the scan, before the read-back (IVF-PQ's re-rank), made each call.
+    type After;
+    /// The slab's buffers as its scan binds them (0, 1, 3, 4) and the slab's serial.
+    fn slab(&self) -> ([(u32, &Buffer); 4], u64);
+    /// Whether the scan reads the probes' coarse keys at binding 7 (IVF-PQ's inner product).
+    fn binds_keys(&self) -> bool;
+    /// The pass after the scan, if any (none by default): its set kept in `slot`, naming the queries at `queries`
+    /// and the results at `out` (whose generation is `gen`).
+    fn after_pass(
+        &self,
+        slot: &mut Option<(Set, [u64; 3])>,
+        ctx: &Context,
+        gen: u64,
+        queries: &Buffer,
+        out: &Buffer,
+    ) -> Result<Option<Self::After>> {
+        let _ = (slot, ctx, gen, queries, out);
+        Ok(None)
+    }
+    /// Records the pass `after_pass` made.
+    ///
+    /// # Safety
+    /// `cb` is recording; what the pass's set names outlives its execution.
+    unsafe fn record_after(&self, cb: vk::CommandBuffer, pass: &Self::After) {
+        let _ = (cb, pass);
+    }
+    /// Records and runs the scan of `nq` queries, `nprobe` probes each, on `sub` with `set`,
+    /// `before` at the head and `after` at the end (the slab's `record_scan`). Returns the GPU
+    /// nanoseconds before the submitter's mark and after it, and the dispatches.
+    fn record(
+        &self,
+        sub: &mut Submitter,
+        set: vk::DescriptorSet,
+        nq: usize,
+        nprobe: usize,
+        before: impl FnOnce(vk::CommandBuffer),
+        after: impl FnOnce(vk::CommandBuffer),
+    ) -> Result<(u64, u64, usize)>;
+}
+
+/// The words of a one-submission search: the results buffer's size, and the span of it read
+/// back before the probes (from word `read_at`, `read` words).
+pub(super) struct Words {
+    pub out: usize,
+    pub read_at: usize,
+    pub read: usize,
+}
+
+/// What the one-submission search read back, in place in the read-back buffer: the results'
+/// words, the probes (nprobe a query), and the coarse search's path, subgroups and query tile.
+pub(super) struct ReadBack<'a> {
+    pub results: &'a [u32],
+    pub probes: &'a [u32],
+    pub plan: (KnnPath, bool, usize),
+}
+
+/// The search both indexes share where the coarse search's query tile holds every query: one
+/// submission with the queries' copy (`write_rows` writes them into the upload buffer), the
+/// coarse k-NN (`copts`, k = nprobe) and the packing of its probes, the list scan reading them
+/// there, the index's pass after it, and the copy of the results and the probes into the
+/// read-back buffer — every buffer, the scratch and the sets kept in `resident` from the last
+/// call. `None` (nothing recorded) where the coarse search takes more than one query tile: the
+/// index then brings the coarse results to the host first. Fills the report's GPU times,
+/// dispatches and `probes_on_device`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn search_resident<'r, S: ListScan>(
+    resident: &'r mut Option<Resident>,
+    ctx: &Context,
+    coarse: &DeviceTable,
+    copts: &KnnOptions,
+    (nq, d): (usize, usize),
+    write_rows: impl FnOnce(&mut [f32]),
+    scan: &S,
+    words: Words,
+    report: &mut IvfSearchReport,
+) -> Result<Option<ReadBack<'r>>> {
+    let nprobe = copts.k;
+    if resident.is_none() {
+        *resident = Some(Resident::new(ctx)?);
+    }
+    let res = resident.as_mut().expect("made above");
+    let probe_words = nq * nprobe;
+    let io = res.stage(
+        nq * d,
+        write_rows,
+        (words.out * 4) as u64,
+        ((words.read + probe_words) * 4) as u64,
+    )?;
+    let resident::Io {
+        sub,
+        coarse: kept,
+        set: slot,
+        rerank_set,
+        up,
+        queries: qbuf,
+        out: obuf,
+        down,
+        gen,
+        ctx,
+    } = io;
+    let Some(prep) = Prepared::new(coarse, qbuf, gen, nq, copts, kept)? else {
+        return Ok(None);
+    };
+    if prep.ke() != nprobe {
+        return Ok(None);
+    }
+    let packed = prep.packed();
+    let (slab, serial) = scan.slab();
+    let mut singles = slab.to_vec();
+    singles.extend([(2, qbuf), (5, packed), (6, obuf)]);
+    if scan.binds_keys() {
+        singles.push((7, packed));
+    }
+    let set = resident::set_for(slot, ctx, [gen, serial, prep.scratch_gen()], &singles)?;
+    let pass = scan.after_pass(rerank_set, ctx, gen, qbuf, obuf)?;
+    let dev = ctx.device();
+    let mut failed = None;
+    let before = |cb| unsafe {
+        resident::record_upload(dev, cb, up, qbuf, (nq * d * 4) as u64);
+        if let Err(e) = prep.record(cb) {
+            failed = Some(e);
+        }
+    };
+    let after = |cb| unsafe {
+        if let Some(pass) = &pass {
+            scan.record_after(cb, pass);
+        }
+        let (at, n, p) = (words.read_at * 4, words.read * 4, probe_words * 4);
+        resident::record_readback(
+            dev,
+            cb,
+            down,
+            &[
+                (obuf, at as u64, 0, n as u64),
+                (packed, p as u64, n as u64, p as u64),
+            ],
+        )
+    };
+    let (coarse_ns, lists_ns, dispatches) = scan.record(sub, set, nq, nprobe, before, after)?;
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    (report.coarse_ns, report.lists_ns) = (coarse_ns, lists_ns);
+    report.scan_dispatches = dispatches;
+    report.probes_on_device = true;
+    // Read in place from the read-back buffer.
+    let (results, probes) = resident::words(down, 0, words.read + probe_words).split_at(words.read);
+    Ok(Some(ReadBack {
+        results,
+        probes,
+        plan: prep.plan_info(),
+    }))
+}
