@@ -42,7 +42,7 @@ pub(super) struct List {
     dev: Option<DeviceTable>,
 }
 
-/// The inverted-file index with flat (uncompressed) lists (see the [module](self)
+/// The inverted-file index with flat (uncompressed) lists (see the [`crate::ivf`]
 /// documentation).
 pub struct IvfFlat {
     /// What a search keeps on the device for the next one (made by the first search); first,

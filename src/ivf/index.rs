@@ -10,6 +10,8 @@
 use super::kmeans::KMeans;
 use super::resident::{self, Resident};
 use super::{IvfFlat, IvfPq};
+#[cfg(doc)]
+use super::{IvfShards, MAX_SCAN_DIM, MAX_SCAN_K};
 use crate::device::{Buffer, Context, HostOps};
 use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
