@@ -29,6 +29,11 @@ pub enum Kind {
         /// The largest value.
         max: u64,
     },
+    /// A power of two from 1 to `max`.
+    PowerOfTwo {
+        /// The largest value (itself a power of two).
+        max: u64,
+    },
     /// A thread count: a whole number from 0 (one thread per CPU) to [`max_threads`].
     Threads,
     /// One of the listed words, spelled as listed.
@@ -111,7 +116,7 @@ pub const ENVIRONMENT: &[Variable] = &[
     },
     Variable {
         name: "DIVERSITY_IVF_QUEUE",
-        kind: Kind::Count { min: 1, max: 64 },
+        kind: Kind::PowerOfTwo { max: 64 },
         what: "the IVF list scans' queue, a power of two (tuning; same results)",
     },
     Variable {
@@ -234,18 +239,25 @@ pub fn parse(name: &str, value: &str, kind: Kind) -> Result<()> {
         Kind::Selector | Kind::Presence => Ok(()),
         Kind::Switch => parse_switch(name, value).map(|_| ()),
         Kind::Bytes { zero } => parse_bytes(name, value, zero).map(|_| ()),
-        Kind::Count { min, max } => {
-            let v = parse_count(name, value, min, max)?;
-            if name == "DIVERSITY_IVF_QUEUE" && !v.is_power_of_two() {
-                return Err(bad(name, value, "expected a power of two from 1 to 64"));
-            }
-            Ok(())
-        }
+        Kind::Count { min, max } => parse_count(name, value, min, max).map(|_| ()),
+        Kind::PowerOfTwo { max } => parse_power_of_two(name, value, max).map(|_| ()),
         Kind::Threads => parse_threads(name, value).map(|_| ()),
         Kind::Word(words) => parse_word(name, value, words).map(|_| ()),
         Kind::Words(words) => parse_words(name, value, words).map(|_| ()),
         Kind::ScanShape => parse_scan_shape(name, value).map(|_| ()),
         Kind::Epoch => parse_count(name, value, 0, 253_402_300_799).map(|_| ()),
+    }
+}
+
+/// A power of two from 1 to `max`.
+pub fn parse_power_of_two(name: &str, value: &str, max: u64) -> Result<u64> {
+    match parse_count(name, value, 1, max) {
+        Ok(v) if v.is_power_of_two() => Ok(v),
+        _ => Err(bad(
+            name,
+            value,
+            &format!("expected a power of two from 1 to {max}"),
+        )),
     }
 }
 
@@ -440,8 +452,9 @@ mod tests {
                 "{v}: {e}"
             );
         }
-        assert!(parse("DIVERSITY_IVF_QUEUE", "8", Kind::Count { min: 1, max: 64 }).is_ok());
-        assert!(parse("DIVERSITY_IVF_QUEUE", "6", Kind::Count { min: 1, max: 64 }).is_err());
+        assert!(parse("DIVERSITY_IVF_QUEUE", "8", Kind::PowerOfTwo { max: 64 }).is_ok());
+        assert!(parse("DIVERSITY_IVF_QUEUE", "6", Kind::PowerOfTwo { max: 64 }).is_err());
+        assert!(parse("DIVERSITY_IVF_QUEUE", "128", Kind::PowerOfTwo { max: 64 }).is_err());
     }
 
     /// Every variable name the crate's sources and the Lua files quote is in [`ENVIRONMENT`]

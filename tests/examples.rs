@@ -12,22 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 mod common;
-use common::TempDir;
+use common::{example, TempDir};
 
 const DATA: &str = "data/fortunes-300.embeddings.json";
-
-fn example(name: &str) -> PathBuf {
-    // target/<profile>/deps/examples-<hash> → target/<profile>/examples/<name>
-    let exe = std::env::current_exe().expect("current_exe");
-    let dir = exe.parent().and_then(Path::parent).expect("profile dir");
-    let p = dir.join("examples").join(name);
-    assert!(
-        p.exists(),
-        "{} is missing: build the examples first (cargo build --release --all-targets)",
-        p.display()
-    );
-    p
-}
 
 fn data() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(DATA)

@@ -9,11 +9,11 @@ use diversity::multi::open_devices;
 use diversity::{
     Context, ContextOptions, IvfFlat, IvfOptions, IvfPq, IvfPqOptions, Metric, Precision,
 };
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 mod common;
-use common::{fnv, random_table, TempDir};
+use common::{example, fnv, random_table, TempDir};
 
 /// `bytes` (an index file whose lists' sizes start at byte `sizes_at`) with the first row of its
 /// first non-empty list set to `d` copies of `v` and its checksum recomputed, as any writer of
@@ -251,18 +251,6 @@ fn a_device_selector_names_one_device_or_is_refused() {
         let e = open(&list[0].name).err().unwrap().to_string();
         assert!(e.contains(&format!("matches {count} devices")), "{e}");
     }
-}
-
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let dir = exe.parent().and_then(Path::parent).expect("profile dir");
-    let p = dir.join("examples").join(name);
-    assert!(
-        p.exists(),
-        "{} is missing: build the examples first",
-        p.display()
-    );
-    p
 }
 
 /// A run of an example: its environment, its extra arguments, what its error must say.

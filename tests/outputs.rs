@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 mod common;
-use common::TempDir;
+use common::{example, TempDir};
 
 const DATA: &str = "data/fortunes-300.embeddings.json";
 
@@ -179,19 +179,6 @@ fn dev_null_is_refused_before_anything_is_created() {
 // ---------------------------------------------------------------------------------------------
 // The example programs
 // ---------------------------------------------------------------------------------------------
-
-fn example(name: &str) -> PathBuf {
-    // target/<profile>/deps/outputs-<hash> → target/<profile>/examples/<name>
-    let exe = std::env::current_exe().expect("current_exe");
-    let dir = exe.parent().and_then(Path::parent).expect("profile dir");
-    let p = dir.join("examples").join(name);
-    assert!(
-        p.exists(),
-        "{} is missing: build the examples first (cargo build --release --all-targets)",
-        p.display()
-    );
-    p
-}
 
 /// Run example `name` with `args` in `dir`: exit status and stderr.
 fn run(dir: &TempDir, name: &str, args: &[&str]) -> (i32, String) {

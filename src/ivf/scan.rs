@@ -504,13 +504,11 @@ pub(crate) fn dispatches(
 pub(crate) fn queue(k: usize) -> usize {
     // Parsed strictly (a power of two, 1 to 64) by `settings::check` when the context opened.
     let max = crate::settings::read("DIVERSITY_IVF_QUEUE", |v| {
-        crate::settings::parse_count("DIVERSITY_IVF_QUEUE", v, 1, MAX_SCAN_K as u64)
+        crate::settings::parse_power_of_two("DIVERSITY_IVF_QUEUE", v, MAX_SCAN_K as u64)
     })
     .ok()
     .flatten()
-    .map(|q| q as usize)
-    .filter(|q| q.is_power_of_two())
-    .unwrap_or(QUEUE);
+    .map_or(QUEUE, |q| q as usize);
     k.next_power_of_two().min(max)
 }
 

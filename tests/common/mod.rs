@@ -232,3 +232,20 @@ pub fn built_with(knob: &str) -> bool {
             .any(|x| x.split_once('=').map_or(x, |(name, _)| name) == knob)
     })
 }
+
+/// The example program `name`, built beside this test binary's profile directory
+/// (target/<profile>/deps/<test>-<hash> → target/<profile>/examples/<name>).
+pub fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("profile dir");
+    let p = dir.join("examples").join(name);
+    assert!(
+        p.exists(),
+        "{} is missing: build the examples first (cargo build --release --all-targets)",
+        p.display()
+    );
+    p
+}
