@@ -483,7 +483,9 @@ pub struct Prefix<'a> {
 }
 
 /// A device table ready to run jobs of either engine. G = E Eᵀ is built by the first gram job
-/// (or [`Engine::gram`]) and kept, so that every batch of a run shares one G.
+/// (or [`Engine::gram`]) and kept, so that every batch of a run shares one G. A clone shares
+/// the device table, the G built so far and the host engine's rows.
+#[derive(Clone)]
 pub struct Engine {
     /// The device table; `None` on a machine with no Vulkan device ([`Engine::host_only`]).
     table: Option<DeviceTable>,
@@ -496,9 +498,27 @@ pub struct Engine {
 }
 
 /// The host engine's side of an [`Engine`].
+#[derive(Clone)]
 struct HostSide {
     table: Arc<HostTable>,
     gram: Option<HostGram>,
+}
+
+impl HostSide {
+    /// The host engine's G, created (no row built yet) on first use and kept.
+    fn gram(&mut self) -> Result<HostGram> {
+        if self.gram.is_none() {
+            self.gram = Some(HostGram::lazy(&self.table)?);
+        }
+        Ok(self.gram.clone().unwrap_or_else(|| unreachable!()))
+    }
+}
+
+/// Whether a batch of `starts` sequences of `steps` steps reads at least half of G's `n` rows
+/// at most (each step reads one row): then building G whole first costs less than row by row.
+pub(crate) fn reads_most_of_g(starts: usize, steps: Option<usize>, n: usize) -> bool {
+    let len = crate::batch::sequence_length(n, steps) as u128;
+    starts as u128 * len * 2 >= n as u128
 }
 
 impl Engine {
@@ -601,6 +621,34 @@ impl Engine {
         self.gram.is_some() || self.host.as_ref().is_some_and(|h| h.gram.is_some())
     }
 
+    /// Create the host engine's G (no row built yet) if this engine runs on the host, so that
+    /// clones made from now on share its rows.
+    pub(crate) fn share_host_gram(&mut self) -> Result<()> {
+        if let Some(h) = &mut self.host {
+            h.gram()?;
+        }
+        Ok(())
+    }
+
+    /// Build the rest of the host engine's G, if it has one.
+    pub(crate) fn fill_host_gram(&self) {
+        if let Some(g) = self.host.as_ref().and_then(|h| h.gram.as_ref()) {
+            g.fill();
+        }
+    }
+
+    /// The host engine's G: rows built and the wall time spent building them (`None` where
+    /// jobs run on a device or no host G exists yet).
+    pub(crate) fn host_gram_rows(&self) -> Option<(usize, u64)> {
+        let g = self.host.as_ref()?.gram.as_ref()?;
+        Some((g.rows_built(), g.build_ns()))
+    }
+
+    /// The device's G build time, nanoseconds, once built.
+    pub(crate) fn device_gram_ns(&self) -> Option<u64> {
+        self.gram.as_ref().map(|g| g.build_ns())
+    }
+
     /// Drop the cached G, the device's and the host engine's (jobs and handles that hold it
     /// keep it alive).
     pub fn release_gram(&mut self) {
@@ -644,11 +692,13 @@ impl Engine {
             };
             let job = match mode {
                 Mode::Gram => {
-                    if h.gram.is_none() {
-                        h.gram = Some(HostGram::build(&h.table)?);
+                    let g = h.gram()?;
+                    // A batch that reads most of G builds it whole first (four rows a pass);
+                    // a few short sequences build only the rows their picks read. Same bits.
+                    if reads_most_of_g(starts.len(), opts.gram.steps, self.n) {
+                        g.fill();
                     }
-                    let g = h.gram.as_ref().unwrap_or_else(|| unreachable!());
-                    HostJob::gram(g, starts, &hopts)?
+                    HostJob::gram(&g, starts, &hopts)?
                 }
                 _ => HostJob::scan(&h.table, starts, &hopts)?,
             };

@@ -165,6 +165,50 @@ fn dot_impl(c: &[f64], e: &[f32]) -> f64 {
     s
 }
 
+/// G's entries of `P` rows against a run of candidates, one per row and candidate:
+/// `out[r][x] = ((e_p · e_x) · inv[x]) as f32` with `e_p` (`ps[r]`, widened to f64) and `e_x`
+/// (row x of `xs`, `d` values) dotted exactly as [`dot_impl`] does (8 lanes over the dimension,
+/// summed in lane order, then the tail), so an entry has the same bits whichever rows share its
+/// pass: a row built alone on demand equals the same row built in a block.
+#[inline(always)]
+fn gram_rows_impl<const P: usize>(
+    ps: [&[f64]; P],
+    xs: &[f32],
+    d: usize,
+    inv: &[f64],
+    out: [&mut [f32]; P],
+) {
+    let blocks = d / L;
+    for (x, ex) in xs.chunks_exact(d).enumerate() {
+        let mut acc = [[0f64; L]; P];
+        for b in 0..blocks {
+            let mut w = [0f64; L];
+            for l in 0..L {
+                w[l] = ex[b * L + l] as f64;
+            }
+            for r in 0..P {
+                for l in 0..L {
+                    acc[r][l] += ps[r][b * L + l] * w[l];
+                }
+            }
+        }
+        for r in 0..P {
+            let mut s = 0.0;
+            for a in acc[r] {
+                s += a;
+            }
+            for k in blocks * L..d {
+                s += ps[r][k] * ex[k] as f64;
+            }
+            out[r][x] = (s * inv[x]) as f32;
+        }
+    }
+}
+
+/// [`gram_rows_impl`] for one row and for four.
+type GramRow1 = unsafe fn([&[f64]; 1], &[f32], usize, &[f64], [&mut [f32]; 1]);
+type GramRow4 = unsafe fn([&[f64]; 4], &[f32], usize, &[f64], [&mut [f32]; 4]);
+
 /// Two sequences' passes in one loop (keys and row of each).
 type AddPair = unsafe fn(&mut [f64], &[f32], &mut [f64], &[f32]) -> (Top2, Top2);
 
@@ -173,6 +217,8 @@ struct Passes {
     add_row: unsafe fn(&mut [f64], &[f32]) -> Top2,
     add_pair: AddPair,
     dot: unsafe fn(&[f64], &[f32]) -> f64,
+    gram1: GramRow1,
+    gram4: GramRow4,
     /// `"avx512"`, `"avx2"` or `"baseline"`.
     name: &'static str,
 }
@@ -182,8 +228,17 @@ const BASELINE: Passes = Passes {
     add_row: add_row_base,
     add_pair: add_pair_base,
     dot: dot_base,
+    gram1: gram1_base,
+    gram4: gram4_base,
     name: "baseline",
 };
+
+unsafe fn gram1_base(ps: [&[f64]; 1], xs: &[f32], d: usize, inv: &[f64], out: [&mut [f32]; 1]) {
+    gram_rows_impl(ps, xs, d, inv, out)
+}
+unsafe fn gram4_base(ps: [&[f64]; 4], xs: &[f32], d: usize, inv: &[f64], out: [&mut [f32]; 4]) {
+    gram_rows_impl(ps, xs, d, inv, out)
+}
 
 unsafe fn add_row_base(keys: &mut [f64], g: &[f32]) -> Top2 {
     add_row_top2_impl(keys, g)
@@ -201,7 +256,7 @@ mod x86 {
     /// The three passes compiled for one instruction set (Rust never fuses a multiply and an
     /// add on its own, so FMA support changes no result).
     macro_rules! variant {
-        ($add:ident, $pair:ident, $dot:ident, $features:literal) => {
+        ($add:ident, $pair:ident, $dot:ident, $g1:ident, $g4:ident, $features:literal) => {
             #[target_feature(enable = $features)]
             pub(super) unsafe fn $add(keys: &mut [f64], g: &[f32]) -> Top2 {
                 add_row_top2_impl(keys, g)
@@ -219,13 +274,42 @@ mod x86 {
             pub(super) unsafe fn $dot(c: &[f64], e: &[f32]) -> f64 {
                 dot_impl(c, e)
             }
+            #[target_feature(enable = $features)]
+            pub(super) unsafe fn $g1(
+                ps: [&[f64]; 1],
+                xs: &[f32],
+                d: usize,
+                inv: &[f64],
+                out: [&mut [f32]; 1],
+            ) {
+                gram_rows_impl(ps, xs, d, inv, out)
+            }
+            #[target_feature(enable = $features)]
+            pub(super) unsafe fn $g4(
+                ps: [&[f64]; 4],
+                xs: &[f32],
+                d: usize,
+                inv: &[f64],
+                out: [&mut [f32]; 4],
+            ) {
+                gram_rows_impl(ps, xs, d, inv, out)
+            }
         };
     }
-    variant!(add_row_avx2, add_pair_avx2, dot_avx2, "avx2,fma");
+    variant!(
+        add_row_avx2,
+        add_pair_avx2,
+        dot_avx2,
+        gram1_avx2,
+        gram4_avx2,
+        "avx2,fma"
+    );
     variant!(
         add_row_avx512,
         add_pair_avx512,
         dot_avx512,
+        gram1_avx512,
+        gram4_avx512,
         "avx512f,avx512vl,avx512dq"
     );
 }
@@ -249,6 +333,8 @@ fn passes() -> &'static Passes {
                     add_row: x86::add_row_avx512,
                     add_pair: x86::add_pair_avx512,
                     dot: x86::dot_avx512,
+                    gram1: x86::gram1_avx512,
+                    gram4: x86::gram4_avx512,
                     name: "avx512",
                 };
             }
@@ -257,6 +343,8 @@ fn passes() -> &'static Passes {
                     add_row: x86::add_row_avx2,
                     add_pair: x86::add_pair_avx2,
                     dot: x86::dot_avx2,
+                    gram1: x86::gram1_avx2,
+                    gram4: x86::gram4_avx2,
                     name: "avx2",
                 };
             }
@@ -290,6 +378,24 @@ pub(crate) fn dot(c: &[f64], e: &[f32]) -> f64 {
     assert_eq!(c.len(), e.len());
     // SAFETY: as above.
     unsafe { (passes().dot)(c, e) }
+}
+
+/// One row of G: `out[x] = ((e_p · e_x) · inv[x]) as f32` for every row x of `xs` (`d` values
+/// each), `e_p` widened to f64; the same bits as [`gram_rows4`] gives the row.
+pub(crate) fn gram_row(p: &[f64], xs: &[f32], d: usize, inv: &[f64], out: &mut [f32]) {
+    assert!(p.len() == d && xs.len() == d * out.len() && inv.len() == out.len());
+    // SAFETY: as above.
+    unsafe { (passes().gram1)([p], xs, d, inv, [out]) }
+}
+
+/// Four rows of G in one pass over the candidates (each candidate's row loaded once for four):
+/// every entry with the bits [`gram_row`] gives it.
+pub(crate) fn gram_rows4(ps: [&[f64]; 4], xs: &[f32], d: usize, inv: &[f64], out: [&mut [f32]; 4]) {
+    let m = inv.len();
+    assert!(xs.len() == d * m && ps.iter().all(|p| p.len() == d));
+    assert!(out.iter().all(|o| o.len() == m));
+    // SAFETY: as above.
+    unsafe { (passes().gram4)(ps, xs, d, inv, out) }
 }
 
 #[cfg(test)]
@@ -377,6 +483,52 @@ mod tests {
         assert_eq!(a, b);
         let base_dot = unsafe { (BASELINE.dot)(&c, &e) };
         assert_eq!(dot(&c, &e).to_bits(), base_dot.to_bits(), "{}", isa());
+    }
+
+    /// An entry of G has the same bits alone, in a block of four and in the baseline's pass, and
+    /// is the lane-ordered float64 dot product of `dot` scaled once.
+    #[test]
+    fn gram_entries_do_not_depend_on_their_block() {
+        for d in [1usize, 7, 8, 9, 33, 384] {
+            let m = 13;
+            let xs: Vec<f32> = (0..m * d)
+                .map(|i| ((i * 29) % 97) as f32 * 0.013 - 0.6)
+                .collect();
+            let ps64: Vec<Vec<f64>> = (0..4)
+                .map(|r| {
+                    (0..d)
+                        .map(|k| ((k * 7 + r * 3) % 11) as f64 * 0.1 - 0.5)
+                        .collect()
+                })
+                .collect();
+            let inv: Vec<f64> = (0..m).map(|x| 1.0 / (1.0 + x as f64)).collect();
+            let mut four = vec![vec![0f32; m]; 4];
+            {
+                let [a, b, c, e] = &mut four[..] else {
+                    unreachable!()
+                };
+                gram_rows4(
+                    [&ps64[0], &ps64[1], &ps64[2], &ps64[3]],
+                    &xs,
+                    d,
+                    &inv,
+                    [a, b, c, e],
+                );
+            }
+            for r in 0..4 {
+                let mut one = vec![0f32; m];
+                gram_row(&ps64[r], &xs, d, &inv, &mut one);
+                let mut base = vec![0f32; m];
+                // SAFETY: the baseline needs no instruction set beyond the target's.
+                unsafe { (BASELINE.gram1)([&ps64[r]], &xs, d, &inv, [&mut base]) };
+                for x in 0..m {
+                    let want = (dot(&ps64[r], &xs[x * d..(x + 1) * d]) * inv[x]) as f32;
+                    assert_eq!(one[x].to_bits(), want.to_bits(), "d {d} row {r} x {x}");
+                    assert_eq!(four[r][x].to_bits(), want.to_bits(), "d {d} row {r} x {x}");
+                    assert_eq!(base[x].to_bits(), want.to_bits(), "{}", isa());
+                }
+            }
+        }
     }
 
     #[test]

@@ -1,13 +1,15 @@
 //! The host engine's data: the table as the devices see it ([`HostTable`]: stored values,
-//! float64 norms) and G with scaled columns ([`HostGram`]), built by a float64 GEMM
-//! (`matrixmultiply`) over row blocks on every core and rounded once to float32. It may touch the
+//! float64 norms) and G with scaled columns ([`HostGram`]), each entry a float64 dot product
+//! rounded once to float32, built row by row as jobs read it or whole on every core. It may touch the
 //! host table, the thread pool and [`crate::error`].
 
+use super::kernel::{gram_row, gram_rows4};
 use super::plan::{gram_bytes, host_memory_budget};
 use crate::error::{Error, Result};
 use crate::table::{check_row_norms, Precision, Table};
 use rayon::prelude::*;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 /// A table for the host engine: the values a device would see at the storage precision (fp16:
@@ -73,24 +75,42 @@ impl HostTable {
 }
 
 /// G = E Eᵀ diag(1/|e|) for the host engine: `G[p][x] = e_p · e_x / |e_x|`, each entry computed
-/// in float64 and rounded once to float32 (so it is within 2⁻²⁴ |e_p| + (2D + 8) 2⁻⁵³ |e_p| of
-/// the exact value; the job's bound builds on this). Cheap to clone.
+/// in float64 (the lane-ordered dot product of [`super::kernel`]) and rounded once to float32
+/// (so it is within 2⁻²⁴ |e_p| + (2D + 8) 2⁻⁵³ |e_p| of the exact value; the job's bound builds
+/// on this). Rows are built when first read ([`HostGram::row`]: a sequence that needs k steps
+/// reads k + 1 rows) or all at once ([`HostGram::fill`], four rows a pass over the table); an
+/// entry has the same bits either way, so every job's results are the same whichever rows were
+/// built first. Cheap to clone: clones share the rows built.
 #[derive(Clone)]
 pub struct HostGram {
     pub(crate) table: Arc<HostTable>,
-    pub(crate) g: Arc<Vec<f32>>,
-    build_ns: u64,
+    rows: Arc<Rows>,
 }
 
-/// Rows of G one GEMM call computes (its float64 scratch is this × N × 8 bytes).
-const BLOCK: usize = 128;
+/// G's rows, each built once.
+struct Rows {
+    /// Row p once built.
+    built: Vec<OnceLock<Box<[f32]>>>,
+    /// The table's rows widened to f64 (the left operand of every entry).
+    wide: Vec<f64>,
+    /// Rows built so far.
+    count: AtomicUsize,
+    /// Wall time spent building rows, nanoseconds (summed over threads).
+    ns: AtomicU64,
+}
+
+/// Rows one task of [`HostGram::fill`] builds, and the candidates it takes at a time.
+const FILL_ROWS: usize = 64;
+const FILL_CANDIDATES: usize = 512;
+
+/// Candidates a task of a lone row's build covers (its share of the table stays in cache).
+const ROW_TASK: usize = 2048;
 
 impl HostGram {
-    /// Build G on every core. Refused before any work when N² × 4 bytes exceed the host memory
-    /// budget; an allocation the system refuses is an error, not an abort.
-    pub fn build(table: &Arc<HostTable>) -> Result<HostGram> {
-        let t0 = Instant::now();
-        let (n, d) = (table.n, table.d);
+    /// G with no row built yet. Refused when N² × 4 bytes (the whole G) exceed the host memory
+    /// budget.
+    pub fn lazy(table: &Arc<HostTable>) -> Result<HostGram> {
+        let n = table.n;
         let bytes = gram_bytes(n);
         let budget = host_memory_budget();
         if bytes > budget {
@@ -100,68 +120,109 @@ impl HostGram {
                 budget >> 20
             )));
         }
-        let mut g: Vec<f32> = Vec::new();
-        g.try_reserve_exact(n * n).map_err(|_| {
-            Error::Limit(format!(
-                "G for N = {n} needs {} MiB; the system refused the allocation",
-                bytes >> 20
-            ))
-        })?;
-        g.resize(n * n, 0.0);
-        let e64: Vec<f64> = table.rows.iter().map(|&v| v as f64).collect();
-        g.par_chunks_mut(BLOCK * n)
-            .enumerate()
-            .for_each(|(b, out)| {
-                let r0 = b * BLOCK;
-                let m = out.len() / n;
-                let mut tmp = vec![0f64; m * n];
-                // SAFETY: the pointers and strides describe e64[r0..r0+m] (m × d, row-major),
-                // e64ᵀ (d × n) and tmp (m × n, row-major), all in bounds.
-                unsafe {
-                    matrixmultiply::dgemm(
-                        m,
-                        d,
-                        n,
-                        1.0,
-                        e64.as_ptr().add(r0 * d),
-                        d as isize,
-                        1,
-                        e64.as_ptr(),
-                        1,
-                        d as isize,
-                        0.0,
-                        tmp.as_mut_ptr(),
-                        n as isize,
-                        1,
-                    );
-                }
-                for (o, t) in out.chunks_exact_mut(n).zip(tmp.chunks_exact(n)) {
-                    for ((o, &t), &inv) in o.iter_mut().zip(t).zip(&table.inv) {
-                        *o = (t * inv) as f32;
-                    }
-                }
-            });
+        let mut built = Vec::new();
+        built
+            .try_reserve_exact(n)
+            .map_err(|_| Error::Limit(format!("G's row index for N = {n}: allocation refused")))?;
+        built.resize_with(n, OnceLock::new);
         Ok(HostGram {
             table: table.clone(),
-            g: Arc::new(g),
-            build_ns: t0.elapsed().as_nanos() as u64,
+            rows: Arc::new(Rows {
+                built,
+                wide: table.rows.iter().map(|&v| v as f64).collect(),
+                count: AtomicUsize::new(0),
+                ns: AtomicU64::new(0),
+            }),
         })
     }
+
+    /// The whole G, built on every core. Refused before any work when N² × 4 bytes exceed the
+    /// host memory budget.
+    pub fn build(table: &Arc<HostTable>) -> Result<HostGram> {
+        let g = HostGram::lazy(table)?;
+        g.fill();
+        Ok(g)
+    }
+
+    /// Build every row not built yet, four rows a pass over the table, on every core.
+    pub fn fill(&self) {
+        let t0 = Instant::now();
+        let (n, d) = (self.table.n, self.table.d);
+        let todo: Vec<usize> = (0..n)
+            .filter(|&p| self.rows.built[p].get().is_none())
+            .collect();
+        todo.par_chunks(FILL_ROWS).for_each(|group| {
+            let mut out: Vec<Box<[f32]>> = group.iter().map(|_| vec![0f32; n].into()).collect();
+            // Candidates in blocks that stay in cache while every row of the group reads them.
+            for x0 in (0..n).step_by(FILL_CANDIDATES) {
+                let x1 = (x0 + FILL_CANDIDATES).min(n);
+                let (xs, inv) = (&self.table.rows[x0 * d..x1 * d], &self.table.inv[x0..x1]);
+                let w = |p: usize| &self.rows.wide[p * d..(p + 1) * d];
+                for (ps, o) in group.chunks(4).zip(out.chunks_mut(4)) {
+                    if let ([p0, p1, p2, p3], [a, b, c, e]) = (ps, &mut *o) {
+                        gram_rows4(
+                            [w(*p0), w(*p1), w(*p2), w(*p3)],
+                            xs,
+                            d,
+                            inv,
+                            [
+                                &mut a[x0..x1],
+                                &mut b[x0..x1],
+                                &mut c[x0..x1],
+                                &mut e[x0..x1],
+                            ],
+                        );
+                    } else {
+                        for (&p, o) in ps.iter().zip(o.iter_mut()) {
+                            gram_row(w(p), xs, d, inv, &mut o[x0..x1]);
+                        }
+                    }
+                }
+            }
+            for (&p, o) in group.iter().zip(out) {
+                if self.rows.built[p].set(o).is_ok() {
+                    self.rows.count.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        self.rows
+            .ns
+            .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+
     /// The table G was built from.
     pub fn table(&self) -> &Arc<HostTable> {
         &self.table
     }
-    /// Row `p` of G.
+    /// Row `p` of G, built now (on every core) if it was not.
     pub(crate) fn row(&self, p: usize) -> &[f32] {
-        let n = self.table.n;
-        &self.g[p * n..(p + 1) * n]
+        self.rows.built[p].get_or_init(|| {
+            let t0 = Instant::now();
+            let (n, d) = (self.table.n, self.table.d);
+            let w = &self.rows.wide[p * d..(p + 1) * d];
+            let mut out = vec![0f32; n];
+            out.par_chunks_mut(ROW_TASK).enumerate().for_each(|(i, o)| {
+                let x0 = i * ROW_TASK;
+                let xs = &self.table.rows[x0 * d..(x0 + o.len()) * d];
+                gram_row(w, xs, d, &self.table.inv[x0..x0 + o.len()], o);
+            });
+            self.rows.count.fetch_add(1, Ordering::Relaxed);
+            self.rows
+                .ns
+                .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            out.into()
+        })
     }
-    /// Bytes of G.
+    /// Rows of G built so far (N once whole).
+    pub fn rows_built(&self) -> usize {
+        self.rows.count.load(Ordering::Relaxed)
+    }
+    /// Bytes of G once whole.
     pub fn bytes(&self) -> u64 {
         gram_bytes(self.table.n)
     }
-    /// Wall time of the build, nanoseconds.
+    /// Wall time spent building rows so far, nanoseconds.
     pub fn build_ns(&self) -> u64 {
-        self.build_ns
+        self.rows.ns.load(Ordering::Relaxed)
     }
 }

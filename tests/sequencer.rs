@@ -1,0 +1,163 @@
+//! Sequences on demand: on every engine (the host engine, and the scan and gram engines on the
+//! Vulkan device), a sequencer's k-step prefix is the batch job's prefix for the same options,
+//! bit for bit, whatever rows of G were built before; bad queries are refused by name.
+
+mod common;
+
+use common::{assert_clean, ctx, fortunes, random_table};
+use diversity::{
+    Engine, GramPolicy, JobOptions, Mode, Precision, Sequencer, SequencerOptions, Table,
+};
+
+/// The batch job's sequences from `starts`, `steps` steps each (all N − 1: `None`).
+fn batch(engine: &mut Engine, mode: Mode, starts: &[u32], steps: Option<usize>) -> Vec<u32> {
+    let mut opts = JobOptions {
+        mode,
+        ..Default::default()
+    };
+    opts.gram.steps = steps;
+    opts.scan.steps = steps;
+    opts.gram.chunk = 5;
+    opts.scan.chunk = 5;
+    let mut job = engine.job(starts, &opts).unwrap();
+    job.run().unwrap();
+    job.sequences_flat().unwrap()
+}
+
+fn sequencer(engine: &mut Engine, mode: Mode, g: GramPolicy) -> Sequencer {
+    let job = JobOptions {
+        mode,
+        ..Default::default()
+    };
+    Sequencer::new(engine, SequencerOptions { job, g }).unwrap()
+}
+
+/// Every query's rows equal the batch rows' first k + 1 entries, for several k and start sets
+/// asked in an order of their own.
+fn check_prefixes(engine: &mut Engine, mode: Mode, g: GramPolicy, steps: usize, what: &str) {
+    let n = engine.shape().0;
+    let starts: Vec<u32> = (0..n as u32).step_by(n / 9).collect();
+    let want = batch(engine, mode, &starts, Some(steps));
+    let len = steps.min(n - 1) + 1;
+    let mut s = sequencer(engine, mode, g);
+    for k in [0usize, 1, 7, steps] {
+        let kl = k.min(n - 1) + 1;
+        for (i, &st) in starts.iter().enumerate().rev() {
+            let got = s.sequence(st, k).unwrap();
+            assert_eq!(
+                got[..],
+                want[i * len..i * len + kl],
+                "{what}: start {st}, k {k}"
+            );
+        }
+        let two = [starts[3], starts[1]];
+        let got = s.sequences(&two, k).unwrap();
+        assert_eq!(
+            got[..kl],
+            want[3 * len..3 * len + kl],
+            "{what}: k {k}, batch"
+        );
+        assert_eq!(got[kl..], want[len..len + kl], "{what}: k {k}, batch");
+    }
+    let r = s.report();
+    assert_eq!(r.queries, 4 * (starts.len() as u64 + 1), "{what}");
+    assert_eq!(r.mode, engine.mode_for(mode).mode, "{what}");
+}
+
+fn host_engine(t: &Table, p: Precision) -> Engine {
+    Engine::host_only(t, p).unwrap()
+}
+
+#[test]
+fn host_prefixes_are_the_batch_jobs_for_every_g_policy() {
+    for (t, p, what) in [
+        (fortunes(300), Precision::Fp32, "fortunes fp32"),
+        (
+            fortunes(300).centered(),
+            Precision::Fp16,
+            "fortunes centred fp16",
+        ),
+        (random_table(203, 19, 5), Precision::Fp32, "random 203 × 19"),
+    ] {
+        for g in [GramPolicy::Rows, GramPolicy::Auto, GramPolicy::Whole] {
+            // A fresh engine each time: the sequencer builds its own rows.
+            check_prefixes(&mut host_engine(&t, p), Mode::Gram, g, 40, what);
+        }
+        check_prefixes(
+            &mut host_engine(&t, p),
+            Mode::Scan,
+            GramPolicy::Auto,
+            12,
+            what,
+        );
+    }
+}
+
+#[test]
+fn host_rows_are_built_as_picks_need_them_then_whole() {
+    let t = fortunes(400);
+    let mut e = host_engine(&t, Precision::Fp32);
+    let want = batch(
+        &mut host_engine(&t, Precision::Fp32),
+        Mode::Gram,
+        &[17],
+        None,
+    );
+    let mut s = sequencer(&mut e, Mode::Gram, GramPolicy::Auto);
+    assert_eq!((s.report().g, s.report().rows_built), ("none", 0));
+    assert_eq!(s.sequence(17, 10).unwrap(), want[..11]);
+    // Ten steps read the rows of the start and of the first ten picks but the last: 10 rows.
+    let r = s.report();
+    assert_eq!(
+        (r.engine, r.g, r.rows_built, r.n),
+        ("host", "rows", 10, 400)
+    );
+    // A whole sequence reads every row: a quarter built, the rest follows whole.
+    assert_eq!(s.sequence(17, 1000).unwrap(), want);
+    let r = s.report();
+    assert_eq!(
+        (r.g, r.rows_built, r.queries, r.sequences),
+        ("whole", 400, 2, 2)
+    );
+    assert!(r.g_ns > 0 && r.query_ns >= r.g_ns, "{r:?}");
+    // The engine shares the rows: its batch jobs read the same G.
+    assert_eq!(batch(&mut e, Mode::Gram, &[17], None), want);
+}
+
+#[test]
+fn device_prefixes_are_the_batch_jobs_for_scan_and_gram() {
+    let ctx = ctx();
+    for (t, p, what) in [
+        (fortunes(250), Precision::Fp16, "fortunes fp16"),
+        (
+            fortunes(250).centered(),
+            Precision::Fp32,
+            "fortunes centred fp32",
+        ),
+    ] {
+        for mode in [Mode::Scan, Mode::Gram] {
+            let mut e = Engine::upload(&ctx, &t, p).unwrap();
+            check_prefixes(&mut e, mode, GramPolicy::Auto, 20, what);
+            let r = sequencer(&mut e, mode, GramPolicy::Auto).report();
+            assert_eq!(r.engine, "device", "{what}");
+        }
+    }
+    assert_clean(&ctx);
+}
+
+#[test]
+fn bad_queries_are_refused_by_name() {
+    let mut e = host_engine(&fortunes(50), Precision::Fp32);
+    let mut s = sequencer(&mut e, Mode::Auto, GramPolicy::Auto);
+    let msg = |r: diversity::Result<Vec<u32>>| r.unwrap_err().to_string();
+    assert!(
+        msg(s.sequence(50, 3)).contains("50"),
+        "{}",
+        msg(s.sequence(50, 3))
+    );
+    assert!(msg(s.sequence(50, 0)).contains("50"));
+    assert!(msg(s.sequences(&[], 3)).contains("no starts"));
+    assert!(msg(s.sequences(&[1, 1], 3)).contains('1'));
+    let r = s.report();
+    assert_eq!((r.queries, r.sequences, r.rows_built), (0, 0, 0));
+}
