@@ -19,6 +19,7 @@ local function usage()
   local lines = {
     "usage: diversity --embeddings FILE --out FILE [options]",
     "       diversity merge --out FILE SHARD.json...   (the shards of one --shard run, any order)",
+    "       diversity query --embeddings FILE --start ID [--k K]   (see diversity query --help)",
     "",
     "Computes a diversity sequence from every start and writes them as one JSON cache. With",
     "fp16 it caches the converted table as <name>.<space>.fp16.bin (+ .json, .ids.json) beside",
@@ -93,7 +94,113 @@ local function parse_merge(argv)
   return o
 end
 
+-- `query --embeddings FILE (--start ID [--k K] | --stdin) [table flags]`: the flags this
+-- subcommand takes (the batch command's own table and device flags, and its own).
+local QUERY_FLAGS = {
+  ["--start"] = "start", ["--k"] = "k", ["--texts"] = "texts", ["--stdin"] = true, ["--g"] = "g",
+}
+local QUERY_SHARED = { "--embeddings", "--center", "--precision", "--mode", "--placement",
+  "--plain-sums", "--compensated-sums", "--judge", "--no-judge", "--dim", "--device",
+  "--validation", "--cache-dir", "--quiet", "--help" }
+
+local function query_usage()
+  return table.concat({
+    "usage: diversity query --embeddings FILE --start ID [--k K] [--texts FILE] [options]",
+    "       diversity query --embeddings FILE --stdin [--k K] [--texts FILE] [options]",
+    "",
+    "Prints the first K steps of the diversity sequence from one start, computed on demand",
+    "(the same ids as the batch command's cache with the same options). --stdin reads one JSON",
+    "request a line ({\"start\": ID, \"k\": K}) and writes one JSON answer a line, the table",
+    "kept loaded. ID is an id of a JSON input's items, else a 0-based row index.",
+    "",
+    "  --start ID              the sequence's first item",
+    "  --k K                   steps after the start [default: 10]",
+    "  --texts FILE            print texts: JSON lines with a \"text\" field, or plain lines, one per row",
+    "  --stdin                 serve JSON lines",
+    "  --g auto|rows|whole     host engine: build G's rows as picks need them, or whole [default: auto]",
+    "  (and the batch command's --embeddings --center --precision --mode --placement --plain-sums",
+    "   --compensated-sums --judge --no-judge --dim --device --validation --cache-dir --quiet)",
+  }, "\n")
+end
+
+local function parse_query(argv)
+  local shared = {}
+  for _, f in ipairs(QUERY_SHARED) do shared[f] = true end
+  local own, rest, i = { k = 10 }, {}, 2
+  while i <= #argv do
+    local a = argv[i]
+    local name, inline = a:match("^(%-%-[^=]+)=(.*)$")
+    local key = QUERY_FLAGS[name or a]
+    if key == true then
+      own.stdin = true
+    elseif key then
+      local v = inline
+      if v == nil then i = i + 1; v = argv[i] end
+      if v == nil then usage_error("query: " .. a .. " needs a value") end
+      if key == "k" then
+        local k = tonumber(v)
+        if not k or k ~= math.floor(k) or k < 0 then
+          usage_error("query: --k " .. v .. ": expected a whole number >= 0")
+        end
+        v = k
+      elseif key == "g" and v ~= "auto" and v ~= "rows" and v ~= "whole" then
+        usage_error("query: --g " .. v .. ": expected auto, rows or whole")
+      end
+      own[key] = v
+    elseif shared[name or a] or a == "-h" then
+      rest[#rest + 1] = a
+      if not inline and BY_FLAG[a] and BY_FLAG[a].meta then
+        i = i + 1
+        if argv[i] == nil then usage_error("query: " .. a .. " needs a value") end
+        rest[#rest + 1] = argv[i]
+      end
+    else
+      usage_error("query: unknown argument " .. a)
+    end
+    i = i + 1
+  end
+  local o = parse(rest)
+  for k, v in pairs(own) do o[k] = v end
+  return o
+end
+
+local function run_query(opts)
+  if not opts.embeddings then usage_error("query: --embeddings FILE is required") end
+  if (opts.start == nil) == (not opts.stdin) then
+    usage_error("query: give --start ID or --stdin (one of them)")
+  end
+  local query = require "diversity.query"
+  local server = query.open(opts)
+  local ok, err = pcall(function()
+    if opts.stdin then
+      query.serve(server, io.stdin, io.stdout, opts.k)
+    else
+      local ids, texts = server:answer(opts.start, opts.k)
+      for i, id in ipairs(ids) do
+        if texts then
+          io.stdout:write(tostring(id), "\t", (texts[i]:gsub("\\", "\\\\"):gsub("\n", "\\n")
+            :gsub("\t", "\\t")), "\n")
+        else
+          io.stdout:write(tostring(id), "\n")
+        end
+      end
+    end
+    if not opts.quiet then
+      local r = server:report()
+      io.stderr:write(("%s engine, %s mode, G %s (%d of %d rows), %d queries in %.3f s\n")
+        :format(r.engine, r.mode, r.g, r.rows_built, r.n, r.queries, r.query_ns / 1e9))
+    end
+  end)
+  server:close()
+  if not ok then error(err, 0) end
+end
+
 local ok, err = pcall(function()
+  if arg[1] == "query" then
+    local opts = parse_query(arg)
+    if opts.help then io.stdout:write(query_usage(), "\n"); return end
+    return run_query(opts)
+  end
   if arg[1] == "merge" then
     local opts = parse_merge(arg)
     if opts.help then io.stdout:write(usage(), "\n"); return end

@@ -108,6 +108,12 @@ impl UserData for LDeviceTable {
                 Ok(LJob::new("job", job))
             },
         );
+        // A sequencer over this table: k-step prefixes from any start on demand, the same ids
+        // as a job with these options and `steps = k` (see `sequencer.rs`).
+        m.add_method_mut("sequencer", |_, this, o: Option<LuaTable>| {
+            let call = "device_table:sequencer";
+            super::sequencer::new(call, this.get_mut(call)?, &o)
+        });
         super::knn::add_device_table_methods(m);
         Handle::add_close(m);
     }

@@ -94,3 +94,47 @@ pub(super) fn lua_list(lua: &Lua, values: &[serde_json::Value]) -> LuaResult<Lua
     }
     Ok(t)
 }
+
+/// Any JSON value as a Lua value: objects as tables, arrays as 1-based arrays, null as nil,
+/// nesting up to [`MAX_DEPTH`].
+fn decoded(lua: &Lua, v: &serde_json::Value, depth: usize) -> LuaResult<Value> {
+    if depth > MAX_DEPTH {
+        return Err(msg(
+            "json_decode",
+            format!("nested more than {MAX_DEPTH} deep"),
+        ));
+    }
+    Ok(match v {
+        serde_json::Value::Array(a) => {
+            let t = lua.create_table_with_capacity(a.len(), 0)?;
+            for (i, x) in a.iter().enumerate() {
+                t.raw_set(i + 1, decoded(lua, x, depth + 1)?)?;
+            }
+            Value::Table(t)
+        }
+        serde_json::Value::Object(o) => {
+            let t = lua.create_table_with_capacity(0, o.len())?;
+            for (k, x) in o {
+                t.raw_set(k.as_str(), decoded(lua, x, depth + 1)?)?;
+            }
+            Value::Table(t)
+        }
+        scalar => json_to_lua(lua, scalar)?,
+    })
+}
+
+/// `json_decode`, `json_encode`: one JSON text to a Lua value and back (for the query
+/// command's JSON lines).
+pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
+    // The Lua value of one JSON text (objects and arrays as tables, null as nil).
+    super::set_function(lua, m, "json_decode", |lua, text: LuaString| {
+        let v: serde_json::Value = serde_json::from_slice(&text.as_bytes())
+            .map_err(|e| msg("json_decode", format!("not JSON: {e}")))?;
+        decoded(lua, &v, 0)
+    })?;
+    // One line of JSON for a Lua value (tables with a sequence part as arrays, others objects).
+    super::set_function(lua, m, "json_encode", |_, v: Value| {
+        let j = lua_to_json("json_encode", v)?;
+        serde_json::to_string(&j).map_err(|e| msg("json_encode", e))
+    })
+}

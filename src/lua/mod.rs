@@ -15,12 +15,13 @@
 //! | `error.rs` | the error conversion |
 //! | `handle.rs` | the close-able handle every userdata wraps |
 //! | `args.rs` | Lua arguments to Rust values (integers, index lists, options, enums) |
-//! | `json.rs` | JSON values to and from Lua values |
+//! | `json.rs` | JSON values to and from Lua values, `json_decode`, `json_encode` |
 //! | `cdata.rs` | FFI cdata: reading tables from it, writing results into it, fp16 conversion |
 //! | `context.rs` | `open`, `devices`, the context handle |
 //! | `table.rs` | `table`, the file loaders, the host table handle |
 //! | `device_table.rs` | the device table and Gram handles, `gram_bytes` |
 //! | `job.rs` | the job handle, job options, `check_starts` |
+//! | `sequencer.rs` | the sequencer handle (`dtable:sequencer`): prefixes on demand |
 //! | `knn.rs` | k-NN results, rankings, k-NN graphs, the device table's k-NN methods |
 //! | `cache.rs` | the cache writers and reader, `merge_caches` |
 //! | `multi.rs` | several devices (`open_devices`, `knn_index`) and `wait_any` over stepping jobs |
@@ -44,6 +45,7 @@ mod json;
 mod knn;
 mod multi;
 mod rows;
+mod sequencer;
 mod stepping;
 mod table;
 
@@ -71,7 +73,7 @@ fn diversity(lua: &Lua) -> LuaResult<LuaTable> {
     let m = lua.create_table()?;
     m.set("version", env!("CARGO_PKG_VERSION"))?;
     // Each handle family's file adds its functions, in this order.
-    let families: [fn(&Lua, &LuaTable) -> LuaResult<()>; 12] = [
+    let families: [fn(&Lua, &LuaTable) -> LuaResult<()>; 13] = [
         context::register,
         table::register,
         cdata::register,
@@ -84,6 +86,7 @@ fn diversity(lua: &Lua) -> LuaResult<LuaTable> {
         ivf::register,
         ivfpq::register,
         driver::register,
+        json::register,
     ];
     for register in families {
         register(lua, &m)?;

@@ -1,0 +1,81 @@
+//! The sequencer handle (`dtable:sequencer(opts)`): k-step prefixes answered on demand over the
+//! device table's engine ([`crate::sequencer`]). May touch the crate's sequencer and engine and
+//! the binding's helpers.
+
+use super::args::{int, int_list, opt};
+use super::error::{msg, LuaCtx};
+use super::handle::Handle;
+use super::job::job_options;
+use crate::engine::Engine;
+use crate::sequencer::{GramPolicy, Sequencer, SequencerOptions};
+use mlua::prelude::*;
+use mlua::{UserData, UserDataMethods, Value};
+
+/// A sequencer.
+pub(super) type LSequencer = Handle<Sequencer>;
+
+/// `dtable:sequencer(opts)`: the job options (`mode`, the engines' options; `steps` is each
+/// query's k) and `g` (`"auto"`, `"rows"` or `"whole"`: when the host engine builds G whole).
+pub(super) fn new(call: &str, e: &mut Engine, o: &Option<LuaTable>) -> LuaResult<LSequencer> {
+    let job = job_options(call, o)?;
+    let g = match opt::<String>(o, "g")? {
+        Some(s) => s.parse::<GramPolicy>().lua_ctx(call)?,
+        None => GramPolicy::Auto,
+    };
+    let s = Sequencer::new(e, SequencerOptions { job, g }).lua_ctx(call)?;
+    Ok(LSequencer::new("sequencer", s))
+}
+
+/// The k of a query: a whole number ≥ 0 (past N − 1: the whole sequence).
+fn k_of(call: &str, k: &Value) -> LuaResult<usize> {
+    match k {
+        Value::Nil => Err(msg(call, "k (the number of steps) is required")),
+        k => Ok(int(call, "k", k)? as usize),
+    }
+}
+
+impl UserData for LSequencer {
+    fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
+        // The sequence from `start` (0-based), its first k steps: a Lua array of k + 1 ids
+        // (0-based), the start first.
+        m.add_method_mut("sequence", |lua, this, (start, k): (Value, Value)| {
+            let call = "sequencer:sequence";
+            let start = int(call, "start", &start)?;
+            let start = u32::try_from(start).map_err(|_| msg(call, "start too large"))?;
+            let k = k_of(call, &k)?;
+            let ids = this.get_mut(call)?.sequence(start, k).lua_ctx(call)?;
+            lua.create_sequence_from(ids)
+        });
+        // The sequences from `starts` (a Lua array of 0-based ids), in one batch: a Lua array
+        // of arrays as `sequence` returns them.
+        m.add_method_mut("sequences", |lua, this, (starts, k): (LuaTable, Value)| {
+            let call = "sequencer:sequences";
+            let starts = int_list(call, "start", &starts)?;
+            let k = k_of(call, &k)?;
+            let flat = this.get_mut(call)?.sequences(&starts, k).lua_ctx(call)?;
+            let len = flat.len() / starts.len().max(1);
+            let out = lua.create_table_with_capacity(starts.len(), 0)?;
+            for row in flat.chunks_exact(len.max(1)) {
+                out.raw_push(lua.create_sequence_from(row.iter().copied())?)?;
+            }
+            Ok(out)
+        });
+        // What it has done and holds: {engine, mode, g ("none", "rows" or "whole"), rows_built,
+        // n, queries, sequences, query_ns, g_ns}.
+        m.add_method("report", |lua, this, ()| {
+            let r = this.get("sequencer:report")?.report();
+            let t = lua.create_table()?;
+            t.set("engine", r.engine)?;
+            t.set("mode", r.mode.name())?;
+            t.set("g", r.g)?;
+            t.set("rows_built", r.rows_built)?;
+            t.set("n", r.n)?;
+            t.set("queries", r.queries)?;
+            t.set("sequences", r.sequences)?;
+            t.set("query_ns", r.query_ns)?;
+            t.set("g_ns", r.g_ns)?;
+            Ok(t)
+        });
+        Handle::add_close(m);
+    }
+}

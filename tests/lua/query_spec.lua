@@ -1,0 +1,184 @@
+-- Sequences on demand: `dtable:sequencer` answers the batch job's prefixes on the host engine and
+-- on a Vulkan device (the scan and gram engines), says what it built, and refuses bad queries by
+-- name; `diversity query` prints the batch command's cache rows for the same options, one start
+-- or JSON lines on stdin, and writes nothing.
+local diversity = require "diversity"
+local H = require "helpers"
+
+-- The device the other specs use (lavapipe in CI), and the host engine.
+local DEVICES = { os.getenv("DIVERSITY_DEVICE") or "0", "host" }
+
+describe("sequencer", function()
+  local dir, t
+
+  setup(function()
+    dir = H.tmpdir()
+    H.first_fortunes(dir .. "/e.json", 120)
+    t = diversity.load(dir .. "/e.json")
+  end)
+
+  teardown(function()
+    if t then t:close() end
+  end)
+
+  for _, device in ipairs(DEVICES) do
+    for _, mode in ipairs({ "gram", "scan" }) do
+      it(("gives the batch job's prefixes on %s, %s"):format(device, mode), function()
+        local ctx = diversity.open { device = device }
+        for _, precision in ipairs({ "fp32", "fp16" }) do
+          local dt = ctx:upload(t, precision)
+          local starts = { 0, 33, 119, 7 }
+          local want = H.sequences(dt, starts, { mode = mode, steps = 15 })
+          local s = dt:sequencer { mode = mode }
+          for _, k in ipairs({ 0, 1, 15 }) do
+            for i, st in ipairs(starts) do
+              local got = s:sequence(st, k)
+              assert.are.equal(k + 1, #got)
+              for j = 1, k + 1 do
+                assert.are.equal(want[i][j], got[j], ("%s %s start %d k %d"):format(device, precision, st, k))
+              end
+            end
+            local rows = s:sequences({ 119, 0 }, k)
+            assert.are.same({ want[3][k + 1], want[1][k + 1] }, { rows[1][k + 1], rows[2][k + 1] })
+          end
+          local r = s:report()
+          assert.are.equal(device == "host" and "host" or "device", r.engine)
+          assert.are.equal(mode, r.mode)
+          assert.are.equal(120, r.n)
+          assert.are.equal(3 * 5, r.queries)
+          assert.are.equal(3 * 6, r.sequences)
+          if mode == "scan" then assert.are.equal("none", r.g) end
+          s:close()
+          dt:close()
+        end
+        ctx:close()
+      end)
+    end
+  end
+
+  it("on the host builds the rows picks read, then G whole", function()
+    local ctx = diversity.open { device = "host" }
+    local dt = ctx:upload(t, "fp32")
+    local s = dt:sequencer { g = "auto" }
+    s:sequence(5, 4)
+    local r = s:report()
+    assert.are.same({ "gram", "rows", 4 }, { r.mode, r.g, r.rows_built })
+    s:sequence(5, 200)
+    r = s:report()
+    assert.are.same({ "whole", 120 }, { r.g, r.rows_built })
+    local w = dt:sequencer { g = "whole" }
+    assert.are.same({ "whole", 120 }, { w:report().g, w:report().rows_built })
+    w:close()
+    s:close()
+    dt:close()
+    ctx:close()
+  end)
+
+  it("refuses bad queries and options by name", function()
+    local ctx = diversity.open { device = "host" }
+    local dt = ctx:upload(t, "fp32")
+    H.assert_error({ "device_table:sequencer", "g 'most'", "auto, rows or whole" },
+      dt.sequencer, dt, { g = "most" })
+    local s = dt:sequencer()
+    H.assert_error({ "sequencer:sequence", "120" }, s.sequence, s, 120, 3)
+    H.assert_error({ "sequencer:sequence", "k", "required" }, s.sequence, s, 1)
+    H.assert_error({ "sequencer:sequence", "k" }, s.sequence, s, 1, -1)
+    H.assert_error({ "sequencer:sequence", "k" }, s.sequence, s, 1, 2.5)
+    H.assert_error({ "sequencer:sequences", "no starts" }, s.sequences, s, {}, 3)
+    H.assert_error({ "sequencer:sequences", "start" }, s.sequences, s, { 1, "x" }, 3)
+    assert.are.equal(0, s:report().queries)
+    s:close()
+    H.assert_error({ "sequencer:sequence", "after close" }, s.sequence, s, 1, 3)
+    dt:close()
+    ctx:close()
+  end)
+end)
+
+describe("diversity query", function()
+  local dir, emb
+
+  setup(function()
+    dir = H.tmpdir()
+    emb = dir .. "/e.json"
+    H.first_fortunes(emb, 90)
+  end)
+
+  -- The batch command's cache rows (top_k 6) for the same options.
+  local function cache_rows(extra)
+    local out = dir .. "/cache.json"
+    os.remove(out)
+    local args = { "--embeddings", emb, "--out", out, "--top-k", "6", "--quiet" }
+    for _, a in ipairs(extra) do args[#args + 1] = a end
+    local rc, _, err = H.cli(args, "SOURCE_DATE_EPOCH=1700000000")
+    assert.are.equal(0, rc, err)
+    local c = diversity.json_decode(H.read(out))
+    os.remove(out)
+    return c.sequences
+  end
+
+  for _, extra in ipairs({ {}, { "--center", "--precision", "fp32" }, { "--device", "host" } }) do
+    it("prints the batch command's rows, " .. table.concat(extra, " "), function()
+      local want = cache_rows(extra)
+      for _, id in ipairs({ "fortune-0", "fortune-41", "fortune-89" }) do
+        local args = { "query", "--embeddings", emb, "--start", id, "--k", "6", "--quiet" }
+        for _, a in ipairs(extra) do args[#args + 1] = a end
+        local rc, out, err = H.cli(args)
+        assert.are.equal(0, rc, err)
+        local got = {}
+        for line in out:gmatch("[^\n]+") do got[#got + 1] = line end
+        assert.are.same(want[id], got)
+      end
+    end)
+  end
+
+  it("serves JSON lines, answering a bad line with an error and going on", function()
+    local want = cache_rows({})
+    local input = dir .. "/requests.jsonl"
+    H.write(input, '{"start": "fortune-3", "k": 6}\nnot json\n{"start": "nobody"}\n\n'
+      .. '{"start": "fortune-88", "k": 6}\n{"start": "fortune-1", "k": -2}\n')
+    local before = H.snapshot(dir)
+    local rc, out, err = H.sh(("%s luajit lua/diversity/cli.lua query --embeddings %s --stdin "
+      .. "--quiet --texts %s < %s"):format(H.lua_env(), H.q(emb), H.q(dir .. "/texts.txt"),
+      H.q(input)))
+    -- No texts file yet: refused before any request is read.
+    assert.are.equal(1, rc)
+    assert.truthy(err:find("texts.txt", 1, true), err)
+    local lines = {}
+    for i = 0, 89 do lines[#lines + 1] = "text of row " .. i end
+    H.write(dir .. "/texts.txt", table.concat(lines, "\n") .. "\n")
+    before = H.snapshot(dir)
+    rc, out, err = H.sh(("%s luajit lua/diversity/cli.lua query --embeddings %s --stdin "
+      .. "--quiet --texts %s < %s"):format(H.lua_env(), H.q(emb), H.q(dir .. "/texts.txt"),
+      H.q(input)))
+    assert.are.equal(0, rc, err)
+    local replies = {}
+    for line in out:gmatch("[^\n]+") do replies[#replies + 1] = diversity.json_decode(line) end
+    assert.are.equal(5, #replies)
+    assert.are.same(want["fortune-3"], replies[1].ids)
+    assert.are.equal("text of row 3", replies[1].texts[1])
+    assert.truthy(replies[2].error:find("JSON", 1, true), replies[2].error)
+    assert.truthy(replies[3].error:find("nobody", 1, true), replies[3].error)
+    assert.are.same(want["fortune-88"], replies[4].ids)
+    assert.truthy(replies[5].error:find("k must be", 1, true), replies[5].error)
+    -- Serving writes nothing beside the inputs (the fp16 conversion cache of the runs before is
+    -- reused, not written again).
+    assert.are.same(before, H.snapshot(dir))
+  end)
+
+  it("refuses bad command lines with status 2 and bad ids with status 1", function()
+    local rc, _, err = H.cli({ "query", "--embeddings", emb })
+    assert.are.equal(2, rc)
+    assert.truthy(err:find("--start ID or --stdin", 1, true), err)
+    rc, _, err = H.cli({ "query", "--embeddings", emb, "--start", "fortune-1", "--k", "x" })
+    assert.are.equal(2, rc)
+    assert.truthy(err:find("--k x", 1, true), err)
+    rc, _, err = H.cli({ "query", "--embeddings", emb, "--start", "fortune-1", "--out", "x" })
+    assert.are.equal(2, rc)
+    assert.truthy(err:find("unknown argument --out", 1, true), err)
+    rc, _, err = H.cli({ "query", "--embeddings", emb, "--start", "fortune-999" })
+    assert.are.equal(1, rc)
+    assert.truthy(err:find("no item has the id fortune-999", 1, true), err)
+    rc, _, err = H.cli({ "query", "--help" })
+    assert.are.equal(0, rc, err)
+  end)
+end)
