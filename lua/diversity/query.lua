@@ -35,6 +35,8 @@ Server.__index = Server
 -- (default fp16), mode, g, device, validation, cache_dir, texts.
 function M.open(opts)
   opts.precision = opts.precision or "fp16"
+  -- A query writes nothing: no fp16 conversion cache beside the input (the batch command's).
+  opts.fp16_cache = false
   local s = setmetatable({ held = {} }, Server)
   local ok, err = pcall(function()
     s.ctx = diversity.open { device = opts.device, validation = opts.validation }

@@ -52,6 +52,9 @@ diversity.ENV_INJECT_PANIC = "DIVERSITY_INJECT_PANIC"
 ---@field centered? boolean gram: the table's mean was subtracted
 ---@field subgroups? boolean false forces the shared-memory reduction
 
+---@class diversity.SequencerOptions: diversity.JobOptions
+---@field g? "auto"|"rows"|"whole" host engine: build G's rows as picks need them, whole once a quarter is built (auto), or whole at once
+
 ---@class diversity.KnnOptions
 ---@field k? integer neighbours per query (10)
 ---@field metric? diversity.Metric ("cosine")
@@ -352,6 +355,14 @@ function diversity.clock() end
 ---@return string
 function diversity.message(err) end
 
+---@param text string
+---@return any
+function diversity.json_decode(text) end
+
+---@param value any
+---@return string
+function diversity.json_encode(value) end
+
 ---@param starts integer[]
 ---@return string
 function diversity.starts_fingerprint(starts) end
@@ -533,6 +544,9 @@ function DeviceTable:job(starts, opts) end
 ---@param opts? diversity.JobOptions
 ---@return diversity.Job
 function DeviceTable:resume_job(t, starts, prefixes, len, opts) end
+---@param opts? diversity.SequencerOptions
+---@return diversity.Sequencer
+function DeviceTable:sequencer(opts) end
 ---@param queries diversity.Table
 ---@param opts? diversity.KnnOptions
 ---@return diversity.KnnResult
@@ -795,6 +809,31 @@ function IvfPqIndex:list_sizes() end
 ---@return diversity.Table
 function IvfPqIndex:centroids() end
 function IvfPqIndex:close() end
+
+---@class diversity.SequencerReport
+---@field engine "host"|"device"
+---@field mode "gram"|"scan"
+---@field g "none"|"rows"|"whole"
+---@field rows_built integer
+---@field n integer
+---@field queries integer
+---@field sequences integer
+---@field query_ns integer
+---@field g_ns integer
+
+---@class diversity.Sequencer
+local Sequencer = {}
+---@param start integer
+---@param k integer
+---@return integer[]
+function Sequencer:sequence(start, k) end
+---@param starts integer[]
+---@param k integer
+---@return integer[][]
+function Sequencer:sequences(starts, k) end
+---@return diversity.SequencerReport
+function Sequencer:report() end
+function Sequencer:close() end
 
 ---@class diversity.Rows
 local Rows = {}

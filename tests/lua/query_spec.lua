@@ -103,6 +103,15 @@ describe("diversity query", function()
     H.first_fortunes(emb, 90)
   end)
 
+  it("writes nothing beside its input", function()
+    local before = H.snapshot(dir)
+    local rc, out, err = H.cli({ "query", "--embeddings", emb, "--start", "fortune-2", "--k", "3" })
+    assert.are.equal(0, rc, err)
+    assert.are.equal(4, select(2, out:gsub("\n", "")))
+    assert.truthy(err:find("G rows (3 of 90 rows)", 1, true) or err:find("G whole", 1, true), err)
+    assert.are.same(before, H.snapshot(dir))
+  end)
+
   -- The batch command's cache rows (top_k 6) for the same options.
   local function cache_rows(extra)
     local out = dir .. "/cache.json"
@@ -160,8 +169,7 @@ describe("diversity query", function()
     assert.truthy(replies[3].error:find("nobody", 1, true), replies[3].error)
     assert.are.same(want["fortune-88"], replies[4].ids)
     assert.truthy(replies[5].error:find("k must be", 1, true), replies[5].error)
-    -- Serving writes nothing beside the inputs (the fp16 conversion cache of the runs before is
-    -- reused, not written again).
+    -- Nothing written beside the inputs (a query writes no fp16 conversion cache).
     assert.are.same(before, H.snapshot(dir))
   end)
 

@@ -94,6 +94,7 @@ describe("lua/diversity/types.lua", function()
       IvfIndex = diversity.ivf_index(ctx, t:dim(), { nlist = 2 }),
       IvfPqIndex = diversity.ivfpq_index(ctx, t:dim(), { nlist = 2, m = 16 }),
       Rows = diversity.rows(),
+      Sequencer = dt:sequencer(),
     }
     assert.are.same(sorted_keys(classes), sorted_keys(handles), "the stubs' handle classes")
     for name, h in pairs(handles) do
