@@ -47,6 +47,11 @@ VkDiversityContext* vkd_init(VkComputeContext* ctx, const float* embeddings, uin
                              uint32_t embedding_dim);
 VkComputeResult vkd_compute_sequence(VkDiversityContext* ctx, uint32_t start_poem,
                                      uint32_t* output_sequence);
+/* The first k steps from start_poem: min(k, num_poems - 1) + 1 values, the start first, the
+ * same as the first values of vkd_compute_sequence's; output_len is the room at
+ * output_sequence (too little: -8). Not in the old library. */
+VkComputeResult vkd_compute_prefix(VkDiversityContext* ctx, uint32_t start_poem, uint32_t k,
+                                   uint32_t* output_sequence, uint32_t output_len);
 void vkd_destroy(VkDiversityContext* ctx);
 
 VkDiversityBatchContext* vkd_batch_init(VkComputeContext* ctx, const uint16_t* embeddings_fp16,

@@ -474,6 +474,60 @@ pub unsafe extern "C" fn vkd_compute_sequence(
     .1
 }
 
+/// The first `k` steps of the sequence from `start_poem` (0-based) into `output_sequence`:
+/// `min(k, num_poems − 1) + 1` values, the start first — the same ids as the first values of
+/// [`vkd_compute_sequence`]'s, computed in k steps (on the host engine, reading only the k rows
+/// of G the picks need). `output_len` is the room at `output_sequence`; too little is refused
+/// with −8 before any work. Not in the old library.
+///
+/// # Safety
+/// `dctx` is NULL or a live pointer from [`vkd_init`]; `output_sequence` is NULL or has room for
+/// `output_len` values.
+#[no_mangle]
+pub unsafe extern "C" fn vkd_compute_prefix(
+    dctx: *mut VkDiversityContext,
+    start_poem: u32,
+    k: u32,
+    output_sequence: *mut u32,
+    output_len: u32,
+) -> i32 {
+    let call = "vkd_compute_prefix";
+    guard(call, (), || {
+        // SAFETY: per the contract above.
+        let d = unsafe { handle_out(call, "context", dctx, "output_sequence", output_sequence)? };
+        if start_poem as usize >= d.n {
+            return Err(invalid(
+                call,
+                format!("start_poem {start_poem} is out of range: N = {}", d.n),
+            ));
+        }
+        let len = (k as usize).min(d.n - 1) + 1;
+        if (output_len as usize) < len {
+            return Err(invalid(
+                call,
+                format!("output_len {output_len} is less than the {len} values of {k} steps"),
+            ));
+        }
+        let mut opts = JobOptions {
+            mode: d.mode,
+            ..Default::default()
+        };
+        opts.gram.steps = Some(k as usize);
+        opts.scan.steps = Some(k as usize);
+        let seq = if k == 0 {
+            vec![start_poem]
+        } else {
+            let mut job = start_job(None, &d.engine, &[start_poem], &opts)?;
+            job.run()?;
+            job.sequences_flat()?
+        };
+        // SAFETY: per the contract above (len ≤ output_len).
+        unsafe { std::ptr::copy_nonoverlapping(seq.as_ptr(), output_sequence, len) };
+        Ok(())
+    })
+    .1
+}
+
 /// Free a context from [`vkd_init`] (NULL: nothing); its table stays kept by the context.
 ///
 /// # Safety

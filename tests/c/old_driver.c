@@ -151,6 +151,21 @@ int main(int argc, char** argv) {
         if (k == 0) {
             bad += expect(vkd_compute_sequence(one, n, single) == VKC_ERROR_INVALID_ARGUMENT, "a start past N");
             bad += expect(vkd_compute_sequence(one, 0, NULL) == VKC_ERROR_INVALID_ARGUMENT, "a NULL output");
+            /* Prefixes: the whole sequence's first values, for k = 0, 1, 9 and past N - 1. */
+            uint32_t ks[4] = {0, 1, 9, n + 5};
+            uint32_t* pre = malloc(sizeof(uint32_t) * n);
+            for (int i = 0; i < 4; ++i) {
+                uint32_t len = (ks[i] < n - 1 ? ks[i] : n - 1) + 1;
+                for (uint32_t j = 0; j < n; ++j) pre[j] = 0xdeadbeef;
+                bad += expect(vkd_compute_prefix(one, single_start, ks[i], pre, len) == VKC_SUCCESS, "a prefix");
+                bad += expect(memcmp(pre, single, sizeof(uint32_t) * len) == 0, "a prefix is the sequence's start");
+                if (len < n) bad += expect(pre[len] == 0xdeadbeef, "a prefix writes only its values");
+            }
+            bad += expect(vkd_compute_prefix(one, single_start, 9, pre, 9) == VKC_ERROR_INVALID_ARGUMENT, "output_len short");
+            bad += expect(strstr(vkc_last_error(), "output_len 9") != NULL, "output_len named");
+            bad += expect(vkd_compute_prefix(one, n, 1, pre, n) == VKC_ERROR_INVALID_ARGUMENT, "a prefix's start past N");
+            bad += expect(vkd_compute_prefix(NULL, 0, 1, pre, n) == VKC_ERROR_INVALID_ARGUMENT, "a NULL context");
+            free(pre);
         }
         vkd_destroy(one);
         cycle[k] = now_s() - t0;
