@@ -26,6 +26,7 @@ pub mod engine;
 pub mod error;
 pub mod files;
 pub mod gram;
+pub mod grow;
 pub mod host;
 pub mod ivf;
 pub mod knn;

@@ -1,6 +1,8 @@
-//! Sequences on demand: on every engine (the host engine, and the scan and gram engines on the
-//! Vulkan device), a sequencer's k-step prefix is the batch job's prefix for the same options,
-//! bit for bit, whatever rows of G were built before; bad queries are refused by name.
+//! Sequences on demand and caches that grow: on every engine (the host engine, and the scan and
+//! gram engines on the Vulkan device), a sequencer's k-step prefix is the batch job's prefix for
+//! the same options, bit for bit, whatever rows of G were built before; a cache grown by
+//! appended rows is a fresh run's, for several append sizes, top_k and full length, fp32 and
+//! fp16; bad queries and old rows that are not a cache of the table are refused by name.
 
 mod common;
 
@@ -160,4 +162,111 @@ fn bad_queries_are_refused_by_name() {
     assert!(msg(s.sequences(&[1, 1], 3)).contains('1'));
     let r = s.report();
     assert_eq!((r.queries, r.sequences, r.rows_built), (0, 0, 0));
+}
+
+/// Growing caches: the old table's sequences (every start, `steps`), then `grow` on the table
+/// with rows appended, against a fresh run on it.
+fn check_grow(
+    make: &dyn Fn(&Table) -> Engine,
+    t: &Table,
+    n_old: usize,
+    mode: Mode,
+    steps: Option<usize>,
+    what: &str,
+) -> diversity::grow::GrowReport {
+    let old = t.head(n_old).unwrap();
+    let all_old: Vec<u32> = (0..n_old as u32).collect();
+    let rows = batch(&mut make(&old), mode, &all_old, steps);
+    let len = rows.len() / n_old;
+    let mut e = make(t);
+    let all: Vec<u32> = (0..t.n() as u32).collect();
+    let want = batch(&mut e, mode, &all, steps);
+    let mut opts = JobOptions {
+        mode,
+        ..Default::default()
+    };
+    opts.gram.steps = steps;
+    opts.scan.steps = steps;
+    let mut e = make(t);
+    let (got, r) = diversity::grow::grow(&mut e, t, n_old, &rows, len, &opts).unwrap();
+    assert!(
+        got == want,
+        "{what}: grown rows differ from a fresh run ({r:?})"
+    );
+    assert_eq!(r.kept + r.recomputed, n_old, "{what}");
+    assert_eq!(r.new_starts, t.n() - n_old, "{what}");
+    assert!(r.steps_computed <= r.steps_total, "{what}: {r:?}");
+    r
+}
+
+#[test]
+fn grown_caches_are_a_fresh_runs_on_the_host() {
+    for (t, p) in [
+        (fortunes(160), Precision::Fp32),
+        (fortunes(160), Precision::Fp16),
+        (random_table(90, 12, 3), Precision::Fp32),
+    ] {
+        let make = |t: &Table| host_engine(t, p);
+        let n = t.n();
+        for appended in [1usize, 4, 23] {
+            for steps in [Some(6), Some(30), None] {
+                let what = format!("host {p:?} n {n} +{appended} steps {steps:?}");
+                let r = check_grow(&make, &t, n - appended, Mode::Auto, steps, &what);
+                if steps == Some(6) && appended == 1 && n == 160 {
+                    // One appended row rarely reaches the first six picks: most rows are kept.
+                    assert!(r.kept > n / 2, "{what}: {r:?}");
+                }
+            }
+        }
+        // The scan on the host, top_k.
+        check_grow(&make, &t, n - 3, Mode::Scan, Some(8), "host scan");
+    }
+}
+
+#[test]
+fn grown_caches_are_a_fresh_runs_on_the_device() {
+    let ctx = ctx();
+    let t = fortunes(110);
+    for p in [Precision::Fp32, Precision::Fp16] {
+        let make = |t: &Table| Engine::upload(&ctx, t, p).unwrap();
+        for mode in [Mode::Gram, Mode::Scan] {
+            for (appended, steps) in [(2, Some(9)), (15, Some(9)), (5, None)] {
+                let what = format!("device {p:?} {mode:?} +{appended} steps {steps:?}");
+                check_grow(&make, &t, t.n() - appended, mode, steps, &what);
+            }
+        }
+    }
+    assert_clean(&ctx);
+}
+
+#[test]
+fn grow_refuses_what_is_not_an_old_cache_of_the_table() {
+    let t = fortunes(40);
+    let opts = JobOptions {
+        mode: Mode::Gram,
+        ..Default::default()
+    };
+    let rows: Vec<u32> = (0..30u32).flat_map(|s| [s, (s + 1) % 30]).collect();
+    let err = |n_old: usize, rows: &[u32], len: usize| {
+        diversity::grow::grow(
+            &mut host_engine(&t, Precision::Fp32),
+            &t,
+            n_old,
+            rows,
+            len,
+            &opts,
+        )
+        .unwrap_err()
+        .to_string()
+    };
+    assert!(err(40, &rows, 2).contains("nothing appended"));
+    assert!(err(30, &rows[..58], 2).contains("58 old entries"));
+    let mut shifted = rows.clone();
+    shifted.swap(0, 2);
+    assert!(err(30, &shifted, 2).contains("begins with 1"));
+    let mut past = rows.clone();
+    past[1] = 35;
+    assert!(err(30, &past, 2).contains("holds 35"));
+    // Two-entry rows are top_k 1; full-length options do not match them.
+    assert!(err(30, &rows, 2).contains("the options give 30"));
 }

@@ -1,0 +1,253 @@
+//! Caches that grow: the sequences of a table with rows appended, from the sequences of the
+//! table before (every start, in order), recomputing only what the new rows change.
+//!
+//! An old sequence stays what a fresh run on the new table computes up to the first step at
+//! which an appended row could be picked: before it, the candidates it chose among gained only
+//! rows that lose, and every engine's arithmetic for a candidate depends on that candidate and
+//! the running sum alone. [`divergences`] finds that step by replaying the old sequence in
+//! float64: `c · e_a` for every appended row a is kept as a sum of `H[p][a] = e_p · e_a` over the
+//! picks p (H computed once for the distinct picks), so a step costs O(A) for A appended rows,
+//! and the step is *suspect* as soon as an appended row's exact distance comes within ε = 1e-5
+//! of the old pick's. That margin is what makes the rule sound rather than likely: every engine's
+//! pick is within ε of the exact best (the exactness contract, tested for each), so a row whose
+//! distance is below the old pick's by more than ε cannot have been the engine's pick. From the
+//! suspect step on, the sequence is recomputed by the engine itself, resuming from the old
+//! prefix before it ([`Engine::resume_job`], bit-identical to an uninterrupted run), so the
+//! result is the fresh run's, byte for byte. New starts are computed whole; full-length
+//! sequences that never reach a suspect step are extended by resuming from their whole old row.
+//!
+//! Centring is the caller's refusal: appended rows move the column mean, so every centred row
+//! changes. It may touch the engine core, the host table and the batch checks.
+
+use crate::engine::{Engine, JobOptions, Prefix};
+use crate::error::{Error, Result};
+use crate::table::{Precision, Table};
+use rayon::prelude::*;
+
+/// The replay's margin: the exactness contract's ε (absolute, distances in [0, 2]).
+pub const MARGIN: f64 = 1e-5;
+
+/// What [`grow`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GrowReport {
+    /// Rows of the old and of the new table.
+    pub old_n: usize,
+    /// Rows of the new table.
+    pub new_n: usize,
+    /// Old sequences kept as they were.
+    pub kept: usize,
+    /// Old sequences recomputed from a suspect step, or extended past their old end.
+    pub recomputed: usize,
+    /// Sequences of the new starts (computed whole).
+    pub new_starts: usize,
+    /// Steps computed (resumed and new), of `steps_total` in the new sequences.
+    pub steps_computed: u64,
+    /// Steps in all the new sequences.
+    pub steps_total: u64,
+    /// Jobs run (one per prefix-length bucket, and one for the new starts).
+    pub jobs: usize,
+}
+
+/// For each old sequence (`rows`: one row of `len` entries per start 0..n_old, over the first
+/// `n_old` rows of `table` as stored at `precision`), the first step at which one of the rows
+/// past `n_old` comes within [`MARGIN`] of the old pick (`None`: no step of the row).
+pub fn divergences(
+    table: &Table,
+    precision: Precision,
+    n_old: usize,
+    rows: &[u32],
+    len: usize,
+) -> Result<Vec<Option<usize>>> {
+    let (n, d) = (table.n(), table.d());
+    check_rows(n, n_old, rows, len)?;
+    let stored = table.as_stored(precision);
+    let e = stored.data();
+    let row = |i: usize| &e[i * d..(i + 1) * d];
+    let norm: Vec<f64> = (0..n)
+        .map(|i| {
+            row(i)
+                .iter()
+                .map(|&v| v as f64 * v as f64)
+                .sum::<f64>()
+                .sqrt()
+        })
+        .collect();
+    let appended = n - n_old;
+    // H[p] = e_p · e_a for every appended a, for each row p some old sequence holds before its
+    // last entry (the rows the replay adds to the running sum).
+    let mut used = vec![false; n_old];
+    for r in rows.chunks_exact(len) {
+        for &p in &r[..len - 1] {
+            used[p as usize] = true;
+        }
+    }
+    let mut slot = vec![usize::MAX; n_old];
+    let mut picks = Vec::new();
+    for (p, _) in used.iter().enumerate().filter(|(_, &u)| u) {
+        slot[p] = picks.len();
+        picks.push(p);
+    }
+    let dot =
+        |a: &[f32], b: &[f32]| -> f64 { a.iter().zip(b).map(|(&x, &y)| x as f64 * y as f64).sum() };
+    let h: Vec<f64> = picks
+        .par_iter()
+        .flat_map_iter(|&p| (n_old..n).map(move |a| dot(row(p), row(a))))
+        .collect();
+    let dist = |dot_c: f64, c_norm: f64, x_norm: f64| {
+        if c_norm == 0.0 || x_norm == 0.0 {
+            1.0
+        } else {
+            1.0 - dot_c / (c_norm * x_norm)
+        }
+    };
+    Ok(rows
+        .par_chunks_exact(len)
+        .map(|r| {
+            let mut c = vec![0f64; d];
+            let mut acc = vec![0f64; appended];
+            let add = |c: &mut Vec<f64>, acc: &mut Vec<f64>, p: usize| {
+                for (c, &v) in c.iter_mut().zip(row(p)) {
+                    *c += v as f64;
+                }
+                let hp = &h[slot[p] * appended..(slot[p] + 1) * appended];
+                for (a, &v) in acc.iter_mut().zip(hp) {
+                    *a += v;
+                }
+            };
+            add(&mut c, &mut acc, r[0] as usize);
+            for t in 1..len {
+                let p = r[t] as usize;
+                let cn = c.iter().map(|v| v * v).sum::<f64>().sqrt();
+                let dp = dist(dot64(&c, row(p)), cn, norm[p]);
+                let best_new = (0..appended)
+                    .map(|a| dist(acc[a], cn, norm[n_old + a]))
+                    .fold(f64::NEG_INFINITY, f64::max);
+                if best_new >= dp - MARGIN {
+                    return Some(t);
+                }
+                if t + 1 < len {
+                    add(&mut c, &mut acc, p);
+                }
+            }
+            None
+        })
+        .collect())
+}
+
+fn dot64(c: &[f64], e: &[f32]) -> f64 {
+    c.iter().zip(e).map(|(&a, &b)| a * b as f64).sum()
+}
+
+fn check_rows(n: usize, n_old: usize, rows: &[u32], len: usize) -> Result<()> {
+    if n_old == 0 || n_old >= n {
+        return Err(Error::Invalid(format!(
+            "the old table has {n_old} rows and the new one {n}: nothing appended"
+        )));
+    }
+    if len == 0 || len > n_old || rows.len() != n_old * len {
+        return Err(Error::Invalid(format!(
+            "{} old entries for {n_old} sequences of {len}",
+            rows.len()
+        )));
+    }
+    for (s, r) in rows.chunks_exact(len).enumerate() {
+        if r[0] as usize != s {
+            return Err(Error::Invalid(format!(
+                "old sequence {s} begins with {}: a cache for every start in order is needed",
+                r[0]
+            )));
+        }
+        if let Some(&p) = r.iter().find(|&&p| p as usize >= n_old) {
+            return Err(Error::Invalid(format!(
+                "old sequence {s} holds {p}, past the old table's {n_old} rows"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The sequences of every start of `engine`'s table (the new one, `table` as uploaded) with
+/// `opts` (its `steps` the old cache's top_k, or `None` for full length), from the old cache's
+/// `rows` (every start 0..n_old, `len` entries each, computed with the same options on the
+/// table's first `n_old` rows). Returns the new rows (every start in order, each
+/// `min(steps, N − 1) + 1` entries), byte-identical to a fresh run's, and what was recomputed.
+pub fn grow(
+    engine: &mut Engine,
+    table: &Table,
+    n_old: usize,
+    rows: &[u32],
+    len: usize,
+    opts: &JobOptions,
+) -> Result<(Vec<u32>, GrowReport)> {
+    let (n, _, precision) = engine.shape();
+    if table.n() != n {
+        return Err(Error::Invalid(format!(
+            "the table has {} rows, the engine's {n}",
+            table.n()
+        )));
+    }
+    check_rows(n, n_old, rows, len)?;
+    let steps = opts.gram.steps;
+    let new_len = crate::batch::sequence_length(n, steps);
+    let old_full = len == n_old;
+    if !old_full && crate::batch::sequence_length(n_old, steps) != len {
+        return Err(Error::Invalid(format!(
+            "the old sequences have {len} entries; the options give {} on {n_old} rows",
+            crate::batch::sequence_length(n_old, steps)
+        )));
+    }
+    let div = divergences(table, precision, n_old, rows, len)?;
+    let mut out = vec![0u32; n * new_len];
+    let mut report = GrowReport {
+        old_n: n_old,
+        new_n: n,
+        steps_total: (n * (new_len - 1)) as u64,
+        ..Default::default()
+    };
+    // Buckets of resumed sequences by prefix length: the largest power of two ≤ the suspect
+    // step (a shorter prefix than the suspect step is as valid; fewer jobs), or the whole old
+    // row where a full-length sequence only needs extending.
+    let mut buckets: std::collections::BTreeMap<usize, Vec<u32>> = Default::default();
+    for (s, dv) in div.iter().enumerate() {
+        let keep = match dv {
+            Some(t) => Some(1usize << (usize::BITS - 1 - t.leading_zeros())),
+            None if old_full => Some(len),
+            None => None,
+        };
+        match keep {
+            Some(k) => buckets.entry(k).or_default().push(s as u32),
+            None => {
+                out[s * new_len..s * new_len + len].copy_from_slice(&rows[s * len..(s + 1) * len]);
+                report.kept += 1;
+            }
+        }
+    }
+    for (&k, starts) in &buckets {
+        let prefix: Vec<u32> = starts
+            .iter()
+            .flat_map(|&s| rows[s as usize * len..s as usize * len + k].iter().copied())
+            .collect();
+        let p = Prefix {
+            host: Some(table),
+            rows: &prefix,
+            len: k,
+        };
+        let mut job = engine.resume_job(starts, p, opts)?;
+        job.run()?;
+        let got = job.sequences_flat()?;
+        for (&s, r) in starts.iter().zip(got.chunks_exact(new_len)) {
+            out[s as usize * new_len..(s as usize + 1) * new_len].copy_from_slice(r);
+        }
+        report.recomputed += starts.len();
+        report.steps_computed += (starts.len() * (new_len - k)) as u64;
+        report.jobs += 1;
+    }
+    let fresh: Vec<u32> = (n_old as u32..n as u32).collect();
+    let mut job = engine.job(&fresh, opts)?;
+    job.run()?;
+    out[n_old * new_len..].copy_from_slice(&job.sequences_flat()?);
+    report.new_starts = fresh.len();
+    report.steps_computed += (fresh.len() * (new_len - 1)) as u64;
+    report.jobs += 1;
+    Ok((out, report))
+}
