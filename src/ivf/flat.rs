@@ -5,7 +5,7 @@
 //! k-NN and the host table.
 
 use super::coarse::{index_rows, Coarse};
-use super::index::{self, CallMeter, ListScan, ReadBack, Words};
+use super::index::{self, IvfIndex, ListScan, Lists, Queries, ReadBack, Words};
 use super::kmeans::{self, KMeans, KMeansOptions};
 use super::resident;
 use super::scan;
@@ -13,10 +13,7 @@ use super::{IvfSearch, IvfSearchReport};
 use crate::device::{Buffer, Context};
 use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
-use crate::knn::{
-    check_queries_sq, knn_flat, knn_resident, write_query_rows, DeviceQueries, KnnOptions,
-    KnnResult, Metric, NO_ID,
-};
+use crate::knn::{knn_flat, knn_resident, DeviceQueries, KnnOptions, KnnResult, Metric, NO_ID};
 use crate::submit::Submitter;
 use crate::table::{Precision, Table};
 use ash::vk;
@@ -211,142 +208,31 @@ impl IvfFlat {
         dim: usize,
         s: &IvfSearch,
     ) -> Result<(KnnResult, IvfSearchReport)> {
-        let meter = CallMeter::start(&self.ctx, &self.resident);
-        let (out, mut report) = self.search_counted(queries, dim, s)?;
-        meter.finish(&self.ctx, &self.resident, &mut report);
-        Ok((out, report))
+        index::search(self, queries, dim, s)
     }
 
-    fn search_counted(
+    /// Large k or D: the exact k-NN of each probed list with the queries that probe it, merged
+    /// on the host by `(key, id)`.
+    fn search_per_list(
         &mut self,
-        queries: &[f32],
-        dim: usize,
+        q: &Queries,
         s: &IvfSearch,
-    ) -> Result<(KnnResult, IvfSearchReport)> {
-        let opts = &s.knn;
-        let (nq, sq) = check_queries_sq(self.d, queries, dim, opts)?;
-        s.check("IVF", self.metric)?;
-        if s.k_factor != 1 {
-            return Err(Error::Invalid(
-                "the IVF-Flat search is exact and has no re-rank: k_factor must be 1".into(),
-            ));
-        }
+        out: &mut KnnResult,
+        report: &mut IvfSearchReport,
+    ) -> Result<()> {
         let coarse = self.coarse.device().ok_or_else(untrained)?;
-        let nprobe = s.nprobe.min(self.nlist);
-        let copts = KnnOptions {
-            k: nprobe,
-            metric: self.metric,
-            ..KnnOptions::default()
-        };
-        let k = opts.k;
-        let neg = self.metric != Metric::L2;
-        let pad = if neg {
-            f32::NEG_INFINITY
-        } else {
-            f32::INFINITY
-        };
-        let mut report = IvfSearchReport {
-            nprobe,
-            ..IvfSearchReport::default()
-        };
-        let mut out = KnnResult::started(k, nq, crate::knn::KnnPath::Select { chunk: 0 }, false, 0);
-        if nq == 0 {
-            return Ok((out, report));
-        }
-        if scan::applies(k, self.d) {
-            report.list_scan = true;
-            if self.slab.is_none() {
-                let lists: Vec<(&[i64], &[f32])> = self
-                    .lists
-                    .iter()
-                    .map(|l| (l.ids.as_slice(), l.data.as_slice()))
-                    .collect();
-                self.slab = scan::Slab::build(&self.ctx, &lists, self.d, self.precision)?;
-                self.slab_uploads.0 += 1;
-            }
-            let Some(slab) = &self.slab else {
-                // Nothing added: every result is padding.
-                out.ids = vec![NO_ID; nq * k];
-                out.distances = vec![pad; nq * k];
-                return Ok((out, report));
-            };
-            // One submission where the coarse search's query tile holds every query (the
-            // skeleton of `index.rs`); else the coarse results come back to the host first.
-            let (d, metric) = (self.d, self.metric);
-            let words = Words {
-                out: 2 * nq * k,
-                read_at: 0,
-                read: 2 * nq * k,
-            };
-            let fs = FlatScan { slab, k, metric };
-            let write_rows = |dst: &mut [f32]| write_query_rows(queries, d, metric, &sq, dst);
-            let one = index::search_resident(
-                &mut self.resident,
-                &self.ctx,
-                coarse,
-                &copts,
-                (nq, d),
-                write_rows,
-                &fs,
-                words,
-                &mut report,
-            )?;
-            if let Some(ReadBack {
-                results,
-                probes,
-                plan,
-            }) = one
-            {
-                (out.path, out.subgroups, out.query_tile) = plan;
-                let (keys, ids) = results.split_at(nq * k);
-                Self::finish(
-                    &self.lists,
-                    metric,
-                    &mut out,
-                    &mut report,
-                    bytemuck::cast_slice(keys),
-                    ids,
-                    probes,
-                );
-            } else {
-                let rows = DeviceQueries::upload(&self.ctx, queries, self.d, self.metric)?;
-                let probes = knn_resident(coarse, &rows, &copts)?;
-                report.coarse_ns = probes.gpu_ns;
-                (out.path, out.subgroups, out.query_tile) =
-                    (probes.path, probes.subgroups, probes.query_tile);
-                let pr: Vec<u32> = probes.ids.iter().map(|&l| l as u32).collect();
-                let so = slab.scan(rows.buffer(), nq, &pr, nprobe, k, self.metric)?;
-                (report.lists_ns, report.scan_dispatches) = (so.gpu_ns, so.dispatches);
-                Self::finish(
-                    &self.lists,
-                    self.metric,
-                    &mut out,
-                    &mut report,
-                    &so.keys,
-                    &so.ids,
-                    &pr,
-                );
-            }
-            out.gpu_ns = report.coarse_ns + report.lists_ns;
-            return Ok((out, report));
-        }
-        let probes = knn_flat(coarse, queries, dim, &copts)?;
+        let (queries, dim, nq, k) = (q.raw, q.dim, q.nq, s.knn.k);
+        let probes = knn_flat(coarse, queries, dim, &q.coarse)?;
         report.coarse_ns = probes.gpu_ns;
-        (out.path, out.subgroups, out.query_tile) =
-            (probes.path, probes.subgroups, probes.query_tile);
-        for q in 0..nq {
-            for &l in probes.ids_of(q) {
-                report.rows_scanned += self.lists[l as usize].ids.len() as u64;
-            }
-        }
-        // Large k or D: the exact k-NN of each probed list with the queries that probe it,
-        // merged on the host.
+        (out.path, out.subgroups, out.query_tile) = index::coarse_plan(&probes);
         let mut by_list: Vec<Vec<usize>> = vec![Vec::new(); self.nlist];
         for q in 0..nq {
             for &l in probes.ids_of(q) {
+                report.rows_scanned += self.lists[l as usize].ids.len() as u64;
                 by_list[l as usize].push(q);
             }
         }
+        let neg = self.metric != Metric::L2;
         let mut pools: Vec<Vec<(f32, i64, f32)>> = vec![Vec::new(); nq];
         for (l, qs) in by_list.iter().enumerate() {
             if qs.is_empty() || self.lists[l].ids.is_empty() {
@@ -359,7 +245,7 @@ impl IvfFlat {
                 .collect();
             let lopts = KnnOptions {
                 verify: 0,
-                ..opts.clone()
+                ..s.knn.clone()
             };
             let r = knn_flat(dt, &sub, dim, &lopts)?;
             report.lists_ns += r.gpu_ns;
@@ -374,6 +260,7 @@ impl IvfFlat {
             }
         }
         out.gpu_ns = report.coarse_ns + report.lists_ns;
+        let pad = pad(self.metric);
         for pool in &mut pools {
             pool.sort_unstable_by(|a, b| crate::multi::key_order((a.0, a.1), (b.0, b.1)));
             for i in 0..k {
@@ -382,37 +269,7 @@ impl IvfFlat {
                 out.distances.push(dist);
             }
         }
-        Ok((out, report))
-    }
-
-    /// The list scan's `keys` and `ids` (k a query, +∞ and `u32::MAX` padding) into `out`'s
-    /// distances and ids, and the rows the `probes` name into `report.rows_scanned`.
-    fn finish(
-        lists: &[List],
-        metric: Metric,
-        out: &mut KnnResult,
-        report: &mut IvfSearchReport,
-        keys: &[f32],
-        ids: &[u32],
-        probes: &[u32],
-    ) {
-        let neg = metric != Metric::L2;
-        let pad = if neg {
-            f32::NEG_INFINITY
-        } else {
-            f32::INFINITY
-        };
-        report.rows_scanned = index::rows_scanned(probes, |l| lists[l].ids.len());
-        out.ids.extend(
-            ids.iter()
-                .map(|&id| if id == u32::MAX { NO_ID } else { id as i64 }),
-        );
-        out.distances
-            .extend(keys.iter().zip(ids).map(|(&key, &id)| match id {
-                u32::MAX => pad,
-                _ if neg => -key,
-                _ => key,
-            }));
+        Ok(())
     }
 
     /// List `l` on the device, uploaded if it changed since the last search.
@@ -443,11 +300,119 @@ fn untrained() -> Error {
     Error::Invalid("the IVF index is not trained (train it first)".into())
 }
 
+/// A missing result's distance: −∞ for similarities, +∞ for L2.
+fn pad(metric: Metric) -> f32 {
+    if metric != Metric::L2 {
+        f32::NEG_INFINITY
+    } else {
+        f32::INFINITY
+    }
+}
+
+impl IvfIndex for IvfFlat {
+    const WHAT: &'static str = "IVF";
+    type Scan<'a> = FlatScan<'a>;
+
+    fn shape(&self) -> (usize, usize, Metric) {
+        (self.d, self.nlist, self.metric)
+    }
+
+    fn coarse_metric(&self) -> Metric {
+        self.metric
+    }
+
+    fn kept(&self) -> (&Context, &Option<resident::Resident>) {
+        (&self.ctx, &self.resident)
+    }
+
+    fn check_search(&self, s: &IvfSearch) -> Result<()> {
+        if s.k_factor != 1 {
+            return Err(Error::Invalid(
+                "the IVF-Flat search is exact and has no re-rank: k_factor must be 1".into(),
+            ));
+        }
+        self.coarse.device().ok_or_else(untrained)?;
+        Ok(())
+    }
+
+    fn lists<'a>(
+        &'a mut self,
+        q: &Queries,
+        s: &IvfSearch,
+        out: &mut KnnResult,
+        report: &mut IvfSearchReport,
+    ) -> Result<Option<Lists<'a, FlatScan<'a>>>> {
+        let k = s.knn.k;
+        if q.nq == 0 {
+            return Ok(None);
+        }
+        if !scan::applies(k, self.d) {
+            self.search_per_list(q, s, out, report)?;
+            return Ok(None);
+        }
+        report.list_scan = true;
+        if self.slab.is_none() {
+            let lists: Vec<(&[i64], &[f32])> = self
+                .lists
+                .iter()
+                .map(|l| (l.ids.as_slice(), l.data.as_slice()))
+                .collect();
+            self.slab = scan::Slab::build(&self.ctx, &lists, self.d, self.precision)?;
+            self.slab_uploads.0 += 1;
+        }
+        let Some(slab) = &self.slab else {
+            // Nothing added: every result is padding.
+            out.ids = vec![NO_ID; q.nq * k];
+            out.distances = vec![pad(self.metric); q.nq * k];
+            return Ok(None);
+        };
+        Ok(Some(Lists {
+            resident: &mut self.resident,
+            ctx: &self.ctx,
+            coarse: self.coarse.device().ok_or_else(untrained)?,
+            scan: FlatScan {
+                slab,
+                lists: &self.lists,
+                k,
+                metric: self.metric,
+            },
+        }))
+    }
+}
+
 /// IVF-Flat's list scan in the search skeleton: the slab's scan, nothing after it.
-struct FlatScan<'a> {
+pub(super) struct FlatScan<'a> {
     slab: &'a scan::Slab,
+    lists: &'a [List],
     k: usize,
     metric: Metric,
+}
+
+impl FlatScan<'_> {
+    /// The list scan's `keys` and `ids` (k a query, +∞ and `u32::MAX` padding) into `out`'s
+    /// distances and ids, and the rows the `probes` name into `report.rows_scanned`.
+    fn finish(
+        &self,
+        out: &mut KnnResult,
+        report: &mut IvfSearchReport,
+        keys: &[f32],
+        ids: &[u32],
+        probes: &[u32],
+    ) {
+        let neg = self.metric != Metric::L2;
+        let pad = pad(self.metric);
+        report.rows_scanned = index::rows_scanned(probes, |l| self.lists[l].ids.len());
+        out.ids.extend(
+            ids.iter()
+                .map(|&id| if id == u32::MAX { NO_ID } else { id as i64 }),
+        );
+        out.distances
+            .extend(keys.iter().zip(ids).map(|(&key, &id)| match id {
+                u32::MAX => pad,
+                _ if neg => -key,
+                _ => key,
+            }));
+    }
 }
 
 impl ListScan for FlatScan<'_> {
@@ -483,5 +448,48 @@ impl ListScan for FlatScan<'_> {
             Some(before),
             Some(after),
         )
+    }
+
+    fn words(&self, nq: usize) -> Words {
+        let n = 2 * nq * self.k;
+        Words {
+            out: n,
+            read_at: 0,
+            read: n,
+        }
+    }
+
+    fn read_back(
+        &self,
+        back: ReadBack,
+        q: &Queries,
+        out: &mut KnnResult,
+        report: &mut IvfSearchReport,
+    ) -> Result<()> {
+        let (keys, ids) = back.results.split_at(q.nq * self.k);
+        self.finish(out, report, bytemuck::cast_slice(keys), ids, back.probes);
+        Ok(())
+    }
+
+    fn scan_host(
+        &self,
+        ctx: &Context,
+        coarse: &DeviceTable,
+        q: &Queries,
+        out: &mut KnnResult,
+        report: &mut IvfSearchReport,
+    ) -> Result<()> {
+        let rows = DeviceQueries::upload(ctx, q.raw, q.d, q.metric)?;
+        let probes = knn_resident(coarse, &rows, &q.coarse)?;
+        report.coarse_ns = probes.gpu_ns;
+        (out.path, out.subgroups, out.query_tile) = index::coarse_plan(&probes);
+        let pr: Vec<u32> = probes.ids.iter().map(|&l| l as u32).collect();
+        let nprobe = q.coarse.k;
+        let so = self
+            .slab
+            .scan(rows.buffer(), q.nq, &pr, nprobe, self.k, self.metric)?;
+        (report.lists_ns, report.scan_dispatches) = (so.gpu_ns, so.dispatches);
+        self.finish(out, report, &so.keys, &so.ids, &pr);
+        Ok(())
     }
 }

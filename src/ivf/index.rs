@@ -15,7 +15,9 @@ use super::{IvfShards, MAX_SCAN_DIM, MAX_SCAN_K};
 use crate::device::{Buffer, Context, HostOps};
 use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
-use crate::knn::{KnnOptions, KnnPath, KnnResult, Metric, Prepared};
+use crate::knn::{
+    check_queries_sq, write_query_rows, KnnOptions, KnnPath, KnnResult, Metric, Prepared,
+};
 use crate::submit::{Set, Submitter};
 use crate::table::Table;
 use ash::vk;
@@ -195,7 +197,7 @@ pub struct IvfSearchReport {
 /// What a search call's report measures on the host ([`IvfSearchReport::host_ops`] and
 /// [`IvfSearchReport::host_ns`]), for IVF-Flat and IVF-PQ alike: taken at the call's start,
 /// written into its report at the end.
-pub(super) struct CallMeter {
+struct CallMeter {
     ops: HostOps,
     t0: std::time::Instant,
     /// The kept submitter's busy time at the start (0 before the first search makes it).
@@ -203,7 +205,7 @@ pub(super) struct CallMeter {
 }
 
 impl CallMeter {
-    pub(super) fn start(ctx: &Context, resident: &Option<resident::Resident>) -> CallMeter {
+    fn start(ctx: &Context, resident: &Option<resident::Resident>) -> CallMeter {
         CallMeter {
             ops: ctx.host_ops(),
             t0: std::time::Instant::now(),
@@ -213,7 +215,7 @@ impl CallMeter {
 
     /// The context's Vulkan work since the start, and the wall nanoseconds since then less what
     /// the kept submitter spent submitting and waiting.
-    pub(super) fn finish(
+    fn finish(
         self,
         ctx: &Context,
         resident: &Option<resident::Resident>,
@@ -237,6 +239,151 @@ pub(crate) fn rows_scanned(probes: &[u32], len: impl Fn(usize) -> usize) -> u64 
 /// probed lists); with every list probed the search is exact, so the widening ends.
 pub fn widened_nprobe(nprobe: usize, widen: usize, nlist: usize) -> usize {
     nprobe.saturating_mul(1 << widen.min(40)).min(nlist)
+}
+
+/// What the search skeleton ([`search`]) asks of an index beside its list scan: its shape, its
+/// own checks, and its lists made ready for a search — the part of Faiss's `IVFBase`
+/// subclasses that is not the scan.
+pub(super) trait IvfIndex {
+    /// The index's name in the shared checks' messages ("IVF", "IVF-PQ").
+    const WHAT: &'static str;
+    /// The index's list scan, borrowing its lists.
+    type Scan<'a>: ListScan
+    where
+        Self: 'a;
+    /// Dimension D, lists, and the metric.
+    fn shape(&self) -> (usize, usize, Metric);
+    /// The coarse quantizer's metric.
+    fn coarse_metric(&self) -> Metric;
+    /// The context and what the last search kept on the device (the call's meter reads them).
+    fn kept(&self) -> (&Context, &Option<Resident>);
+    /// The index's own checks, after the shared ones ([`IvfSearch::check`]).
+    fn check_search(&self, s: &IvfSearch) -> Result<()>;
+    /// The lists ready for the scan of `q` (the slab built where it is not), or `None` where
+    /// the index answered into `out` itself (no queries, nothing added, IVF-Flat's per-list
+    /// path).
+    fn lists<'a>(
+        &'a mut self,
+        q: &Queries,
+        s: &IvfSearch,
+        out: &mut KnnResult,
+        report: &mut IvfSearchReport,
+    ) -> Result<Option<Lists<'a, Self::Scan<'a>>>>;
+}
+
+/// What an index hands the skeleton for the list scan: the kept device state, the context,
+/// the coarse centroids on the device and the scan.
+pub(super) struct Lists<'a, S> {
+    pub resident: &'a mut Option<Resident>,
+    pub ctx: &'a Context,
+    pub coarse: &'a DeviceTable,
+    pub scan: S,
+}
+
+/// A search's queries as the skeleton checked them, and the coarse search's options.
+pub(super) struct Queries<'q> {
+    /// As the caller gave them (`nq` rows of `dim`).
+    pub raw: &'q [f32],
+    pub dim: usize,
+    pub nq: usize,
+    /// The index's dimension and metric (what [`Queries::write`] writes them for).
+    pub d: usize,
+    pub metric: Metric,
+    /// Their float64 squared norms ([`check_queries_sq`]).
+    sq: Vec<f64>,
+    /// The coarse search: k = nprobe (clamped to nlist) by the coarse quantizer's metric.
+    pub coarse: KnnOptions,
+}
+
+impl Queries<'_> {
+    /// The queries as the index sees them (unit rows for cosine) into `dst` (nq × D).
+    pub fn write(&self, dst: &mut [f32]) {
+        write_query_rows(self.raw, self.d, self.metric, &self.sq, dst)
+    }
+}
+
+/// The one search of both indexes: the call measured ([`CallMeter`]) around [`search_counted`].
+pub(super) fn search<I: IvfIndex>(
+    ix: &mut I,
+    queries: &[f32],
+    dim: usize,
+    s: &IvfSearch,
+) -> Result<(KnnResult, IvfSearchReport)> {
+    let meter = {
+        let (ctx, resident) = ix.kept();
+        CallMeter::start(ctx, resident)
+    };
+    let (out, mut report) = search_counted(ix, queries, dim, s)?;
+    let (ctx, resident) = ix.kept();
+    meter.finish(ctx, resident, &mut report);
+    Ok((out, report))
+}
+
+/// The search skeleton: check the queries and the options, clamp nprobe, let the index ready
+/// its lists, then the coarse search and the list scan in one submission where the coarse
+/// search's query tile holds every query ([`search_resident`]), else the coarse results on the
+/// host first ([`ListScan::scan_host`]); the index's list scan finishes the results.
+fn search_counted<I: IvfIndex>(
+    ix: &mut I,
+    queries: &[f32],
+    dim: usize,
+    s: &IvfSearch,
+) -> Result<(KnnResult, IvfSearchReport)> {
+    let (d, nlist, metric) = ix.shape();
+    let (nq, sq) = check_queries_sq(d, queries, dim, &s.knn)?;
+    s.check(I::WHAT, metric)?;
+    ix.check_search(s)?;
+    let nprobe = s.nprobe.min(nlist);
+    let q = Queries {
+        raw: queries,
+        dim,
+        nq,
+        d,
+        metric,
+        sq,
+        coarse: KnnOptions {
+            k: nprobe,
+            metric: ix.coarse_metric(),
+            ..KnnOptions::default()
+        },
+    };
+    let mut report = IvfSearchReport {
+        nprobe,
+        ..IvfSearchReport::default()
+    };
+    let mut out = KnnResult::started(s.knn.k, nq, KnnPath::Select { chunk: 0 }, false, 0);
+    let Some(Lists {
+        resident,
+        ctx,
+        coarse,
+        scan,
+    }) = ix.lists(&q, s, &mut out, &mut report)?
+    else {
+        return Ok((out, report));
+    };
+    let one = match nq {
+        0 => None,
+        _ => search_resident(
+            resident,
+            ctx,
+            coarse,
+            &q.coarse,
+            (nq, d),
+            |dst| q.write(dst),
+            &scan,
+            scan.words(nq),
+            &mut report,
+        )?,
+    };
+    match one {
+        Some(back) => {
+            (out.path, out.subgroups, out.query_tile) = back.plan;
+            scan.read_back(back, &q, &mut out, &mut report)?;
+        }
+        None => scan.scan_host(ctx, coarse, &q, &mut out, &mut report)?,
+    }
+    out.gpu_ns = report.coarse_ns + report.lists_ns;
+    Ok((out, report))
 }
 
 /// What the one-submission search asks of an index's list scan: IVF-Flat's (`flat.rs`, over
@@ -281,6 +428,32 @@ pub(super) trait ListScan {
         before: impl FnOnce(vk::CommandBuffer),
         after: impl FnOnce(vk::CommandBuffer),
     ) -> Result<(u64, u64, usize)>;
+    /// The results buffer's words for `nq` queries, and the span read back before the probes.
+    fn words(&self, nq: usize) -> Words;
+    /// The one submission's read-back into `out` and `report` (the rows scanned included).
+    fn read_back(
+        &self,
+        back: ReadBack,
+        q: &Queries,
+        out: &mut KnnResult,
+        report: &mut IvfSearchReport,
+    ) -> Result<()>;
+    /// The search where the coarse search takes more than one query tile, or there are no
+    /// queries: the coarse k-NN's results on the host, then the scan of the lists they name,
+    /// into `out` and `report` (its GPU times, dispatches, the rows scanned, the coarse path).
+    fn scan_host(
+        &self,
+        ctx: &Context,
+        coarse: &DeviceTable,
+        q: &Queries,
+        out: &mut KnnResult,
+        report: &mut IvfSearchReport,
+    ) -> Result<()>;
+}
+
+/// The coarse search's path, subgroups and query tile, as a result's.
+pub(super) fn coarse_plan(probes: &KnnResult) -> (KnnPath, bool, usize) {
+    (probes.path, probes.subgroups, probes.query_tile)
 }
 
 /// The words of a one-submission search: the results buffer's size, and the span of it read
@@ -308,7 +481,7 @@ pub(super) struct ReadBack<'a> {
 /// index then brings the coarse results to the host first. Fills the report's GPU times,
 /// dispatches and `probes_on_device`.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn search_resident<'r, S: ListScan>(
+fn search_resident<'r, S: ListScan>(
     resident: &'r mut Option<Resident>,
     ctx: &Context,
     coarse: &DeviceTable,

@@ -23,7 +23,7 @@
 //!   product one on the unit rows.
 
 use super::coarse::{index_rows, Coarse};
-use super::index::{self, CallMeter, ListScan, ReadBack, Words};
+use super::index::{self, IvfIndex, ListScan, Lists, Queries, ReadBack, Words};
 use super::kmeans::{nearest, KMeans, KMeansOptions};
 use super::pq::ProductQuantizer;
 use super::pq_rerank::{self, KeptRows};
@@ -31,14 +31,13 @@ use super::pq_scan::PqSlab;
 use super::resident::Resident;
 use super::{IvfSearch, IvfSearchReport, MAX_SCAN_K};
 use crate::device::{Buffer, Context, Pipeline};
+use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
-use crate::knn::{
-    check_queries_sq, knn_flat, write_query_rows, KnnOptions, KnnPath, KnnResult, Metric, NO_ID,
-};
+use crate::knn::{knn_flat, KnnResult, Metric, NO_ID};
 use crate::submit::{Set, Submitter};
 use crate::table::{Precision, Table};
 use ash::vk;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// How an [`IvfPq`] is built.
 #[derive(Clone, Debug)]
@@ -296,20 +295,78 @@ impl IvfPq {
         dim: usize,
         s: &IvfSearch,
     ) -> Result<(KnnResult, IvfSearchReport)> {
-        let meter = CallMeter::start(&self.ctx, &self.resident);
-        let (out, mut report) = self.search_counted(queries, dim, s)?;
-        meter.finish(&self.ctx, &self.resident, &mut report);
-        Ok((out, report))
+        index::search(self, queries, dim, s)
     }
 
-    fn search_counted(
-        &mut self,
-        queries: &[f32],
-        dim: usize,
-        s: &IvfSearch,
-    ) -> Result<(KnnResult, IvfSearchReport)> {
-        let (nq, sq) = check_queries_sq(self.d, queries, dim, &s.knn)?;
-        s.check("IVF-PQ", self.metric)?;
+    /// The lists (and, with `keep_vectors`, the kept rows by id for the re-rank on the device)
+    /// on the device, if an add changed them since the last search.
+    fn build_slab(&mut self) -> Result<()> {
+        if self.slab.is_some() {
+            return Ok(());
+        }
+        let lists: Vec<(&[i64], &[u8])> = self
+            .lists
+            .iter()
+            .map(|l| (l.ids.as_slice(), l.codes.as_slice()))
+            .collect();
+        let pq = self.pq.as_ref().ok_or_else(untrained)?;
+        let l2 = self.metric == Metric::L2;
+        self.slab = Some(PqSlab::build(
+            &self.ctx,
+            &lists,
+            self.coarse.centroids(),
+            pq,
+            l2,
+        )?);
+        // The kept rows by id, for the re-rank on the device (none where it cannot run).
+        self.kept = None;
+        if self.keep_vectors {
+            let d = self.d;
+            let mut by_id = vec![0f32; self.ntotal * d];
+            for (row, &(l, i)) in by_id.chunks_exact_mut(d).zip(&self.loc) {
+                let i = i as usize;
+                row.copy_from_slice(&self.lists[l as usize].data[i * d..(i + 1) * d]);
+            }
+            self.kept = KeptRows::build(&self.ctx, &by_id, d)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for IvfPq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IvfPq")
+            .field("d", &self.d)
+            .field("nlist", &self.nlist)
+            .field("m", &self.m)
+            .field("ntotal", &self.ntotal)
+            .field("metric", &self.metric)
+            .field("trained", &self.is_trained())
+            .finish()
+    }
+}
+
+fn untrained() -> Error {
+    Error::Invalid("the IVF-PQ index is not trained (train it first)".into())
+}
+
+impl IvfIndex for IvfPq {
+    const WHAT: &'static str = "IVF-PQ";
+    type Scan<'a> = PqScan<'a>;
+
+    fn shape(&self) -> (usize, usize, Metric) {
+        (self.d, self.nlist, self.metric)
+    }
+
+    fn coarse_metric(&self) -> Metric {
+        IvfPq::coarse_metric(self)
+    }
+
+    fn kept(&self) -> (&Context, &Option<Resident>) {
+        (&self.ctx, &self.resident)
+    }
+
+    fn check_search(&self, s: &IvfSearch) -> Result<()> {
         let kk = s.knn.k.saturating_mul(s.k_factor);
         if kk > MAX_SCAN_K {
             return Err(Error::Invalid(format!(
@@ -328,181 +385,103 @@ impl IvfPq {
         if !self.is_trained() {
             return Err(untrained());
         }
-        let coarse = self.coarse.device().ok_or_else(untrained)?;
-        let nprobe = s.nprobe.min(self.nlist);
-        // The queries as the index sees them (unit rows for cosine): written straight into the
-        // upload buffer on the one-submission path; a vector only where the host needs them (the
-        // other path, the host re-rank).
-        let (d, metric) = (self.d, self.metric);
-        let write_rows = |dst: &mut [f32]| write_query_rows(queries, d, metric, &sq, dst);
-        let host_rows = std::sync::OnceLock::new();
-        let rows = || -> &[f32] {
-            host_rows.get_or_init(|| {
-                let mut v = vec![0f32; nq * d];
-                write_rows(&mut v);
-                v
-            })
-        };
-        let copts = KnnOptions {
-            k: nprobe,
-            metric: self.coarse_metric(),
-            ..KnnOptions::default()
-        };
-        let ip = self.metric != Metric::L2;
-        if self.slab.is_none() {
-            let lists: Vec<(&[i64], &[u8])> = self
-                .lists
-                .iter()
-                .map(|l| (l.ids.as_slice(), l.codes.as_slice()))
-                .collect();
-            let pq = self.pq.as_ref().ok_or_else(untrained)?;
-            self.slab = Some(PqSlab::build(
-                &self.ctx,
-                &lists,
-                self.coarse.centroids(),
-                pq,
-                !ip,
-            )?);
-            // The kept rows by id, for the re-rank on the device (none where it cannot run).
-            self.kept = None;
-            if self.keep_vectors {
-                let d = self.d;
-                let mut by_id = vec![0f32; self.ntotal * d];
-                for (row, &(l, i)) in by_id.chunks_exact_mut(d).zip(&self.loc) {
-                    let i = i as usize;
-                    row.copy_from_slice(&self.lists[l as usize].data[i * d..(i + 1) * d]);
-                }
-                self.kept = KeptRows::build(&self.ctx, &by_id, d)?;
-            }
-        }
-        let slab = self.slab.as_ref().expect("built above");
-        let mut report = IvfSearchReport {
-            nprobe,
-            list_scan: true,
-            ..IvfSearchReport::default()
-        };
-        let (k, pad) = (s.knn.k, if ip { f32::NEG_INFINITY } else { f32::INFINITY });
-        // The re-rank on the device where it runs (the kept rows there), else on the host.
-        let kept = match &self.kept {
-            Some(kr) if s.k_factor > 1 && !self.host_rerank => Some(kr),
-            _ => None,
-        };
-        let mut out = KnnResult::started(k, nq, KnnPath::Select { chunk: 0 }, false, 0);
-        // One submission where the coarse search's query tile holds every query: the queries'
-        // copy, the coarse k-NN and the packing of its probes and keys, the scan reading them
-        // there, the exact re-rank of its candidates (`pq_rerank.rs`), and the results' copy
-        // into the read-back buffer — every buffer, the scratch and the sets kept in the index
-        // from the last call. Otherwise the coarse results come back to the host first.
-        let mut device_probes = None;
-        let (keys, ids, probe_ids, plan_info) = 'scan: {
-            if nq == 0 {
-                break 'scan (Vec::new(), Vec::new(), Vec::new(), None);
-            }
-            let results = nq * kk;
-            let layout = pq_rerank::Layout::new(nq, kk, k);
-            // The words read back first: the re-rank's k best (3 words a result), or the
-            // scan's candidates (2 a candidate); then the probes.
-            let words = match kept {
-                Some(_) => Words {
-                    out: layout.words,
-                    read_at: layout.res_keys,
-                    read: 3 * nq * k,
-                },
-                None => Words {
-                    out: 2 * results,
-                    read_at: 0,
-                    read: 2 * results,
-                },
+        self.coarse.device().ok_or_else(untrained)?;
+        Ok(())
+    }
+
+    fn lists<'a>(
+        &'a mut self,
+        q: &Queries,
+        s: &IvfSearch,
+        _: &mut KnnResult,
+        report: &mut IvfSearchReport,
+    ) -> Result<Option<Lists<'a, PqScan<'a>>>> {
+        self.build_slab()?;
+        report.list_scan = true;
+        let k = s.knn.k;
+        let kk = k * s.k_factor;
+        Ok(Some(Lists {
+            resident: &mut self.resident,
+            ctx: &self.ctx,
+            coarse: self.coarse.device().ok_or_else(untrained)?,
+            scan: PqScan {
+                slab: self.slab.as_ref().expect("built above"),
+                // The re-rank on the device where it runs (the kept rows there), else on the
+                // host.
+                kept: self
+                    .kept
+                    .as_ref()
+                    .filter(|_| s.k_factor > 1 && !self.host_rerank),
+                layout: pq_rerank::Layout::new(q.nq, kk, k),
+                shape: (q.nq, kk, k),
+                ip: self.metric != Metric::L2,
+                lists: &self.lists,
+                loc: &self.loc,
+                rows: OnceLock::new(),
+            },
+        }))
+    }
+}
+
+/// IVF-PQ's list scan in the search skeleton: the slab's scan of the codes, then, where the
+/// rows are kept on the device and `k_factor` > 1, the exact re-rank of its candidates; else
+/// the host's part (the scan's k best as they are, or re-ranked from its k × k_factor).
+pub(super) struct PqScan<'a> {
+    slab: &'a PqSlab,
+    kept: Option<&'a KeptRows>,
+    layout: pq_rerank::Layout,
+    /// Queries, candidates kept a query (k × k_factor), results a query.
+    shape: (usize, usize, usize),
+    ip: bool,
+    lists: &'a [PqList],
+    /// Per id, its list and position there.
+    loc: &'a [(u32, u32)],
+    /// The queries as the index sees them, made only where the host needs them (the scan
+    /// after the coarse results came back, the host re-rank).
+    rows: OnceLock<Vec<f32>>,
+}
+
+impl PqScan<'_> {
+    fn rows(&self, q: &Queries) -> &[f32] {
+        self.rows.get_or_init(|| {
+            let mut v = vec![0f32; q.nq * q.d];
+            q.write(&mut v);
+            v
+        })
+    }
+
+    /// The device re-rank's k best: float64 distances rounded to f32 here, as the host
+    /// re-rank rounds them.
+    fn read_reranked(&self, results: &[u32], out: &mut KnnResult) {
+        let (nq, _, k) = self.shape;
+        let pad = pad(self.ip);
+        let (dists, ids) = results.split_at(2 * nq * k);
+        for (i, &id) in ids.iter().enumerate() {
+            let (dist, id) = if id == u32::MAX {
+                (pad, NO_ID)
+            } else {
+                let bits = dists[2 * i] as u64 | (dists[2 * i + 1] as u64) << 32;
+                (f64::from_bits(bits) as f32, id as i64)
             };
-            let ps = PqScan {
-                slab,
-                kept,
-                layout: &layout,
-                shape: (nq, kk, k),
-                ip,
-            };
-            let one = index::search_resident(
-                &mut self.resident,
-                &self.ctx,
-                coarse,
-                &copts,
-                (nq, d),
-                write_rows,
-                &ps,
-                words,
-                &mut report,
-            )?;
-            let Some(ReadBack {
-                results: fin,
-                probes,
-                plan,
-            }) = one
-            else {
-                break 'scan (Vec::new(), Vec::new(), Vec::new(), None);
-            };
-            device_probes = Some(plan);
-            if kept.is_some() {
-                // The device's k best: float64 distances rounded to f32 here, as the host
-                // re-rank rounds them.
-                let (dists, ids) = fin.split_at(2 * nq * k);
-                for (i, &id) in ids.iter().enumerate() {
-                    let (dist, id) = if id == u32::MAX {
-                        (pad, NO_ID)
-                    } else {
-                        let bits = dists[2 * i] as u64 | (dists[2 * i + 1] as u64) << 32;
-                        (f64::from_bits(bits) as f32, id as i64)
-                    };
-                    out.ids.push(id);
-                    out.distances.push(dist);
-                }
-                report.rows_scanned = index::rows_scanned(probes, |l| self.lists[l].ids.len());
-                break 'scan (Vec::new(), Vec::new(), Vec::new(), device_probes);
-            }
-            (
-                bytemuck::cast_slice(&fin[..results]).to_vec(),
-                fin[results..].to_vec(),
-                probes.to_vec(),
-                device_probes,
-            )
-        };
-        let (keys, ids, probe_ids, plan_info) = match plan_info {
-            Some(info) => (keys, ids, probe_ids, info),
-            None => {
-                let probes = knn_flat(coarse, rows(), self.d, &copts)?;
-                report.coarse_ns = probes.gpu_ns;
-                // The coarse key as the shaders keep it: minus the similarity for inner product.
-                let pr: Vec<(u32, f32)> = probes
-                    .ids
-                    .iter()
-                    .zip(&probes.distances)
-                    .map(|(&l, &dist)| (l as u32, if ip { -dist } else { dist }))
-                    .collect();
-                let (keys, ids, ns, dispatches) = slab.scan(rows(), &pr, nprobe, kk, ip)?;
-                (report.lists_ns, report.scan_dispatches) = (ns, dispatches);
-                let probe_ids = pr.iter().map(|p| p.0).collect();
-                (
-                    keys,
-                    ids,
-                    probe_ids,
-                    (probes.path, probes.subgroups, probes.query_tile),
-                )
-            }
-        };
-        report.probes_on_device = device_probes.is_some();
-        if !(kept.is_some() && device_probes.is_some()) {
-            // (The device re-rank's path counted them in place above.)
-            report.rows_scanned = index::rows_scanned(&probe_ids, |l| self.lists[l].ids.len());
+            out.ids.push(id);
+            out.distances.push(dist);
         }
-        (out.path, out.subgroups, out.query_tile) = plan_info;
-        out.gpu_ns = report.coarse_ns + report.lists_ns;
-        if kept.is_some() && device_probes.is_some() {
-            // Re-ranked on the device.
-            report.rerank_on_device = true;
-            return Ok((out, report));
-        }
-        // The host's part: the scan's k best as they are (straight into the result), or
-        // re-ranked from its k × k_factor.
-        if s.k_factor == 1 {
+    }
+
+    /// The host's part: the scan's `keys` and `ids` (k × k_factor a query) as they are
+    /// (k_factor 1), or re-ranked exactly on the host; and the rows the probes name.
+    fn finish_host(
+        &self,
+        (keys, ids, probes): (&[f32], &[u32], &[u32]),
+        q: &Queries,
+        out: &mut KnnResult,
+        report: &mut IvfSearchReport,
+    ) {
+        report.rows_scanned = index::rows_scanned(probes, |l| self.lists[l].ids.len());
+        let (nq, kk, k) = self.shape;
+        let (ip, pad) = (self.ip, pad(self.ip));
+        if kk == k {
+            // k_factor 1.
             for (qk, qi) in keys.chunks_exact(kk).zip(ids.chunks_exact(kk)) {
                 let mut n = 0;
                 for (&key, &id) in qk.iter().zip(qi).filter(|p| *p.1 != u32::MAX).take(k) {
@@ -513,59 +492,22 @@ impl IvfPq {
                 out.ids.extend(std::iter::repeat_n(NO_ID, k - n));
                 out.distances.extend(std::iter::repeat_n(pad, k - n));
             }
-            return Ok((out, report));
+            return;
         }
-        let rerank_rows = if s.k_factor > 1 { rows() } else { &[] };
+        let (rows, d) = (self.rows(q), q.d);
         let best_of = |q: usize| -> Vec<(f32, u32)> {
             let cand = (0..kk)
                 .map(|i| (keys[q * kk + i], ids[q * kk + i]))
                 .filter(|&(_, id)| id != u32::MAX);
-            if s.k_factor > 1 {
-                self.rerank(&rerank_rows[q * self.d..(q + 1) * self.d], cand, k)
-            } else {
-                cand.map(|(key, id)| (if ip { -key } else { key }, id))
-                    .take(k)
-                    .collect()
-            }
+            self.rerank(&rows[q * d..(q + 1) * d], d, cand, k)
         };
-        // The re-rank reads kept rows scattered over the index (memory-bound): the queries are
-        // split over the host's threads; each query's result does not depend on the split.
-        let threads = if s.k_factor > 1 {
-            std::thread::available_parallelism()
-                .map_or(1, |t| t.get())
-                .min(nq.div_ceil(256))
-                .max(1)
-        } else {
-            1
-        };
-        let per = nq.div_ceil(threads).max(1);
-        // One thread: this one (a thread started a call costs a small search more than its
-        // work).
-        let bests: Vec<Vec<(f32, u32)>> = if threads == 1 {
-            (0..nq).map(best_of).collect()
-        } else {
-            std::thread::scope(|sc| {
-                let handles: Vec<_> = (0..nq)
-                    .step_by(per)
-                    .map(|q0| {
-                        let best_of = &best_of;
-                        sc.spawn(move || (q0..(q0 + per).min(nq)).map(best_of).collect::<Vec<_>>())
-                    })
-                    .collect();
-                handles
-                    .into_iter()
-                    .flat_map(|h| h.join().expect("a re-rank thread panicked"))
-                    .collect()
-            })
-        };
-        for best in &bests {
+        for best in &rerank_threads(nq, best_of) {
             for i in 0..k {
                 let (dist, id) = best.get(i).map_or((pad, NO_ID), |&(v, id)| (v, id as i64));
                 out.ids.push(id);
                 out.distances.push(dist);
             }
         }
-        Ok((out, report))
     }
 
     /// The k best of `cand` by the exact float64 distance (similarity) of `q` to the kept rows,
@@ -573,13 +515,14 @@ impl IvfPq {
     fn rerank(
         &self,
         q: &[f32],
+        d: usize,
         cand: impl Iterator<Item = (f32, u32)>,
         k: usize,
     ) -> Vec<(f32, u32)> {
-        let ip = self.metric != Metric::L2;
+        let ip = self.ip;
         let mut scored: Vec<(f64, u32)> = cand
             .map(|(_, id)| {
-                let x = self.row(id as i64);
+                let x = self.row(id, d);
                 let v: f64 = if ip {
                     q.iter().zip(x).map(|(&a, &b)| a as f64 * b as f64).sum()
                 } else {
@@ -604,39 +547,51 @@ impl IvfPq {
     }
 
     /// The kept row of `id` (as the index holds it: unit length for cosine).
-    fn row(&self, id: i64) -> &[f32] {
+    fn row(&self, id: u32, d: usize) -> &[f32] {
         let (l, i) = self.loc[id as usize];
         let i = i as usize;
-        &self.lists[l as usize].data[i * self.d..(i + 1) * self.d]
+        &self.lists[l as usize].data[i * d..(i + 1) * d]
     }
 }
 
-impl std::fmt::Debug for IvfPq {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("IvfPq")
-            .field("d", &self.d)
-            .field("nlist", &self.nlist)
-            .field("m", &self.m)
-            .field("ntotal", &self.ntotal)
-            .field("metric", &self.metric)
-            .field("trained", &self.is_trained())
-            .finish()
+/// `best_of` of every query of `nq`, in order. The re-rank reads kept rows scattered over the
+/// index (memory-bound): the queries are split over the host's threads; each query's result
+/// does not depend on the split. One thread: this one (a thread started a call costs a small
+/// search more than its work).
+fn rerank_threads(
+    nq: usize,
+    best_of: impl Fn(usize) -> Vec<(f32, u32)> + Sync,
+) -> Vec<Vec<(f32, u32)>> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |t| t.get())
+        .min(nq.div_ceil(256))
+        .max(1);
+    let per = nq.div_ceil(threads).max(1);
+    if threads == 1 {
+        return (0..nq).map(best_of).collect();
     }
+    std::thread::scope(|sc| {
+        let handles: Vec<_> = (0..nq)
+            .step_by(per)
+            .map(|q0| {
+                let best_of = &best_of;
+                sc.spawn(move || (q0..(q0 + per).min(nq)).map(best_of).collect::<Vec<_>>())
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("a re-rank thread panicked"))
+            .collect()
+    })
 }
 
-fn untrained() -> Error {
-    Error::Invalid("the IVF-PQ index is not trained (train it first)".into())
-}
-
-/// IVF-PQ's list scan in the search skeleton: the slab's scan of the codes, then, where the
-/// rows are kept on the device and `k_factor` > 1, the exact re-rank of its candidates.
-struct PqScan<'a> {
-    slab: &'a PqSlab,
-    kept: Option<&'a KeptRows>,
-    layout: &'a pq_rerank::Layout,
-    /// Queries, candidates kept a query (k × k_factor), results a query.
-    shape: (usize, usize, usize),
-    ip: bool,
+/// A missing result's distance: −∞ for similarities, +∞ for L2.
+fn pad(ip: bool) -> f32 {
+    if ip {
+        f32::NEG_INFINITY
+    } else {
+        f32::INFINITY
+    }
 }
 
 impl ListScan for PqScan<'_> {
@@ -669,7 +624,7 @@ impl ListScan for PqScan<'_> {
     unsafe fn record_after(&self, cb: vk::CommandBuffer, (pipe, set): &Self::After) {
         let (nq, kk, k) = self.shape;
         if let Some(kr) = self.kept {
-            kr.record(cb, pipe, *set, nq, kk, k, self.ip, self.layout);
+            kr.record(cb, pipe, *set, nq, kk, k, self.ip, &self.layout);
         }
     }
 
@@ -694,5 +649,68 @@ impl ListScan for PqScan<'_> {
             Some(before),
             Some(after),
         )
+    }
+
+    /// The words read back first: the re-rank's k best (3 words a result), or the scan's
+    /// candidates (2 a candidate); then the probes.
+    fn words(&self, nq: usize) -> Words {
+        let (_, kk, k) = self.shape;
+        match self.kept {
+            Some(_) => Words {
+                out: self.layout.words,
+                read_at: self.layout.res_keys,
+                read: 3 * nq * k,
+            },
+            None => Words {
+                out: 2 * nq * kk,
+                read_at: 0,
+                read: 2 * nq * kk,
+            },
+        }
+    }
+
+    fn read_back(
+        &self,
+        back: ReadBack,
+        q: &Queries,
+        out: &mut KnnResult,
+        report: &mut IvfSearchReport,
+    ) -> Result<()> {
+        if self.kept.is_some() {
+            self.read_reranked(back.results, out);
+            report.rows_scanned = index::rows_scanned(back.probes, |l| self.lists[l].ids.len());
+            report.rerank_on_device = true;
+            return Ok(());
+        }
+        let (keys, ids) = back.results.split_at(q.nq * self.shape.1);
+        let scanned = (bytemuck::cast_slice(keys), ids, back.probes);
+        self.finish_host(scanned, q, out, report);
+        Ok(())
+    }
+
+    fn scan_host(
+        &self,
+        _: &Context,
+        coarse: &DeviceTable,
+        q: &Queries,
+        out: &mut KnnResult,
+        report: &mut IvfSearchReport,
+    ) -> Result<()> {
+        let (ip, nprobe, kk) = (self.ip, q.coarse.k, self.shape.1);
+        let probes = knn_flat(coarse, self.rows(q), q.d, &q.coarse)?;
+        report.coarse_ns = probes.gpu_ns;
+        (out.path, out.subgroups, out.query_tile) = index::coarse_plan(&probes);
+        // The coarse key as the shaders keep it: minus the similarity for inner product.
+        let pr: Vec<(u32, f32)> = probes
+            .ids
+            .iter()
+            .zip(&probes.distances)
+            .map(|(&l, &dist)| (l as u32, if ip { -dist } else { dist }))
+            .collect();
+        let (keys, ids, ns, dispatches) = self.slab.scan(self.rows(q), &pr, nprobe, kk, ip)?;
+        (report.lists_ns, report.scan_dispatches) = (ns, dispatches);
+        let probe_ids: Vec<u32> = pr.iter().map(|p| p.0).collect();
+        self.finish_host((&keys, &ids, &probe_ids), q, out, report);
+        Ok(())
     }
 }
