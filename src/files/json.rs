@@ -17,27 +17,68 @@ use std::path::Path;
 /// Numbers are stored as float32, so a value beyond float32's range is refused, naming its row.
 pub fn load_embeddings_json(path: &Path) -> Result<Table> {
     let bytes = read(path)?;
-    let root: Value = match serde_json::from_slice(&bytes) {
-        Ok(v) => v,
-        // Python's json.dump writes NaN / Infinity, which JSON does not allow. Parse again with
-        // those tokens as strings, so the row check below can name the row that holds one.
-        Err(e) => match quote_non_finite(&bytes) {
-            Some(fixed) => serde_json::from_slice(&fixed)
-                .map_err(|_| format_err(path, format!("malformed JSON: {e}")))?,
-            None => return Err(format_err(path, format!("malformed JSON: {e}"))),
-        },
-    };
+    let root = parse_json(path, &bytes)?;
     let text_len = bytes.len();
     drop(bytes);
-    let shape_hint =
-        "expected {\"metadata\": {…}, \"embeddings\": [{\"poem_index\": …, \"id\": …, \
-                      \"embedding\": [numbers]}, …]}";
+    let entries = embeddings(path, &root)?;
+    let mut rows = Rows {
+        d: 0,
+        data: Vec::new(),
+        indices: Vec::with_capacity(entries.len()),
+        ids: Vec::with_capacity(entries.len()),
+    };
+    for (i, entry) in entries.iter().enumerate() {
+        rows.push(path, i, entry, entries.len(), text_len)?;
+    }
+    let Rows {
+        d,
+        mut data,
+        indices,
+        ids,
+    } = rows;
+    let n = entries.len();
+    let order = row_order(path, &indices)?;
+    if order.iter().enumerate().any(|(k, &i)| k != i) {
+        let mut sorted = Vec::with_capacity(data.len());
+        for &i in &order {
+            sorted.extend_from_slice(&data[i * d..(i + 1) * d]);
+        }
+        data = sorted;
+    }
+    let ids = unique_ids(path, ids, &order)?;
+    let t = table(path, data, n, d)?;
+    match ids {
+        Some(ids) => t.with_ids(ids).map_err(|e| in_file(path, e)),
+        None => Ok(t),
+    }
+}
+
+/// The file's JSON. Python's json.dump writes NaN / Infinity, which JSON does not allow: where
+/// plain parsing fails, parse again with those tokens as strings, so the row check can name the
+/// row that holds one.
+fn parse_json(path: &Path, bytes: &[u8]) -> Result<Value> {
+    match serde_json::from_slice(bytes) {
+        Ok(v) => Ok(v),
+        Err(e) => match quote_non_finite(bytes) {
+            Some(fixed) => serde_json::from_slice(&fixed)
+                .map_err(|_| format_err(path, format!("malformed JSON: {e}"))),
+            None => Err(format_err(path, format!("malformed JSON: {e}"))),
+        },
+    }
+}
+
+/// What an `embeddings.json` holds, for the messages about its shape.
+const SHAPE_HINT: &str = "expected {\"metadata\": {…}, \"embeddings\": [{\"poem_index\": …, \
+                          \"id\": …, \"embedding\": [numbers]}, …]}";
+
+/// The `embeddings` array of the top-level object, not empty.
+fn embeddings<'v>(path: &Path, root: &'v Value) -> Result<&'v Vec<Value>> {
     let obj = root.as_object().ok_or_else(|| {
         format_err(
             path,
             format!(
-                "the top level is {}, not an object; {shape_hint}",
-                kind(&root)
+                "the top level is {}, not an object; {SHAPE_HINT}",
+                kind(root)
             ),
         )
     })?;
@@ -45,7 +86,7 @@ pub fn load_embeddings_json(path: &Path) -> Result<Table> {
         None => {
             return Err(format_err(
                 path,
-                format!("missing \"embeddings\"; {shape_hint}"),
+                format!("missing \"embeddings\"; {SHAPE_HINT}"),
             ))
         }
         Some(Value::Array(a)) => a,
@@ -53,7 +94,7 @@ pub fn load_embeddings_json(path: &Path) -> Result<Table> {
             return Err(format_err(
                 path,
                 format!(
-                    "\"embeddings\" is {}, not an array; {shape_hint}",
+                    "\"embeddings\" is {}, not an array; {SHAPE_HINT}",
                     kind(other)
                 ),
             ))
@@ -65,12 +106,28 @@ pub fn load_embeddings_json(path: &Path) -> Result<Table> {
             "\"embeddings\" is empty (no rows, N = 0)".into(),
         ));
     }
+    Ok(entries)
+}
 
-    let mut d = 0usize;
-    let mut data: Vec<f32> = Vec::new();
-    let mut indices: Vec<Option<u64>> = Vec::with_capacity(entries.len());
-    let mut ids: Vec<Option<Value>> = Vec::with_capacity(entries.len());
-    for (i, entry) in entries.iter().enumerate() {
+/// The rows read so far, in file order: their dimension, values, `poem_index` and id.
+struct Rows {
+    d: usize,
+    data: Vec<f32>,
+    indices: Vec<Option<u64>>,
+    ids: Vec<Option<Value>>,
+}
+
+impl Rows {
+    /// Entry `i` of `n` (the file `text_len` bytes long): its `poem_index`, its id (else its
+    /// `poem_index`) and its `embedding`, whose length fixes D at the first row.
+    fn push(
+        &mut self,
+        path: &Path,
+        i: usize,
+        entry: &Value,
+        n: usize,
+        text_len: usize,
+    ) -> Result<()> {
         let entry = entry.as_object().ok_or_else(|| {
             format_err(
                 path,
@@ -113,59 +170,83 @@ pub fn load_embeddings_json(path: &Path) -> Result<Table> {
                 ))
             }
         };
+        self.check_width(path, i, &row_name, values.len(), n, text_len)?;
+        for (j, v) in values.iter().enumerate() {
+            self.data.push(value(path, &row_name, j, v)?);
+        }
+        self.indices.push(poem_index);
+        self.ids.push(id);
+        Ok(())
+    }
+
+    /// Row `i`'s `len` values: the first row fixes D (and reserves room for the rows), every
+    /// other must have D.
+    fn check_width(
+        &mut self,
+        path: &Path,
+        i: usize,
+        row_name: &str,
+        len: usize,
+        n: usize,
+        text_len: usize,
+    ) -> Result<()> {
         if i == 0 {
-            if values.is_empty() {
+            if len == 0 {
                 return Err(format_err(
                     path,
                     format!("{row_name}.embedding is empty (dimension D = 0)"),
                 ));
             }
-            d = values.len();
+            self.d = len;
             // Reserve for every row only as far as the text could hold it (a value takes at
             // least two bytes, "0,"): a long first row among many short ones is refused below as
             // ragged, and must not reserve N × D first.
-            data.reserve_exact(entries.len().saturating_mul(d).min(text_len / 2));
-        } else if values.len() != d {
+            self.data
+                .reserve_exact(n.saturating_mul(self.d).min(text_len / 2));
+        } else if len != self.d {
             return Err(format_err(
                 path,
                 format!(
-                    "ragged rows: {row_name}.embedding has {} values but embeddings[0] has {d}",
-                    values.len()
+                    "ragged rows: {row_name}.embedding has {len} values but embeddings[0] has {}",
+                    self.d
                 ),
             ));
         }
-        for (j, v) in values.iter().enumerate() {
-            if let Some(tok @ ("NaN" | "Infinity" | "-Infinity")) = v.as_str() {
-                return Err(format_err(
-                    path,
-                    format!("{row_name}.embedding[{j}] is {tok}, not a number: embeddings must be finite"),
-                ));
-            }
-            let x = v.as_f64().ok_or_else(|| {
-                format_err(
-                    path,
-                    format!("{row_name}.embedding[{j}] is {}, not a number", kind(v)),
-                )
-            })?;
-            let x32 = x as f32;
-            if !x32.is_finite() {
-                return Err(format_err(
-                    path,
-                    format!(
-                        "{row_name}.embedding[{j}] = {v} is outside the float32 range (non-finite \
-                         as float32)"
-                    ),
-                ));
-            }
-            data.push(x32);
-        }
-        indices.push(poem_index);
-        ids.push(id);
+        Ok(())
     }
+}
 
-    // Row order: by poem_index when every entry has one; file order when none has.
-    let n = entries.len();
-    let order: Vec<usize> = match indices.iter().copied().collect::<Option<Vec<u64>>>() {
+/// Value `j` of a row's embedding as float32: a finite number within float32's range.
+fn value(path: &Path, row_name: &str, j: usize, v: &Value) -> Result<f32> {
+    if let Some(tok @ ("NaN" | "Infinity" | "-Infinity")) = v.as_str() {
+        return Err(format_err(
+            path,
+            format!("{row_name}.embedding[{j}] is {tok}, not a number: embeddings must be finite"),
+        ));
+    }
+    let x = v.as_f64().ok_or_else(|| {
+        format_err(
+            path,
+            format!("{row_name}.embedding[{j}] is {}, not a number", kind(v)),
+        )
+    })?;
+    let x32 = x as f32;
+    if !x32.is_finite() {
+        return Err(format_err(
+            path,
+            format!(
+                "{row_name}.embedding[{j}] = {v} is outside the float32 range (non-finite \
+                 as float32)"
+            ),
+        ));
+    }
+    Ok(x32)
+}
+
+/// Row order: by poem_index when every entry has one (each once); file order when none has.
+fn row_order(path: &Path, indices: &[Option<u64>]) -> Result<Vec<usize>> {
+    let n = indices.len();
+    match indices.iter().copied().collect::<Option<Vec<u64>>>() {
         Some(indices) => {
             let mut seen: HashMap<u64, usize> = HashMap::with_capacity(n);
             for (i, &p) in indices.iter().enumerate() {
@@ -180,7 +261,7 @@ pub fn load_embeddings_json(path: &Path) -> Result<Table> {
             }
             let mut order: Vec<usize> = (0..n).collect();
             order.sort_by_key(|&i| indices[i]);
-            order
+            Ok(order)
         }
         None => {
             let missing = indices.iter().position(Option::is_none).unwrap_or(0);
@@ -193,23 +274,18 @@ pub fn load_embeddings_json(path: &Path) -> Result<Table> {
                     ),
                 ));
             }
-            (0..n).collect()
+            Ok((0..n).collect())
         }
-    };
-    if order.iter().enumerate().any(|(k, &i)| k != i) {
-        let mut sorted = Vec::with_capacity(data.len());
-        for &i in &order {
-            sorted.extend_from_slice(&data[i * d..(i + 1) * d]);
-        }
-        data = sorted;
     }
+}
 
-    // Ids: all or none, and unique (results are keyed by them).
+/// Ids: all or none, and unique (results are keyed by them); in `order`.
+fn unique_ids(path: &Path, ids: Vec<Option<Value>>, order: &[usize]) -> Result<Option<Vec<Value>>> {
     let has_id = ids.iter().position(Option::is_some);
     let no_id = ids.iter().position(Option::is_none);
-    let ids = match ids.into_iter().collect::<Option<Vec<Value>>>() {
+    match ids.into_iter().collect::<Option<Vec<Value>>>() {
         Some(ids) => {
-            let mut seen: HashMap<String, usize> = HashMap::with_capacity(n);
+            let mut seen: HashMap<String, usize> = HashMap::with_capacity(ids.len());
             for (i, id) in ids.iter().enumerate() {
                 let key = match id {
                     Value::String(s) => s.clone(),
@@ -222,26 +298,18 @@ pub fn load_embeddings_json(path: &Path) -> Result<Table> {
                     ));
                 }
             }
-            Some(order.iter().map(|&i| ids[i].clone()).collect::<Vec<_>>())
+            Ok(Some(order.iter().map(|&i| ids[i].clone()).collect()))
         }
-        None if has_id.is_some() => {
-            return Err(format_err(
-                path,
-                format!(
-                    "embeddings[{}] has neither id nor poem_index but embeddings[{}] has one; \
-                     give every entry an id or none",
-                    no_id.unwrap_or(0),
-                    has_id.unwrap_or(0)
-                ),
-            ))
-        }
-        None => None,
-    };
-
-    let t = table(path, data, n, d)?;
-    match ids {
-        Some(ids) => t.with_ids(ids).map_err(|e| in_file(path, e)),
-        None => Ok(t),
+        None if has_id.is_some() => Err(format_err(
+            path,
+            format!(
+                "embeddings[{}] has neither id nor poem_index but embeddings[{}] has one; \
+                 give every entry an id or none",
+                no_id.unwrap_or(0),
+                has_id.unwrap_or(0)
+            ),
+        )),
+        None => Ok(None),
     }
 }
 
