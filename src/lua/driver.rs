@@ -65,6 +65,14 @@ fn with_bytes<R>(call: &str, v: &Value, f: impl FnOnce(&[u8]) -> R) -> LuaResult
 /// The `checkpoint_*` functions, `starts_fingerprint`, `max_batch`, `mode_for`, `host_batch`,
 /// `default_host_memory` and `batch_sizes`.
 pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
+    register_sizing(lua, m)?;
+    register_run(lua, m)?;
+    register_batches(lua, m)
+}
+
+/// `max_batch`, `mode_for`, `host_batch`, `batch_sizes` and `default_host_memory`: a run's
+/// engine and batch sizes over its devices and the host's memory.
+fn register_sizing(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
     // `diversity.max_batch(contexts, n, dim, precision [, steps = n − 1 [, mode = "auto"]])`:
     // the largest batch that every context of the Lua array allows (the smallest of their
     // `ctx:max_batch`), so that batches shared out over several devices fit each of them.
@@ -155,6 +163,12 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
     set_function(lua, m, "default_host_memory", |_, ()| {
         Ok(crate::batch::default_host_memory())
     })?;
+    Ok(())
+}
+
+/// `starts_fingerprint` and the checkpoint's run: run.txt's fingerprint, text and check, its
+/// time, the driver's files and their names.
+fn register_run(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
     // `diversity.starts_fingerprint(starts)`: "fnv1a32:xxxxxxxx" over "s1,s2,…".
     set_function(lua, m, "starts_fingerprint", |_, list: LuaTable| {
         Ok(ck::starts_fingerprint(&starts(
@@ -233,6 +247,12 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
             })?,
         )?;
     }
+    Ok(())
+}
+
+/// The checkpoint's batches: the binding of a batch's checksums, a finished batch's checksum,
+/// a .part block's header, and the checked reads of both files.
+fn register_batches(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
     // `diversity.checkpoint_binding(run_text, b, starts)`: what every checksum of batch b's
     // files covers.
     set_function(
