@@ -344,47 +344,9 @@ impl Context {
         let coopmat_feature = fcm.cooperative_matrix == vk::TRUE;
         let pipeline_stats = want_stats && fpe.pipeline_executable_info == vk::TRUE;
         let shader_clock = want_clock && fclock.shader_subgroup_clock == vk::TRUE;
-        let qfs = unsafe { instance.get_physical_device_queue_family_properties(pd) };
-        // Prefer a compute-only queue family (async compute on GPUs), else any with compute.
-        let qf = qfs
-            .iter()
-            .position(|q| {
-                q.queue_flags.contains(vk::QueueFlags::COMPUTE)
-                    && !q.queue_flags.contains(vk::QueueFlags::GRAPHICS)
-            })
-            .or_else(|| {
-                qfs.iter()
-                    .position(|q| q.queue_flags.contains(vk::QueueFlags::COMPUTE))
-            })
-            .unwrap_or(0) as u32;
-        let valid_bits = qfs[qf as usize].timestamp_valid_bits;
+        let (qf, valid_bits) = compute_queue_family(instance, pd);
         let has_budget = has_ext(ash::ext::memory_budget::NAME);
-        let mem = unsafe { instance.get_physical_device_memory_properties(pd) };
-        let mut budget_props = vk::PhysicalDeviceMemoryBudgetPropertiesEXT::default();
-        let mut mem2 = vk::PhysicalDeviceMemoryProperties2::default();
-        if has_budget {
-            mem2 = mem2.push_next(&mut budget_props);
-        }
-        unsafe { instance.get_physical_device_memory_properties2(pd, &mut mem2) };
-        let heaps = &mem.memory_heaps[..mem.memory_heap_count as usize];
-        let budget = heaps
-            .iter()
-            .enumerate()
-            .filter(|(_, h)| h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL))
-            .map(|(i, h)| {
-                if has_budget && budget_props.heap_budget[i] > 0 {
-                    budget_props.heap_budget[i]
-                } else {
-                    h.size
-                }
-            })
-            .max()
-            .unwrap_or_else(|| heaps.iter().map(|h| h.size).max().unwrap_or(0));
-        let device_local_bytes = heaps
-            .iter()
-            .filter(|h| h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL))
-            .map(|h| h.size)
-            .sum();
+        let (budget, device_local_bytes) = memory_sizes(instance, pd, has_budget);
         let name = chosen.1.clone();
         let fp16_storage = f11.storage_buffer16_bit_access == vk::TRUE && !disabled("fp16");
         let timestamps = valid_bits > 0
@@ -452,60 +414,7 @@ impl Context {
             shader_clock,
             float64,
         };
-        let priorities = [1.0f32];
-        let queue_info = [vk::DeviceQueueCreateInfo::default()
-            .queue_family_index(qf)
-            .queue_priorities(&priorities)];
-        let mut en11 =
-            vk::PhysicalDeviceVulkan11Features::default().storage_buffer16_bit_access(fp16_storage);
-        let mut en12 = vk::PhysicalDeviceVulkan12Features::default()
-            .host_query_reset(timestamps)
-            .shader_float16(coopmat)
-            .vulkan_memory_model(coopmat);
-        let mut en_cm =
-            vk::PhysicalDeviceCooperativeMatrixFeaturesNV::default().cooperative_matrix(true);
-        let mut dev_exts = Vec::new();
-        if has_budget {
-            dev_exts.push(ash::ext::memory_budget::NAME.as_ptr());
-        }
-        if coopmat {
-            dev_exts.push(ash::nv::cooperative_matrix::NAME.as_ptr());
-        }
-        if pipeline_stats {
-            dev_exts.push(ash::khr::pipeline_executable_properties::NAME.as_ptr());
-        }
-        let mut en_pe = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default()
-            .pipeline_executable_info(true);
-        if shader_clock {
-            dev_exts.push(ash::khr::shader_clock::NAME.as_ptr());
-        }
-        let mut en_clock =
-            vk::PhysicalDeviceShaderClockFeaturesKHR::default().shader_subgroup_clock(true);
-        let base_features = vk::PhysicalDeviceFeatures::default()
-            .shader_storage_buffer_array_dynamic_indexing(caps.buffer_array_indexing)
-            .shader_float64(caps.float64);
-        let info = vk::DeviceCreateInfo::default()
-            .queue_create_infos(&queue_info)
-            .enabled_features(&base_features)
-            .enabled_extension_names(&dev_exts)
-            .push_next(&mut en11)
-            .push_next(&mut en12);
-        let info = if coopmat {
-            info.push_next(&mut en_cm)
-        } else {
-            info
-        };
-        let info = if pipeline_stats {
-            info.push_next(&mut en_pe)
-        } else {
-            info
-        };
-        let info = if shader_clock {
-            info.push_next(&mut en_clock)
-        } else {
-            info
-        };
-        let device = unsafe { instance.create_device(pd, &info, None) }.vk("vkCreateDevice")?;
+        let device = create_device(instance, pd, qf, &caps, has_budget)?;
         let mask = if valid_bits >= 64 {
             u64::MAX
         } else {
@@ -618,4 +527,124 @@ impl Drop for Inner {
             self.instance.destroy_instance(None);
         }
     }
+}
+
+/// The queue family a context submits to: a compute-only one (async compute on GPUs), else any
+/// with compute; and its timestamps' valid bits.
+fn compute_queue_family(instance: &ash::Instance, pd: vk::PhysicalDevice) -> (u32, u32) {
+    let qfs = unsafe { instance.get_physical_device_queue_family_properties(pd) };
+    let qf = qfs
+        .iter()
+        .position(|q| {
+            q.queue_flags.contains(vk::QueueFlags::COMPUTE)
+                && !q.queue_flags.contains(vk::QueueFlags::GRAPHICS)
+        })
+        .or_else(|| {
+            qfs.iter()
+                .position(|q| q.queue_flags.contains(vk::QueueFlags::COMPUTE))
+        })
+        .unwrap_or(0) as u32;
+    (qf, qfs[qf as usize].timestamp_valid_bits)
+}
+
+/// The device's memory budget (its largest device-local heap, by `VK_EXT_memory_budget`'s
+/// budget where the device has it, else the heap's size; the largest heap where none is
+/// device-local) and its device-local bytes in all.
+fn memory_sizes(instance: &ash::Instance, pd: vk::PhysicalDevice, has_budget: bool) -> (u64, u64) {
+    let mem = unsafe { instance.get_physical_device_memory_properties(pd) };
+    let mut budget_props = vk::PhysicalDeviceMemoryBudgetPropertiesEXT::default();
+    let mut mem2 = vk::PhysicalDeviceMemoryProperties2::default();
+    if has_budget {
+        mem2 = mem2.push_next(&mut budget_props);
+    }
+    unsafe { instance.get_physical_device_memory_properties2(pd, &mut mem2) };
+    let heaps = &mem.memory_heaps[..mem.memory_heap_count as usize];
+    let budget = heaps
+        .iter()
+        .enumerate()
+        .filter(|(_, h)| h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL))
+        .map(|(i, h)| {
+            if has_budget && budget_props.heap_budget[i] > 0 {
+                budget_props.heap_budget[i]
+            } else {
+                h.size
+            }
+        })
+        .max()
+        .unwrap_or_else(|| heaps.iter().map(|h| h.size).max().unwrap_or(0));
+    let device_local_bytes = heaps
+        .iter()
+        .filter(|h| h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL))
+        .map(|h| h.size)
+        .sum();
+    (budget, device_local_bytes)
+}
+
+/// The logical device on `pd` with one queue of family `qf` and what `caps` found and kept
+/// (fp16 storage, timestamps, the tensor cores, pipeline statistics, the shader clock,
+/// float64, dynamic buffer indexing), with `VK_EXT_memory_budget` where the device has it.
+fn create_device(
+    instance: &ash::Instance,
+    pd: vk::PhysicalDevice,
+    qf: u32,
+    caps: &Capabilities,
+    has_budget: bool,
+) -> Result<ash::Device> {
+    let (fp16_storage, timestamps, coopmat) = (caps.fp16_storage, caps.timestamps, caps.coopmat);
+    let (pipeline_stats, shader_clock) = (caps.pipeline_stats, caps.shader_clock);
+    let priorities = [1.0f32];
+    let queue_info = [vk::DeviceQueueCreateInfo::default()
+        .queue_family_index(qf)
+        .queue_priorities(&priorities)];
+    let mut en11 =
+        vk::PhysicalDeviceVulkan11Features::default().storage_buffer16_bit_access(fp16_storage);
+    let mut en12 = vk::PhysicalDeviceVulkan12Features::default()
+        .host_query_reset(timestamps)
+        .shader_float16(coopmat)
+        .vulkan_memory_model(coopmat);
+    let mut en_cm =
+        vk::PhysicalDeviceCooperativeMatrixFeaturesNV::default().cooperative_matrix(true);
+    let mut dev_exts = Vec::new();
+    if has_budget {
+        dev_exts.push(ash::ext::memory_budget::NAME.as_ptr());
+    }
+    if coopmat {
+        dev_exts.push(ash::nv::cooperative_matrix::NAME.as_ptr());
+    }
+    if pipeline_stats {
+        dev_exts.push(ash::khr::pipeline_executable_properties::NAME.as_ptr());
+    }
+    let mut en_pe = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default()
+        .pipeline_executable_info(true);
+    if shader_clock {
+        dev_exts.push(ash::khr::shader_clock::NAME.as_ptr());
+    }
+    let mut en_clock =
+        vk::PhysicalDeviceShaderClockFeaturesKHR::default().shader_subgroup_clock(true);
+    let base_features = vk::PhysicalDeviceFeatures::default()
+        .shader_storage_buffer_array_dynamic_indexing(caps.buffer_array_indexing)
+        .shader_float64(caps.float64);
+    let info = vk::DeviceCreateInfo::default()
+        .queue_create_infos(&queue_info)
+        .enabled_features(&base_features)
+        .enabled_extension_names(&dev_exts)
+        .push_next(&mut en11)
+        .push_next(&mut en12);
+    let info = if coopmat {
+        info.push_next(&mut en_cm)
+    } else {
+        info
+    };
+    let info = if pipeline_stats {
+        info.push_next(&mut en_pe)
+    } else {
+        info
+    };
+    let info = if shader_clock {
+        info.push_next(&mut en_clock)
+    } else {
+        info
+    };
+    let device = unsafe { instance.create_device(pd, &info, None) }.vk("vkCreateDevice")?;
+    Ok(device)
 }
