@@ -653,6 +653,27 @@ fn merge_json(inputs: &[PathBuf], out: &Path, flavor: &Flavor) -> Result<MergeRe
         .zip(&texts)
         .map(|(p, t)| ShardPart::parse(p, t, flavor))
         .collect::<Result<Vec<_>>>()?;
+    let count = check_shard_set(&parts, out)?;
+    parts.sort_by_key(|p| p.index);
+    let (layout, total) = (parts[0].layout, parts[0].total);
+    check_shard_sizes(&parts, flavor, count)?;
+    let n_items = check_items_total(&parts[0], flavor, total)?;
+    let keys = check_keys(&parts, flavor, n_items)?;
+    // When the run's keys are all N items, every entry must be one of them.
+    let items = (n_items == Some(total)).then(|| KeySet::new(keys.keys().copied(), total));
+    check_rows(&parts, flavor, items.as_ref())?;
+    let meta = merged_metadata(&parts, flavor)?;
+    let input_bytes: usize = texts.iter().map(|t| t.len()).sum();
+    write_merged(out, flavor, &meta, (&parts, count), input_bytes)?;
+    Ok(MergeReport {
+        shards: count,
+        layout,
+        sequences: total,
+    })
+}
+
+/// The shards given are one run's, each once, all of them: returns their count.
+fn check_shard_set(parts: &[ShardPart], out: &Path) -> Result<usize> {
     let count = parts[0].count;
     if let Some(p) = parts.iter().find(|p| p.count != count) {
         return Err(Error::Format {
@@ -670,7 +691,7 @@ fn merge_json(inputs: &[PathBuf], out: &Path, flavor: &Flavor) -> Result<MergeRe
     // Sizes from the files are never allocated from before they are checked against what the
     // files hold ("1/100000000000000" once aborted the merge allocating 1.6e15 bytes).
     let mut seen: HashMap<usize, &Path> = HashMap::with_capacity(parts.len());
-    for p in &parts {
+    for p in parts {
         if let Some(other) = seen.insert(p.index, p.path) {
             return Err(Error::Format {
                 path: p.path.to_path_buf(),
@@ -695,11 +716,14 @@ fn merge_json(inputs: &[PathBuf], out: &Path, flavor: &Flavor) -> Result<MergeRe
             parts.iter().map(|p| (p.path, p.index)),
         ));
     }
-    parts.sort_by_key(|p| p.index);
+    Ok(count)
+}
+
+/// Each shard (sorted by index) holds its slice of the run's `total` rows: `total` comes from
+/// the files, so it is never allocated from before this.
+fn check_shard_sizes(parts: &[ShardPart], flavor: &Flavor, count: usize) -> Result<()> {
     let (layout, total) = (parts[0].layout, parts[0].total);
-    // Each shard holds its slice of `total` rows: `total` comes from the files, so it is never
-    // allocated from before this.
-    for p in &parts {
+    for p in parts {
         let want = shard_len(p.index, count, total);
         if p.rows.len() != want {
             return Err(Error::Format {
@@ -717,10 +741,20 @@ fn merge_json(inputs: &[PathBuf], out: &Path, flavor: &Flavor) -> Result<MergeRe
             });
         }
     }
-    let n_items = check_items_total(&parts[0], flavor, total)?;
+    Ok(())
+}
+
+/// Every row's key once over all shards, and every row an array of one length, the one the
+/// run's metadata implies (`n_items`, N). Returns the keys, with the file of each.
+fn check_keys<'a>(
+    parts: &'a [ShardPart],
+    flavor: &Flavor,
+    n_items: Option<usize>,
+) -> Result<HashMap<&'a str, &'a Path>> {
+    let total = parts[0].total;
     let mut keys: HashMap<&str, &Path> = HashMap::with_capacity(total);
     let mut row_len = None;
-    for p in &parts {
+    for p in parts {
         let bad = |reason: String| Error::Format {
             path: p.path.to_path_buf(),
             reason,
@@ -765,12 +799,14 @@ fn merge_json(inputs: &[PathBuf], out: &Path, flavor: &Flavor) -> Result<MergeRe
             reason: format!("the {} of {k} has {len} entries, {why}", row_noun(flavor)),
         })?;
     }
-    // When the run's keys are all N items, every entry must be one of them.
-    let items = (n_items == Some(total)).then(|| KeySet::new(keys.keys().copied(), total));
-    // Rows are copied through as text, so each is checked first (check_row): the kind of its
-    // entries, its start, no entry twice, no entry outside the run.
+    Ok(keys)
+}
+
+/// Rows are copied through as text, so each is checked first (check_row): the kind of its
+/// entries, its start, no entry twice, no entry outside the run (`items`, where known).
+fn check_rows(parts: &[ShardPart], flavor: &Flavor, items: Option<&KeySet>) -> Result<()> {
     let (mut kind, mut marks) = (None, Marks::default());
-    for p in &parts {
+    for p in parts {
         for (key, raw) in &p.rows {
             check_row(
                 key,
@@ -778,7 +814,7 @@ fn merge_json(inputs: &[PathBuf], out: &Path, flavor: &Flavor) -> Result<MergeRe
                 flavor.own_first,
                 &mut kind,
                 &mut marks,
-                items.as_ref(),
+                items,
             )
             .map_err(|why| Error::Format {
                 path: p.path.to_path_buf(),
@@ -790,7 +826,11 @@ fn merge_json(inputs: &[PathBuf], out: &Path, flavor: &Flavor) -> Result<MergeRe
             })?;
         }
     }
-    // The run's metadata: the shard keys dropped, the latest generated_at.
+    Ok(())
+}
+
+/// The run's metadata: the first shard's, the shard keys dropped, the latest generated_at.
+fn merged_metadata(parts: &[ShardPart], flavor: &Flavor) -> Result<Vec<u8>> {
     let generated_at = parts.iter().filter_map(|p| p.meta("generated_at")).max();
     let mut meta = Vec::from(&b"{"[..]);
     for (k, v) in parts[0]
@@ -811,14 +851,21 @@ fn merge_json(inputs: &[PathBuf], out: &Path, flavor: &Flavor) -> Result<MergeRe
         meta.extend_from_slice(v.as_bytes());
     }
     meta.push(b'}');
-    let mut stream = JsonStream::create(
-        out,
-        flavor.stream,
-        &meta,
-        flavor.rows,
-        None,
-        flavor.checksum,
-    )?;
+    Ok(meta)
+}
+
+/// The merged cache: the rows of the `count` parts (sorted by index) in the one-shot run's order,
+/// copied through as text a piece at a time (never more than the `input_bytes` hold).
+fn write_merged(
+    out: &Path,
+    flavor: &Flavor,
+    meta: &[u8],
+    (parts, count): (&[ShardPart], usize),
+    input_bytes: usize,
+) -> Result<()> {
+    let (layout, total) = (parts[0].layout, parts[0].total);
+    let mut stream =
+        JsonStream::create(out, flavor.stream, meta, flavor.rows, None, flavor.checksum)?;
     // The one-shot run's order: the shards one after another, or position p from shard
     // p mod n (its row p div n).
     let order: Box<dyn Iterator<Item = (usize, usize)>> = match layout {
@@ -830,8 +877,6 @@ fn merge_json(inputs: &[PathBuf], out: &Path, flavor: &Flavor) -> Result<MergeRe
         ),
         ShardLayout::Strided => Box::new((0..total).map(|pos| (pos % count, pos / count))),
     };
-    // A piece of output at a time, never more than the inputs hold.
-    let input_bytes: usize = texts.iter().map(|t| t.len()).sum();
     let mut buf = Vec::with_capacity(PIECE_BYTES.min(input_bytes) + (1 << 16));
     for (s, i) in order {
         let (key, raw) = &parts[s].rows[i];
@@ -845,11 +890,7 @@ fn merge_json(inputs: &[PathBuf], out: &Path, flavor: &Flavor) -> Result<MergeRe
     }
     stream.write_formatted(&mut buf)?;
     stream.finish()?;
-    Ok(MergeReport {
-        shards: count,
-        layout,
-        sequences: total,
-    })
+    Ok(())
 }
 
 /// N, the run's items, from the metadata (`num_poems` / `total_poems`), checked against the
