@@ -18,7 +18,7 @@ use super::resident::{record_readback, words};
 use super::update::{
     f64_words, member_steps, members_by_cluster, on_device, pipeline, record_sums,
 };
-use crate::device::Context;
+use crate::device::{Context, Pipeline};
 use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
 use crate::knn::{KeptScratch, KnnOptions, Metric, Prepared, MAX_QUERY_TILE};
@@ -323,55 +323,13 @@ fn lockstep(
     let per_table = (k * dsub + k) * 4;
     let mut cent_up = Buffer::host_upload(ctx, "k-means centroids", (m * per_table) as u64)?;
     // The update's buffers (float64 sums on the device).
-    let device_sums = on_device(ctx, nt, dsub);
-    let upd = if device_sums {
-        let members = (0..m)
-            .map(|_| Buffer::storage(ctx, "k-means members", (nt * 4) as u64))
-            .collect::<Result<Vec<_>>>()?;
-        let ranges = (0..m)
-            .map(|_| Buffer::storage(ctx, "k-means ranges", ((k + 1) * 4) as u64))
-            .collect::<Result<Vec<_>>>()?;
-        let sums = (0..m)
-            .map(|_| Buffer::storage(ctx, "k-means sums", (k * dsub * 8) as u64))
-            .collect::<Result<Vec<_>>>()?;
-        let up = Buffer::host_upload(ctx, "k-means members", (m * (nt + k + 1) * 4) as u64)?;
-        let down = Buffer::host_download(ctx, "k-means sums", (m * k * dsub * 8) as u64)?;
-        Some((members, ranges, sums, up, down))
-    } else {
-        None
-    };
-    let sets = match &upd {
-        Some((members, ranges, sums, _, _)) => (0..m)
-            .map(|s| {
-                Set::new(
-                    ctx,
-                    &[
-                        (0, &rows[s]),
-                        (1, &members[s]),
-                        (2, &ranges[s]),
-                        (3, &sums[s]),
-                    ],
-                    std::slice::from_ref(&rows[s]),
-                )
-            })
-            .collect::<Result<Vec<_>>>()?,
-        None => Vec::new(),
-    };
+    let mut upd = DeviceSums::new(ctx, rows, (nt, k, dsub))?;
     let pipe = pipeline(ctx)?;
     let dev = ctx.device();
     let mut sub = Submitter::new(ctx)?;
-    let mut upd = upd;
     for it in 0..opts.iters {
         if it > 0 {
-            let map = cent_up.mapped();
-            for (s, o) in out.iter().enumerate() {
-                let inv = Table::new(o.centroids.clone(), k, dsub)?.inverse_norms();
-                let at = s * per_table;
-                let c: &[u8] = bytemuck::cast_slice(&o.centroids);
-                map[at..at + c.len()].copy_from_slice(c);
-                let iv: &[u8] = bytemuck::cast_slice(&inv);
-                map[at + c.len()..at + c.len() + iv.len()].copy_from_slice(iv);
-            }
+            write_centroids(&mut cent_up, out, per_table, dsub)?;
         }
         // The M assignments: one submission.
         let mut failed = None;
@@ -393,68 +351,10 @@ fn lockstep(
         if let Some(e) = failed {
             return Err(e);
         }
-        let mut ids: Vec<Vec<u32>> = Vec::with_capacity(m);
-        for (s, o) in out.iter_mut().enumerate() {
-            let (mut keys, mut sid) = (Vec::with_capacity(nt), Vec::with_capacity(nt));
-            for &(q0, qn) in &tiles {
-                let w = words(&down, 2 * (s * nt + q0), 2 * qn);
-                keys.extend(w[..qn].iter().map(|&b| f32::from_bits(b)));
-                sid.extend_from_slice(&w[qn..]);
-            }
-            // The L2 keys are the distances, summed in row order as `kmeans` sums them.
-            let objective: f64 = keys.iter().map(|&v| v as f64).sum();
-            if let Some(&bad) = sid.iter().find(|&&c| c as usize >= k) {
-                return Err(Error::Invalid(format!(
-                    "internal: a k-means assignment to centroid {bad} of {k}"
-                )));
-            }
-            o.objective.push(objective);
-            o.gpu_ns += gpu_ns;
-            ids.push(sid);
-        }
+        let ids = read_assignments(&down, &tiles, gpu_ns, out)?;
         // The M updates: the sums in one submission, the means and splits on the host.
         match &mut upd {
-            Some((members, ranges, sums, up, sums_down)) => {
-                let mut steps = Vec::with_capacity(m);
-                let map = up.mapped();
-                for (s, sid) in ids.iter().enumerate() {
-                    let (mem, ran) = members_by_cluster(sid, k);
-                    steps.push(member_steps(ctx, dsub, &ran));
-                    let at = s * (nt + k + 1) * 4;
-                    map[at..at + nt * 4].copy_from_slice(bytemuck::cast_slice(&mem));
-                    map[at + nt * 4..at + (nt + k + 1) * 4]
-                        .copy_from_slice(bytemuck::cast_slice(&ran));
-                }
-                let (up, sums_down) = (&*up, &*sums_down);
-                sub.run("k-means updates", |cb| unsafe {
-                    before_transfers(dev, cb);
-                    for s in 0..m {
-                        let at = (s * (nt + k + 1) * 4) as u64;
-                        let copy = |dst: &Buffer, from: u64, size: u64| {
-                            let region = ash::vk::BufferCopy::default().src_offset(from).size(size);
-                            dev.cmd_copy_buffer(cb, up.buffer, dst.buffer, &[region]);
-                        };
-                        copy(&members[s], at, (nt * 4) as u64);
-                        copy(&ranges[s], at + (nt * 4) as u64, ((k + 1) * 4) as u64);
-                    }
-                    barrier(dev, cb);
-                    for (s, (step, starts)) in steps.iter().enumerate() {
-                        record_sums(dev, cb, &pipe, sets[s].set, (dsub, k), starts, *step);
-                    }
-                    let bytes = (k * dsub * 8) as u64;
-                    let back: Vec<(&Buffer, u64, u64, u64)> = sums
-                        .iter()
-                        .enumerate()
-                        .map(|(s, b)| (b, 0, s as u64 * bytes, bytes))
-                        .collect();
-                    record_readback(dev, cb, sums_down, &back);
-                })?;
-                let bytes = k * dsub * 8;
-                for (s, o) in out.iter_mut().enumerate() {
-                    let got = f64_words(&sums_down.mapped_bytes()[s * bytes..(s + 1) * bytes]);
-                    o.splits += super::kmeans::finish(&mut o.centroids, &got, dsub, &ids[s]);
-                }
-            }
+            Some(sums) => sums.update(ctx, &mut sub, &pipe, &ids, out)?,
             None => {
                 for (s, o) in out.iter_mut().enumerate() {
                     o.splits += update(&mut o.centroids, train[s], dsub, &ids[s]);
@@ -462,6 +362,173 @@ fn lockstep(
             }
         }
     }
-    drop(sets);
     Ok(true)
+}
+
+/// The centroids of every sub-space and their inverse norms into the upload buffer, `per_table`
+/// bytes a sub-space, for the next iteration's assignments.
+fn write_centroids(
+    cent_up: &mut Buffer,
+    out: &[KMeans],
+    per_table: usize,
+    dsub: usize,
+) -> Result<()> {
+    let map = cent_up.mapped();
+    for (s, o) in out.iter().enumerate() {
+        let inv = Table::new(o.centroids.clone(), o.k, dsub)?.inverse_norms();
+        let at = s * per_table;
+        let c: &[u8] = bytemuck::cast_slice(&o.centroids);
+        map[at..at + c.len()].copy_from_slice(c);
+        let iv: &[u8] = bytemuck::cast_slice(&inv);
+        map[at + c.len()..at + c.len() + iv.len()].copy_from_slice(iv);
+    }
+    Ok(())
+}
+
+/// The assignments read back from `down` (per sub-space and query tile, its keys then its ids):
+/// each sub-space's objective (its L2 keys, summed in row order as `kmeans` sums them) and GPU
+/// time into `out`; returns each sub-space's cluster of every row.
+fn read_assignments(
+    down: &Buffer,
+    tiles: &[(usize, usize)],
+    gpu_ns: u64,
+    out: &mut [KMeans],
+) -> Result<Vec<Vec<u32>>> {
+    let nt: usize = tiles.iter().map(|t| t.1).sum();
+    let mut ids: Vec<Vec<u32>> = Vec::with_capacity(out.len());
+    for (s, o) in out.iter_mut().enumerate() {
+        let k = o.k;
+        let (mut keys, mut sid) = (Vec::with_capacity(nt), Vec::with_capacity(nt));
+        for &(q0, qn) in tiles {
+            let w = words(down, 2 * (s * nt + q0), 2 * qn);
+            keys.extend(w[..qn].iter().map(|&b| f32::from_bits(b)));
+            sid.extend_from_slice(&w[qn..]);
+        }
+        let objective: f64 = keys.iter().map(|&v| v as f64).sum();
+        if let Some(&bad) = sid.iter().find(|&&c| c as usize >= k) {
+            return Err(Error::Invalid(format!(
+                "internal: a k-means assignment to centroid {bad} of {k}"
+            )));
+        }
+        o.objective.push(objective);
+        o.gpu_ns += gpu_ns;
+        ids.push(sid);
+    }
+    Ok(ids)
+}
+
+/// The update's float64 sums on the device, for every sub-space: its members by cluster, the
+/// clusters' ranges, the sums, their descriptor sets, and the host's buffers each way.
+struct DeviceSums {
+    /// First, so dropped before the buffers they name.
+    sets: Vec<Set>,
+    members: Vec<Buffer>,
+    ranges: Vec<Buffer>,
+    sums: Vec<Buffer>,
+    up: Buffer,
+    down: Buffer,
+    /// Training rows, centroids and dimension of a sub-space.
+    shape: (usize, usize, usize),
+}
+
+impl DeviceSums {
+    /// The buffers for the sub-spaces whose training rows are `rows` (`nt` × `dsub`, `k`
+    /// centroids each), or `None` where the sums run on the host ([`on_device`]).
+    fn new(
+        ctx: &Context,
+        rows: &[Buffer],
+        (nt, k, dsub): (usize, usize, usize),
+    ) -> Result<Option<DeviceSums>> {
+        if !on_device(ctx, nt, dsub) {
+            return Ok(None);
+        }
+        let m = rows.len();
+        let each = |what: &'static str, bytes: usize| {
+            (0..m)
+                .map(|_| Buffer::storage(ctx, what, bytes as u64))
+                .collect::<Result<Vec<_>>>()
+        };
+        let members = each("k-means members", nt * 4)?;
+        let ranges = each("k-means ranges", (k + 1) * 4)?;
+        let sums = each("k-means sums", k * dsub * 8)?;
+        let up = Buffer::host_upload(ctx, "k-means members", (m * (nt + k + 1) * 4) as u64)?;
+        let down = Buffer::host_download(ctx, "k-means sums", (m * k * dsub * 8) as u64)?;
+        let sets = (0..m)
+            .map(|s| {
+                Set::new(
+                    ctx,
+                    &[
+                        (0, &rows[s]),
+                        (1, &members[s]),
+                        (2, &ranges[s]),
+                        (3, &sums[s]),
+                    ],
+                    std::slice::from_ref(&rows[s]),
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some(DeviceSums {
+            sets,
+            members,
+            ranges,
+            sums,
+            up,
+            down,
+            shape: (nt, k, dsub),
+        }))
+    }
+
+    /// The M updates: the sums in one submission, the means and splits on the host.
+    fn update(
+        &mut self,
+        ctx: &Context,
+        sub: &mut Submitter,
+        pipe: &Pipeline,
+        ids: &[Vec<u32>],
+        out: &mut [KMeans],
+    ) -> Result<()> {
+        let (nt, k, dsub) = self.shape;
+        let m = ids.len();
+        let dev = ctx.device();
+        let mut steps = Vec::with_capacity(m);
+        let map = self.up.mapped();
+        for (s, sid) in ids.iter().enumerate() {
+            let (mem, ran) = members_by_cluster(sid, k);
+            steps.push(member_steps(ctx, dsub, &ran));
+            let at = s * (nt + k + 1) * 4;
+            map[at..at + nt * 4].copy_from_slice(bytemuck::cast_slice(&mem));
+            map[at + nt * 4..at + (nt + k + 1) * 4].copy_from_slice(bytemuck::cast_slice(&ran));
+        }
+        let (up, sums_down) = (&self.up, &self.down);
+        sub.run("k-means updates", |cb| unsafe {
+            before_transfers(dev, cb);
+            for s in 0..m {
+                let at = (s * (nt + k + 1) * 4) as u64;
+                let copy = |dst: &Buffer, from: u64, size: u64| {
+                    let region = ash::vk::BufferCopy::default().src_offset(from).size(size);
+                    dev.cmd_copy_buffer(cb, up.buffer, dst.buffer, &[region]);
+                };
+                copy(&self.members[s], at, (nt * 4) as u64);
+                copy(&self.ranges[s], at + (nt * 4) as u64, ((k + 1) * 4) as u64);
+            }
+            barrier(dev, cb);
+            for (s, (step, starts)) in steps.iter().enumerate() {
+                record_sums(dev, cb, pipe, self.sets[s].set, (dsub, k), starts, *step);
+            }
+            let bytes = (k * dsub * 8) as u64;
+            let back: Vec<(&Buffer, u64, u64, u64)> = self
+                .sums
+                .iter()
+                .enumerate()
+                .map(|(s, b)| (b, 0, s as u64 * bytes, bytes))
+                .collect();
+            record_readback(dev, cb, sums_down, &back);
+        })?;
+        let bytes = k * dsub * 8;
+        for (s, o) in out.iter_mut().enumerate() {
+            let got = f64_words(&sums_down.mapped_bytes()[s * bytes..(s + 1) * bytes]);
+            o.splits += super::kmeans::finish(&mut o.centroids, &got, dsub, &ids[s]);
+        }
+        Ok(())
+    }
 }
