@@ -14,7 +14,8 @@ use super::{GramOptions, Placement};
 use crate::batch::{
     batch_accessors, check_starts, sequence_length, step_in_slices, Batch, StepReport,
 };
-use crate::device::Pipeline;
+use crate::device::{Capabilities, Pipeline};
+use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
 use crate::memory::Buffer;
 use crate::spirv;
@@ -60,25 +61,8 @@ impl GramJob {
         let seq_len = sequence_length(n, opts.steps);
         let steps = seq_len - 1;
         let batch = starts.len();
-        let limit = max_batch(&caps, n, table.d(), table.precision().bytes(), steps);
-        if batch > limit {
-            return Err(Error::Limit(format!(
-                "a gram batch of {batch} sequences over N = {n} needs {} MiB of state; at most {limit} fit next to G on {}",
-                batch_bytes(n, batch, steps) / (1024 * 1024),
-                caps.name
-            )));
-        }
-        let subgroups = match opts.subgroups {
-            Some(true) if !caps.subgroup_arithmetic || caps.subgroup_size < 2 => {
-                return Err(Error::Unsupported {
-                    device: caps.name.clone(),
-                    what: "subgroup arithmetic in compute shaders".into(),
-                })
-            }
-            Some(s) => s,
-            // The shader keeps two halves of WG slots for the subgroups' results: 2 lanes or more.
-            None => caps.subgroup_arithmetic && caps.subgroup_size >= 2,
-        };
+        check_batch_fits(&caps, table, batch, steps)?;
+        let subgroups = use_subgroups(&caps, opts)?;
         let d = table.d();
         let scale = gram.scale;
         if scale.is_some() && !fixed_point(&caps, n, d, opts) {
@@ -442,5 +426,40 @@ fn fixed_refresh(opts: &GramOptions) -> (usize, f32) {
     match opts.judge_refresh {
         Some(r) => (r.min(1 << 24), 0.0),
         None => (super::FIXED_REFRESH, super::FIXED_REFRESH_AT),
+    }
+}
+
+/// A batch of `batch` sequences of `steps` steps over `table` fits next to G on the device.
+fn check_batch_fits(
+    caps: &Capabilities,
+    table: &DeviceTable,
+    batch: usize,
+    steps: usize,
+) -> Result<()> {
+    let n = table.n();
+    let limit = max_batch(caps, n, table.d(), table.precision().bytes(), steps);
+    if batch > limit {
+        return Err(Error::Limit(format!(
+            "a gram batch of {batch} sequences over N = {n} needs {} MiB of state; at most {limit} fit next to G on {}",
+            batch_bytes(n, batch, steps) / (1024 * 1024),
+            caps.name
+        )));
+    }
+    Ok(())
+}
+
+/// Whether the gram steps reduce with subgroup arithmetic: as `opts.subgroups` asks (refused
+/// where the device cannot), else where the device can.
+fn use_subgroups(caps: &Capabilities, opts: &GramOptions) -> Result<bool> {
+    match opts.subgroups {
+        Some(true) if !caps.subgroup_arithmetic || caps.subgroup_size < 2 => {
+            Err(Error::Unsupported {
+                device: caps.name.clone(),
+                what: "subgroup arithmetic in compute shaders".into(),
+            })
+        }
+        Some(s) => Ok(s),
+        // The shader keeps two halves of WG slots for the subgroups' results: 2 lanes or more.
+        None => Ok(caps.subgroup_arithmetic && caps.subgroup_size >= 2),
     }
 }

@@ -154,6 +154,48 @@ pub(crate) fn warp_rows_in_budget(
     Some(lo.saturating_mul(sg))
 }
 
+/// Whether the k-selection uses subgroup operations: as `opts.subgroups` asks (refused where
+/// the device has none), else where the device has them.
+fn subgroups(caps: &Capabilities, opts: &KnnOptions) -> Result<bool> {
+    match opts.subgroups {
+        Some(true) if !caps.subgroup_arithmetic => Err(Error::Unsupported {
+            device: caps.name.clone(),
+            what: "subgroup operations for the k-selection (or DIVERSITY_DISABLE=subgroups is set)"
+                .into(),
+        }),
+        Some(s) => Ok(s),
+        None => Ok(caps.subgroup_arithmetic),
+    }
+}
+
+/// Whether the WarpSelect path runs for the bucket `kb` at subgroup size `sg` with `warp_wg`
+/// invocations: as `opts.warp_select` asks (refused where it cannot), else wherever it can.
+fn warp_select(
+    caps: &Capabilities,
+    opts: &KnnOptions,
+    use_sg: bool,
+    (kb, sg, warp_wg): (usize, usize, usize),
+) -> Result<bool> {
+    let k = opts.k;
+    let warp_ok = use_sg
+        && !opts.full_ranking
+        && sg.is_power_of_two()
+        && kb <= MAX_WARP_K
+        && kb / sg <= MAX_WARP_REGS
+        && warp_wg <= caps.max_workgroup_invocations as usize;
+    match opts.warp_select {
+        Some(true) if !warp_ok => Err(Error::Unsupported {
+            device: caps.name.clone(),
+            what: format!(
+                "the WarpSelect k-NN path for k = {k} (needs subgroup operations, a \
+                 power-of-two subgroup size, k ≤ {MAX_WARP_K} and ≤ {MAX_WARP_REGS} × the subgroup size, no full ranking)"
+            ),
+        }),
+        Some(w) => Ok(w),
+        None => Ok(warp_ok),
+    }
+}
+
 /// The plan of a k-NN call of `nq` queries (checked: [`super::check_queries`]) against a table
 /// of `n` rows of dimension `d` on a device with `caps`.
 pub(crate) fn plan(
@@ -164,39 +206,13 @@ pub(crate) fn plan(
     opts: &KnnOptions,
 ) -> Result<Plan> {
     let k = opts.k;
-    let use_sg = match opts.subgroups {
-        Some(true) if !caps.subgroup_arithmetic => return Err(Error::Unsupported {
-            device: caps.name.clone(),
-            what: "subgroup operations for the k-selection (or DIVERSITY_DISABLE=subgroups is set)"
-                .into(),
-        }),
-        Some(s) => s,
-        None => caps.subgroup_arithmetic,
-    };
+    let use_sg = subgroups(caps, opts)?;
     let s_max = chunk_limit(caps);
     let ke = k.min(n); // pairs computed on the device; the rest is padding
     let sg = caps.subgroup_size.max(1) as usize;
     let (kb, tq) = warp_bucket(ke, sg);
     let warp_wg = sg.max(64);
-    let warp_ok = use_sg
-        && !opts.full_ranking
-        && sg.is_power_of_two()
-        && kb <= MAX_WARP_K
-        && kb / sg <= MAX_WARP_REGS
-        && warp_wg <= caps.max_workgroup_invocations as usize;
-    let warp = match opts.warp_select {
-        Some(true) if !warp_ok => {
-            return Err(Error::Unsupported {
-                device: caps.name.clone(),
-                what: format!(
-                    "the WarpSelect k-NN path for k = {k} (needs subgroup operations, a \
-                     power-of-two subgroup size, k ≤ {MAX_WARP_K} and ≤ {MAX_WARP_REGS} × the subgroup size, no full ranking)"
-                ),
-            })
-        }
-        Some(w) => w,
-        None => warp_ok,
-    };
+    let warp = warp_select(caps, opts, use_sg, (kb, sg, warp_wg))?;
     let select = !warp && !opts.full_ranking && ke <= s_max / 2;
     let chunk = if select {
         (2 * ke)
