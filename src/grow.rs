@@ -115,8 +115,8 @@ pub fn divergences(
                 }
             };
             add(&mut c, &mut acc, r[0] as usize);
-            for t in 1..len {
-                let p = r[t] as usize;
+            for (t, &p) in r.iter().enumerate().skip(1) {
+                let p = p as usize;
                 let cn = c.iter().map(|v| v * v).sum::<f64>().sqrt();
                 let dp = dist(dot64(&c, row(p)), cn, norm[p]);
                 let best_new = (0..appended)
