@@ -7,15 +7,7 @@ local H = require "helpers"
 
 describe("diversity (idiomatic API)", function()
   local ctx
-
-  setup(function()
-    ctx = diversity.open { validation = true }
-  end)
-
-  teardown(function()
-    if ctx then ctx:close() end
-    H.cleanup()
-  end)
+  H.context_for(setup, teardown, function(c) ctx = c end)
 
   it("_VERSION names the module and the crate's version (and the shim's says whose it is)", function()
     assert.matches("^diversity %d+%.%d+%.%d+", diversity._VERSION)
@@ -911,7 +903,5 @@ describe("diversity (idiomatic API)", function()
     end)
   end)
 
-  it("left no validation messages", function()
-    H.assert_no_validation(ctx)
-  end)
+  H.it_left_no_validation(it, function() return ctx end)
 end)

@@ -10,15 +10,9 @@ describe("cache writers", function()
   local N, D = 12, 6
   local rows
 
-  setup(function()
-    ctx = diversity.open { validation = true }
-    dir = H.tmpdir()
+  H.context_for(setup, teardown, function(c, d)
+    ctx, dir = c, d
     rows = H.random_rows(N, D, 4242)
-  end)
-
-  teardown(function()
-    if ctx then ctx:close() end
-    H.cleanup()
   end)
 
   -- A finished job over a table with `ids` for `starts`, and the idiomatic rows for checking.
@@ -349,7 +343,5 @@ describe("cache writers", function()
     end)
   end)
 
-  it("left no validation messages", function()
-    H.assert_no_validation(ctx)
-  end)
+  H.it_left_no_validation(it, function() return ctx end)
 end)

@@ -33,19 +33,13 @@ void vkd_batch_destroy(VkDiversityBatchContext* batch);
 
 pcall(ffi.cdef, [[
 const char* vkd_batch_engine(const VkDiversityBatchContext* batch);
-int setenv(const char* name, const char* value, int overwrite);
-int unsetenv(const char* name);
 ]])
 
 describe("the libvkcompute C ABI, driven the old way", function()
   local lib = ffi.load(os.getenv("VK_COMPUTE_LIB") or "target/lua/diversity.so")
   local t = diversity.load(H.DATA_JSON):head(120)
   local N, D = t:n(), t:dim()
-  local flat = ffi.new("float[?]", N * D)
-  for i = 0, N - 1 do
-    local row = t:row(i)
-    for k = 1, D do flat[i * D + k - 1] = row[k] end
-  end
+  local flat = H.float_rows(t)
   -- The user's current wrapper declares the chunk call with three arguments: the fourth
   -- register then holds whatever the caller left there.
   local chunk3 = ffi.typeof("int(*)(VkDiversityBatchContext*, uint32_t, uint32_t)")

@@ -10,13 +10,6 @@ local H = require "helpers"
 local EPOCH = "SOURCE_DATE_EPOCH=1700000000"
 local N = 120
 
--- Starts 0..n-1 as a --starts list.
-local function start_list(n)
-  local s = {}
-  for i = 0, n - 1 do s[#s + 1] = tostring(i) end
-  return table.concat(s, ",")
-end
-
 describe("checkpoint", function()
   local dir
 
@@ -32,7 +25,7 @@ describe("checkpoint", function()
   -- finished and batch 3 in progress.
   local function args(name, extra)
     local a = { "--embeddings", dir .. "/e.json", "--out", dir .. "/" .. name .. ".json",
-      "--top-k", "12", "--batch", "40", "--starts", start_list(N), "--target-s", "0.000001",
+      "--top-k", "12", "--batch", "40", "--starts", H.start_list(N), "--target-s", "0.000001",
       "--binary", dir .. "/" .. name .. ".bin" }
     for _, x in ipairs(extra or {}) do a[#a + 1] = x end
     return a

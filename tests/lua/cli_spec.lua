@@ -8,13 +8,6 @@ local H = require "helpers"
 
 local EPOCH = "SOURCE_DATE_EPOCH=1700000000"
 
--- Starts 0..n-1 as a --starts list.
-local function start_list(n)
-  local s = {}
-  for i = 0, n - 1 do s[#s + 1] = tostring(i) end
-  return table.concat(s, ",")
-end
-
 -- Check a failed run: non-zero exit, a clean message with every word of `words` on stderr (no
 -- traceback), and neither the output nor its temporary file nor a checkpoint left in `dir`.
 local function assert_failed_cleanly(rc, out, err, words, dir, name)
@@ -34,15 +27,7 @@ end
 
 describe("command line", function()
   local ctx
-
-  setup(function()
-    ctx = diversity.open { validation = true }
-  end)
-
-  teardown(function()
-    if ctx then ctx:close() end
-    H.cleanup()
-  end)
+  H.context_for(setup, teardown, function(c) ctx = c end)
 
   -- A temp dir with a copy of the 300 fortunes as e.json.
   local function fortunes_dir()
@@ -657,7 +642,7 @@ describe("command line", function()
       -- the first 120 fortunes, so that --starts 0..119 is every row and the binary cache fills
       dir = H.tmpdir()
       H.first_fortunes(dir .. "/e.json", N)
-      starts = start_list(N)
+      starts = H.start_list(N)
     end)
 
     local function args(name, extra)
@@ -910,7 +895,5 @@ describe("command line", function()
     end)
   end)
 
-  it("left no validation messages", function()
-    H.assert_no_validation(ctx)
-  end)
+  H.it_left_no_validation(it, function() return ctx end)
 end)

@@ -4,6 +4,12 @@
 local ffi = require "ffi"
 local diversity = require "diversity"
 
+-- setenv and unsetenv, for the specs that set a variable the module reads (ffi.C.setenv).
+pcall(ffi.cdef, [[
+int setenv(const char* name, const char* value, int overwrite);
+int unsetenv(const char* name);
+]])
+
 local H = {}
 
 H.DATA_JSON = "data/fortunes-300.embeddings.json"
@@ -198,6 +204,48 @@ function H.cleanup()
     os.execute("chmod -R u+w " .. H.q(d) .. " 2>/dev/null; rm -rf " .. H.q(d))
   end
   made_dirs = {}
+end
+
+--- A context with validation layers and a temporary directory for the tests of one describe
+--- block: opened before them (`set(ctx, dir)` hands both to the spec) and closed, with every
+--- directory `H.tmpdir` made, after them. Busted's `setup` and `teardown` are passed in: they
+--- live in the spec's environment, not in this module's.
+function H.context_for(setup, teardown, set)
+  local ctx
+  setup(function()
+    ctx = diversity.open { validation = true }
+    set(ctx, H.tmpdir())
+  end)
+  teardown(function()
+    if ctx then ctx:close() end
+    H.cleanup()
+  end)
+end
+
+--- Starts 0..n-1 as a --starts list.
+function H.start_list(n)
+  local s = {}
+  for i = 0, n - 1 do s[#s + 1] = tostring(i) end
+  return table.concat(s, ",")
+end
+
+--- The last test of a describe block: the validation layers of its context (`get()`) said
+--- nothing. Busted's `it` is passed in, as for `H.context_for`.
+function H.it_left_no_validation(it, get)
+  it("left no validation messages", function()
+    H.assert_no_validation(get())
+  end)
+end
+
+--- The rows of table `t` as one row-major float[?] cdata of N × D values.
+function H.float_rows(t)
+  local n, d = t:n(), t:dim()
+  local flat = ffi.new("float[?]", n * d)
+  for i = 0, n - 1 do
+    local row = t:row(i)
+    for k = 1, d do flat[i * d + k - 1] = row[k] end
+  end
+  return flat
 end
 
 function H.exists(path)

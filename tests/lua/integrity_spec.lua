@@ -10,10 +10,6 @@ local vk = require "vk_compute"
 local H = require "helpers"
 
 pcall(ffi.cdef, [[
-int setenv(const char* name, const char* value, int overwrite);
-int unsetenv(const char* name);
-]])
-pcall(ffi.cdef, [[
 typedef struct VkComputeContext VkComputeContext;
 VkComputeContext* vkc_init(bool enable_validation);
 void vkc_destroy(VkComputeContext* ctx);
@@ -61,16 +57,7 @@ end
 
 describe("integrity", function()
   local ctx, dir
-
-  setup(function()
-    ctx = diversity.open { validation = true }
-    dir = H.tmpdir()
-  end)
-
-  teardown(function()
-    if ctx then ctx:close() end
-    H.cleanup()
-  end)
+  H.context_for(setup, teardown, function(c, d) ctx, dir = c, d end)
 
   describe("a reader applies its writer's row checks", function()
     it("an IVF-Flat file holding a row add() refuses is refused, at every metric and precision", function()

@@ -15,16 +15,7 @@ end
 
 describe("k-means and IVF-Flat from Lua", function()
   local ctx, dir
-
-  setup(function()
-    ctx = diversity.open { validation = true }
-    dir = H.tmpdir()
-  end)
-
-  teardown(function()
-    if ctx then ctx:close() end
-    H.cleanup()
-  end)
+  H.context_for(setup, teardown, function(c, d) ctx, dir = c, d end)
 
   it("k-means assigns every row to its nearest centroid and the objective never rises", function()
     local rows = H.random_rows(300, 6, 17)

@@ -7,16 +7,7 @@ local H = require "helpers"
 
 describe("IVF-PQ from Lua", function()
   local ctx, dir
-
-  setup(function()
-    ctx = diversity.open { validation = true }
-    dir = H.tmpdir()
-  end)
-
-  teardown(function()
-    if ctx then ctx:close() end
-    H.cleanup()
-  end)
+  H.context_for(setup, teardown, function(c, d) ctx, dir = c, d end)
 
   it("re-ranks to the exact search and round-trips its file", function()
     local rows = H.random_rows(300, 8, 5)

@@ -45,16 +45,7 @@ end
 
 describe("k-NN from Lua", function()
   local ctx, dir
-
-  setup(function()
-    ctx = diversity.open { validation = true }
-    dir = H.tmpdir()
-  end)
-
-  teardown(function()
-    if ctx then ctx:close() end
-    H.cleanup()
-  end)
+  H.context_for(setup, teardown, function(c, d) ctx, dir = c, d end)
 
   it("self-search equals the float64 brute force exactly on integer rows (ties by lowest id)",
     function()

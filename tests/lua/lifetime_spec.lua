@@ -6,18 +6,8 @@ local diversity = require "diversity"
 local H = require "helpers"
 
 describe("lifetimes", function()
-  local ctx
-  local dir
-
-  setup(function()
-    ctx = diversity.open { validation = true }
-    dir = H.tmpdir()
-  end)
-
-  teardown(function()
-    if ctx then ctx:close() end
-    H.cleanup()
-  end)
+  local ctx, dir
+  H.context_for(setup, teardown, function(c, d) ctx, dir = c, d end)
 
   local function small_table()
     return diversity.table(H.random_rows(8, 5, 31))
@@ -330,7 +320,5 @@ print("ok " .. used)
     assert.are.equal(0, msgs)
   end)
 
-  it("left no validation messages", function()
-    H.assert_no_validation(ctx)
-  end)
+  H.it_left_no_validation(it, function() return ctx end)
 end)

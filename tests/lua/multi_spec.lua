@@ -8,12 +8,6 @@ local diversity = require "diversity"
 
 local EPOCH = "SOURCE_DATE_EPOCH=1700000000"
 
-local function start_list(n)
-  local s = {}
-  for i = 0, n - 1 do s[#s + 1] = tostring(i) end
-  return table.concat(s, ",")
-end
-
 describe("several devices", function()
   local dir, starts
   local N = 120
@@ -21,7 +15,7 @@ describe("several devices", function()
   setup(function()
     dir = H.tmpdir()
     H.first_fortunes(dir .. "/e.json", N)
-    starts = start_list(N)
+    starts = H.start_list(N)
   end)
 
   teardown(function() H.cleanup() end)

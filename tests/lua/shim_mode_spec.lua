@@ -5,20 +5,11 @@ local diversity = require "diversity"
 local vk = require "vk_compute"
 local H = require "helpers"
 
-pcall(ffi.cdef, [[
-int setenv(const char* name, const char* value, int overwrite);
-int unsetenv(const char* name);
-]])
-
 describe("vk_compute's engine", function()
   local ctx = vk.init(false)
   local t = diversity.load(H.DATA_JSON):head(90)
   local N, dim = t:n(), t:dim()
-  local flat = ffi.new("float[?]", N * dim)
-  for i = 0, N - 1 do
-    local row = t:row(i)
-    for k = 1, dim do flat[i * dim + k - 1] = row[k] end
-  end
+  local flat = H.float_rows(t)
   local halves = ffi.new("uint16_t[?]", N * dim)
   vk.fp32_to_fp16(flat, halves, N * dim)
 

@@ -8,16 +8,8 @@ local H = require "helpers"
 describe("vk_compute shim", function()
   local ctx, dctx, dir
 
-  setup(function()
-    ctx = vk.init(true)
-    dctx = diversity.open { validation = true }
-    dir = H.tmpdir()
-  end)
-
-  teardown(function()
-    if dctx then dctx:close() end
-    H.cleanup()
-  end)
+  setup(function() ctx = vk.init(true) end)
+  H.context_for(setup, teardown, function(c, d) dctx, dir = c, d end)
 
   -- fp16 bits of a flat Lua array, as a uint16_t[?] cdata, converted with the shim.
   local function to_fp16(flat)
