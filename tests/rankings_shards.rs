@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 mod common;
-use common::TempDir;
+use common::{reseal, TempDir};
 
 const DATA: &str = "data/fortunes-300.embeddings.json";
 
@@ -289,21 +289,6 @@ fn a_graph_shard_writer_refuses_bad_shards_rows_out_of_order_and_an_unfinished_s
     let e = w.finish().unwrap_err();
     assert!(e.to_string().contains("2 of its 5 rows"), "{e}");
     assert!(dir.entries().is_empty(), "left: {:?}", dir.entries());
-}
-
-/// `text` with its own checksum recomputed, as whoever edits a file can: what the merge checks
-/// of the rows must hold without it.
-fn reseal(text: &str) -> String {
-    let at = text.find("\"checksum\":\"fnv1a64:").expect("a checksum") + 20;
-    let mut b = text.as_bytes().to_vec();
-    b[at..at + 16].fill(b'0');
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &c in &b {
-        h ^= c as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    b[at..at + 16].copy_from_slice(format!("{h:016x}").as_bytes());
-    String::from_utf8(b).unwrap()
 }
 
 /// Shards bind to their run: a shard computed from other content at the same table path, a

@@ -19,7 +19,7 @@ use std::time::Instant;
 
 #[path = "../common/mod.rs"]
 mod common;
-use common::TempDir;
+use common::{reseal, TempDir};
 
 /// A deterministic permutation-like row for start `s`: `s` first, then a stride walk.
 fn synthetic_row(s: u32, n: u32, len: usize) -> Vec<u32> {

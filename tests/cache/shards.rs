@@ -45,21 +45,6 @@ fn shard_meta(i: usize, n: usize, layout: ShardLayout, total: usize) -> Value {
     m
 }
 
-/// `text` with its own checksum recomputed, as whoever edits a file can: the checksum catches
-/// accidents, so what the merge checks of the rows must hold without it.
-fn reseal(text: &str) -> String {
-    let at = text.find("\"checksum\":\"fnv1a64:").expect("a checksum") + 20;
-    let mut b = text.as_bytes().to_vec();
-    b[at..at + 16].fill(b'0');
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &c in &b {
-        h ^= c as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    b[at..at + 16].copy_from_slice(format!("{h:016x}").as_bytes());
-    String::from_utf8(b).unwrap()
-}
-
 /// Write the n shards of `starts` into `dir` (shard-<i>.json) and return their paths.
 fn write_shards(
     dir: &TempDir,

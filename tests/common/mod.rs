@@ -148,6 +148,85 @@ pub fn fnv(b: &[u8]) -> u64 {
     })
 }
 
+/// `text` (a JSON cache or shard) with its own checksum recomputed, as whoever edits a file can:
+/// the checksum catches accidents, so what a merge checks of the rows must hold without it.
+pub fn reseal(text: &str) -> String {
+    let at = text.find("\"checksum\":\"fnv1a64:").expect("a checksum") + 20;
+    let mut b = text.as_bytes().to_vec();
+    b[at..at + 16].fill(b'0');
+    let h = fnv(&b);
+    b[at..at + 16].copy_from_slice(format!("{h:016x}").as_bytes());
+    String::from_utf8(b).unwrap()
+}
+
+/// A sequence engine as the shared checks call it: the full sequences of `starts` on `table`
+/// stored at the given precision, in `starts` order.
+pub type RunFn<'a> = &'a dyn Fn(&diversity::Table, diversity::Precision, &[u32]) -> Vec<Vec<u32>>;
+
+/// The edge cases every sequence engine must get right, worked by hand from the definition:
+/// N = 1 (both precisions), N = 2, duplicate rows with a zero centroid, and zero rows (d = 1;
+/// a zero start has c = 0, so every d = 1 and the lowest index wins), the last also against
+/// `reference_sequence`. `runs` are the engine's variants (shapes, placements): the first runs
+/// every case, each runs the duplicates.
+pub fn edge_cases(runs: &[(&str, RunFn)]) {
+    use diversity::{Precision, Table};
+    let (_, first) = runs[0];
+    // N = 1: the sequence is the start alone.
+    let one = Table::new(vec![0.5, -1.0, 2.0], 1, 3).unwrap();
+    for p in [Precision::Fp32, Precision::Fp16] {
+        assert_eq!(first(&one, p, &[0]), vec![vec![0]], "N = 1 {p:?}");
+    }
+    let two = Table::new(vec![1.0, 0.0, 0.0, 1.0], 2, 2).unwrap();
+    assert_eq!(
+        first(&two, Precision::Fp32, &[1, 0]),
+        vec![vec![1, 0], vec![0, 1]],
+        "N = 2"
+    );
+    // Duplicates and |c| = 0: from 0, c = (1,0): d(1) = d(2) = 1, d(3) = 2 → 3; then c = (0,0):
+    // every d = 1 → lowest index 1; then 2.
+    let dup = Table::new(vec![1.0, 0.0, 0.0, 1.0, 0.0, 1.0, -1.0, 0.0], 4, 2).unwrap();
+    for (name, run) in runs {
+        assert_eq!(
+            run(&dup, Precision::Fp32, &[0])[0],
+            vec![0, 3, 1, 2],
+            "{name}"
+        );
+    }
+    // Rows 0 (1,0), 1 (0,0), 2 (0,1), 3 (-0.8,0.6). From 0: d(3) = 1.8 → 3; c = (0.2, 0.6):
+    // d(1) = 1, d(2) = 1 - 0.6/0.632 = 0.051 → 1; then 2. From the zero row: c = 0, all d = 1 →
+    // 0; then c = (1,0) → 3 (d 1.8); then only 2 is left.
+    let zero = Table::new(vec![1.0, 0.0, 0.0, 0.0, 0.0, 1.0, -0.8, 0.6], 4, 2).unwrap();
+    let s = first(&zero, Precision::Fp32, &[0, 1]);
+    assert_eq!(s[0], vec![0, 3, 1, 2]);
+    assert_eq!(s[1], vec![1, 0, 3, 2]);
+    for (st, seq) in [0u32, 1].iter().zip(&s) {
+        assert_eq!(
+            seq,
+            &diversity::reference::reference_sequence(&zero, *st, 3)
+        );
+    }
+}
+
+/// The random tables of odd dimension every engine's oracle test runs on (N, D, seed: D = 1, a
+/// D of 383, N not a multiple of any block), each with every ninth row as a start, at both
+/// precisions.
+pub fn for_random_oracle_tables(
+    mut f: impl FnMut(&diversity::Table, &[u32], diversity::Precision),
+) {
+    for (n, d, seed) in [
+        (150usize, 64usize, 1u64),
+        (97, 7, 2),
+        (40, 1, 3),
+        (33, 383, 4),
+    ] {
+        let table = random_table(n, d, seed);
+        let starts: Vec<u32> = (0..n as u32).step_by(9).collect();
+        for precision in [diversity::Precision::Fp32, diversity::Precision::Fp16] {
+            f(&table, &starts, precision);
+        }
+    }
+}
+
 /// Runs the test `name` of this test binary again in a child process with the environment
 /// variable `var` set to `value` (so that it reaches no other test), and asserts that it passed
 /// there. Returns true in that child (where `var` is set), false in the parent after the child
