@@ -7,7 +7,7 @@
 mod common;
 use common::{assert_clean, clusters, ctx, fortunes, random_table};
 use diversity::gram::{gram_unfit, mode_for, GramBuild};
-use diversity::reference::{check_sequence, common_prefix, reference_sequence};
+use diversity::reference::{check_sequence, common_prefix};
 use diversity::{
     Context, DeviceTable, Gram, GramJob, GramOptions, Mode, Placement, Precision, ScanJob,
     ScanOptions, Table,
@@ -310,28 +310,19 @@ fn plain_sums_are_their_own_same_bits_and_pass_the_oracle() {
 #[test]
 fn exactness_oracle_on_random_data_and_odd_dimension() {
     let ctx = ctx();
-    for (n, d, seed) in [
-        (150usize, 64usize, 1u64),
-        (97, 7, 2),
-        (40, 1, 3),
-        (33, 383, 4),
-    ] {
-        let table = random_table(n, d, seed);
-        let starts: Vec<u32> = (0..n as u32).step_by(9).collect();
-        for precision in [Precision::Fp32, Precision::Fp16] {
-            for placement in [Placement::Registers, Placement::Memory] {
-                let o = GramOptions {
-                    placement,
-                    ..GramOptions::default()
-                };
-                let seqs = run_gram(&ctx, &table, precision, &starts, &o);
-                check_all(&table.as_stored(precision), &starts, &seqs);
-                for s in &seqs {
-                    assert_eq!(s.len(), n);
-                }
+    common::for_random_oracle_tables(|table, starts, precision| {
+        for placement in [Placement::Registers, Placement::Memory] {
+            let o = GramOptions {
+                placement,
+                ..GramOptions::default()
+            };
+            let seqs = run_gram(&ctx, table, precision, starts, &o);
+            check_all(&table.as_stored(precision), starts, &seqs);
+            for s in &seqs {
+                assert_eq!(s.len(), table.n());
             }
         }
-    }
+    });
     assert_clean(&ctx);
 }
 
@@ -403,50 +394,26 @@ fn top_k_chunks_and_progress() {
 #[test]
 fn edge_cases_n1_n2_zero_rows_duplicates() {
     let ctx = ctx();
-    let one = Table::new(vec![0.5, -1.0, 2.0], 1, 3).unwrap();
-    for p in [Precision::Fp32, Precision::Fp16] {
-        assert_eq!(
-            run_gram(&ctx, &one, p, &[0], &GramOptions::default()),
-            vec![vec![0]]
-        );
-    }
-    let two = Table::new(vec![1.0, 0.0, 0.0, 1.0], 2, 2).unwrap();
-    assert_eq!(
-        run_gram(
-            &ctx,
-            &two,
-            Precision::Fp32,
-            &[1, 0],
-            &GramOptions::default()
-        ),
-        vec![vec![1, 0], vec![0, 1]]
+    let dev = &ctx;
+    let placed = |placement: Placement| {
+        move |t: &Table, p: Precision, starts: &[u32]| {
+            let o = GramOptions {
+                placement,
+                ..GramOptions::default()
+            };
+            run_gram(dev, t, p, starts, &o)
+        }
+    };
+    let (auto, registers, memory) = (
+        placed(Placement::Auto),
+        placed(Placement::Registers),
+        placed(Placement::Memory),
     );
-    // Worked by hand from the definition (see tests/scan.rs): duplicates and |c| = 0.
-    let dup = Table::new(vec![1.0, 0.0, 0.0, 1.0, 0.0, 1.0, -1.0, 0.0], 4, 2).unwrap();
-    for placement in [Placement::Registers, Placement::Memory] {
-        let o = GramOptions {
-            placement,
-            ..GramOptions::default()
-        };
-        assert_eq!(
-            run_gram(&ctx, &dup, Precision::Fp32, &[0], &o)[0],
-            vec![0, 3, 1, 2]
-        );
-    }
-    // Zero rows have d = 1; a zero start has c = 0, so every d = 1 and the lowest index wins.
-    let zero = Table::new(vec![1.0, 0.0, 0.0, 0.0, 0.0, 1.0, -0.8, 0.6], 4, 2).unwrap();
-    let s = run_gram(
-        &ctx,
-        &zero,
-        Precision::Fp32,
-        &[0, 1],
-        &GramOptions::default(),
-    );
-    assert_eq!(s[0], vec![0, 3, 1, 2]);
-    assert_eq!(s[1], vec![1, 0, 3, 2]);
-    for (st, seq) in [0u32, 1].iter().zip(&s) {
-        assert_eq!(seq, &reference_sequence(&zero, *st, 3));
-    }
+    common::edge_cases(&[
+        ("default options", &auto),
+        ("registers", &registers),
+        ("memory", &memory),
+    ]);
     assert_clean(&ctx);
 }
 

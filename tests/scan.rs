@@ -5,7 +5,7 @@
 mod common;
 use common::{assert_clean, ctx, fortunes, random_table};
 use diversity::batch::StepReport;
-use diversity::reference::{check_sequence, common_prefix, reference_sequence};
+use diversity::reference::{check_sequence, common_prefix};
 use diversity::scan::run_scan;
 use diversity::{
     Context, ContextOptions, DeviceTable, Error, Precision, ScanJob, ScanKernel, ScanOptions,
@@ -188,20 +188,10 @@ fn exactness_oracle_on_real_data_fp32_fp16_centered_and_not() {
 #[test]
 fn exactness_oracle_on_random_data_and_odd_dimension() {
     let ctx = ctx();
-    for (n, d, seed) in [
-        (150usize, 64usize, 1u64),
-        (97, 7, 2),
-        (40, 1, 3),
-        (33, 383, 4),
-    ] {
-        let table = random_table(n, d, seed);
-        let starts: Vec<u32> = (0..n as u32).step_by(9).collect();
-        for precision in [Precision::Fp32, Precision::Fp16] {
-            let (seqs, _) =
-                run_scan(&ctx, &table, precision, &starts, &ScanOptions::default()).unwrap();
-            check_all(&table.as_stored(precision), &starts, &seqs, true);
-        }
-    }
+    common::for_random_oracle_tables(|table, starts, precision| {
+        let (seqs, _) = run_scan(&ctx, table, precision, starts, &ScanOptions::default()).unwrap();
+        check_all(&table.as_stored(precision), starts, &seqs, true);
+    });
     assert_clean(&ctx);
 }
 
@@ -288,49 +278,28 @@ fn gpu_time_is_measured_when_timestamps_exist() {
 #[test]
 fn edge_cases_n1_n2_zero_rows_duplicates() {
     let ctx = ctx();
-    // N = 1: the sequence is the start alone.
-    let one = Table::new(vec![0.5, -1.0, 2.0], 1, 3).unwrap();
-    for p in [Precision::Fp32, Precision::Fp16] {
-        let (s, _) = run_scan(&ctx, &one, p, &[0], &ScanOptions::default()).unwrap();
-        assert_eq!(s, vec![vec![0]]);
-    }
-    // N = 2.
-    let two = Table::new(vec![1.0, 0.0, 0.0, 1.0], 2, 2).unwrap();
-    let (s, _) = run_scan(
-        &ctx,
-        &two,
-        Precision::Fp32,
-        &[1, 0],
-        &ScanOptions::default(),
-    )
-    .unwrap();
-    assert_eq!(s, vec![vec![1, 0], vec![0, 1]]);
-    // Duplicates and |c| = 0, worked by hand from the definition: from 0, c = (1,0):
-    // d(1) = d(2) = 1, d(3) = 2 → 3; then c = (0,0): every d = 1 → lowest index 1; then 2.
-    let dup = Table::new(vec![1.0, 0.0, 0.0, 1.0, 0.0, 1.0, -1.0, 0.0], 4, 2).unwrap();
-    for shape in [Shape::Untiled, Shape::Tiled, Shape::PerTile] {
-        let (s, _) = run_scan(&ctx, &dup, Precision::Fp32, &[0], &opts(shape, 1)).unwrap();
-        assert_eq!(s[0], vec![0, 3, 1, 2], "{shape:?}");
-    }
-    // Zero rows have d = 1: from 0, c = (1,0): d(zero) = 1, d(2) = 1 - cos = 1 → tie, lowest (1);
-    // d(3) = 1 - (-0.6)... worked: rows 0 (1,0), 1 (0,0), 2 (0,1), 3 (-0.8,0.6).
-    let zero = Table::new(vec![1.0, 0.0, 0.0, 0.0, 0.0, 1.0, -0.8, 0.6], 4, 2).unwrap();
-    let (s, _) = run_scan(
-        &ctx,
-        &zero,
-        Precision::Fp32,
-        &[0, 1],
-        &ScanOptions::default(),
-    )
-    .unwrap();
-    // From 0: d(3) = 1.8 → 3; c = (0.2, 0.6): d(1) = 1, d(2) = 1 - 0.6/0.632 = 0.051 → 1; then 2.
-    assert_eq!(s[0], vec![0, 3, 1, 2]);
-    // From the zero row: c = 0, all d = 1 → 0; then c = (1,0) → 3 (d 1.8); then c = (0.2,0.6):
-    // only 2 left.
-    assert_eq!(s[1], vec![1, 0, 3, 2]);
-    for (st, seq) in [0u32, 1].iter().zip(&s) {
-        assert_eq!(seq, &reference_sequence(&zero, *st, 3));
-    }
+    let dev = &ctx;
+    let default = |t: &Table, p: Precision, starts: &[u32]| {
+        run_scan(dev, t, p, starts, &ScanOptions::default())
+            .unwrap()
+            .0
+    };
+    let shape = |shape: Shape| {
+        move |t: &Table, p: Precision, starts: &[u32]| {
+            run_scan(dev, t, p, starts, &opts(shape, 1)).unwrap().0
+        }
+    };
+    let (untiled, tiled, per_tile) = (
+        shape(Shape::Untiled),
+        shape(Shape::Tiled),
+        shape(Shape::PerTile),
+    );
+    common::edge_cases(&[
+        ("default options", &default),
+        ("untiled, tile 1", &untiled),
+        ("tiled, tile 1", &tiled),
+        ("per tile, tile 1", &per_tile),
+    ]);
     assert_clean(&ctx);
 }
 
