@@ -136,29 +136,23 @@ describe("diversity (idiomatic API)", function()
       assert.is_nil(H.diff_rows(ref32, seq_of(t, "fp32")))
     end)
 
-    it("a binary string of float32", function()
-      local buf = ffi.new("float[?]", N * D)
-      for k = 1, N * D do buf[k - 1] = flat[k] end
-      local t = diversity.table(ffi.string(buf, N * D * 4), { dim = D })
-      check_values(t, f32_value)
-      assert.is_nil(H.diff_rows(ref32, seq_of(t, "fp32")))
-    end)
-
-    it("an FFI float[?] (with {n =, dim =})", function()
-      local buf = ffi.new("float[?]", N * D)
-      for k = 1, N * D do buf[k - 1] = flat[k] end
-      local t = diversity.table(buf, { n = N, dim = D })
-      check_values(t, f32_value)
-      assert.is_nil(H.diff_rows(ref32, seq_of(t, "fp32")))
-    end)
-
-    it("an FFI double[?]", function()
-      local buf = ffi.new("double[?]", N * D)
-      for k = 1, N * D do buf[k - 1] = flat[k] end
-      local t = diversity.table(buf, { n = N, dim = D })
-      check_values(t, f32_value)
-      assert.is_nil(H.diff_rows(ref32, seq_of(t, "fp32")))
-    end)
+    -- The values in an FFI buffer of `ctype`, given to diversity.table by `make`.
+    local function shaped(buf) return diversity.table(buf, { n = N, dim = D }) end
+    for _, case in ipairs {
+      { "a binary string of float32", "float[?]",
+        function(buf) return diversity.table(ffi.string(buf, N * D * 4), { dim = D }) end },
+      { "an FFI float[?] (with {n =, dim =})", "float[?]", shaped },
+      { "an FFI double[?]", "double[?]", shaped },
+    } do
+      local name, ctype, make = case[1], case[2], case[3]
+      it(name, function()
+        local buf = ffi.new(ctype, N * D)
+        for k = 1, N * D do buf[k - 1] = flat[k] end
+        local t = make(buf)
+        check_values(t, f32_value)
+        assert.is_nil(H.diff_rows(ref32, seq_of(t, "fp32")))
+      end)
+    end
 
     it("a float* pointer is refused, with or without a {count =} (its size cannot be known)",
       function()

@@ -27,8 +27,18 @@ describe("checkpoint", function()
     local a = { "--embeddings", dir .. "/e.json", "--out", dir .. "/" .. name .. ".json",
       "--top-k", "12", "--batch", "40", "--starts", H.start_list(N), "--target-s", "0.000001",
       "--binary", dir .. "/" .. name .. ".bin" }
-    for _, x in ipairs(extra or {}) do a[#a + 1] = x end
-    return a
+    return H.extend(a, extra)
+  end
+
+  -- Run `name` again with --resume: `from` batches come from the checkpoint, the output is the
+  -- uninterrupted run's bytes, and no checkpoint is left.
+  local function assert_resumes(name, from, want_json, want_bin)
+    local rc, out, err = H.cli(args(name, { "--resume" }), EPOCH)
+    assert.are.equal(0, rc, err)
+    assert.truthy(out:find(from .. " from the checkpoint", 1, true), out)
+    assert.are.equal(want_json, H.read(dir .. "/" .. name .. ".json"), "JSON differs after --resume")
+    assert.are.equal(want_bin, H.read(dir .. "/" .. name .. ".bin"), "binary differs after --resume")
+    assert.is_false(H.exists(dir .. "/" .. name .. ".json.partial"))
   end
 
   local function ck(name, file) return dir .. "/" .. name .. ".json.partial/" .. file end
@@ -60,12 +70,7 @@ describe("checkpoint", function()
       assert.is_false(H.exists(ck("stale", "batch-00002.u32")), "a stale batch was kept")
       assert.is_false(H.exists(ck("stale", "batch-00002.u32.sum")), "a stale checksum was kept")
       assert.is_false(H.exists(ck("stale", "batch-00003.part")), "a stale part was kept")
-      local rc, out, err = H.cli(args("stale", { "--resume" }), EPOCH)
-      assert.are.equal(0, rc, err)
-      assert.truthy(out:find("1 from the checkpoint", 1, true), out)
-      assert.are.equal(want_json, H.read(dir .. "/stale.json"), "JSON differs after --resume")
-      assert.are.equal(want_bin, H.read(dir .. "/stale.bin"), "binary differs after --resume")
-      assert.is_false(H.exists(dir .. "/stale.json.partial"))
+      assert_resumes("stale", 1, want_json, want_bin)
     end)
 
   it("a resume refuses batch files swapped, copied, planted or rewritten, naming the file",
@@ -157,12 +162,7 @@ describe("checkpoint", function()
       put("batch-00003.u32.sum", orig["batch-00001.u32.sum"])
 
       -- Put back as written, it resumes to the uninterrupted run's bytes.
-      local rc, out, err = H.cli(args("r", { "--resume" }), EPOCH)
-      assert.are.equal(0, rc, err)
-      assert.truthy(out:find("2 from the checkpoint", 1, true), out)
-      assert.are.equal(want_json, H.read(dir .. "/r.json"), "JSON differs after --resume")
-      assert.are.equal(want_bin, H.read(dir .. "/r.bin"), "binary differs after --resume")
-      assert.is_false(H.exists(dir .. "/r.json.partial"))
+      assert_resumes("r", 2, want_json, want_bin)
     end)
 
   -- driver.run with the writer `which` ("json_cache_writer" or "binary_cache_writer") failing
@@ -269,8 +269,7 @@ describe("a checkpoint written before the format moved to Rust", function()
     local a = { "--embeddings", "data/fortunes-300.embeddings.json", "--out",
       dir .. "/" .. name .. ".json", "--mode", "scan", "--top-k", "12", "--batch", "100",
       "--target-s", "0.000001", "--cache-dir", dir }
-    for _, x in ipairs(extra or {}) do a[#a + 1] = x end
-    return a
+    return H.extend(a, extra)
   end
 
   it("resumes, giving the uninterrupted run's bytes", function()

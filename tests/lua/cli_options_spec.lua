@@ -9,14 +9,8 @@ local EPOCH = "SOURCE_DATE_EPOCH=1700000000"
 describe("command line options", function()
   teardown(function() H.cleanup() end)
 
-  local function fortunes_dir()
-    local dir = H.tmpdir()
-    H.write(dir .. "/e.json", H.read(H.DATA_JSON))
-    return dir
-  end
-
   it("--help prints every flag with its default and exits 0; -h too; nothing written", function()
-    local dir = fortunes_dir()
+    local dir = H.fortunes_dir()
     for _, flag in ipairs({ "--help", "-h" }) do
       local rc, out, err = H.cli({ "--embeddings", dir .. "/e.json", "--out", dir .. "/o.json", flag })
       assert.are.equal(0, rc, err)
@@ -33,7 +27,7 @@ describe("command line options", function()
   end)
 
   it("usage errors exit 2 naming the flag; nothing written", function()
-    local dir = fortunes_dir()
+    local dir = H.fortunes_dir()
     for _, case in ipairs({
       { { "--chunk", "x" }, "--chunk x: not a number" },
       { { "--shape", "diagonal" }, "--shape diagonal: expected untiled, tiled or per-tile" },
@@ -61,7 +55,7 @@ describe("command line options", function()
   end)
 
   it("--shape, --tile and --chunk give the idiomatic API's scan sequences", function()
-    local dir = fortunes_dir()
+    local dir = H.fortunes_dir()
     local starts, steps = { 0, 7, 299 }, 30
     local t = diversity.load(dir .. "/e.json")
     local ids = t:ids()
@@ -93,7 +87,7 @@ describe("command line options", function()
   end)
 
   it("--cache-dir keeps the fp16 conversion there, none beside the input, and reuses it", function()
-    local dir, cache = fortunes_dir(), H.tmpdir()
+    local dir, cache = H.fortunes_dir(), H.tmpdir()
     local args = { "--embeddings", dir .. "/e.json", "--out", dir .. "/o.json", "--top-k", "3",
       "--starts", "0,1", "--center", "--cache-dir", cache, "--quiet" }
     local rc, _, err = H.cli(args, EPOCH)

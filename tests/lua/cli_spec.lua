@@ -29,13 +29,6 @@ describe("command line", function()
   local ctx
   H.context_for(setup, teardown, function(c) ctx = c end)
 
-  -- A temp dir with a copy of the 300 fortunes as e.json.
-  local function fortunes_dir()
-    local dir = H.tmpdir()
-    H.write(dir .. "/e.json", H.read(H.DATA_JSON))
-    return dir
-  end
-
   -- The idiomatic API's sequences for `starts` (0-based) with `steps` steps, mapped through ids.
   local function expected(path, starts, steps, o)
     o = o or {}
@@ -67,7 +60,7 @@ describe("command line", function()
   -----------------------------------------------------------------------------------------------
   describe("a normal run", function()
     it("--top-k 5 --batch 64 over all 300: valid JSON keyed by ids, full metadata", function()
-      local dir = fortunes_dir()
+      local dir = H.fortunes_dir()
       local rc, out, err = H.cli({ "--embeddings", dir .. "/e.json", "--out", dir .. "/out.json",
         "--top-k", "5", "--batch", "64", "--model", "minilm" }, EPOCH)
       assert.are.equal(0, rc, err)
@@ -124,7 +117,7 @@ describe("command line", function()
         pending("no `script` command to give the run a terminal")
         return
       end
-      local dir = fortunes_dir()
+      local dir = H.fortunes_dir()
       local cmd = ("%s luajit lua/diversity/cli.lua --embeddings %s --out %s --top-k 3 " ..
         "--starts 0,1"):format(H.lua_env(), H.q(dir .. "/e.json"), H.q(dir .. "/tty.json"))
       local rc, out, err = H.sh("script -qec " .. H.q(cmd) .. " /dev/null")
@@ -138,7 +131,7 @@ describe("command line", function()
     end)
 
     it("--center gives space mean-centered-v1 and the centered sequences", function()
-      local dir = fortunes_dir()
+      local dir = H.fortunes_dir()
       local rc, _, err = H.cli({ "--embeddings", dir .. "/e.json", "--out", dir .. "/c.json",
         "--top-k", "5", "--batch", "64", "--starts", "0,1,2,150", "--center", "--quiet" }, EPOCH)
       assert.are.equal(0, rc, err)
@@ -151,7 +144,7 @@ describe("command line", function()
     end)
 
     it("--precision fp32 matches the fp32 API", function()
-      local dir = fortunes_dir()
+      local dir = H.fortunes_dir()
       local rc, _, err = H.cli({ "--embeddings", dir .. "/e.json", "--out", dir .. "/p.json",
         "--top-k", "7", "--starts", "5,6", "--precision", "fp32" }, EPOCH)
       assert.are.equal(0, rc, err)
@@ -162,7 +155,7 @@ describe("command line", function()
     end)
 
     it("--top-k 0 gives each start alone; a .npy input has index keys", function()
-      local dir = fortunes_dir()
+      local dir = H.fortunes_dir()
       local rc, _, err = H.cli({ "--embeddings", dir .. "/e.json", "--out", dir .. "/k0.json",
         "--top-k", "0", "--starts", "3,4" }, EPOCH)
       assert.are.equal(0, rc, err)
@@ -183,7 +176,7 @@ describe("command line", function()
 
     it("--mode scan and --mode gram: the metadata says which; gram agrees with gram across batches and chunks",
       function()
-        local dir = fortunes_dir()
+        local dir = H.fortunes_dir()
         local function run(name, extra)
           local a = { "--embeddings", dir .. "/e.json", "--out", dir .. "/" .. name .. ".json",
             "--top-k", "40" }
@@ -242,7 +235,7 @@ describe("command line", function()
 
     it("a second run reuses the fp16 cache and gives the same output; a changed input does not",
       function()
-        local dir = fortunes_dir()
+        local dir = H.fortunes_dir()
         local args = { "--embeddings", dir .. "/e.json", "--out", dir .. "/1.json", "--top-k",
           "5", "--starts", "0,10,20" }
         local rc, _, err = H.cli(args, EPOCH)
@@ -267,7 +260,7 @@ describe("command line", function()
       end)
 
     it("a corrupt fp16 cache is not used", function()
-      local dir = fortunes_dir()
+      local dir = H.fortunes_dir()
       local args = { "--embeddings", dir .. "/e.json", "--out", dir .. "/1.json", "--top-k", "4",
         "--starts", "7,8" }
       local rc, _, err = H.cli(args, EPOCH)
@@ -290,7 +283,7 @@ describe("command line", function()
     end)
 
     it("the fp16 cache's ids sidecar deleted, edited or stale: the cache is not used", function()
-      local dir = fortunes_dir()
+      local dir = H.fortunes_dir()
       local args = { "--embeddings", dir .. "/e.json", "--out", dir .. "/1.json", "--top-k", "4",
         "--starts", "7,8" }
       local rc, _, err = H.cli(args, EPOCH)
@@ -322,7 +315,7 @@ describe("command line", function()
     end)
 
     it("an fp16 .bin input with --center is centered (or refused), never mislabelled", function()
-      local dir = fortunes_dir()
+      local dir = H.fortunes_dir()
       local rc, _, err = H.cli({ "--embeddings", dir .. "/e.json", "--out", dir .. "/raw.json",
         "--top-k", "5", "--starts", "0,1" }, EPOCH)
       assert.are.equal(0, rc, err)
@@ -649,8 +642,7 @@ describe("command line", function()
       local a = { "--embeddings", dir .. "/e.json", "--out", dir .. "/" .. name .. ".json",
         "--top-k", "12", "--batch", "40", "--starts", starts, "--binary",
         dir .. "/" .. name .. ".bin", "--mode", MODE }
-      for _, x in ipairs(extra or {}) do a[#a + 1] = x end
-      return a
+      return H.extend(a, extra)
     end
 
     it("an interrupted run resumes to byte-identical output", function()
@@ -693,8 +685,7 @@ describe("command line", function()
       local function one(name, extra)
         local a = args(name, { "--target-s", "0.000001" })
         a[8] = "120" -- --batch
-        for _, x in ipairs(extra or {}) do a[#a + 1] = x end
-        return a
+        return H.extend(a, extra)
       end
       local rc, _, err = H.cli(one("whole"), EPOCH)
       assert.are.equal(0, rc, err)
@@ -835,7 +826,7 @@ describe("command line", function()
     -- every word of `words`, and the directory must be exactly as before: every input
     -- byte-identical, no output, temporary file, fp16 cache or checkpoint created.
     local function refused(args, words, prepare)
-      local dir = fortunes_dir()
+      local dir = H.fortunes_dir()
       if prepare then prepare(dir) end
       local before = H.snapshot(dir)
       local a = {}

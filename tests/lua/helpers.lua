@@ -248,6 +248,19 @@ function H.float_rows(t)
   return flat
 end
 
+--- A new temporary directory holding a copy of the 300 bundled fortunes as e.json.
+function H.fortunes_dir()
+  local dir = H.tmpdir()
+  H.write(dir .. "/e.json", H.read(H.DATA_JSON))
+  return dir
+end
+
+--- `a` with the values of `extra` (may be nil) appended: a command line and its extra flags.
+function H.extend(a, extra)
+  for _, x in ipairs(extra or {}) do a[#a + 1] = x end
+  return a
+end
+
 function H.exists(path)
   local f = io.open(path, "rb")
   if f then f:close() return true end
@@ -412,6 +425,15 @@ function H.json_decode(s)
   local function fail(what)
     error(("JSON: %s at byte %d"):format(what, pos), 0)
   end
+  -- After an object's or array's item: true at its `close`, past a ',' otherwise.
+  local function closes(close)
+    ws()
+    local d = s:sub(pos, pos)
+    pos = pos + 1
+    if d == close then return true end
+    if d ~= "," then fail("expected ',' or '" .. close .. "'") end
+    return false
+  end
   local value
   local escapes = { ['"'] = '"', ["\\"] = "\\", ["/"] = "/", b = "\b", f = "\f", n = "\n",
     r = "\r", t = "\t" }
@@ -473,11 +495,7 @@ function H.json_decode(s)
         if obj[k] ~= nil then fail("duplicate key " .. k) end
         obj[k] = value()
         obj.__keys[#obj.__keys + 1] = k
-        ws()
-        local d = s:sub(pos, pos)
-        pos = pos + 1
-        if d == "}" then return obj end
-        if d ~= "," then fail("expected ',' or '}'") end
+        if closes("}") then return obj end
       end
     elseif c == "[" then
       pos = pos + 1
@@ -487,11 +505,7 @@ function H.json_decode(s)
       while true do
         arr.n = arr.n + 1
         arr[arr.n] = value()
-        ws()
-        local d = s:sub(pos, pos)
-        pos = pos + 1
-        if d == "]" then return arr end
-        if d ~= "," then fail("expected ',' or ']'") end
+        if closes("]") then return arr end
       end
     elseif c == '"' then
       return str()

@@ -122,8 +122,7 @@ describe("host engine", function()
       local a = {}
       for _, x in ipairs(base) do a[#a + 1] = x end
       a[#a + 1] = "--out"; a[#a + 1] = dir .. "/" .. out
-      for _, x in ipairs(extra or {}) do a[#a + 1] = x end
-      return a
+      return H.extend(a, extra)
     end
     local env = EPOCH .. " DIVERSITY_DEVICE=host"
     local rc, _, err = H.cli(args("one.json"), env)

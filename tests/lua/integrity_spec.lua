@@ -55,6 +55,15 @@ local function edit_first_row(bytes, nlist, first, d, v, id_and_code, m)
   error("no list holds a row")
 end
 
+-- The bytes of index `ix` trained on and holding `t`, saved to `path` (`ix` is closed).
+local function saved_bytes(ix, t, path)
+  ix:train(t)
+  ix:add(t)
+  ix:save(path)
+  ix:close()
+  return H.read(path)
+end
+
 describe("integrity", function()
   local ctx, dir
   H.context_for(setup, teardown, function(c, d) ctx, dir = c, d end)
@@ -70,12 +79,7 @@ describe("integrity", function()
       } do
         local metric, precision, v, why = case[1], case[2], case[3], case[4]
         local ix = diversity.ivf_index(ctx, 6, { nlist = 4, metric = metric, precision = precision, iters = 3 })
-        ix:train(t)
-        ix:add(t)
-        local good = dir .. "/good.ivf"
-        ix:save(good)
-        ix:close()
-        local bytes = H.read(good)
+        local bytes = saved_bytes(ix, t, dir .. "/good.ivf")
         -- The writer's own check, for the record: add() refuses such a row.
         local ix2 = diversity.ivf_index(ctx, 6, { nlist = 4, metric = metric, precision = precision, iters = 3 })
         ix2:train(t)
@@ -100,12 +104,7 @@ describe("integrity", function()
     it("an IVF-PQ file whose kept rows add() refuses is refused", function()
       local t = diversity.table(H.random_rows(300, 8, 32))
       local ix = diversity.ivfpq_index(ctx, 8, { nlist = 2, m = 2, metric = "l2", refine = true, iters = 2 })
-      ix:train(t)
-      ix:add(t)
-      local good = dir .. "/good.ivfpq"
-      ix:save(good)
-      ix:close()
-      local bytes = H.read(good)
+      local bytes = saved_bytes(ix, t, dir .. "/good.ivfpq")
       local first = 48 + 2 * 8 * 4 + 256 * 8 * 4
       for _, v in ipairs { 1e-41, 2 ^ 45 } do
         local bad = dir .. "/bad.ivfpq"
@@ -322,8 +321,7 @@ describe("integrity", function()
     local function args(name, extra)
       local a = { "--embeddings", "data/fortunes-300.embeddings.json", "--out", dir .. "/" .. name .. ".json",
         "--top-k", "12", "--batch", "100", "--chunk", "4", "--mode", "gram", "--quiet" }
-      for _, x in ipairs(extra or {}) do a[#a + 1] = x end
-      return a
+      return H.extend(a, extra)
     end
 
     it("a run.txt with a key twice is named by its line, never \"another run ()\"", function()

@@ -8,6 +8,14 @@ local diversity = require "diversity"
 
 local EPOCH = "SOURCE_DATE_EPOCH=1700000000"
 
+-- Every context of `ctxs` has no validation messages; each is closed.
+local function close_clean(ctxs)
+  for _, ctx in ipairs(ctxs) do
+    assert.are.same({}, ctx:validation_messages())
+    ctx:close()
+  end
+end
+
 describe("several devices", function()
   local dir, starts
   local N = 120
@@ -24,8 +32,7 @@ describe("several devices", function()
     local a = { "--embeddings", dir .. "/e.json", "--out", dir .. "/" .. name .. ".json",
       "--top-k", "12", "--batch", "20", "--starts", starts, "--binary",
       dir .. "/" .. name .. ".bin", "--mode", mode }
-    for _, x in ipairs(extra or {}) do a[#a + 1] = x end
-    return a
+    return H.extend(a, extra)
   end
 
   for _, mode in ipairs { "scan", "gram" } do
@@ -133,10 +140,7 @@ describe("several devices", function()
     local j = dt:job({ 0 }, { steps = 6, mode = "scan" })
     j:start(6)
     j:close()
-    for _, ctx in ipairs(ctxs) do
-      assert.are.same({}, ctx:validation_messages())
-      ctx:close()
-    end
+    close_clean(ctxs)
   end)
 
   it("k-NN shards and replicas on two logical devices give one device's bits", function()
@@ -168,9 +172,6 @@ describe("several devices", function()
     assert.is_false(ok)
     assert.truthy(diversity.message(e):find("layout 'rings': expected shards or replicas", 1, true))
     dt:close()
-    for _, ctx in ipairs(ctxs) do
-      assert.are.same({}, ctx:validation_messages())
-      ctx:close()
-    end
+    close_clean(ctxs)
   end)
 end)

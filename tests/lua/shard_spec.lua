@@ -27,8 +27,7 @@ describe("--shard and merge", function()
   local dir
 
   setup(function()
-    dir = H.tmpdir()
-    H.write(dir .. "/e.json", H.read(H.DATA_JSON))
+    dir = H.fortunes_dir()
   end)
 
   teardown(function() H.cleanup() end)
@@ -221,11 +220,7 @@ print("fnv1a32:%08x" % h)
 
   describe("refusals", function()
     -- A fresh copy of the input: a run refused before its work also leaves no fp16 cache.
-    local function fresh()
-      local d = H.tmpdir()
-      H.write(d .. "/e.json", H.read(H.DATA_JSON))
-      return d
-    end
+    local fresh = H.fortunes_dir
 
     it("bad --shard specs, before any work or file", function()
       local d = fresh()

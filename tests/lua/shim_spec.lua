@@ -387,8 +387,7 @@ describe("vk_compute shim", function()
   end)
 
   it("generate_similarity_matrix_gpu_parallel refuses an output_file that is the input", function()
-    local d = H.tmpdir()
-    H.write(d .. "/e.json", H.read(H.DATA_JSON))
+    local d = H.fortunes_dir()
     os.execute("ln -s e.json " .. H.q(d .. "/link.json"))
     local before = H.snapshot(d)
     for _, out in ipairs({ "e.json", "./e.json", "link.json" }) do
@@ -401,8 +400,7 @@ describe("vk_compute shim", function()
 
   it("generate_similarity_matrix_gpu_parallel reuses a cache only when its content checks out",
     function()
-      local d = H.tmpdir()
-      H.write(d .. "/e.json", H.read(H.DATA_JSON))
+      local d = H.fortunes_dir()
       local out = d .. "/r.json"
       local gen = vk.generate_similarity_matrix_gpu_parallel
       local p, n, reused = gen(d .. "/e.json", "m", false, 1, 3, out)
