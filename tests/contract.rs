@@ -172,12 +172,8 @@ fn host_gram_engine_on_every_start_of_300_centred_fortunes() {
 /// The hand-worked edge cases (tests/common) on the host engine, both recurrences.
 #[test]
 fn host_engine_edge_cases() {
-    let host = |mode: Mode| {
-        move |t: &Table, p: Precision, starts: &[u32]| {
-            let mut engine = Engine::host_only(t, p).unwrap();
-            run(&mut engine, starts, (starts.len(), 0), &options(mode, 0))
-        }
-    };
-    let (gram, scan) = (host(Mode::Gram), host(Mode::Scan));
-    common::edge_cases(&[("host gram", &gram), ("host scan", &scan)]);
+    common::edge_cases(&[Mode::Gram, Mode::Scan], |mode, t, p, starts| {
+        let mut engine = Engine::host_only(t, p).unwrap();
+        run(&mut engine, starts, (starts.len(), 0), &options(mode, 0))
+    });
 }

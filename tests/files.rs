@@ -35,6 +35,22 @@ fn expect_format(r: diversity::error::Result<Table>, path: &Path, words: &[&str]
     }
 }
 
+/// `text`, written to `name` in `dir`, is refused by the embeddings JSON reader with a message
+/// naming the file and holding every word of `words`.
+#[track_caller]
+fn json_refused(dir: &TempDir, name: &str, text: &[u8], words: &[&str]) {
+    let p = dir.file(name, text);
+    expect_format(load_embeddings_json(&p), &p, words);
+}
+
+/// A `.npy` file of header `dict` and `body`, written to `name` in `dir`, is refused by the
+/// `.npy` reader with a message naming the file and holding every word of `words`.
+#[track_caller]
+fn npy_refused(dir: &TempDir, name: &str, dict: &str, body: &[u8], words: &[&str]) {
+    let p = dir.file(name, &npy_bytes(dict, body));
+    expect_format(load_npy(&p), &p, words);
+}
+
 /// A minimal `.npy` v1 file with the given header dict and body.
 fn npy_bytes(dict: &str, body: &[u8]) -> Vec<u8> {
     let mut header = dict.to_string();
@@ -355,18 +371,20 @@ fn npy_bad_magic() {
 #[test]
 fn npy_wrong_rank() {
     let dir = TempDir::new("npyrank");
-    let b = npy_bytes(
+    npy_refused(
+        &dir,
+        "3d.npy",
         "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2, 2), }",
         &f32_bytes(&[0.0; 8]),
+        &["(2, 2, 2)", "3-D", "2-D"],
     );
-    let p = dir.file("3d.npy", &b);
-    expect_format(load_npy(&p), &p, &["(2, 2, 2)", "3-D", "2-D"]);
-    let b = npy_bytes(
+    npy_refused(
+        &dir,
+        "1d.npy",
         "{'descr': '<f4', 'fortran_order': False, 'shape': (8,), }",
         &f32_bytes(&[0.0; 8]),
+        &["(8,)", "1-D"],
     );
-    let p = dir.file("1d.npy", &b);
-    expect_format(load_npy(&p), &p, &["(8,)", "1-D"]);
 }
 
 #[test]
@@ -396,26 +414,29 @@ fn npy_unsupported_dtypes() {
 #[test]
 fn npy_fortran_order_truncated_trailing_and_empty() {
     let dir = TempDir::new("npymisc");
-    let b = npy_bytes(
+    npy_refused(
+        &dir,
+        "f.npy",
         "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }",
         &f32_bytes(&[0.0; 6]),
+        &["fortran_order", "C-order"],
     );
-    let p = dir.file("f.npy", &b);
-    expect_format(load_npy(&p), &p, &["fortran_order", "C-order"]);
 
-    let b = npy_bytes(
+    npy_refused(
+        &dir,
+        "trunc.npy",
         "{'descr': '<f2', 'fortran_order': False, 'shape': (2, 3), }",
         &[0u8; 11],
+        &["truncated", "12 bytes", "has 11"],
     );
-    let p = dir.file("trunc.npy", &b);
-    expect_format(load_npy(&p), &p, &["truncated", "12 bytes", "has 11"]);
 
-    let b = npy_bytes(
+    npy_refused(
+        &dir,
+        "long.npy",
         "{'descr': '<f2', 'fortran_order': False, 'shape': (2, 3), }",
         &[0u8; 13],
+        &["13 bytes", "trailing"],
     );
-    let p = dir.file("long.npy", &b);
-    expect_format(load_npy(&p), &p, &["13 bytes", "trailing"]);
 
     // Header length field pointing past the end of the file.
     let mut b = npy_bytes(
@@ -427,25 +448,28 @@ fn npy_fortran_order_truncated_trailing_and_empty() {
     let p = dir.file("hdr.npy", &b);
     expect_format(load_npy(&p), &p, &["truncated .npy header"]);
 
-    let b = npy_bytes(
+    npy_refused(
+        &dir,
+        "n0.npy",
         "{'descr': '<f4', 'fortran_order': False, 'shape': (0, 4), }",
         &[],
+        &["N = 0"],
     );
-    let p = dir.file("n0.npy", &b);
-    expect_format(load_npy(&p), &p, &["N = 0"]);
-    let b = npy_bytes(
+    npy_refused(
+        &dir,
+        "d0.npy",
         "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 0), }",
         &[],
+        &["D = 0"],
     );
-    let p = dir.file("d0.npy", &b);
-    expect_format(load_npy(&p), &p, &["D = 0"]);
 
-    let b = npy_bytes(
+    npy_refused(
+        &dir,
+        "garbled.npy",
         "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3 }",
         &[],
+        &["cannot parse .npy header"],
     );
-    let p = dir.file("garbled.npy", &b);
-    expect_format(load_npy(&p), &p, &["cannot parse .npy header"]);
 
     let mut b = npy_bytes(
         "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1), }",
@@ -463,12 +487,13 @@ fn npy_f16_infinity_names_the_row() {
         .iter()
         .flat_map(|h| h.to_le_bytes())
         .collect();
-    let b = npy_bytes(
+    npy_refused(
+        &dir,
+        "inf.npy",
         "{'descr': '<f2', 'fortran_order': False, 'shape': (2, 2), }",
         &halves,
+        &["row 1", "non-finite", "column 1"],
     );
-    let p = dir.file("inf.npy", &b);
-    expect_format(load_npy(&p), &p, &["row 1", "non-finite", "column 1"]);
 }
 
 #[test]
@@ -497,13 +522,10 @@ fn save_npy_f16_refuses_values_beyond_half_range() {
 #[test]
 fn json_malformed_gives_line_and_column() {
     let dir = TempDir::new("jsonbad");
-    let p = dir.file(
+    json_refused(
+        &dir,
         "e.json",
         b"{\"embeddings\": [\n  {\"embedding\": [1, 2,]}\n]}",
-    );
-    expect_format(
-        load_embeddings_json(&p),
-        &p,
         &["malformed JSON", "line 2", "column"],
     );
     let p = dir.file("trunc.json", b"{\"embeddings\": [{\"embedding\": [1, 2");
@@ -516,18 +538,22 @@ fn json_malformed_gives_line_and_column() {
 #[test]
 fn json_missing_embeddings() {
     let dir = TempDir::new("jsonnoemb");
-    let p = dir.file("e.json", br#"{"metadata": {}, "embedding": []}"#);
-    expect_format(load_embeddings_json(&p), &p, &["missing \"embeddings\""]);
-    let p = dir.file("arr.json", br#"[[1, 2], [3, 4]]"#);
-    expect_format(
-        load_embeddings_json(&p),
-        &p,
+    json_refused(
+        &dir,
+        "e.json",
+        br#"{"metadata": {}, "embedding": []}"#,
+        &["missing \"embeddings\""],
+    );
+    json_refused(
+        &dir,
+        "arr.json",
+        br#"[[1, 2], [3, 4]]"#,
         &["not an object", "\"embeddings\""],
     );
-    let p = dir.file("obj.json", br#"{"embeddings": {"0": [1, 2]}}"#);
-    expect_format(
-        load_embeddings_json(&p),
-        &p,
+    json_refused(
+        &dir,
+        "obj.json",
+        br#"{"embeddings": {"0": [1, 2]}}"#,
         &["\"embeddings\" is an object, not an array"],
     );
 }
@@ -535,14 +561,11 @@ fn json_missing_embeddings() {
 #[test]
 fn json_entry_missing_embedding() {
     let dir = TempDir::new("jsonnoe");
-    let p = dir.file(
+    json_refused(
+        &dir,
         "e.json",
         br#"{"embeddings": [{"poem_index": 0, "embedding": [1, 2]},
                             {"poem_index": 1, "vector": [1, 2]}]}"#,
-    );
-    expect_format(
-        load_embeddings_json(&p),
-        &p,
         &["embeddings[1]", "poem_index 1", "no \"embedding\""],
     );
 }
@@ -550,22 +573,16 @@ fn json_entry_missing_embedding() {
 #[test]
 fn json_non_numeric_value() {
     let dir = TempDir::new("jsonnan");
-    let p = dir.file(
+    json_refused(
+        &dir,
         "e.json",
         br#"{"embeddings": [{"embedding": [1, 2]}, {"embedding": [1, "NaN"]}]}"#,
-    );
-    expect_format(
-        load_embeddings_json(&p),
-        &p,
         &["embeddings[1].embedding[1]", "not a number", "NaN"],
     );
-    let p = dir.file(
+    json_refused(
+        &dir,
         "null.json",
         br#"{"embeddings": [{"embedding": [null, 2]}]}"#,
-    );
-    expect_format(
-        load_embeddings_json(&p),
-        &p,
         &["embeddings[0].embedding[0]", "null"],
     );
 }
@@ -574,10 +591,10 @@ fn json_non_numeric_value() {
 fn json_ragged_rows_name_the_row_and_lengths() {
     let dir = TempDir::new("jsonragged");
     let doc = json_entry_doc(&[&[1.0, 2.0, 3.0], &[4.0, 5.0, 6.0], &[7.0, 8.0]]);
-    let p = dir.file("e.json", doc.as_bytes());
-    expect_format(
-        load_embeddings_json(&p),
-        &p,
+    json_refused(
+        &dir,
+        "e.json",
+        doc.as_bytes(),
         &[
             "ragged",
             "embeddings[2]",
@@ -591,26 +608,23 @@ fn json_ragged_rows_name_the_row_and_lengths() {
 #[test]
 fn json_no_rows_and_no_dims() {
     let dir = TempDir::new("jsonempty");
-    let p = dir.file("n0.json", br#"{"metadata": {}, "embeddings": []}"#);
-    expect_format(load_embeddings_json(&p), &p, &["empty", "N = 0"]);
-    let p = dir.file(
-        "d0.json",
-        br#"{"embeddings": [{"poem_index": 0, "embedding": []}, {"poem_index": 1, "embedding": []}]}"#,
+    json_refused(
+        &dir,
+        "n0.json",
+        br#"{"metadata": {}, "embeddings": []}"#,
+        &["empty", "N = 0"],
     );
-    expect_format(load_embeddings_json(&p), &p, &["embeddings[0]", "D = 0"]);
+    json_refused(&dir, "d0.json", br#"{"embeddings": [{"poem_index": 0, "embedding": []}, {"poem_index": 1, "embedding": []}]}"#, &["embeddings[0]", "D = 0"]);
 }
 
 #[test]
 fn json_value_beyond_float32_names_the_row() {
     let dir = TempDir::new("jsonbig");
-    let p = dir.file(
+    json_refused(
+        &dir,
         "e.json",
         br#"{"embeddings": [{"poem_index": 0, "embedding": [1, 2]},
                             {"poem_index": 1, "embedding": [3, 1e39]}]}"#,
-    );
-    expect_format(
-        load_embeddings_json(&p),
-        &p,
         &["embeddings[1]", "poem_index 1", "embedding[1]", "float32"],
     );
     // Just inside the range is fine.
@@ -625,44 +639,37 @@ fn json_value_beyond_float32_names_the_row() {
 #[test]
 fn json_inconsistent_indices_and_ids() {
     let dir = TempDir::new("jsonidx");
-    let p = dir.file(
-        "dup.json",
-        br#"{"embeddings": [{"poem_index": 3, "embedding": [1]}, {"poem_index": 3, "embedding": [2]}]}"#,
-    );
-    expect_format(load_embeddings_json(&p), &p, &["duplicate poem_index 3"]);
-    let p = dir.file(
+    json_refused(&dir, "dup.json", br#"{"embeddings": [{"poem_index": 3, "embedding": [1]}, {"poem_index": 3, "embedding": [2]}]}"#, &["duplicate poem_index 3"]);
+    json_refused(
+        &dir,
         "mixed.json",
         br#"{"embeddings": [{"poem_index": 0, "embedding": [1]}, {"embedding": [2]}]}"#,
-    );
-    expect_format(
-        load_embeddings_json(&p),
-        &p,
         &["embeddings[1] has no poem_index"],
     );
-    let p = dir.file(
+    json_refused(
+        &dir,
         "neg.json",
         br#"{"embeddings": [{"poem_index": -1, "embedding": [1]}]}"#,
+        &["poem_index is -1"],
     );
-    expect_format(load_embeddings_json(&p), &p, &["poem_index is -1"]);
-    let p = dir.file(
+    json_refused(
+        &dir,
         "dupid.json",
         br#"{"embeddings": [{"id": "a", "embedding": [1]}, {"id": "a", "embedding": [2]}]}"#,
+        &["duplicate id \"a\""],
     );
-    expect_format(load_embeddings_json(&p), &p, &["duplicate id \"a\""]);
-    let p = dir.file(
+    json_refused(
+        &dir,
         "someid.json",
         br#"{"embeddings": [{"id": "a", "embedding": [1]}, {"embedding": [2]}]}"#,
-    );
-    expect_format(
-        load_embeddings_json(&p),
-        &p,
         &["embeddings[1] has neither id"],
     );
-    let p = dir.file(
+    json_refused(
+        &dir,
         "objid.json",
         br#"{"embeddings": [{"id": {"x": 1}, "embedding": [1]}]}"#,
+        &["id is an object"],
     );
-    expect_format(load_embeddings_json(&p), &p, &["id is an object"]);
 }
 
 #[test]

@@ -341,9 +341,7 @@ fn agreement_with_scan_is_reported_not_asserted() {
         starts.len(),
         &GramOptions::default(),
     );
-    let prefixes: Vec<usize> = a.iter().zip(&b).map(|(x, y)| common_prefix(x, y)).collect();
-    eprintln!("scan vs gram common prefixes on fortunes[..300]: {prefixes:?}");
-    assert!(prefixes.iter().all(|&p| p >= 1));
+    common::report_agreement("scan vs gram on fortunes[..300]", &a, &b);
     assert_clean(&ctx);
 }
 
@@ -394,26 +392,14 @@ fn top_k_chunks_and_progress() {
 #[test]
 fn edge_cases_n1_n2_zero_rows_duplicates() {
     let ctx = ctx();
-    let dev = &ctx;
-    let placed = |placement: Placement| {
-        move |t: &Table, p: Precision, starts: &[u32]| {
-            let o = GramOptions {
-                placement,
-                ..GramOptions::default()
-            };
-            run_gram(dev, t, p, starts, &o)
-        }
-    };
-    let (auto, registers, memory) = (
-        placed(Placement::Auto),
-        placed(Placement::Registers),
-        placed(Placement::Memory),
-    );
-    common::edge_cases(&[
-        ("default options", &auto),
-        ("registers", &registers),
-        ("memory", &memory),
-    ]);
+    let placements = [Placement::Auto, Placement::Registers, Placement::Memory];
+    common::edge_cases(&placements, |placement, t, p, starts| {
+        let o = GramOptions {
+            placement,
+            ..GramOptions::default()
+        };
+        run_gram(&ctx, t, p, starts, &o)
+    });
     assert_clean(&ctx);
 }
 

@@ -277,7 +277,7 @@ fn run_fixed(table: &Table, p: Precision, starts: &[u32], o: &GramOptions) -> Ve
     run(&fixed_gram(&dt), starts, starts.len(), o)
 }
 
-/// The cases worked by hand in tests/scan.rs, on fixed-point keys: N = 1 and 2, duplicates,
+/// The cases worked by hand (tests/common), on fixed-point keys: N = 1 and 2, duplicates,
 /// |c| = 0 (every key 0: the lowest index wins), zero rows (d = 1), both placements.
 #[test]
 fn fixed_keys_edge_cases_n1_n2_zero_rows_duplicates() {
@@ -285,39 +285,18 @@ fn fixed_keys_edge_cases_n1_n2_zero_rows_duplicates() {
     if !ctx.caps().float64 {
         return;
     }
-    let one = Table::new(vec![0.5, -1.0, 2.0], 1, 3).unwrap();
-    for p in [Precision::Fp32, Precision::Fp16] {
-        assert_eq!(
-            run_fixed(&one, p, &[0], &GramOptions::default()),
-            vec![vec![0]]
-        );
-    }
-    let two = Table::new(vec![1.0, 0.0, 0.0, 1.0], 2, 2).unwrap();
-    assert_eq!(
-        run_fixed(&two, Precision::Fp32, &[1, 0], &GramOptions::default()),
-        vec![vec![1, 0], vec![0, 1]]
-    );
-    let dup = Table::new(vec![1.0, 0.0, 0.0, 1.0, 0.0, 1.0, -1.0, 0.0], 4, 2).unwrap();
-    let zero = Table::new(vec![1.0, 0.0, 0.0, 0.0, 0.0, 1.0, -0.8, 0.6], 4, 2).unwrap();
-    for placement in [Placement::Registers, Placement::Memory] {
-        let o = GramOptions {
-            placement,
-            ..GramOptions::default()
-        };
-        assert_eq!(
-            run_fixed(&dup, Precision::Fp32, &[0], &o)[0],
-            vec![0, 3, 1, 2]
-        );
-        let s = run_fixed(&zero, Precision::Fp32, &[0, 1], &o);
-        assert_eq!(s[0], vec![0, 3, 1, 2]);
-        assert_eq!(s[1], vec![1, 0, 3, 2]);
-        for (st, seq) in [0u32, 1].iter().zip(&s) {
-            assert_eq!(
-                seq,
-                &diversity::reference::reference_sequence(&zero, *st, 3)
-            );
-        }
-    }
+    let placements = [Placement::Auto, Placement::Registers, Placement::Memory];
+    common::edge_cases(&placements, |placement, t, p, starts| {
+        run_fixed(
+            t,
+            p,
+            starts,
+            &GramOptions {
+                placement,
+                ..GramOptions::default()
+            },
+        )
+    });
     assert_clean(&ctx);
 }
 

@@ -207,37 +207,16 @@ fn uneven_weights_and_three_devices() {
                 };
                 let want = single(&ctxs[0], &table, p, &queries, &opts);
                 let what = format!("{} {weights:?} {opts:?}", p.name());
-                let (got, report) = IndexShards::knn_once(
-                    &ctxs,
-                    &table,
-                    p,
-                    queries.data(),
-                    12,
-                    &opts,
-                    Some(&weights[..]),
-                )
-                .unwrap();
+                let (q, w) = (queries.data(), Some(&weights[..]));
+                let (got, report) =
+                    IndexShards::knn_once(&ctxs, &table, p, q, 12, &opts, w).unwrap();
                 assert_same(&got, &want, &format!("shards {what}"));
-                assert_eq!(
-                    report.ranges,
-                    split_ranges(97, 3, Some(&weights[..])).unwrap()
-                );
+                assert_eq!(report.ranges, split_ranges(97, 3, w).unwrap());
                 assert_eq!(got.gpu_ns, *report.per_device_ns.iter().max().unwrap());
-                let (got, report) = IndexReplicas::knn_once(
-                    &ctxs,
-                    &table,
-                    p,
-                    queries.data(),
-                    12,
-                    &opts,
-                    Some(&weights[..]),
-                )
-                .unwrap();
+                let (got, report) =
+                    IndexReplicas::knn_once(&ctxs, &table, p, q, 12, &opts, w).unwrap();
                 assert_same(&got, &want, &format!("replicas {what}"));
-                assert_eq!(
-                    report.ranges,
-                    split_ranges(11, 3, Some(&weights[..])).unwrap()
-                );
+                assert_eq!(report.ranges, split_ranges(11, 3, w).unwrap());
             }
         }
     }

@@ -338,26 +338,15 @@ fn shards_of_other_tables_runs_or_edited_are_refused() {
         );
     };
     // Other content at the same path; a --center run.
-    refused(
-        "merge",
-        &[&a1[0], &other[0]],
-        &["b-2.json", "another table"],
-    );
-    refused(
-        "merge-graph",
-        &[&a1[1], &other[1]],
-        &["b-2.knn", "another table"],
-    );
-    refused(
-        "merge",
-        &[&a1[0], &centered[0]],
-        &["c-2.json", "another table"],
-    );
-    refused(
-        "merge-graph",
-        &[&a1[1], &centered[1]],
-        &["c-2.knn", "another table"],
-    );
+    for (b, tag) in [(&other, "b-2"), (&centered, "c-2")] {
+        let (json, knn) = (format!("{tag}.json"), format!("{tag}.knn"));
+        refused("merge", &[&a1[0], &b[0]], &[json.as_str(), "another table"]);
+        refused(
+            "merge-graph",
+            &[&a1[1], &b[1]],
+            &[knn.as_str(), "another table"],
+        );
+    }
     // Edited: a byte of the rankings or of the graph; a version 1 graph shard.
     let text = std::fs::read_to_string(&a2[0]).unwrap();
     let f = dir.file("edited.json", text.replacen("],\"", "] ,\"", 1).as_bytes());

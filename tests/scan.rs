@@ -5,7 +5,7 @@
 mod common;
 use common::{assert_clean, ctx, fortunes, random_table};
 use diversity::batch::StepReport;
-use diversity::reference::{check_sequence, common_prefix};
+use diversity::reference::check_sequence;
 use diversity::scan::run_scan;
 use diversity::{
     Context, ContextOptions, DeviceTable, Error, Precision, ScanJob, ScanKernel, ScanOptions,
@@ -216,10 +216,7 @@ fn agreement_between_precisions_is_reported_not_asserted() {
         &ScanOptions::default(),
     )
     .unwrap();
-    let prefixes: Vec<usize> = a.iter().zip(&b).map(|(x, y)| common_prefix(x, y)).collect();
-    eprintln!("fp32 vs fp16 common prefixes on fortunes[..300]: {prefixes:?}");
-    // Both start with their start; that much is the definition.
-    assert!(prefixes.iter().all(|&p| p >= 1));
+    common::report_agreement("fp32 vs fp16 on fortunes[..300]", &a, &b);
     assert_clean(&ctx);
 }
 
@@ -278,28 +275,17 @@ fn gpu_time_is_measured_when_timestamps_exist() {
 #[test]
 fn edge_cases_n1_n2_zero_rows_duplicates() {
     let ctx = ctx();
-    let dev = &ctx;
-    let default = |t: &Table, p: Precision, starts: &[u32]| {
-        run_scan(dev, t, p, starts, &ScanOptions::default())
-            .unwrap()
-            .0
-    };
-    let shape = |shape: Shape| {
-        move |t: &Table, p: Precision, starts: &[u32]| {
-            run_scan(dev, t, p, starts, &opts(shape, 1)).unwrap().0
-        }
-    };
-    let (untiled, tiled, per_tile) = (
-        shape(Shape::Untiled),
-        shape(Shape::Tiled),
-        shape(Shape::PerTile),
-    );
-    common::edge_cases(&[
-        ("default options", &default),
-        ("untiled, tile 1", &untiled),
-        ("tiled, tile 1", &tiled),
-        ("per tile, tile 1", &per_tile),
-    ]);
+    // The default options for every case; each shape at tile 1 for the duplicates and zero rows.
+    let shapes = [
+        None,
+        Some(Shape::Untiled),
+        Some(Shape::Tiled),
+        Some(Shape::PerTile),
+    ];
+    common::edge_cases(&shapes, |shape, t, p, starts| {
+        let o = shape.map_or_else(ScanOptions::default, |s| opts(s, 1));
+        run_scan(&ctx, t, p, starts, &o).unwrap().0
+    });
     assert_clean(&ctx);
 }
 

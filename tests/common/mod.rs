@@ -159,18 +159,18 @@ pub fn reseal(text: &str) -> String {
     String::from_utf8(b).unwrap()
 }
 
-/// A sequence engine as the shared checks call it: the full sequences of `starts` on `table`
-/// stored at the given precision, in `starts` order.
-pub type RunFn<'a> = &'a dyn Fn(&diversity::Table, diversity::Precision, &[u32]) -> Vec<Vec<u32>>;
-
 /// The edge cases every sequence engine must get right, worked by hand from the definition:
 /// N = 1 (both precisions), N = 2, duplicate rows with a zero centroid, and zero rows (d = 1;
 /// a zero start has c = 0, so every d = 1 and the lowest index wins), the last also against
-/// `reference_sequence`. `runs` are the engine's variants (shapes, placements): the first runs
-/// every case, each runs the duplicates.
-pub fn edge_cases(runs: &[(&str, RunFn)]) {
+/// `reference_sequence`. `run(v, table, precision, starts)` gives the full sequences of
+/// `starts` in the engine's variant `v` (a shape, a placement); the first of `variants` runs
+/// every case, each runs the duplicates and the zero rows.
+pub fn edge_cases<V: Copy + std::fmt::Debug>(
+    variants: &[V],
+    run: impl Fn(V, &diversity::Table, diversity::Precision, &[u32]) -> Vec<Vec<u32>>,
+) {
     use diversity::{Precision, Table};
-    let (_, first) = runs[0];
+    let first = |t: &Table, p: Precision, starts: &[u32]| run(variants[0], t, p, starts);
     // N = 1: the sequence is the start alone.
     let one = Table::new(vec![0.5, -1.0, 2.0], 1, 3).unwrap();
     for p in [Precision::Fp32, Precision::Fp16] {
@@ -185,25 +185,24 @@ pub fn edge_cases(runs: &[(&str, RunFn)]) {
     // Duplicates and |c| = 0: from 0, c = (1,0): d(1) = d(2) = 1, d(3) = 2 → 3; then c = (0,0):
     // every d = 1 → lowest index 1; then 2.
     let dup = Table::new(vec![1.0, 0.0, 0.0, 1.0, 0.0, 1.0, -1.0, 0.0], 4, 2).unwrap();
-    for (name, run) in runs {
+    for &v in variants {
         assert_eq!(
-            run(&dup, Precision::Fp32, &[0])[0],
+            run(v, &dup, Precision::Fp32, &[0])[0],
             vec![0, 3, 1, 2],
-            "{name}"
+            "{v:?}"
         );
     }
     // Rows 0 (1,0), 1 (0,0), 2 (0,1), 3 (-0.8,0.6). From 0: d(3) = 1.8 → 3; c = (0.2, 0.6):
     // d(1) = 1, d(2) = 1 - 0.6/0.632 = 0.051 → 1; then 2. From the zero row: c = 0, all d = 1 →
     // 0; then c = (1,0) → 3 (d 1.8); then only 2 is left.
     let zero = Table::new(vec![1.0, 0.0, 0.0, 0.0, 0.0, 1.0, -0.8, 0.6], 4, 2).unwrap();
-    let s = first(&zero, Precision::Fp32, &[0, 1]);
-    assert_eq!(s[0], vec![0, 3, 1, 2]);
-    assert_eq!(s[1], vec![1, 0, 3, 2]);
-    for (st, seq) in [0u32, 1].iter().zip(&s) {
-        assert_eq!(
-            seq,
-            &diversity::reference::reference_sequence(&zero, *st, 3)
-        );
+    for &v in variants {
+        let s = run(v, &zero, Precision::Fp32, &[0, 1]);
+        assert_eq!(s, vec![vec![0, 3, 1, 2], vec![1, 0, 3, 2]], "{v:?}");
+        for (st, seq) in [0u32, 1].iter().zip(&s) {
+            let want = diversity::reference::reference_sequence(&zero, *st, 3);
+            assert_eq!(seq, &want, "{v:?}");
+        }
     }
 }
 
@@ -225,6 +224,19 @@ pub fn for_random_oracle_tables(
             f(&table, &starts, precision);
         }
     }
+}
+
+/// The common prefixes of two runs' sequences (two engines, two precisions), reported as `what`
+/// and not asserted: floating-point ties may break either way. Both start with their start; that
+/// much is the definition.
+pub fn report_agreement(what: &str, a: &[Vec<u32>], b: &[Vec<u32>]) {
+    let prefixes: Vec<usize> = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| diversity::reference::common_prefix(x, y))
+        .collect();
+    eprintln!("{what} common prefixes: {prefixes:?}");
+    assert!(prefixes.iter().all(|&p| p >= 1), "{what}: {prefixes:?}");
 }
 
 /// Runs the test `name` of this test binary again in a child process with the environment

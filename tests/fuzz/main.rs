@@ -100,24 +100,23 @@ fn shrink(bytes: usize) {
     let _ = LIVE.try_with(|l| l.set(l.get().saturating_sub(bytes)));
 }
 
+/// An allocation of `layout` by `make`, counted while armed (one beyond [`HARD_CAP`] is refused).
+fn counted(layout: Layout, make: impl FnOnce() -> *mut u8) -> *mut u8 {
+    if armed() {
+        if layout.size() > HARD_CAP {
+            return std::ptr::null_mut();
+        }
+        grow(layout.size());
+    }
+    make()
+}
+
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if armed() {
-            if layout.size() > HARD_CAP {
-                return std::ptr::null_mut();
-            }
-            grow(layout.size());
-        }
-        System.alloc(layout)
+        counted(layout, || System.alloc(layout))
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if armed() {
-            if layout.size() > HARD_CAP {
-                return std::ptr::null_mut();
-            }
-            grow(layout.size());
-        }
-        System.alloc_zeroed(layout)
+        counted(layout, || System.alloc_zeroed(layout))
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         if armed() {
