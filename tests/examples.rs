@@ -20,6 +20,34 @@ fn data() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(DATA)
 }
 
+/// Runs `cmd` (an example, `what`), which must fail as a usage error: exit status 2, `words` on
+/// stderr, no panic. Returns its stderr.
+#[track_caller]
+fn usage_error(cmd: &mut Command, what: &str, words: &str) -> String {
+    let out = cmd.output().expect("run");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_run(
+        what,
+        (out.status.code().unwrap_or(-1), 2),
+        &err,
+        words,
+        &err,
+    );
+    err
+}
+
+/// A run of an example, `what`: its exit status `rc` is the one wanted, `text` (its stdout or
+/// stderr) holds `want`, and its stderr `err` shows no panic.
+#[track_caller]
+fn assert_run(what: &str, (rc, want_rc): (i32, i32), text: &str, want: &str, err: &str) {
+    assert_eq!(rc, want_rc, "{what}: exit status\nstderr {err}");
+    assert!(
+        text.contains(want),
+        "{what}: no {want:?} in {text}\nstderr {err}"
+    );
+    assert!(!err.contains("panicked"), "{what}: {err}");
+}
+
 /// Run `check --table DATA --seqs cache`: exit status, stdout, stderr.
 fn check(cache: &Path) -> (i32, String, String) {
     let out = Command::new(example("check"))
@@ -56,12 +84,8 @@ fn check_maps_id_keys_through_the_tables_ids() {
     let dir = TempDir::new("check-ids");
     let cache = id_cache(&dir, &[0, 17, 299], 5);
     let (rc, out, err) = check(&cache);
-    assert_eq!(rc, 0, "stdout {out}\nstderr {err}");
-    assert!(
-        out.contains("ok: 3 sequences, 15 steps checked"),
-        "stdout {out}\nstderr {err}"
-    );
-    assert!(!err.contains("panicked"), "{err}");
+    let want = "ok: 3 sequences, 15 steps checked";
+    assert_run("check", (rc, 0), &out, want, &err);
 }
 
 #[test]
@@ -110,9 +134,7 @@ fn check_fails_on_a_key_the_table_does_not_have() {
         ),
     ] {
         let (rc, out, err) = check(&dir.file(name, text.as_bytes()));
-        assert_eq!(rc, 1, "{name}: stdout {out}\nstderr {err}");
-        assert!(err.contains(word), "{name}: {err}");
-        assert!(!err.contains("panicked"), "{name}: {err}");
+        assert_run(name, (rc, 1), &err, word, &format!("{err}\nstdout {out}"));
     }
 }
 
@@ -120,20 +142,12 @@ fn check_fails_on_a_key_the_table_does_not_have() {
 /// + 64` once ran with a capacity of 64.
 #[test]
 fn bench_refuses_a_capacity_past_32_bits() {
-    let out = Command::new(example("bench"))
-        .args(["--table"])
-        .arg(data())
-        .args(["--capacity", "4294967360", "--quick"])
-        .output()
-        .expect("run examples/bench");
-    let err = String::from_utf8_lossy(&out.stderr);
+    let mut cmd = Command::new(example("bench"));
+    cmd.arg("--table").arg(data());
+    cmd.args(["--capacity", "4294967360", "--quick"]);
     // A value the parser refuses: a usage error, exit status 2.
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains("--capacity 4294967360: at most 2^32 - 1"),
-        "{err}"
-    );
-    assert!(!err.contains("panicked"), "{err}");
+    let want = "--capacity 4294967360: at most 2^32 - 1";
+    usage_error(&mut cmd, "bench --capacity", want);
 }
 
 /// Every example answers `--help` with its usage on stdout and exit status 0, and an unknown
@@ -170,13 +184,8 @@ fn every_example_has_help_and_usage_errors() {
             if name == "bench_knn" && args[1..].contains(&"--center=1") {
                 continue; // bench_knn has no --center
             }
-            let out = Command::new(example(name))
-                .args(args)
-                .output()
-                .expect("run");
-            let err = String::from_utf8_lossy(&out.stderr);
-            assert_eq!(out.status.code(), Some(2), "{name} {args:?}: {err}");
-            assert!(err.contains(words), "{name} {args:?}: {err}");
+            let what = format!("{name} {args:?}");
+            let err = usage_error(Command::new(example(name)).args(args), &what, words);
             assert!(
                 err.contains("--help lists the options"),
                 "{name} {args:?}: {err}"
@@ -343,16 +352,9 @@ fn examples_refuse_meaningless_numbers() {
             "--refine 0: must be at least 1",
         ),
     ] {
-        let out = Command::new(example(name))
-            .current_dir(dir.path(""))
-            .arg("--table")
-            .arg(data())
-            .args(args)
-            .output()
-            .expect("run");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{name} {args:?}: {err}");
-        assert!(err.contains(words), "{name} {args:?}: {err}");
+        let mut cmd = Command::new(example(name));
+        cmd.current_dir(dir.path("")).arg("--table").arg(data());
+        usage_error(cmd.args(args), &format!("{name} {args:?}"), words);
     }
     assert!(dir.entries().is_empty(), "{:?}", dir.entries());
 }

@@ -483,12 +483,7 @@ fn resume_from_a_prefix_is_bit_identical() {
         let mut whole = GramJob::new(&gram, &starts, &o).unwrap();
         whole.run().unwrap();
         let want = whole.sequences_flat().unwrap();
-        let mut first = GramJob::new(&gram, &starts, &o).unwrap();
-        first.step(25).unwrap();
-        let have = first.sequence_len();
-        let prefixes = first.sequence_columns(0, have).unwrap();
-        drop(first);
-        let mut rest = GramJob::resume(&gram, &starts, &prefixes, have, &o).unwrap();
+        let mut rest = common::gram_resumed_after(&gram, &starts, &o, 25);
         assert_eq!(rest.steps_done(), 25);
         rest.run().unwrap();
         assert_eq!(

@@ -8,7 +8,7 @@ mod common;
 use common::{assert_clean, clusters, ctx, fortunes, random_table};
 use diversity::gram::GramBuild;
 use diversity::reference::check_sequence;
-use diversity::{DeviceTable, Gram, GramJob, GramOptions, Placement, Precision, Table};
+use diversity::{Context, DeviceTable, Gram, GramJob, GramOptions, Placement, Precision, Table};
 
 const EPS: f64 = 1e-5;
 
@@ -29,13 +29,22 @@ fn worst(stored: &Table, starts: &[u32], seqs: &[Vec<u32>]) -> f64 {
     w
 }
 
+/// A context whose shaders have float64 (fixed-point keys need it); `None`, said on stderr, on a
+/// device without.
+fn float64_ctx() -> Option<Context> {
+    let ctx = ctx();
+    if ctx.caps().float64 {
+        return Some(ctx);
+    }
+    eprintln!("no float64 in shaders on this device: fixed-point keys untested");
+    None
+}
+
 #[test]
 fn fixed_keys_hold_the_oracle_on_near_duplicates_and_real_data() {
-    let ctx = ctx();
-    if !ctx.caps().float64 {
-        eprintln!("no float64 in shaders on this device: fixed-point keys untested");
+    let Some(ctx) = float64_ctx() else {
         return;
-    }
+    };
     let table = clusters(100, 12, 1024);
     let starts: Vec<u32> = vec![0, 600, 1199];
     let dt = DeviceTable::upload(&ctx, &table, Precision::Fp32).unwrap();
@@ -74,10 +83,9 @@ fn fixed_keys_hold_the_oracle_on_near_duplicates_and_real_data() {
 
 #[test]
 fn fixed_keys_same_bits_across_shapes_and_resume() {
-    let ctx = ctx();
-    if !ctx.caps().float64 {
+    let Some(ctx) = float64_ctx() else {
         return;
-    }
+    };
     // A common component: the running sum grows with the sequence, so the keys rescale. N = 301:
     // G's rows are padded to 304 entries, and in registers the last run of four holds one item.
     let raw = random_table(301, 48, 5);
@@ -197,24 +205,14 @@ fn fixed_keys_same_bits_across_shapes_and_resume() {
         chunk: 9,
         ..refresh.clone()
     };
-    let mut first = GramJob::new(&gram, &starts, &o).unwrap();
-    first.step(100).unwrap();
-    let have = first.sequence_len();
-    let prefixes = first.sequence_columns(0, have).unwrap();
-    drop(first);
-    let mut rest = GramJob::resume(&gram, &starts, &prefixes, have, &o).unwrap();
+    let mut rest = common::gram_resumed_after(&gram, &starts, &o, 100);
     rest.run().unwrap();
     assert_eq!(rest.sequences().unwrap(), rbase, "refresh, resume");
     let o = GramOptions {
         chunk: 9,
         ..GramOptions::default()
     };
-    let mut first = GramJob::new(&gram, &starts, &o).unwrap();
-    first.step(130).unwrap();
-    let have = first.sequence_len();
-    let prefixes = first.sequence_columns(0, have).unwrap();
-    drop(first);
-    let mut rest = GramJob::resume(&gram, &starts, &prefixes, have, &o).unwrap();
+    let mut rest = common::gram_resumed_after(&gram, &starts, &o, 130);
     rest.run().unwrap();
     assert_eq!(rest.sequences().unwrap(), base, "resume");
     assert_clean(&ctx);
@@ -225,10 +223,9 @@ fn fixed_keys_same_bits_across_shapes_and_resume() {
 /// first), the same bits in every shape, and the oracle holds.
 #[test]
 fn fixed_keys_settle_wide_bands_of_duplicates() {
-    let ctx = ctx();
-    if !ctx.caps().float64 {
+    let Some(ctx) = float64_ctx() else {
         return;
-    }
+    };
     let d = 24;
     let raw = random_table(120, d, 9);
     let mut data = Vec::new();
@@ -281,10 +278,9 @@ fn run_fixed(table: &Table, p: Precision, starts: &[u32], o: &GramOptions) -> Ve
 /// |c| = 0 (every key 0: the lowest index wins), zero rows (d = 1), both placements.
 #[test]
 fn fixed_keys_edge_cases_n1_n2_zero_rows_duplicates() {
-    let ctx = ctx();
-    if !ctx.caps().float64 {
+    let Some(ctx) = float64_ctx() else {
         return;
-    }
+    };
     let placements = [Placement::Auto, Placement::Registers, Placement::Memory];
     common::edge_cases(&placements, |placement, t, p, starts| {
         run_fixed(

@@ -286,6 +286,15 @@ fn fp16_bin_round_trip() {
     );
 }
 
+/// A new directory (named after `tag`) holding e.bin: `sample(4, 3)` saved in `space` with the
+/// source checksum `source`. Returns the directory and the file's path.
+fn sample_bin(tag: &str, space: &str, source: &str) -> (TempDir, PathBuf) {
+    let dir = TempDir::new(tag);
+    let out = dir.path("e.bin");
+    save_fp16_bin(&out, &sample(4, 3), space, source).unwrap();
+    (dir, out)
+}
+
 #[test]
 fn fp16_bin_out_of_range_is_refused() {
     let dir = TempDir::new("fp16-range");
@@ -301,15 +310,7 @@ fn fp16_bin_out_of_range_is_refused() {
 
 #[test]
 fn fp16_bin_stale_or_foreign_is_refused() {
-    let dir = TempDir::new("fp16-stale");
-    let out = dir.path("e.bin");
-    save_fp16_bin(
-        &out,
-        &sample(4, 3),
-        "mean-centered-v1",
-        "fnv1a64:00000000000000aa",
-    )
-    .unwrap();
+    let (_dir, out) = sample_bin("fp16-stale", "mean-centered-v1", "fnv1a64:00000000000000aa");
     let p = out.display().to_string();
     expect_err(
         load_fp16_bin(&out, Some(("mean-centered-v1", "fnv1a64:00000000000000bb"))),
@@ -332,9 +333,7 @@ fn fp16_bin_stale_or_foreign_is_refused() {
 
 #[test]
 fn fp16_bin_size_mismatch_is_refused() {
-    let dir = TempDir::new("fp16-size");
-    let out = dir.path("e.bin");
-    save_fp16_bin(&out, &sample(4, 3), "raw", "x").unwrap();
+    let (_dir, out) = sample_bin("fp16-size", "raw", "x");
     let bytes = std::fs::read(&out).unwrap();
     std::fs::write(&out, &bytes[..bytes.len() - 2]).unwrap();
     let p = out.display().to_string();
@@ -353,10 +352,8 @@ fn fp16_bin_size_mismatch_is_refused() {
 /// write none) but not for a cache this crate wrote (`expect`), which is then regenerated.
 #[test]
 fn fp16_bin_edited_or_replaced_is_refused() {
-    let dir = TempDir::new("fp16-edited");
-    let out = dir.path("e.bin");
+    let (dir, out) = sample_bin("fp16-edited", "raw", "fnv1a64:00000000000000aa");
     let other = dir.path("other.bin");
-    save_fp16_bin(&out, &sample(4, 3), "raw", "fnv1a64:00000000000000aa").unwrap();
     let mut shifted = sample(4, 3).data().to_vec();
     shifted[5] += 1.0;
     let shifted = Table::new(shifted, 4, 3).unwrap();
@@ -419,9 +416,7 @@ fn fp16_bin_edited_or_replaced_is_refused() {
 
 #[test]
 fn fp16_bin_missing_or_bad_sidecar_is_refused() {
-    let dir = TempDir::new("fp16-side");
-    let out = dir.path("e.bin");
-    save_fp16_bin(&out, &sample(4, 3), "raw", "x").unwrap();
+    let (dir, out) = sample_bin("fp16-side", "raw", "x");
     let side = fp16_bin_sidecar(&out);
     let good = std::fs::read(&side).unwrap();
     std::fs::remove_file(&side).unwrap();

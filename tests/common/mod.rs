@@ -315,6 +315,22 @@ pub fn gram_rows(
     out
 }
 
+/// A gram job of `starts` on `gram` with `o`, stopped after `steps` steps, and a new job resumed
+/// from the sequences it had (not run yet).
+pub fn gram_resumed_after(
+    gram: &diversity::Gram,
+    starts: &[u32],
+    o: &diversity::GramOptions,
+    steps: usize,
+) -> diversity::GramJob {
+    let mut first = diversity::GramJob::new(gram, starts, o).unwrap();
+    first.step(steps).unwrap();
+    let have = first.sequence_len();
+    let prefixes = first.sequence_columns(0, have).unwrap();
+    drop(first);
+    diversity::GramJob::resume(gram, starts, &prefixes, have, o).unwrap()
+}
+
 /// Whether the shaders were built with the preprocessor knob `knob` (`DIVERSITY_SHADER_DEFINES`
 /// at build time, as build.rs reads it: `NAME` or `NAME=VALUE`, separated by spaces or commas).
 pub fn built_with(knob: &str) -> bool {

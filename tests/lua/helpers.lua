@@ -312,7 +312,8 @@ end
 
 -- Corrupt and foreign index files (a byte changed, another file, a truncated one) are refused by
 -- diversity[loader] naming the file, and no file is changed; `ext` names the files, `magic` and
--- `kind` ("IVF", "IVF-PQ") are the format's.
+-- `kind` ("IVF", "IVF-PQ") are the format's. Then `ix` is closed and `ctx` must have no
+-- validation messages (the end of an index spec's round-trip test).
 function H.corrupt_index_files(ctx, ix, loader, dir, ext, magic, kind)
   local assert = require "luassert"
   local load = diversity[loader]
@@ -328,6 +329,8 @@ function H.corrupt_index_files(ctx, ix, loader, dir, ext, magic, kind)
   H.write(bad, bytes:sub(1, #bytes - 4))
   H.assert_error("truncated or not an " .. kind .. " index", load, ctx, bad)
   assert.are.equal(bytes, H.read(good))
+  ix:close()
+  H.assert_no_validation(ctx)
 end
 
 --- Names in `dir` that look like a writer's temporary file for `name` (`.<name>.tmp-*`).
