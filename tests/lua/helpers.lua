@@ -255,6 +255,22 @@ function H.fortunes_dir()
   return dir
 end
 
+--- In a describe block: before its tests, the first `n` bundled fortunes written to a fresh
+-- directory's `e.json` and, unless `load` is false, loaded; `set(dir, path, t)` receives them.
+-- The table is closed after the block.
+function H.fortunes_fixture(setup, teardown, n, set, load)
+  local t
+  setup(function()
+    local dir = H.tmpdir()
+    H.first_fortunes(dir .. "/e.json", n)
+    if load ~= false then t = diversity.load(dir .. "/e.json") end
+    set(dir, dir .. "/e.json", t)
+  end)
+  teardown(function()
+    if t then t:close() end
+  end)
+end
+
 --- `a` with the values of `extra` (may be nil) appended: a command line and its extra flags.
 function H.extend(a, extra)
   for _, x in ipairs(extra or {}) do a[#a + 1] = x end

@@ -21,16 +21,7 @@ end
 
 describe("host engine", function()
   local dir, t
-
-  setup(function()
-    dir = H.tmpdir()
-    H.first_fortunes(dir .. "/e.json", 160)
-    t = diversity.load(dir .. "/e.json")
-  end)
-
-  teardown(function()
-    if t then t:close() end
-  end)
+  H.fortunes_fixture(setup, teardown, 160, function(d, _, tt) dir, t = d, tt end)
 
   it("is named host or chosen by default on a CPU-only machine; lavapipe stays selectable", function()
     local h = diversity.open { device = "host" }

@@ -9,17 +9,8 @@ local H = require "helpers"
 local DEVICES = { os.getenv("DIVERSITY_DEVICE") or "0", "host" }
 
 describe("sequencer", function()
-  local dir, t
-
-  setup(function()
-    dir = H.tmpdir()
-    H.first_fortunes(dir .. "/e.json", 120)
-    t = diversity.load(dir .. "/e.json")
-  end)
-
-  teardown(function()
-    if t then t:close() end
-  end)
+  local t
+  H.fortunes_fixture(setup, teardown, 120, function(_, _, tt) t = tt end)
 
   for _, device in ipairs(DEVICES) do
     for _, mode in ipairs({ "gram", "scan" }) do
@@ -96,12 +87,7 @@ end)
 
 describe("diversity query", function()
   local dir, emb
-
-  setup(function()
-    dir = H.tmpdir()
-    emb = dir .. "/e.json"
-    H.first_fortunes(emb, 90)
-  end)
+  H.fortunes_fixture(setup, teardown, 90, function(d, path) dir, emb = d, path end, false)
 
   it("writes nothing beside its input", function()
     local before = H.snapshot(dir)
