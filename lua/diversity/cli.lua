@@ -20,6 +20,7 @@ local function usage()
     "usage: diversity --embeddings FILE --out FILE [options]",
     "       diversity merge --out FILE SHARD.json...   (the shards of one --shard run, any order)",
     "       diversity query --embeddings FILE --start ID [--k K]   (see diversity query --help)",
+    "       diversity update --cache OLD.json --embeddings NEW --out FILE   (rows appended to OLD's table)",
     "",
     "Computes a diversity sequence from every start and writes them as one JSON cache. With",
     "fp16 it caches the converted table as <name>.<space>.fp16.bin (+ .json, .ids.json) beside",
@@ -195,7 +196,52 @@ local function run_query(opts)
   if not ok then error(err, 0) end
 end
 
+-- `update --cache OLD [the main command's flags]`: the main flags, and --cache.
+local function parse_update(argv)
+  local rest, cache, i = {}, nil, 2
+  while i <= #argv do
+    local a = argv[i]
+    local inline = a:match("^%-%-cache=(.*)$")
+    if inline then cache = inline
+    elseif a == "--cache" then
+      i = i + 1
+      cache = argv[i]
+      if cache == nil then usage_error("update: --cache needs a value") end
+    else rest[#rest + 1] = a end
+    i = i + 1
+  end
+  local o = parse(rest)
+  o.cache = cache
+  return o
+end
+
+local function update_usage()
+  return table.concat({
+    "usage: diversity update --cache OLD.json --embeddings NEW --out FILE [options]",
+    "",
+    "Writes the cache the main command writes for NEW, where NEW is the table of OLD.json with",
+    "rows appended (checked against the table checksum OLD.json records): the new starts'",
+    "sequences, and each old sequence recomputed only from the first step at which an appended",
+    "row could be picked. A centred cache is refused (appended rows move the mean). The options",
+    "are the main command's (see diversity --help); precision and --top-k default to the cache's.",
+  }, "\n")
+end
+
 local ok, err = pcall(function()
+  if arg[1] == "update" then
+    local opts = parse_update(arg)
+    if opts.help then io.stdout:write(update_usage(), "\n"); return end
+    if not opts.cache then usage_error("update: --cache OLD.json is required") end
+    local missing = options.missing(opts)
+    if missing then usage_error(missing) end
+    local r = require("diversity.update").run(opts)
+    local u = r.update
+    io.stdout:write(("%s: %s mode, %d rows (%d appended): %d old sequences kept, %d recomputed, " ..
+      "%d new; %d of %d steps computed (%.1f%%) in %.3f s -> %s\n"):format(r.device, r.mode,
+      u.new_n, u.new_n - u.old_n, u.kept, u.recomputed, u.new_starts, u.steps_computed,
+      u.steps_total, 100 * u.steps_computed / math.max(1, u.steps_total), r.gpu_ns / 1e9, opts.out))
+    return
+  end
   if arg[1] == "query" then
     local opts = parse_query(arg)
     if opts.help then io.stdout:write(query_usage(), "\n"); return end

@@ -372,6 +372,8 @@ local function open_outputs(p, held)
     -- of one table.
     meta.shard_table_checksum = diversity.table_checksum(t, opts.precision)
   end
+  -- The table as stored (values and ids), which `diversity update` checks a grown table against.
+  meta.table_checksum = diversity.table_checksum(t, opts.precision)
   p.summation = meta.summation
   local ok_w, writer = pcall(diversity.json_cache_writer, opts.out, meta, t:ids())
   if not ok_w then error(diversity.message(writer), 0) end
@@ -429,15 +431,18 @@ end
 -- "untiled", "tiled" or "per-tile"; candidates per tile, default from the device's L2), chunk
 -- (steps per submission instead of sizing them to target_s), cache_dir (where the fp16
 -- conversion is cached instead of beside the input). Returns a summary table
--- (with `mode`, the engine used, and `mode_reason`, why).
-function M.run(opts)
+-- (with `mode`, the engine used, and `mode_reason`, why). `how` (optional, for `diversity update`):
+-- `how.check(p)` runs after the engine is chosen and before any output is opened, `how.compute(p)`
+-- replaces the batches (p: opts, t, devs, mode, steps, starts, writer, bin, phases).
+function M.run(opts, how)
   local p = plan(opts)
   local held = holder()
   local ok, r = pcall(function()
     open_inputs(p, held)
     choose_engine(p)
+    if how and how.check then how.check(p) end
     open_outputs(p, held)
-    return finish(p, compute(p), held)
+    return finish(p, (how and how.compute or compute)(p), held)
   end)
   held.close()
   if not ok then error(r, 0) end

@@ -547,6 +547,13 @@ function DeviceTable:resume_job(t, starts, prefixes, len, opts) end
 ---@param opts? diversity.SequencerOptions
 ---@return diversity.Sequencer
 function DeviceTable:sequencer(opts) end
+---@param t diversity.Table
+---@param n_old integer
+---@param rows string
+---@param len integer
+---@param opts? diversity.JobOptions
+---@return string rows, table report
+function DeviceTable:grow(t, n_old, rows, len, opts) end
 ---@param queries diversity.Table
 ---@param opts? diversity.KnnOptions
 ---@return diversity.KnnResult

@@ -167,7 +167,7 @@ pub(super) fn int_list(call: &str, what: &str, t: &LuaTable) -> LuaResult<Vec<u3
 }
 
 /// Little-endian uint32 rows from a binary string, checking the size.
-fn u32_rows(call: &str, b: &[u8], rows: usize, len: usize) -> LuaResult<Vec<u32>> {
+pub(super) fn u32_rows(call: &str, b: &[u8], rows: usize, len: usize) -> LuaResult<Vec<u32>> {
     // Checked: rows × len × 4 wrapping to the string's length would accept it.
     if rows.checked_mul(len).and_then(|v| v.checked_mul(4)) != Some(b.len()) {
         return Err(msg(

@@ -114,6 +114,26 @@ impl UserData for LDeviceTable {
             let call = "device_table:sequencer";
             super::sequencer::new(call, this.get_mut(call)?, &o)
         });
+        // Every start's sequences after rows were appended, from the old table's (see
+        // `sequencer.rs`, `crate::grow`).
+        m.add_method_mut(
+            "grow",
+            |lua,
+             this,
+             (table, n_old, rows, len, o): (
+                LuaAnyUserData,
+                Value,
+                LuaString,
+                Value,
+                Option<LuaTable>,
+            )| {
+                let call = "device_table:grow";
+                let host = table.borrow::<LTable>()?;
+                let t = host.get(call)?;
+                let e = this.get_mut(call)?;
+                super::sequencer::grow(lua, call, e, t, (&n_old, &rows, &len, &o))
+            },
+        );
         super::knn::add_device_table_methods(m);
         Handle::add_close(m);
     }

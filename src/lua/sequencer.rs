@@ -34,6 +34,38 @@ fn k_of(call: &str, k: &Value) -> LuaResult<usize> {
     }
 }
 
+/// `dtable:grow(t, n_old, rows, len, opts)`: every start's sequence over this table (`t`, the
+/// table it was uploaded from) from the old cache's `rows` (a binary string of little-endian
+/// uint32: every start 0..n_old in order, `len` entries each, computed with `opts` on `t`'s first
+/// `n_old` rows). Returns the new rows (a binary string, every start in order) and a report
+/// {old_n, new_n, kept, recomputed, new_starts, steps_computed, steps_total, jobs}.
+pub(super) fn grow<'l>(
+    lua: &'l Lua,
+    call: &str,
+    e: &mut Engine,
+    t: &crate::table::Table,
+    (n_old, rows, len, o): (&Value, &LuaString, &Value, &Option<LuaTable>),
+) -> LuaResult<(LuaString, LuaTable)> {
+    let n_old = int(call, "n_old", n_old)? as usize;
+    let len = int(call, "len", len)? as usize;
+    let rows = super::args::u32_rows(call, &rows.as_bytes(), n_old, len)?;
+    let opts = job_options(call, o)?;
+    let (out, r) = crate::grow::grow(e, t, n_old, &rows, len, &opts).lua_ctx(call)?;
+    let report = lua.create_table()?;
+    report.set("old_n", r.old_n)?;
+    report.set("new_n", r.new_n)?;
+    report.set("kept", r.kept)?;
+    report.set("recomputed", r.recomputed)?;
+    report.set("new_starts", r.new_starts)?;
+    report.set("steps_computed", r.steps_computed)?;
+    report.set("steps_total", r.steps_total)?;
+    report.set("jobs", r.jobs)?;
+    Ok((
+        lua.create_string(bytemuck::cast_slice::<u32, u8>(&out))?,
+        report,
+    ))
+}
+
 impl UserData for LSequencer {
     fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
         // The sequence from `start` (0-based), its first k steps: a Lua array of k + 1 ids

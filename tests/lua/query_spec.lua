@@ -176,3 +176,89 @@ describe("diversity query", function()
     assert.are.equal(0, rc, err)
   end)
 end)
+
+describe("diversity update", function()
+  local dir
+  local EPOCH = "SOURCE_DATE_EPOCH=1700000000"
+
+  setup(function()
+    dir = H.tmpdir()
+    H.first_fortunes(dir .. "/old.json", 140)
+    H.first_fortunes(dir .. "/new.json", 143)
+    H.first_fortunes(dir .. "/other.json", 145)
+  end)
+
+  local function run(args)
+    return H.cli(args, EPOCH)
+  end
+
+  -- The old cache, a fresh run on the new table and the update, with `extra` flags: the update's
+  -- JSON and binary caches are the fresh run's bytes.
+  local function same_as_fresh(extra, new)
+    new = new or dir .. "/new.json"
+    local old, fresh, up = dir .. "/old-cache.json", dir .. "/fresh.json", dir .. "/up.json"
+    local rc, _, err = run(H.extend({ "--embeddings", dir .. "/old.json", "--out", old, "--quiet" }, extra))
+    assert.are.equal(0, rc, err)
+    rc, _, err = run(H.extend({ "--embeddings", new, "--out", fresh, "--binary", fresh .. ".u32",
+      "--quiet" }, extra))
+    assert.are.equal(0, rc, err)
+    local out
+    rc, out, err = run(H.extend({ "update", "--cache", old, "--embeddings", new, "--out", up,
+      "--binary", up .. ".u32", "--quiet" }, extra))
+    assert.are.equal(0, rc, err)
+    assert.are.equal(H.read(fresh), H.read(up), table.concat(extra, " "))
+    assert.are.equal(H.read(fresh .. ".u32"), H.read(up .. ".u32"), table.concat(extra, " "))
+    for _, f in ipairs({ fresh, fresh .. ".u32", up, up .. ".u32" }) do os.remove(f) end
+    return out
+  end
+
+  for _, extra in ipairs({ { "--top-k", "7" }, { "--top-k", "7", "--precision", "fp32", "--mode", "scan" },
+      {}, { "--device", "host", "--top-k", "20" }, { "--device", "host" } }) do
+    it("writes a fresh run's bytes, " .. table.concat(extra, " "), function()
+      local out = same_as_fresh(extra)
+      assert.truthy(out:find("(3 appended)", 1, true), out)
+      assert.truthy(out:find("3 new", 1, true), out)
+    end)
+  end
+
+  it("refuses what it cannot update, naming why, and writes nothing", function()
+    local old = dir .. "/old-cache.json"
+    local rc, _, err = run({ "--embeddings", dir .. "/old.json", "--out", old, "--quiet", "--top-k", "5" })
+    assert.are.equal(0, rc, err)
+    local centred = dir .. "/centred-cache.json"
+    rc, _, err = run({ "--embeddings", dir .. "/old.json", "--out", centred, "--quiet", "--top-k", "5", "--center" })
+    assert.are.equal(0, rc, err)
+    -- A table that is not the old one with rows appended: one value of an old row changed.
+    local shuffled = dir .. "/shuffled.json"
+    local e = diversity.json_decode(H.read(dir .. "/new.json"))
+    e.embeddings[2].embedding[5] = e.embeddings[2].embedding[5] + 0.01
+    H.write(shuffled, diversity.json_encode(e))
+    -- A cache from before table checksums: the field removed.
+    local legacy = dir .. "/legacy.json"
+    H.write(legacy, (H.read(old):gsub('"table_checksum":"[^"]*",?', "")))
+    local before = H.snapshot(dir)
+    local out = dir .. "/up.json"
+    local cases = {
+      { { "--cache", centred, "--embeddings", dir .. "/new.json" }, "move the column mean" },
+      { { "--cache", old, "--embeddings", dir .. "/new.json", "--center" }, "move the column mean" },
+      { { "--cache", old, "--embeddings", shuffled }, "are not the cache's table" },
+      { { "--cache", old, "--embeddings", dir .. "/old.json" }, "no rows appended" },
+      { { "--cache", old, "--embeddings", dir .. "/new.json", "--top-k", "9" }, "--top-k" },
+      { { "--cache", old, "--embeddings", dir .. "/new.json", "--precision", "fp32" }, "computed at fp16" },
+      { { "--cache", legacy, "--embeddings", dir .. "/new.json" }, "records no table checksum" },
+      { { "--cache", dir .. "/new.json", "--embeddings", dir .. "/new.json" }, "not a diversity cache" },
+      { { "--cache", dir .. "/absent.json", "--embeddings", dir .. "/new.json" }, "absent.json" },
+    }
+    for _, c in ipairs(cases) do
+      local args = H.extend({ "update", "--out", out, "--quiet" }, c[1])
+      rc, _, err = run(args)
+      assert.are.equal(1, rc, table.concat(args, " "))
+      assert.truthy(err:find(c[2], 1, true), err)
+    end
+    rc, _, err = run({ "update", "--embeddings", dir .. "/new.json", "--out", out })
+    assert.are.equal(2, rc)
+    assert.truthy(err:find("--cache OLD.json is required", 1, true), err)
+    -- Nothing written or changed (the fp16 conversion caches of the runs above were already there).
+    assert.are.same(before, H.snapshot(dir))
+  end)
+end)
