@@ -39,8 +39,8 @@ fn k_of(call: &str, k: &Value) -> LuaResult<usize> {
 /// uint32: every start 0..n_old in order, `len` entries each, computed with `opts` on `t`'s first
 /// `n_old` rows). Returns the new rows (a binary string, every start in order) and a report
 /// {old_n, new_n, kept, recomputed, new_starts, steps_computed, steps_total, jobs}.
-pub(super) fn grow<'l>(
-    lua: &'l Lua,
+pub(super) fn grow(
+    lua: &Lua,
     call: &str,
     e: &mut Engine,
     t: &crate::table::Table,
