@@ -514,11 +514,13 @@ impl HostSide {
     }
 }
 
-/// Whether a batch of `starts` sequences of `steps` steps reads at least half of G's `n` rows
-/// at most (each step reads one row): then building G whole first costs less than row by row.
+/// Whether a batch of `starts` sequences of `steps` steps reads enough rows of G (each step
+/// reads one; the first picks of most sequences are shared, so the distinct rows are far fewer
+/// than the reads) that building G whole first, four rows a pass, costs less than row by row:
+/// at least 8 reads a row of G. A whole cache does; a few hundred short sequences do not.
 pub(crate) fn reads_most_of_g(starts: usize, steps: Option<usize>, n: usize) -> bool {
     let len = crate::batch::sequence_length(n, steps) as u128;
-    starts as u128 * len * 2 >= n as u128
+    starts as u128 * len >= 8 * n as u128
 }
 
 impl Engine {

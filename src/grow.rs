@@ -27,6 +27,9 @@ use rayon::prelude::*;
 /// The replay's margin: the exactness contract's ε (absolute, distances in [0, 2]).
 pub const MARGIN: f64 = 1e-5;
 
+/// The most resume jobs [`grow`] runs (one per prefix length).
+const MAX_JOBS: usize = 64;
+
 /// What [`grow`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GrowReport {
@@ -204,16 +207,29 @@ pub fn grow(
         steps_total: (n * (new_len - 1)) as u64,
         ..Default::default()
     };
-    // Buckets of resumed sequences by prefix length: the largest power of two ≤ the suspect
-    // step (a shorter prefix than the suspect step is as valid; fewer jobs), or the whole old
-    // row where a full-length sequence only needs extending.
+    // Buckets of resumed sequences by prefix length: the suspect step itself, or the whole old
+    // row where a full-length sequence only needs extending; past MAX_JOBS distinct lengths,
+    // each rounded down to the nearest of MAX_JOBS quantiles (a shorter prefix than the suspect
+    // step is as valid, and costs its extra steps).
+    let keep_of = |dv: &Option<usize>| match dv {
+        Some(t) => Some(*t),
+        None if old_full => Some(len),
+        None => None,
+    };
+    let mut lengths: Vec<usize> = div.iter().filter_map(keep_of).collect();
+    lengths.sort_unstable();
+    lengths.dedup();
+    if lengths.len() > MAX_JOBS {
+        lengths = (0..MAX_JOBS)
+            .map(|i| lengths[i * lengths.len() / MAX_JOBS])
+            .collect();
+    }
     let mut buckets: std::collections::BTreeMap<usize, Vec<u32>> = Default::default();
     for (s, dv) in div.iter().enumerate() {
-        let keep = match dv {
-            Some(t) => Some(1usize << (usize::BITS - 1 - t.leading_zeros())),
-            None if old_full => Some(len),
-            None => None,
-        };
+        let keep = keep_of(dv).map(|k| {
+            let i = lengths.partition_point(|&l| l <= k);
+            lengths[i - 1]
+        });
         match keep {
             Some(k) => buckets.entry(k).or_default().push(s as u32),
             None => {
