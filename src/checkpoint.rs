@@ -44,6 +44,10 @@ pub fn is_checkpoint_file(name: &str) -> bool {
     if name == RUN_FILE || name == "generated_at.txt" {
         return true;
     }
+    if let Some(rest) = name.strip_prefix("grow-") {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        return digits > 0 && &rest[digits..] == ".u32";
+    }
     let Some(rest) = name.strip_prefix("batch-") else {
         return false;
     };

@@ -19,10 +19,12 @@
 //! Centring is the caller's refusal: appended rows move the column mean, so every centred row
 //! changes. It may touch the engine core, the host table and the batch checks.
 
+use crate::checksum::{fnv1a64, FNV64_START};
 use crate::engine::{Engine, JobOptions, Prefix};
 use crate::error::{Error, Result};
 use crate::table::{Precision, Table};
 use rayon::prelude::*;
+use std::path::Path;
 
 /// The replay's margin: the exactness contract's ε (absolute, distances in [0, 2]).
 pub const MARGIN: f64 = 1e-5;
@@ -49,6 +51,57 @@ pub struct GrowReport {
     pub steps_total: u64,
     /// Jobs run (one per prefix-length bucket, and one for the new starts).
     pub jobs: usize,
+    /// Of which taken from the checkpoint (a resumed update).
+    pub resumed_jobs: usize,
+}
+
+/// Where [`grow_checkpointed`] keeps each finished job's rows (`grow-NNN.u32` in `dir`, written
+/// atomically, each with the run's fingerprint and a checksum), and whether to take those a
+/// killed run left (`resume`; otherwise they are removed first).
+#[derive(Clone, Copy, Debug)]
+pub struct Checkpoint<'a> {
+    /// The directory (created if missing).
+    pub dir: &'a Path,
+    /// Take the jobs a previous run of the same update finished.
+    pub resume: bool,
+}
+
+const MAGIC: &[u8; 8] = b"DVGROW01";
+
+/// One finished job's rows as a checkpoint file's bytes.
+fn job_bytes(fp: u64, j: usize, starts: &[u32], rows: &[u32], new_len: usize) -> Vec<u8> {
+    let mut b = Vec::with_capacity(28 + 4 * (starts.len() + rows.len()) + 8);
+    b.extend_from_slice(MAGIC);
+    b.extend_from_slice(&fp.to_le_bytes());
+    for v in [j, starts.len(), new_len] {
+        b.extend_from_slice(&(v as u32).to_le_bytes());
+    }
+    b.extend_from_slice(bytemuck::cast_slice(starts));
+    b.extend_from_slice(bytemuck::cast_slice(rows));
+    let sum = fnv1a64(FNV64_START, &b);
+    b.extend_from_slice(&sum.to_le_bytes());
+    b
+}
+
+/// The rows of job `j` from its checkpoint file, if the file is whole and of this run and job.
+fn job_from(bytes: &[u8], fp: u64, j: usize, starts: &[u32], new_len: usize) -> Option<Vec<u32>> {
+    let body_len = 28 + 4 * starts.len() * (1 + new_len);
+    if bytes.len() != body_len + 8 || &bytes[..8] != MAGIC {
+        return None;
+    }
+    let (body, sum) = bytes.split_at(body_len);
+    if fnv1a64(FNV64_START, body).to_le_bytes() != sum {
+        return None;
+    }
+    let word = |i: usize| u32::from_le_bytes(body[i..i + 4].try_into().unwrap_or([0; 4]));
+    let fp_ok = body[8..16] == fp.to_le_bytes();
+    let head_ok = [word(16), word(20), word(24)] == [j as u32, starts.len() as u32, new_len as u32];
+    let words: Vec<u32> = body[28..]
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    let (got_starts, rows) = words.split_at(starts.len());
+    (fp_ok && head_ok && got_starts == starts).then(|| rows.to_vec())
 }
 
 /// For each old sequence (`rows`: one row of `len` entries per start 0..n_old, over the first
@@ -182,6 +235,20 @@ pub fn grow(
     len: usize,
     opts: &JobOptions,
 ) -> Result<(Vec<u32>, GrowReport)> {
+    grow_checkpointed(engine, table, n_old, rows, len, opts, None)
+}
+
+/// [`grow`], keeping each finished job in a checkpoint (see [`Checkpoint`]): a killed update run
+/// again with `resume` computes only the jobs it had not finished, and writes the same rows.
+pub fn grow_checkpointed(
+    engine: &mut Engine,
+    table: &Table,
+    n_old: usize,
+    rows: &[u32],
+    len: usize,
+    opts: &JobOptions,
+    checkpoint: Option<Checkpoint>,
+) -> Result<(Vec<u32>, GrowReport)> {
     let (n, _, precision) = engine.shape();
     if table.n() != n {
         return Err(Error::Invalid(format!(
@@ -238,32 +305,94 @@ pub fn grow(
             }
         }
     }
-    for (&k, starts) in &buckets {
-        let prefix: Vec<u32> = starts
-            .iter()
-            .flat_map(|&s| rows[s as usize * len..s as usize * len + k].iter().copied())
-            .collect();
-        let p = Prefix {
-            host: Some(table),
-            rows: &prefix,
-            len: k,
+    // The run's fingerprint: what a checkpoint file must have been computed from.
+    let mut fp = fnv1a64(FNV64_START, bytemuck::cast_slice(rows));
+    fp = fnv1a64(
+        fp,
+        crate::cache::table_checksum(table, precision).as_bytes(),
+    );
+    fp = fnv1a64(fp, format!("{n_old} {len} {new_len} {opts:?}").as_bytes());
+    if let Some(c) = checkpoint {
+        std::fs::create_dir_all(c.dir).map_err(crate::pending_file::io_err(c.dir))?;
+        if !c.resume {
+            for name in crate::checkpoint::checkpoint_files(c.dir) {
+                if name.starts_with("grow-") {
+                    let p = c.dir.join(&name);
+                    std::fs::remove_file(&p).map_err(crate::pending_file::io_err(&p))?;
+                }
+            }
+        }
+    }
+    // Each job: its starts and the prefix length they resume from (None: the new starts).
+    let fresh: Vec<u32> = (n_old as u32..n as u32).collect();
+    let mut jobs: Vec<(Option<usize>, &[u32])> =
+        buckets.iter().map(|(&k, s)| (Some(k), &s[..])).collect();
+    jobs.push((None, &fresh));
+    for (j, &(k, starts)) in jobs.iter().enumerate() {
+        let file = checkpoint.map(|c| c.dir.join(format!("grow-{j:03}.u32")));
+        let saved = match (&file, checkpoint.is_some_and(|c| c.resume)) {
+            (Some(f), true) => std::fs::read(f)
+                .ok()
+                .and_then(|b| job_from(&b, fp, j, starts, new_len)),
+            _ => None,
         };
-        let mut job = engine.resume_job(starts, p, opts)?;
-        job.run()?;
-        let got = job.sequences_flat()?;
+        let got = match saved {
+            Some(r) => {
+                report.resumed_jobs += 1;
+                r
+            }
+            None => {
+                let got = run_job(engine, table, rows, len, opts, k, starts)?;
+                if let Some(f) = &file {
+                    crate::pending_file::write_atomic(f, &job_bytes(fp, j, starts, &got, new_len))?;
+                }
+                got
+            }
+        };
         for (&s, r) in starts.iter().zip(got.chunks_exact(new_len)) {
             out[s as usize * new_len..(s as usize + 1) * new_len].copy_from_slice(r);
         }
-        report.recomputed += starts.len();
-        report.steps_computed += (starts.len() * (new_len - k)) as u64;
+        match k {
+            Some(k) => {
+                report.recomputed += starts.len();
+                report.steps_computed += (starts.len() * (new_len - k)) as u64;
+            }
+            None => {
+                report.new_starts = starts.len();
+                report.steps_computed += (starts.len() * (new_len - 1)) as u64;
+            }
+        }
         report.jobs += 1;
     }
-    let fresh: Vec<u32> = (n_old as u32..n as u32).collect();
-    let mut job = engine.job(&fresh, opts)?;
-    job.run()?;
-    out[n_old * new_len..].copy_from_slice(&job.sequences_flat()?);
-    report.new_starts = fresh.len();
-    report.steps_computed += (fresh.len() * (new_len - 1)) as u64;
-    report.jobs += 1;
     Ok((out, report))
+}
+
+/// One job of [`grow_checkpointed`]: `starts` resumed from their old prefixes of `k` entries, or
+/// (k = None) computed whole; their rows.
+fn run_job(
+    engine: &mut Engine,
+    table: &Table,
+    rows: &[u32],
+    len: usize,
+    opts: &JobOptions,
+    k: Option<usize>,
+    starts: &[u32],
+) -> Result<Vec<u32>> {
+    let mut job = match k {
+        Some(k) => {
+            let prefix: Vec<u32> = starts
+                .iter()
+                .flat_map(|&s| rows[s as usize * len..s as usize * len + k].iter().copied())
+                .collect();
+            let p = Prefix {
+                host: Some(table),
+                rows: &prefix,
+                len: k,
+            };
+            engine.resume_job(starts, p, opts)?
+        }
+        None => engine.job(starts, opts)?,
+    };
+    job.run()?;
+    job.sequences_flat()
 }

@@ -270,3 +270,54 @@ fn grow_refuses_what_is_not_an_old_cache_of_the_table() {
     // Two-entry rows are top_k 1; full-length options do not match them.
     assert!(err(30, &rows, 2).contains("the options give 30"));
 }
+
+#[test]
+fn a_grown_cache_resumes_from_its_checkpoint_with_the_same_rows() {
+    let t = fortunes(150);
+    let n_old = 146;
+    let mut opts = JobOptions::default();
+    opts.gram.steps = Some(12);
+    opts.scan.steps = Some(12);
+    let old = t.head(n_old).unwrap();
+    let all: Vec<u32> = (0..n_old as u32).collect();
+    let rows = batch(
+        &mut host_engine(&old, Precision::Fp32),
+        Mode::Auto,
+        &all,
+        Some(12),
+    );
+    let dir = common::TempDir::new("grow-checkpoint");
+    let partial = dir.path("partial");
+    let ck = |resume| diversity::grow::Checkpoint {
+        dir: &partial,
+        resume,
+    };
+    let grow = |resume| {
+        let mut e = host_engine(&t, Precision::Fp32);
+        diversity::grow::grow_checkpointed(&mut e, &t, n_old, &rows, 13, &opts, Some(ck(resume)))
+            .unwrap()
+    };
+    let (want, first) = grow(false);
+    assert_eq!(first.resumed_jobs, 0);
+    let files = std::fs::read_dir(dir.path("partial")).unwrap().count();
+    assert_eq!(files, first.jobs, "one file a job");
+    // Every job from the checkpoint: the same rows, nothing computed.
+    let (got, r) = grow(true);
+    assert_eq!((got == want, r.resumed_jobs), (true, first.jobs));
+    // A damaged file and a missing one are computed again; the rest are taken.
+    let f0 = dir.path("partial").join("grow-000.u32");
+    let mut b = std::fs::read(&f0).unwrap();
+    let last = b.len() - 9;
+    b[last] ^= 1;
+    std::fs::write(&f0, b).unwrap();
+    std::fs::remove_file(
+        dir.path("partial")
+            .join(format!("grow-{:03}.u32", first.jobs - 1)),
+    )
+    .unwrap();
+    let (got, r) = grow(true);
+    assert_eq!((got == want, r.resumed_jobs), (true, first.jobs - 2));
+    // Without resume the files are cleared and every job runs.
+    let (got, r) = grow(false);
+    assert_eq!((got == want, r.resumed_jobs), (true, 0));
+}

@@ -55,6 +55,10 @@ diversity.ENV_INJECT_PANIC = "DIVERSITY_INJECT_PANIC"
 ---@class diversity.SequencerOptions: diversity.JobOptions
 ---@field g? "auto"|"rows"|"whole" host engine: build G's rows as picks need them, whole once a quarter is built (auto), or whole at once
 
+---@class diversity.GrowOptions: diversity.JobOptions
+---@field checkpoint? string a directory that keeps each finished job
+---@field resume? boolean take the jobs a killed run left in `checkpoint`
+
 ---@class diversity.KnnOptions
 ---@field k? integer neighbours per query (10)
 ---@field metric? diversity.Metric ("cosine")
@@ -551,9 +555,10 @@ function DeviceTable:sequencer(opts) end
 ---@param n_old integer
 ---@param rows string
 ---@param len integer
----@param opts? diversity.JobOptions
+---@param opts? diversity.GrowOptions
 ---@return string rows, table report
 function DeviceTable:grow(t, n_old, rows, len, opts) end
+
 ---@param queries diversity.Table
 ---@param opts? diversity.KnnOptions
 ---@return diversity.KnnResult

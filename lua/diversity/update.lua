@@ -107,11 +107,16 @@ function M.run(opts)
     local dt = p.devs[1]:upload(p.t, opts.precision)
     local jopts = driver.gram_arithmetic(opts)
     jopts.mode, jopts.steps = p.mode, p.steps
+    -- Each finished job is kept in <out>.partial/ until the outputs are in place.
+    jopts.checkpoint, jopts.resume = p.ckdir, opts.resume == true
     local t0 = driver.clock()
     local ok, out, report = pcall(dt.grow, dt, p.t, n_old, rows, len, jopts)
     local wall = driver.clock() - t0
     dt:close()
-    if not ok then error(diversity.message(out), 0) end
+    if not ok then
+      error(("%s\nthe finished jobs are checkpointed in %s: run again with --resume to compute "
+        .. "only the rest"):format(diversity.message(out), p.ckdir), 0)
+    end
     local new_len = p.steps + 1
     local starts = {}
     for i = 0, n - 1 do starts[i + 1] = i end

@@ -38,7 +38,9 @@ fn k_of(call: &str, k: &Value) -> LuaResult<usize> {
 /// table it was uploaded from) from the old cache's `rows` (a binary string of little-endian
 /// uint32: every start 0..n_old in order, `len` entries each, computed with `opts` on `t`'s first
 /// `n_old` rows). Returns the new rows (a binary string, every start in order) and a report
-/// {old_n, new_n, kept, recomputed, new_starts, steps_computed, steps_total, jobs}.
+/// {old_n, new_n, kept, recomputed, new_starts, steps_computed, steps_total, jobs, resumed_jobs}.
+/// `opts.checkpoint` (a directory) keeps each finished job there; `opts.resume` takes those a
+/// killed run left.
 pub(super) fn grow(
     lua: &Lua,
     call: &str,
@@ -50,7 +52,14 @@ pub(super) fn grow(
     let len = int(call, "len", len)? as usize;
     let rows = super::args::u32_rows(call, &rows.as_bytes(), n_old, len)?;
     let opts = job_options(call, o)?;
-    let (out, r) = crate::grow::grow(e, t, n_old, &rows, len, &opts).lua_ctx(call)?;
+    let dir = super::args::opt::<String>(o, "checkpoint")?;
+    let resume = super::args::opt::<bool>(o, "resume")?.unwrap_or(false);
+    let ck = dir.as_deref().map(|d| crate::grow::Checkpoint {
+        dir: std::path::Path::new(d),
+        resume,
+    });
+    let (out, r) =
+        crate::grow::grow_checkpointed(e, t, n_old, &rows, len, &opts, ck).lua_ctx(call)?;
     let report = lua.create_table()?;
     report.set("old_n", r.old_n)?;
     report.set("new_n", r.new_n)?;
@@ -60,6 +69,7 @@ pub(super) fn grow(
     report.set("steps_computed", r.steps_computed)?;
     report.set("steps_total", r.steps_total)?;
     report.set("jobs", r.jobs)?;
+    report.set("resumed_jobs", r.resumed_jobs)?;
     Ok((
         lua.create_string(bytemuck::cast_slice::<u32, u8>(&out))?,
         report,

@@ -221,6 +221,28 @@ describe("diversity update", function()
     end)
   end
 
+  it("killed after its first job, resumes to a fresh run's bytes", function()
+    local old, fresh, up = dir .. "/old-cache.json", dir .. "/fresh.json", dir .. "/up.json"
+    local base = { "--top-k", "9", "--device", "host", "--quiet" }
+    local rc, _, err = run(H.extend({ "--embeddings", dir .. "/old.json", "--out", old }, base))
+    assert.are.equal(0, rc, err)
+    rc, _, err = run(H.extend({ "--embeddings", dir .. "/new.json", "--out", fresh }, base))
+    assert.are.equal(0, rc, err)
+    local args = H.extend({ "update", "--cache", old, "--embeddings", dir .. "/new.json", "--out", up }, base)
+    rc, _, err = H.cli(args, EPOCH .. " DIVERSITY_FAIL_AFTER_CHUNKS=1")
+    assert.are.equal(1, rc)
+    assert.truthy(err:find("run again with --resume", 1, true), err)
+    assert.is_nil(H.exists(up) and up or nil)
+    local kept = H.ls(up .. ".partial")
+    assert.are.same({ "grow-000.u32" }, kept)
+    local out
+    rc, out, err = run(H.extend(H.extend({}, args), { "--resume" }))
+    assert.are.equal(0, rc, err)
+    assert.are.equal(H.read(fresh), H.read(up))
+    assert.is_nil(H.exists(up .. ".partial") and "left" or nil)
+    os.remove(fresh); os.remove(up)
+  end)
+
   it("refuses what it cannot update, naming why, and writes nothing", function()
     local old = dir .. "/old-cache.json"
     local rc, _, err = run({ "--embeddings", dir .. "/old.json", "--out", old, "--quiet", "--top-k", "5" })
