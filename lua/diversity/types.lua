@@ -310,6 +310,13 @@ function diversity.table_checksum(t, precision) end
 function diversity.verify_cache_checksum(path) end
 
 ---@param path string
+---@param t diversity.Table
+---@param n integer
+---@param len integer
+---@return string
+function diversity.read_cache_rows(path, t, n, len) end
+
+---@param path string
 ---@return diversity.KnnGraph
 function diversity.knn_graph(path) end
 

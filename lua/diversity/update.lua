@@ -7,7 +7,6 @@
 -- writes on the new table, byte for byte.
 local diversity = require "diversity"
 local driver = require "diversity.driver"
-local ffi = require "ffi"
 
 local M = {}
 
@@ -35,29 +34,13 @@ local function old_metadata(opts)
   return meta
 end
 
--- The old rows as a binary string of uint32 indices (every start in order) and their length.
+-- The old rows as a binary string of uint32 indices (every start in order) and their length,
+-- streamed from the JSON cache by the Rust side (the ids matched to the new table's first rows).
 local function old_rows(opts, meta, t)
-  local n_old = meta.num_poems
-  local c = diversity.json_decode(assert(io.open(opts.cache, "rb")):read("*a"))
-  local index, ids = {}, t:ids()
-  for i = 0, n_old - 1 do index[ids and ids[i + 1] or tostring(i)] = i end
   local len = meta.top_k + 1
-  local buf = ffi.new("uint32_t[?]", n_old * len)
-  for i = 0, n_old - 1 do
-    local key = ids and ids[i + 1] or tostring(i)
-    local row = c.sequences[tostring(key)]
-    if type(row) ~= "table" or #row ~= len then
-      refuse("--cache %s: the sequence of %s is missing or not %d long", opts.cache,
-        tostring(key), len)
-    end
-    for j, v in ipairs(row) do
-      local x = ids and index[v] or v
-      if x == nil then refuse("--cache %s: the sequence of %s holds %s, no item of the table",
-        opts.cache, tostring(key), tostring(v)) end
-      buf[i * len + j - 1] = x
-    end
-  end
-  return ffi.string(buf, n_old * len * 4), len
+  local ok, rows = pcall(diversity.read_cache_rows, opts.cache, t, meta.num_poems, len)
+  if not ok then refuse("--cache %s: %s", opts.cache, diversity.message(rows)) end
+  return rows, len
 end
 
 --- Bring `opts.cache` up to date for `opts.embeddings` (the old table with rows appended),

@@ -29,6 +29,7 @@ mod knn_graph;
 mod merge;
 mod metadata;
 mod rankings;
+mod read_rows;
 mod rows;
 mod sequences;
 
@@ -43,5 +44,6 @@ pub use merge::{
 };
 pub use metadata::read_metadata;
 pub use rankings::RankingsWriter;
+pub use read_rows::read_sequence_rows;
 pub use rows::KNN_PAD;
 pub use sequences::JsonCacheWriter;

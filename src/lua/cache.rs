@@ -216,6 +216,31 @@ fn register_checksums(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
             crate::cache::verify_checksum(path.as_ref()).lua_ctx("verify_cache_checksum")?;
             Ok(true)
         })?,
+    )?;
+    // `diversity.read_cache_rows(path, t, n, len)`: the sequences of the JSON cache at `path`
+    // for the first `n` rows of table `t` (matched by its ids, or indices), `len` entries each,
+    // as a binary string of little-endian uint32 row indices, every start in order.
+    set_function(
+        lua,
+        m,
+        "read_cache_rows",
+        |lua, (path, t, n, len): (String, LuaAnyUserData, Value, Value)| {
+            let call = "read_cache_rows";
+            let n = int(call, "n", &n)? as usize;
+            let len = int(call, "len", &len)? as usize;
+            let t = t.borrow::<super::table::LTable>()?;
+            let t = t.get(call)?;
+            if n > t.n() || len == 0 {
+                return Err(msg(
+                    call,
+                    format!("n = {n}, len = {len} for a table of {}", t.n()),
+                ));
+            }
+            let ids = t.ids().map(|ids| &ids[..n]);
+            let rows =
+                crate::cache::read_sequence_rows(path.as_ref(), ids, n, len).lua_ctx(call)?;
+            lua.create_string(bytemuck::cast_slice::<u32, u8>(&rows))
+        },
     )
 }
 

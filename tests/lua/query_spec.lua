@@ -258,6 +258,14 @@ describe("diversity update", function()
     -- A cache from before table checksums: the field removed.
     local legacy = dir .. "/legacy.json"
     H.write(legacy, (H.read(old):gsub('"table_checksum":"[^"]*",?', "")))
+    -- A cache missing one start's sequence, and one holding an id the table does not have.
+    local holey, alien = dir .. "/holey.json", dir .. "/alien.json"
+    local c = diversity.json_decode(H.read(old))
+    c.sequences["fortune-3"] = nil
+    H.write(holey, diversity.json_encode(c))
+    c = diversity.json_decode(H.read(old))
+    c.sequences["fortune-4"][2] = "fortune-999"
+    H.write(alien, diversity.json_encode(c))
     local before = H.snapshot(dir)
     local out = dir .. "/up.json"
     local cases = {
@@ -268,6 +276,8 @@ describe("diversity update", function()
       { { "--cache", old, "--embeddings", dir .. "/new.json", "--top-k", "9" }, "--top-k" },
       { { "--cache", old, "--embeddings", dir .. "/new.json", "--precision", "fp32" }, "computed at fp16" },
       { { "--cache", legacy, "--embeddings", dir .. "/new.json" }, "records no table checksum" },
+      { { "--cache", holey, "--embeddings", dir .. "/new.json" }, "no sequence for row 3" },
+      { { "--cache", alien, "--embeddings", dir .. "/new.json" }, "fortune-999" },
       { { "--cache", dir .. "/new.json", "--embeddings", dir .. "/new.json" }, "not a diversity cache" },
       { { "--cache", dir .. "/absent.json", "--embeddings", dir .. "/new.json" }, "absent.json" },
     }
