@@ -12,18 +12,24 @@ source scripts/setup-debian.sh
 # and tests/lua/host_spec.lua run the host engine and its default choice). An exported
 # DIVERSITY_DEVICE (a GPU's name, say) wins.
 export DIVERSITY_DEVICE="${DIVERSITY_DEVICE:-llvmpipe}"
+# Where the time goes: each phase's end, seconds since the start, on stderr.
+phase() { echo "test.sh: $1 done at ${SECONDS} s" >&2; }
 cargo fmt --check
 cargo clippy --release --all-targets --quiet -- -D warnings
 cargo clippy --release --features lua --lib --quiet -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --features lua --quiet
+phase "fmt, clippy, doc"
 cargo test --release
+phase "cargo test"
 # A crate depending on this one (`cargo add --path`) builds and runs the README's Rust example.
 bash scripts/dependent-crate.sh >/dev/null
+phase "dependent crate"
 # Again at subgroup size 4, but for the scan's two sweeps of the host's shapes over one table
 # (they take about 2 minutes; every shader they run runs at size 4 in the oracle and edge-shape
 # tests).
 LP_NATIVE_VECTOR_WIDTH=128 cargo test --release --test scan --test filter --test gram --test gram_fixed --test knn --test multi \
   -- --skip same_bits_across_shapes_tiles_chunks_batches_and_order --skip block128_kernel_gives_the_same_bits_as_block64
+phase "tests at subgroup size 4"
 # The benchmark program must keep working: a tiny run on the bundled data.
 cargo run --release --quiet --example bench -- --table data/fortunes-2k.npy --starts 16 \
   --steps 2 --chunk 1 --quick --label "CI smoke" --plot "$(mktemp -d)/smoke.png" >/dev/null
@@ -70,16 +76,27 @@ cargo run --release --quiet --example bench_ivf -- --table data/fortunes-2k.npy 
 smoke=$(mktemp -d)
 cargo run --release --quiet --example rankings -- --table data/fortunes-300.embeddings.json \
   --top-k 5 --out "$smoke/rankings.json" --graph "$smoke/graph.knn" --verify 16 >/dev/null
+# Sequences on demand and a grown cache, on the host engine (about 1 s): each exits 1 unless
+# its answers are the batch job's / a fresh run's.
+cargo run --release --quiet --example bench_query -- --table data/fortunes-2k.npy --n 300 --k 20 \
+  --queries 5 --batch 4 --device host --label "CI smoke" >/dev/null
+cargo run --release --quiet --example bench_grow -- --table data/fortunes-2k.npy --n 300 --top-k 10 \
+  --device host --label "CI smoke" >/dev/null
+phase "example smokes"
 bash scripts/build-lua.sh
+phase "LuaJIT module"
 # The Slurm recipe (contrib/slurm) on a single-node Slurm it starts and stops; needs root.
 # (Without DIVERSITY_DEVICE: its tasks map the GPU Slurm grants, which names a device.)
 if [ "$(id -u)" -eq 0 ]; then env -u DIVERSITY_DEVICE bash tests/slurm/live.sh
 else sudo -E env -u DIVERSITY_DEVICE bash tests/slurm/live.sh; fi
 # The rock: luarocks make into a temporary tree, then the command and require from outside (~2 s).
+phase "Slurm"
 bash scripts/rock.sh
+phase "rock"
 log=$(mktemp)
 LUA_CPATH='target/lua/?.so;;' LUA_PATH='lua/?.lua;lua/?/init.lua;tests/lua/?.lua;;' \
   luajit /usr/bin/busted --output=plainTerminal tests/lua | tee "$log"
 # busted's summary, in the plain form CI reads ("N passed, N failed").
 sed -n 's/^\([0-9]*\) successes* \/ \([0-9]*\) failures* \/ \([0-9]*\) errors*.*/busted: \1 passed, \2 failed/p' "$log"
 rm -f "$log"
+phase "busted"
