@@ -130,10 +130,10 @@ pub fn divergences(
         .collect();
     let appended = n - n_old;
     // H[p] = e_p · e_a for every appended a, for each row p some old sequence holds before its
-    // last entry (the rows the replay adds to the running sum).
+    // last entry (the rows the replay adds to the running sum; the start always).
     let mut used = vec![false; n_old];
     for r in rows.chunks_exact(len) {
-        for &p in &r[..len - 1] {
+        for &p in &r[..(len - 1).max(1)] {
             used[p as usize] = true;
         }
     }

@@ -209,7 +209,7 @@ fn grown_caches_are_a_fresh_runs_on_the_host() {
         let make = |t: &Table| host_engine(t, p);
         let n = t.n();
         for appended in [1usize, 4, 23] {
-            for steps in [Some(6), Some(30), None] {
+            for steps in [Some(0), Some(6), Some(30), None] {
                 let what = format!("host {p:?} n {n} +{appended} steps {steps:?}");
                 let r = check_grow(&make, &t, n - appended, Mode::Auto, steps, &what);
                 if steps == Some(6) && appended == 1 && n == 160 {
