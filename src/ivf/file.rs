@@ -23,10 +23,13 @@
 //! (a nonzero norm outside 2⁻⁴⁰ … 2⁴⁰ at the index's precision) — is refused with [`Error::Format`]
 //! naming the file and the fault, before anything is uploaded.
 //!
-//! What both index files share lives here too, for `pq_file.rs`: the metric codes, the atomic
-//! write, the writer of the lists and the trailing checksum, and the reader of the head (magic,
-//! version, truncation), the length, the checksum, the list sizes and ids ([`IndexBytes`]).
+//! What both index files share lives here too, for `pq_file.rs`: the one writer and reader
+//! ([`IndexFile`], [`save`], [`load`]: the atomic write, the read and its refusal), the header
+//! and the metric codes, the writer of the lists and the trailing checksum, and the reader of the
+//! head (magic, version, truncation), the length, the checksum, the list sizes, ids and rows
+//! ([`IndexBytes`]).
 
+use super::coarse::Coarse;
 use super::{IvfFlat, IvfOptions, KMeansOptions};
 use crate::checksum;
 use crate::device::Context;
@@ -47,7 +50,7 @@ pub(super) fn fnv1a64(bytes: &[u8]) -> u64 {
     checksum::fnv1a64(checksum::FNV64_START, bytes)
 }
 
-pub(super) fn metric_code(m: Metric) -> u32 {
+fn metric_code(m: Metric) -> u32 {
     match m {
         Metric::InnerProduct => 0,
         Metric::Cosine => 1,
@@ -55,26 +58,85 @@ pub(super) fn metric_code(m: Metric) -> u32 {
     }
 }
 
-/// Writes an index file's bytes to `path` through a temporary file (fsync, rename): an error
-/// leaves no file, never a half-written one.
-pub(super) fn write_index(path: &Path, bytes: &[u8]) -> Result<()> {
-    crate::pending_file::write_atomic(path, bytes)
+/// What the one writer and reader of the index files ([`save`], [`load`]) ask of an index:
+/// IVF-Flat's (here) and IVF-PQ's (`pq_file.rs`).
+pub(super) trait IndexFile: Sized {
+    /// The file's kind, magic, version and header.
+    const FORMAT: Format;
+    /// The index in `b` (its magic, length and version checked, read from its header's
+    /// metric on), on `ctx`; the coarse centroids are uploaded by [`load`].
+    fn parse(ctx: &Context, b: IndexBytes) -> std::result::Result<Self, String>;
+    /// The coarse quantizer.
+    fn coarse_mut(&mut self) -> &mut Coarse;
 }
 
-/// An index file read and parsed by `parse`, whose refusal becomes [`Error::Format`] naming
-/// the file.
-pub(super) fn read_index<T>(
-    path: &Path,
-    parse: impl FnOnce(&[u8]) -> std::result::Result<T, String>,
-) -> Result<T> {
+/// An index file's kind ("IVF" or "IVF-PQ", for the messages), its first four bytes, the
+/// format version this build writes and reads, and the fixed header's u64 counts after the
+/// metric and the index's word (D, nlist, …).
+pub(super) struct Format {
+    kind: &'static str,
+    magic: [u8; 4],
+    version: u32,
+    counts: usize,
+}
+
+impl Format {
+    pub(super) const fn new(
+        kind: &'static str,
+        magic: [u8; 4],
+        version: u32,
+        counts: usize,
+    ) -> Self {
+        Format {
+            kind,
+            magic,
+            version,
+            counts,
+        }
+    }
+}
+
+/// Bytes of an index file's fixed header: magic, version, metric, the index's word, then
+/// `counts` u64.
+fn header_bytes(counts: usize) -> usize {
+    16 + 8 * counts
+}
+
+/// Writes an index file's `bytes` to `path` through a temporary file (fsync, rename): an error
+/// leaves no file, never a half-written one.
+pub(super) fn save(path: &Path, bytes: Result<Vec<u8>>) -> Result<()> {
+    crate::pending_file::write_atomic(path, &bytes?)
+}
+
+/// Reads the index file at `path` onto `ctx`: every check before anything is uploaded, a
+/// refusal as [`Error::Format`] naming the file.
+pub(super) fn load<T: IndexFile>(ctx: &Context, path: &Path) -> Result<T> {
     let bytes = std::fs::read(path).map_err(|source| Error::Io {
         path: path.to_path_buf(),
         source,
     })?;
-    parse(&bytes).map_err(|reason| Error::Format {
-        path: path.to_path_buf(),
-        reason,
-    })
+    let mut index = IndexBytes::open(&bytes, &T::FORMAT)
+        .and_then(|b| T::parse(ctx, b))
+        .map_err(|reason| Error::Format {
+            path: path.to_path_buf(),
+            reason,
+        })?;
+    index.coarse_mut().upload(ctx)?;
+    Ok(index)
+}
+
+/// An index file's head: magic, version, the metric's code, the index's `word` and the
+/// `counts`, each a u64.
+pub(super) fn put_header<T: IndexFile>(metric: Metric, word: u32, counts: &[usize]) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(&T::FORMAT.magic);
+    b.extend_from_slice(&T::FORMAT.version.to_le_bytes());
+    b.extend_from_slice(&metric_code(metric).to_le_bytes());
+    b.extend_from_slice(&word.to_le_bytes());
+    for &v in counts {
+        b.extend_from_slice(&(v as u64).to_le_bytes());
+    }
+    b
 }
 
 /// Appends the inverted lists `(ids, codes, values)` as both index files end: each list's size
@@ -100,24 +162,25 @@ pub(super) fn put_lists_and_checksum<'a>(
     b.extend_from_slice(&h.to_le_bytes());
 }
 
-/// An index file's bytes as a reader walks them, its magic, length and version checked (the
-/// IVF-Flat and IVF-PQ files share this head and the trailing checksum).
+/// An index file's bytes as a reader walks them from its header on (`at`), its magic, length
+/// and version checked (the IVF-Flat and IVF-PQ files share this head, the lists and the
+/// trailing checksum).
 pub(super) struct IndexBytes<'a> {
     b: &'a [u8],
     /// "IVF" or "IVF-PQ", for the messages.
     kind: &'static str,
+    /// The next byte to read.
+    at: usize,
+    /// The header's u64 counts.
+    counts: usize,
 }
 
 impl<'a> IndexBytes<'a> {
-    /// `b` if it starts with `magic`, holds at least a `header`-byte header and the checksum, and
-    /// has format `version`; the messages name the `kind` of index.
-    pub(super) fn open(
-        b: &'a [u8],
-        kind: &'static str,
-        magic: [u8; 4],
-        version: u32,
-        header: usize,
-    ) -> std::result::Result<IndexBytes<'a>, String> {
+    /// `b` if it starts with the format's magic, holds at least its header and the checksum,
+    /// and has its version; the messages name its kind of index.
+    fn open(b: &'a [u8], f: &Format) -> std::result::Result<IndexBytes<'a>, String> {
+        let (kind, magic, version) = (f.kind, f.magic, f.version);
+        let header = header_bytes(f.counts);
         let len = b.len();
         if len < 4 || b[..4] != magic {
             let m = String::from_utf8_lossy(&magic);
@@ -129,7 +192,13 @@ impl<'a> IndexBytes<'a> {
                 header + 8
             ));
         }
-        let bytes = IndexBytes { b, kind };
+        let counts = f.counts;
+        let bytes = IndexBytes {
+            b,
+            kind,
+            at: 8,
+            counts,
+        };
         let v = bytes.u32_at(4);
         if v != version {
             return Err(format!(
@@ -140,18 +209,29 @@ impl<'a> IndexBytes<'a> {
     }
 
     /// The u32 at byte `o`.
-    pub(super) fn u32_at(&self, o: usize) -> u32 {
+    fn u32_at(&self, o: usize) -> u32 {
         u32::from_le_bytes(self.b[o..o + 4].try_into().expect("4 bytes"))
     }
 
     /// The u64 at byte `o`.
-    pub(super) fn u64_at(&self, o: usize) -> u64 {
+    fn u64_at(&self, o: usize) -> u64 {
         u64::from_le_bytes(self.b[o..o + 8].try_into().expect("8 bytes"))
     }
 
-    /// The `n` bytes at byte `o`.
-    pub(super) fn bytes(&self, o: usize, n: usize) -> &'a [u8] {
-        &self.b[o..o + n]
+    /// The header after the version: the metric (refused if unknown), the index's word and
+    /// the format's u64 counts; reading goes on after them.
+    pub(super) fn header(&mut self) -> std::result::Result<(Metric, u32, Vec<u64>), String> {
+        let n = self.counts;
+        let metric = metric_from_code(self.u32_at(8))?;
+        let counts = (0..n).map(|i| self.u64_at(16 + 8 * i)).collect();
+        self.at = header_bytes(n);
+        Ok((metric, self.u32_at(12), counts))
+    }
+
+    /// The next `n` bytes.
+    pub(super) fn bytes(&mut self, n: usize) -> &'a [u8] {
+        self.at += n;
+        &self.b[self.at - n..self.at]
     }
 
     /// Refuses a file whose length is not `want`, the length its header's `shape` (e.g.
@@ -178,16 +258,17 @@ impl<'a> IndexBytes<'a> {
         Ok(())
     }
 
-    /// The `nlist` u64 list sizes at byte `o`, refused unless they add up to `ntotal`.
+    /// The next `nlist` u64 list sizes, refused unless they add up to `ntotal`.
     pub(super) fn list_sizes(
-        &self,
-        o: usize,
+        &mut self,
         nlist: usize,
         ntotal: usize,
     ) -> std::result::Result<Vec<usize>, String> {
+        let o = self.at;
         let sizes: Vec<usize> = (0..nlist)
             .map(|l| self.u64_at(o + l * 8) as usize)
             .collect();
+        self.at += nlist * 8;
         let total: u128 = sizes.iter().map(|&s| s as u128).sum();
         if total != ntotal as u128 {
             return Err(format!(
@@ -197,18 +278,35 @@ impl<'a> IndexBytes<'a> {
         Ok(sizes)
     }
 
-    /// List `l`'s `size` u64 ids at byte `o`: each below ntotal (`seen.len()`), ascending, and
-    /// in no list before (`seen`, which marks them). Both index files read their ids with it.
-    pub(super) fn list_ids(
-        &self,
-        o: usize,
+    /// The lists of `sizes` rows (adding up to ntotal): each list's u64 ids — each below
+    /// ntotal, ascending, and in no list before —, then what `rest(bytes, l, ids)` reads of
+    /// list `l` after them. Both index files read their lists with it.
+    pub(super) fn lists<L>(
+        &mut self,
+        sizes: &[usize],
+        ntotal: usize,
+        mut rest: impl FnMut(&mut Self, usize, Vec<i64>) -> std::result::Result<L, String>,
+    ) -> std::result::Result<Vec<L>, String> {
+        let mut seen = vec![false; ntotal];
+        let mut lists = Vec::with_capacity(sizes.len());
+        for (l, &size) in sizes.iter().enumerate() {
+            let ids = self.list_ids(l, size, &mut seen)?;
+            lists.push(rest(self, l, ids)?);
+        }
+        Ok(lists)
+    }
+
+    /// List `l`'s next `size` u64 ids: each below ntotal (`seen.len()`), ascending, and in no
+    /// list before (`seen`, which marks them).
+    fn list_ids(
+        &mut self,
         l: usize,
         size: usize,
         seen: &mut [bool],
     ) -> std::result::Result<Vec<i64>, String> {
         let mut ids: Vec<i64> = Vec::with_capacity(size);
         for i in 0..size {
-            let id = self.u64_at(o + i * 8);
+            let id = self.u64_at(self.at + i * 8);
             let ok = (id as u128) < seen.len() as u128
                 && !seen[id as usize]
                 && ids.last().is_none_or(|&p| (p as u64) < id);
@@ -220,23 +318,23 @@ impl<'a> IndexBytes<'a> {
             seen[id as usize] = true;
             ids.push(id as i64);
         }
+        self.at += size * 8;
         Ok(ids)
     }
 
-    /// List `l`'s `size` rows of `d` f32 values at byte `o`, held to what `add` checks before a
+    /// List `l`'s next `size` rows of `d` f32 values, held to what `add` checks before a
     /// row enters an index: finite, and each nonzero row's norm, as the device stores it at
     /// `precision`, inside the range fp32 arithmetic handles exactly
     /// ([`crate::table::check_stored_norms`]). A row that `add` refuses can only come from
     /// another writer or an edit, and would rank first for the wrong queries.
     pub(super) fn list_rows(
-        &self,
-        o: usize,
+        &mut self,
         l: usize,
         size: usize,
         d: usize,
         precision: Precision,
     ) -> std::result::Result<Vec<f32>, String> {
-        let rows = self.f32s(o, size * d)?;
+        let rows = self.f32s(size * d)?;
         crate::table::check_stored_norms(&rows, d, precision, "row").map_err(|e| {
             let why = match e {
                 Error::Invalid(m) => m,
@@ -247,9 +345,11 @@ impl<'a> IndexBytes<'a> {
         Ok(rows)
     }
 
-    /// The `n` f32 values at byte `o`; a non-finite one is refused naming its byte.
-    pub(super) fn f32s(&self, o: usize, n: usize) -> std::result::Result<Vec<f32>, String> {
-        let v: Vec<f32> = self.b[o..o + n * 4]
+    /// The next `n` f32 values; a non-finite one is refused naming its byte.
+    pub(super) fn f32s(&mut self, n: usize) -> std::result::Result<Vec<f32>, String> {
+        let o = self.at;
+        let v: Vec<f32> = self
+            .bytes(n * 4)
             .chunks_exact(4)
             .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
             .collect();
@@ -261,7 +361,7 @@ impl<'a> IndexBytes<'a> {
 }
 
 /// The metric of a file's code (the inverse of `metric_code`).
-pub(super) fn metric_from_code(c: u32) -> std::result::Result<Metric, String> {
+fn metric_from_code(c: u32) -> std::result::Result<Metric, String> {
     match c {
         0 => Ok(Metric::InnerProduct),
         1 => Ok(Metric::Cosine),
@@ -278,19 +378,12 @@ impl IvfFlat {
                 "the IVF index is not trained: nothing to save".into(),
             ));
         }
-        let d = self.d;
-        let mut b = Vec::with_capacity(HEADER + (self.nlist + self.ntotal) * (d * 4 + 8) + 8);
-        b.extend_from_slice(&IVF_MAGIC);
-        b.extend_from_slice(&IVF_VERSION.to_le_bytes());
-        b.extend_from_slice(&metric_code(self.metric).to_le_bytes());
         let p: u32 = match self.precision {
             Precision::Fp32 => 0,
             Precision::Fp16 => 1,
         };
-        b.extend_from_slice(&p.to_le_bytes());
-        for v in [d, self.nlist, self.ntotal] {
-            b.extend_from_slice(&(v as u64).to_le_bytes());
-        }
+        let counts = [self.d, self.nlist, self.ntotal];
+        let mut b = put_header::<IvfFlat>(self.metric, p, &counts);
         for v in self.coarse.centroids() {
             b.extend_from_slice(&v.to_le_bytes());
         }
@@ -305,28 +398,28 @@ impl IvfFlat {
     /// Write the index to `path` (temporary file, fsync, rename). Errors: an untrained index
     /// (no file is created), the output location.
     pub fn save(&self, path: &Path) -> Result<()> {
-        write_index(path, &self.to_bytes()?)
+        save(path, self.to_bytes())
     }
 
     /// Read an index file written by [`IvfFlat::save`] onto `ctx` (every check is made before
     /// anything is uploaded; see the format above). The k-means options of the loaded index
     /// are the defaults (it is trained already).
     pub fn load(ctx: &Context, path: &Path) -> Result<IvfFlat> {
-        let mut index = read_index(path, |b| Self::from_bytes(ctx, b))?;
-        index.coarse.upload(ctx)?;
-        Ok(index)
+        load(ctx, path)
     }
+}
 
-    fn from_bytes(ctx: &Context, b: &[u8]) -> std::result::Result<IvfFlat, String> {
-        let b = IndexBytes::open(b, "IVF", IVF_MAGIC, IVF_VERSION, HEADER)?;
-        let (u32_at, u64_at) = (|o| b.u32_at(o), |o| b.u64_at(o));
-        let metric = metric_from_code(u32_at(8))?;
-        let precision = match u32_at(12) {
+impl IndexFile for IvfFlat {
+    const FORMAT: Format = Format::new("IVF", IVF_MAGIC, IVF_VERSION, 3);
+
+    fn parse(ctx: &Context, mut b: IndexBytes) -> std::result::Result<IvfFlat, String> {
+        let (metric, p, counts) = b.header()?;
+        let precision = match p {
             0 => Precision::Fp32,
             1 => Precision::Fp16,
             c => return Err(format!("unknown list storage code {c} (0 fp32, 1 fp16)")),
         };
-        let (d, nlist, ntotal) = (u64_at(16), u64_at(24), u64_at(32));
+        let (d, nlist, ntotal) = (counts[0], counts[1], counts[2]);
         if d == 0 || nlist == 0 {
             return Err(format!(
                 "header has D = {d}, nlist = {nlist}: both must be ≥ 1"
@@ -341,12 +434,8 @@ impl IvfFlat {
         )?;
         // The file's length is in memory, so every count below fits usize.
         let (d, nlist, ntotal) = (d as usize, nlist as usize, ntotal as usize);
-        let f32s = |o, n| b.f32s(o, n);
-        let mut o = HEADER;
-        let centroids = f32s(o, nlist * d)?;
-        o += nlist * d * 4;
-        let sizes = b.list_sizes(o, nlist, ntotal)?;
-        o += nlist * 8;
+        let centroids = b.f32s(nlist * d)?;
+        let sizes = b.list_sizes(nlist, ntotal)?;
         let opts = IvfOptions {
             nlist,
             metric,
@@ -354,16 +443,19 @@ impl IvfFlat {
             kmeans: KMeansOptions::default(),
         };
         let mut index = IvfFlat::new(ctx, d, &opts).map_err(|e| e.to_string())?;
-        let mut seen = vec![false; ntotal];
-        for (l, &size) in sizes.iter().enumerate() {
-            let list = &mut index.lists[l];
-            list.ids = b.list_ids(o, l, size, &mut seen)?;
-            o += size * 8;
-            list.data = b.list_rows(o, l, size, d, precision)?;
-            o += size * d * 4;
+        let rows = b.lists(&sizes, ntotal, |b, l, ids| {
+            let size = ids.len();
+            Ok((ids, b.list_rows(l, size, d, precision)?))
+        })?;
+        for (list, (ids, data)) in index.lists.iter_mut().zip(rows) {
+            (list.ids, list.data) = (ids, data);
         }
         index.ntotal = ntotal;
         index.coarse.centroids = centroids; // uploaded by `load`
         Ok(index)
+    }
+
+    fn coarse_mut(&mut self) -> &mut Coarse {
+        &mut self.coarse
     }
 }

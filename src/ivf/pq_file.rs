@@ -25,9 +25,8 @@
 //! would refuse (a nonzero norm outside 2⁻⁴⁰ … 2⁴⁰) — is refused with
 //! [`Error::Format`] naming the file and the fault, before anything is uploaded.
 
-use super::file::{
-    metric_code, metric_from_code, put_lists_and_checksum, read_index, write_index, IndexBytes,
-};
+use super::coarse::Coarse;
+use super::file::{load, put_header, put_lists_and_checksum, save, Format, IndexBytes, IndexFile};
 use super::ivfpq::{IvfPq, IvfPqOptions, PqList};
 use super::pq::{ProductQuantizer, PQ_KSUB};
 use super::KMeansOptions;
@@ -44,6 +43,18 @@ pub const IVFPQ_VERSION: u32 = 1;
 const HEADER: usize = 48;
 
 impl IvfPq {
+    /// Write the index to `path` (temporary file, fsync, rename). Errors: an untrained index
+    /// (no file is created), the output location.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        save(path, self.to_bytes())
+    }
+
+    /// Read an index file written by [`IvfPq::save`] onto `ctx` (every check before anything
+    /// is uploaded). The k-means options of the loaded index are the defaults.
+    pub fn load(ctx: &Context, path: &Path) -> Result<IvfPq> {
+        load(ctx, path)
+    }
+
     /// The index file's bytes (see the format above). Errors: an untrained index.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         let Some(pq) = &self.pq else {
@@ -51,14 +62,8 @@ impl IvfPq {
                 "the IVF-PQ index is not trained: nothing to save".into(),
             ));
         };
-        let mut b = Vec::new();
-        b.extend_from_slice(&IVFPQ_MAGIC);
-        b.extend_from_slice(&IVFPQ_VERSION.to_le_bytes());
-        b.extend_from_slice(&metric_code(self.metric).to_le_bytes());
-        b.extend_from_slice(&(self.keep_vectors as u32).to_le_bytes());
-        for v in [self.d, self.nlist, self.m, self.ntotal] {
-            b.extend_from_slice(&(v as u64).to_le_bytes());
-        }
+        let counts = [self.d, self.nlist, self.m, self.ntotal];
+        let mut b = put_header::<IvfPq>(self.metric, self.keep_vectors as u32, &counts);
         for v in self.coarse.centroids().iter().chain(pq.centroids()) {
             b.extend_from_slice(&v.to_le_bytes());
         }
@@ -69,31 +74,18 @@ impl IvfPq {
         put_lists_and_checksum(&mut b, lists);
         Ok(b)
     }
+}
 
-    /// Write the index to `path` (temporary file, fsync, rename). Errors: an untrained index
-    /// (no file is created), the output location.
-    pub fn save(&self, path: &Path) -> Result<()> {
-        write_index(path, &self.to_bytes()?)
-    }
+impl IndexFile for IvfPq {
+    const FORMAT: Format = Format::new("IVF-PQ", IVFPQ_MAGIC, IVFPQ_VERSION, 4);
 
-    /// Read an index file written by [`IvfPq::save`] onto `ctx` (every check before anything
-    /// is uploaded). The k-means options of the loaded index are the defaults.
-    pub fn load(ctx: &Context, path: &Path) -> Result<IvfPq> {
-        let mut index = read_index(path, |b| Self::from_bytes(ctx, b))?;
-        index.coarse.upload(ctx)?;
-        Ok(index)
-    }
-
-    fn from_bytes(ctx: &Context, b: &[u8]) -> std::result::Result<IvfPq, String> {
-        let b = IndexBytes::open(b, "IVF-PQ", IVFPQ_MAGIC, IVFPQ_VERSION, HEADER)?;
-        let (u32_at, u64_at) = (|o| b.u32_at(o), |o| b.u64_at(o));
-        let metric = metric_from_code(u32_at(8))?;
-        let flags = u32_at(12);
+    fn parse(ctx: &Context, mut b: IndexBytes) -> std::result::Result<IvfPq, String> {
+        let (metric, flags, counts) = b.header()?;
         if flags > 1 {
             return Err(format!("unknown flags {flags:#x} (only bit 0, rows kept)"));
         }
         let keep = flags == 1;
-        let (d, nlist, m, ntotal) = (u64_at(16), u64_at(24), u64_at(32), u64_at(40));
+        let (d, nlist, m, ntotal) = (counts[0], counts[1], counts[2], counts[3]);
         if d == 0 || nlist == 0 || m == 0 || d % m != 0 {
             return Err(format!(
                 "header has D = {d}, nlist = {nlist}, M = {m}: all must be ≥ 1 and M must \
@@ -111,15 +103,10 @@ impl IvfPq {
         let shape = format!("D = {d}, nlist = {nlist}, M = {m}, ntotal = {ntotal}");
         b.check_length_and_checksum(want, &shape)?;
         let (d, nlist, m, ntotal) = (d as usize, nlist as usize, m as usize, ntotal as usize);
-        let f32s = |o, n| b.f32s(o, n);
-        let mut o = HEADER;
-        let centroids = f32s(o, nlist * d)?;
-        o += nlist * d * 4;
-        let pq = ProductQuantizer::from_centroids(d, m, f32s(o, PQ_KSUB * d)?)
+        let centroids = b.f32s(nlist * d)?;
+        let pq = ProductQuantizer::from_centroids(d, m, b.f32s(PQ_KSUB * d)?)
             .map_err(|e| e.to_string())?;
-        o += PQ_KSUB * d * 4;
-        let sizes = b.list_sizes(o, nlist, ntotal)?;
-        o += nlist * 8;
+        let sizes = b.list_sizes(nlist, ntotal)?;
         let opts = IvfPqOptions {
             nlist,
             m,
@@ -129,29 +116,27 @@ impl IvfPq {
         };
         let mut index = IvfPq::new(ctx, d, &opts).map_err(|e| e.to_string())?;
         let mut loc = vec![(u32::MAX, 0u32); ntotal];
-        let mut seen = vec![false; ntotal];
-        for (l, &size) in sizes.iter().enumerate() {
-            let mut list = PqList {
-                ids: b.list_ids(o, l, size, &mut seen)?,
-                ..PqList::default()
-            };
-            for (i, &id) in list.ids.iter().enumerate() {
+        index.lists = b.lists(&sizes, ntotal, |b, l, ids| {
+            for (i, &id) in ids.iter().enumerate() {
                 loc[id as usize] = (l as u32, i as u32);
             }
-            o += size * 8;
-            list.codes = b.bytes(o, size * m).to_vec();
-            o += size * m;
-            if keep {
-                // Kept rows are the rows `add` checked at fp32 (unit rows for cosine).
-                list.data = b.list_rows(o, l, size, d, Precision::Fp32)?;
-                o += size * d * 4;
-            }
-            index.lists[l] = list;
-        }
+            let size = ids.len();
+            let codes = b.bytes(size * m).to_vec();
+            // Kept rows are the rows `add` checked at fp32 (unit rows for cosine).
+            let data = match keep {
+                true => b.list_rows(l, size, d, Precision::Fp32)?,
+                false => Vec::new(),
+            };
+            Ok(PqList { ids, codes, data })
+        })?;
         index.ntotal = ntotal;
         index.loc = loc;
         index.pq = Some(pq);
         index.coarse.centroids = centroids; // uploaded by `load`
         Ok(index)
+    }
+
+    fn coarse_mut(&mut self) -> &mut Coarse {
+        &mut self.coarse
     }
 }
