@@ -5,18 +5,18 @@
 //! k-NN and the host table.
 
 use super::coarse::{index_rows, Coarse};
-use super::index::{self, IvfIndex, ListScan, Lists, Queries, ReadBack, Words};
+use super::index::{self, Found, IvfIndex, ListScan, Lists, Queries, ReadBack, Words};
 use super::kmeans::{self, KMeans, KMeansOptions};
 use super::resident;
 use super::scan;
+use super::scan::{Pass, ScanRun};
 use super::{IvfSearch, IvfSearchReport};
 use crate::device::{Buffer, Context};
 use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
 use crate::knn::{knn_flat, knn_resident, DeviceQueries, KnnOptions, KnnResult, Metric, NO_ID};
-use crate::submit::Submitter;
+
 use crate::table::{Precision, Table};
-use ash::vk;
 
 /// How an [`IvfFlat`] is built.
 #[derive(Clone, Debug)]
@@ -339,9 +339,9 @@ impl IvfIndex for IvfFlat {
         &'a mut self,
         q: &Queries,
         s: &IvfSearch,
-        out: &mut KnnResult,
-        report: &mut IvfSearchReport,
+        found: &mut Found,
     ) -> Result<Option<Lists<'a, FlatScan<'a>>>> {
+        let (out, report) = found;
         let k = s.knn.k;
         if q.nq == 0 {
             return Ok(None);
@@ -426,28 +426,9 @@ impl ListScan for FlatScan<'_> {
         false
     }
 
-    fn record(
-        &self,
-        sub: &mut Submitter,
-        set: vk::DescriptorSet,
-        nq: usize,
-        nprobe: usize,
-        before: impl FnOnce(vk::CommandBuffer),
-        after: impl FnOnce(vk::CommandBuffer),
-    ) -> Result<(u64, u64, usize)> {
-        let (k, metric) = (self.k, self.metric);
-        let probe_off = nq * nprobe;
-        self.slab.record_scan(
-            sub,
-            set,
-            nq,
-            probe_off,
-            nprobe,
-            k,
-            metric,
-            Some(before),
-            Some(after),
-        )
+    fn record(&self, run: ScanRun<impl Pass, impl Pass>) -> Result<(u64, u64, usize)> {
+        let probe_off = run.nq * run.nprobe;
+        self.slab.record_scan(run, self.k, probe_off, self.metric)
     }
 
     fn words(&self, nq: usize) -> Words {
@@ -459,26 +440,16 @@ impl ListScan for FlatScan<'_> {
         }
     }
 
-    fn read_back(
-        &self,
-        back: ReadBack,
-        q: &Queries,
-        out: &mut KnnResult,
-        report: &mut IvfSearchReport,
-    ) -> Result<()> {
+    fn read_back(&self, back: ReadBack, q: &Queries, found: &mut Found) -> Result<()> {
+        let (out, report) = found;
         let (keys, ids) = back.results.split_at(q.nq * self.k);
         self.finish(out, report, bytemuck::cast_slice(keys), ids, back.probes);
         Ok(())
     }
 
-    fn scan_host(
-        &self,
-        ctx: &Context,
-        coarse: &DeviceTable,
-        q: &Queries,
-        out: &mut KnnResult,
-        report: &mut IvfSearchReport,
-    ) -> Result<()> {
+    fn scan_host(&self, coarse: &DeviceTable, q: &Queries, found: &mut Found) -> Result<()> {
+        let (out, report) = found;
+        let ctx = coarse.context();
         let rows = DeviceQueries::upload(ctx, q.raw, q.d, q.metric)?;
         let probes = knn_resident(coarse, &rows, &q.coarse)?;
         report.coarse_ns = probes.gpu_ns;

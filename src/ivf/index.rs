@@ -9,6 +9,7 @@
 
 use super::kmeans::KMeans;
 use super::resident::{self, Resident};
+use super::scan::{Pass, ScanRun};
 use super::{IvfFlat, IvfPq};
 #[cfg(doc)]
 use super::{IvfShards, MAX_SCAN_DIM, MAX_SCAN_K};
@@ -18,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::knn::{
     check_queries_sq, write_query_rows, KnnOptions, KnnPath, KnnResult, Metric, Prepared,
 };
-use crate::submit::{Set, Submitter};
+use crate::submit::Set;
 use crate::table::Table;
 use ash::vk;
 
@@ -260,14 +261,13 @@ pub(super) trait IvfIndex {
     /// The index's own checks, after the shared ones ([`IvfSearch::check`]).
     fn check_search(&self, s: &IvfSearch) -> Result<()>;
     /// The lists ready for the scan of `q` (the slab built where it is not), or `None` where
-    /// the index answered into `out` itself (no queries, nothing added, IVF-Flat's per-list
+    /// the index answered into `found` itself (no queries, nothing added, IVF-Flat's per-list
     /// path).
     fn lists<'a>(
         &'a mut self,
         q: &Queries,
         s: &IvfSearch,
-        out: &mut KnnResult,
-        report: &mut IvfSearchReport,
+        found: &mut Found,
     ) -> Result<Option<Lists<'a, Self::Scan<'a>>>>;
 }
 
@@ -347,19 +347,20 @@ fn search_counted<I: IvfIndex>(
             ..KnnOptions::default()
         },
     };
-    let mut report = IvfSearchReport {
+    let report = IvfSearchReport {
         nprobe,
         ..IvfSearchReport::default()
     };
-    let mut out = KnnResult::started(s.knn.k, nq, KnnPath::Select { chunk: 0 }, false, 0);
+    let out = KnnResult::started(s.knn.k, nq, KnnPath::Select { chunk: 0 }, false, 0);
+    let mut found = (out, report);
     let Some(Lists {
         resident,
         ctx,
         coarse,
         scan,
-    }) = ix.lists(&q, s, &mut out, &mut report)?
+    }) = ix.lists(&q, s, &mut found)?
     else {
-        return Ok((out, report));
+        return Ok(found);
     };
     let one = match nq {
         0 => None,
@@ -372,19 +373,24 @@ fn search_counted<I: IvfIndex>(
             |dst| q.write(dst),
             &scan,
             scan.words(nq),
-            &mut report,
+            &mut found.1,
         )?,
     };
     match one {
         Some(back) => {
+            let out = &mut found.0;
             (out.path, out.subgroups, out.query_tile) = back.plan;
-            scan.read_back(back, &q, &mut out, &mut report)?;
+            scan.read_back(back, &q, &mut found)?;
         }
-        None => scan.scan_host(ctx, coarse, &q, &mut out, &mut report)?,
+        None => scan.scan_host(coarse, &q, &mut found)?,
     }
+    let (out, report) = &mut found;
     out.gpu_ns = report.coarse_ns + report.lists_ns;
-    Ok((out, report))
+    Ok(found)
 }
+
+/// A search's result and report as the list scan fills them.
+pub(super) type Found = (KnnResult, IvfSearchReport);
 
 /// What the one-submission search asks of an index's list scan: IVF-Flat's (`flat.rs`, over
 /// [`super::scan::Slab`]) and IVF-PQ's (`pq_index.rs`, over [`super::pq_scan::PqSlab`] and its
@@ -396,17 +402,15 @@ pub(super) trait ListScan {
     fn slab(&self) -> ([(u32, &Buffer); 4], u64);
     /// Whether the scan reads the probes' coarse keys at binding 7 (IVF-PQ's inner product).
     fn binds_keys(&self) -> bool;
-    /// The pass after the scan, if any (none by default): its set kept in `slot`, naming the queries at `queries`
-    /// and the results at `out` (whose generation is `gen`).
+    /// The pass after the scan, if any (none by default): its set kept in `slot`, naming the queries and the results
+    /// buffers of `bufs` (after their generation).
     fn after_pass(
         &self,
         slot: &mut Option<(Set, [u64; 3])>,
         ctx: &Context,
-        gen: u64,
-        queries: &Buffer,
-        out: &Buffer,
+        bufs: (u64, &Buffer, &Buffer),
     ) -> Result<Option<Self::After>> {
-        let _ = (slot, ctx, gen, queries, out);
+        let _ = (slot, ctx, bufs);
         Ok(None)
     }
     /// Records the pass `after_pass` made.
@@ -416,39 +420,17 @@ pub(super) trait ListScan {
     unsafe fn record_after(&self, cb: vk::CommandBuffer, pass: &Self::After) {
         let _ = (cb, pass);
     }
-    /// Records and runs the scan of `nq` queries, `nprobe` probes each, on `sub` with `set`,
-    /// `before` at the head and `after` at the end (the slab's `record_scan`). Returns the GPU
-    /// nanoseconds before the submitter's mark and after it, and the dispatches.
-    fn record(
-        &self,
-        sub: &mut Submitter,
-        set: vk::DescriptorSet,
-        nq: usize,
-        nprobe: usize,
-        before: impl FnOnce(vk::CommandBuffer),
-        after: impl FnOnce(vk::CommandBuffer),
-    ) -> Result<(u64, u64, usize)>;
+    /// Records and runs the scan `run` (the slab's `record_scan`). Returns the GPU nanoseconds
+    /// before the submitter's mark and after it, and the dispatches.
+    fn record(&self, run: ScanRun<impl Pass, impl Pass>) -> Result<(u64, u64, usize)>;
     /// The results buffer's words for `nq` queries, and the span read back before the probes.
     fn words(&self, nq: usize) -> Words;
-    /// The one submission's read-back into `out` and `report` (the rows scanned included).
-    fn read_back(
-        &self,
-        back: ReadBack,
-        q: &Queries,
-        out: &mut KnnResult,
-        report: &mut IvfSearchReport,
-    ) -> Result<()>;
+    /// The one submission's read-back into `found`: its result and report, the rows scanned included.
+    fn read_back(&self, back: ReadBack, q: &Queries, found: &mut Found) -> Result<()>;
     /// The search where the coarse search takes more than one query tile, or there are no
     /// queries: the coarse k-NN's results on the host, then the scan of the lists they name,
-    /// into `out` and `report` (its GPU times, dispatches, the rows scanned, the coarse path).
-    fn scan_host(
-        &self,
-        ctx: &Context,
-        coarse: &DeviceTable,
-        q: &Queries,
-        out: &mut KnnResult,
-        report: &mut IvfSearchReport,
-    ) -> Result<()>;
+    /// into `found` (the report's GPU times, dispatches, the rows scanned, the coarse path).
+    fn scan_host(&self, coarse: &DeviceTable, q: &Queries, found: &mut Found) -> Result<()>;
 }
 
 /// The coarse search's path, subgroups and query tile, as a result's.
@@ -530,7 +512,7 @@ fn search_resident<'r, S: ListScan>(
         singles.push((7, packed));
     }
     let set = resident::set_for(slot, ctx, [gen, serial, prep.scratch_gen()], &singles)?;
-    let pass = scan.after_pass(rerank_set, ctx, gen, qbuf, obuf)?;
+    let pass = scan.after_pass(rerank_set, ctx, (gen, qbuf, obuf))?;
     let dev = ctx.device();
     let mut failed = None;
     let before = |cb| unsafe {
@@ -554,7 +536,14 @@ fn search_resident<'r, S: ListScan>(
             ],
         )
     };
-    let (coarse_ns, lists_ns, dispatches) = scan.record(sub, set, nq, nprobe, before, after)?;
+    let (coarse_ns, lists_ns, dispatches) = scan.record(ScanRun {
+        sub,
+        set,
+        nq,
+        nprobe,
+        before: Some(before),
+        after: Some(after),
+    })?;
     if let Some(e) = failed {
         return Err(e);
     }

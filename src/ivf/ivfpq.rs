@@ -23,18 +23,19 @@
 //!   product one on the unit rows.
 
 use super::coarse::{index_rows, Coarse};
-use super::index::{self, IvfIndex, ListScan, Lists, Queries, ReadBack, Words};
+use super::index::{self, Found, IvfIndex, ListScan, Lists, Queries, ReadBack, Words};
 use super::kmeans::{nearest, KMeans, KMeansOptions};
 use super::pq::ProductQuantizer;
 use super::pq_rerank::{self, KeptRows};
 use super::pq_scan::PqSlab;
 use super::resident::Resident;
+use super::scan::{Pass, ScanRun};
 use super::{IvfSearch, IvfSearchReport, MAX_SCAN_K};
 use crate::device::{Buffer, Context, Pipeline};
 use crate::device_table::DeviceTable;
 use crate::error::{Error, Result};
 use crate::knn::{knn_flat, KnnResult, Metric, NO_ID};
-use crate::submit::{Set, Submitter};
+use crate::submit::Set;
 use crate::table::{Precision, Table};
 use ash::vk;
 use std::sync::{Arc, OnceLock};
@@ -393,9 +394,9 @@ impl IvfIndex for IvfPq {
         &'a mut self,
         q: &Queries,
         s: &IvfSearch,
-        _: &mut KnnResult,
-        report: &mut IvfSearchReport,
+        found: &mut Found,
     ) -> Result<Option<Lists<'a, PqScan<'a>>>> {
+        let report = &mut found.1;
         self.build_slab()?;
         report.list_scan = true;
         let k = s.knn.k;
@@ -609,9 +610,7 @@ impl ListScan for PqScan<'_> {
         &self,
         slot: &mut Option<(Set, [u64; 3])>,
         ctx: &Context,
-        gen: u64,
-        queries: &Buffer,
-        out: &Buffer,
+        (gen, queries, out): (u64, &Buffer, &Buffer),
     ) -> Result<Option<Self::After>> {
         let Some(kr) = self.kept else {
             return Ok(None);
@@ -628,27 +627,10 @@ impl ListScan for PqScan<'_> {
         }
     }
 
-    fn record(
-        &self,
-        sub: &mut Submitter,
-        set: vk::DescriptorSet,
-        nq: usize,
-        nprobe: usize,
-        before: impl FnOnce(vk::CommandBuffer),
-        after: impl FnOnce(vk::CommandBuffer),
-    ) -> Result<(u64, u64, usize)> {
-        let kk = self.shape.1;
-        self.slab.record_scan(
-            sub,
-            set,
-            nq,
-            (nq * nprobe, 0),
-            nprobe,
-            kk,
-            self.ip,
-            Some(before),
-            Some(after),
-        )
+    fn record(&self, run: ScanRun<impl Pass, impl Pass>) -> Result<(u64, u64, usize)> {
+        let probe_off = run.nq * run.nprobe;
+        self.slab
+            .record_scan(run, self.shape.1, (probe_off, 0), self.ip)
     }
 
     /// The words read back first: the re-rank's k best (3 words a result), or the scan's
@@ -669,13 +651,8 @@ impl ListScan for PqScan<'_> {
         }
     }
 
-    fn read_back(
-        &self,
-        back: ReadBack,
-        q: &Queries,
-        out: &mut KnnResult,
-        report: &mut IvfSearchReport,
-    ) -> Result<()> {
+    fn read_back(&self, back: ReadBack, q: &Queries, found: &mut Found) -> Result<()> {
+        let (out, report) = found;
         if self.kept.is_some() {
             self.read_reranked(back.results, out);
             report.rows_scanned = index::rows_scanned(back.probes, |l| self.lists[l].ids.len());
@@ -688,14 +665,8 @@ impl ListScan for PqScan<'_> {
         Ok(())
     }
 
-    fn scan_host(
-        &self,
-        _: &Context,
-        coarse: &DeviceTable,
-        q: &Queries,
-        out: &mut KnnResult,
-        report: &mut IvfSearchReport,
-    ) -> Result<()> {
+    fn scan_host(&self, coarse: &DeviceTable, q: &Queries, found: &mut Found) -> Result<()> {
+        let (out, report) = found;
         let (ip, nprobe, kk) = (self.ip, q.coarse.k, self.shape.1);
         let probes = knn_flat(coarse, self.rows(q), q.d, &q.coarse)?;
         report.coarse_ns = probes.gpu_ns;
@@ -707,10 +678,10 @@ impl ListScan for PqScan<'_> {
             .zip(&probes.distances)
             .map(|(&l, &dist)| (l as u32, if ip { -dist } else { dist }))
             .collect();
-        let (keys, ids, ns, dispatches) = self.slab.scan(self.rows(q), &pr, nprobe, kk, ip)?;
-        (report.lists_ns, report.scan_dispatches) = (ns, dispatches);
+        let so = self.slab.scan(self.rows(q), &pr, nprobe, kk, ip)?;
+        (report.lists_ns, report.scan_dispatches) = (so.gpu_ns, so.dispatches);
         let probe_ids: Vec<u32> = pr.iter().map(|p| p.0).collect();
-        self.finish_host((&keys, &ids, &probe_ids), q, out, report);
+        self.finish_host((&so.keys, &so.ids, &probe_ids), q, out, report);
         Ok(())
     }
 }

@@ -23,11 +23,13 @@
 use crate::device::{Buffer, Capabilities, Context};
 use crate::error::{Error, Result};
 use crate::spirv;
-use crate::submit::{Set, Submitter};
 use crate::table::Precision;
 
 use super::pq::{precomputed_table, ProductQuantizer, PQ_KSUB};
-use super::scan::{merge_iterations, queue, record_list_scan, select_passes, split, LoopCost};
+use super::scan::{
+    merge_iterations, queue, record_list_scan, scan_from_host, select_passes, slab_bindings, split,
+    LoopCost, Pass, ScanOut, ScanRun, StepPush,
+};
 
 /// `pre_at` of a slab without precomputed tables (`NO_TABLES` in the shader).
 const NO_TABLES: usize = u32::MAX as usize;
@@ -51,14 +53,7 @@ const BS_SHARED: usize = 256 * 8 + 64 * 8;
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct PqScanPush {
-    q0: u32,
-    nprobe: u32,
-    p0: u32,
-    p1: u32,
-    r0: u32,
-    r1: u32,
-    k: u32,
-    seed: u32,
+    step: StepPush,
     ip: u32,
     pq_at: u32,
     probe_off: u32,
@@ -170,17 +165,6 @@ impl PqSlab {
         })
     }
 
-    /// The slab's buffers as the scan binds them (0: codes, 1: centroids, 3: lists, 4: row
-    /// ids; the caller adds 2: queries, 5: probes, 6: results, 7: the probes' keys).
-    pub fn bindings(&self) -> [(u32, &Buffer); 4] {
-        [
-            (0, &self.codes),
-            (1, &self.cent),
-            (3, &self.lists),
-            (4, &self.row_id),
-        ]
-    }
-
     /// Records and runs the scan of `nq` queries on `sub` with `set` (the slab's
     /// [`PqSlab::bindings`], the query rows at 2 — n × D, unit rows for cosine —, the probed
     /// lists at 5 from word `probe_off` and their coarse keys at 7 from word `key_off`, `nprobe`
@@ -188,19 +172,14 @@ impl PqSlab {
     /// codes of its probed lists, best first, keys from word 0 and ids from word nq · k, padded
     /// with (+∞, `u32::MAX`). `before` and `after` as in [`super::scan::record_list_scan`];
     /// returns the GPU nanoseconds before the mark and after it, and the scan's dispatches.
-    #[allow(clippy::too_many_arguments)]
     pub fn record_scan(
         &self,
-        sub: &mut Submitter,
-        set: ash::vk::DescriptorSet,
-        nq: usize,
-        (probe_off, key_off): (usize, usize),
-        nprobe: usize,
+        run: ScanRun<impl Pass, impl Pass>,
         k: usize,
+        (probe_off, key_off): (usize, usize),
         ip: bool,
-        before: Option<impl FnOnce(ash::vk::CommandBuffer)>,
-        after: Option<impl FnOnce(ash::vk::CommandBuffer)>,
     ) -> Result<(u64, u64, usize)> {
+        let (nq, nprobe) = (run.nq, run.nprobe);
         let ctx = &self.ctx;
         let (d, m) = (self.d, self.m);
         let caps = ctx.caps();
@@ -226,32 +205,17 @@ impl PqSlab {
                 caps.subgroup_arithmetic as u32,
             ],
         )?;
-        let (before_ns, ns, count) = record_list_scan(
-            sub,
-            "IVF-PQ list scan",
-            &pipe,
-            set,
-            nq,
-            &steps,
-            before,
-            after,
-            |q0, (p0, p1, r0, r1), seed| PqScanPush {
-                q0: q0 as u32,
-                nprobe: nprobe as u32,
-                p0: p0 as u32,
-                p1: p1 as u32,
-                r0: r0 as u32,
-                r1: r1.min(u32::MAX as usize) as u32,
-                k: k as u32,
-                seed: seed as u32,
+        let label = "IVF-PQ list scan";
+        let (before_ns, ns, count) =
+            record_list_scan(run, label, &pipe, &steps, |q0, step, seed| PqScanPush {
+                step: StepPush::new(q0, nprobe, step, k, seed),
                 ip: ip as u32,
                 pq_at: (self.nlist * d) as u32,
                 probe_off: probe_off as u32,
                 key_off: key_off as u32,
                 ids_off: (nq * k) as u32,
                 pre_at: self.pre_at as u32,
-            },
-        )?;
+            })?;
         Ok((before_ns, ns, count))
     }
 
@@ -260,10 +224,16 @@ impl PqSlab {
         self.pre_at != NO_TABLES
     }
 
+    /// The slab's buffers as the scan binds them (0: codes, 1: centroids, 3: lists, 4: row
+    /// ids; the caller adds 2: queries, 5: probes, 6: results, 7: the probes' keys).
+    pub fn bindings(&self) -> [(u32, &Buffer); 4] {
+        slab_bindings([&self.codes, &self.cent, &self.lists, &self.row_id])
+    }
+
     /// [`PqSlab::record_scan`] with the probes from the host — each (list, the coarse key as
     /// the shaders keep it: minus q · c(list) for inner product) — for the queries in
-    /// `queries` (n × D): its own buffers, set and submitter, then a download. The keys, the
-    /// ids, the GPU nanoseconds and the dispatches.
+    /// `queries` (n × D): its own buffers, set and submitter, then a download
+    /// ([`super::scan::scan_from_host`]).
     pub fn scan(
         &self,
         queries: &[f32],
@@ -271,11 +241,10 @@ impl PqSlab {
         nprobe: usize,
         k: usize,
         ip: bool,
-    ) -> Result<(Vec<f32>, Vec<u32>, u64, usize)> {
-        let ctx = &self.ctx;
+    ) -> Result<ScanOut> {
         let nq = queries.len() / self.d;
         if nq == 0 {
-            return Ok((Vec::new(), Vec::new(), 0, 0));
+            return Ok(ScanOut::default());
         }
         // The lists, then their keys.
         let pr: Vec<u32> = probes
@@ -283,34 +252,13 @@ impl PqSlab {
             .map(|p| p.0)
             .chain(probes.iter().map(|p| p.1.to_bits()))
             .collect();
-        let qbuf = ctx.upload("IVF-PQ queries", bytemuck::cast_slice(queries))?;
-        let pbuf = ctx.upload("IVF-PQ probes", bytemuck::cast_slice(&pr))?;
-        let results = nq * k;
-        let out = Buffer::storage(ctx, "IVF-PQ results", (2 * results * 4) as u64)?;
-        let mut singles = self.bindings().to_vec();
-        singles.extend([(2, &qbuf), (5, &pbuf), (6, &out), (7, &pbuf)]);
-        let set = Set::new(ctx, &singles, &[])?;
-        let mut sub = Submitter::new(ctx)?;
-        let none = None::<fn(ash::vk::CommandBuffer)>;
-        let (_, gpu_ns, count) = self.record_scan(
-            &mut sub,
-            set.set,
-            nq,
-            (0, probes.len()),
-            nprobe,
-            k,
-            ip,
-            none,
-            none,
-        )?;
-        drop(set);
-        let w: Vec<u32> = ctx
-            .download(&out, 0, (2 * results * 4) as u64)?
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
-        let keys = w[..results].iter().map(|&b| f32::from_bits(b)).collect();
-        Ok((keys, w[results..].to_vec(), gpu_ns, count))
+        let qbuf = self
+            .ctx
+            .upload("IVF-PQ queries", bytemuck::cast_slice(queries))?;
+        let scan = |run: ScanRun<'_, _, _>| self.record_scan(run, k, (0, probes.len()), ip);
+        let slab = (&self.ctx, self.bindings());
+        let labels = ["IVF-PQ probes", "IVF-PQ results"];
+        scan_from_host(slab, labels, &qbuf, (&pr, true), (nq, nprobe, k), scan)
     }
 }
 

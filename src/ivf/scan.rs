@@ -55,11 +55,12 @@ const QUERY_TILE: usize = 65_535;
 /// The id of a padding pair in the shader.
 const NO_ID_U32: u32 = u32::MAX;
 
-/// `ivf_scan.comp`'s push block.
+/// The words both scans' push blocks share (`ivf_scan.comp`'s after D, `ivfpq_scan.comp`'s
+/// first): the first query, probes a query, one dispatch's step (probe ranks [p0, p1), rows
+/// [r0, r1)), k, and whether the dispatch carries on from the k best of the one before.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct ScanPush {
-    dim: u32,
+pub(crate) struct StepPush {
     q0: u32,
     nprobe: u32,
     p0: u32,
@@ -68,6 +69,31 @@ struct ScanPush {
     r1: u32,
     k: u32,
     seed: u32,
+}
+
+impl StepPush {
+    /// The words of query `q0`'s tile, `nprobe` probes a query, dispatch `step`, `k` results.
+    pub(crate) fn new(q0: usize, nprobe: usize, step: Step, k: usize, seed: bool) -> Self {
+        let (p0, p1, r0, r1) = step;
+        StepPush {
+            q0: q0 as u32,
+            nprobe: nprobe as u32,
+            p0: p0 as u32,
+            p1: p1 as u32,
+            r0: r0 as u32,
+            r1: r1.min(u32::MAX as usize) as u32,
+            k: k as u32,
+            seed: seed as u32,
+        }
+    }
+}
+
+/// `ivf_scan.comp`'s push block.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct ScanPush {
+    dim: u32,
+    step: StepPush,
     metric: u32,
     probe_off: u32,
     ids_off: u32,
@@ -248,12 +274,7 @@ impl Slab {
     /// The slab's buffers as the list scan binds them (0: rows, 1: inverse norms, 3: lists,
     /// 4: row ids; the caller adds 2: queries, 5: probes, 6: results).
     pub fn bindings(&self) -> [(u32, &Buffer); 4] {
-        [
-            (0, &self.data),
-            (1, &self.inv_norm),
-            (3, &self.lists),
-            (4, &self.row_id),
-        ]
+        slab_bindings([&self.data, &self.inv_norm, &self.lists, &self.row_id])
     }
 
     /// Records and runs the list scan of `nq` queries on `sub` with `set` (the slab's
@@ -264,19 +285,14 @@ impl Slab {
     /// first submission (then the submitter's mark and a barrier), `after` at the end of the
     /// last: one submission on a GPU. Returns the GPU nanoseconds before the mark and after it,
     /// and the dispatches.
-    #[allow(clippy::too_many_arguments)]
     pub fn record_scan(
         &self,
-        sub: &mut Submitter,
-        set: ash::vk::DescriptorSet,
-        nq: usize,
-        probe_off: usize,
-        nprobe: usize,
+        run: ScanRun<impl Pass, impl Pass>,
         k: usize,
+        probe_off: usize,
         metric: Metric,
-        before: Option<impl FnOnce(ash::vk::CommandBuffer)>,
-        after: Option<impl FnOnce(ash::vk::CommandBuffer)>,
     ) -> Result<(u64, u64, usize)> {
+        let (nq, nprobe) = (run.nq, run.nprobe);
         let ctx = &self.ctx;
         let d = self.d;
         let bs_k = queue(k);
@@ -293,30 +309,15 @@ impl Slab {
             ],
         )?;
         let results = nq * k;
-        record_list_scan(
-            sub,
-            "IVF list scan",
-            &pipe,
-            set,
-            nq,
-            &steps,
-            before,
-            after,
-            |q0, (p0, p1, r0, r1), seed| ScanPush {
+        record_list_scan(run, "IVF list scan", &pipe, &steps, |q0, step, seed| {
+            ScanPush {
                 dim: d as u32,
-                q0: q0 as u32,
-                nprobe: nprobe as u32,
-                p0: p0 as u32,
-                p1: p1 as u32,
-                r0: r0 as u32,
-                r1: r1.min(u32::MAX as usize) as u32,
-                k: k as u32,
-                seed: seed as u32,
+                step: StepPush::new(q0, nprobe, step, k, seed),
                 metric: metric_code(metric),
                 probe_off: probe_off as u32,
                 ids_off: results as u32,
-            },
-        )
+            }
+        })
     }
 
     /// [`Slab::record_scan`] with probes from the host (`nprobe` a query): its own buffers,
@@ -332,32 +333,65 @@ impl Slab {
         k: usize,
         metric: Metric,
     ) -> Result<ScanOut> {
-        let ctx = &self.ctx;
-        let mut res = ScanOut::default();
-        if nq == 0 {
-            return Ok(res);
-        }
-        let pbuf = ctx.upload("IVF probes", bytemuck::cast_slice(probes))?;
-        let results = nq * k;
-        let out = Buffer::storage(ctx, "IVF results", (2 * results * 4) as u64)?;
-        let mut singles = self.bindings().to_vec();
-        singles.extend([(2, queries), (5, &pbuf), (6, &out)]);
-        let set = Set::new(ctx, &singles, &[])?;
-        let mut sub = Submitter::new(ctx)?;
-        let none = None::<fn(ash::vk::CommandBuffer)>;
-        let (_, ns, dispatches) =
-            self.record_scan(&mut sub, set.set, nq, 0, nprobe, k, metric, none, none)?;
-        (res.gpu_ns, res.dispatches) = (ns, dispatches);
-        drop(set);
-        let w: Vec<u32> = ctx
-            .download(&out, 0, (2 * results * 4) as u64)?
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
-        res.keys = w[..results].iter().map(|&b| f32::from_bits(b)).collect();
-        res.ids = w[results..2 * results].to_vec();
-        Ok(res)
+        let scan = |run: ScanRun<'_, _, _>| self.record_scan(run, k, 0, metric);
+        let slab = (&self.ctx, self.bindings());
+        let labels = ["IVF probes", "IVF results"];
+        scan_from_host(
+            slab,
+            labels,
+            queries,
+            (probes, false),
+            (nq, nprobe, k),
+            scan,
+        )
     }
+}
+
+/// A list scan with its probes from the host, IVF-Flat's and IVF-PQ's alike: on the slab's
+/// context with its `bindings`, the `queries` at 2, the probes' words uploaded (`labels`: the
+/// probes' and the results' buffers) at 5 — and at 7 where `keys` (IVF-PQ: the probes' coarse keys follow the lists) —,
+/// a results buffer for `nq` × `k` pairs at 6, and its own set and submitter for `record(sub,
+/// set)`; then the download of the keys and ids.
+pub(crate) fn scan_from_host(
+    (ctx, bindings): (&Context, [(u32, &Buffer); 4]),
+    labels: [&'static str; 2],
+    queries: &Buffer,
+    (probes, keys): (&[u32], bool),
+    (nq, nprobe, k): (usize, usize, usize),
+    record: impl FnOnce(ScanRun<NoPass, NoPass>) -> Result<(u64, u64, usize)>,
+) -> Result<ScanOut> {
+    let mut res = ScanOut::default();
+    if nq == 0 {
+        return Ok(res);
+    }
+    let pbuf = ctx.upload(labels[0], bytemuck::cast_slice(probes))?;
+    let results = nq * k;
+    let out = Buffer::storage(ctx, labels[1], (2 * results * 4) as u64)?;
+    let mut singles = bindings.to_vec();
+    singles.extend([(2, queries), (5, &pbuf), (6, &out)]);
+    if keys {
+        singles.push((7, &pbuf));
+    }
+    let set = Set::new(ctx, &singles, &[])?;
+    let mut sub = Submitter::new(ctx)?;
+    let (_, ns, dispatches) = record(ScanRun {
+        sub: &mut sub,
+        set: set.set,
+        nq,
+        nprobe,
+        before: None,
+        after: None,
+    })?;
+    (res.gpu_ns, res.dispatches) = (ns, dispatches);
+    drop(set);
+    let w: Vec<u32> = ctx
+        .download(&out, 0, (2 * results * 4) as u64)?
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    res.keys = w[..results].iter().map(|&b| f32::from_bits(b)).collect();
+    res.ids = w[results..2 * results].to_vec();
+    Ok(res)
 }
 
 /// A list scan's dispatches `(p0, p1, r0, r1)`: probe ranks [p0, p1) and rows [r0, r1).
@@ -372,18 +406,21 @@ pub(crate) type Step = (usize, usize, usize, usize);
 /// writes the mark first; `after` is recorded at the end of the last. Returns the GPU
 /// nanoseconds before the marks and after them (all after them for a submitter without marks)
 /// and the dispatches.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn record_list_scan<P: bytemuck::Pod>(
-    sub: &mut Submitter,
+    run: ScanRun<impl Pass, impl Pass>,
     label: &str,
     pipe: &Pipeline,
-    set: ash::vk::DescriptorSet,
-    nq: usize,
     steps: &[Step],
-    before: Option<impl FnOnce(ash::vk::CommandBuffer)>,
-    after: Option<impl FnOnce(ash::vk::CommandBuffer)>,
     push: impl Fn(usize, Step, bool) -> P,
 ) -> Result<(u64, u64, usize)> {
+    let ScanRun {
+        sub,
+        set,
+        nq,
+        before,
+        after,
+        ..
+    } = run;
     let ctx = sub.context().clone();
     let dev = ctx.device();
     let mark = sub.mark();
@@ -425,6 +462,31 @@ pub(crate) fn record_list_scan<P: bytemuck::Pod>(
     }
     Ok((before_ns, gpu_ns, count))
 }
+
+/// A slab's four buffers as both list scans bind them: the rows or codes at 0, their inverse
+/// norms or the centroids at 1, the lists at 3 and the row ids at 4.
+pub(crate) fn slab_bindings([a, b, lists, ids]: [&Buffer; 4]) -> [(u32, &Buffer); 4] {
+    [(0, a), (1, b), (3, lists), (4, ids)]
+}
+
+/// A list scan's recording: on `sub` with `set`, `nq` queries of `nprobe` probes each,
+/// `before` recorded at the head of the first submission and `after` at the end of the last
+/// (see [`record_list_scan`]).
+pub(crate) struct ScanRun<'s, B, A> {
+    pub sub: &'s mut Submitter,
+    pub set: ash::vk::DescriptorSet,
+    pub nq: usize,
+    pub nprobe: usize,
+    pub before: Option<B>,
+    pub after: Option<A>,
+}
+
+/// A pass recorded into a list scan's command buffer, before or after it.
+pub(crate) trait Pass: FnOnce(ash::vk::CommandBuffer) {}
+impl<F: FnOnce(ash::vk::CommandBuffer)> Pass for F {}
+
+/// No pass before or after a scan (its probes from the host).
+type NoPass = fn(ash::vk::CommandBuffer);
 
 /// What [`Slab::scan`] returns.
 #[derive(Default)]
