@@ -50,7 +50,7 @@ pub fn arithmetic(caps: &Capabilities, n: usize, d: usize, opts: &GramOptions) -
     let compensated = opts.compensated.unwrap_or(!plain || !wanted);
     let judge = wanted
         && plan_for(caps, n, compensated, true, opts)
-            .map(|(wg, placement, rper)| judge_fits(caps, n, d, wg, placement, rper))
+            .map(|lanes| judge_fits(caps, n, d, lanes))
             .unwrap_or(false);
     // Unnamed sums are plain only with a judge that runs.
     let compensated = compensated || (!judge && opts.compensated.is_none());
@@ -69,8 +69,7 @@ pub fn fixed_point(caps: &Capabilities, n: usize, d: usize, opts: &GramOptions) 
     caps.float64
         && opts.compensated.is_none()
         && opts.judge != Some(false)
-        && plan_fixed(caps, n, opts)
-            .is_ok_and(|(wg, placement, rper)| fixed_fits(caps, n, d, wg, placement, rper))
+        && plan_fixed(caps, n, opts).is_ok_and(|lanes| fixed_fits(caps, n, d, lanes))
 }
 
 /// Workgroup size, placement and keys a lane for fixed-point keys: the smallest of 256, 512 and
@@ -78,11 +77,7 @@ pub fn fixed_point(caps: &Capabilities, n: usize, d: usize, opts: &GramOptions) 
 /// on an H200: 256 for 8,359 and 14,943 rows, 512 for 31,102), 64 on CPU devices; `opts` may
 /// name them. In registers the keys a lane are rounded up to a multiple of 4 (runs of four
 /// adjacent items, see `shaders/gram_fixed.comp`).
-pub(super) fn plan_fixed(
-    caps: &Capabilities,
-    n: usize,
-    opts: &GramOptions,
-) -> Result<(u32, Placement, usize)> {
+pub(super) fn plan_fixed(caps: &Capabilities, n: usize, opts: &GramOptions) -> Result<Lanes> {
     let max_wg = caps.max_workgroup_invocations.min(1024);
     let wg = opts.workgroup_size.unwrap_or_else(|| {
         if crate::device::is_cpu_device(caps) {
@@ -108,16 +103,13 @@ pub(super) fn plan_fixed(
     })
 }
 
+/// A gram dispatch's lanes: the workgroup size, where the keys live and the keys a lane.
+pub(super) type Lanes = (u32, Placement, usize);
+
 /// Whether fixed-point keys fit: D ≤ 65,536, their shared memory, and a step with the widest
 /// settling within the device's loop budget.
-pub(super) fn fixed_fits(
-    caps: &Capabilities,
-    n: usize,
-    d: usize,
-    wg: u32,
-    placement: Placement,
-    rper: usize,
-) -> bool {
+pub(super) fn fixed_fits(caps: &Capabilities, n: usize, d: usize, lanes: Lanes) -> bool {
+    let (wg, placement, rper) = lanes;
     let (fixed, per_step) = gram_loop_iterations(n, wg, rper, placement, caps.subgroup_size);
     // D ≤ 65,536 keeps G's entries within 0.51 units (gram_matrix.comp's FIXED bound).
     d <= 65_536 && fixed_shared_bytes(d, wg) <= caps.shared_memory_bytes as u64 && {
@@ -193,14 +185,8 @@ pub(super) fn state_floats(n: usize, d: usize) -> usize {
 
 /// Whether the judge fits: the running sum fits shared memory next to the reduction's buffers,
 /// and a step with a recompute fits the device's loop budget.
-pub(super) fn judge_fits(
-    caps: &Capabilities,
-    n: usize,
-    d: usize,
-    wg: u32,
-    placement: Placement,
-    rper: usize,
-) -> bool {
+pub(super) fn judge_fits(caps: &Capabilities, n: usize, d: usize, lanes: Lanes) -> bool {
+    let (wg, placement, rper) = lanes;
     let (fixed, per_step) = gram_loop_iterations(n, wg, rper, placement, caps.subgroup_size);
     let round = judge_round(caps, d, wg);
     round > 0
@@ -318,7 +304,7 @@ pub(super) fn plan_for(
     compensated: bool,
     judge: bool,
     opts: &GramOptions,
-) -> Result<(u32, Placement, usize)> {
+) -> Result<Lanes> {
     let cpu = crate::device::is_cpu_device(caps);
     // Registers per item: hi, the loaded row value and, compensated, lo.
     let regs = if compensated { 3 } else { 2 };
