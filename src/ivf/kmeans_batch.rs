@@ -116,7 +116,7 @@ pub fn kmeans_subspaces(
     }
     let parts: Vec<&[f32]> = train.iter().map(Vec::as_slice).collect();
     if !lockstep(ctx, &parts, dsub, &opts, &mut out)? {
-        return alone(ctx, rows, d, m, k, &opts);
+        return alone(ctx, rows, (d, m, k), &opts);
     }
     Ok(out)
 }
@@ -162,16 +162,15 @@ pub(crate) fn sub_vectors(rows: &[f32], d: usize, dsub: usize, s: usize) -> Vec<
 /// Threads that train sub-spaces at once where they train alone.
 const ALONE_THREADS: usize = 8;
 
-/// Each sub-space's k-means alone ([`kmeans_derived`] of its sub-vectors), on up to
-/// [`ALONE_THREADS`] threads of the one context (each the same computation as alone).
+/// Each sub-space's k-means alone ([`kmeans_derived`] of its sub-vectors; `dmk`: D, M and k),
+/// on up to [`ALONE_THREADS`] threads of the one context (each the same computation as alone).
 fn alone(
     ctx: &Context,
     rows: &[f32],
-    d: usize,
-    m: usize,
-    k: usize,
+    dmk: (usize, usize, usize),
     opts: &KMeansOptions,
 ) -> Result<Vec<KMeans>> {
+    let (d, m, k) = dmk;
     let (n, dsub) = (rows.len() / d, d / m);
     let threads = std::thread::available_parallelism()
         .map(|t| t.get())
