@@ -16,18 +16,18 @@ use ash::vk;
 
 /// What recording a chunk of steps needs: the pipelines, the descriptor set, the geometry.
 pub(super) struct Recorder {
-    pub(super) pipes: Pipelines,
-    pub(super) set: Set,
-    pub(super) n: u32,
-    pub(super) d: u32,
-    pub(super) batch: u32,
-    pub(super) bn: usize,
-    pub(super) bm: usize,
-    pub(super) scan_groups: u32,
+    pipes: Pipelines,
+    set: Set,
+    n: u32,
+    d: u32,
+    batch: u32,
+    bn: usize,
+    bm: usize,
+    scan_groups: u32,
     /// Candidate ranges of the tiles for the current shape and tile size.
-    pub(super) tiles: Vec<(u32, u32)>,
+    tiles: Vec<(u32, u32)>,
     /// maxComputeWorkGroupCount[0].
-    pub(super) max_groups: u32,
+    max_groups: u32,
     /// The candidate scan's specialization constants (the filter probe's too).
     pub(super) scan_spec: Vec<u32>,
 }

@@ -95,13 +95,13 @@ impl Pipelines {
 
 /// The filter-and-judge kernels' buffers (bindings 9 to 13; `filter_common.glsl`).
 pub(super) struct FilterState {
-    pub(super) ftab: Buffer,
+    ftab: Buffer,
     pub(super) fconst: Buffer,
     pub(super) c16: Buffer,
-    pub(super) fseq: Buffer,
-    pub(super) fseq_bytes: u64,
-    pub(super) _bands: Buffer,
-    pub(super) bands_bytes: u64,
+    fseq: Buffer,
+    fseq_bytes: u64,
+    _bands: Buffer,
+    bands_bytes: u64,
 }
 
 /// The scan's own per-batch state on the device (the batch's starts and sequences are in its
