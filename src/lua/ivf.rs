@@ -165,24 +165,78 @@ pub(super) fn search_index<T: InvertedFile>(
     Ok((knn_result(call, r)?, t, rep))
 }
 
-impl UserData for LIvf {
+/// What one index handle adds to the methods both have ([`add_index_methods`], `search`):
+/// its names, its constructor's options, its own methods and its search report's own fields.
+/// The handles are `Handle<IvfFlat>` (here) and `Handle<IvfPq>` (`ivfpq.rs`).
+pub(super) trait LuaIndex: InvertedFile + Sized + 'static {
+    /// The handle's name in messages (`ivf:add`).
+    const WHAT: &'static str;
+    /// The handle's type name.
+    const HANDLE: &'static str;
+    /// An empty index as the constructor's arguments `a` ask.
+    fn create(a: Creating) -> LuaResult<Self>;
+    /// The index's own methods.
+    fn add_own_methods<M: UserDataMethods<Handle<Self>>>(m: &mut M);
+    /// The search report's fields of this index alone, into `t`.
+    fn report(t: &LuaTable, rep: &IvfSearchReport) -> LuaResult<()>;
+}
+
+/// An index constructor's arguments: its name (for messages), the context, the dimension,
+/// `opts.nlist`, and the other options.
+pub(super) struct Creating<'a> {
+    pub call: &'a str,
+    pub ctx: &'a Context,
+    pub dim: usize,
+    pub nlist: usize,
+    pub o: &'a Option<LuaTable>,
+}
+
+impl<T: LuaIndex> UserData for Handle<T> {
     fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
-        add_index_methods(m, "ivf");
-        m.add_method("precision", |_, this, ()| {
-            Ok(this.get("ivf:precision")?.precision().name())
-        });
-        // `search(queries, {k = 10, nprobe = 1, metric = the index's, …dtable:knn options})`:
-        // the knn result and a report {nprobe, rows_scanned, coarse_ns, lists_ns, list_scan,
-        // probes_on_device}.
+        add_index_methods(m, T::WHAT);
+        T::add_own_methods(m);
+        // `search(queries, {k = 10, nprobe = 1, k_factor = 1, metric = the index's, …dtable:knn
+        // options})`: the knn result and a report {nprobe, rows_scanned, coarse_ns, lists_ns,
+        // and the index's own fields}.
         m.add_method_mut(
             "search",
             |lua, this, (queries, o): (LuaAnyUserData, Option<LuaTable>)| {
-                let (r, t, rep) = search_index(lua, "ivf:search", this, &queries, &o)?;
-                t.set("list_scan", rep.list_scan)?;
-                t.set("probes_on_device", rep.probes_on_device)?;
+                let call = format!("{}:search", T::WHAT);
+                let (r, t, rep) = search_index(lua, &call, this, &queries, &o)?;
+                T::report(&t, &rep)?;
                 Ok((r, t))
             },
         );
+    }
+}
+
+impl LuaIndex for IvfFlat {
+    const WHAT: &'static str = "ivf";
+    const HANDLE: &'static str = "ivf index";
+
+    /// `{nlist =, metric = "cosine", precision = "fp32", iters =, seed =,
+    /// max_points_per_centroid =}`.
+    fn create(a: Creating) -> LuaResult<Self> {
+        let (call, o) = (a.call, a.o);
+        let opts = IvfOptions {
+            nlist: a.nlist,
+            metric: parse_metric(call, o)?,
+            precision: parse_precision(call, opt(o, "precision")?)?,
+            kmeans: kmeans_options(call, o)?,
+        };
+        IvfFlat::new(a.ctx, a.dim, &opts).lua_ctx(call)
+    }
+
+    fn add_own_methods<M: UserDataMethods<Handle<Self>>>(m: &mut M) {
+        m.add_method("precision", |_, this, ()| {
+            Ok(this.get("ivf:precision")?.precision().name())
+        });
+    }
+
+    /// `list_scan`, `probes_on_device`.
+    fn report(t: &LuaTable, rep: &IvfSearchReport) -> LuaResult<()> {
+        t.set("list_scan", rep.list_scan)?;
+        t.set("probes_on_device", rep.probes_on_device)
     }
 }
 
@@ -211,33 +265,43 @@ pub(super) fn register(lua: &Lua, m: &LuaTable) -> LuaResult<()> {
             },
         )?,
     )?;
-    // `diversity.ivf_index(ctx, dim, {nlist =, metric = "cosine", precision = "fp32", iters =,
-    // seed =, max_points_per_centroid =})`: an empty, untrained IVF-Flat index.
+    // `diversity.ivf_index(ctx, dim, opts)`: an empty, untrained IVF-Flat index;
+    // `diversity.load_ivf_index(ctx, path)`: an index saved by `ivf:save`.
+    register_index::<IvfFlat>(lua, m, "ivf_index", "load_ivf_index", IvfFlat::load)
+}
+
+/// `diversity.<name>(ctx, dim, opts)`: an empty, untrained index of `dim` and `opts.nlist`
+/// lists ([`LuaIndex::create`] reads its other options), and `diversity.<load_name>(ctx, path)`.
+pub(super) fn register_index<T: LuaIndex>(
+    lua: &Lua,
+    m: &LuaTable,
+    name: &'static str,
+    load_name: &'static str,
+    load: fn(&Context, &std::path::Path) -> crate::error::Result<T>,
+) -> LuaResult<()> {
     m.set(
-        "ivf_index",
+        name,
         lua.create_function(
-            |_, (ctx, dim, o): (LuaAnyUserData, Value, Option<LuaTable>)| {
-                let call = "ivf_index";
-                let c = vulkan_arg(call, &ctx)?;
-                let (dim, nlist) = index_sizes(call, &dim, &o)?;
-                let opts = IvfOptions {
+            move |_, (ctx, dim, o): (LuaAnyUserData, Value, Option<LuaTable>)| {
+                let c = vulkan_arg(name, &ctx)?;
+                let (dim, nlist) = index_sizes(name, &dim, &o)?;
+                let a = Creating {
+                    call: name,
+                    ctx: &c,
+                    dim,
                     nlist,
-                    metric: parse_metric(call, &o)?,
-                    precision: parse_precision(call, opt(&o, "precision")?)?,
-                    kmeans: kmeans_options(call, &o)?,
+                    o: &o,
                 };
-                let ix = IvfFlat::new(&c, dim, &opts).lua_ctx(call)?;
-                Ok(LIvf::new("ivf index", ix))
+                Ok(Handle::new(T::HANDLE, T::create(a)?))
             },
         )?,
     )?;
-    // `diversity.load_ivf_index(ctx, path)`: an index saved by `ivf:save`.
-    register_load(lua, m, "load_ivf_index", "ivf index", IvfFlat::load)
+    register_load(lua, m, load_name, T::HANDLE, load)
 }
 
 /// `diversity.<name>(ctx, path)`: the index file at `path` read by `load` onto the context's
 /// device, as a handle called `what`.
-pub(super) fn register_load<T>(
+fn register_load<T>(
     lua: &Lua,
     m: &LuaTable,
     name: &'static str,
