@@ -450,12 +450,12 @@ impl IndexFile for IvfFlat {
         for (list, (ids, data)) in index.lists.iter_mut().zip(rows) {
             (list.ids, list.data) = (ids, data);
         }
-        index.ntotal = ntotal;
-        index.coarse.centroids = centroids; // uploaded by `load`
+        index.core.ntotal = ntotal;
+        index.core.coarse.centroids = centroids; // uploaded by `load`
         Ok(index)
     }
 
     fn coarse_mut(&mut self) -> &mut Coarse {
-        &mut self.coarse
+        &mut self.core.coarse
     }
 }

@@ -4,10 +4,9 @@
 //! the coarse quantizer, k-means, the list scan and its slab, the search skeleton, the exact
 //! k-NN and the host table.
 
-use super::coarse::{index_rows, Coarse};
-use super::index::{self, Found, IvfIndex, ListScan, Lists, Queries, ReadBack, Words};
+use super::coarse::index_rows;
+use super::index::{self, Found, IvfCore, IvfIndex, ListScan, Lists, Queries, ReadBack, Words};
 use super::kmeans::{self, KMeans, KMeansOptions};
-use super::resident;
 use super::scan;
 use super::scan::{Pass, ScanRun};
 use super::{IvfSearch, IvfSearchReport};
@@ -42,19 +41,11 @@ pub(super) struct List {
 /// The inverted-file index with flat (uncompressed) lists (see the [`crate::ivf`]
 /// documentation).
 pub struct IvfFlat {
-    /// What a search keeps on the device for the next one (made by the first search); first,
-    /// so dropped before the tables its sets name.
-    resident: Option<resident::Resident>,
-    pub(super) ctx: Context,
-    pub(super) d: usize,
-    pub(super) nlist: usize,
-    pub(super) metric: Metric,
+    /// The context, shape, metric, coarse quantizer, rows added and kept search state; first,
+    /// so the kept search state is dropped before the tables its sets name.
+    pub(super) core: IvfCore,
     pub(super) precision: Precision,
-    pub(super) kmeans: KMeansOptions,
-    /// The centroids and their device copy.
-    pub(super) coarse: Coarse,
     pub(super) lists: Vec<List>,
-    pub(super) ntotal: usize,
     /// Every list on the device for the list scan; `None` until the first search (and while
     /// every list is empty), and again after an add that outgrew a list's room.
     slab: Option<scan::Slab>,
@@ -65,44 +56,16 @@ pub struct IvfFlat {
 impl IvfFlat {
     /// An empty, untrained index of dimension `d` on `ctx`. Errors: D = 0, nlist = 0.
     pub fn new(ctx: &Context, d: usize, opts: &IvfOptions) -> Result<IvfFlat> {
-        if d == 0 {
-            return Err(Error::Invalid("IVF index of dimension D = 0".into()));
-        }
-        if opts.nlist == 0 {
-            return Err(Error::Invalid("IVF index needs nlist ≥ 1".into()));
-        }
+        let shape = (d, opts.nlist, opts.metric);
         Ok(IvfFlat {
-            ctx: ctx.clone(),
-            d,
-            nlist: opts.nlist,
-            metric: opts.metric,
+            core: IvfCore::new(ctx, "IVF", shape, &opts.kmeans)?,
             precision: opts.precision,
-            kmeans: opts.kmeans.clone(),
-            coarse: Coarse::new(opts.nlist, d),
             lists: (0..opts.nlist).map(|_| List::default()).collect(),
-            ntotal: 0,
             slab: None,
             slab_uploads: (0, 0),
-            resident: None,
         })
     }
 
-    /// Dimension D.
-    pub fn d(&self) -> usize {
-        self.d
-    }
-    /// Lists.
-    pub fn nlist(&self) -> usize {
-        self.nlist
-    }
-    /// Rows added.
-    pub fn ntotal(&self) -> usize {
-        self.ntotal
-    }
-    /// The metric.
-    pub fn metric(&self) -> Metric {
-        self.metric
-    }
     /// The lists' storage on the device.
     pub fn precision(&self) -> Precision {
         self.precision
@@ -110,10 +73,6 @@ impl IvfFlat {
     /// Whether [`IvfFlat::train`] has run (or the index was loaded).
     pub fn is_trained(&self) -> bool {
         !self.coarse.centroids().is_empty()
-    }
-    /// The nlist × D centroids (empty until trained).
-    pub fn centroids(&self) -> &[f32] {
-        self.coarse.centroids()
     }
     /// Rows in each list.
     pub fn list_sizes(&self) -> Vec<usize> {
@@ -129,17 +88,6 @@ impl IvfFlat {
         &self.lists[l].ids
     }
 
-    fn check_dim(&self, what: &str, t: &Table) -> Result<()> {
-        if t.d() != self.d {
-            return Err(Error::Invalid(format!(
-                "{what} have dimension {}, the index {}",
-                t.d(),
-                self.d
-            )));
-        }
-        Ok(())
-    }
-
     /// Train the coarse quantizer: k-means of `table`'s rows (normalised for cosine) into
     /// nlist centroids. Errors: the dimension, nlist > N, an index already trained.
     pub fn train(&mut self, table: &Table) -> Result<KMeans> {
@@ -150,14 +98,16 @@ impl IvfFlat {
             ));
         }
         let rows = index_rows(self.metric, table)?;
-        self.resident = None;
-        self.coarse.train(&self.ctx, &rows, &self.kmeans)
+        self.core.resident = None;
+        self.core
+            .coarse
+            .train(&self.core.ctx, &rows, &self.core.kmeans)
     }
 
     pub(super) fn set_centroids(&mut self, c: Vec<f32>) -> Result<()> {
         // The kept coarse scratch names the old centroids' table.
-        self.resident = None;
-        self.coarse.set(&self.ctx, c)
+        self.core.resident = None;
+        self.core.coarse.set(&self.core.ctx, c)
     }
 
     /// Add `table`'s rows: ids `ntotal`, `ntotal + 1`, … in row order, each in the list of
@@ -176,7 +126,7 @@ impl IvfFlat {
             list.data.extend_from_slice(table.row(i));
             list.dev = None;
         }
-        self.ntotal += table.n();
+        self.core.ntotal += table.n();
         // Rows appended to lists that still have room on the device go there in place; else
         // the slab is built again on the next search.
         if let Some(slab) = self.slab.as_mut() {
@@ -276,8 +226,8 @@ impl IvfFlat {
     fn device_list(&mut self, l: usize) -> Result<&DeviceTable> {
         let list = &mut self.lists[l];
         if list.dev.is_none() {
-            let t = Table::new(list.data.clone(), list.ids.len(), self.d)?;
-            list.dev = Some(DeviceTable::upload(&self.ctx, &t, self.precision)?);
+            let t = Table::new(list.data.clone(), list.ids.len(), self.core.d)?;
+            list.dev = Some(DeviceTable::upload(&self.core.ctx, &t, self.precision)?);
         }
         Ok(list.dev.as_ref().expect("uploaded above"))
     }
@@ -313,16 +263,8 @@ impl IvfIndex for IvfFlat {
     const WHAT: &'static str = "IVF";
     type Scan<'a> = FlatScan<'a>;
 
-    fn shape(&self) -> (usize, usize, Metric) {
-        (self.d, self.nlist, self.metric)
-    }
-
     fn coarse_metric(&self) -> Metric {
         self.metric
-    }
-
-    fn kept(&self) -> (&Context, &Option<resident::Resident>) {
-        (&self.ctx, &self.resident)
     }
 
     fn check_search(&self, s: &IvfSearch) -> Result<()> {
@@ -367,14 +309,14 @@ impl IvfIndex for IvfFlat {
             return Ok(None);
         };
         Ok(Some(Lists {
-            resident: &mut self.resident,
-            ctx: &self.ctx,
-            coarse: self.coarse.device().ok_or_else(untrained)?,
+            resident: &mut self.core.resident,
+            ctx: &self.core.ctx,
+            coarse: self.core.coarse.device().ok_or_else(untrained)?,
             scan: FlatScan {
                 slab,
                 lists: &self.lists,
                 k,
-                metric: self.metric,
+                metric: self.core.metric,
             },
         }))
     }
@@ -462,5 +404,12 @@ impl ListScan for FlatScan<'_> {
         (report.lists_ns, report.scan_dispatches) = (so.gpu_ns, so.dispatches);
         self.finish(out, report, &so.keys, &so.ids, &pr);
         Ok(())
+    }
+}
+
+impl std::ops::Deref for IvfFlat {
+    type Target = IvfCore;
+    fn deref(&self) -> &IvfCore {
+        &self.core
     }
 }

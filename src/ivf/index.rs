@@ -7,7 +7,8 @@
 //! (`ivfpq.rs`) implement. May touch the device context, the exact k-NN's kept search, the
 //! kept device state of `resident.rs` and the crate's errors.
 
-use super::kmeans::KMeans;
+use super::coarse::Coarse;
+use super::kmeans::{KMeans, KMeansOptions};
 use super::resident::{self, Resident};
 use super::scan::{Pass, ScanRun};
 use super::{IvfFlat, IvfPq};
@@ -82,22 +83,13 @@ impl Default for IvfSearch {
     }
 }
 
-/// What the IVF-Flat and IVF-PQ indexes both answer, so a front end (the Lua handles) writes
-/// each of these once; each method is the index's own method of that name.
+/// What the IVF-Flat and IVF-PQ indexes both answer beside their [`IvfCore`], so a front end
+/// (the Lua handles) writes each of these once; each method is the index's own method of that
+/// name.
 #[cfg_attr(not(feature = "lua"), allow(dead_code))]
-pub(crate) trait InvertedFile {
-    /// Dimension D.
-    fn d(&self) -> usize;
-    /// Lists.
-    fn nlist(&self) -> usize;
-    /// Rows added.
-    fn ntotal(&self) -> usize;
-    /// The metric.
-    fn metric(&self) -> Metric;
+pub(crate) trait InvertedFile: std::ops::Deref<Target = IvfCore> {
     /// Whether the index is trained (or was loaded).
     fn is_trained(&self) -> bool;
-    /// The nlist × D coarse centroids (empty until trained).
-    fn centroids(&self) -> &[f32];
     /// Rows in each list.
     fn list_sizes(&self) -> Vec<usize>;
     /// Train the index; returns the coarse k-means.
@@ -118,23 +110,8 @@ pub(crate) trait InvertedFile {
 macro_rules! inverted_file {
     ($t:ty) => {
         impl InvertedFile for $t {
-            fn d(&self) -> usize {
-                <$t>::d(self)
-            }
-            fn nlist(&self) -> usize {
-                <$t>::nlist(self)
-            }
-            fn ntotal(&self) -> usize {
-                <$t>::ntotal(self)
-            }
-            fn metric(&self) -> Metric {
-                <$t>::metric(self)
-            }
             fn is_trained(&self) -> bool {
                 <$t>::is_trained(self)
-            }
-            fn centroids(&self) -> &[f32] {
-                <$t>::centroids(self)
             }
             fn list_sizes(&self) -> Vec<usize> {
                 <$t>::list_sizes(self)
@@ -242,22 +219,98 @@ pub fn widened_nprobe(nprobe: usize, widen: usize, nlist: usize) -> usize {
     nprobe.saturating_mul(1 << widen.min(40)).min(nlist)
 }
 
-/// What the search skeleton ([`search`]) asks of an index beside its list scan: its shape, its
-/// own checks, and its lists made ready for a search — the part of Faiss's `IVFBase`
+/// What both inverted-file indexes hold beside their lists — Faiss's `IVFBase` fields: the
+/// context, the shape, the metric, the k-means options, the coarse quantizer, the rows added
+/// and what a search keeps on the device — and the accessors both answer: [`IvfFlat`] and
+/// [`IvfPq`] dereference to it.
+pub struct IvfCore {
+    /// What a search keeps on the device for the next one (made by the first search); first,
+    /// so dropped before the tables its sets name.
+    pub(super) resident: Option<Resident>,
+    pub(super) ctx: Context,
+    pub(super) d: usize,
+    pub(super) nlist: usize,
+    pub(super) metric: Metric,
+    /// The k-means of training.
+    pub(super) kmeans: KMeansOptions,
+    /// The centroids and their device copy.
+    pub(super) coarse: Coarse,
+    pub(super) ntotal: usize,
+}
+
+impl IvfCore {
+    /// An empty, untrained `what` index ("IVF", "IVF-PQ") of dimension `d` on `ctx`. Errors:
+    /// D = 0, nlist = 0.
+    pub(super) fn new(
+        ctx: &Context,
+        what: &str,
+        (d, nlist, metric): (usize, usize, Metric),
+        kmeans: &KMeansOptions,
+    ) -> Result<IvfCore> {
+        if d == 0 {
+            return Err(Error::Invalid(format!("{what} index of dimension D = 0")));
+        }
+        if nlist == 0 {
+            return Err(Error::Invalid(format!("{what} index needs nlist ≥ 1")));
+        }
+        Ok(IvfCore {
+            resident: None,
+            ctx: ctx.clone(),
+            d,
+            nlist,
+            metric,
+            kmeans: kmeans.clone(),
+            coarse: Coarse::new(nlist, d),
+            ntotal: 0,
+        })
+    }
+
+    /// Dimension D.
+    pub fn d(&self) -> usize {
+        self.d
+    }
+    /// Lists.
+    pub fn nlist(&self) -> usize {
+        self.nlist
+    }
+    /// Rows added.
+    pub fn ntotal(&self) -> usize {
+        self.ntotal
+    }
+    /// The metric.
+    pub fn metric(&self) -> Metric {
+        self.metric
+    }
+    /// The nlist × D (coarse) centroids (empty until trained).
+    pub fn centroids(&self) -> &[f32] {
+        self.coarse.centroids()
+    }
+
+    /// Refuses `what` (training or added rows) of another dimension than the index's.
+    pub(super) fn check_dim(&self, what: &str, t: &Table) -> Result<()> {
+        if t.d() != self.d {
+            return Err(Error::Invalid(format!(
+                "{what} have dimension {}, the index {}",
+                t.d(),
+                self.d
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// What the search skeleton ([`search`]) asks of an index beside its list scan and its
+/// [`IvfCore`]: its own checks, and its lists made ready for a search — the part of Faiss's `IVFBase`
 /// subclasses that is not the scan.
-pub(super) trait IvfIndex {
+pub(super) trait IvfIndex: std::ops::Deref<Target = IvfCore> {
     /// The index's name in the shared checks' messages ("IVF", "IVF-PQ").
     const WHAT: &'static str;
     /// The index's list scan, borrowing its lists.
     type Scan<'a>: ListScan
     where
         Self: 'a;
-    /// Dimension D, lists, and the metric.
-    fn shape(&self) -> (usize, usize, Metric);
     /// The coarse quantizer's metric.
     fn coarse_metric(&self) -> Metric;
-    /// The context and what the last search kept on the device (the call's meter reads them).
-    fn kept(&self) -> (&Context, &Option<Resident>);
     /// The index's own checks, after the shared ones ([`IvfSearch::check`]).
     fn check_search(&self, s: &IvfSearch) -> Result<()>;
     /// The lists ready for the scan of `q` (the slab built where it is not), or `None` where
@@ -310,11 +363,11 @@ pub(super) fn search<I: IvfIndex>(
     s: &IvfSearch,
 ) -> Result<(KnnResult, IvfSearchReport)> {
     let meter = {
-        let (ctx, resident) = ix.kept();
+        let (ctx, resident) = (&ix.ctx, &ix.resident);
         CallMeter::start(ctx, resident)
     };
     let (out, mut report) = search_counted(ix, queries, dim, s)?;
-    let (ctx, resident) = ix.kept();
+    let (ctx, resident) = (&ix.ctx, &ix.resident);
     meter.finish(ctx, resident, &mut report);
     Ok((out, report))
 }
@@ -329,7 +382,7 @@ fn search_counted<I: IvfIndex>(
     dim: usize,
     s: &IvfSearch,
 ) -> Result<(KnnResult, IvfSearchReport)> {
-    let (d, nlist, metric) = ix.shape();
+    let (d, nlist, metric) = (ix.d, ix.nlist, ix.metric);
     let (nq, sq) = check_queries_sq(d, queries, dim, &s.knn)?;
     s.check(I::WHAT, metric)?;
     ix.check_search(s)?;

@@ -22,13 +22,12 @@
 //!   rows and queries scaled to unit length (float64 norms), the coarse quantizer then an inner
 //!   product one on the unit rows.
 
-use super::coarse::{index_rows, Coarse};
-use super::index::{self, Found, IvfIndex, ListScan, Lists, Queries, ReadBack, Words};
+use super::coarse::index_rows;
+use super::index::{self, Found, IvfCore, IvfIndex, ListScan, Lists, Queries, ReadBack, Words};
 use super::kmeans::{nearest, KMeans, KMeansOptions};
 use super::pq::ProductQuantizer;
 use super::pq_rerank::{self, KeptRows};
 use super::pq_scan::PqSlab;
-use super::resident::Resident;
 use super::scan::{Pass, ScanRun};
 use super::{IvfSearch, IvfSearchReport, MAX_SCAN_K};
 use crate::device::{Buffer, Context, Pipeline};
@@ -66,21 +65,13 @@ pub(super) struct PqList {
 /// The IVF-PQ index: train, add, search (ADC, optionally re-ranked), save, load (see the
 /// [`crate::ivf`] documentation and `src/ivf/ivfpq.rs`).
 pub struct IvfPq {
-    /// What a search keeps on the device for the next one (made by the first search); first,
-    /// so dropped before the tables its sets name.
-    resident: Option<Resident>,
-    pub(super) ctx: Context,
-    pub(super) d: usize,
-    pub(super) nlist: usize,
+    /// The context, shape, metric, coarse quantizer, rows added and kept search state; first,
+    /// so the kept search state is dropped before the tables its sets name.
+    pub(super) core: IvfCore,
     pub(super) m: usize,
-    pub(super) metric: Metric,
     pub(super) keep_vectors: bool,
-    pub(super) kmeans: KMeansOptions,
-    /// The centroids and their device copy.
-    pub(super) coarse: Coarse,
     pub(super) pq: Option<ProductQuantizer>,
     pub(super) lists: Vec<PqList>,
-    pub(super) ntotal: usize,
     /// Per id, its list and position there.
     pub(super) loc: Vec<(u32, u32)>,
     slab: Option<PqSlab>,
@@ -95,52 +86,24 @@ impl IvfPq {
     /// An empty, untrained index of dimension `d` on `ctx`. Errors: D = 0, nlist = 0, M = 0 or
     /// M not dividing D.
     pub fn new(ctx: &Context, d: usize, opts: &IvfPqOptions) -> Result<IvfPq> {
-        if d == 0 {
-            return Err(Error::Invalid("IVF-PQ index of dimension D = 0".into()));
-        }
-        if opts.nlist == 0 {
-            return Err(Error::Invalid("IVF-PQ index needs nlist ≥ 1".into()));
-        }
+        let core = IvfCore::new(ctx, "IVF-PQ", (d, opts.nlist, opts.metric), &opts.kmeans)?;
         super::kmeans_batch::check_shape(d, opts.m)?;
         Ok(IvfPq {
-            ctx: ctx.clone(),
-            d,
-            nlist: opts.nlist,
+            core,
             m: opts.m,
-            metric: opts.metric,
             keep_vectors: opts.keep_vectors,
-            kmeans: opts.kmeans.clone(),
-            coarse: Coarse::new(opts.nlist, d),
             pq: None,
             lists: (0..opts.nlist).map(|_| PqList::default()).collect(),
-            ntotal: 0,
             loc: Vec::new(),
             slab: None,
             kept: None,
             host_rerank: false,
-            resident: None,
         })
     }
 
-    /// Dimension D.
-    pub fn d(&self) -> usize {
-        self.d
-    }
-    /// Lists.
-    pub fn nlist(&self) -> usize {
-        self.nlist
-    }
     /// Sub-quantizers (bytes a code).
     pub fn m(&self) -> usize {
         self.m
-    }
-    /// Rows added.
-    pub fn ntotal(&self) -> usize {
-        self.ntotal
-    }
-    /// The metric.
-    pub fn metric(&self) -> Metric {
-        self.metric
     }
     /// Whether the added rows are kept for the re-rank.
     pub fn keeps_vectors(&self) -> bool {
@@ -155,10 +118,6 @@ impl IvfPq {
     /// Whether [`IvfPq::train`] has run (or the index was loaded).
     pub fn is_trained(&self) -> bool {
         self.pq.is_some()
-    }
-    /// The nlist × D coarse centroids (empty until trained).
-    pub fn centroids(&self) -> &[f32] {
-        self.coarse.centroids()
     }
     /// The product quantizer (`None` until trained).
     pub fn pq(&self) -> Option<&ProductQuantizer> {
@@ -192,17 +151,6 @@ impl IvfPq {
         }
     }
 
-    fn check_dim(&self, what: &str, t: &Table) -> Result<()> {
-        if t.d() != self.d {
-            return Err(Error::Invalid(format!(
-                "{what} have dimension {}, the index {}",
-                t.d(),
-                self.d
-            )));
-        }
-        Ok(())
-    }
-
     /// Residuals x − c(list) of `rows`, and their lists.
     fn residuals(&self, rows: &[f32]) -> Result<(Vec<f32>, Vec<u32>)> {
         let coarse = self.coarse.device().ok_or_else(untrained)?;
@@ -234,8 +182,11 @@ impl IvfPq {
             )));
         }
         let rows = index_rows(self.metric, table)?;
-        self.resident = None;
-        let km = self.coarse.train(&self.ctx, &rows, &self.kmeans)?;
+        self.core.resident = None;
+        let km = self
+            .core
+            .coarse
+            .train(&self.core.ctx, &rows, &self.core.kmeans)?;
         let (res, _) = self.residuals(rows.data())?;
         self.pq = Some(ProductQuantizer::train(
             &self.ctx,
@@ -278,7 +229,7 @@ impl IvfPq {
         if table.n() > 0 {
             self.slab = None;
         }
-        self.ntotal += table.n();
+        self.core.ntotal += table.n();
         Ok(first)
     }
 
@@ -355,16 +306,8 @@ impl IvfIndex for IvfPq {
     const WHAT: &'static str = "IVF-PQ";
     type Scan<'a> = PqScan<'a>;
 
-    fn shape(&self) -> (usize, usize, Metric) {
-        (self.d, self.nlist, self.metric)
-    }
-
     fn coarse_metric(&self) -> Metric {
         IvfPq::coarse_metric(self)
-    }
-
-    fn kept(&self) -> (&Context, &Option<Resident>) {
-        (&self.ctx, &self.resident)
     }
 
     fn check_search(&self, s: &IvfSearch) -> Result<()> {
@@ -402,9 +345,9 @@ impl IvfIndex for IvfPq {
         let k = s.knn.k;
         let kk = k * s.k_factor;
         Ok(Some(Lists {
-            resident: &mut self.resident,
-            ctx: &self.ctx,
-            coarse: self.coarse.device().ok_or_else(untrained)?,
+            resident: &mut self.core.resident,
+            ctx: &self.core.ctx,
+            coarse: self.core.coarse.device().ok_or_else(untrained)?,
             scan: PqScan {
                 slab: self.slab.as_ref().expect("built above"),
                 // The re-rank on the device where it runs (the kept rows there), else on the
@@ -415,7 +358,7 @@ impl IvfIndex for IvfPq {
                     .filter(|_| s.k_factor > 1 && !self.host_rerank),
                 layout: pq_rerank::Layout::new(q.nq, kk, k),
                 shape: (q.nq, kk, k),
-                ip: self.metric != Metric::L2,
+                ip: self.core.metric != Metric::L2,
                 lists: &self.lists,
                 loc: &self.loc,
                 rows: OnceLock::new(),
@@ -683,5 +626,12 @@ impl ListScan for PqScan<'_> {
         let probe_ids: Vec<u32> = pr.iter().map(|p| p.0).collect();
         self.finish_host((&so.keys, &so.ids, &probe_ids), q, out, report);
         Ok(())
+    }
+}
+
+impl std::ops::Deref for IvfPq {
+    type Target = IvfCore;
+    fn deref(&self) -> &IvfCore {
+        &self.core
     }
 }

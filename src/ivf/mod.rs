@@ -3,8 +3,9 @@
 //! [`IvfFlat::load`] (the format is in `file.rs`), and [`IvfPq`] (Faiss's `IndexIVFPQ`, IVFADC,
 //! with the [`ProductQuantizer`]; see `ivfpq.rs`, `pq.rs`, `pq_scan.rs`, `pq_file.rs`), and
 //! [`IvfShards`], an IVF-Flat index over several devices (`shards.rs`). This file is the
-//! folder's face (its modules and exports); what both indexes carry — the search options and
-//! report, the one search skeleton over each index's list scan — is in `index.rs` (Faiss's
+//! folder's face (its modules and exports); what both indexes carry — their shared fields and
+//! accessors (`IvfCore`, which both dereference to), the search options and report, the one
+//! search skeleton over each index's list scan — is in `index.rs` (Faiss's
 //! `IVFBase`), IVF-Flat in `flat.rs`. May touch the device context, the device table, the exact
 //! k-NN, the host table and this folder's files.
 //!

@@ -129,14 +129,14 @@ impl IndexFile for IvfPq {
             };
             Ok(PqList { ids, codes, data })
         })?;
-        index.ntotal = ntotal;
+        index.core.ntotal = ntotal;
         index.loc = loc;
         index.pq = Some(pq);
-        index.coarse.centroids = centroids; // uploaded by `load`
+        index.core.coarse.centroids = centroids; // uploaded by `load`
         Ok(index)
     }
 
     fn coarse_mut(&mut self) -> &mut Coarse {
-        &mut self.coarse
+        &mut self.core.coarse
     }
 }
