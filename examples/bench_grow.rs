@@ -115,8 +115,8 @@ fn main() {
     let mut e = engine(&t);
     let t0 = Instant::now();
     let len = old_rows.len() / n_old;
-    let (grown, r) =
-        diversity::grow::grow(&mut e, &t, n_old, &old_rows, len, &opts).unwrap_or_else(|e| fail(e));
+    let (grown, r) = diversity::grow::grow(&mut e, &t, n_old, &old_rows, len, &opts, None)
+        .unwrap_or_else(|e| fail(e));
     let grow_s = t0.elapsed().as_secs_f64();
     let same = grown == fresh;
     // The old sequences whose fresh rows differ within the old length (the least any update

@@ -454,19 +454,7 @@ pub unsafe extern "C" fn vkd_compute_sequence(
     guard(call, (), || {
         // SAFETY: per the contract above.
         let d = unsafe { handle_out(call, "context", dctx, "output_sequence", output_sequence)? };
-        if start_poem as usize >= d.n {
-            return Err(invalid(
-                call,
-                format!("start_poem {start_poem} is out of range: N = {}", d.n),
-            ));
-        }
-        let opts = JobOptions {
-            mode: d.mode,
-            ..Default::default()
-        };
-        let mut job = start_job(None, &d.engine, &[start_poem], &opts)?;
-        job.run()?;
-        let seq = job.sequences_flat()?;
+        let seq = prefix(call, d, start_poem, None)?;
         // SAFETY: per the contract above.
         unsafe { std::ptr::copy_nonoverlapping(seq.as_ptr(), output_sequence, d.n) };
         Ok(())
@@ -495,12 +483,6 @@ pub unsafe extern "C" fn vkd_compute_prefix(
     guard(call, (), || {
         // SAFETY: per the contract above.
         let d = unsafe { handle_out(call, "context", dctx, "output_sequence", output_sequence)? };
-        if start_poem as usize >= d.n {
-            return Err(invalid(
-                call,
-                format!("start_poem {start_poem} is out of range: N = {}", d.n),
-            ));
-        }
         let len = (k as usize).min(d.n - 1) + 1;
         if (output_len as usize) < len {
             return Err(invalid(
@@ -508,24 +490,39 @@ pub unsafe extern "C" fn vkd_compute_prefix(
                 format!("output_len {output_len} is less than the {len} values of {k} steps"),
             ));
         }
-        let mut opts = JobOptions {
-            mode: d.mode,
-            ..Default::default()
-        };
-        opts.gram.steps = Some(k as usize);
-        opts.scan.steps = Some(k as usize);
-        let seq = if k == 0 {
-            vec![start_poem]
-        } else {
-            let mut job = start_job(None, &d.engine, &[start_poem], &opts)?;
-            job.run()?;
-            job.sequences_flat()?
-        };
+        let seq = prefix(call, d, start_poem, Some(k as usize))?;
         // SAFETY: per the contract above (len ≤ output_len).
         unsafe { std::ptr::copy_nonoverlapping(seq.as_ptr(), output_sequence, len) };
         Ok(())
     })
     .1
+}
+
+/// The sequence from `start` on `d`'s table, `steps` steps (all: `None`), the start checked.
+fn prefix(
+    call: &str,
+    d: &VkDiversityContext,
+    start: u32,
+    steps: Option<usize>,
+) -> Result<Vec<u32>, Fail> {
+    if start as usize >= d.n {
+        return Err(invalid(
+            call,
+            format!("start_poem {start} is out of range: N = {}", d.n),
+        ));
+    }
+    if steps == Some(0) {
+        return Ok(vec![start]);
+    }
+    let mut opts = JobOptions {
+        mode: d.mode,
+        ..Default::default()
+    };
+    opts.gram.steps = steps;
+    opts.scan.steps = steps;
+    let mut job = start_job(None, &d.engine, &[start], &opts)?;
+    job.run()?;
+    Ok(job.sequences_flat()?)
 }
 
 /// Free a context from [`vkd_init`] (NULL: nothing); its table stays kept by the context.

@@ -55,7 +55,7 @@ pub struct GrowReport {
     pub resumed_jobs: usize,
 }
 
-/// Where [`grow_checkpointed`] keeps each finished job's rows (`grow-NNN.u32` in `dir`, written
+/// Where [`grow`] keeps each finished job's rows (`grow-NNN.u32` in `dir`, written
 /// atomically, each with the run's fingerprint and a checksum), and whether to take those a
 /// killed run left (`resume`; otherwise they are removed first).
 #[derive(Clone, Copy, Debug)]
@@ -227,20 +227,9 @@ fn check_rows(n: usize, n_old: usize, rows: &[u32], len: usize) -> Result<()> {
 /// `rows` (every start 0..n_old, `len` entries each, computed with the same options on the
 /// table's first `n_old` rows). Returns the new rows (every start in order, each
 /// `min(steps, N − 1) + 1` entries), byte-identical to a fresh run's, and what was recomputed.
+/// With a [`Checkpoint`], each finished job is kept: a killed update run again with `resume`
+/// computes only the jobs it had not finished, and writes the same rows.
 pub fn grow(
-    engine: &mut Engine,
-    table: &Table,
-    n_old: usize,
-    rows: &[u32],
-    len: usize,
-    opts: &JobOptions,
-) -> Result<(Vec<u32>, GrowReport)> {
-    grow_checkpointed(engine, table, n_old, rows, len, opts, None)
-}
-
-/// [`grow`], keeping each finished job in a checkpoint (see [`Checkpoint`]): a killed update run
-/// again with `resume` computes only the jobs it had not finished, and writes the same rows.
-pub fn grow_checkpointed(
     engine: &mut Engine,
     table: &Table,
     n_old: usize,
@@ -367,7 +356,7 @@ pub fn grow_checkpointed(
     Ok((out, report))
 }
 
-/// One job of [`grow_checkpointed`]: `starts` resumed from their old prefixes of `k` entries, or
+/// One job of [`grow`]: `starts` resumed from their old prefixes of `k` entries, or
 /// (k = None) computed whole; their rows.
 fn run_job(
     engine: &mut Engine,

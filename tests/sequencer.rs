@@ -188,7 +188,7 @@ fn check_grow(
     opts.gram.steps = steps;
     opts.scan.steps = steps;
     let mut e = make(t);
-    let (got, r) = diversity::grow::grow(&mut e, t, n_old, &rows, len, &opts).unwrap();
+    let (got, r) = diversity::grow::grow(&mut e, t, n_old, &rows, len, &opts, None).unwrap();
     assert!(
         got == want,
         "{what}: grown rows differ from a fresh run ({r:?})"
@@ -255,6 +255,7 @@ fn grow_refuses_what_is_not_an_old_cache_of_the_table() {
             rows,
             len,
             &opts,
+            None,
         )
         .unwrap_err()
         .to_string()
@@ -294,8 +295,7 @@ fn a_grown_cache_resumes_from_its_checkpoint_with_the_same_rows() {
     };
     let grow = |resume| {
         let mut e = host_engine(&t, Precision::Fp32);
-        diversity::grow::grow_checkpointed(&mut e, &t, n_old, &rows, 13, &opts, Some(ck(resume)))
-            .unwrap()
+        diversity::grow::grow(&mut e, &t, n_old, &rows, 13, &opts, Some(ck(resume))).unwrap()
     };
     let (want, first) = grow(false);
     assert_eq!(first.resumed_jobs, 0);

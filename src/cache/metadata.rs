@@ -37,19 +37,30 @@ impl<'de> serde::Deserialize<'de> for Head {
     }
 }
 
-/// The `metadata` object of the JSON cache at `path` (a diversity or rankings cache). A file
-/// that is not JSON, or whose top level has no `metadata` object, is a `Format` error naming it.
-pub fn read_metadata(path: &Path) -> Result<Map<String, Value>> {
+/// A JSON file to read, buffered, and the `Format` error naming it for a reason.
+pub(super) fn open_json(
+    path: &Path,
+) -> Result<(
+    std::io::BufReader<std::fs::File>,
+    impl Fn(String) -> Error + '_,
+)> {
     let file = std::fs::File::open(path).map_err(|source| Error::Io {
         path: path.to_path_buf(),
         source,
     })?;
-    let bad = |reason: String| Error::Format {
+    let bad = move |reason: String| Error::Format {
         path: PathBuf::from(path),
         reason,
     };
-    let head: Head = serde_json::from_reader(std::io::BufReader::with_capacity(1 << 20, file))
-        .map_err(|e| bad(format!("not a JSON cache: {e}")))?;
+    Ok((std::io::BufReader::with_capacity(1 << 20, file), bad))
+}
+
+/// The `metadata` object of the JSON cache at `path` (a diversity or rankings cache). A file
+/// that is not JSON, or whose top level has no `metadata` object, is a `Format` error naming it.
+pub fn read_metadata(path: &Path) -> Result<Map<String, Value>> {
+    let (file, bad) = open_json(path)?;
+    let head: Head =
+        serde_json::from_reader(file).map_err(|e| bad(format!("not a JSON cache: {e}")))?;
     head.0
         .ok_or_else(|| bad("no \"metadata\" object at the top level".into()))
 }

@@ -2,11 +2,11 @@
 //! grows from), streamed with serde_json: one row at a time is held as JSON, the result as
 //! uint32. May touch the file it reads and the crate's errors; nothing else.
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// What a row's keys and entries are matched against: the table's ids (an entry's JSON text,
 /// a key's text) or, without ids, the decimal indices.
@@ -115,14 +115,7 @@ pub fn read_sequence_rows(
     n: usize,
     len: usize,
 ) -> Result<Vec<u32>> {
-    let file = std::fs::File::open(path).map_err(|source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let bad = |reason: String| Error::Format {
-        path: PathBuf::from(path),
-        reason,
-    };
+    let (file, bad) = super::metadata::open_json(path)?;
     let ids = Ids::new(ids, n);
     let mut rows = vec![0u32; n * len];
     let mut seen = vec![false; n];
@@ -132,8 +125,7 @@ pub fn read_sequence_rows(
         seen: &mut seen,
         len,
     };
-    let mut de =
-        serde_json::Deserializer::from_reader(std::io::BufReader::with_capacity(1 << 20, file));
+    let mut de = serde_json::Deserializer::from_reader(file);
     let found = de
         .deserialize_map(Top(seq))
         .map_err(|e| bad(format!("{e}")))?;

@@ -228,17 +228,10 @@ const BASELINE: Passes = Passes {
     add_row: add_row_base,
     add_pair: add_pair_base,
     dot: dot_base,
-    gram1: gram1_base,
-    gram4: gram4_base,
+    gram1: gram_rows_impl::<1>,
+    gram4: gram_rows_impl::<4>,
     name: "baseline",
 };
-
-unsafe fn gram1_base(ps: [&[f64]; 1], xs: &[f32], d: usize, inv: &[f64], out: [&mut [f32]; 1]) {
-    gram_rows_impl(ps, xs, d, inv, out)
-}
-unsafe fn gram4_base(ps: [&[f64]; 4], xs: &[f32], d: usize, inv: &[f64], out: [&mut [f32]; 4]) {
-    gram_rows_impl(ps, xs, d, inv, out)
-}
 
 unsafe fn add_row_base(keys: &mut [f64], g: &[f32]) -> Top2 {
     add_row_top2_impl(keys, g)
@@ -256,7 +249,7 @@ mod x86 {
     /// The three passes compiled for one instruction set (Rust never fuses a multiply and an
     /// add on its own, so FMA support changes no result).
     macro_rules! variant {
-        ($add:ident, $pair:ident, $dot:ident, $g1:ident, $g4:ident, $features:literal) => {
+        ($add:ident, $pair:ident, $dot:ident, $gram:ident, $features:literal) => {
             #[target_feature(enable = $features)]
             pub(super) unsafe fn $add(keys: &mut [f64], g: &[f32]) -> Top2 {
                 add_row_top2_impl(keys, g)
@@ -275,41 +268,23 @@ mod x86 {
                 dot_impl(c, e)
             }
             #[target_feature(enable = $features)]
-            pub(super) unsafe fn $g1(
-                ps: [&[f64]; 1],
+            pub(super) unsafe fn $gram<const P: usize>(
+                ps: [&[f64]; P],
                 xs: &[f32],
                 d: usize,
                 inv: &[f64],
-                out: [&mut [f32]; 1],
-            ) {
-                gram_rows_impl(ps, xs, d, inv, out)
-            }
-            #[target_feature(enable = $features)]
-            pub(super) unsafe fn $g4(
-                ps: [&[f64]; 4],
-                xs: &[f32],
-                d: usize,
-                inv: &[f64],
-                out: [&mut [f32]; 4],
+                out: [&mut [f32]; P],
             ) {
                 gram_rows_impl(ps, xs, d, inv, out)
             }
         };
     }
-    variant!(
-        add_row_avx2,
-        add_pair_avx2,
-        dot_avx2,
-        gram1_avx2,
-        gram4_avx2,
-        "avx2,fma"
-    );
+    variant!(add_row_avx2, add_pair_avx2, dot_avx2, gram_avx2, "avx2,fma");
     variant!(
         add_row_avx512,
         add_pair_avx512,
         dot_avx512,
-        gram1_avx512,
-        gram4_avx512,
+        gram_avx512,
         "avx512f,avx512vl,avx512dq"
     );
 }
@@ -333,8 +308,8 @@ fn passes() -> &'static Passes {
                     add_row: x86::add_row_avx512,
                     add_pair: x86::add_pair_avx512,
                     dot: x86::dot_avx512,
-                    gram1: x86::gram1_avx512,
-                    gram4: x86::gram4_avx512,
+                    gram1: x86::gram_avx512::<1>,
+                    gram4: x86::gram_avx512::<4>,
                     name: "avx512",
                 };
             }
@@ -343,8 +318,8 @@ fn passes() -> &'static Passes {
                     add_row: x86::add_row_avx2,
                     add_pair: x86::add_pair_avx2,
                     dot: x86::dot_avx2,
-                    gram1: x86::gram1_avx2,
-                    gram4: x86::gram4_avx2,
+                    gram1: x86::gram_avx2::<1>,
+                    gram4: x86::gram_avx2::<4>,
                     name: "avx2",
                 };
             }

@@ -75,9 +75,9 @@ impl HostTable {
 }
 
 /// G = E Eᵀ diag(1/|e|) for the host engine: `G[p][x] = e_p · e_x / |e_x|`, each entry computed
-/// in float64 (the lane-ordered dot product of [`super::kernel`]) and rounded once to float32
+/// in float64 (the lane-ordered dot product of the engine's kernels) and rounded once to float32
 /// (so it is within 2⁻²⁴ |e_p| + (2D + 8) 2⁻⁵³ |e_p| of the exact value; the job's bound builds
-/// on this). Rows are built when first read ([`HostGram::row`]: a sequence that needs k steps
+/// on this). Rows are built when first read (`row`: a sequence that needs k steps
 /// reads k + 1 rows) or all at once ([`HostGram::fill`], four rows a pass over the table); an
 /// entry has the same bits either way, so every job's results are the same whichever rows were
 /// built first. Cheap to clone: clones share the rows built.

@@ -58,22 +58,38 @@ pub(super) fn grow(
         dir: std::path::Path::new(d),
         resume,
     });
-    let (out, r) =
-        crate::grow::grow_checkpointed(e, t, n_old, &rows, len, &opts, ck).lua_ctx(call)?;
-    let report = lua.create_table()?;
-    report.set("old_n", r.old_n)?;
-    report.set("new_n", r.new_n)?;
-    report.set("kept", r.kept)?;
-    report.set("recomputed", r.recomputed)?;
-    report.set("new_starts", r.new_starts)?;
-    report.set("steps_computed", r.steps_computed)?;
-    report.set("steps_total", r.steps_total)?;
-    report.set("jobs", r.jobs)?;
-    report.set("resumed_jobs", r.resumed_jobs)?;
+    let (out, r) = crate::grow::grow(e, t, n_old, &rows, len, &opts, ck).lua_ctx(call)?;
+    let report = report_table(
+        lua,
+        &[],
+        &[
+            ("old_n", r.old_n as u64),
+            ("new_n", r.new_n as u64),
+            ("kept", r.kept as u64),
+            ("recomputed", r.recomputed as u64),
+            ("new_starts", r.new_starts as u64),
+            ("steps_computed", r.steps_computed),
+            ("steps_total", r.steps_total),
+            ("jobs", r.jobs as u64),
+            ("resumed_jobs", r.resumed_jobs as u64),
+        ],
+    )?;
     Ok((
         lua.create_string(bytemuck::cast_slice::<u32, u8>(&out))?,
         report,
     ))
+}
+
+/// A report as a Lua table: its words and its counts.
+fn report_table(lua: &Lua, words: &[(&str, &str)], counts: &[(&str, u64)]) -> LuaResult<LuaTable> {
+    let t = lua.create_table()?;
+    for &(k, v) in words {
+        t.set(k, v)?;
+    }
+    for &(k, v) in counts {
+        t.set(k, v)?;
+    }
+    Ok(t)
 }
 
 impl UserData for LSequencer {
@@ -106,17 +122,18 @@ impl UserData for LSequencer {
         // n, queries, sequences, query_ns, g_ns}.
         m.add_method("report", |lua, this, ()| {
             let r = this.get("sequencer:report")?.report();
-            let t = lua.create_table()?;
-            t.set("engine", r.engine)?;
-            t.set("mode", r.mode.name())?;
-            t.set("g", r.g)?;
-            t.set("rows_built", r.rows_built)?;
-            t.set("n", r.n)?;
-            t.set("queries", r.queries)?;
-            t.set("sequences", r.sequences)?;
-            t.set("query_ns", r.query_ns)?;
-            t.set("g_ns", r.g_ns)?;
-            Ok(t)
+            report_table(
+                lua,
+                &[("engine", r.engine), ("mode", r.mode.name()), ("g", r.g)],
+                &[
+                    ("rows_built", r.rows_built as u64),
+                    ("n", r.n as u64),
+                    ("queries", r.queries),
+                    ("sequences", r.sequences),
+                    ("query_ns", r.query_ns),
+                    ("g_ns", r.g_ns),
+                ],
+            )
         });
         Handle::add_close(m);
     }
