@@ -100,13 +100,19 @@ fn main() {
     };
     opts.gram.steps = steps;
     opts.scan.steps = steps;
+    // Every start, in batches the engine takes.
     let run = |e: &mut Engine, n: usize| {
         let starts: Vec<u32> = (0..n as u32).collect();
         let t0 = Instant::now();
-        let mut job = e.job(&starts, &opts).unwrap_or_else(|e| fail(e));
-        job.run().unwrap_or_else(|e| fail(e));
-        let rows = job.sequences_flat().unwrap_or_else(|e| fail(e));
-        (rows, t0.elapsed().as_secs_f64(), job.mode())
+        let batch = e.max_batch(a.mode, steps.unwrap_or(n - 1).min(n - 1));
+        let (mut rows, mut mode) = (Vec::new(), a.mode);
+        for part in starts.chunks(batch) {
+            let mut job = e.job(part, &opts).unwrap_or_else(|e| fail(e));
+            job.run().unwrap_or_else(|e| fail(e));
+            rows.extend(job.sequences_flat().unwrap_or_else(|e| fail(e)));
+            mode = job.mode();
+        }
+        (rows, t0.elapsed().as_secs_f64(), mode)
     };
     let (old_rows, old_s, _) = run(&mut engine(&old), n_old);
     let mut fresh_engine = engine(&t);

@@ -660,6 +660,18 @@ impl Engine {
         }
     }
 
+    /// The largest batch of sequences of `steps` steps one job of this engine takes in the
+    /// engine `requested` resolves to (the device's limits next to G, or the host engine's
+    /// memory budget). At least 1.
+    pub fn max_batch(&self, requested: Mode, steps: usize) -> usize {
+        let (n, d, p) = (self.n, self.d, self.precision);
+        match (&self.host, &self.table) {
+            (None, Some(t)) => max_batch(t.context().caps(), requested, n, d, p, steps),
+            _ => host::max_batch(requested, n, d, steps, host::host_memory_budget()),
+        }
+        .max(1)
+    }
+
     /// The engine `requested` resolves to for this table, and why.
     pub fn mode_for(&self, requested: Mode) -> ModeChoice {
         match &self.host {

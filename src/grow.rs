@@ -357,8 +357,28 @@ pub fn grow(
 }
 
 /// One job of [`grow`]: `starts` resumed from their old prefixes of `k` entries, or
-/// (k = None) computed whole; their rows.
+/// (k = None) computed whole; their rows. Run in batches the engine takes.
 fn run_job(
+    engine: &mut Engine,
+    table: &Table,
+    rows: &[u32],
+    len: usize,
+    opts: &JobOptions,
+    k: Option<usize>,
+    starts: &[u32],
+) -> Result<Vec<u32>> {
+    let n = engine.shape().0;
+    let steps = crate::batch::sequence_length(n, opts.gram.steps) - 1;
+    let batch = engine.max_batch(opts.mode, steps);
+    let mut out = Vec::new();
+    for part in starts.chunks(batch) {
+        out.extend(run_batch(engine, table, rows, len, opts, k, part)?);
+    }
+    Ok(out)
+}
+
+/// [`run_job`] for one batch.
+fn run_batch(
     engine: &mut Engine,
     table: &Table,
     rows: &[u32],
