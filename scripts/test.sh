@@ -12,6 +12,10 @@ source scripts/setup-debian.sh
 # and tests/lua/host_spec.lua run the host engine and its default choice). An exported
 # DIVERSITY_DEVICE (a GPU's name, say) wins.
 export DIVERSITY_DEVICE="${DIVERSITY_DEVICE:-llvmpipe}"
+# Line tables only (backtraces keep their lines) instead of the release profile's fuller debug
+# info, for every build of this run alike (the dependent crate and the rock share target/):
+# about thirty test and example binaries link faster.
+export CARGO_PROFILE_RELEASE_DEBUG="${CARGO_PROFILE_RELEASE_DEBUG:-line-tables-only}"
 # Where the time goes: each phase's end, seconds since the start, on stderr.
 phase() { echo "test.sh: $1 done at ${SECONDS} s" >&2; }
 cargo fmt --check
