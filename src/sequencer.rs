@@ -113,8 +113,8 @@ impl Sequencer {
         self.sequences(&[start], k)
     }
 
-    /// The first `k` steps of the sequences from `starts` (in one batch): row-major, each row
-    /// `min(k, N − 1) + 1` ids beginning with its start.
+    /// The first `k` steps of the sequences from `starts` (in one batch, or in as many as the
+    /// engine needs): row-major, each row `min(k, N − 1) + 1` ids beginning with its start.
     pub fn sequences(&mut self, starts: &[u32], k: usize) -> Result<Vec<u32>> {
         if starts.is_empty() {
             return Err(Error::Invalid("no starts".into()));
@@ -132,9 +132,15 @@ impl Sequencer {
         // One submission for the whole prefix (no progress to report between chunks).
         opts.gram.chunk = 0;
         opts.scan.chunk = 0;
-        let mut job = self.engine.job(starts, &opts)?;
-        job.run()?;
-        let out = job.sequences_flat()?;
+        // In batches the engine takes (one for the usual few starts).
+        crate::engine::check_starts(starts, self.engine.shape().0)?;
+        let batch = self.engine.max_batch(opts.mode, k.min(self.engine.shape().0 - 1));
+        let mut out = Vec::new();
+        for part in starts.chunks(batch) {
+            let mut job = self.engine.job(part, &opts)?;
+            job.run()?;
+            out.extend(job.sequences_flat()?);
+        }
         if self.opts.g == GramPolicy::Auto && self.choice.mode == Mode::Gram {
             if let Some((built, _)) = self.engine.host_gram_rows() {
                 if built * 4 >= self.engine.shape().0 {
