@@ -134,7 +134,9 @@ impl Sequencer {
         opts.scan.chunk = 0;
         // In batches the engine takes (one for the usual few starts).
         crate::engine::check_starts(starts, self.engine.shape().0)?;
-        let batch = self.engine.max_batch(opts.mode, k.min(self.engine.shape().0 - 1));
+        let batch = self
+            .engine
+            .max_batch(opts.mode, k.min(self.engine.shape().0 - 1));
         let mut out = Vec::new();
         for part in starts.chunks(batch) {
             let mut job = self.engine.job(part, &opts)?;
