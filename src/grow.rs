@@ -114,8 +114,19 @@ pub fn divergences(
     rows: &[u32],
     len: usize,
 ) -> Result<Vec<Option<usize>>> {
+    check_rows(table.n(), n_old, rows, len)?;
+    Ok(replay(table, precision, n_old, rows, len))
+}
+
+/// [`divergences`] on rows [`check_rows`] has passed.
+fn replay(
+    table: &Table,
+    precision: Precision,
+    n_old: usize,
+    rows: &[u32],
+    len: usize,
+) -> Vec<Option<usize>> {
     let (n, d) = (table.n(), table.d());
-    check_rows(n, n_old, rows, len)?;
     let stored = table.as_stored(precision);
     let e = stored.data();
     let row = |i: usize| &e[i * d..(i + 1) * d];
@@ -156,8 +167,7 @@ pub fn divergences(
             1.0 - dot_c / (c_norm * x_norm)
         }
     };
-    Ok(rows
-        .par_chunks_exact(len)
+    rows.par_chunks_exact(len)
         .map(|r| {
             let mut c = vec![0f64; d];
             let mut acc = vec![0f64; appended];
@@ -187,7 +197,7 @@ pub fn divergences(
             }
             None
         })
-        .collect())
+        .collect()
 }
 
 fn dot64(c: &[f64], e: &[f32]) -> f64 {
@@ -255,7 +265,7 @@ pub fn grow(
             crate::batch::sequence_length(n_old, steps)
         )));
     }
-    let div = divergences(table, precision, n_old, rows, len)?;
+    let div = replay(table, precision, n_old, rows, len);
     let mut out = vec![0u32; n * new_len];
     let mut report = GrowReport {
         old_n: n_old,
@@ -372,36 +382,23 @@ fn run_job(
     let batch = engine.max_batch(opts.mode, steps);
     let mut out = Vec::new();
     for part in starts.chunks(batch) {
-        out.extend(run_batch(engine, table, rows, len, opts, k, part)?);
+        let mut job = match k {
+            Some(k) => {
+                let prefix: Vec<u32> = part
+                    .iter()
+                    .flat_map(|&s| rows[s as usize * len..s as usize * len + k].iter().copied())
+                    .collect();
+                let p = Prefix {
+                    host: Some(table),
+                    rows: &prefix,
+                    len: k,
+                };
+                engine.resume_job(part, p, opts)?
+            }
+            None => engine.job(part, opts)?,
+        };
+        job.run()?;
+        out.extend(job.sequences_flat()?);
     }
     Ok(out)
-}
-
-/// [`run_job`] for one batch.
-fn run_batch(
-    engine: &mut Engine,
-    table: &Table,
-    rows: &[u32],
-    len: usize,
-    opts: &JobOptions,
-    k: Option<usize>,
-    starts: &[u32],
-) -> Result<Vec<u32>> {
-    let mut job = match k {
-        Some(k) => {
-            let prefix: Vec<u32> = starts
-                .iter()
-                .flat_map(|&s| rows[s as usize * len..s as usize * len + k].iter().copied())
-                .collect();
-            let p = Prefix {
-                host: Some(table),
-                rows: &prefix,
-                len: k,
-            };
-            engine.resume_job(starts, p, opts)?
-        }
-        None => engine.job(starts, opts)?,
-    };
-    job.run()?;
-    job.sequences_flat()
 }

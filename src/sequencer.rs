@@ -145,7 +145,9 @@ impl Sequencer {
         }
         if self.opts.g == GramPolicy::Auto && self.choice.mode == Mode::Gram {
             if let Some((built, _)) = self.engine.host_gram_rows() {
-                if built * 4 >= self.engine.shape().0 {
+                // Once whole, nothing is left to build (no pass over the rows per query).
+                let n = self.engine.shape().0;
+                if built < n && built * 4 >= n {
                     self.engine.fill_host_gram();
                 }
             }
